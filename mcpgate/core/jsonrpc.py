@@ -1,0 +1,167 @@
+"""JSON-RPC 2.0 classification and error builders.
+
+parse() turns one encoded message into a Request, Notification, Response, Batch
+or Invalid. Ids are kept exactly as sent (the string "1" and the integer 1 are
+different ids); id_key() gives a hashable key that keeps them apart. The raw
+bytes travel with each message so a gateway can forward what it does not change
+without encoding it again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# Implementation-defined codes (the -32000 range is the legacy server-error range).
+CONNECTION_CLOSED = -32000
+REQUEST_TIMEOUT = -32001
+# Outside the reserved range, as the SDKs use it for a request the client cancelled.
+REQUEST_CANCELLED = -32800
+
+Id = Union[str, int]
+IdKey = tuple[str, Union[str, int]]
+
+
+@dataclass(slots=True)
+class Request:
+    id: Id
+    method: str
+    params: Any
+    obj: dict[str, Any]
+    raw: bytes | None = None
+
+
+@dataclass(slots=True)
+class Notification:
+    method: str
+    params: Any
+    obj: dict[str, Any]
+    raw: bytes | None = None
+
+
+@dataclass(slots=True)
+class Response:
+    id: Id | None
+    obj: dict[str, Any]
+    raw: bytes | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return "error" in self.obj
+
+
+@dataclass(slots=True)
+class Invalid:
+    code: int
+    reason: str
+    id: Id | None = None
+
+
+@dataclass(slots=True)
+class Batch:
+    items: list[Message] = field(default_factory=list)
+
+
+Message = Union[Request, Notification, Response, Invalid, Batch]
+
+
+def is_valid_id(value: object) -> bool:
+    """A request id: a string or an integer (never a bool, a float or null)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def id_key(value: Id) -> IdKey:
+    """A hashable key that keeps "1" and 1 apart."""
+    return ("s", value) if isinstance(value, str) else ("n", value)
+
+
+def parse(data: bytes | str) -> Message:
+    """Decode one JSON text and classify it."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Invalid(PARSE_ERROR, f"Parse error: {exc}")
+    raw = data if isinstance(data, bytes) else None
+    if isinstance(obj, list):
+        if not obj:
+            return Invalid(INVALID_REQUEST, "Invalid Request: empty batch")
+        return Batch([classify(item) for item in obj])
+    return classify(obj, raw)
+
+
+def classify(obj: Any, raw: bytes | None = None) -> Message:
+    """Classify an already decoded JSON value (a batch member or a whole message)."""
+    if not isinstance(obj, dict):
+        return Invalid(INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
+    msg_id = obj.get("id")
+    usable_id = msg_id if is_valid_id(msg_id) else None
+    if obj.get("jsonrpc") != "2.0":
+        return Invalid(INVALID_REQUEST, 'Invalid Request: "jsonrpc" must be "2.0"', usable_id)
+    if "method" in obj:
+        return _classify_call(obj, raw, usable_id)
+    has_result, has_error = "result" in obj, "error" in obj
+    if has_result == has_error:
+        return Invalid(INVALID_REQUEST, "Invalid Request: a response needs exactly one of result or error", usable_id)
+    if has_error and not _valid_error(obj["error"]):
+        return Invalid(INVALID_REQUEST, "Invalid Request: error must be an object with an integer code", usable_id)
+    if usable_id is None and not (has_error and msg_id is None):
+        return Invalid(INVALID_REQUEST, "Invalid Request: a response id must be a string or an integer")
+    return Response(usable_id, obj, raw)
+
+
+def _classify_call(obj: dict[str, Any], raw: bytes | None, usable_id: Id | None) -> Message:
+    method = obj["method"]
+    if not isinstance(method, str) or not method:
+        return Invalid(INVALID_REQUEST, "Invalid Request: method must be a non-empty string", usable_id)
+    params = obj.get("params")
+    if "params" in obj and not isinstance(params, (dict, list)):
+        return Invalid(INVALID_REQUEST, "Invalid Request: params must be an object or an array", usable_id)
+    if "id" not in obj:
+        return Notification(method, params, obj, raw)
+    if usable_id is None:
+        return Invalid(INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+    return Request(usable_id, method, params, obj, raw)
+
+
+def _valid_error(error: object) -> bool:
+    if not isinstance(error, dict):
+        return False
+    code = error.get("code")
+    return isinstance(code, int) and not isinstance(code, bool)
+
+
+def error_response(msg_id: Id | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error response object (id null when the id could not be read)."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": msg_id, "error": error}
+
+
+def encode(obj: Any) -> bytes:
+    """Compact UTF-8 JSON with no embedded newline."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def raw_bytes(message: Request | Notification | Response) -> bytes:
+    """The message's bytes as received when usable as one line, else a fresh encoding."""
+    raw = message.raw
+    if raw is not None and b"\n" not in raw and b"\r" not in raw:
+        return raw
+    return encode(message.obj)
+
+
+def progress_token(message: Request) -> Id | None:
+    """The request's params._meta.progressToken, when it is a legal token."""
+    params = message.params
+    if not isinstance(params, dict):
+        return None
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if is_valid_id(token) else None

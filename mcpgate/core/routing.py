@@ -1,0 +1,129 @@
+"""Which HTTP stream each message from a child belongs to.
+
+A response goes to the stream of the POST that carried its request; progress
+goes to the stream of the request that owns the token; every other notification
+and every server-to-client request goes to the session's GET stream, else to an
+open request stream of the same session, else into the session's buffer until
+a stream opens. Nothing is broadcast and nothing crosses sessions. Streams are
+opaque, hashable objects owned by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Hashable
+
+from .cancel import CancelTracker
+from .jsonrpc import Id, IdKey, Notification, Request, Response, id_key, is_valid_id, progress_token
+
+BUFFER = "buffer"
+DROP = "drop"
+PROGRESS = "notifications/progress"
+
+
+class DuplicateRequestId(ValueError):
+    def __init__(self, request_id: Id) -> None:
+        super().__init__(f"request id {request_id!r} is already in flight in this session")
+        self.request_id = request_id
+
+
+@dataclass(slots=True)
+class Route:
+    """Where a message goes: a stream, BUFFER, or DROP (with the reason)."""
+
+    target: Any
+    reason: str = ""
+    done: bool = False  # a response that completes its request
+
+
+@dataclass(slots=True)
+class _InFlight:
+    stream: Hashable
+    token: IdKey | None
+
+
+class Router:
+    def __init__(self, cancelled: CancelTracker) -> None:
+        self.cancelled = cancelled
+        self._in_flight: dict[IdKey, _InFlight] = {}
+        self._progress: dict[IdKey, Hashable] = {}
+        self._open: dict[Hashable, None] = {}  # request streams still open, oldest first
+        self.get_stream: Hashable | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def open_request(self, request: Request, stream: Hashable) -> None:
+        """Record a client request about to be sent to the child on behalf of `stream`."""
+        key = id_key(request.id)
+        if key in self._in_flight:
+            raise DuplicateRequestId(request.id)
+        token = progress_token(request)
+        token_key = id_key(token) if token is not None else None
+        if token_key is not None and token_key in self._progress:
+            token_key = None  # tokens must be unique; a reused one is not routed twice
+        self._in_flight[key] = _InFlight(stream, token_key)
+        if token_key is not None:
+            self._progress[token_key] = stream
+        self.cancelled.forget(key)
+
+    def open_stream(self, stream: Hashable) -> None:
+        self._open[stream] = None
+
+    def close_stream(self, stream: Hashable) -> None:
+        self._open.pop(stream, None)
+        if self.get_stream == stream:
+            self.get_stream = None
+
+    def route(self, message: Request | Notification | Response, now: float) -> Route:
+        if isinstance(message, Response):
+            return self._route_response(message, now)
+        if isinstance(message, Notification) and message.method == PROGRESS:
+            token = message.params.get("progressToken") if isinstance(message.params, dict) else None
+            stream = self._progress.get(id_key(token)) if is_valid_id(token) else None
+            if stream is not None:
+                return Route(stream)
+            return Route(DROP, "progress for a token no open request owns")
+        return Route(self.general_target())
+
+    def general_target(self) -> Any:
+        """The stream for messages that belong to no request: GET, else the newest open request stream."""
+        if self.get_stream is not None:
+            return self.get_stream
+        if self._open:
+            return next(reversed(self._open))
+        return BUFFER
+
+    def cancel(self, request_id: Id, now: float) -> Hashable | None:
+        """The client cancelled a request: forget it, drop its late response; return its stream."""
+        key = id_key(request_id)
+        entry = self._in_flight.pop(key, None)
+        if entry is None:
+            return None
+        self._release(entry)
+        self.cancelled.cancel(key, now)
+        return entry.stream
+
+    def abandon_all(self) -> list[tuple[Id, Hashable]]:
+        """The child is gone: every request still waiting, with its stream."""
+        waiting = [(value, entry.stream) for (_, value), entry in self._in_flight.items()]
+        self._in_flight.clear()
+        self._progress.clear()
+        return waiting
+
+    def _route_response(self, message: Response, now: float) -> Route:
+        if message.id is None:
+            return Route(DROP, "error response without an id")
+        key = id_key(message.id)
+        entry = self._in_flight.pop(key, None)
+        if entry is None:
+            if self.cancelled.drop_late(key, now):
+                return Route(DROP, "late response to a cancelled request")
+            return Route(DROP, "response to no request in flight")
+        self._release(entry)
+        return Route(entry.stream, done=True)
+
+    def _release(self, entry: _InFlight) -> None:
+        if entry.token is not None:
+            self._progress.pop(entry.token, None)

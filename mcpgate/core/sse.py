@@ -1,0 +1,132 @@
+"""Server-Sent Events: an encoder and an incremental decoder (sans-IO).
+
+The decoder follows the WHATWG event-stream parsing rules: lines end in CRLF,
+LF or CR; a line starting with ":" is a comment; "data" lines are joined with
+LF; an event is dispatched at a blank line; "id" sets the last event id unless
+it contains NUL; "retry" takes only ASCII digits. Buffered bytes are bounded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Event:
+    data: str
+    event: str = "message"
+    id: str | None = None
+
+
+class EventTooLarge(ValueError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"SSE event exceeded {limit} bytes")
+        self.limit = limit
+
+
+def encode_event(data: bytes, event: str | None = "message", event_id: str | None = None,
+                 retry_ms: int | None = None) -> bytes:
+    """One SSE event carrying `data` (one line of JSON: it holds no CR or LF)."""
+    parts = []
+    if event_id is not None:
+        parts.append(b"id: " + event_id.encode() + b"\n")
+    if retry_ms is not None:
+        parts.append(b"retry: %d\n" % retry_ms)
+    if event:
+        parts.append(b"event: " + event.encode() + b"\n")
+    if b"\n" in data or b"\r" in data:
+        for line in data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+            parts.append(b"data: " + line + b"\n")
+    else:
+        parts.append(b"data: " + data + b"\n")
+    parts.append(b"\n")
+    return b"".join(parts)
+
+
+def encode_comment(text: str = "") -> bytes:
+    """A comment line (keepalive); clients ignore it."""
+    return b":" + (b" " + text.encode() if text else b"") + b"\n\n"
+
+
+class SseDecoder:
+    """feed(bytes) -> complete events. Tracks last_event_id and retry_ms."""
+
+    def __init__(self, max_event_bytes: int = 16 * 1024 * 1024) -> None:
+        self.max_event_bytes = max_event_bytes
+        self.last_event_id: str | None = None
+        self.retry_ms: int | None = None
+        self._buffer = bytearray()
+        self._data: list[str] = []
+        self._data_size = 0
+        self._event_type = ""
+        self._pending_cr = False
+        self._first = True
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        if self._pending_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._pending_cr = False
+        self._buffer += chunk
+        events: list[Event] = []
+        start = 0
+        buf = self._buffer
+        while True:
+            end = _line_end(buf, start)
+            if end < 0:
+                break
+            line = bytes(buf[start:end])
+            if buf[end] == 13:  # CR: swallow a following LF
+                if end + 1 < len(buf):
+                    start = end + 2 if buf[end + 1] == 10 else end + 1
+                else:
+                    self._pending_cr = True
+                    start = end + 1
+            else:
+                start = end + 1
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        del self._buffer[:start]
+        if len(self._buffer) + self._data_size > self.max_event_bytes:
+            raise EventTooLarge(self.max_event_bytes)
+        return events
+
+    def _line(self, raw: bytes) -> Event | None:
+        if self._first:
+            self._first = False
+            if raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+        line = raw.decode("utf-8", errors="replace")
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+            self._data_size += len(value) + 1
+            if self._data_size > self.max_event_bytes:
+                raise EventTooLarge(self.max_event_bytes)
+        elif name == "event":
+            self._event_type = value
+        elif name == "id":
+            if "\0" not in value:
+                self.last_event_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self.retry_ms = int(value)
+        return None
+
+    def _dispatch(self) -> Event | None:
+        data, event_type = self._data, self._event_type
+        self._data, self._data_size, self._event_type = [], 0, ""
+        if not data:
+            return None
+        return Event("\n".join(data), event_type or "message", self.last_event_id)
+
+
+def _line_end(buf: bytearray, start: int) -> int:
+    lf = buf.find(b"\n", start)
+    cr = buf.find(b"\r", start, lf if lf >= 0 else len(buf))
+    return cr if cr >= 0 else lf

