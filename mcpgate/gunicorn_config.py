@@ -1,0 +1,63 @@
+"""gunicorn settings for mcpgate: `gunicorn -c python:mcpgate.gunicorn_config mcpgate.wsgi`.
+
+The repository's gunicorn.conf.py imports this module, so plain `gunicorn mcpgate.wsgi`
+run from the project root (as a Procfile does) uses it too.
+
+One worker: sessions and their children live in the worker's memory, so a second
+worker would not know the first one's sessions. The gevent worker carries every
+SSE stream on a greenlet.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gevent
+
+from mcpgate import orphans
+
+worker_class = "gevent"
+workers = 1
+_port = os.environ.get("PORT")
+bind = [f"0.0.0.0:{_port}"] if _port else [os.environ.get("MCPGATE_BIND", "127.0.0.1:8000")]
+# Each open SSE stream (GET streams, long tool calls) holds one connection.
+worker_connections = int(os.environ.get("MCPGATE_WORKER_CONNECTIONS", "2000"))
+# Children get close_timeout + term_timeout (2 s + 2 s by default) to stop inside this.
+graceful_timeout = int(os.environ.get("MCPGATE_GRACEFUL_TIMEOUT", "15"))
+timeout = 30
+keepalive = 75  # idle keep-alive seconds; longer than typical load balancer idle timeouts
+preload_app = False
+errorlog = "-"
+loglevel = os.environ.get("MCPGATE_LOG_LEVEL", "info").lower()
+accesslog = os.environ.get("MCPGATE_ACCESS_LOG") or None
+
+
+def on_starting(server):  # type: ignore[no-untyped-def]
+    """Adopt orphans so a worker's children can be found if the worker dies abruptly."""
+    if not orphans.become_subreaper():
+        server.log.warning("mcpgate: could not become a child subreaper; orphan cleanup is limited")
+
+
+def child_exit(server, worker):  # type: ignore[no-untyped-def]
+    """A worker exited (maybe by SIGKILL): end whatever it left running."""
+    orphans.reap_orphans(set(server.WORKERS) - {worker.pid})
+
+
+def post_worker_init(worker):  # type: ignore[no-untyped-def]
+    """Start stopping children as soon as a graceful shutdown begins, not after the streams time out."""
+
+    def watch() -> None:
+        while worker.alive:
+            gevent.sleep(0.2)
+        gateway = worker.wsgi.extensions.get("mcpgate") if hasattr(worker.wsgi, "extensions") else None
+        if gateway is not None:
+            gateway.shutdown(timeout=max(1.0, graceful_timeout - 2.0))
+
+    gevent.spawn(watch)
+
+
+def worker_exit(server, worker):  # type: ignore[no-untyped-def]
+    """Last chance: every child still alive goes through the ladder (bounded)."""
+    gateway = worker.wsgi.extensions.get("mcpgate") if hasattr(getattr(worker, "wsgi", None), "extensions") else None
+    if gateway is not None:
+        gateway.shutdown(timeout=5.0)

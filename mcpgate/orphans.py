@@ -1,0 +1,109 @@
+"""No orphans, even when a worker dies abruptly.
+
+The gunicorn master makes itself a child subreaper, so processes whose parent
+(a worker, or a launcher such as npx) dies are re-parented to the master
+instead of init. After a worker exits, the master finds such processes (its
+own children that are not workers) and ends their process groups: SIGTERM,
+then SIGKILL for what is left after a short wait. Linux only; elsewhere these
+functions do nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import time
+
+log = logging.getLogger("mcpgate.orphans")
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt orphaned descendants (called in the gunicorn master)."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """In a freshly forked child: receive `sig` when the parent dies."""
+    return _prctl(PR_SET_PDEATHSIG, int(sig))
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of `pid`, read from /proc."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # fields: state, ppid, pgrp, ...
+            found.append(int(entry))
+    return found
+
+
+def reap_orphans(worker_pids: set[int], grace: float = 1.0) -> list[int]:
+    """End the process groups of this process's non-worker children; return the pids found."""
+    orphans = [pid for pid in children_of(os.getpid()) if pid not in worker_pids]
+    groups = set()
+    for pid in orphans:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            continue
+    groups.discard(os.getpgrp())
+    for group in groups:
+        _signal_group(group, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while groups and time.monotonic() < deadline:
+        _collect(orphans)
+        groups = {g for g in groups if _group_alive(g)}
+        time.sleep(0.05)
+    for group in groups:
+        _signal_group(group, signal.SIGKILL)
+    _collect(orphans)
+    if orphans:
+        log.warning("ended %d orphaned child process(es) of a dead worker: %s", len(orphans), orphans)
+    return orphans
+
+
+def _signal_group(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _collect(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass

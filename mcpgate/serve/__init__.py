@@ -1,0 +1,1 @@
+"""The HTTP side: the only package that imports Flask."""

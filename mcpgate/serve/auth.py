@@ -1,0 +1,56 @@
+"""Origin and Host checks against DNS rebinding (pure functions; the views only call them)."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+
+
+def is_loopback_name(hostname: str) -> bool:
+    name = hostname.strip("[]").lower()
+    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def split_host(host: str) -> str:
+    """The name part of a Host header value ("[::1]:8000" -> "::1", "a.b:80" -> "a.b")."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    if host.count(":") == 1:
+        return host.split(":", 1)[0]
+    return host
+
+
+def host_allowed(host: str | None, allowed: list[str]) -> bool:
+    """Loopback names on any port, plus configured names (with or without a port); * allows all."""
+    if "*" in allowed:
+        return True
+    if not host:
+        return False
+    if is_loopback_name(split_host(host)):
+        return True
+    wanted = {entry.lower() for entry in allowed}
+    return host.strip().lower() in wanted or split_host(host) in wanted
+
+
+def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
+    """No Origin (not a browser) passes; else a loopback origin or a configured one; * allows all."""
+    if origin is None:
+        return True
+    if "*" in allowed:
+        return True
+    normalized = origin.strip().rstrip("/").lower()
+    if normalized in {entry.strip().rstrip("/").lower() for entry in allowed}:
+        return True
+    try:
+        parts = urlsplit(normalized)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and is_loopback_name(parts.hostname or "")

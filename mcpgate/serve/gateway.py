@@ -1,0 +1,112 @@
+"""The gateway's state in one worker: settings, the session registry, spawning and reaping."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Callable
+
+import gevent
+
+from ..child import ChildProcess, ChildSpawnError, child_environment, resolve_executable, split_command
+from ..core.sessions import SessionRegistry
+from ..settings import Settings
+from .session import Session
+
+log = logging.getLogger("mcpgate.gateway")
+
+DEMO_COMMAND = [sys.executable, "-m", "mcpgate.demo_server"]
+
+
+class Gateway:
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.sessions: SessionRegistry[Session] = SessionRegistry(settings.max_sessions, settings.session_idle_ttl)
+        self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
+        self.env = child_environment(self._configured_env())
+        self._reaper: gevent.Greenlet | None = None
+        self.closing = False
+
+    def _configured_env(self) -> dict[str, str]:
+        env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}
+        env.update(self.settings.child_env)
+        return env
+
+    def command_problem(self) -> str | None:
+        """Why the configured command cannot be started right now, or None."""
+        try:
+            resolve_executable(self.argv[0], self.env.get("PATH", ""))
+        except ChildSpawnError as exc:
+            return str(exc)
+        return None
+
+    def open_session(self) -> Session:
+        """Register a session and start its child (SessionLimitReached, ChildSpawnError)."""
+        s = self.settings
+        session = Session(buffer_messages=s.buffer_messages, stream_queue=s.stream_queue,
+                          on_end=self._forget, clock=self.clock)
+        session.id = self.sessions.add(session, self.clock())
+        session.child = ChildProcess(
+            self.argv, on_message=session.on_child_message, on_exit=session.on_child_exit,
+            env=self.env, cwd=s.cwd or None, stderr=s.stderr, label=session.id[:8],
+            max_line_bytes=s.max_message_bytes, max_write_queue_bytes=s.write_queue_bytes,
+            close_timeout=s.close_timeout, term_timeout=s.term_timeout)
+        try:
+            session.child.start()
+        except BaseException:
+            self.sessions.remove(session.id)
+            raise
+        log.info("session %s opened (child pid %s)", session.id[:8], session.child.pid)
+        self._ensure_reaper()
+        return session
+
+    def get(self, session_id: str) -> Session | None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            self.sessions.touch(session_id, self.clock())
+        return session
+
+    def touch(self, session: Session) -> None:
+        self.sessions.touch(session.id, self.clock())
+
+    def live_children(self) -> int:
+        count = 0
+        for session_id in self.sessions:
+            session = self.sessions.get(session_id)
+            if session is not None and session.child is not None and session.child.alive:
+                count += 1
+        return count
+
+    def _forget(self, session: Session, reason: str) -> None:
+        self.sessions.remove(session.id)
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or self._reaper.dead:
+            self._reaper = gevent.spawn(self._reap_forever)
+
+    def _reap_forever(self) -> None:
+        interval = min(30.0, max(0.05, self.settings.session_idle_ttl / 4))
+        while len(self.sessions):
+            gevent.sleep(interval)
+            self.reap_idle()
+
+    def reap_idle(self) -> None:
+        for session_id in self.sessions.expired(self.clock()):
+            session = self.sessions.get(session_id)
+            if session is not None:
+                session.end("idle for longer than MCPGATE_SESSION_IDLE_TTL")
+
+    def shutdown(self, timeout: float) -> None:
+        """End every session and wait (bounded) for their children to exit."""
+        self.closing = True
+        sessions = [self.sessions.get(sid) for sid in self.sessions]
+        children = [s.child for s in sessions if s is not None and s.child is not None]
+        for session in sessions:
+            if session is not None:
+                session.end("the gateway is shutting down")
+        deadline = time.monotonic() + timeout
+        for child in children:
+            child.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,169 @@
+"""A session: one child process, its router, its HTTP streams and its buffer.
+
+Messages from the child are routed by the pure core (mcpgate.core.routing)
+and delivered to Stream objects, each the reply of one HTTP request: a POST's
+reply or the session's GET stream. Every queue is bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Callable, Iterable
+
+import gevent.queue
+
+from ..core import jsonrpc
+from ..core.cancel import CancelTracker
+from ..core.jsonrpc import Notification, Request, Response
+from ..core.routing import BUFFER, DROP, Router
+from ..core.versions import initialize_version
+
+if TYPE_CHECKING:
+    from ..child import ChildProcess
+
+log = logging.getLogger("mcpgate.session")
+
+CLOSE = object()  # sentinel: the stream ends
+
+
+class Stream:
+    """The reply channel of one HTTP request (a POST's reply or the GET stream)."""
+
+    __slots__ = ("queue", "expected", "closed", "put_timeout")
+
+    def __init__(self, maxsize: int, expected: int = 0, put_timeout: float = 30.0) -> None:
+        self.queue: gevent.queue.Queue = gevent.queue.Queue(maxsize)
+        self.expected = expected  # responses still owed to this stream
+        self.closed = False
+        self.put_timeout = put_timeout
+
+    def deliver(self, data: bytes | object, done: bool = False) -> bool:
+        """Queue one message; waits while the client reads too slowly, then gives up on the stream."""
+        if self.closed:
+            return False
+        try:
+            self.queue.put((data, done), timeout=self.put_timeout)
+            return True
+        except gevent.queue.Full:
+            log.warning("a client stopped reading its stream; closing the stream")
+            self.closed = True
+            return False
+
+    def end(self) -> None:
+        """Ask the stream's reader to finish (never blocks)."""
+        if not self.closed:
+            try:
+                self.queue.put_nowait((CLOSE, False))
+            except gevent.queue.Full:
+                self.closed = True
+
+    def next(self, timeout: float | None) -> tuple[bytes | object, bool] | None:
+        """The next (data, done) pair, or None when `timeout` passes first."""
+        try:
+            return self.queue.get(timeout=timeout)  # type: ignore[no-any-return]
+        except gevent.queue.Empty:
+            return None
+
+
+class Session:
+    """One MCP session: the child, its routing state and where its messages go."""
+
+    def __init__(self, *, buffer_messages: int, stream_queue: int, on_end: Callable[[Session, str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.id = ""
+        self.child: ChildProcess | None = None
+        self.router = Router(CancelTracker(ttl=60.0))
+        self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
+        # Room for a whole flushed buffer on top of the stream's own bound, so a flush never waits.
+        self._stream_bound = stream_queue + buffer_messages
+        self.version: str | None = None
+        self.ended: str | None = None
+        self._init_key: jsonrpc.IdKey | None = None
+        self._on_end = on_end
+        self._clock = clock
+
+    # -- from the child -------------------------------------------------------------------------
+    def on_child_message(self, message: Request | Notification | Response) -> None:
+        if isinstance(message, Response) and self._init_key is not None and message.id is not None \
+                and jsonrpc.id_key(message.id) == self._init_key:
+            self._init_key = None
+            self.version = initialize_version(message.obj.get("result"))
+        route = self.router.route(message, self._clock())
+        if route.target is DROP:
+            log.debug("session %s: dropped a message from the child: %s", self.id, route.reason)
+            return
+        data = jsonrpc.raw_bytes(message)
+        if route.target is BUFFER:
+            if len(self.buffer) == self.buffer.maxlen:
+                log.warning("session %s: no stream open and the buffer is full; dropping its oldest message",
+                            self.id)
+            self.buffer.append(data)
+            return
+        route.target.deliver(data, route.done)
+
+    def on_child_exit(self, reason: str) -> None:
+        self.end(f"MCP server process {reason}" if not reason.startswith("MCP server") else reason)
+
+    # -- from the client ------------------------------------------------------------------------
+    def open_stream(self, requests: Iterable[Request]) -> Stream:
+        """A reply stream owed one response per request; registers the requests with the router."""
+        pending = list(requests)
+        stream = Stream(self._stream_bound, expected=len(pending))
+        opened: list[Request] = []
+        try:
+            for request in pending:
+                self.router.open_request(request, stream)
+                opened.append(request)
+                if request.method == "initialize":
+                    self._init_key = jsonrpc.id_key(request.id)
+        except Exception:
+            for request in opened:
+                self.router.cancel(request.id, self._clock())
+            raise
+        self.router.open_stream(stream)
+        self._flush_buffer_to(stream)
+        return stream
+
+    def open_get_stream(self) -> Stream | None:
+        """The session's GET stream, or None when one is already open."""
+        if self.router.get_stream is not None:
+            return None
+        stream = Stream(self._stream_bound)
+        self.router.get_stream = stream
+        self._flush_buffer_to(stream)
+        return stream
+
+    def close_stream(self, stream: Stream) -> None:
+        stream.closed = True
+        self.router.close_stream(stream)
+
+    def send(self, data: bytes) -> bool:
+        return self.child is not None and self.child.send(data)
+
+    def cancel(self, request_id: jsonrpc.Id) -> None:
+        """The client cancelled a request: answer its HTTP request now; drop the child's late reply."""
+        stream = self.router.cancel(request_id, self._clock())
+        if stream is not None:
+            error = jsonrpc.error_response(request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled by the client")
+            stream.deliver(jsonrpc.encode(error), done=True)
+
+    def end(self, reason: str) -> None:
+        """End the session once: fail every waiting request, close streams, stop the child."""
+        if self.ended is not None:
+            return
+        self.ended = reason
+        log.info("session %s ended: %s", self.id, reason)
+        for request_id, stream in self.router.abandon_all():
+            error = jsonrpc.error_response(request_id, jsonrpc.CONNECTION_CLOSED, f"Session ended: {reason}")
+            stream.deliver(jsonrpc.encode(error), done=True)
+        if self.router.get_stream is not None:
+            self.router.get_stream.end()
+        if self.child is not None:
+            self.child.close(reason)
+        self._on_end(self, reason)
+
+    def _flush_buffer_to(self, stream: Stream) -> None:
+        while self.buffer:
+            stream.deliver(self.buffer.popleft())
