@@ -25,11 +25,14 @@ worker_connections = int(os.environ.get("MCPGATE_WORKER_CONNECTIONS", "2000"))
 # Children get close_timeout + term_timeout (2 s + 2 s by default) to stop inside this.
 graceful_timeout = int(os.environ.get("MCPGATE_GRACEFUL_TIMEOUT", "15"))
 timeout = 30
-keepalive = 75  # idle keep-alive seconds; longer than typical load balancer idle timeouts
+# Seconds an idle keep-alive connection is held; a graceful shutdown waits for idle ones, so keep it short.
+keepalive = 5
 preload_app = False
 errorlog = "-"
 loglevel = os.environ.get("MCPGATE_LOG_LEVEL", "info").lower()
 accesslog = os.environ.get("MCPGATE_ACCESS_LOG") or None
+# No control socket in $HOME: several gateways on one machine would fight over it.
+control_socket_disable = True
 
 
 def on_starting(server):  # type: ignore[no-untyped-def]

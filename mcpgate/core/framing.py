@@ -1,32 +1,43 @@
 """Newline-delimited JSON framing for the stdio side.
 
 Messages are split on b"\\n" only: a U+2028 or U+2029 inside a JSON string is
-payload, not a line end. A trailing b"\\r" is tolerated and removed. Blank lines
-are skipped. A line longer than the limit raises LineTooLong as soon as the
-decoder knows, without waiting for the newline, so memory stays bounded.
+payload, not a line end. A trailing b"\\r" is tolerated and removed (it does not
+count towards the limit). Blank lines are skipped. A line longer than the limit
+raises LineTooLong as soon as the decoder knows, without waiting for the
+newline, so memory stays bounded.
+
+After LineTooLong the decoder stays usable: the rest of the over-long line is
+skipped up to its newline, and the complete lines of the same feed() that were
+within the limit are not lost: they travel on the exception as `lines`.
 """
 
 from __future__ import annotations
 
 
 class LineTooLong(ValueError):
-    """A line exceeded the configured byte limit."""
+    """A line exceeded the configured byte limit.
 
-    def __init__(self, limit: int) -> None:
+    `lines` holds the other, complete lines of the same feed() call (in order),
+    which the caller should still process.
+    """
+
+    def __init__(self, limit: int, lines: list[bytes] | None = None) -> None:
         super().__init__(f"message too large: a line exceeded {limit} bytes")
         self.limit = limit
+        self.lines: list[bytes] = lines if lines is not None else []
 
 
 class LineDecoder:
     """Incremental splitter: feed(bytes) -> complete lines, finish() -> partial tail."""
 
-    __slots__ = ("_buffer", "_limit")
+    __slots__ = ("_buffer", "_limit", "_discarding")
 
     def __init__(self, max_line_bytes: int) -> None:
         if max_line_bytes < 1:
             raise ValueError("max_line_bytes must be positive")
         self._limit = max_line_bytes
         self._buffer = bytearray()
+        self._discarding = False  # inside an over-long line: skip up to its newline
 
     @property
     def pending(self) -> int:
@@ -34,39 +45,49 @@ class LineDecoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Add bytes; return every complete non-blank line (without its line end)."""
-        if not self._buffer and data.endswith(b"\n") and data.count(b"\n") == 1:
-            # Fast path: exactly one whole line arrived in one read.
-            return self._emit([data[:-1]])
-        self._buffer += data
-        if b"\n" not in data:
-            self._check(len(self._buffer))
-            return []
-        *complete, tail = bytes(self._buffer).split(b"\n")
-        self._buffer = bytearray(tail)
-        self._check(len(self._buffer))
-        return self._emit(complete)
+        """Add bytes; return every complete non-blank line (without its line end).
+
+        Raises LineTooLong (carrying this call's good lines) when a line is over the limit.
+        """
+        lines: list[bytes] = []
+        overflow = False
+        start = 0
+        end = data.find(b"\n")
+        while end >= 0:
+            piece = data[start:end]
+            start = end + 1
+            end = data.find(b"\n", start)
+            if self._discarding:
+                self._discarding = False  # the over-long line ends here
+                continue
+            line = bytes(self._buffer) + piece if self._buffer else piece
+            self._buffer.clear()
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if len(line) > self._limit:
+                overflow = True
+            elif line.strip():
+                lines.append(line)
+        tail = data[start:]
+        if tail and not self._discarding:
+            # One trailing CR may still be the first half of a CRLF line end.
+            allowed = self._limit + 1 if tail.endswith(b"\r") else self._limit
+            if len(self._buffer) + len(tail) > allowed:
+                self._buffer.clear()
+                self._discarding = True
+                overflow = True
+            else:
+                self._buffer += tail
+        if overflow:
+            raise LineTooLong(self._limit, lines)
+        return lines
 
     def finish(self) -> bytes | None:
         """At end of input: return the unterminated last line, if any (never lost silently)."""
         tail = bytes(self._buffer).rstrip(b"\r")
         self._buffer = bytearray()
+        self._discarding = False
         return tail if tail.strip() else None
-
-    def _emit(self, lines: list[bytes]) -> list[bytes]:
-        out = []
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            self._check(len(line))
-            if line.strip():
-                out.append(line)
-        return out
-
-    def _check(self, size: int) -> None:
-        if size > self._limit:
-            self._buffer = bytearray()
-            raise LineTooLong(self._limit)
 
 
 def frame(message: bytes) -> bytes:

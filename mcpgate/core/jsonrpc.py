@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeGuard, Union
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -71,7 +71,7 @@ class Batch:
 Message = Union[Request, Notification, Response, Invalid, Batch]
 
 
-def is_valid_id(value: object) -> bool:
+def is_valid_id(value: object) -> TypeGuard[Id]:
     """A request id: a string or an integer (never a bool, a float or null)."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
@@ -81,13 +81,22 @@ def id_key(value: Id) -> IdKey:
     return ("s", value) if isinstance(value, str) else ("n", value)
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse(data: bytes | str) -> Message:
-    """Decode one JSON text and classify it."""
+    """Decode one JSON text and classify it.
+
+    NaN and Infinity are not JSON and nesting too deep to decode is a parse
+    error. The raw bytes are kept only when they are plain UTF-8 (no BOM, not
+    UTF-16/32), so raw_bytes() never forwards another encoding.
+    """
     try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        obj = json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return Invalid(PARSE_ERROR, f"Parse error: {exc}")
-    raw = data if isinstance(data, bytes) else None
+    raw = data if isinstance(data, bytes) and json.detect_encoding(data) == "utf-8" else None
     if isinstance(obj, list):
         if not obj:
             return Invalid(INVALID_REQUEST, "Invalid Request: empty batch")
@@ -145,8 +154,15 @@ def error_response(msg_id: Id | None, code: int, message: str, data: Any = None)
 
 
 def encode(obj: Any) -> bytes:
-    """Compact UTF-8 JSON with no embedded newline."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON with no embedded newline.
+
+    A string holding a lone surrogate (legal as a JSON escape, not encodable as
+    UTF-8) falls back to ASCII escapes instead of raising.
+    """
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def raw_bytes(message: Request | Notification | Response) -> bytes:

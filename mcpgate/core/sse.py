@@ -3,7 +3,9 @@
 The decoder follows the WHATWG event-stream parsing rules: lines end in CRLF,
 LF or CR; a line starting with ":" is a comment; "data" lines are joined with
 LF; an event is dispatched at a blank line; "id" sets the last event id unless
-it contains NUL; "retry" takes only ASCII digits. Buffered bytes are bounded.
+it contains NUL; "retry" takes only ASCII digits. Buffered bytes are bounded:
+after EventTooLarge the decoder has released its buffers and every later feed()
+raises EventTooLarge again (the stream cannot be trusted to resynchronise).
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ class EventTooLarge(ValueError):
 
 def encode_event(data: bytes, event: str | None = "message", event_id: str | None = None,
                  retry_ms: int | None = None) -> bytes:
-    """One SSE event carrying `data` (one line of JSON: it holds no CR or LF)."""
+    """One SSE event carrying `data` (one line of JSON: it holds no CR or LF).
+
+    ValueError when the event name or id holds a CR or LF (or the id a NUL):
+    either would inject fields into the stream.
+    """
+    if event and ("\r" in event or "\n" in event):
+        raise ValueError("an SSE event name must not contain CR or LF")
+    if event_id is not None and ("\r" in event_id or "\n" in event_id or "\0" in event_id):
+        raise ValueError("an SSE event id must not contain CR, LF or NUL")
     parts = []
     if event_id is not None:
         parts.append(b"id: " + event_id.encode() + b"\n")
@@ -61,8 +71,22 @@ class SseDecoder:
         self._event_type = ""
         self._pending_cr = False
         self._first = True
+        self._failed = False
 
     def feed(self, chunk: bytes) -> list[Event]:
+        if self._failed:
+            raise EventTooLarge(self.max_event_bytes)
+        if not chunk:
+            return []  # an empty read must not forget a CR that ended the last chunk
+        try:
+            return self._feed(chunk)
+        except EventTooLarge:
+            self._failed = True
+            self._buffer = bytearray()
+            self._data, self._data_size = [], 0
+            raise
+
+    def _feed(self, chunk: bytes) -> list[Event]:
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]
         self._pending_cr = False
@@ -106,7 +130,8 @@ class SseDecoder:
             value = value[1:]
         if name == "data":
             self._data.append(value)
-            self._data_size += len(value) + 1
+            # Bytes, not characters: the field name and separator are ASCII.
+            self._data_size += len(raw) - (len(line) - len(value)) + 1
             if self._data_size > self.max_event_bytes:
                 raise EventTooLarge(self.max_event_bytes)
         elif name == "event":

@@ -47,14 +47,15 @@ def check_header(value: str | None, negotiated: str | None = None) -> HeaderChec
     """Apply the MCP-Protocol-Version header rules to a request inside a session.
 
     Absent: the session's negotiated revision when the server knows it, else
-    2025-03-26. Present: it must name a revision served with sessions, else 400.
+    2025-03-26. Present: it must name a revision negotiable by a handshake
+    (the ones negotiate() can return), else 400; the error names that list.
     """
     if value is None:
         return HeaderCheck(negotiated or DEFAULT_HEADER_VERSION)
     value = value.strip()
     if value in HANDSHAKE:
         return HeaderCheck(value)
-    supported = ", ".join(STREAMABLE_SESSION)
+    supported = ", ".join(HANDSHAKE)
     return HeaderCheck(None, f"Unsupported MCP-Protocol-Version {value!r}; supported: {supported}")
 
 
@@ -84,4 +85,4 @@ def initialize_version(result: object) -> str | None:
 
 def priming_event_supported(version: str | None) -> bool:
     """2025-11-25 lets a server prime an SSE stream with an id and empty data."""
-    return version is not None and version >= V2025_11_25 and not is_modern(version)
+    return version is not None and version in HANDSHAKE and version >= V2025_11_25

@@ -15,7 +15,9 @@ NODE_MAJOR="22"
 CONF_PKG="@modelcontextprotocol/conformance"
 CONF_VERSION="0.1.16"
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+src="${BASH_SOURCE[0]}"
+[[ "$src" == */* ]] && here="${src%/*}" || here=.
+here="$(cd "$here" && pwd)"
 peers="$(cd "$here/.." && pwd)/.peers"
 mods="$peers/node_modules"
 node_bin="$mods/$NODE_PKG/bin"
@@ -23,11 +25,16 @@ conformance="$mods/.bin/conformance"
 
 die() { echo "tests/peers/install.sh: $*" >&2; exit 1; }
 
-# Version of an installed package (empty if absent), read without needing node.
+# Version of an installed package (empty if absent), read with bash only.
 pkg_version() {
-    local pj="$mods/$1/package.json"
+    local pj="$mods/$1/package.json" line re='^[[:space:]]*"version"[[:space:]]*:[[:space:]]*"([^"]*)"'
     [[ -f "$pj" ]] || return 0
-    sed -n 's/^[[:space:]]*"version"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' "$pj" | head -n1
+    while IFS= read -r line; do
+        if [[ "$line" =~ $re ]]; then
+            echo "${BASH_REMATCH[1]}"
+            return 0
+        fi
+    done <"$pj"
 }
 
 installed_ok() {

@@ -1,0 +1,115 @@
+"""Shared fixtures: a real gunicorn (gevent worker) serving mcpgate on a free loopback port."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM by PID, then SIGKILL if it does not go."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+class Gateway:
+    """A running `gunicorn mcpgate.wsgi`."""
+
+    def __init__(self, env: dict[str, str] | None = None, cwd: Path = ROOT, config: str | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        full_env.pop("PORT", None)
+        args = [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{self.port}"]
+        if config:
+            args += ["-c", config]
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args + ["mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                status, _, _ = self.request("GET", "/healthz")
+                if status in (200, 503):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"gunicorn did not become ready:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def request(self, method: str, path: str = "/mcp", body: Any = None, headers: dict[str, str] | None = None,
+                timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+            conn.request(method, path, body=data, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        try:
+            stop_process(self.proc, timeout=30)
+        finally:
+            self._log.close()
+
+
+@pytest.fixture
+def gateway_factory() -> Iterator[Any]:
+    started: list[Gateway] = []
+
+    def start(env: dict[str, str] | None = None, **kwargs: Any) -> Gateway:
+        gw = Gateway(env, **kwargs)
+        started.append(gw)
+        gw.wait_ready()
+        return gw
+
+    try:
+        yield start
+    finally:
+        for gw in started:
+            gw.stop()
+
+
+@pytest.fixture(scope="module")
+def demo_gateway() -> Iterator[Gateway]:
+    """One gateway serving the bundled demo server, shared by a test module."""
+    gw = Gateway({"MCPGATE_SSE_AFTER": "1", "MCPGATE_KEEPALIVE": "0.5"})
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()

@@ -1,0 +1,301 @@
+"""JSON-RPC classification, ids, raw bytes and error builders."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.jsonrpc import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    Batch,
+    Invalid,
+    Notification,
+    Request,
+    Response,
+    encode,
+    error_response,
+    id_key,
+    is_valid_id,
+    parse,
+    progress_token,
+    raw_bytes,
+)
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+REQ = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+
+@pytest.mark.parametrize(
+    ("obj", "kind", "msg_id"),
+    [
+        pytest.param(REQ, Request, 1, id="request-int-id"),
+        pytest.param({**REQ, "id": "1"}, Request, "1", id="request-str-id"),
+        pytest.param({**REQ, "id": ""}, Request, "", id="request-empty-str-id"),
+        pytest.param({**REQ, "id": 0}, Request, 0, id="request-zero-id"),
+        pytest.param({**REQ, "id": -7}, Request, -7, id="request-negative-id"),
+        pytest.param({**REQ, "id": 2**70}, Request, 2**70, id="request-huge-int-id"),
+        pytest.param({**REQ, "params": {}}, Request, 1, id="request-object-params"),
+        pytest.param({**REQ, "params": []}, Request, 1, id="request-array-params"),
+        pytest.param({"jsonrpc": "2.0", "method": "notifications/initialized"}, Notification, None, id="notification"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "result": {}}, Response, 1, id="response"),
+        pytest.param({"jsonrpc": "2.0", "id": "a", "result": None}, Response, "a", id="response-null-result"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "x"}}, Response, 1, id="error"),
+        pytest.param({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "x"}}, Response, None,
+                     id="error-null-id-allowed"),
+        pytest.param({"jsonrpc": "2.0", "error": {"code": -32700, "message": "x"}}, Response, None,
+                     id="error-missing-id-tolerated"),
+    ],
+)
+def test_classify_valid(obj: dict[str, Any], kind: type, msg_id: object) -> None:
+    message = parse(dumps(obj))
+    assert type(message) is kind
+    if not isinstance(message, Notification):
+        assert message.id == msg_id  # type: ignore[union-attr]
+        assert type(message.id) is type(msg_id)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("data", "code", "msg_id"),
+    [
+        pytest.param(b"", PARSE_ERROR, None, id="empty"),
+        pytest.param(b"{", PARSE_ERROR, None, id="truncated"),
+        pytest.param(b"{'a':1}", PARSE_ERROR, None, id="single-quotes"),
+        pytest.param(b"\xff\xfe\xfd", PARSE_ERROR, None, id="not-utf8"),
+        pytest.param(b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"x":NaN}}', PARSE_ERROR, None, id="nan"),
+        pytest.param(b'{"jsonrpc":"2.0","id":1,"method":"m","params":[Infinity]}', PARSE_ERROR, None, id="inf"),
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, PARSE_ERROR, None, id="nesting-too-deep"),
+        pytest.param(b"[]", INVALID_REQUEST, None, id="empty-batch"),
+        pytest.param(b"1", INVALID_REQUEST, None, id="number"),
+        pytest.param(b'"x"', INVALID_REQUEST, None, id="string"),
+        pytest.param(b"null", INVALID_REQUEST, None, id="null"),
+        pytest.param(dumps({"id": 1, "method": "m"}), INVALID_REQUEST, 1, id="no-jsonrpc"),
+        pytest.param(dumps({**REQ, "jsonrpc": "1.0"}), INVALID_REQUEST, 1, id="jsonrpc-1.0"),
+        pytest.param(dumps({**REQ, "jsonrpc": 2.0}), INVALID_REQUEST, 1, id="jsonrpc-number"),
+        pytest.param(dumps({**REQ, "id": True}), INVALID_REQUEST, None, id="bool-id"),
+        pytest.param(dumps({**REQ, "id": False}), INVALID_REQUEST, None, id="false-id"),
+        pytest.param(dumps({**REQ, "id": 1.5}), INVALID_REQUEST, None, id="float-id"),
+        pytest.param(dumps({**REQ, "id": 1.0}), INVALID_REQUEST, None, id="integral-float-id"),
+        pytest.param(dumps({**REQ, "id": None}), INVALID_REQUEST, None, id="null-id-on-request"),
+        pytest.param(dumps({**REQ, "id": [1]}), INVALID_REQUEST, None, id="array-id"),
+        pytest.param(dumps({**REQ, "id": {"a": 1}}), INVALID_REQUEST, None, id="object-id"),
+        pytest.param(dumps({**REQ, "method": 5}), INVALID_REQUEST, 1, id="method-not-string"),
+        pytest.param(dumps({**REQ, "method": ""}), INVALID_REQUEST, 1, id="method-empty"),
+        pytest.param(dumps({**REQ, "params": 3}), INVALID_REQUEST, 1, id="params-number"),
+        pytest.param(dumps({**REQ, "params": "x"}), INVALID_REQUEST, 1, id="params-string"),
+        pytest.param(dumps({**REQ, "params": True}), INVALID_REQUEST, 1, id="params-bool"),
+        pytest.param(dumps({**REQ, "params": None}), INVALID_REQUEST, 1, id="params-null"),
+        pytest.param(dumps({"jsonrpc": "2.0", "method": "n", "params": 1}), INVALID_REQUEST, None,
+                     id="notification-params-scalar"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "result": 1, "error": {"code": 1, "message": ""}}),
+                     INVALID_REQUEST, 1, id="result-and-error"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": 1}), INVALID_REQUEST, 1, id="neither-result-nor-error"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": None, "result": {}}), INVALID_REQUEST, None,
+                     id="null-id-on-result"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": True, "result": {}}), INVALID_REQUEST, None,
+                     id="bool-id-on-result"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": 1.5, "error": {"code": 1, "message": ""}}), INVALID_REQUEST,
+                     None, id="float-id-on-error"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": "boom"}), INVALID_REQUEST, 1, id="error-not-object"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": "1"}}), INVALID_REQUEST, 1,
+                     id="error-code-string"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": True}}), INVALID_REQUEST, 1,
+                     id="error-code-bool"),
+        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": {"message": "x"}}), INVALID_REQUEST, 1,
+                     id="error-code-missing"),
+    ],
+)
+def test_classify_invalid(data: bytes, code: int, msg_id: object) -> None:
+    message = parse(data)
+    assert isinstance(message, Invalid)
+    assert message.code == code
+    assert message.id == msg_id
+    assert message.reason
+
+
+def test_parse_accepts_str() -> None:
+    message = parse(json.dumps(REQ))
+    assert isinstance(message, Request)
+    assert message.raw is None
+    assert raw_bytes(message) == encode(REQ)
+
+
+@pytest.mark.parametrize(
+    ("items", "kinds"),
+    [
+        pytest.param([REQ], [Request], id="one"),
+        pytest.param([REQ, {"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 2, "result": 0}],
+                     [Request, Notification, Response], id="mixed"),
+        pytest.param([1, REQ], [Invalid, Request], id="invalid-member-kept-in-place"),
+        pytest.param([[REQ]], [Invalid], id="nested-batch-is-invalid-member"),
+        pytest.param([{**REQ, "id": True}], [Invalid], id="bad-id-member"),
+    ],
+)
+def test_batch(items: list[Any], kinds: list[type]) -> None:
+    message = parse(dumps(items))
+    assert isinstance(message, Batch)
+    assert [type(item) for item in message.items] == kinds
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("1", 1, False),
+        (1, 1, True),
+        ("1", "1", True),
+        (0, "", False),
+        ("n", 0, False),
+        (2**70, 2**70, True),
+    ],
+)
+def test_id_key(a: jsonrpc.Id, b: jsonrpc.Id, same: bool) -> None:
+    assert (id_key(a) == id_key(b)) is same
+    assert (len({id_key(a), id_key(b)}) == 1) is same
+
+
+def test_string_and_integer_ids_are_distinct_messages() -> None:
+    as_str, as_int = parse(dumps({**REQ, "id": "1"})), parse(dumps(REQ))
+    assert isinstance(as_str, Request) and isinstance(as_int, Request)
+    assert as_str.id == "1" and as_int.id == 1
+    assert id_key(as_str.id) != id_key(as_int.id)
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [(1, True), (0, True), (-1, True), ("x", True), ("", True), (True, False), (False, False),
+     (1.0, False), (None, False), ([], False), ({}, False)],
+)
+def test_is_valid_id(value: object, valid: bool) -> None:
+    assert is_valid_id(value) is valid
+
+
+# --- raw bytes -------------------------------------------------------------------------------
+
+RAW_WITH_SPACES = b'{ "jsonrpc" : "2.0", "id" : 1, "method" : "m", "params" : {"k" : "\xe2\x80\xa8"} }'
+
+
+@pytest.mark.parametrize(
+    ("data", "keeps_raw"),
+    [
+        pytest.param(RAW_WITH_SPACES, True, id="odd-spacing-and-u2028-kept-verbatim"),
+        pytest.param(b'{"jsonrpc":"2.0","method":"n"}', True, id="notification"),
+        pytest.param(b'{"jsonrpc":"2.0","id":"x","result":{"a":1.50}}', True, id="response-float-format-kept"),
+        pytest.param(b"\xef\xbb\xbf" + b'{"jsonrpc":"2.0","method":"n"}', False, id="utf8-bom-not-kept"),
+        pytest.param('{"jsonrpc":"2.0","method":"n"}'.encode("utf-16-le"), False, id="utf16-not-kept"),
+        pytest.param('{"jsonrpc":"2.0","method":"n"}'.encode("utf-32"), False, id="utf32-not-kept"),
+    ],
+)
+def test_raw_preserved(data: bytes, keeps_raw: bool) -> None:
+    message = parse(data)
+    assert isinstance(message, (Request, Notification, Response))
+    if keeps_raw:
+        assert message.raw is data
+        assert raw_bytes(message) is data
+    else:
+        assert message.raw is None
+        out = raw_bytes(message)
+        out.decode("utf-8")
+        assert json.loads(out) == message.obj
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b'{"jsonrpc":"2.0",\n"id":1,"method":"m"}', id="lf"),
+        pytest.param(b'{"jsonrpc":"2.0",\r\n"id":1,"method":"m"}', id="crlf"),
+        pytest.param(b'{"jsonrpc":"2.0",\r"id":1,"method":"m"}', id="cr"),
+        pytest.param(b'{"jsonrpc":"2.0","id":1,"method":"m"}\n', id="trailing-lf"),
+        pytest.param(b'{\n  "jsonrpc": "2.0",\n  "id": 1,\n  "method": "m",\n  "params": {"s": "a\\nb"}\n}',
+                     id="pretty-printed"),
+    ],
+)
+def test_raw_bytes_reencodes_when_raw_has_a_line_end(data: bytes) -> None:
+    message = parse(data)
+    assert isinstance(message, Request)
+    assert message.raw is data
+    out = raw_bytes(message)
+    assert b"\n" not in out and b"\r" not in out
+    assert json.loads(out) == json.loads(data)
+
+
+def test_raw_bytes_with_lone_surrogate_does_not_crash() -> None:
+    message = parse(b'{"jsonrpc":"2.0",\n"id":1,"method":"m","params":{"s":"\\ud800x"}}')
+    assert isinstance(message, Request)
+    out = raw_bytes(message)
+    out.decode("utf-8")
+    assert json.loads(out) == message.obj
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        ({"a": 1, "b": [1, 2]}, b'{"a":1,"b":[1,2]}'),
+        ({"s": "\u2028é"}, '{"s":"\u2028é"}'.encode()),
+        ({"s": "a\nb"}, b'{"s":"a\\nb"}'),
+        ({"s": "\ud800"}, b'{"s":"\\ud800"}'),
+    ],
+)
+def test_encode(obj: Any, expected: bytes) -> None:
+    assert encode(obj) == expected
+
+
+# --- builders ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((1, -32601, "Method not found"),
+         {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}}),
+        (("1", -32600, "bad"), {"jsonrpc": "2.0", "id": "1", "error": {"code": -32600, "message": "bad"}}),
+        ((None, -32700, "Parse error"),
+         {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}),
+        ((7, -32001, "t", {"k": 1}),
+         {"jsonrpc": "2.0", "id": 7, "error": {"code": -32001, "message": "t", "data": {"k": 1}}}),
+        ((7, -32001, "t", 0), {"jsonrpc": "2.0", "id": 7, "error": {"code": -32001, "message": "t", "data": 0}}),
+    ],
+)
+def test_error_response_shape(args: tuple[Any, ...], expected: dict[str, Any]) -> None:
+    built = error_response(*args)
+    assert built == expected
+    again = parse(encode(built))
+    assert isinstance(again, Response) and again.is_error and again.id == args[0]
+
+
+def test_is_error() -> None:
+    ok = parse(b'{"jsonrpc":"2.0","id":1,"result":{}}')
+    assert isinstance(ok, Response) and not ok.is_error
+
+
+@pytest.mark.parametrize(
+    ("params", "token"),
+    [
+        pytest.param({"_meta": {"progressToken": "abc"}}, "abc", id="string"),
+        pytest.param({"_meta": {"progressToken": 5}}, 5, id="int"),
+        pytest.param({"_meta": {"progressToken": 0}}, 0, id="zero"),
+        pytest.param({"_meta": {"progressToken": True}}, None, id="bool"),
+        pytest.param({"_meta": {"progressToken": 1.5}}, None, id="float"),
+        pytest.param({"_meta": {"progressToken": None}}, None, id="null"),
+        pytest.param({"_meta": {}}, None, id="no-token"),
+        pytest.param({"_meta": "x"}, None, id="meta-not-object"),
+        pytest.param({"progressToken": "top"}, None, id="token-outside-meta"),
+        pytest.param({}, None, id="empty-params"),
+        pytest.param(["_meta"], None, id="array-params"),
+        pytest.param(None, None, id="no-params"),
+    ],
+)
+def test_progress_token(params: Any, token: object) -> None:
+    obj: dict[str, Any] = dict(REQ)
+    if params is not None:
+        obj["params"] = params
+    message = parse(dumps(obj))
+    assert isinstance(message, Request)
+    found = progress_token(message)
+    assert found == token
+    assert type(found) is type(token)

@@ -1,0 +1,50 @@
+"""House rule 1: importing the core loads no gevent, flask, werkzeug, requests or gunicorn."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CORE = REPO_ROOT / "mcpgate" / "core"
+MODULES = sorted(f"mcpgate.core.{p.stem}" for p in CORE.glob("*.py") if p.stem != "__init__")
+FORBIDDEN = {"gevent", "flask", "werkzeug", "requests", "gunicorn"}
+
+
+def test_expected_modules_present() -> None:
+    assert {"framing", "jsonrpc", "versions", "cancel", "sse", "sessions", "routing"} <= {
+        m.rsplit(".", 1)[1] for m in MODULES
+    }
+
+
+def test_core_import_loads_no_io_stack() -> None:
+    code = (
+        f"import {', '.join(MODULES)}; import sys; "
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(FORBIDDEN)!r}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: p.name)
+def test_core_imports_only_stdlib_and_itself(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: inside mcpgate.core
+                continue
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            assert top in sys.stdlib_module_names or name == "__future__", f"{path.name} imports {name}"

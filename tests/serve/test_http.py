@@ -1,0 +1,273 @@
+"""Raw HTTP against a real gunicorn serving the demo server: every status code of the endpoint."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+ACCEPT = "application/json, text/event-stream"
+HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json"}
+
+
+def init_body(version: str = "2025-11-25", msg_id: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+def open_session(gw: Any, version: str = "2025-11-25") -> dict[str, str]:
+    status, headers, body = gw.request("POST", body=init_body(version), headers=HEADERS)
+    assert status == 200, body
+    sid = headers["mcp-session-id"]
+    session_headers = {**HEADERS, "Mcp-Session-Id": sid}
+    if version >= "2025-06-18":
+        session_headers["MCP-Protocol-Version"] = version
+    status, _, _ = gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                              headers=session_headers)
+    assert status == 202
+    return session_headers
+
+
+def call(name: str, args: dict[str, Any], msg_id: Any = 2) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call", "params": {"name": name, "arguments": args}}
+
+
+def sse_messages(body: bytes) -> list[dict[str, Any]]:
+    out = []
+    for block in body.decode().split("\n\n"):
+        data = [line[6:] for line in block.split("\n") if line.startswith("data: ")]
+        if data:
+            out.append(json.loads("\n".join(data)))
+    return out
+
+
+def children(gw: Any) -> int:
+    status, _, body = gw.request("GET", "/healthz")
+    return int(json.loads(body)["children"])
+
+
+def test_initialize_mints_a_visible_ascii_session_id_and_answers_json(demo_gateway: Any) -> None:
+    status, headers, body = demo_gateway.request("POST", body=init_body(), headers=HEADERS)
+    assert status == 200
+    assert headers["content-type"].startswith("application/json")
+    sid = headers["mcp-session-id"]
+    assert len(sid) >= 32 and all(0x21 <= ord(c) <= 0x7E for c in sid)
+    result = json.loads(body)
+    assert result["id"] == 1 and result["result"]["protocolVersion"] == "2025-11-25"
+    assert demo_gateway.request("DELETE", headers={"Mcp-Session-Id": sid})[0] == 204
+
+
+@pytest.mark.parametrize("accept", [None, "application/json", "text/event-stream", "text/html"])
+def test_post_needs_both_media_types_in_accept(demo_gateway: Any, accept: str | None) -> None:
+    headers = {"Content-Type": "application/json"}
+    if accept:
+        headers["Accept"] = accept
+    status, _, body = demo_gateway.request("POST", body=init_body(), headers=headers)
+    assert status == 406
+    assert json.loads(body)["error"]["code"] == -32600
+
+
+def test_content_type_must_be_json(demo_gateway: Any) -> None:
+    status, _, _ = demo_gateway.request("POST", body=b"{}", headers={"Accept": ACCEPT, "Content-Type": "text/plain"})
+    assert status == 415
+
+
+def test_body_over_the_limit_is_413_with_a_jsonrpc_error(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_MAX_BODY_BYTES": "1000"})
+    big = init_body()
+    big["params"]["pad"] = "x" * 2000
+    status, _, body = gw.request("POST", body=big, headers=HEADERS)
+    assert status == 413
+    assert "1000" in json.loads(body)["error"]["message"]
+    assert children(gw) == 0
+
+
+def test_invalid_json_is_a_parse_error(demo_gateway: Any) -> None:
+    status, _, body = demo_gateway.request("POST", body=b"{not json", headers=HEADERS)
+    assert status == 400
+    assert json.loads(body)["error"]["code"] == -32700
+
+
+def test_requests_without_or_with_unknown_session(demo_gateway: Any) -> None:
+    status, _, _ = demo_gateway.request("POST", body=call("echo", {"message": "x"}), headers=HEADERS)
+    assert status == 400
+    status, _, body = demo_gateway.request("POST", body=call("echo", {"message": "x"}),
+                                           headers={**HEADERS, "Mcp-Session-Id": "no-such-session"})
+    assert status == 404
+
+
+def test_rejected_requests_never_spawn_a_child(gateway_factory: Any) -> None:
+    gw = gateway_factory()
+    gw.request("POST", body=init_body(), headers={"Content-Type": "application/json"})
+    gw.request("POST", body=b"[", headers=HEADERS)
+    gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": "https://evil.example"})
+    assert children(gw) == 0
+
+
+def test_notifications_and_responses_are_202_with_no_body(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    status, _, body = demo_gateway.request("POST", body={"jsonrpc": "2.0", "id": "srv-x", "result": {}},
+                                           headers=headers)
+    assert (status, body) == (202, b"")
+    status, _, body = demo_gateway.request("POST", body={"jsonrpc": "2.0", "method": "notifications/x"},
+                                           headers=headers)
+    assert (status, body) == (202, b"")
+
+
+def test_fast_call_is_json_and_ids_are_kept_exactly(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    for msg_id in ("7", 7, "ü-id", 2**53 + 1):
+        status, resp_headers, body = demo_gateway.request("POST", body=call("echo", {"message": "hi"}, msg_id),
+                                                          headers=headers)
+        assert status == 200 and resp_headers["content-type"].startswith("application/json")
+        assert json.loads(body)["id"] == msg_id
+        assert type(json.loads(body)["id"]) is type(msg_id)
+
+
+def test_protocol_version_header_rules(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    bad = {**headers, "MCP-Protocol-Version": "1999-01-01"}
+    status, _, body = demo_gateway.request("POST", body=call("echo", {"message": "x"}), headers=bad)
+    assert status == 400 and "1999-01-01" in json.loads(body)["error"]["message"]
+    absent = {k: v for k, v in headers.items() if k != "MCP-Protocol-Version"}
+    assert demo_gateway.request("POST", body=call("echo", {"message": "x"}), headers=absent)[0] == 200
+
+
+def test_batches_only_in_2025_03_26(demo_gateway: Any) -> None:
+    batch = [call("echo", {"message": "a"}, 1), {"jsonrpc": "2.0", "method": "notifications/x"},
+             call("add", {"a": 1, "b": 2}, 2)]
+    headers = open_session(demo_gateway, "2025-06-18")
+    assert demo_gateway.request("POST", body=batch, headers=headers)[0] == 400
+    headers = open_session(demo_gateway, "2025-03-26")
+    status, _, body = demo_gateway.request("POST", body=batch, headers=headers)
+    assert status == 200
+    assert sorted(item["id"] for item in json.loads(body)) == [1, 2]
+
+
+def test_duplicate_in_flight_id_is_refused(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    results: list[Any] = []
+    slow = threading.Thread(target=lambda: results.append(demo_gateway.request(
+        "POST", body=call("slow", {"seconds": 1.5, "steps": 1}, 9), headers=headers)))
+    slow.start()
+    time.sleep(0.5)
+    status, _, body = demo_gateway.request("POST", body=call("echo", {"message": "x"}, 9), headers=headers)
+    slow.join(30)
+    assert status == 400 and "already in flight" in json.loads(body)["error"]["message"]
+    assert results[0][0] == 200
+
+
+def test_slow_call_switches_to_sse_with_keepalives(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    status, resp_headers, body = demo_gateway.request("POST", body=call("slow", {"seconds": 2.5, "steps": 1}),
+                                                      headers=headers)
+    assert status == 200 and resp_headers["content-type"].startswith("text/event-stream")
+    assert resp_headers["x-accel-buffering"] == "no"
+    assert b": keepalive" in body or b": waiting" in body
+    assert sse_messages(body)[-1]["result"]["content"][0]["text"].startswith("done")
+
+
+def test_progress_makes_the_reply_sse_and_goes_to_its_request(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    request = call("slow", {"seconds": 0.3, "steps": 3})
+    request["params"]["_meta"] = {"progressToken": "tok"}
+    status, resp_headers, body = demo_gateway.request("POST", body=request, headers=headers)
+    assert resp_headers["content-type"].startswith("text/event-stream")
+    messages = sse_messages(body)
+    progress = [m["params"]["progress"] for m in messages if m.get("method") == "notifications/progress"]
+    assert progress == [1, 2, 3]
+    assert messages[-1]["id"] == 2
+
+
+def test_cancel_answers_the_waiting_post_at_once(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    results: list[Any] = []
+    slow = threading.Thread(target=lambda: results.append(demo_gateway.request(
+        "POST", body=call("slow", {"seconds": 20, "steps": 20}, "c1"), headers=headers)))
+    slow.start()
+    time.sleep(0.5)
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c1"}}
+    assert demo_gateway.request("POST", body=cancel, headers=headers)[0] == 202
+    slow.join(10)
+    assert not slow.is_alive()
+    status, resp_headers, body = results[0]
+    messages = sse_messages(body) if resp_headers["content-type"].startswith("text/event") else [json.loads(body)]
+    assert messages[-1]["id"] == "c1" and messages[-1]["error"]["code"] == -32800
+    # the session still works, and the late response never shows up anywhere
+    assert demo_gateway.request("POST", body=call("echo", {"message": "x"}, "c2"), headers=headers)[0] == 200
+
+
+def test_get_stream_carries_server_messages_and_a_second_is_409(demo_gateway: Any) -> None:
+    import http.client
+
+    headers = open_session(demo_gateway)
+    conn = http.client.HTTPConnection("127.0.0.1", demo_gateway.port, timeout=10)
+    try:
+        conn.request("GET", "/mcp", headers={**headers, "Accept": "text/event-stream"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("X-Accel-Buffering") == "no"
+        status, _, _ = demo_gateway.request("GET", headers={**headers, "Accept": "text/event-stream"})
+        assert status == 409
+        assert demo_gateway.request("POST", body=call("notify_change", {}), headers=headers)[0] == 200
+        seen = b""
+        while b"tools/list_changed" not in seen or b"resources/list_changed" not in seen:
+            seen += resp.read1(65536)
+        assert b'"id"' not in seen.split(b"list_changed")[0].split(b"data: ")[-1]
+    finally:
+        conn.close()
+
+
+def test_delete_ends_the_session_then_404(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    assert demo_gateway.request("DELETE", headers=headers)[0] == 204
+    assert demo_gateway.request("POST", body=call("echo", {"message": "x"}), headers=headers)[0] == 404
+    assert demo_gateway.request("DELETE", headers=headers)[0] == 404
+
+
+def test_get_needs_event_stream_in_accept(demo_gateway: Any) -> None:
+    headers = open_session(demo_gateway)
+    assert demo_gateway.request("GET", headers={**headers, "Accept": "application/json"})[0] == 406
+
+
+@pytest.mark.parametrize("origin,status", [
+    ("https://evil.example", 403), ("null", 403), ("http://localhost:3000", 200), ("http://127.0.0.1", 200),
+    ("http://[::1]:6274", 200), ("https://allowed.example", 200),
+])
+def test_origin_is_validated(gateway_factory: Any, origin: str, status: int) -> None:
+    gw = gateway_factory({"MCPGATE_ALLOWED_ORIGINS": "https://allowed.example"})
+    got, _, body = gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": origin})
+    assert got == status, body
+
+
+def test_host_is_validated(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_ALLOWED_HOSTS": "mcp.example.com"})
+    assert gw.request("POST", body=init_body(), headers={**HEADERS, "Host": "evil.example"})[0] == 421
+    assert gw.request("POST", body=init_body(), headers={**HEADERS, "Host": "mcp.example.com"})[0] == 200
+    assert gw.request("POST", body=init_body(), headers={**HEADERS, "Host": "localhost:9"})[0] == 200
+
+
+def test_session_cap_is_503_with_retry_after(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_MAX_SESSIONS": "1"})
+    assert gw.request("POST", body=init_body(), headers=HEADERS)[0] == 200
+    status, headers, _ = gw.request("POST", body=init_body(), headers=HEADERS)
+    assert status == 503 and int(headers["retry-after"]) > 0
+
+
+def test_modern_probe_without_session_names_the_served_revisions(demo_gateway: Any) -> None:
+    headers = {**HEADERS, "MCP-Protocol-Version": "2026-07-28"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
+    status, _, raw = demo_gateway.request("POST", body=body, headers=headers)
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["code"] == -32022
+    assert "2025-11-25" in error["data"]["supported"]
+
+
+def test_healthz_reports_a_missing_command(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": "no-such-program-mcpgate --flag"})
+    status, _, body = gw.request("GET", "/healthz")
+    assert status == 503 and "no-such-program-mcpgate" in json.loads(body)["error"]
+    status, _, body = gw.request("POST", body=init_body(), headers=HEADERS)
+    assert status == 502 and "no-such-program-mcpgate" in json.loads(body)["error"]["message"]

@@ -1,0 +1,125 @@
+"""Child exits, worker deaths and shutdowns: nothing hangs and nothing is orphaned."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from tests.conftest import FIXTURES
+from tests.serve.test_http import HEADERS, call, children, init_body, open_session
+
+CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_dead(pids: list[int], timeout: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+def direct_children(pid: int) -> list[int]:
+    from mcpgate.orphans import children_of
+
+    return children_of(pid)
+
+
+def test_child_crash_answers_waiting_requests_and_later_ones_get_404(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
+    headers = open_session(gw)
+    results: list[Any] = []
+    waiter = threading.Thread(target=lambda: results.append(
+        gw.request("POST", body=call("hang", {}, "w"), headers=headers)))
+    waiter.start()
+    time.sleep(0.5)
+    gw.request("POST", body=call("crash", {}, "c"), headers=headers)
+    waiter.join(15)
+    assert not waiter.is_alive()
+    status, resp_headers, body = results[0]
+    text = body.decode()
+    assert '"w"' in text and "-32000" in text and "code 3" in text
+    assert gw.request("POST", body=call("hang", {}, "x"), headers=headers)[0] == 404
+    assert children(gw) == 0
+    assert "exited" in gw.log() and "code 3" in gw.log()
+
+
+def test_worker_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
+    headers = open_session(gw)
+    status, _, body = gw.request("POST", body=call("grandchild", {}), headers=headers)
+    grandchild = int(json.loads(body)["result"]["content"][0]["text"])
+    [worker] = direct_children(gw.proc.pid)
+    [child] = direct_children(worker)
+    assert alive(child) and alive(grandchild)
+    os.kill(worker, signal.SIGKILL)
+    assert wait_dead([worker, child, grandchild]) == []
+
+
+def test_graceful_shutdown_stops_children_that_ignore_eof_and_sigterm(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY + " --ignore-signals --ignore-eof",
+                          "MCPGATE_CLOSE_TIMEOUT": "0.5", "MCPGATE_TERM_TIMEOUT": "0.5"})
+    headers = open_session(gw)
+    [worker] = direct_children(gw.proc.pid)
+    [child] = direct_children(worker)
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn.request("GET", "/mcp", headers={**headers, "Accept": "text/event-stream"})
+    assert conn.getresponse().status == 200  # an open GET stream must not hold the shutdown
+    gw.proc.send_signal(signal.SIGTERM)
+    gw.proc.wait(30)
+    conn.close()
+    assert "graceful timeout" not in gw.log()  # the stream ended with the session, not when time ran out
+    assert wait_dead([worker, child], timeout=5) == []
+    assert "killed by signal SIGKILL" in gw.log() or "SIGKILL" in gw.log()
+
+
+def test_delete_runs_the_ladder_for_a_child_that_ignores_eof(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY + " --ignore-eof", "MCPGATE_CLOSE_TIMEOUT": "0.3"})
+    headers = open_session(gw)
+    [worker] = direct_children(gw.proc.pid)
+    [child] = direct_children(worker)
+    assert gw.request("DELETE", headers=headers)[0] == 204
+    assert wait_dead([child], timeout=10) == []
+
+
+def test_idle_sessions_are_reaped(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_SESSION_IDLE_TTL": "1"})
+    headers = open_session(gw)
+    deadline = time.monotonic() + 15
+    while children(gw) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert children(gw) == 0
+    assert gw.request("POST", body=call("echo", {"message": "x"}), headers=headers)[0] == 404
+
+
+def test_initialize_error_ends_the_session(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": f"{sys.executable} -c \"import sys; sys.stdin.readline(); "
+                          "print('{\\\"jsonrpc\\\":\\\"2.0\\\",\\\"id\\\":1,\\\"error\\\":{\\\"code\\\":-32602,"
+                          "\\\"message\\\":\\\"no\\\"}}', flush=True); sys.stdin.read()\""})
+    status, headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
+    assert json.loads(body)["error"]["message"] == "no"
+    deadline = time.monotonic() + 10
+    while children(gw) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert children(gw) == 0
