@@ -1,0 +1,456 @@
+"""Supervisor for one stdio MCP child process, on gevent greenlets.
+
+One greenlet per pipe (stdout reader, stdin writer, stderr reader) plus one that
+waits for the exit. The child runs in its own process group; shutdown is a
+ladder (close stdin, SIGTERM, SIGKILL) aimed at the whole group. Writes never
+block the caller: they go to a bounded queue that the writer drains.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import shlex
+import shutil
+import signal
+from collections import deque
+from typing import IO, Any, Callable, Iterator, Mapping
+
+import gevent
+import gevent.event
+import gevent.subprocess
+from gevent.hub import get_hub
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.framing import LineDecoder, LineTooLong
+from mcpgate.core.jsonrpc import Batch, Invalid, Message
+
+__all__ = ["ChildSpawnError", "ChildProcess", "split_command", "resolve_executable", "child_environment"]
+
+INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+_CHUNK = 64 * 1024
+_MAX_IOV = 512            # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
+_STDERR_LINE_CAP = 64 * 1024
+_LOG_TEXT = 1000          # stderr characters per log line
+_LOG_BODY = 200           # body bytes in DEBUG / WARNING lines
+_KILL_GRACE = 5.0         # wait after SIGKILL; the kernel needs no longer
+_PR_SET_PDEATHSIG = 1
+_NEWLINE = b"\n"
+
+
+class ChildSpawnError(RuntimeError):
+    """The child's executable could not be resolved or executed."""
+
+
+def split_command(command: str) -> list[str]:
+    """Split a command line by POSIX shell-word rules (no shell is ever run)."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"cannot parse command {command!r}: {exc}") from None
+    if not argv:
+        raise ValueError("command is empty")
+    return argv
+
+
+def resolve_executable(argv0: str, path: str) -> str:
+    """argv0 resolved against the given PATH; ChildSpawnError when missing or not executable."""
+    found = shutil.which(argv0, path=path)
+    if found is not None:
+        return found
+    has_dir = os.sep in argv0
+    for candidate in [argv0] if has_dir else [os.path.join(d or ".", argv0) for d in path.split(os.pathsep)]:
+        if os.path.isfile(candidate):
+            raise ChildSpawnError(f"command not executable: {argv0!r} ({candidate} lacks execute permission)")
+    raise ChildSpawnError(f"command not found: {argv0!r}" + ("" if has_dir else f" (searched PATH={path})"))
+
+
+def child_environment(extra: dict[str, str], parent: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The allowlisted part of parent (no exported shell functions), then extra on top."""
+    env = {}
+    for name in INHERITED_ENV:
+        value = parent.get(name)
+        if value is not None and not value.startswith("()"):
+            env[name] = value
+    env.update(extra)
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up once in the parent (never after fork); None when unavailable."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _make_preexec(parent_pid: int) -> Callable[[], None]:
+    prctl = _prctl()
+
+    def preexec() -> None:  # runs in the forked child before exec
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"killed by signal {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def _close_quietly(stream: IO[bytes] | None) -> None:
+    if stream is not None:
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def _read_chunks(fd: int) -> Iterator[bytes]:
+    """Chunks from a non-blocking fd until EOF, waiting on the hub in between."""
+    hub = get_hub()
+    watcher = hub.loop.io(fd, 1)
+    try:
+        more = False
+        while True:
+            if not more:
+                hub.wait(watcher)
+            try:
+                chunk = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                more = False
+                continue
+            if not chunk:
+                return
+            more = len(chunk) == _CHUNK
+            yield chunk
+    finally:
+        watcher.close()
+
+
+class ChildProcess:
+    """One supervised stdio child; see the module docstring."""
+
+    def __init__(self, argv: list[str], *, on_message: Callable[[Message], None], on_exit: Callable[[str], None],
+                 env: dict[str, str] | None = None, cwd: str | None = None, stderr: str = "inherit",
+                 label: str = "", max_line_bytes: int = 8 * 1024 * 1024,
+                 max_write_queue_bytes: int = 16 * 1024 * 1024, close_timeout: float = 2.0,
+                 term_timeout: float = 2.0, max_junk_lines: int = 10,
+                 logger: logging.Logger | None = None) -> None:
+        if not argv:
+            raise ValueError("argv is empty")
+        self.argv = list(argv)
+        self.env, self.cwd, self.stderr_mode, self.label = env, cwd, stderr, label
+        self.max_line_bytes, self.max_write_queue_bytes = max_line_bytes, max_write_queue_bytes
+        self.close_timeout, self.term_timeout, self.max_junk_lines = close_timeout, term_timeout, max_junk_lines
+        self._on_message, self._on_exit = on_message, on_exit
+        self._log = logger or logging.getLogger(__name__)
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.exit_reason: str | None = None
+        self._proc: Any = None
+        self._reason: str | None = None      # the close reason; first one wins
+        self._closing = False
+        self._discard = False                # stop delivering stdout (after junk / oversized line)
+        self._junk = 0
+        self._queue: deque[bytes] = deque()
+        self._queued = 0                     # bytes accepted by send() and not yet written
+        self._wake = gevent.event.Event()
+        self._exited = gevent.event.Event()
+        self._done = gevent.event.Event()
+        self._greenlets: dict[str, gevent.Greenlet] = {}
+        self._stderr_file: IO[bytes] | None = None
+
+    @property
+    def alive(self) -> bool:
+        """Started, not exited, and not shutting down (send() would accept)."""
+        return self._proc is not None and not self._closing
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the child and its pipe greenlets; ChildSpawnError if it cannot be executed."""
+        if self._proc is not None or self._closing:
+            raise RuntimeError("ChildProcess can be started once, and not after close()")
+        env_path = (self.env if self.env is not None else os.environ).get("PATH", os.defpath)
+        argv0 = self.argv[0]
+        if self.cwd and os.sep in argv0 and not os.path.isabs(argv0):
+            argv0 = os.path.join(self.cwd, argv0)
+        executable = resolve_executable(argv0, env_path)
+        stderr_target = self._open_stderr()
+        try:
+            self._proc = gevent.subprocess.Popen(
+                self.argv, executable=executable, stdin=gevent.subprocess.PIPE, stdout=gevent.subprocess.PIPE,
+                stderr=stderr_target, env=self.env, cwd=self.cwd, close_fds=True, start_new_session=True,
+                preexec_fn=_make_preexec(os.getpid()))
+        except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
+            _close_quietly(self._stderr_file)
+            why = getattr(exc, "strerror", None) or exc
+            raise ChildSpawnError(f"cannot execute {self.argv[0]!r} ({executable}): {why}") from exc
+        proc = self._proc
+        self.pid = proc.pid
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                os.set_blocking(stream.fileno(), False)
+        self._log.info("child[%s] started pid=%s: %s", self.label, self.pid, executable)
+        self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.argv))
+        self._greenlets["stdout"] = gevent.spawn(self._read_stdout, proc.stdout.fileno())
+        self._greenlets["stdin"] = gevent.spawn(self._write_stdin, proc.stdin.fileno())
+        if proc.stderr is not None:
+            self._greenlets["stderr"] = gevent.spawn(self._read_stderr, proc.stderr.fileno())
+        self._greenlets["exit"] = gevent.spawn(self._supervise)
+
+    def _open_stderr(self) -> Any:
+        mode = self.stderr_mode
+        if mode == "inherit":
+            return gevent.subprocess.PIPE
+        if mode == "discard":
+            return gevent.subprocess.DEVNULL
+        try:
+            self._stderr_file = open(mode, "ab", buffering=0)  # noqa: SIM115 (closed when the child is gone)
+        except OSError as exc:
+            raise ChildSpawnError(f"cannot open stderr log file {mode!r}: {exc.strerror or exc}") from exc
+        return gevent.subprocess.PIPE
+
+    def send(self, data: bytes) -> bool:
+        """Queue one encoded message (no trailing newline); never blocks. False if refused."""
+        if self._closing or self._proc is None:
+            return False
+        size = len(data) + 1
+        if self._queued + size > self.max_write_queue_bytes:
+            self._log.warning("child[%s] write queue full (%d bytes unwritten); closing", self.label, self._queued)
+            self.close("write queue full")
+            return False
+        self._queue.append(data)
+        self._queued += size
+        if self._log.isEnabledFor(logging.DEBUG):
+            self._log_message("->child", jsonrpc.parse(data), data)
+        self._wake.set()
+        return True
+
+    def close(self, reason: str) -> None:
+        """Begin the shutdown ladder in a greenlet; idempotent, never blocks."""
+        if self._closing:
+            return
+        self._closing = True
+        self._reason = reason
+        if self._proc is None:
+            self.exit_reason = reason
+            self._done.set()
+            return
+        self._log.info("child[%s] closing pid=%s: %s", self.label, self.pid, reason)
+        self._wake.set()
+        gevent.spawn(self._shutdown)
+
+    def stop(self, reason: str, timeout: float | None = None) -> bool:
+        """close() and wait until finished; True if the child exited and on_exit ran."""
+        self.close(reason)
+        if timeout is None:  # the ladder, the SIGKILL grace, then draining the readers
+            timeout = 2 * self.close_timeout + self.term_timeout + _KILL_GRACE
+        return self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait until the child is gone and on_exit has been called."""
+        return bool(self._done.wait(timeout))
+
+    def _shutdown(self) -> None:
+        """The ladder: close stdin, wait, SIGTERM the group, wait, SIGKILL the group."""
+        writer = self._greenlets.get("stdin")
+        if writer is not None:
+            writer.kill(block=True, timeout=1.0)
+        _close_quietly(self._proc.stdin)
+        if self._exited.wait(self.close_timeout):
+            return
+        self._log.info("child[%s] pid=%s still running after stdin closed; SIGTERM", self.label, self.pid)
+        self._signal_group(signal.SIGTERM)
+        if self._exited.wait(self.term_timeout):
+            return
+        self._log.warning("child[%s] pid=%s ignored SIGTERM; SIGKILL", self.label, self.pid)
+        self._signal_group(signal.SIGKILL)
+        if not self._exited.wait(_KILL_GRACE):
+            self._log.error("child[%s] pid=%s did not exit after SIGKILL", self.label, self.pid)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.pid, sig)  # type: ignore[arg-type]
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _supervise(self) -> None:
+        """Wait for the exit, reap leftovers, drain the readers, then call on_exit once."""
+        proc = self._proc
+        try:
+            returncode = proc.wait()
+        except BaseException:  # killed (hub shutdown): take the group down with us
+            self._signal_group(signal.SIGKILL)
+            raise
+        if self._reason is None:
+            self._reason = _describe_exit(returncode)
+        self._closing = True
+        self.returncode = returncode
+        self._exited.set()
+        try:
+            self._signal_group(signal.SIGKILL)  # grandchildren left in the group
+            self._finish_pipes()
+        finally:
+            self.exit_reason = self._reason
+            self._log.info("child[%s] pid=%s %s (reason: %s)", self.label, self.pid,
+                           _describe_exit(returncode), self._reason)
+            try:
+                self._on_exit(self._reason)
+            except Exception:
+                self._log.exception("child[%s] on_exit callback failed", self.label)
+            finally:
+                self._done.set()
+
+    def _finish_pipes(self) -> None:
+        """Let the readers deliver what was already written, then stop every pipe greenlet."""
+        proc, greenlets = self._proc, self._greenlets
+        readers = [greenlets[name] for name in ("stdout", "stderr") if name in greenlets]
+        if len(gevent.joinall(readers, timeout=self.close_timeout)) < len(readers):
+            self._log.warning("child[%s] output pipe still open after exit (held by another process)", self.label)
+        pipes = [greenlets[name] for name in ("stdout", "stderr", "stdin") if name in greenlets]
+        gevent.killall(pipes, block=True, timeout=1.0)
+        for stream in (proc.stdin, proc.stdout, proc.stderr, self._stderr_file):
+            _close_quietly(stream)
+        self._queue.clear()
+        self._queued = 0
+
+    # -- stdin ------------------------------------------------------------------------------------------------
+
+    def _write_stdin(self, fd: int) -> None:
+        hub = get_hub()
+        watcher = hub.loop.io(fd, 2)
+        queue, wake = self._queue, self._wake
+        try:
+            while not self._closing:
+                if not queue:
+                    wake.clear()
+                    wake.wait()
+                    continue
+                count = min(len(queue), _MAX_IOV)
+                buffers: list[Any] = []
+                for _ in range(count):
+                    buffers.append(queue.popleft())
+                    buffers.append(_NEWLINE)
+                self._write_all(fd, buffers, hub, watcher)
+        except BrokenPipeError:
+            self.close("stdin closed by child")
+        except OSError as exc:
+            self.close(f"stdin write failed: {exc}")
+        finally:
+            watcher.close()
+            _close_quietly(self._proc.stdin)
+
+    def _write_all(self, fd: int, buffers: list[Any], hub: Any, watcher: Any) -> None:
+        """writev until everything is written, waiting for the pipe to drain when it is full."""
+        while buffers:
+            try:
+                written = os.writev(fd, buffers)
+            except BlockingIOError:
+                hub.wait(watcher)
+                continue
+            self._queued -= written
+            done = 0
+            while done < len(buffers) and written >= len(buffers[done]):
+                written -= len(buffers[done])
+                done += 1
+            del buffers[:done]
+            if written:
+                buffers[0] = memoryview(buffers[0])[written:]
+
+    # -- stdout -----------------------------------------------------------------------------------------------
+
+    def _read_stdout(self, fd: int) -> None:
+        decoder = LineDecoder(self.max_line_bytes)
+        deliver = self._deliver
+        for chunk in _read_chunks(fd):
+            if self._discard:
+                continue  # keep draining so the child is never stuck writing while it is shut down
+            try:
+                lines = decoder.feed(chunk)
+            except LineTooLong:
+                self._log.warning("child[%s] line over %d bytes; closing", self.label, self.max_line_bytes)
+                self._discard = True
+                self.close("message too large")
+                continue
+            for line in lines:
+                deliver(line)
+        tail = None if self._discard else decoder.finish()
+        if tail is not None:
+            deliver(tail)
+        if not self._exited.wait(self.close_timeout):
+            self.close("stdout closed by child")
+
+    def _deliver(self, line: bytes) -> None:
+        if self._discard:
+            return
+        msg = jsonrpc.parse(line)
+        if isinstance(msg, Invalid):
+            return self._reject(line, msg.reason)
+        members: list[Message] = [msg]
+        if isinstance(msg, Batch):
+            members = [m for m in msg.items if not isinstance(m, Invalid)]
+            if not members:
+                return self._reject(line, "no valid batch member")
+            if len(members) < len(msg.items):
+                self._log.warning("child[%s] dropped invalid batch members: %r", self.label, line[:_LOG_BODY])
+        self._junk = 0
+        debug = self._log.isEnabledFor(logging.DEBUG)
+        for member in members:
+            if debug:
+                self._log_message("<-child", member, line)
+            try:
+                self._on_message(member)
+            except Exception:
+                self._log.exception("child[%s] on_message callback failed", self.label)
+
+    def _reject(self, line: bytes, why: str) -> None:
+        self._junk += 1
+        self._log.warning("child[%s] non-JSON-RPC stdout line dropped (%s): %r", self.label, why, line[:_LOG_BODY])
+        if self._junk > self.max_junk_lines:
+            self._discard = True
+            self.close("junk output")
+
+    def _log_message(self, direction: str, msg: Message, data: bytes) -> None:
+        method = getattr(msg, "method", None)
+        msg_id = getattr(msg, "id", None)
+        self._log.debug("child[%s] %s method=%s id=%r %r", self.label, direction, method, msg_id, data[:_LOG_BODY])
+
+    # -- stderr -----------------------------------------------------------------------------------------------
+
+    def _read_stderr(self, fd: int) -> None:
+        pending = b""
+        for chunk in _read_chunks(fd):
+            *lines, pending = (pending + chunk).split(b"\n")
+            if len(pending) > _STDERR_LINE_CAP:
+                lines.append(pending)
+                pending = b""
+            self._emit_stderr(lines)
+        if pending:
+            self._emit_stderr([pending])
+
+    def _emit_stderr(self, lines: list[bytes]) -> None:
+        if self._stderr_file is not None:
+            prefix = f"[{self.label}] ".encode("utf-8", "replace")
+            data = b"".join(prefix + line.rstrip(b"\r") + b"\n" for line in lines)
+            try:
+                self._stderr_file.write(data)
+            except OSError as exc:
+                self._log.warning("child[%s] cannot write stderr log: %s", self.label, exc)
+            return
+        if not self._log.isEnabledFor(logging.INFO):
+            return
+        for line in lines:
+            text = line[: _LOG_TEXT * 4].decode("utf-8", "replace").rstrip("\r")[:_LOG_TEXT]
+            self._log.info("child[%s] stderr: %s", self.label, text)
