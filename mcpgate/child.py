@@ -379,7 +379,9 @@ class ChildProcess:
                 continue  # keep draining so the child is never stuck writing while it is shut down
             try:
                 lines = decoder.feed(chunk)
-            except LineTooLong:
+            except LineTooLong as exc:
+                for line in exc.lines:  # the complete lines read with it still count
+                    deliver(line)
                 self._log.warning("child[%s] line over %d bytes; closing", self.label, self.max_line_bytes)
                 self._discard = True
                 self.close("message too large")

@@ -15,6 +15,7 @@ import os
 import gevent
 
 from mcpgate import orphans
+from mcpgate.settings import Settings, SettingsError
 
 worker_class = "gevent"
 workers = 1
@@ -36,7 +37,11 @@ control_socket_disable = True
 
 
 def on_starting(server):  # type: ignore[no-untyped-def]
-    """Adopt orphans so a worker's children can be found if the worker dies abruptly."""
+    """Validate the settings before any worker starts; adopt orphans so a dead worker's children can be found."""
+    try:
+        Settings()
+    except SettingsError as exc:
+        raise SystemExit(f"mcpgate: invalid setting: {exc}") from None
     if not orphans.become_subreaper():
         server.log.warning("mcpgate: could not become a child subreaper; orphan cleanup is limited")
 

@@ -7,6 +7,15 @@ import sys
 from .settings import SettingsError
 
 
+def _refuse(message: str) -> None:
+    """Stop loading. Under gunicorn, an app-load error halts the master instead of restarting workers forever."""
+    if "gunicorn" in sys.modules:
+        from gunicorn.errors import AppImportError
+
+        raise AppImportError(f"mcpgate: {message}")
+    raise SystemExit(f"mcpgate: {message}")
+
+
 def _require_gevent_worker() -> None:
     """mcpgate holds SSE streams open on greenlets; a sync or threaded worker would stall on the first one."""
     if "gunicorn" not in sys.modules:
@@ -14,9 +23,8 @@ def _require_gevent_worker() -> None:
     from gevent import monkey
 
     if not monkey.is_module_patched("socket"):
-        raise SystemExit(
-            "mcpgate needs gunicorn's gevent worker. Run it from the project root (its gunicorn.conf.py sets the "
-            "worker), or anywhere with: gunicorn -c python:mcpgate.gunicorn_config mcpgate.wsgi")
+        _refuse("needs gunicorn's gevent worker. Run it from the project root (its gunicorn.conf.py sets the "
+                "worker), or anywhere with: gunicorn -c python:mcpgate.gunicorn_config mcpgate.wsgi")
 
 
 _require_gevent_worker()
@@ -26,6 +34,6 @@ from .serve.app import create_app  # noqa: E402  (after the worker check)
 try:
     application = create_app()
 except SettingsError as exc:
-    raise SystemExit(f"mcpgate: invalid setting: {exc}") from None
+    _refuse(f"invalid setting: {exc}")
 
 app = application

@@ -88,15 +88,16 @@ def _reject_constant(name: str) -> Any:
 def parse(data: bytes | str) -> Message:
     """Decode one JSON text and classify it.
 
-    NaN and Infinity are not JSON and nesting too deep to decode is a parse
-    error. The raw bytes are kept only when they are plain UTF-8 (no BOM, not
-    UTF-16/32), so raw_bytes() never forwards another encoding.
+    NaN and Infinity are not JSON, nesting too deep to decode is a parse
+    error, and bytes must be UTF-8 without a BOM (MCP messages are UTF-8), so
+    the raw bytes kept for forwarding are always plain UTF-8 JSON.
     """
     try:
-        obj = json.loads(data, parse_constant=_reject_constant)
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        obj = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return Invalid(PARSE_ERROR, f"Parse error: {exc}")
-    raw = data if isinstance(data, bytes) and json.detect_encoding(data) == "utf-8" else None
+    raw = data if isinstance(data, bytes) else None
     if isinstance(obj, list):
         if not obj:
             return Invalid(INVALID_REQUEST, "Invalid Request: empty batch")

@@ -187,9 +187,6 @@ RAW_WITH_SPACES = b'{ "jsonrpc" : "2.0", "id" : 1, "method" : "m", "params" : {"
         pytest.param(RAW_WITH_SPACES, True, id="odd-spacing-and-u2028-kept-verbatim"),
         pytest.param(b'{"jsonrpc":"2.0","method":"n"}', True, id="notification"),
         pytest.param(b'{"jsonrpc":"2.0","id":"x","result":{"a":1.50}}', True, id="response-float-format-kept"),
-        pytest.param(b"\xef\xbb\xbf" + b'{"jsonrpc":"2.0","method":"n"}', False, id="utf8-bom-not-kept"),
-        pytest.param('{"jsonrpc":"2.0","method":"n"}'.encode("utf-16-le"), False, id="utf16-not-kept"),
-        pytest.param('{"jsonrpc":"2.0","method":"n"}'.encode("utf-32"), False, id="utf32-not-kept"),
     ],
 )
 def test_raw_preserved(data: bytes, keeps_raw: bool) -> None:
@@ -299,3 +296,17 @@ def test_progress_token(params: Any, token: object) -> None:
     found = progress_token(message)
     assert found == token
     assert type(found) is type(token)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"\xef\xbb\xbf" + b'{"jsonrpc":"2.0","method":"n"}', id="utf8-bom"),
+        pytest.param('{"jsonrpc":"2.0","method":"n"}'.encode("utf-16-le"), id="utf16"),
+        pytest.param('{"jsonrpc":"2.0","method":"n"}'.encode("utf-32"), id="utf32"),
+        pytest.param(b'{"jsonrpc":"2.0","method":"\xff"}', id="invalid-utf8"),
+    ],
+)
+def test_only_utf8_is_accepted(data: bytes) -> None:
+    message = parse(data)
+    assert isinstance(message, Invalid) and message.code == PARSE_ERROR

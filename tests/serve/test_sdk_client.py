@@ -1,0 +1,121 @@
+"""The official SDK's own Streamable HTTP client against gunicorn mcpgate.wsgi, over two children:
+the bundled demo server and a stdio server written with the SDK."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Awaitable, Callable
+
+import anyio
+import pytest
+from mcp import Client, types
+
+from tests.conftest import FIXTURES
+
+HANG_GUARD = 60
+
+
+async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"name": "Grace"})
+
+
+async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    text = params.messages[0].content.text  # type: ignore[union-attr]
+    return types.CreateMessageResult(role="assistant", model="stub", content=types.TextContent(type="text",
+                                                                                               text=text.upper()))
+
+
+def run_client(url: str, body: Callable[[Client, list[Any]], Awaitable[None]], mode: str = "legacy") -> None:
+    notifications: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notifications.append(message)
+
+    async def main() -> None:
+        with anyio.fail_after(HANG_GUARD):
+            async with Client(url, mode=mode, elicitation_callback=on_elicit, sampling_callback=on_sample,
+                              message_handler=on_message) as client:
+                await body(client, notifications)
+
+    anyio.run(main)
+
+
+def test_demo_tools_resources_prompts(demo_gateway: Any) -> None:
+    async def body(client: Client, _: list[Any]) -> None:
+        tools = await client.list_tools()
+        assert {t.name for t in tools.tools} >= {"echo", "add", "slow", "ask_name", "sample"}
+        added = await client.call_tool("add", {"a": 2, "b": 3})
+        assert added.structured_content == {"result": 5}
+        readme = await client.read_resource("demo://readme")
+        assert "demo" in readme.contents[0].text  # type: ignore[union-attr]
+        prompt = await client.get_prompt("greet", {"name": "Ada"})
+        assert prompt.messages[0].content.text == "Please greet Ada warmly."  # type: ignore[union-attr]
+
+    run_client(demo_gateway.url, body)
+
+
+def test_demo_progress_elicitation_sampling(demo_gateway: Any) -> None:
+    async def body(client: Client, _: list[Any]) -> None:
+        updates: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            updates.append(progress)
+
+        slow = await client.call_tool("slow", {"seconds": 0.3, "steps": 3}, progress_callback=on_progress)
+        assert slow.content[0].text.startswith("done") and updates == [1, 2, 3]  # type: ignore[union-attr]
+        asked = await client.call_tool("ask_name", {})
+        assert asked.content[0].text == "Hello, Grace"  # type: ignore[union-attr]
+        sampled = await client.call_tool("sample", {"prompt": "shout this"})
+        assert sampled.content[0].text == "SHOUT THIS"  # type: ignore[union-attr]
+
+    run_client(demo_gateway.url, body)
+
+
+def test_list_changed_arrives_on_the_get_stream(demo_gateway: Any) -> None:
+    async def body(client: Client, notifications: list[Any]) -> None:
+        await client.call_tool("notify_change", {})
+        with anyio.fail_after(10):
+            while not any(isinstance(n, types.ToolListChangedNotification) for n in notifications):
+                await anyio.sleep(0.05)
+        assert any(isinstance(n, types.ResourceListChangedNotification) for n in notifications)
+
+    run_client(demo_gateway.url, body)
+
+
+def test_concurrent_calls_do_not_wait_for_each_other(demo_gateway: Any) -> None:
+    async def body(client: Client, _: list[Any]) -> None:
+        order: list[str] = []
+
+        async def slow() -> None:
+            await client.call_tool("slow", {"seconds": 2, "steps": 2})
+            order.append("slow")
+
+        async def fast() -> None:
+            await anyio.sleep(0.2)
+            await client.call_tool("echo", {"message": "x"})
+            order.append("fast")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            tg.start_soon(fast)
+        assert order == ["fast", "slow"]
+
+    run_client(demo_gateway.url, body)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_sdk_written_child_sampling_elicitation_and_modes(gateway_factory: Any, mode: str) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": f"{sys.executable} {FIXTURES / 'conformance_server.py'}"})
+
+    async def body(client: Client, _: list[Any]) -> None:
+        assert client.protocol_version == "2025-11-25"
+        text = await client.call_tool("test_simple_text", {})
+        assert text.content[0].type == "text"
+        sampled = await client.call_tool("test_sampling", {"prompt": "hello"})
+        assert not sampled.is_error
+        elicited = await client.call_tool("test_elicitation", {"message": "name?"})
+        assert not elicited.is_error
+        resource = await client.read_resource("test://static-text")
+        assert resource.contents
+
+    run_client(gw.url, body, mode=mode)
