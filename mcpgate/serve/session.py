@@ -104,7 +104,7 @@ class Session:
         route.target.deliver(data, route.done)
 
     def on_child_exit(self, reason: str) -> None:
-        self.end(f"MCP server process {reason}" if not reason.startswith("MCP server") else reason)
+        self.end(f"MCP server process ended: {reason}")
 
     # -- from the client ------------------------------------------------------------------------
     def open_stream(self, requests: Iterable[Request]) -> Stream:

@@ -63,6 +63,35 @@ def test_child_crash_answers_waiting_requests_and_later_ones_get_404(gateway_fac
     assert "exited" in gw.log() and "code 3" in gw.log()
 
 
+def test_junk_output_and_oversized_messages_end_the_session_with_a_reason(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY, "MCPGATE_MAX_MESSAGE_BYTES": "10000"})
+    for tool, reason in (("junk", "junk output"), ("huge", "message too large")):
+        headers = open_session(gw)
+        status, _, body = gw.request("POST", body=call(tool, {}, "j"), headers=headers)
+        error = json.loads(body)["error"]
+        assert status == 200 and error["code"] == -32000 and reason in error["message"]
+        assert gw.request("POST", body=call("hang", {}, "x"), headers=headers)[0] == 404
+
+
+def test_a_vanished_get_client_no_longer_keeps_its_session_alive(gateway_factory: Any) -> None:
+    import socket
+
+    gw = gateway_factory({"MCPGATE_KEEPALIVE": "0.2", "MCPGATE_SESSION_IDLE_TTL": "1.5"})
+    headers = open_session(gw)
+    sock = socket.create_connection(("127.0.0.1", gw.port))
+    lines = "".join(f"{k}: {v}\r\n" for k, v in {**headers, "Accept": "text/event-stream"}.items())
+    sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{lines}\r\n".encode())
+    assert b"200 OK" in sock.recv(4096)
+    time.sleep(2.5)  # longer than the idle TTL: the live stream's keepalives keep the session
+    assert children(gw) == 1
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()  # vanish with a reset, no goodbye
+    deadline = time.monotonic() + 15
+    while children(gw) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert children(gw) == 0
+
+
 def test_worker_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
     gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
     headers = open_session(gw)
