@@ -1,9 +1,14 @@
-"""The Flask application factory: nothing is spawned until a client initializes."""
+"""The application factory: a Flask app whose MCP endpoint is served by a thin WSGI handler.
+
+Nothing is spawned until a client initializes.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+from typing import Any, Callable, Iterable
 
 from flask import Flask, Response, request
 
@@ -11,6 +16,7 @@ from ..core import jsonrpc
 from ..settings import Settings
 from . import auth, streamable
 from .gateway import Gateway
+from .http import HttpRequest, HttpResponse, StartResponse, rpc_error
 
 log = logging.getLogger("mcpgate.app")
 
@@ -26,33 +32,67 @@ def configure_logging(level: str) -> None:
         root.propagate = False
 
 
+class Guard:
+    """The DNS-rebinding defence for every request: Host, then Origin (decisions cached, bounded)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.host_allowed = functools.lru_cache(maxsize=256)(
+            functools.partial(auth.host_allowed, allowed=settings.allowed_hosts))
+        self.origin_allowed = functools.lru_cache(maxsize=256)(
+            functools.partial(auth.origin_allowed, allowed=settings.allowed_origins))
+
+    def refuse(self, host: str | None, origin: str | None) -> HttpResponse | None:
+        if not self.host_allowed(host):
+            log.warning("refused Host %r (allow it with MCPGATE_ALLOWED_HOSTS)", host)
+            return rpc_error(421, jsonrpc.INVALID_REQUEST,
+                             "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)")
+        if not self.origin_allowed(origin):
+            log.warning("refused Origin %r (allow it with MCPGATE_ALLOWED_ORIGINS)", origin)
+            return rpc_error(403, jsonrpc.INVALID_REQUEST,
+                             "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)")
+        return None
+
+
+class Endpoint:
+    """WSGI middleware: the MCP endpoint path goes to streamable.handle, everything else to Flask."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], gateway: Gateway, guard: Guard, path: str) -> None:
+        self.app, self.gateway, self.guard = app, gateway, guard
+        self.paths = {path, path + "/"}
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        self.gateway.track_connection(environ.get("gunicorn.sock") or environ.get("gunicorn.socket"))
+        if environ.get("PATH_INFO") not in self.paths:
+            return self.app(environ, start_response)
+        response = self.guard.refuse(environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN"))
+        if response is None:
+            response = streamable.handle(self.gateway, HttpRequest(environ))
+        return response(environ, start_response)
+
+
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings()
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
     gateway = Gateway(settings)
+    guard = Guard(settings)
     app.extensions["mcpgate"] = gateway
 
     @app.before_request
-    def guard() -> Response | None:
-        if not auth.host_allowed(request.headers.get("Host"), settings.allowed_hosts):
-            log.warning("refused Host %r (allow it with MCPGATE_ALLOWED_HOSTS)", request.headers.get("Host"))
-            return streamable.rpc_error(421, jsonrpc.INVALID_REQUEST,
-                                        "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)")
-        if not auth.origin_allowed(request.headers.get("Origin"), settings.allowed_origins):
-            log.warning("refused Origin %r (allow it with MCPGATE_ALLOWED_ORIGINS)", request.headers.get("Origin"))
-            return streamable.rpc_error(403, jsonrpc.INVALID_REQUEST,
-                                        "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)")
+    def check_host_and_origin() -> Any:
+        refused = guard.refuse(request.headers.get("Host"), request.headers.get("Origin"))
+        if refused is not None:
+            return Response(refused.body, status=refused.status, headers=refused.headers)
         return None
 
     @app.get("/healthz")
     def healthz() -> Response:
         problem = gateway.command_problem()
-        body = {"status": "unavailable" if problem else "ok", "sessions": len(gateway.sessions),
-                "children": gateway.live_children()}
+        body: dict[str, Any] = {"status": "unavailable" if problem else "ok", "sessions": len(gateway.sessions),
+                                "children": gateway.live_children()}
         if problem:
             body["error"] = problem
         return Response(jsonrpc.encode(body), status=503 if problem else 200, mimetype="application/json")
 
-    app.register_blueprint(streamable.blueprint, url_prefix=settings.path)
+    app.wsgi_app = Endpoint(app.wsgi_app, gateway, guard, settings.path)  # type: ignore[method-assign]
     return app

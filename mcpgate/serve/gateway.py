@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import time
-from typing import Callable
+import weakref
+from typing import Any, Callable
 
 import gevent
 
@@ -28,6 +30,8 @@ class Gateway:
         self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
         self.env = child_environment(self._configured_env())
         self._reaper: gevent.Greenlet | None = None
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
 
     def _configured_env(self) -> dict[str, str]:
@@ -82,6 +86,9 @@ class Gateway:
 
     def _forget(self, session: Session, reason: str) -> None:
         self.sessions.remove(session.id)
+        self._stopping = {child for child in self._stopping if not child.join(0)}
+        if session.child is not None:
+            self._stopping.add(session.child)
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.dead:
@@ -99,14 +106,27 @@ class Gateway:
             if session is not None:
                 session.end("idle for longer than MCPGATE_SESSION_IDLE_TTL")
 
+    def track_connection(self, sock: Any) -> None:
+        """Remember a client connection (weakly) so a shutdown can end its keep-alive wait."""
+        if sock is not None:
+            self._connections.add(sock)
+
+    def release_connections(self) -> None:
+        """Stop reading from every client connection: idle keep-alive ones close, replies still finish."""
+        for sock in list(self._connections):
+            try:
+                sock.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+
     def shutdown(self, timeout: float) -> None:
-        """End every session and wait (bounded) for their children to exit."""
+        """End every session, release idle connections, and wait (bounded) for the children to exit."""
         self.closing = True
-        sessions = [self.sessions.get(sid) for sid in self.sessions]
-        children = [s.child for s in sessions if s is not None and s.child is not None]
-        for session in sessions:
+        for session_id in self.sessions:
+            session = self.sessions.get(session_id)
             if session is not None:
                 session.end("the gateway is shutting down")
+        self.release_connections()
         deadline = time.monotonic() + timeout
-        for child in children:
+        for child in list(self._stopping):
             child.join(max(0.0, deadline - time.monotonic()))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterator
 
-from flask import Blueprint, Response, current_app, request
-
 from ..child import ChildSpawnError
 from ..core import jsonrpc, versions
 from ..core.jsonrpc import Batch, Invalid, Notification, Request, Response as RpcResponse
@@ -15,6 +13,7 @@ from ..core.sessions import SessionLimitReached
 from ..core.sse import encode_comment, encode_event
 from . import checks
 from .gateway import Gateway
+from .http import HttpRequest, HttpResponse, json_response, rpc_error
 from .session import CLOSE, Session, Stream
 
 log = logging.getLogger("mcpgate.http")
@@ -23,53 +22,52 @@ SESSION_HEADER = "Mcp-Session-Id"
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
 
-blueprint = Blueprint("streamable", __name__)
 
 
-def gateway() -> Gateway:
-    return current_app.extensions["mcpgate"]  # type: ignore[no-any-return]
+def handle(gw: Gateway, request: HttpRequest) -> HttpResponse:
+    """The MCP endpoint: dispatch on the method."""
+    if request.method == "POST":
+        return post(gw, request)
+    if request.method == "GET":
+        return get(gw, request)
+    if request.method == "DELETE":
+        return delete(gw, request)
+    return rpc_error(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET, POST, DELETE"})
 
 
-def rpc_error(status: int, code: int, message: str, msg_id: Any = None, data: Any = None,
-              headers: dict[str, str] | None = None) -> Response:
-    body = jsonrpc.encode(jsonrpc.error_response(msg_id, code, message, data))
-    return Response(body, status=status, mimetype="application/json", headers=headers)
-
-
-def find_session(allow_missing: bool = False) -> Session | Response:
+def find_session(gw: Gateway, request: HttpRequest) -> Session | HttpResponse:
     """The request's session, or the error response that refuses it."""
-    session_id = request.headers.get(SESSION_HEADER)
+    session_id = request.header(SESSION_HEADER)
     if session_id is None:
         return rpc_error(400, jsonrpc.INVALID_REQUEST, f"Bad Request: the {SESSION_HEADER} header is required")
-    session = gateway().get(session_id)
+    session = gw.get(session_id)
     if session is None or session.ended:
         return rpc_error(404, jsonrpc.INVALID_REQUEST, "Session not found: initialize a new session")
-    check = versions.check_header(request.headers.get(versions.PROTOCOL_VERSION_HEADER), session.version)
+    check = versions.check_header(request.header(versions.PROTOCOL_VERSION_HEADER), session.version)
     if check.error:
         return rpc_error(400, jsonrpc.INVALID_REQUEST, f"Bad Request: {check.error}")
     return session
 
 
-@blueprint.post("")
-def post() -> Response:
-    problem = checks.post_accept_problem(request.headers.get("Accept"))
+def post(gw: Gateway, request: HttpRequest) -> HttpResponse:
+    problem = checks.post_accept_problem(request.header("Accept"))
     if problem:
         return rpc_error(406, jsonrpc.INVALID_REQUEST, problem)
-    problem = checks.content_type_problem(request.headers.get("Content-Type"))
+    problem = checks.content_type_problem(request.header("Content-Type"))
     if problem:
         return rpc_error(415, jsonrpc.INVALID_REQUEST, problem)
-    body = read_body(gateway().settings.max_body_bytes)
+    limit = gw.settings.max_body_bytes
+    body = request.read_body(limit)
     if body is None:
-        limit = gateway().settings.max_body_bytes
         return rpc_error(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
     message = jsonrpc.parse(body)
     if isinstance(message, Invalid):
         return rpc_error(400, message.code, message.reason, message.id)
     if isinstance(message, Request) and message.method == "initialize":
-        return initialize(message)
-    session = find_session()
-    if isinstance(session, Response):
-        return modern_probe_refusal() or session
+        return initialize(gw, request, message)
+    session = find_session(gw, request)
+    if isinstance(session, HttpResponse):
+        return modern_probe_refusal(request) or session
     items: list[Any]
     if isinstance(message, Batch):
         if not versions.allows_batch(session.version):
@@ -78,34 +76,24 @@ def post() -> Response:
         items = message.items
     else:
         items = [message]
-    gateway().touch(session)
-    return exchange(session, items)
+    return exchange(gw, session, items)
 
 
-def modern_probe_refusal() -> Response | None:
+def modern_probe_refusal(request: HttpRequest) -> HttpResponse | None:
     """A stateless-era request to this session-based endpoint: say which revisions are served."""
-    requested = request.headers.get(versions.PROTOCOL_VERSION_HEADER)
-    if requested is None or not versions.is_modern(requested.strip()) or SESSION_HEADER in request.headers:
+    requested = request.header(versions.PROTOCOL_VERSION_HEADER)
+    if requested is None or not versions.is_modern(requested.strip()) or request.header(SESSION_HEADER):
         return None
     data = {"supported": list(versions.STREAMABLE_SESSION), "requested": requested.strip()}
     return rpc_error(400, UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version {requested!r}",
                      data=data)
 
 
-def read_body(limit: int) -> bytes | None:
-    """The request body, or None when it is larger than `limit`."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
-    body = request.stream.read(limit + 1)
-    return None if len(body) > limit else body
-
-
-def initialize(message: Request) -> Response:
-    if SESSION_HEADER in request.headers:
+def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
+    if request.header(SESSION_HEADER) is not None:
         return rpc_error(400, jsonrpc.INVALID_REQUEST,
                          f"Bad Request: initialize starts a new session and must not carry {SESSION_HEADER}",
                          message.id)
-    gw = gateway()
     if gw.closing:
         return rpc_error(503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", message.id,
                          headers={"Retry-After": "5"})
@@ -117,10 +105,10 @@ def initialize(message: Request) -> Response:
     except ChildSpawnError as exc:
         log.error("cannot start the MCP server: %s", exc)
         return rpc_error(502, jsonrpc.INTERNAL_ERROR, f"Cannot start the MCP server: {exc}", message.id)
-    return exchange(session, [message], new_session=True)
+    return exchange(gw, session, [message], new_session=True)
 
 
-def exchange(session: Session, items: list[Any], new_session: bool = False) -> Response:
+def exchange(gw: Gateway, session: Session, items: list[Any], new_session: bool = False) -> HttpResponse:
     """Forward a POST's messages to the child; reply 202, JSON or SSE."""
     requests = [item for item in items if isinstance(item, Request)]
     early: list[bytes] = []  # answers the gateway gives itself (invalid batch members)
@@ -135,10 +123,10 @@ def exchange(session: Session, items: list[Any], new_session: bool = False) -> R
         forward(session, item)
     if stream is None:
         if early:
-            return Response(b"[" + b",".join(early) + b"]", status=400, mimetype="application/json")
-        return Response(status=202)
+            return json_response(b"[" + b",".join(early) + b"]", 400)
+        return HttpResponse(202)
     headers = {SESSION_HEADER: session.id} if new_session else {}
-    return reply(session, stream, early, batch=len(items) > 1, headers=headers, new_session=new_session)
+    return reply(gw, session, stream, early, batch=len(items) > 1, headers=headers, new_session=new_session)
 
 
 def forward(session: Session, item: Request | Notification | RpcResponse) -> None:
@@ -151,10 +139,10 @@ def forward(session: Session, item: Request | Notification | RpcResponse) -> Non
                     session.ended or "child not accepting input")
 
 
-def reply(session: Session, stream: Stream, collected: list[bytes], *, batch: bool, headers: dict[str, str],
-          new_session: bool) -> Response:
+def reply(gw: Gateway, session: Session, stream: Stream, collected: list[bytes], *, batch: bool,
+          headers: dict[str, str], new_session: bool) -> HttpResponse:
     """JSON when the child answers first and in time; otherwise SSE from the first other message."""
-    settings = gateway().settings
+    settings = gw.settings
     collected = list(collected)
     timeout: float | None = settings.sse_after
     while stream.expected > 0:
@@ -162,15 +150,14 @@ def reply(session: Session, stream: Stream, collected: list[bytes], *, batch: bo
         if item is None or not item[1]:
             pending = collected + ([item[0]] if item is not None else [])  # type: ignore[list-item]
             events = sse_stream(session, stream, pending, new_session, settings.keepalive)
-            return Response(events, mimetype="text/event-stream",
-                            headers={**SSE_HEADERS, **headers})
+            return HttpResponse(200, events, "text/event-stream", {**SSE_HEADERS, **headers})
         collected.append(item[0])  # type: ignore[arg-type]
         stream.expected -= 1
     session.close_stream(stream)
     if new_session:
         check_initialized(session)
     body = b"[" + b",".join(collected) + b"]" if batch else collected[0]
-    return Response(body, mimetype="application/json", headers=headers)
+    return json_response(body, headers=headers)
 
 
 def sse_stream(session: Session, stream: Stream, first: list[bytes], new_session: bool,
@@ -203,19 +190,17 @@ def check_initialized(session: Session) -> None:
         session.end("initialize did not succeed")
 
 
-@blueprint.get("")
-def get() -> Response:
-    problem = checks.get_accept_problem(request.headers.get("Accept"))
+def get(gw: Gateway, request: HttpRequest) -> HttpResponse:
+    problem = checks.get_accept_problem(request.header("Accept"))
     if problem:
         return rpc_error(406, jsonrpc.INVALID_REQUEST, problem)
-    session = find_session()
-    if isinstance(session, Response):
+    session = find_session(gw, request)
+    if isinstance(session, HttpResponse):
         return session
     stream = session.open_get_stream()
     if stream is None:
         return rpc_error(409, jsonrpc.INVALID_REQUEST, "Conflict: this session already has a GET stream open")
-    gateway().touch(session)
-    return Response(get_stream(gateway(), session, stream), mimetype="text/event-stream", headers=SSE_HEADERS)
+    return HttpResponse(200, get_stream(gw, session, stream), "text/event-stream", SSE_HEADERS)
 
 
 def get_stream(gw: Gateway, session: Session, stream: Stream) -> Iterator[bytes]:
@@ -235,10 +220,9 @@ def get_stream(gw: Gateway, session: Session, stream: Stream) -> Iterator[bytes]
         session.close_stream(stream)
 
 
-@blueprint.delete("")
-def delete() -> Response:
-    session = find_session()
-    if isinstance(session, Response):
+def delete(gw: Gateway, request: HttpRequest) -> HttpResponse:
+    session = find_session(gw, request)
+    if isinstance(session, HttpResponse):
         return session
     session.end("the client ended the session")
-    return Response(status=204)
+    return HttpResponse(204)

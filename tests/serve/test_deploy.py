@@ -46,7 +46,7 @@ def test_port_selects_the_heroku_bind() -> None:
     code = "import mcpgate.gunicorn_config as c; print(c.bind[0], c.worker_class, c.workers)"
     env_port = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin", "PORT": "5123"}, timeout=60)
-    assert env_port.stdout.split() == ["0.0.0.0:5123", "gevent", "1"], env_port.stderr
+    assert env_port.stdout.split() == ["0.0.0.0:5123", "gevent_pywsgi", "1"], env_port.stderr
     no_port = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                              env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert no_port.stdout.split()[0] == "127.0.0.1:8000"

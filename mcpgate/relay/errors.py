@@ -1,0 +1,246 @@
+"""The relay's own error types, and the one place transport exceptions become them.
+
+Every failure the host can see is a RelayError: it carries the JSON-RPC code and
+a message naming the cause, and says whether the request may have reached the
+upstream (which decides whether a retry is safe). requests and urllib3
+exceptions are translated here, in `mapped()`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import requests
+import urllib3.exceptions
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.sse import EventTooLarge
+
+TOKEN_ENV = "MCPGATE_BEARER_TOKEN"
+EXCERPT_CHARS = 200
+
+# Methods whose repetition cannot change anything upstream: retried even when the
+# first attempt may have reached the server. tools/call is never on this list.
+REPLAY_SAFE = frozenset({
+    "initialize", "ping", "resources/read", "prompts/get", "completion/complete",
+})
+
+
+def is_replay_safe(method: str) -> bool:
+    """Whether a request may be sent again after an attempt that may have reached the server."""
+    return method in REPLAY_SAFE or method.endswith("/list")
+
+
+class RelayError(Exception):
+    """A failure reported to the host as a JSON-RPC error response."""
+
+    code = jsonrpc.INTERNAL_ERROR
+    # True when the upstream may have received (and acted on) the request.
+    maybe_sent = True
+    # False when trying again cannot help (bad credentials, bad URL, ...).
+    retryable = False
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def response(self, msg_id: jsonrpc.Id | None) -> dict[str, Any]:
+        return jsonrpc.error_response(msg_id, self.code, self.message, self.data)
+
+
+class NotSent(RelayError):
+    """The request never left the relay (connection refused, DNS failure, connect timeout)."""
+
+    code = jsonrpc.CONNECTION_CLOSED
+    maybe_sent = False
+    retryable = True
+
+
+class MaybeSent(RelayError):
+    """The connection failed after the request may have been delivered."""
+
+    code = jsonrpc.CONNECTION_CLOSED
+    retryable = True
+
+
+class ReplyLost(MaybeSent):
+    """The request reached the upstream but its reply stream broke or ended early."""
+
+
+class ConfigError(RelayError):
+    """The relay cannot talk to the upstream as configured (bad URL, TLS failure)."""
+
+    maybe_sent = False
+
+
+class InvalidUpstream(RelayError):
+    """The upstream answered with something that is not a usable MCP message."""
+
+
+class ShuttingDown(RelayError):
+    """The relay is exiting before the reply arrived."""
+
+    code = jsonrpc.CONNECTION_CLOSED
+
+
+class HttpStatusError(RelayError):
+    """The upstream answered with an HTTP error status."""
+
+    def __init__(self, message: str, status: int, data: Any = None, code: int | None = None) -> None:
+        super().__init__(message, data)
+        self.status = status
+        if code is not None:
+            self.code = code
+        self.maybe_sent = status >= 500
+
+
+class SessionExpired(HttpStatusError):
+    """404 on a request that carried a session id: the upstream forgot the session."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__("upstream session expired (HTTP 404)", 404)
+        self.session_id = session_id
+        self.maybe_sent = False
+
+
+class FallbackToSse(RelayError):
+    """auto transport: the Streamable HTTP initialize was refused in the way old servers refuse it."""
+
+    def __init__(self, status: int, excerpt: str) -> None:
+        super().__init__(f"Streamable HTTP initialize got HTTP {status}: {excerpt}")
+        self.status = status
+
+
+def redact(url: str) -> str:
+    """A URL fit for messages and logs: no user info, no query (either may carry a secret)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "..." if parts.query else "", ""))
+
+
+@contextmanager
+def mapped(url: str) -> Iterator[None]:
+    """Translate requests / urllib3 / socket failures inside the block into RelayErrors."""
+    url = redact(url)
+    try:
+        yield
+    except RelayError:
+        raise
+    except EventTooLarge as exc:
+        raise InvalidUpstream(f"upstream sent an oversized SSE event: {exc}") from None
+    except requests.exceptions.ConnectTimeout:
+        raise NotSent(f"cannot reach upstream {url}: connection timed out") from None
+    except requests.exceptions.SSLError as exc:
+        raise ConfigError(f"TLS failure talking to {url}: {_reason(exc)}") from None
+    except requests.exceptions.InvalidHeader:
+        # The exception text quotes the header value, which may be the bearer token.
+        raise ConfigError(f"invalid request to {url}: a header value has characters HTTP does not allow") from None
+    except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+            requests.exceptions.InvalidSchema) as exc:
+        raise ConfigError(f"invalid request to {url}: {exc}") from None
+    except requests.exceptions.ReadTimeout:
+        raise MaybeSent(f"upstream {url} did not answer in time (read timeout)") from None
+    except urllib3.exceptions.ReadTimeoutError:
+        raise MaybeSent(f"upstream {url} went silent (read timeout)") from None
+    except requests.exceptions.ConnectionError as exc:
+        raise _connection_error(url, exc) from None
+    except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
+            urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as exc:
+        raise MaybeSent(f"connection to upstream {url} broke mid-reply: {_reason(exc)}") from None
+    except urllib3.exceptions.HTTPError as exc:
+        raise MaybeSent(f"connection to upstream {url} failed: {_reason(exc)}") from None
+    except requests.exceptions.RequestException as exc:
+        raise MaybeSent(f"request to upstream {url} failed: {_reason(exc)}") from None
+    except OSError as exc:
+        raise MaybeSent(f"connection to upstream {url} failed: {exc.strerror or exc}") from None
+
+
+def _connection_error(url: str, exc: requests.exceptions.ConnectionError) -> RelayError:
+    reason = exc.args[0] if exc.args else exc
+    if isinstance(reason, urllib3.exceptions.MaxRetryError) and reason.reason is not None:
+        reason = reason.reason
+    if isinstance(reason, urllib3.exceptions.NameResolutionError):
+        return NotSent(f"cannot reach upstream {url}: host name not found")
+    if isinstance(reason, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)):
+        return NotSent(f"cannot reach upstream {url}: {_reason(reason)}")
+    return MaybeSent(f"connection to upstream {url} failed: {_reason(reason)}")
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost readable reason of a wrapped network error."""
+    text = str(exc)
+    for marker in ("Connection refused", "Connection reset", "timed out", "Remote end closed",
+                   "Broken pipe", "Name or service not known", "certificate verify failed"):
+        if marker in text:
+            return marker.lower() if marker != "Remote end closed" else "the server closed the connection"
+    return text[:EXCERPT_CHARS]
+
+
+def excerpt(body: bytes) -> str:
+    """A short one-line excerpt of a response body for an error message."""
+    text = body.decode("utf-8", errors="replace").strip()
+    text = " ".join(text.split())
+    if len(text) > EXCERPT_CHARS:
+        text = text[:EXCERPT_CHARS] + "..."
+    return text or "(empty body)"
+
+
+def status_error(status: int, reason: str, body: bytes, token_set: bool,
+                 www_authenticate: str | None = None) -> HttpStatusError:
+    """The error for an HTTP error status, naming the status, the body and what to do."""
+    label = f"HTTP {status}{' ' + reason if reason else ''}"
+    data: dict[str, Any] = {"httpStatus": status, "body": excerpt(body)}
+    if status == 401:
+        hint = (f"the bearer token in {TOKEN_ENV} was rejected" if token_set
+                else f"set {TOKEN_ENV} to a bearer token for this server")
+        if www_authenticate:
+            data["wwwAuthenticate"] = www_authenticate[:EXCERPT_CHARS]
+        return HttpStatusError(f"upstream requires authorization ({label}): {hint}", status, data)
+    if status == 403:
+        return HttpStatusError(f"upstream refused the request ({label}): {excerpt(body)}", status, data)
+    upstream = _jsonrpc_error(body)
+    if upstream is not None:
+        code, message = upstream
+        return HttpStatusError(f"upstream {label}: {message}", status, data, code=code)
+    return HttpStatusError(f"upstream {label}: {excerpt(body)}", status, data)
+
+
+def _jsonrpc_error(body: bytes) -> tuple[int, str] | None:
+    """(code, message) when an HTTP error body is a JSON-RPC error response."""
+    if not body.strip():
+        return None
+    message = jsonrpc.parse(body)
+    if isinstance(message, jsonrpc.Response) and message.is_error:
+        error = message.obj["error"]
+        return int(error["code"]), str(error.get("message", ""))[:EXCERPT_CHARS]
+    return None
+
+
+def is_jsonrpc_error(body: bytes) -> bool:
+    """Whether an HTTP error body is a recognised JSON-RPC error response."""
+    return _jsonrpc_error(body) is not None
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

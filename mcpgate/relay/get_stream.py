@@ -1,0 +1,118 @@
+"""The Streamable HTTP GET stream: server-initiated messages outside any request.
+
+Opened after `notifications/initialized`; 405 means the server offers none. It is
+reopened with backoff when it ends or breaks, after the server's `retry` when it
+gave one, with Last-Event-ID when its events carried ids (ids of the same session
+only). A 404 means the session is gone: the owner starts a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import gevent
+from gevent.greenlet import Greenlet
+
+from mcpgate.core.sse import SseDecoder
+from mcpgate.relay import errors
+from mcpgate.relay.http_client import SSE_TYPE, HttpClient, content_type, reconnect_delay
+from mcpgate.relay.transport import Upstream, decode_upstream
+
+log = logging.getLogger("mcpgate.relay")
+
+LAST_EVENT_ID_HEADER = "Last-Event-ID"
+
+
+class StreamOwner(Protocol):
+    """What the GET stream needs from its Streamable HTTP transport."""
+
+    url: str
+    http: HttpClient
+    session_id: str | None
+    closing: bool
+
+    def headers(self, accept: str | None, body: bool) -> dict[str, str]: ...
+
+    def route(self, message: Upstream) -> None: ...
+
+    def recover(self, dead_sid: str) -> None: ...
+
+
+class GetStream:
+    def __init__(self, owner: StreamOwner) -> None:
+        self.owner = owner
+        self.offered = True  # until a 405 says otherwise
+        self._greenlet: Greenlet | None = None
+
+    def start(self) -> None:
+        if self.owner.closing or not self.offered:
+            return
+        if self._greenlet is None or self._greenlet.dead:
+            self._greenlet = gevent.spawn(self._run)
+
+    def restart(self) -> None:
+        """Drop the current stream (it belonged to a dead session) and open a new one."""
+        old, self._greenlet = self._greenlet, None
+        if old is not None and old is not gevent.getcurrent():
+            old.kill(block=False)
+        self.start()
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True, timeout=1.0)
+
+    def _run(self) -> None:
+        owner = self.owner
+        failures, retry_ms = 0, None
+        last_id, id_session = None, owner.session_id
+        while not owner.closing:
+            sid = owner.session_id
+            if sid != id_session:
+                last_id, id_session = None, sid  # event ids belong to a session
+            headers = owner.headers(SSE_TYPE, False)
+            if last_id is not None:
+                headers[LAST_EVENT_ID_HEADER] = last_id
+            decoder = owner.http.new_decoder()
+            got = self._once(headers, sid, decoder)
+            if got is None:
+                return
+            last_id = decoder.last_event_id or last_id
+            retry_ms = decoder.retry_ms if decoder.retry_ms is not None else retry_ms
+            failures = 0 if got else failures + 1
+            gevent.sleep(reconnect_delay(failures, retry_ms))
+
+    def _once(self, headers: dict[str, str], sid: str | None, decoder: SseDecoder) -> int | None:
+        """One GET: the number of events read, or None when the server offers no stream."""
+        owner = self.owner
+        try:
+            resp = owner.http.send("GET", owner.url, headers, replay_safe=True, tries=1)
+        except errors.RelayError as exc:
+            log.debug("GET stream: %s", exc.message)
+            return 0
+        if resp.status_code == 405:
+            resp.close()
+            self.offered = False
+            log.info("upstream offers no GET stream (HTTP 405)")
+            return None
+        if resp.status_code == 404 and sid:
+            resp.close()
+            try:
+                owner.recover(sid)
+            except errors.RelayError as exc:
+                log.warning("GET stream: %s", exc.message)
+            return 0
+        if resp.status_code != 200 or content_type(resp) != SSE_TYPE:
+            log.warning("GET stream refused: %s", owner.http.error_for(resp, owner.url).message)
+            return 0
+        count = 0
+        try:
+            for event in owner.http.events(resp, decoder, owner.url):
+                count += 1
+                for message in decode_upstream(event.data.encode("utf-8")) if event.data else []:
+                    owner.route(message)
+        except errors.RelayError as exc:
+            log.debug("GET stream ended: %s", exc.message)
+        finally:
+            resp.close()
+        return count

@@ -1,0 +1,205 @@
+"""The relay's HTTP plumbing: one requests.Session, retries, bounded bodies, SSE reading.
+
+Both transports send through HttpClient.send(), which owns the retry policy:
+a request that failed before it was sent is retried with exponential backoff and
+jitter; one that may have reached the server only when the caller says it is
+replay-safe; 429 and 503 honour Retry-After up to a cap. Bodies are read in raw
+chunks as they arrive (never line by line) and fed to the core's SseDecoder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import gevent
+import requests
+from requests.adapters import HTTPAdapter
+
+from mcpgate.core.sse import Event, SseDecoder
+from mcpgate.relay import errors
+
+log = logging.getLogger("mcpgate.relay")
+
+CHUNK_BYTES = 64 * 1024
+ERROR_BODY_BYTES = 4096
+JSON_TYPE = "application/json"
+SSE_TYPE = "text/event-stream"
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Every limit of the relay's HTTP side, with its default."""
+
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0
+    headers: Mapping[str, str] = field(default_factory=dict)
+    bearer_token: str | None = None
+    max_message_bytes: int = 16 * 1024 * 1024
+    pool_size: int = 72
+    tries: int = 3
+    backoff_base: float = 0.25
+    backoff_cap: float = 4.0
+    retry_after_cap: float = 30.0
+
+
+class HttpClient:
+    """A requests.Session with the relay's headers, timeouts, pool and retry policy."""
+
+    def __init__(self, options: HttpOptions, url: str | None = None) -> None:
+        self.options = options
+        self.session = requests.Session()
+        # Read the environment (proxies, CA bundle) once, not on every request: per-request
+        # lookups (and a .netrc probe) cost more CPU than the rest of a relayed call.
+        self.session.trust_env = False
+        if url is not None:
+            self.session.proxies = requests.utils.get_environ_proxies(url)
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if bundle:
+            self.session.verify = bundle
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=options.pool_size, max_retries=0)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.headers.clear()
+        self.session.headers.update(options.headers)
+        self.session.headers["User-Agent"] = "mcpgate-relay"
+        if options.bearer_token:
+            self.session.headers["Authorization"] = f"Bearer {options.bearer_token}"
+
+    @property
+    def token_set(self) -> bool:
+        return bool(self.options.bearer_token)
+
+    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None,
+             replay_safe: bool = False, tries: int | None = None,
+             timeout: tuple[float, float] | None = None) -> requests.Response:
+        """One HTTP exchange up to the response headers, retried per the policy; the body is not read."""
+        tries = self.options.tries if tries is None else tries
+        timeout = timeout or (self.options.connect_timeout, self.options.read_timeout)
+        for attempt in range(1, tries + 1):
+            last = attempt >= tries
+            try:
+                with errors.mapped(url):
+                    resp = self.session.request(method, url, data=body, headers=dict(headers),
+                                                stream=True, timeout=timeout, allow_redirects=False)
+            except errors.RelayError as exc:
+                if last or not exc.retryable or (exc.maybe_sent and not replay_safe):
+                    raise
+                delay = self.backoff(attempt)
+                log.info("%s %s failed (%s); retry %d in %.2fs", method, errors.redact(url), exc.message, attempt, delay)
+                gevent.sleep(delay)
+                continue
+            if resp.status_code in (429, 503) and not last:
+                wait = self._retry_delay(resp, attempt)
+                if wait is not None:
+                    resp.close()
+                    log.info("%s %s got HTTP %d; retry %d in %.2fs", method, errors.redact(url), resp.status_code, attempt, wait)
+                    gevent.sleep(wait)
+                    continue
+            return resp
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def backoff(self, attempt: int) -> float:
+        """Exponential backoff for the attempt-th retry (1-based), jittered over its upper half."""
+        ceiling = min(self.options.backoff_cap, self.options.backoff_base * 2.0 ** (attempt - 1))
+        return _jitter(ceiling)
+
+    def _retry_delay(self, resp: requests.Response, attempt: int) -> float | None:
+        """The wait a 429/503 asks for, or None when it asks for longer than the cap."""
+        asked = errors.retry_after_seconds(resp.headers.get("Retry-After"))
+        if asked is None:
+            return self.backoff(attempt)
+        if asked > self.options.retry_after_cap:
+            return None
+        return asked
+
+    def read_body(self, resp: requests.Response, url: str) -> bytes:
+        """The whole body, bounded by max_message_bytes."""
+        limit = self.options.max_message_bytes
+        parts: list[bytes] = []
+        size = 0
+        with errors.mapped(url):
+            while True:
+                chunk = resp.raw.read1(CHUNK_BYTES, decode_content=True)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise errors.InvalidUpstream(f"upstream reply exceeded {limit} bytes")
+                parts.append(chunk)
+        return b"".join(parts)
+
+    def error_body(self, resp: requests.Response, url: str) -> bytes:
+        """The first few KiB of an error reply's body; the response is closed."""
+        try:
+            with errors.mapped(url):
+                body: bytes = resp.raw.read(ERROR_BODY_BYTES, decode_content=True) or b""
+        except errors.RelayError:
+            body = b""
+        finally:
+            resp.close()
+        return body
+
+    def error_for(self, resp: requests.Response, url: str, body: bytes | None = None) -> errors.HttpStatusError:
+        """The error naming an HTTP error status and a short excerpt of its body."""
+        if body is None:
+            body = self.error_body(resp, url)
+        resp.close()
+        return errors.status_error(resp.status_code, resp.reason or "", body, self.token_set,
+                                   resp.headers.get("WWW-Authenticate"))
+
+    def events(self, resp: requests.Response, decoder: SseDecoder, url: str) -> Iterator[Event]:
+        """SSE events as their bytes arrive; ends when the server ends the body."""
+        while True:
+            with errors.mapped(url):
+                chunk = resp.raw.read1(CHUNK_BYTES, decode_content=True)
+                events = decoder.feed(chunk) if chunk else []
+            if not chunk:
+                return
+            yield from events
+
+    def done(self, resp: requests.Response) -> None:
+        """Finish with a response: when its body is (or, being short, can be) read to the end the
+        connection goes back to the pool; otherwise it is closed."""
+        raw = resp.raw
+        length = resp.headers.get("Content-Length", "")
+        if not raw.isclosed() and length.isdigit() and int(length) <= ERROR_BODY_BYTES:
+            try:
+                with errors.mapped(""):
+                    raw.read(decode_content=False)
+            except errors.RelayError:
+                pass
+        if raw.isclosed():
+            raw.release_conn()
+        else:
+            resp.close()
+
+    def new_decoder(self) -> SseDecoder:
+        return SseDecoder(max_event_bytes=self.options.max_message_bytes)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def content_type(resp: requests.Response) -> str:
+    """The media type of a response, lower case, without parameters."""
+    return resp.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+
+
+RECONNECT_BASE = 0.5
+RECONNECT_CAP = 30.0
+
+
+def reconnect_delay(failures: int, retry_ms: int | None) -> float:
+    """Wait before reopening a stream: the server's `retry` after a good stream, else growing backoff."""
+    base = retry_ms / 1000 if retry_ms is not None else RECONNECT_BASE
+    if failures == 0:
+        return base
+    return _jitter(min(RECONNECT_CAP, max(base, RECONNECT_BASE) * 2.0 ** min(failures, 16)))
+
+
+def _jitter(ceiling: float) -> float:
+    return ceiling / 2 + random.uniform(0.0, ceiling / 2)

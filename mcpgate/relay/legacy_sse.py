@@ -1,0 +1,248 @@
+"""HTTP+SSE client transport (2024-11-05).
+
+A GET opens the event stream; its first `endpoint` event names (relative URLs
+resolved, same origin only) where every client message is POSTed. Replies come
+back on the stream and are matched to waiting requests by id. When the stream
+drops, every request still waiting gets a JSON-RPC error, the stream is opened
+again with backoff (honouring `retry`), and because a new stream is a new server
+session, the host's initialize and initialized are replayed before anything else
+is sent on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import gevent
+import requests
+from gevent.event import AsyncResult, Event
+from gevent.greenlet import Greenlet
+from gevent.pool import Group
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.sse import SseDecoder
+from mcpgate.relay import errors
+from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, content_type, reconnect_delay
+from mcpgate.relay.transport import OneWay, Sink, Upstream, decode_upstream, is_reply_to
+
+log = logging.getLogger("mcpgate.relay")
+
+REINIT_ID_PREFIX = "mcpgate-relay-reinit-"
+DEFAULT_INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+class LegacySseTransport:
+    def __init__(self, url: str, http: HttpClient, sink: Sink) -> None:
+        self.url, self.http, self.sink = url, http, sink
+        self.endpoint: str | None = None
+        self._pending: dict[jsonrpc.IdKey, AsyncResult] = {}
+        # The outcome (the endpoint, or the error) of the connection attempt in progress or next.
+        self._attempt = AsyncResult()
+        self._wake = Event()
+        self._stream: Greenlet | None = None
+        self._resp: requests.Response | None = None
+        self._closing = False
+        self._init_obj: dict[str, Any] | None = None
+        self._initialized_obj: dict[str, Any] | None = None
+        self._reinit_ids = itertools.count(1)
+        self._background = Group()  # handshake replays, killed at close
+
+    @property
+    def _connect_budget(self) -> float:
+        options = self.http.options
+        return options.tries * (options.connect_timeout + options.backoff_cap) + options.read_timeout
+
+    # -- host messages ----------------------------------------------------------------------
+
+    def request(self, req: jsonrpc.Request) -> jsonrpc.Response:
+        endpoint = self._connection()
+        if req.method == "initialize":
+            self._init_obj = req.obj  # replayed on the next stream (after this one is initialized)
+        return self._exchange(endpoint, req)
+
+    def send_oneway(self, message: OneWay) -> None:
+        if isinstance(message, jsonrpc.Notification) and message.method == "notifications/initialized":
+            self._initialized_obj = message.obj
+        what = message.method if isinstance(message, jsonrpc.Notification) else f"response {message.id!r}"
+        try:
+            self._post(self._connection(), jsonrpc.raw_bytes(message), False, None)
+        except errors.RelayError as exc:
+            log.warning("could not deliver %s upstream: %s", what, exc.message)
+
+    def _exchange(self, endpoint: str, req: jsonrpc.Request) -> jsonrpc.Response:
+        key = jsonrpc.id_key(req.id)
+        waiter = AsyncResult()
+        self._pending[key] = waiter
+        try:
+            self._post(endpoint, jsonrpc.raw_bytes(req), errors.is_replay_safe(req.method), req)
+            while True:
+                try:
+                    reply: jsonrpc.Response = waiter.get(timeout=self.http.options.read_timeout)
+                    return reply
+                except gevent.Timeout:
+                    if self._closing or self.endpoint != endpoint:
+                        raise errors.MaybeSent(f"no reply to {req.method} from the upstream SSE stream") from None
+        finally:
+            if self._pending.get(key) is waiter:
+                del self._pending[key]
+
+    def _post(self, endpoint: str, body: bytes, safe: bool, req: jsonrpc.Request | None) -> None:
+        """POST one message to the endpoint; the reply (if any) arrives on the stream."""
+        resp = self.http.send("POST", endpoint, {"Content-Type": JSON_TYPE}, body, replay_safe=safe)
+        if not 200 <= resp.status_code < 300:
+            raise self.http.error_for(resp, endpoint)
+        try:
+            if resp.status_code == 200 and content_type(resp) == JSON_TYPE:
+                # Not what 2024-11-05 servers do (they answer 202), but harmless to accept.
+                for message in decode_upstream(self.http.read_body(resp, endpoint)):
+                    self._route(message)
+        finally:
+            self.http.done(resp)
+
+    def _route(self, message: Upstream) -> None:
+        if isinstance(message, jsonrpc.Response) and message.id is not None:
+            waiter = self._pending.get(jsonrpc.id_key(message.id))
+            if waiter is not None and not waiter.ready():
+                waiter.set(message)
+                return
+        self.sink(message)
+
+    # -- the stream -------------------------------------------------------------------------
+
+    def _connection(self) -> str:
+        """The POST endpoint of a live, initialized stream; connects (or waits for it) first."""
+        endpoint = self.endpoint
+        if endpoint is not None:
+            return endpoint
+        if self._closing:
+            raise errors.ShuttingDown("relay is shutting down")
+        if self._stream is None or self._stream.dead:
+            self._stream = gevent.spawn(self._stream_loop)
+        attempt = self._attempt
+        self._wake.set()
+        try:
+            result: str = attempt.get(timeout=self._connect_budget)
+        except gevent.Timeout:
+            raise errors.MaybeSent("timed out waiting for the upstream SSE stream's endpoint event") from None
+        return result
+
+    def _stream_loop(self) -> None:
+        failures, retry_ms, last_id = 0, None, None
+        while not self._closing:
+            self._wake.clear()
+            attempt = self._attempt
+            decoder = self.http.new_decoder()
+            decoder.last_event_id = last_id
+            count = self._stream_once(attempt, decoder)
+            last_id = decoder.last_event_id
+            retry_ms = decoder.retry_ms if decoder.retry_ms is not None else retry_ms
+            failures = 0 if count else failures + 1
+            if not self._closing:
+                self._wake.wait(timeout=reconnect_delay(failures, retry_ms))
+
+    def _stream_once(self, attempt: AsyncResult, decoder: SseDecoder) -> int:
+        """One stream connection: the number of events it delivered."""
+        count = 0
+        try:
+            resp = self._open(decoder.last_event_id)
+            self._resp = resp
+            for event in self.http.events(resp, decoder, self.url):
+                count += 1
+                if event.event == "endpoint":
+                    self._on_endpoint(event.data.strip(), attempt)
+                elif event.data:
+                    for message in decode_upstream(event.data.encode("utf-8")):
+                        self._route(message)
+            log.warning("upstream SSE stream ended")
+        except errors.RelayError as exc:
+            log.warning("upstream SSE stream: %s", exc.message)
+            if not attempt.ready():
+                attempt.set_exception(exc)
+        finally:
+            if self._resp is not None:
+                self._resp.close()
+                self._resp = None
+            self._on_drop(attempt)
+        return count
+
+    def _open(self, last_id: str | None) -> requests.Response:
+        headers = {"Accept": SSE_TYPE}
+        if last_id is not None:
+            headers["Last-Event-ID"] = last_id
+        resp = self.http.send("GET", self.url, headers, replay_safe=True)
+        if resp.status_code != 200:
+            raise self.http.error_for(resp, self.url)
+        if content_type(resp) != SSE_TYPE:
+            resp.close()
+            raise errors.InvalidUpstream(f"upstream GET {errors.redact(self.url)} did not open an SSE stream "
+                                         f"(Content-Type {content_type(resp)!r})")
+        return resp
+
+    def _on_endpoint(self, data: str, attempt: AsyncResult) -> None:
+        endpoint = urljoin(self.url, data)
+        if not same_origin(endpoint, self.url):
+            raise errors.InvalidUpstream(f"upstream endpoint event names another origin: {errors.redact(endpoint)}")
+        if attempt.ready():
+            log.warning("ignored a second endpoint event")
+            return
+        log.info("upstream SSE endpoint %s", errors.redact(endpoint))
+        if self._init_obj is None:
+            self.endpoint = endpoint
+            attempt.set(endpoint)
+        else:
+            self._background.spawn(self._reinitialize, endpoint, attempt)
+
+    def _reinitialize(self, endpoint: str, attempt: AsyncResult) -> None:
+        """A new stream is a new server session: replay the host's handshake before anything else."""
+        assert self._init_obj is not None
+        obj = dict(self._init_obj, id=f"{REINIT_ID_PREFIX}{next(self._reinit_ids)}")
+        init = jsonrpc.classify(obj)
+        assert isinstance(init, jsonrpc.Request)
+        try:
+            reply = self._exchange(endpoint, init)
+            if reply.is_error:
+                raise errors.RelayError("upstream refused the replayed initialize: "
+                                        f"{reply.obj['error'].get('message', '')}")
+            self._post(endpoint, jsonrpc.encode(self._initialized_obj or DEFAULT_INITIALIZED), False, None)
+        except errors.RelayError as exc:
+            exc.message = f"could not start a new upstream session: {exc.message}"
+            log.warning("%s", exc.message)
+            if not attempt.ready():
+                attempt.set_exception(exc)
+            resp = self._resp
+            if resp is not None:
+                resp.close()
+            return
+        log.info("upstream SSE session re-initialized")
+        self.endpoint = endpoint
+        if not attempt.ready():
+            attempt.set(endpoint)
+
+    def _on_drop(self, attempt: AsyncResult) -> None:
+        """The stream is gone: nothing waiting on it will be answered."""
+        self.endpoint = None
+        self._attempt = AsyncResult()
+        lost = errors.MaybeSent("the upstream SSE stream dropped before the reply arrived; "
+                                "the request may or may not have run upstream")
+        if not attempt.ready():
+            attempt.set_exception(lost)
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            if not waiter.ready():
+                waiter.set_exception(errors.ShuttingDown("relay is shutting down") if self._closing else lost)
+
+    def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._stream is not None:
+            self._stream.kill(block=True, timeout=1.0)
+        self._background.kill(block=True, timeout=1.0)
+        self._on_drop(self._attempt)

@@ -1,0 +1,339 @@
+"""The relay's stdio side: host lines in, upstream messages out through one writer.
+
+One greenlet reads stdin with the shared NDJSON framing. Each host request runs
+in its own greenlet, so a slow tools/call never holds up a later tools/list.
+Notifications and the host's answers to server requests are sent in arrival
+order. Everything bound for stdout goes through the cancel filter and a bounded
+queue to the single writer greenlet, so stdout only ever carries whole lines.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gevent
+import gevent.os
+from gevent.event import AsyncResult, Event
+from gevent.greenlet import Greenlet
+from gevent.queue import Full, Queue
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.cancel import CancelTracker
+from mcpgate.core.framing import LineDecoder, LineTooLong, frame
+from mcpgate.relay import errors
+from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
+
+log = logging.getLogger("mcpgate.relay")
+
+READ_BYTES = 64 * 1024
+WRITE_BATCH = 256
+
+
+@dataclass(frozen=True)
+class PumpOptions:
+    """Every limit of the stdio side, with its default."""
+
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_inflight: int = 64
+    cancel_filter: bool = True
+    cancel_ttl: float = 60.0
+    cancel_max_entries: int = 10_000
+    shutdown_grace: float = 3.0
+    out_queue: int = 1024
+    out_put_timeout: float = 30.0
+    oneway_queue: int = 256
+    barrier_wait: float = 330.0
+
+
+class StdPipes:
+    """Cooperative (non-blocking, hub-waiting) reads and writes on two fds; flags restored at the end."""
+
+    def __init__(self, in_fd: int, out_fd: int) -> None:
+        self.in_fd, self.out_fd = in_fd, out_fd
+        self._saved = {fd: fcntl.fcntl(fd, fcntl.F_GETFL) for fd in (in_fd, out_fd)}
+        for fd in self._saved:
+            gevent.os.make_nonblocking(fd)
+
+    def read(self) -> bytes:
+        data: bytes = gevent.os.nb_read(self.in_fd, READ_BYTES)
+        return data
+
+    def write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[gevent.os.nb_write(self.out_fd, view):]
+
+    def restore(self) -> None:
+        for fd, flags in self._saved.items():
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            except OSError:
+                pass
+
+
+def leftovers() -> tuple[int, int]:
+    """(live greenlets, open sockets) of this process: both should be 0 after shutdown."""
+    gc.collect()
+    greenlets = sum(1 for obj in gc.get_objects() if isinstance(obj, Greenlet) and not obj.dead)
+    try:
+        fds = os.listdir("/proc/self/fd")
+        sockets = sum(1 for fd in fds if _readlink(f"/proc/self/fd/{fd}").startswith("socket:"))
+    except OSError:
+        sockets = -1  # not Linux: unknown
+    return greenlets, sockets
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def host_lines(decoder: LineDecoder, data: bytes) -> list[bytes | LineTooLong]:
+    """The complete lines in data; an over-long line becomes a LineTooLong after the good ones."""
+    try:
+        return list(decoder.feed(data))
+    except LineTooLong as exc:
+        return [*exc.lines, exc]
+
+
+class Relay:
+    def __init__(self, transport_factory: Callable[[Sink], Transport], options: PumpOptions,
+                 in_fd: int = 0, out_fd: int = 1) -> None:
+        self.options = options
+        self.in_fd, self.out_fd = in_fd, out_fd
+        self.transport = transport_factory(self.deliver)
+        self._out: Queue = Queue(maxsize=options.out_queue)
+        self._inflight: dict[jsonrpc.IdKey, Greenlet] = {}
+        self._cancelled = CancelTracker(options.cancel_ttl, options.cancel_max_entries)
+        self._stop = Event()
+        self._host_gone = False
+        # Ordering without blocking stdin: one-way messages are POSTed in arrival order by one
+        # sender greenlet, and every message waits for the `barrier` in force when it arrived:
+        # the last one-way message before it, or an initialize still in flight (the lifecycle
+        # wants its reply before anything else, even from a host that pipes everything at once).
+        self._oneway: Queue = Queue(maxsize=options.oneway_queue)
+        self._barrier: AsyncResult | None = None
+
+    # -- stdout -----------------------------------------------------------------------------
+
+    def deliver(self, message: Upstream) -> None:
+        """The transports' sink: upstream messages for the host, through the cancel filter."""
+        if isinstance(message, jsonrpc.Response) and message.id is not None and self._drop_late(message.id):
+            return
+        self._write(jsonrpc.raw_bytes(message))
+
+    def _drop_late(self, msg_id: jsonrpc.Id) -> bool:
+        if not self.options.cancel_filter:
+            return False
+        dropped = self._cancelled.drop_late(jsonrpc.id_key(msg_id), time.monotonic())
+        if dropped:
+            log.info("dropped the late reply to cancelled request %r", msg_id)
+        return dropped
+
+    def _write(self, line: bytes) -> None:
+        if self._host_gone:
+            return
+        try:
+            self._out.put(line, timeout=self.options.out_put_timeout)
+        except Full:
+            log.error("the host has not read stdout for %gs; dropped a message", self.options.out_put_timeout)
+
+    def _write_loop(self, pipes: StdPipes) -> None:
+        while True:
+            batch = [self._out.get()]
+            while len(batch) < WRITE_BATCH and not self._out.empty():
+                batch.append(self._out.get_nowait())
+            done = None in batch
+            data = b"".join(frame(line) for line in batch if line is not None)
+            try:
+                if data:
+                    pipes.write_all(data)
+            except OSError as exc:
+                log.info("stdout closed (%s)", exc.strerror or exc)
+                self._host_gone = True
+                self._stop.set()
+                return
+            if done:
+                return
+
+    # -- stdin ------------------------------------------------------------------------------
+
+    def _read_loop(self, pipes: StdPipes) -> None:
+        decoder = LineDecoder(self.options.max_message_bytes)
+        while True:
+            try:
+                chunk = pipes.read()
+            except OSError as exc:
+                log.warning("stdin failed: %s", exc.strerror or exc)
+                break
+            if not chunk:
+                break
+            for line in host_lines(decoder, chunk):
+                self._handle_line(line)
+        tail = decoder.finish()
+        if tail is not None:
+            self._handle_line(tail)
+        log.info("stdin closed")
+        self._stop.set()
+
+    def _handle_line(self, line: bytes | LineTooLong) -> None:
+        if isinstance(line, LineTooLong):
+            self._write(jsonrpc.encode(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, str(line))))
+            return
+        message = jsonrpc.parse(line)
+        for item in message.items if isinstance(message, jsonrpc.Batch) else [message]:
+            self._handle(item)
+
+    def _handle(self, message: jsonrpc.Message) -> None:
+        if isinstance(message, jsonrpc.Invalid):
+            self._write(jsonrpc.encode(jsonrpc.error_response(message.id, message.code, message.reason)))
+        elif isinstance(message, jsonrpc.Request):
+            self._start_request(message)
+        elif isinstance(message, jsonrpc.Notification) and message.method == "notifications/cancelled":
+            self._cancel(message)
+        elif isinstance(message, (jsonrpc.Notification, jsonrpc.Response)):
+            self._queue_oneway(message)
+
+    def _queue_oneway(self, message: OneWay) -> None:
+        done = AsyncResult()
+        try:
+            self._oneway.put((message, self._barrier, done), timeout=self.options.out_put_timeout)
+        except Full:
+            log.error("upstream has not accepted messages for %gs; dropped %s", self.options.out_put_timeout,
+                      getattr(message, "method", "a response"))
+            return
+        self._barrier = done
+
+    def _send_loop(self) -> None:
+        """POST one-way messages in arrival order (each after its barrier)."""
+        while True:
+            item = self._oneway.get()
+            if item is None:
+                return
+            message, after, done = item
+            try:
+                self._wait_barrier(after)
+                self.transport.send_oneway(message)
+            except Exception:  # a bug must not stop later messages
+                log.exception("relay error sending %s", getattr(message, "method", "a response"))
+            finally:
+                done.set(None)
+
+    def _wait_barrier(self, after: AsyncResult | None) -> None:
+        if after is not None and not after.ready():
+            after.wait(timeout=self.options.barrier_wait)
+
+    def _start_request(self, req: jsonrpc.Request) -> None:
+        key = jsonrpc.id_key(req.id)
+        refusal = None
+        if key in self._inflight:
+            refusal = f"request id {req.id!r} is already in use by a request in flight"
+        elif len(self._inflight) >= self.options.max_inflight:
+            refusal = f"too many requests in flight (limit {self.options.max_inflight})"
+        if refusal is not None:
+            self._write(jsonrpc.encode(jsonrpc.error_response(req.id, jsonrpc.INVALID_REQUEST, refusal)))
+            return
+        self._cancelled.forget(key)
+        after = self._barrier
+        done = AsyncResult()
+        if req.method == "initialize":
+            self._barrier = done
+        worker = Greenlet(self._run_request, req, after, done)
+        self._inflight[key] = worker
+        worker.start()
+
+    def _run_request(self, req: jsonrpc.Request, after: AsyncResult | None, done: AsyncResult) -> None:
+        key = jsonrpc.id_key(req.id)
+        try:
+            self._wait_barrier(after)
+            line = jsonrpc.raw_bytes(self.transport.request(req))
+        except errors.RelayError as exc:
+            log.warning("%s (id %r) failed: %s", req.method, req.id, exc.message)
+            line = jsonrpc.encode(exc.response(req.id))
+        except Exception as exc:  # a bug must still answer the host
+            log.exception("relay error on %s (id %r)", req.method, req.id)
+            line = jsonrpc.encode(jsonrpc.error_response(req.id, jsonrpc.INTERNAL_ERROR,
+                                                         f"relay internal error: {exc!r}"[:300]))
+        finally:
+            if self._inflight.get(key) is gevent.getcurrent():
+                del self._inflight[key]
+            done.set(None)
+        if not self._drop_late(req.id):
+            self._write(line)
+
+    def _cancel(self, note: jsonrpc.Notification) -> None:
+        """Forward at once; then stop waiting for the reply and drop it if it still comes."""
+        params = note.params if isinstance(note.params, dict) else {}
+        request_id = params.get("requestId")
+        key = jsonrpc.id_key(request_id) if jsonrpc.is_valid_id(request_id) else None
+        if key is not None and self.options.cancel_filter:
+            self._cancelled.cancel(key, time.monotonic())
+        self._queue_oneway(note)
+        if key is not None and self.options.cancel_filter:
+            worker = self._inflight.pop(key, None)
+            if worker is not None:
+                log.info("cancelled request %r: its reply stream is closed", request_id)
+                worker.kill(block=False)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Relay until stdin ends or SIGINT/SIGTERM; then end the session and exit 0."""
+        pipes = StdPipes(self.in_fd, self.out_fd)
+        writer = gevent.spawn(self._write_loop, pipes)
+        sender = gevent.spawn(self._send_loop)
+        reader = gevent.spawn(self._read_loop, pipes)
+        reader.link(lambda _: self._stop.set())
+        writer.link(lambda _: self._stop.set())
+        handlers = [gevent.signal_handler(sig, self._on_signal, sig) for sig in (signal.SIGINT, signal.SIGTERM)]
+        try:
+            while not self._stop.wait(timeout=60.0):
+                pass
+            reader.kill(block=True, timeout=1.0)
+            self._drain(sender)
+            self.transport.close()
+        finally:
+            for handler in handlers:
+                handler.cancel()
+            self._finish_writer(writer)
+            pipes.restore()
+        return 0
+
+    def _on_signal(self, signum: int) -> None:
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        self._stop.set()
+
+    def _drain(self, sender: Greenlet) -> None:
+        """Give in-flight requests and queued one-way messages a short grace; answer the rest with an error."""
+        try:
+            self._oneway.put(None, timeout=self.options.shutdown_grace)
+        except Full:
+            pass
+        pending = [*self._inflight.values(), sender]
+        if len(pending) > 1:
+            log.info("waiting up to %gs for %d in-flight replies", self.options.shutdown_grace, len(pending) - 1)
+        gevent.joinall(pending, timeout=self.options.shutdown_grace)
+        sender.kill(block=True, timeout=1.0)
+        late = list(self._inflight.values())
+        for worker in late:
+            worker.kill(errors.ShuttingDown("relay shut down before the upstream replied"), block=False)
+        gevent.joinall(late, timeout=1.0)
+        for worker in late:
+            worker.kill(block=True, timeout=0.5)
+
+    def _finish_writer(self, writer: Greenlet) -> None:
+        try:
+            self._out.put(None, timeout=1.0)
+        except Full:
+            pass
+        writer.join(timeout=2.0)
+        writer.kill(block=True, timeout=1.0)

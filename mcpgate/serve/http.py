@@ -1,0 +1,79 @@
+"""A thin request/response pair over WSGI for the MCP endpoint.
+
+The endpoint is the gateway's hot path; Flask's per-request machinery cost more
+CPU than all of the gateway's own work per call (measured in bench/), so the
+endpoint speaks WSGI through these two small types and Flask serves the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+from ..core import jsonrpc
+
+STATUS_TEXT = {200: "OK", 202: "Accepted", 204: "No Content", 400: "Bad Request", 403: "Forbidden",
+               404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable", 409: "Conflict",
+               413: "Payload Too Large", 415: "Unsupported Media Type", 421: "Misdirected Request",
+               500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+StartResponse = Callable[..., Any]
+
+
+class HttpRequest:
+    __slots__ = ("environ", "method")
+
+    def __init__(self, environ: dict[str, Any]) -> None:
+        self.environ = environ
+        self.method: str = environ["REQUEST_METHOD"]
+
+    def header(self, name: str) -> str | None:
+        key = name.upper().replace("-", "_")
+        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            key = "HTTP_" + key
+        value = self.environ.get(key)
+        return value if value is None or isinstance(value, str) else str(value)
+
+    def read_body(self, limit: int) -> bytes | None:
+        """The body, or None when it is larger than `limit` bytes."""
+        length = self.environ.get("CONTENT_LENGTH")
+        stream = self.environ["wsgi.input"]
+        if length:
+            try:
+                size = int(length)
+            except ValueError:
+                return None
+            if size > limit or size < 0:
+                return None
+            return stream.read(size)  # type: ignore[no-any-return]
+        body = stream.read(limit + 1)
+        return None if len(body) > limit else body
+
+
+class HttpResponse:
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int = 200, body: bytes | Iterator[bytes] = b"",
+                 content_type: str | None = None, headers: dict[str, str] | None = None) -> None:
+        self.status = status
+        self.body = body
+        self.headers: list[tuple[str, str]] = list(headers.items()) if headers else []
+        if content_type:
+            self.headers.append(("Content-Type", content_type))
+        if isinstance(body, bytes):
+            self.headers.append(("Content-Length", str(len(body))))
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        start_response(f"{self.status} {STATUS_TEXT.get(self.status, '')}".rstrip(), self.headers)
+        if isinstance(self.body, bytes):
+            return [self.body] if self.body else []
+        return self.body
+
+
+def json_response(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
+    return HttpResponse(status, body, "application/json", headers)
+
+
+def rpc_error(status: int, code: int, message: str, msg_id: Any = None, data: Any = None,
+              headers: dict[str, str] | None = None) -> HttpResponse:
+    """An HTTP error whose body is a JSON-RPC error response."""
+    return json_response(jsonrpc.encode(jsonrpc.error_response(msg_id, code, message, data)), status, headers)
