@@ -164,6 +164,8 @@ class ChildProcess:
         self._discard = False                # stop delivering stdout (after junk / oversized line)
         self._junk = 0
         self._queue: deque[bytes] = deque()
+        self._writing = False                # the writer greenlet holds messages it has not finished writing
+        self._stdin_fd: int | None = None
         self._queued = 0                     # bytes accepted by send() and not yet written
         self._wake = gevent.event.Event()
         self._exited = gevent.event.Event()
@@ -205,7 +207,8 @@ class ChildProcess:
         self._log.info("child[%s] started pid=%s: %s", self.label, self.pid, executable)
         self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.argv))
         self._greenlets["stdout"] = gevent.spawn(self._read_stdout, proc.stdout.fileno())
-        self._greenlets["stdin"] = gevent.spawn(self._write_stdin, proc.stdin.fileno())
+        self._stdin_fd = proc.stdin.fileno()
+        self._greenlets["stdin"] = gevent.spawn(self._write_stdin, self._stdin_fd)
         if proc.stderr is not None:
             self._greenlets["stderr"] = gevent.spawn(self._read_stderr, proc.stderr.fileno())
         self._greenlets["exit"] = gevent.spawn(self._supervise)
@@ -231,11 +234,29 @@ class ChildProcess:
             self._log.warning("child[%s] write queue full (%d bytes unwritten); closing", self.label, self._queued)
             self.close("write queue full")
             return False
-        self._queue.append(data)
-        self._queued += size
         if self._log.isEnabledFor(logging.DEBUG):
             self._log_message("->child", jsonrpc.parse(data), data)
+        if not self._queue and not self._writing and self._stdin_fd is not None:
+            return self._write_now(data, size)
+        self._queue.append(data)
+        self._queued += size
         self._wake.set()
+        return True
+
+    def _write_now(self, data: bytes, size: int) -> bool:
+        """The fast path: nothing is pending, so write straight away; queue what the pipe did not take."""
+        try:
+            written = os.writev(self._stdin_fd, (data, _NEWLINE))  # type: ignore[arg-type]
+        except BlockingIOError:
+            written = 0
+        except OSError as exc:
+            self.close("stdin closed by child" if isinstance(exc, BrokenPipeError) else f"stdin write failed: {exc}")
+            return False
+        if written < size:
+            rest = memoryview(data)[written:] if written < len(data) else b""
+            self._queue.append(rest)
+            self._queued += size - written
+            self._wake.set()
         return True
 
     def close(self, reason: str) -> None:
@@ -343,7 +364,9 @@ class ChildProcess:
                 for _ in range(count):
                     buffers.append(queue.popleft())
                     buffers.append(_NEWLINE)
+                self._writing = True
                 self._write_all(fd, buffers, hub, watcher)
+                self._writing = False
         except BrokenPipeError:
             self.close("stdin closed by child")
         except OSError as exc:
