@@ -1,0 +1,129 @@
+"""Pure pieces of the relay: error mapping, retry rules, the fallback rule, host line splitting."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import pytest
+import requests
+import urllib3.exceptions
+
+from mcpgate.core.framing import LineDecoder, LineTooLong
+from mcpgate.relay import errors
+from mcpgate.relay.http_client import HttpClient, HttpOptions
+from mcpgate.relay.pump import host_lines
+from mcpgate.relay.streamable import valid_session_id
+from mcpgate.relay.transport import should_fall_back
+
+URL = "http://upstream.test/mcp"
+
+
+def _raise_in_mapped(exc: BaseException) -> errors.RelayError:
+    with pytest.raises(errors.RelayError) as caught:
+        with errors.mapped(URL):
+            raise exc
+    return caught.value
+
+
+def _connection_error(reason: Exception) -> requests.exceptions.ConnectionError:
+    return requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(None, URL, reason))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("exc, kind, maybe_sent", [
+    (requests.exceptions.ConnectTimeout(), errors.NotSent, False),
+    (_connection_error(urllib3.exceptions.NewConnectionError(None, "Connection refused")),  # type: ignore[arg-type]
+     errors.NotSent, False),
+    (_connection_error(urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError())),
+     errors.MaybeSent, True),
+    (requests.exceptions.ReadTimeout(), errors.MaybeSent, True),
+    (urllib3.exceptions.ReadTimeoutError(None, URL, "read timed out"), errors.MaybeSent, True),  # type: ignore[arg-type]
+    (urllib3.exceptions.ProtocolError("Connection broken"), errors.MaybeSent, True),
+    (requests.exceptions.SSLError("certificate verify failed"), errors.ConfigError, False),
+    (ConnectionResetError(104, "Connection reset by peer"), errors.MaybeSent, True),
+])
+def test_exceptions_map_to_relay_errors(exc: BaseException, kind: type, maybe_sent: bool) -> None:
+    mapped = _raise_in_mapped(exc)
+    assert type(mapped) is kind and mapped.maybe_sent is maybe_sent
+    assert URL in mapped.message
+
+
+def test_refused_connection_is_named() -> None:
+    mapped = _raise_in_mapped(_connection_error(
+        urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] "  # type: ignore[arg-type]
+                                              "Connection refused")))
+    assert mapped.message.endswith("connection refused")
+
+
+def test_status_errors_name_status_body_and_token_setting() -> None:
+    e401 = errors.status_error(401, "Unauthorized", b"nope", token_set=False, www_authenticate='Bearer realm="x"')
+    assert "MCPGATE_BEARER_TOKEN" in e401.message and "401" in e401.message
+    assert e401.data["wwwAuthenticate"] == 'Bearer realm="x"'
+    assert "was rejected" in errors.status_error(401, "", b"", token_set=True).message
+    e500 = errors.status_error(500, "Internal Server Error", b"line one\n\n  line two " + b"x" * 500, False)
+    assert "HTTP 500 Internal Server Error: line one line two" in e500.message
+    assert len(e500.data["body"]) <= errors.EXCERPT_CHARS + 3 and e500.maybe_sent
+    passthrough = errors.status_error(
+        400, "Bad Request", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"bad version"}}', False)
+    assert passthrough.code == -32602 and "bad version" in passthrough.message and not passthrough.maybe_sent
+
+
+def test_retry_after_forms() -> None:
+    assert errors.retry_after_seconds("7") == 7.0
+    assert errors.retry_after_seconds(None) is None and errors.retry_after_seconds("soon") is None
+    later = email.utils.formatdate(time.time() + 120, usegmt=True)
+    assert 100 < (errors.retry_after_seconds(later) or 0) <= 121
+
+
+def test_replay_safe_methods() -> None:
+    for method in ("initialize", "ping", "tools/list", "resources/templates/list", "resources/read",
+                   "prompts/get", "completion/complete"):
+        assert errors.is_replay_safe(method), method
+    for method in ("tools/call", "resources/subscribe", "logging/setLevel", "sampling/createMessage"):
+        assert not errors.is_replay_safe(method), method
+
+
+def test_backoff_grows_with_jitter_and_a_cap() -> None:
+    http = HttpClient(HttpOptions(backoff_base=1.0, backoff_cap=4.0))
+    try:
+        for attempt, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (9, 4.0)):
+            delays = {http.backoff(attempt) for _ in range(20)}
+            assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
+    finally:
+        http.close()
+
+
+@pytest.mark.parametrize("status, body, expected", [
+    (405, b"Method Not Allowed", True),
+    (404, b"<html>not found</html>", True),
+    (400, b"", True),
+    (400, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"unsupported"}}', False),
+    (401, b"", False),
+    (500, b"", False),
+])
+def test_fallback_rule(status: int, body: bytes, expected: bool) -> None:
+    assert should_fall_back(status, body) is expected
+
+
+def test_session_id_characters() -> None:
+    assert valid_session_id("a1-B2_c3.~!")
+    assert not valid_session_id("") and not valid_session_id("has space") and not valid_session_id("tab\t")
+
+
+def test_host_lines_oversized_line_costs_only_itself() -> None:
+    decoder = LineDecoder(10)
+    out = host_lines(decoder, b'{"a":1}\n' + b"x" * 30 + b'\n{"b":2}\n' + b"y" * 15)
+    assert out[:2] == [b'{"a":1}', b'{"b":2}'] and isinstance(out[2], LineTooLong) and len(out) == 3
+    assert host_lines(decoder, b"yyyy\n" + b'{"c":3}\n') == [b'{"c":3}']  # the rest of the long line is skipped
+    assert host_lines(decoder, b'{"d":') == [] and decoder.finish() == b'{"d":'
+
+
+def test_redact_hides_user_info_and_query() -> None:
+    assert errors.redact("https://u:pw@host.example:8443/mcp?token=abc") == "https://host.example:8443/mcp?..."
+    assert errors.redact("http://127.0.0.1:9000/sse") == "http://127.0.0.1:9000/sse"
+
+
+def test_invalid_header_error_does_not_quote_the_value() -> None:
+    mapped = _raise_in_mapped(requests.exceptions.InvalidHeader("Invalid return character in header value: "
+                                                               "'Bearer sekrit\\n'"))
+    assert "sekrit" not in mapped.message and not mapped.retryable
