@@ -8,15 +8,12 @@ block the caller: they go to a bounded queue that the writer drains.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import logging
 import os
 import shlex
-import shutil
 import signal
 from collections import deque
-from typing import IO, Any, Callable, Iterator, Mapping
+from typing import IO, Any, Callable, Iterator
 
 import gevent
 import gevent.event
@@ -26,77 +23,18 @@ from gevent.hub import get_hub
 from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message
+from mcpgate.orphans import preexec_die_with_parent
+from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 
-__all__ = ["ChildSpawnError", "ChildProcess", "split_command", "resolve_executable", "child_environment"]
+__all__ = ["ChildProcess"]
 
-INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 _CHUNK = 64 * 1024
 _MAX_IOV = 512            # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
 _STDERR_LINE_CAP = 64 * 1024
 _LOG_TEXT = 1000          # stderr characters per log line
 _LOG_BODY = 200           # body bytes in DEBUG / WARNING lines
 _KILL_GRACE = 5.0         # wait after SIGKILL; the kernel needs no longer
-_PR_SET_PDEATHSIG = 1
 _NEWLINE = b"\n"
-
-
-class ChildSpawnError(RuntimeError):
-    """The child's executable could not be resolved or executed."""
-
-
-def split_command(command: str) -> list[str]:
-    """Split a command line by POSIX shell-word rules (no shell is ever run)."""
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise ValueError(f"cannot parse command {command!r}: {exc}") from None
-    if not argv:
-        raise ValueError("command is empty")
-    return argv
-
-
-def resolve_executable(argv0: str, path: str) -> str:
-    """argv0 resolved against the given PATH; ChildSpawnError when missing or not executable."""
-    found = shutil.which(argv0, path=path)
-    if found is not None:
-        return found
-    has_dir = os.sep in argv0
-    for candidate in [argv0] if has_dir else [os.path.join(d or ".", argv0) for d in path.split(os.pathsep)]:
-        if os.path.isfile(candidate):
-            raise ChildSpawnError(f"command not executable: {argv0!r} ({candidate} lacks execute permission)")
-    raise ChildSpawnError(f"command not found: {argv0!r}" + ("" if has_dir else f" (searched PATH={path})"))
-
-
-def child_environment(extra: dict[str, str], parent: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The allowlisted part of parent (no exported shell functions), then extra on top."""
-    env = {}
-    for name in INHERITED_ENV:
-        value = parent.get(name)
-        if value is not None and not value.startswith("()"):
-            env[name] = value
-    env.update(extra)
-    return env
-
-
-@functools.lru_cache(maxsize=1)
-def _prctl() -> Callable[..., int] | None:
-    """libc's prctl, looked up once in the parent (never after fork); None when unavailable."""
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def _make_preexec(parent_pid: int) -> Callable[[], None]:
-    prctl = _prctl()
-
-    def preexec() -> None:  # runs in the forked child before exec
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 def _describe_exit(returncode: int) -> str:
@@ -194,7 +132,7 @@ class ChildProcess:
             self._proc = gevent.subprocess.Popen(
                 self.argv, executable=executable, stdin=gevent.subprocess.PIPE, stdout=gevent.subprocess.PIPE,
                 stderr=stderr_target, env=self.env, cwd=self.cwd, close_fds=True, start_new_session=True,
-                preexec_fn=_make_preexec(os.getpid()))
+                preexec_fn=preexec_die_with_parent(os.getpid()))
         except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
             _close_quietly(self._stderr_file)
             why = getattr(exc, "strerror", None) or exc

@@ -11,11 +11,12 @@ functions do nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import logging
 import os
 import signal
 import time
+from typing import Callable
 
 log = logging.getLogger("mcpgate.orphans")
 
@@ -23,22 +24,32 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _prctl(option: int, value: int) -> bool:
+@functools.lru_cache(maxsize=1)
+def _libc_prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up once in the parent (never between fork and exec); None when unavailable."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
     except (OSError, AttributeError):
-        return False
+        return None
 
 
 def become_subreaper() -> bool:
     """Make this process adopt orphaned descendants (called in the gunicorn master)."""
-    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl = _libc_prctl()
+    return prctl is not None and int(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """In a freshly forked child: receive `sig` when the parent dies."""
-    return _prctl(PR_SET_PDEATHSIG, int(sig))
+def preexec_die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """A preexec_fn: the child gets SIGKILL when its parent (the worker) dies, even by SIGKILL."""
+    prctl = _libc_prctl()
+
+    def preexec() -> None:  # runs in the forked child before exec
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
 
 
 def children_of(pid: int) -> list[int]:

@@ -16,13 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # pragma: no cover - depends on how pytest was launched
     sys.path.insert(0, ROOT)
 
-from mcpgate.child import (  # noqa: E402
-    ChildProcess,
-    ChildSpawnError,
-    child_environment,
-    resolve_executable,
-    split_command,
-)
+from mcpgate.child import ChildProcess  # noqa: E402
+from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command  # noqa: E402
 from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
 
 PEER = os.path.join(ROOT, "tests", "fixtures", "child_peer.py")

@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 import gevent
 
-from ..child import ChildProcess, ChildSpawnError, child_environment, resolve_executable, split_command
+from ..child import ChildProcess
+from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 from ..core.sessions import SessionRegistry
 from ..settings import Settings
 from .session import Session

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterator
 
-from ..child import ChildSpawnError
+from ..spawn import ChildSpawnError
 from ..core import jsonrpc, versions
 from ..core.jsonrpc import Batch, Invalid, Notification, Request, Response as RpcResponse
 from ..core.routing import DuplicateRequestId
