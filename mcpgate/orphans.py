@@ -28,7 +28,7 @@ PR_SET_CHILD_SUBREAPER = 36
 def _libc_prctl() -> Callable[..., int] | None:
     """libc's prctl, looked up once in the parent (never between fork and exec); None when unavailable."""
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 
