@@ -83,6 +83,8 @@ SETTINGS: tuple[Setting, ...] = (
             "myapp.herokuapp.com); * accepts any Host."),
     Setting("allowed_origins", "list", [], "Comma-separated Origin values accepted besides loopback origins (for "
             "example https://claude.ai); * accepts any Origin."),
+    Setting("auth_token", "str", "", "When set, every request to the MCP endpoint must carry Authorization: Bearer "
+            "<this token> (401 otherwise). Never logged, never passed to the child."),
     Setting("max_sessions", "int", 100, "Most concurrent sessions (each is one child process); past it, 503.",
             _positive),
     Setting("session_idle_ttl", "float", 1800.0, "Seconds a session may stay idle before its child is stopped.",

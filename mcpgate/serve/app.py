@@ -36,6 +36,7 @@ class Guard:
     """The DNS-rebinding defence for every request: Host, then Origin (decisions cached, bounded)."""
 
     def __init__(self, settings: Settings) -> None:
+        self.token = settings.auth_token
         self.host_allowed = functools.lru_cache(maxsize=256)(
             functools.partial(auth.host_allowed, allowed=settings.allowed_hosts))
         self.origin_allowed = functools.lru_cache(maxsize=256)(
@@ -52,6 +53,12 @@ class Guard:
                              "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)")
         return None
 
+    def unauthorized(self, authorization: str | None) -> HttpResponse | None:
+        if auth.bearer_ok(authorization, self.token):
+            return None
+        return rpc_error(401, jsonrpc.INVALID_REQUEST, "Unauthorized: send Authorization: Bearer <token>",
+                         headers={"WWW-Authenticate": 'Bearer realm="mcpgate"'})
+
 
 class Endpoint:
     """WSGI middleware: the MCP endpoint path goes to streamable.handle, everything else to Flask."""
@@ -64,7 +71,8 @@ class Endpoint:
         self.gateway.track_connection(environ.get("gunicorn.sock") or environ.get("gunicorn.socket"))
         if environ.get("PATH_INFO") not in self.paths:
             return self.app(environ, start_response)
-        response = self.guard.refuse(environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN"))
+        response = self.guard.refuse(environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN")) or \
+            self.guard.unauthorized(environ.get("HTTP_AUTHORIZATION"))
         if response is None:
             response = streamable.handle(self.gateway, HttpRequest(environ))
         return response(environ, start_response)

@@ -1,7 +1,8 @@
-"""Origin and Host checks against DNS rebinding (pure functions; the views only call them)."""
+"""Origin and Host checks against DNS rebinding, and the bearer token check (pure functions)."""
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 from urllib.parse import urlsplit
 
@@ -54,3 +55,15 @@ def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname) and is_loopback_name(parts.hostname or "")
+
+
+def bearer_ok(authorization: str | None, token: str) -> bool:
+    """No token configured: everyone. Else `Authorization: Bearer <token>`, compared in constant time."""
+    if not token:
+        return True
+    if not authorization:
+        return False
+    scheme, _, presented = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(presented.strip().encode(), token.encode())

@@ -102,3 +102,13 @@ def test_full_loop_concurrency_and_cancel(demo_gateway: Any) -> None:
         return order
 
     assert run_host(demo_gateway.url, scenario) == ["fast", "slow", "after cancel"]
+
+
+def test_full_loop_with_a_bearer_token(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_AUTH_TOKEN": "loop-token"})
+
+    async def scenario(client: Client) -> Any:
+        return (await client.call_tool("add", {"a": 1, "b": 1})).structured_content
+
+    assert run_host(gw.url, scenario, env={"MCPGATE_BEARER_TOKEN": "loop-token"}) == {"result": 2}
+    assert "loop-token" not in gw.log()

@@ -271,3 +271,15 @@ def test_healthz_reports_a_missing_command(gateway_factory: Any) -> None:
     assert status == 503 and "no-such-program-mcpgate" in json.loads(body)["error"]
     status, _, body = gw.request("POST", body=init_body(), headers=HEADERS)
     assert status == 502 and "no-such-program-mcpgate" in json.loads(body)["error"]["message"]
+
+
+def test_bearer_token_is_required_when_configured(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_AUTH_TOKEN": "s3cret-token"})
+    status, headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
+    assert status == 401 and headers["www-authenticate"].startswith("Bearer")
+    assert gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Bearer wrong"})[0] == 401
+    assert gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Basic czNjcmV0"})[0] == 401
+    status, headers, _ = gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Bearer s3cret-token"})
+    assert status == 200
+    assert gw.request("GET", "/healthz")[0] == 200  # health checks need no token
+    assert children(gw) == 1 and "s3cret-token" not in gw.log()
