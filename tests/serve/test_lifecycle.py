@@ -152,3 +152,15 @@ def test_initialize_error_ends_the_session(gateway_factory: Any) -> None:
     while children(gw) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert children(gw) == 0
+
+
+def test_master_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
+    headers = open_session(gw)
+    status, _, body = gw.request("POST", body=call("grandchild", {}), headers=headers)
+    grandchild = int(json.loads(body)["result"]["content"][0]["text"])
+    [worker] = direct_children(gw.proc.pid)
+    [child] = direct_children(worker)
+    os.kill(gw.proc.pid, signal.SIGKILL)  # the worker notices its parent is gone and shuts down
+    gw.proc.wait(10)
+    assert wait_dead([worker, child, grandchild], timeout=20) == []
