@@ -102,10 +102,9 @@ class ChildProcess:
         self._discard = False                # stop delivering stdout (after junk / oversized line)
         self._junk = 0
         self._queue: deque[bytes] = deque()
-        self._writing = False                # the writer greenlet holds messages it has not finished writing
-        self._stdin_fd: int | None = None
+        self._writing = False                # a writer greenlet is draining the queue
+        self._stdin_fd = -1
         self._queued = 0                     # bytes accepted by send() and not yet written
-        self._wake = gevent.event.Event()
         self._exited = gevent.event.Event()
         self._done = gevent.event.Event()
         self._greenlets: dict[str, gevent.Greenlet] = {}
@@ -132,7 +131,7 @@ class ChildProcess:
             self._proc = gevent.subprocess.Popen(
                 self.argv, executable=executable, stdin=gevent.subprocess.PIPE, stdout=gevent.subprocess.PIPE,
                 stderr=stderr_target, env=self.env, cwd=self.cwd, close_fds=True, start_new_session=True,
-                preexec_fn=preexec_die_with_parent(os.getpid()))
+                bufsize=0, preexec_fn=preexec_die_with_parent(os.getpid()))  # unbuffered: we use the fds
         except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
             _close_quietly(self._stderr_file)
             why = getattr(exc, "strerror", None) or exc
@@ -146,10 +145,9 @@ class ChildProcess:
         self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.argv))
         self._greenlets["stdout"] = gevent.spawn(self._read_stdout, proc.stdout.fileno())
         self._stdin_fd = proc.stdin.fileno()
-        self._greenlets["stdin"] = gevent.spawn(self._write_stdin, self._stdin_fd)
         if proc.stderr is not None:
             self._greenlets["stderr"] = gevent.spawn(self._read_stderr, proc.stderr.fileno())
-        self._greenlets["exit"] = gevent.spawn(self._supervise)
+        proc.rawlink(lambda _proc: gevent.spawn(self._supervise))  # no greenlet waits while the child runs
 
     def _open_stderr(self) -> Any:
         mode = self.stderr_mode
@@ -174,17 +172,17 @@ class ChildProcess:
             return False
         if self._log.isEnabledFor(logging.DEBUG):
             self._log_message("->child", jsonrpc.parse(data), data)
-        if not self._queue and not self._writing and self._stdin_fd is not None:
+        if not self._queue and not self._writing:
             return self._write_now(data, size)
         self._queue.append(data)
         self._queued += size
-        self._wake.set()
+        self._ensure_writer()
         return True
 
     def _write_now(self, data: bytes, size: int) -> bool:
         """The fast path: nothing is pending, so write straight away; queue what the pipe did not take."""
         try:
-            written = os.writev(self._stdin_fd, (data, _NEWLINE))  # type: ignore[arg-type]
+            written = os.writev(self._stdin_fd, (data, _NEWLINE))
         except BlockingIOError:
             written = 0
         except OSError as exc:
@@ -194,7 +192,7 @@ class ChildProcess:
             rest = memoryview(data)[written:] if written < len(data) else b""
             self._queue.append(rest)
             self._queued += size - written
-            self._wake.set()
+            self._ensure_writer()
         return True
 
     def close(self, reason: str) -> None:
@@ -208,7 +206,6 @@ class ChildProcess:
             self._done.set()
             return
         self._log.info("child[%s] closing pid=%s: %s", self.label, self.pid, reason)
-        self._wake.set()
         gevent.spawn(self._shutdown)
 
     def stop(self, reason: str, timeout: float | None = None) -> bool:
@@ -287,31 +284,30 @@ class ChildProcess:
 
     # -- stdin ------------------------------------------------------------------------------------------------
 
-    def _write_stdin(self, fd: int) -> None:
-        hub = get_hub()
+    def _ensure_writer(self) -> None:
+        """Start a writer greenlet for what the pipe could not take at once (at most one at a time)."""
+        if not self._writing:
+            self._writing = True
+            self._greenlets["stdin"] = gevent.spawn(self._drain_stdin)
+
+    def _drain_stdin(self) -> None:
+        """Write the queue out, waiting whenever the pipe is full; end when it is empty."""
+        fd, queue, hub = self._stdin_fd, self._queue, get_hub()
         watcher = hub.loop.io(fd, 2)
-        queue, wake = self._queue, self._wake
         try:
-            while not self._closing:
-                if not queue:
-                    wake.clear()
-                    wake.wait()
-                    continue
-                count = min(len(queue), _MAX_IOV)
+            while queue and not self._closing:
                 buffers: list[Any] = []
-                for _ in range(count):
+                for _ in range(min(len(queue), _MAX_IOV)):
                     buffers.append(queue.popleft())
                     buffers.append(_NEWLINE)
-                self._writing = True
                 self._write_all(fd, buffers, hub, watcher)
-                self._writing = False
         except BrokenPipeError:
             self.close("stdin closed by child")
         except OSError as exc:
             self.close(f"stdin write failed: {exc}")
         finally:
             watcher.close()
-            _close_quietly(self._proc.stdin)
+            self._writing = False
 
     def _write_all(self, fd: int, buffers: list[Any], hub: Any, watcher: Any) -> None:
         """writev until everything is written, waiting for the pipe to drain when it is full."""
