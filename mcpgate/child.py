@@ -354,7 +354,7 @@ class ChildProcess:
     def _deliver(self, line: bytes) -> None:
         if self._discard:
             return
-        msg = jsonrpc.parse(line)
+        msg = jsonrpc.parse_line(line)
         if isinstance(msg, Invalid):
             return self._reject(line, msg.reason)
         members: list[Message] = [msg]

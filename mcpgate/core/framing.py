@@ -30,19 +30,21 @@ class LineTooLong(ValueError):
 class LineDecoder:
     """Incremental splitter: feed(bytes) -> complete lines, finish() -> partial tail."""
 
-    __slots__ = ("_buffer", "_limit", "_discarding")
+    __slots__ = ("_parts", "_size", "_limit", "_discarding")
 
     def __init__(self, max_line_bytes: int) -> None:
         if max_line_bytes < 1:
             raise ValueError("max_line_bytes must be positive")
         self._limit = max_line_bytes
-        self._buffer = bytearray()
+        # The start of an unfinished line, as the pieces read so far: a long line is copied once, when it ends.
+        self._parts: list[bytes] = []
+        self._size = 0
         self._discarding = False  # inside an over-long line: skip up to its newline
 
     @property
     def pending(self) -> int:
         """Bytes buffered that do not yet form a complete line."""
-        return len(self._buffer)
+        return self._size
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return every complete non-blank line (without its line end).
@@ -60,34 +62,42 @@ class LineDecoder:
             if self._discarding:
                 self._discarding = False  # the over-long line ends here
                 continue
-            line = bytes(self._buffer) + piece if self._buffer else piece
-            self._buffer.clear()
+            if self._parts:
+                self._parts.append(piece)
+                line = b"".join(self._parts)
+                self._parts.clear()
+                self._size = 0
+            else:
+                line = piece
             if line.endswith(b"\r"):
                 line = line[:-1]
             if len(line) > self._limit:
                 overflow = True
-            elif line.strip():
+            elif line and not line.isspace():
                 lines.append(line)
         tail = data[start:]
         if tail and not self._discarding:
             # One trailing CR may still be the first half of a CRLF line end.
             allowed = self._limit + 1 if tail.endswith(b"\r") else self._limit
-            if len(self._buffer) + len(tail) > allowed:
-                self._buffer.clear()
+            if self._size + len(tail) > allowed:
+                self._parts.clear()
+                self._size = 0
                 self._discarding = True
                 overflow = True
             else:
-                self._buffer += tail
+                self._parts.append(tail)
+                self._size += len(tail)
         if overflow:
             raise LineTooLong(self._limit, lines)
         return lines
 
     def finish(self) -> bytes | None:
         """At end of input: return the unterminated last line, if any (never lost silently)."""
-        tail = bytes(self._buffer).rstrip(b"\r")
-        self._buffer = bytearray()
+        tail = b"".join(self._parts).rstrip(b"\r")
+        self._parts.clear()
+        self._size = 0
         self._discarding = False
-        return tail if tail.strip() else None
+        return tail if tail and not tail.isspace() else None
 
 
 def frame(message: bytes) -> bytes:

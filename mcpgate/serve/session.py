@@ -89,7 +89,7 @@ class Session:
         if isinstance(message, Response) and self._init_key is not None and message.id is not None \
                 and jsonrpc.id_key(message.id) == self._init_key:
             self._init_key = None
-            self.version = initialize_version(message.obj.get("result"))
+            self.version = initialize_version(message.full().get("result"))
         route = self.router.route(message, self._clock())
         if route.target is DROP:
             log.debug("session %s: dropped a message from the child: %s", self.id, route.reason)

@@ -310,3 +310,48 @@ def test_progress_token(params: Any, token: object) -> None:
 def test_only_utf8_is_accepted(data: bytes) -> None:
     message = parse(data)
     assert isinstance(message, Invalid) and message.code == PARSE_ERROR
+
+
+BIG = "x" * 300_000
+
+
+@pytest.mark.parametrize(
+    "line,expected_id,is_error",
+    [
+        pytest.param(json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"t": BIG}}).encode(), 7, False, id="int-id"),
+        pytest.param(json.dumps({"jsonrpc": "2.0", "id": "7", "result": {"t": BIG}}).encode(), "7", False,
+                     id="string-id-stays-a-string"),
+        pytest.param(json.dumps({"jsonrpc": "2.0", "id": 'a"\\b', "error": {"code": 1, "message": BIG}}).encode(),
+                     'a"\\b', True, id="escaped-string-id-error"),
+        pytest.param(b'  { "jsonrpc" : "2.0" , "id" : -3 , "result" : "' + BIG.encode() + b'" }', -3, False,
+                     id="spaces"),
+    ],
+)
+def test_parse_line_classifies_a_large_response_from_its_head(line: bytes, expected_id: Any,
+                                                               is_error: bool) -> None:
+    message = jsonrpc.parse_line(line)
+    assert isinstance(message, Response) and message.partial
+    assert message.id == expected_id and type(message.id) is type(expected_id)
+    assert message.is_error is is_error
+    assert raw_bytes(message) is line
+    assert message.full() == json.loads(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(json.dumps({"id": 1, "jsonrpc": "2.0", "result": BIG}).encode(), id="other-key-order"),
+        pytest.param(json.dumps({"jsonrpc": "2.0", "method": "n", "params": {"t": BIG}}).encode(), id="notification"),
+        pytest.param(json.dumps({"jsonrpc": "2.0", "id": 1.5, "result": BIG}).encode(), id="float-id"),
+        pytest.param(json.dumps({"jsonrpc": "2.0", "id": 1, "result": BIG}).encode()[:-1], id="truncated"),
+        pytest.param(b'{"jsonrpc":"2.0","id":"\\q","result":"' + BIG.encode() + b'"}', id="bad-escape-in-id"),
+    ],
+)
+def test_parse_line_parses_everything_else_whole(line: bytes) -> None:
+    assert jsonrpc.parse_line(line) == parse(line)
+
+
+def test_parse_line_parses_small_lines_whole() -> None:
+    line = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+    message = jsonrpc.parse_line(line)
+    assert isinstance(message, Response) and not message.partial and message.obj["result"] == {}
