@@ -11,6 +11,7 @@ SSE stream on a greenlet.
 from __future__ import annotations
 
 import os
+import resource
 
 import gevent
 
@@ -43,6 +44,10 @@ def on_starting(server):  # type: ignore[no-untyped-def]
         Settings()
     except SettingsError as exc:
         raise SystemExit(f"mcpgate: invalid setting: {exc}") from None
+    # Each session holds three pipes and each stream a socket: take every descriptor the system allows.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if not orphans.become_subreaper():
         server.log.warning("mcpgate: could not become a child subreaper; orphan cleanup is limited")
 
