@@ -22,7 +22,7 @@ from gevent.hub import get_hub
 
 from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder, LineTooLong
-from mcpgate.core.jsonrpc import Batch, Invalid, Message
+from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
 from mcpgate.orphans import preexec_die_with_parent
 from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 
@@ -79,7 +79,7 @@ def _read_chunks(fd: int) -> Iterator[bytes]:
 class ChildProcess:
     """One supervised stdio child; see the module docstring."""
 
-    def __init__(self, argv: list[str], *, on_message: Callable[[Message], None], on_exit: Callable[[str], None],
+    def __init__(self, argv: list[str], *, on_message: Callable[[Request | Notification | Response], None], on_exit: Callable[[str], None],
                  env: dict[str, str] | None = None, cwd: str | None = None, stderr: str = "inherit",
                  label: str = "", max_line_bytes: int = 8 * 1024 * 1024,
                  max_write_queue_bytes: int = 16 * 1024 * 1024, close_timeout: float = 2.0,
@@ -101,7 +101,7 @@ class ChildProcess:
         self._closing = False
         self._discard = False                # stop delivering stdout (after junk / oversized line)
         self._junk = 0
-        self._queue: deque[bytes] = deque()
+        self._queue: deque[bytes | memoryview] = deque()
         self._writing = False                # a writer greenlet is draining the queue
         self._stdin_fd = -1
         self._queued = 0                     # bytes accepted by send() and not yet written
@@ -357,13 +357,15 @@ class ChildProcess:
         msg = jsonrpc.parse_line(line)
         if isinstance(msg, Invalid):
             return self._reject(line, msg.reason)
-        members: list[Message] = [msg]
+        members: list[Request | Notification | Response]
         if isinstance(msg, Batch):
-            members = [m for m in msg.items if not isinstance(m, Invalid)]
+            members = [m for m in msg.items if isinstance(m, (Request, Notification, Response))]
             if not members:
                 return self._reject(line, "no valid batch member")
             if len(members) < len(msg.items):
                 self._log.warning("child[%s] dropped invalid batch members: %r", self.label, line[:_LOG_BODY])
+        else:
+            members = [msg]
         self._junk = 0
         debug = self._log.isEnabledFor(logging.DEBUG)
         for member in members:

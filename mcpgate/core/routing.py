@@ -11,10 +11,12 @@ opaque, hashable objects owned by the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any, Generic, Hashable, TypeVar
 
 from .cancel import CancelTracker
 from .jsonrpc import Id, IdKey, Notification, Request, Response, id_key, is_valid_id, progress_token
+
+S = TypeVar("S", bound=Hashable)  # the caller's stream type
 
 BUFFER = "buffer"
 DROP = "drop"
@@ -37,24 +39,24 @@ class Route:
 
 
 @dataclass(slots=True)
-class _InFlight:
-    stream: Hashable
+class _InFlight(Generic[S]):
+    stream: S
     token: IdKey | None
 
 
-class Router:
+class Router(Generic[S]):
     def __init__(self, cancelled: CancelTracker) -> None:
         self.cancelled = cancelled
-        self._in_flight: dict[IdKey, _InFlight] = {}
-        self._progress: dict[IdKey, Hashable] = {}
-        self._open: dict[Hashable, None] = {}  # request streams still open, oldest first
-        self.get_stream: Hashable | None = None
+        self._in_flight: dict[IdKey, _InFlight[S]] = {}
+        self._progress: dict[IdKey, S] = {}
+        self._open: dict[S, None] = {}  # request streams still open, oldest first
+        self.get_stream: S | None = None
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def open_request(self, request: Request, stream: Hashable) -> None:
+    def open_request(self, request: Request, stream: S) -> None:
         """Record a client request about to be sent to the child on behalf of `stream`."""
         key = id_key(request.id)
         if key in self._in_flight:
@@ -68,10 +70,10 @@ class Router:
             self._progress[token_key] = stream
         self.cancelled.forget(key)
 
-    def open_stream(self, stream: Hashable) -> None:
+    def open_stream(self, stream: S) -> None:
         self._open[stream] = None
 
-    def close_stream(self, stream: Hashable) -> None:
+    def close_stream(self, stream: S) -> None:
         self._open.pop(stream, None)
         if self.get_stream == stream:
             self.get_stream = None
@@ -95,7 +97,7 @@ class Router:
             return next(reversed(self._open))
         return BUFFER
 
-    def cancel(self, request_id: Id, now: float) -> Hashable | None:
+    def cancel(self, request_id: Id, now: float) -> S | None:
         """The client cancelled a request: forget it, drop its late response; return its stream."""
         key = id_key(request_id)
         entry = self._in_flight.pop(key, None)
@@ -105,7 +107,7 @@ class Router:
         self.cancelled.cancel(key, now)
         return entry.stream
 
-    def abandon_all(self) -> list[tuple[Id, Hashable]]:
+    def abandon_all(self) -> list[tuple[Id, S]]:
         """The child is gone: every request still waiting, with its stream."""
         waiting = [(value, entry.stream) for (_, value), entry in self._in_flight.items()]
         self._in_flight.clear()
@@ -124,6 +126,6 @@ class Router:
         self._release(entry)
         return Route(entry.stream, done=True)
 
-    def _release(self, entry: _InFlight) -> None:
+    def _release(self, entry: _InFlight[S]) -> None:
         if entry.token is not None:
             self._progress.pop(entry.token, None)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcpgate.session")
 
-CLOSE = object()  # sentinel: the stream ends
+CLOSE = b""  # the stream ends (no message is ever empty)
 
 
 class Stream:
@@ -39,7 +39,7 @@ class Stream:
         self.closed = False
         self.put_timeout = put_timeout
 
-    def deliver(self, data: bytes | object, done: bool = False) -> bool:
+    def deliver(self, data: bytes, done: bool = False) -> bool:
         """Queue one message; waits while the client reads too slowly, then gives up on the stream."""
         if self.closed:
             return False
@@ -59,7 +59,7 @@ class Stream:
             except gevent.queue.Full:
                 self.closed = True
 
-    def next(self, timeout: float | None) -> tuple[bytes | object, bool] | None:
+    def next(self, timeout: float | None) -> tuple[bytes, bool] | None:
         """The next (data, done) pair, or None when `timeout` passes first."""
         try:
             return self.queue.get(timeout=timeout)  # type: ignore[no-any-return]
@@ -74,7 +74,7 @@ class Session:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.id = ""
         self.child: ChildProcess | None = None
-        self.router = Router(CancelTracker(ttl=60.0))
+        self.router: Router[Stream] = Router(CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
         # Room for a whole flushed buffer on top of the stream's own bound, so a flush never waits.
         self._stream_bound = stream_queue + buffer_messages

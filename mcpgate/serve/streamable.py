@@ -148,10 +148,10 @@ def reply(gw: Gateway, session: Session, stream: Stream, collected: list[bytes],
     while stream.expected > 0:
         item = stream.next(timeout)
         if item is None or not item[1]:
-            pending = collected + ([item[0]] if item is not None else [])  # type: ignore[list-item]
+            pending = collected + ([item[0]] if item is not None else [])
             events = sse_stream(session, stream, pending, new_session, settings.keepalive)
             return HttpResponse(200, events, "text/event-stream", {**SSE_HEADERS, **headers})
-        collected.append(item[0])  # type: ignore[arg-type]
+        collected.append(item[0])
         stream.expected -= 1
     session.close_stream(stream)
     if new_session:
@@ -173,9 +173,9 @@ def sse_stream(session: Session, stream: Stream, first: list[bytes], new_session
                 yield encode_comment("keepalive")
                 continue
             data, done = item
-            if data is CLOSE:
+            if data == CLOSE:
                 break
-            yield encode_event(data)  # type: ignore[arg-type]
+            yield encode_event(data)
             if done:
                 stream.expected -= 1
     finally:
@@ -213,9 +213,9 @@ def get_stream(gw: Gateway, session: Session, stream: Stream) -> Iterator[bytes]
                 yield encode_comment("keepalive")
                 gw.touch(session)  # the write above succeeded: the client is still there
                 continue
-            if item[0] is CLOSE:
+            if item[0] == CLOSE:
                 break
-            yield encode_event(item[0])  # type: ignore[arg-type]
+            yield encode_event(item[0])
     finally:
         session.close_stream(stream)
 
