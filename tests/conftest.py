@@ -25,6 +25,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def pid_gone(pid: int) -> bool:
+    """True when pid no longer exists or is a zombie (PID 1 in a container may not reap)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """SIGTERM by PID, then SIGKILL if it does not go."""
     if proc.poll() is None:

@@ -17,6 +17,7 @@ if ROOT not in sys.path:  # pragma: no cover - depends on how pytest was launche
     sys.path.insert(0, ROOT)
 
 from mcpgate.child import ChildProcess  # noqa: E402
+from tests.conftest import pid_gone  # noqa: E402
 from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command  # noqa: E402
 from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
 
@@ -31,19 +32,6 @@ def wait_for(predicate, timeout: float = GUARD) -> bool:
             gevent.sleep(0.01)
         return True
     return False
-
-
-def pid_gone(pid: int) -> bool:
-    """True when pid no longer exists or is a zombie (PID 1 in a container may not reap)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def kill_pid(pid: int | None) -> None:

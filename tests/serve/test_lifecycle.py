@@ -10,22 +10,14 @@ import threading
 import time
 from typing import Any
 
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, pid_gone
 from tests.serve.test_http import HEADERS, call, children, init_body, open_session
 
 CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"
 
 
 def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return not pid_gone(pid)
 
 
 def wait_dead(pids: list[int], timeout: float = 15.0) -> list[int]:
