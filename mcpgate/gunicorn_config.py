@@ -18,7 +18,7 @@ import gevent
 from mcpgate import orphans
 from mcpgate.settings import Settings, SettingsError
 
-worker_class = "gevent_pywsgi"  # gevent's own HTTP server: about a third less CPU per request than "gevent"
+worker_class = "mcpgate.serve.worker.GatewayWorker"  # gevent_pywsgi with a lighter header parser
 workers = 1
 _port = os.environ.get("PORT")
 bind = [f"0.0.0.0:{_port}"] if _port else [os.environ.get("MCPGATE_BIND", "127.0.0.1:8000")]

@@ -96,6 +96,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# One decoder for every message (json.loads with options would build a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def parse(data: bytes | str) -> Message:
     """Decode one JSON text and classify it.
 
@@ -105,7 +109,7 @@ def parse(data: bytes | str) -> Message:
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return Invalid(PARSE_ERROR, f"Parse error: {exc}")
     raw = data if isinstance(data, bytes) else None

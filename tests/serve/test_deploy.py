@@ -16,7 +16,7 @@ def test_packaged_config_works_outside_the_project_root(gateway_factory: Any, tm
     gw = gateway_factory(cwd=tmp_path, config="python:mcpgate.gunicorn_config")
     status, headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
     assert status == 200 and json.loads(body)["result"]["serverInfo"]["name"] == "mcpgate-demo"
-    assert "Using worker: gevent" in gw.log()
+    assert "Using worker: mcpgate.serve.worker.GatewayWorker" in gw.log()
 
 
 def test_a_non_gevent_worker_is_refused_with_a_clear_message(tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_port_selects_the_heroku_bind() -> None:
     code = "import mcpgate.gunicorn_config as c; print(c.bind[0], c.worker_class, c.workers)"
     env_port = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                               env={"PATH": "/usr/bin:/bin", "PORT": "5123"}, timeout=60)
-    assert env_port.stdout.split() == ["0.0.0.0:5123", "gevent_pywsgi", "1"], env_port.stderr
+    assert env_port.stdout.split() == ["0.0.0.0:5123", "mcpgate.serve.worker.GatewayWorker", "1"], env_port.stderr
     no_port = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                              env={"PATH": "/usr/bin:/bin"}, timeout=60)
     assert no_port.stdout.split()[0] == "127.0.0.1:8000"
