@@ -1,0 +1,253 @@
+"""Cheap MCP clients for the bench: http.client on one kept-alive connection, and NDJSON over pipes.
+
+A `requests` loop costs about 0.45 ms a call by itself, more than the differences between gateways, so
+the HTTP client here is the standard library's http.client with nothing on top: one connection per
+session, bodies built as bytes, replies parsed with json.loads (JSON or SSE, whichever the gateway sends).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import subprocess
+import time
+
+PROTOCOL_VERSION = "2025-11-25"
+ACCEPT = "application/json, text/event-stream"
+
+
+class BenchError(RuntimeError):
+    """A gateway answered wrongly (status, body or id); the measurement counts it as an error."""
+
+
+def initialize_body(msg_id: int = 0) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "initialize", "params": {
+        "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+        "clientInfo": {"name": "mcpgate-bench", "version": "1.0"}}}).encode()
+
+
+INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
+
+
+def echo_body(msg_id: int, message: str = "hello") -> bytes:
+    return (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"%s"}}}'
+            % (msg_id, message.encode()))
+
+
+def blob_body(msg_id: int, size: int) -> bytes:
+    return (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"blob","arguments":{"size":%d}}}'
+            % (msg_id, size))
+
+
+def find_reply(body: bytes, content_type: str, msg_id: int) -> dict:
+    """The JSON-RPC response with `msg_id` in a JSON or SSE body."""
+    if content_type.startswith("text/event-stream"):
+        candidates = []
+        for event in body.split(b"\n\n"):
+            data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
+            if data:
+                candidates.append(json.loads(data))
+    else:
+        parsed = json.loads(body)
+        candidates = parsed if isinstance(parsed, list) else [parsed]
+    for message in candidates:
+        if isinstance(message, dict) and message.get("id") == msg_id and "method" not in message:
+            if "result" not in message:
+                raise BenchError(f"error reply: {str(message)[:200]}")
+            return message
+    raise BenchError(f"no reply with id {msg_id} in {content_type or 'no content type'} body: {body[:200]!r}")
+
+
+def text_of(reply: dict) -> str:
+    return reply["result"]["content"][0]["text"]
+
+
+class HttpSession:
+    """One MCP session over one kept-alive http.client connection."""
+
+    def __init__(self, port: int, path: str = "/mcp", host: str = "127.0.0.1", timeout: float = 120.0) -> None:
+        self.path = path
+        self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        self.session_id: str | None = None
+        self.version = PROTOCOL_VERSION
+        self.next_id = 1
+        self.stream: http.client.HTTPResponse | None = None
+        self.headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
+
+    def post(self, body: bytes, msg_id: int | None) -> dict | None:
+        self.conn.request("POST", self.path, body, self.headers)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        if msg_id is None:
+            if resp.status not in (200, 202, 204):
+                raise BenchError(f"notification answered {resp.status}: {data[:200]!r}")
+            return None
+        if resp.status != 200:
+            raise BenchError(f"HTTP {resp.status}: {data[:200]!r}")
+        if self.session_id is None:
+            self.session_id = resp.getheader("Mcp-Session-Id")
+        return find_reply(data, resp.getheader("Content-Type") or "", msg_id)
+
+    def initialize(self) -> HttpSession:
+        reply = self.post(initialize_body(0), 0)
+        assert reply is not None
+        if not self.session_id:
+            raise BenchError("initialize reply carried no Mcp-Session-Id")
+        self.version = reply["result"].get("protocolVersion", PROTOCOL_VERSION)
+        self.headers = {**self.headers, "Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": self.version}
+        self.post(INITIALIZED, None)
+        return self
+
+    def echo(self, message: str = "hello") -> None:
+        msg_id = self.next_id
+        self.next_id += 1
+        reply = self.post(echo_body(msg_id, message), msg_id)
+        if text_of(reply) != message:  # type: ignore[arg-type]
+            raise BenchError(f"echo returned {text_of(reply)!r}")  # type: ignore[arg-type]
+
+    def blob(self, size: int) -> None:
+        msg_id = self.next_id
+        self.next_id += 1
+        reply = self.post(blob_body(msg_id, size), msg_id)
+        if len(text_of(reply)) != size:  # type: ignore[arg-type]
+            raise BenchError(f"blob of {size} bytes came back with {len(text_of(reply))}")  # type: ignore[arg-type]
+
+    def open_get_stream(self) -> http.client.HTTPResponse:
+        """Open the session's GET stream on this session's connection (which it then occupies)."""
+        self.conn.request("GET", self.path, headers={"Accept": "text/event-stream", "Mcp-Session-Id":
+                                                      self.session_id or "", "MCP-Protocol-Version": self.version})
+        resp = self.conn.getresponse()
+        if resp.status != 200:
+            raise BenchError(f"GET stream answered {resp.status}: {resp.read(200)!r}")
+        self.stream = resp  # held with the session: the connection stays open until close()
+        return resp
+
+    def delete(self) -> None:
+        try:
+            self.conn.request("DELETE", self.path, headers={"Mcp-Session-Id": self.session_id or "",
+                                                             "MCP-Protocol-Version": self.version})
+            self.conn.getresponse().read()
+        except (OSError, http.client.HTTPException):
+            pass
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class LineReader:
+    """Lines from a pipe, with a timeout on every wait (a stalled relay must not hang the bench)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buf = bytearray()
+        self.start = 0
+
+    def readline(self, timeout: float = 60.0) -> bytes:
+        deadline = time.monotonic() + timeout
+        while True:
+            end = self.buf.find(b"\n", self.start)
+            if end >= 0:
+                line = bytes(self.buf[self.start:end])
+                self.start = end + 1
+                if self.start > 1 << 20:
+                    del self.buf[:self.start]
+                    self.start = 0
+                return line
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise BenchError(f"no line within {timeout} s")
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                raise BenchError("the process closed its stdout")
+            self.buf += chunk
+
+
+class PipeSession:
+    """An MCP session over NDJSON pipes: the child directly, or a relay in front of an HTTP server."""
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, bufsize=0, env=env, cwd=cwd, start_new_session=True)
+        self.stdin = self.proc.stdin
+        self.reader = LineReader(self.proc.stdout.fileno())  # type: ignore[union-attr]
+        self.next_id = 1
+
+    def send(self, data: bytes) -> None:
+        self.stdin.write(data + b"\n")  # type: ignore[union-attr]
+
+    def wait_reply(self, msg_id: int, timeout: float = 60.0) -> dict:
+        while True:
+            line = self.reader.readline(timeout)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and message.get("id") == msg_id and "method" not in message:
+                if "result" not in message:
+                    raise BenchError(f"error reply: {line[:200]!r}")
+                return message
+
+    def read_any_reply(self, timeout: float = 60.0) -> dict:
+        while True:
+            line = self.reader.readline(timeout)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and "id" in message and "method" not in message:
+                if "result" not in message:
+                    raise BenchError(f"error reply: {line[:200]!r}")
+                return message
+
+    def initialize(self, timeout: float = 60.0) -> PipeSession:
+        self.send(initialize_body(0))
+        self.wait_reply(0, timeout)
+        self.send(INITIALIZED)
+        return self
+
+    def echo(self, message: str = "hello") -> None:
+        msg_id = self.next_id
+        self.next_id += 1
+        self.send(echo_body(msg_id, message))
+        if text_of(self.wait_reply(msg_id)) != message:
+            raise BenchError("echo returned something else")
+
+    def blob(self, size: int) -> None:
+        msg_id = self.next_id
+        self.next_id += 1
+        self.send(blob_body(msg_id, size))
+        if len(text_of(self.wait_reply(msg_id))) != size:
+            raise BenchError("blob came back with another size")
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close stdin, then SIGTERM and SIGKILL the process group if it lingers."""
+        try:
+            self.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            stop_group(self.proc)
+        self.proc.stdout.close()  # type: ignore[union-attr]
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM the process group the bench started (start_new_session=True); SIGKILL what is left of it."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # stragglers of the group (children of a gateway that died)
+    except ProcessLookupError:
+        pass
+    proc.wait(10.0)

@@ -1,0 +1,474 @@
+"""mcpgate's benchmark: serve and relay against the peers, in one run, gateways interleaved in rounds.
+
+    python bench/run.py                   # full run (~15 min): bench/results.md, bench/plot.png, bench/out/results.json
+    python bench/run.py --quick           # ~2-3 min, fewer calls and rounds; writes to bench/out/ only
+    python bench/run.py --install-peers   # first install the peers into bench/.peers (npm + a separate venv)
+    python bench/run.py --quick --only mcpgate,floor --phases speed    # iterate on one figure
+    python bench/run.py --profile         # py-spy profiles of the serve worker (bench/out/serve-*.txt, .svg)
+    python bench/run.py --snapshot        # measure a copy of mcpgate/ taken at the start (edits may go on)
+
+Run it with the venv that has mcpgate installed (`/work/venv/bin/python bench/run.py`). Phases: memory (fresh
+gateway, 1/20/1000 idle sessions), capacity (sessions with open GET streams one mcpgate worker holds), speed
+(sequential latency, 1/4/16/64 client processes, big results; reference rows: the child over direct pipes and
+the floor), relay (mcpgate-relay and the peer relays against one mcpgate upstream). Medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gateways  # noqa: E402
+import measure  # noqa: E402
+import peers  # noqa: E402
+import report  # noqa: E402
+from mcpclient import PipeSession  # noqa: E402
+
+BENCH = gateways.BENCH
+PHASES = ("memory", "capacity", "speed", "relay")
+SIZES = [64 * 1024, 1024 * 1024, 4 * 1024 * 1024, 8 * 1024 * 1024]
+FULL = {"rounds": 3, "seq_calls": 1000, "seq_cap_s": 10.0, "levels": [1, 4, 16, 64], "duration_s": 2.0,
+        "blob_reps": 4, "memory_counts": [1, 20, 1000], "capacity_cap": 2000, "capacity_step": 200,
+        "relay_calls": 1000, "relay_inflight": 16}
+QUICK = {"rounds": 1, "seq_calls": 300, "seq_cap_s": 6.0, "levels": [1, 4, 16, 64], "duration_s": 1.0,
+         "blob_reps": 2, "memory_counts": [1, 20, 100], "capacity_cap": 200, "capacity_step": 100,
+         "relay_calls": 300, "relay_inflight": 16}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def rotate(items: list[str], by: int) -> list[str]:
+    by %= max(1, len(items))
+    return items[by:] + items[:by]
+
+
+def median(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def raise_nofile() -> dict[str, int]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # children (the gateways) inherit it
+    return {"soft": resource.getrlimit(resource.RLIMIT_NOFILE)[0], "hard": hard}
+
+
+def machine() -> dict:
+    mem_kb = gateways._kb("/proc/meminfo", b"MemTotal:")
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"nproc": os.cpu_count(), "ram_gib": round(mem_kb / 1024 / 1024, 1), "cpu": cpu,
+            "kernel": platform.release(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "load_avg_at_start": os.getloadavg(), **gateways.tool_versions()}
+
+
+# -- phases ----------------------------------------------------------------------------------------------
+
+def phase_memory(specs: list[gateways.Spec], cfg: dict, log_dir: Path) -> dict:
+    out = {}
+    for spec in specs:
+        if not spec.blobs:  # the floor holds no sessions
+            continue
+        log(f"memory: {spec.name} with {cfg['memory_counts']} idle sessions")
+        try:
+            running = gateways.start(spec, log_dir)
+        except Exception as exc:  # noqa: BLE001
+            out[spec.name] = {"error": str(exc)[:400]}
+            continue
+        try:
+            time.sleep(1.0)
+            out[spec.name] = {"rows": measure.memory_with_sessions(running.port, spec.path, running.proc.pid,
+                                                                   cfg["memory_counts"], gateways.tree_memory),
+                              "startup_s": round(running.startup_s, 2)}
+        except Exception as exc:  # noqa: BLE001
+            out[spec.name] = {"error": repr(exc)[:400]}
+        finally:
+            gateways.stop(running)
+        log(f"  {out[spec.name]}")
+    return out
+
+
+def phase_capacity(specs: list[gateways.Spec], cfg: dict, log_dir: Path) -> dict:
+    spec = next((s for s in specs if s.name == "mcpgate"), None)
+    if spec is None:
+        return {}
+    log(f"capacity: mcpgate sessions with GET streams, step {cfg['capacity_step']} up to {cfg['capacity_cap']}")
+    running = gateways.start(spec, log_dir)
+    try:
+        result = measure.capacity(running.port, spec.path, cfg["capacity_cap"], cfg["capacity_step"],
+                                  health=lambda: measure.healthz(running.port),
+                                  memory=lambda: gateways.tree_memory(running.proc.pid))
+    finally:
+        gateways.stop(running)
+    log(f"  held {result['held_sessions_with_get_streams']}, first error: {result['first_error']}")
+    return {"mcpgate": result}
+
+
+def attempt(store: dict, key: str, fn, *args):  # type: ignore[no-untyped-def]
+    try:
+        value = fn(*args)
+    except Exception as exc:  # noqa: BLE001 - one failed measurement must not end the run
+        value = {"error": repr(exc)[:400]}
+    store.setdefault(key, []).append(value)
+    return value
+
+
+def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: dict) -> dict:
+    raw: dict[str, dict[str, list]] = {}
+    for spec in specs:
+        try:
+            running[spec.name] = gateways.start(spec, log_dir)
+        except Exception as exc:  # noqa: BLE001
+            raw[spec.name] = {"start_error": [str(exc)[:400]]}
+            log(f"speed: {spec.name} did not start: {exc}")
+    direct = PipeSession(gateways.CHILD).initialize()
+    names = list(running)
+    by_name = {s.name: s for s in specs}
+    try:
+        for rnd in range(cfg["rounds"]):
+            order = rotate(names + ["direct"], rnd)
+            log(f"speed round {rnd + 1}/{cfg['rounds']}: order {order}")
+            for name in order:
+                store = raw.setdefault(name, {})
+                if name == "direct":
+                    value = attempt(store, "seq", measure.timed_loop, direct.echo, cfg["seq_calls"], cfg["seq_cap_s"])
+                else:
+                    run = running[name]
+                    value = attempt(store, "seq", measure.sequential_http, run.port, by_name[name].path,
+                                    cfg["seq_calls"], cfg["seq_cap_s"], cpu_of(run))
+                log(f"  seq {name}: {fmt(value)}")
+            for level in cfg["levels"]:
+                for name in rotate(names, rnd):
+                    run = running[name]
+                    value = attempt(raw[name], f"c{level}", measure.concurrent_http, run.port, by_name[name].path,
+                                    level, cfg["duration_s"], cpu_of(run))
+                    log(f"  c{level} {name}: {fmt(value)}")
+            for name in order:
+                if name != "direct" and not by_name[name].blobs:
+                    continue
+                if name == "direct":
+                    value = attempt(raw[name], "blob", measure.blob_times, direct, SIZES, cfg["blob_reps"])
+                else:
+                    session = measure.HttpSession(running[name].port, by_name[name].path)
+                    try:
+                        session.initialize()
+                        value = attempt(raw[name], "blob", measure.blob_times, session, SIZES, cfg["blob_reps"])
+                    except Exception as exc:  # noqa: BLE001
+                        value = {"error": repr(exc)[:300]}
+                        raw[name].setdefault("blob", []).append(value)
+                    finally:
+                        session.delete()
+                        session.close()
+                log(f"  blob {name}: {fmt_blob(value)}")
+        for name, run in running.items():
+            raw[name]["memory_after_load"] = [gateways.tree_memory(run.proc.pid)]
+    finally:
+        direct.close()
+    return raw
+
+
+def phase_relay(cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Spec]) -> dict:
+    upstream = running.get("mcpgate")
+    spec = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
+    if upstream is None:
+        upstream = running["mcpgate"] = gateways.start(spec, log_dir)
+    url = f"http://127.0.0.1:{upstream.port}{spec.path}"
+    relays = {r.name: r for r in gateways.relay_specs()}
+    raw: dict[str, dict] = {"_missing": {n: r.missing for n, r in relays.items() if r.missing}}
+    for name, why in raw["_missing"].items():
+        print(f"NOTE: relay {name} skipped: {why}", flush=True)
+    names = ["upstream-direct"] + [n for n, r in relays.items() if not r.missing]
+    for rnd in range(cfg["rounds"]):
+        log(f"relay round {rnd + 1}/{cfg['rounds']}")
+        for name in rotate(names, rnd):
+            store = raw.setdefault(name, {})
+            if name == "upstream-direct":
+                value = attempt(store, "seq", measure.sequential_http, upstream.port, spec.path,
+                                cfg["relay_calls"], cfg["seq_cap_s"])
+                value2 = attempt(store, "inflight", measure.concurrent_http, upstream.port, spec.path,
+                                 cfg["relay_inflight"], cfg["duration_s"])
+                log(f"  {name}: seq {fmt(value)}; {cfg['relay_inflight']} processes {fmt(value2)}")
+                continue
+            try:
+                began = time.monotonic()
+                relay = PipeSession(relays[name].argv(url), env=relays[name].env or None,
+                                    cwd=str(relays[name].cwd or gateways.ROOT))
+            except Exception as exc:  # noqa: BLE001
+                store.setdefault("seq", []).append({"error": repr(exc)[:300]})
+                continue
+            try:
+                attempt(store, "startup_s", lambda: relay.initialize(60.0) and time.monotonic() - began)
+                cpu = cpu_of(relay)
+                value = attempt(store, "seq", measure.timed_loop, relay.echo, cfg["relay_calls"], cfg["seq_cap_s"],
+                                50, cpu)
+                value2 = attempt(store, "inflight", measure.pipe_in_flight, relay, cfg["relay_inflight"],
+                                 cfg["duration_s"], cpu)
+                store.setdefault("memory", []).append(gateways.tree_memory(relay.proc.pid))
+                log(f"  {name}: seq {fmt(value)}; {cfg['relay_inflight']} in flight {fmt(value2)}; "
+                    f"rss {store['memory'][-1]['rss_kb'] // 1024} MB")
+            finally:
+                relay.close()
+    return raw
+
+
+def cpu_of(running) -> measure.CpuClock:  # type: ignore[no-untyped-def]
+    """The CPU clock of a started gateway or relay (its own processes, child servers excluded)."""
+    pid = running.proc.pid
+    return lambda: gateways.tree_cpu_ns(pid)
+
+
+def fmt(value) -> str:  # type: ignore[no-untyped-def]
+    if not isinstance(value, dict) or "error" in value:
+        return str(value)[:300]
+    text = f"p50 {value['p50_ms']:.3f} ms p99 {value['p99_ms']:.3f} ms n {value['n']}"
+    if "calls_per_s" in value:
+        text += f" {value['calls_per_s']:.0f} calls/s"
+    if "cpu_us_per_call" in value:
+        text += f" cpu {value['cpu_us_per_call']:.0f} us/call"
+    if value.get("errors"):
+        text += f" errors {value['errors']} {value.get('error_samples')}"
+    return text
+
+
+def fmt_blob(value) -> str:  # type: ignore[no-untyped-def]
+    if "error" in value:
+        return str(value)
+    return ", ".join(f"{int(k) // 1024} KiB {median(v):.1f} ms" for k, v in value.items())
+
+
+# -- aggregation -------------------------------------------------------------------------------------------
+
+def aggregate(raw: dict, cfg: dict) -> dict:
+    """Median over rounds of each per-round figure; blobs: median of every run."""
+    out: dict[str, dict] = {}
+    for name, metrics in raw.items():
+        if name.startswith("_"):
+            continue
+        row: dict = {}
+        for metric, values in metrics.items():
+            good = [v for v in values if isinstance(v, dict) and "error" not in v]
+            errors = [v["error"] for v in values if isinstance(v, dict) and "error" in v]
+            if metric == "blob":
+                row["blob_ms"] = {size: median([t for v in good for t in v[size]]) for size in (good[0] if good else {})}
+            elif metric in ("memory_after_load", "memory"):
+                row[metric] = {"rss_kb": median([v["rss_kb"] for v in good]), "pss_kb": median([v["pss_kb"] for v in good])}
+            elif metric == "start_error":
+                row["error"] = values[0]
+            elif metric == "startup_s":
+                row["startup_s"] = median([v for v in values if isinstance(v, float)])
+            elif good:
+                keys = ("p50_ms", "p99_ms", "mean_ms", "n", "cpu_us_per_call")
+                row[metric] = {key: median([v[key] for v in good if key in v]) for key in keys if key in good[0]}
+                if "calls_per_s" in good[0]:
+                    row[metric]["calls_per_s"] = median([v["calls_per_s"] for v in good])
+                    row[metric]["errors"] = sum(v.get("errors", 0) for v in good)
+                    row[metric]["error_samples"] = [s for v in good for s in v.get("error_samples", [])][:3]
+            if errors:
+                row.setdefault("errors", {})[metric] = errors[:3]
+        out[name] = row
+    return out
+
+
+# -- profile -----------------------------------------------------------------------------------------------
+
+def profile(cfg: dict, out_dir: Path) -> None:
+    """py-spy on the mcpgate worker: sequential calls (raw + svg), then 16 client processes (raw)."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        sys.exit("py-spy is not installed: pip install -r bench/requirements.txt")
+    spec = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
+    running = gateways.start(spec, out_dir / "logs")
+    try:
+        parents = gateways._ppid_map()
+        worker = next(pid for pid, ppid in parents.items()
+                      if ppid == running.proc.pid and "gunicorn" in gateways._cmdline(pid))
+        seconds = 12
+        measure.sequential_http(running.port, spec.path, 500, 10.0)  # warm: imports, caches, allocator
+        measure.concurrent_http(running.port, spec.path, 16, 1.0)
+        for label, fmt_, load in (("seq", "raw", None), ("seq", "flamegraph", None), ("c16", "raw", 16)):
+            suffix = "svg" if fmt_ == "flamegraph" else "txt"
+            target = out_dir / f"serve-{label}.{suffix}"
+            spy = subprocess.Popen([str(py_spy), "record", "--pid", str(worker), "--rate", "250", "--format", fmt_,
+                                    "--duration", str(seconds), "-o", str(target)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(1.0)
+            if load is None:
+                figure = measure.sequential_http(running.port, spec.path, 10**9, seconds - 2)
+            else:
+                figure = measure.concurrent_http(running.port, spec.path, load, seconds - 3)
+            spy_err = spy.communicate(timeout=60)[1].decode(errors="replace")
+            if spy.returncode != 0:
+                sys.exit(f"py-spy failed ({spy.returncode}): {spy_err[-500:]}")
+            log(f"profile {label}: {fmt(figure)} -> {target}")
+            if fmt_ == "raw":
+                text = report.profile_summary(target, top=25)
+                (out_dir / f"serve-{label}-top.txt").write_text(text)
+                print(text)
+        perf_split(worker, running.port, spec.path, out_dir)
+    finally:
+        gateways.stop(running)
+
+
+def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 8) -> None:
+    """Where the worker's CPU goes by library (python, kernel, libc, C extensions), with `perf` if present."""
+    import shutil
+
+    perf = shutil.which("perf")
+    if perf is None:
+        log("perf not found: no CPU split by library")
+        return
+    data = out_dir / "serve-seq.perf.data"
+    rec = subprocess.Popen([perf, "record", "-F", "999", "-p", str(worker), "-o", str(data), "--", "sleep",
+                            str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.5)
+    measure.sequential_http(port, path, 10**9, seconds - 1.5)
+    if rec.wait(60) != 0:
+        log(f"perf record failed: {rec.stderr.read().decode(errors='replace')[-300:]}")  # type: ignore[union-attr]
+        return
+    rep = subprocess.run([perf, "report", "-i", str(data), "--no-children", "--sort", "dso", "--stdio"],
+                         capture_output=True, text=True)
+    rows = [line for line in rep.stdout.splitlines() if line.strip() and not line.startswith("#")][:12]
+    kernel = subprocess.run([perf, "report", "-i", str(data), "--no-children", "--sort", "sym", "--stdio"],
+                            capture_output=True, text=True)
+    krows = [line for line in kernel.stdout.splitlines() if "[k]" in line][:8]
+    text = ("perf: the serve worker's on-CPU samples by library during sequential calls\n" + "\n".join(rows)
+            + "\n\ntop kernel symbols\n" + "\n".join(krows) + "\n")
+    (out_dir / "serve-seq-perf.txt").write_text(text)
+    print(text)
+
+
+def take_snapshot(dest: Path, attempts: int = 10) -> str:
+    """Copy the mcpgate package to dest/mcpgate once the copy imports (a file may be mid-edit); measure the copy."""
+    import shutil
+
+    origin = gateways.mcpgate_source() / "mcpgate"
+    check = "import mcpgate.wsgi, mcpgate.relay.cli"
+    for attempt_no in range(attempts):
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(origin, dest / "mcpgate", ignore=shutil.ignore_patterns("__pycache__"))
+        done = subprocess.run([sys.executable, "-c", check], cwd=dest, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(dest), "MCPGATE_COMMAND": ""})
+        if done.returncode == 0:
+            gateways.SRC = dest
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log(f"measuring a copy of {origin} taken at {stamp}: {dest}")
+            return f"copy of {origin} taken at {stamp}"
+        log(f"snapshot {attempt_no + 1}: the copy does not import ({done.stderr.strip()[-200:]}); retrying")
+        time.sleep(5)
+    sys.exit("could not take a snapshot of mcpgate that imports")
+
+
+# -- main --------------------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer calls and one round (~2-3 min)")
+    parser.add_argument("--install-peers", action="store_true", help="install the peers into bench/.peers first")
+    parser.add_argument("--only", default="", help="comma-separated gateway names (mcpgate, floor, supergateway, "
+                                                   "mcp-proxy-npm, mcp-proxy-py, mcp-stdio)")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
+    parser.add_argument("--rounds", type=int, help="override the number of rounds")
+    parser.add_argument("--out", type=Path, help="where results.md and plot.png go (default: bench/ for a "
+                                                 "full run of every phase and gateway, else bench/out/)")
+    parser.add_argument("--profile", action="store_true", help="only profile the serve worker with py-spy")
+    parser.add_argument("--snapshot", action="store_true", help="copy the mcpgate package into bench/out/snapshot "
+                                                                 "first and measure the copy (edits made during "
+                                                                 "the run then cannot mix into it)")
+    parser.add_argument("--src", type=Path, help="measure the mcpgate package in this directory (e.g. a copy "
+                                                 "of an older tree) instead of the installed one")
+    args = parser.parse_args()
+    if args.src:
+        gateways.SRC = args.src.resolve()
+    source = gateways.source_state()
+    if args.snapshot:
+        source["snapshot"] = take_snapshot(BENCH / "out" / "snapshot")
+
+    out_dir = BENCH / "out"
+    out_dir.mkdir(exist_ok=True)
+    if args.install_peers:
+        log("installing peers into bench/.peers")
+        for package, state in peers.install().items():
+            print(f"  {package}: {state}", flush=True)
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.rounds:
+        cfg["rounds"] = args.rounds
+    nofile = raise_nofile()
+    if args.profile:
+        profile(cfg, out_dir)
+        return 0
+    phases = [p for p in args.phases.split(",") if p]
+    only = {n for n in args.only.split(",") if n}
+    specs_all = gateways.serve_specs()
+    specs = [s for s in specs_all if (not only or s.name in only) and not s.missing]
+    complete = not args.quick and not only and set(phases) == set(PHASES) and not args.rounds
+    publish_dir = args.out or (BENCH if complete else out_dir)
+    command = "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    results: dict = {"machine": machine(), "source": source, "command": command.strip(), "mode": "quick" if args.quick else "full",
+                     "config": cfg, "nofile": nofile, "child": gateways.CHILD,
+                     "gateways": {s.name: {"label": s.label, "missing": s.missing, "note": s.note}
+                                  for s in specs_all if not only or s.name in only}}
+    for spec in specs_all:
+        if spec.missing and (not only or spec.name in only):
+            print(f"NOTE: {spec.name} skipped: {spec.missing}", flush=True)
+    before = gateways.child_server_pids()
+    running: dict[str, gateways.Running] = {}
+    began = time.monotonic()
+    try:
+        if "memory" in phases:
+            results["memory"] = phase_memory(specs, cfg, out_dir / "logs")
+        if "capacity" in phases:
+            results["capacity"] = phase_capacity(specs, cfg, out_dir / "logs")
+        if "speed" in phases:
+            raw = phase_speed(specs, cfg, out_dir / "logs", running)
+            results["speed_raw"] = raw
+            results["speed"] = aggregate(raw, cfg)
+        if "relay" in phases:
+            relay_missing = gateways.relay_available()
+            if relay_missing:
+                print(f"NOTE: mcpgate-relay rows skipped: {relay_missing}", flush=True)
+            raw = phase_relay(cfg, out_dir / "logs", running, specs)
+            results["relay_raw"] = raw
+            results["relay"] = aggregate(raw, cfg)
+            results["relay_missing"] = raw["_missing"]
+    finally:
+        for run in running.values():
+            gateways.stop(run)
+        leftovers = gateways.child_server_pids() - before
+        for pid in leftovers:  # child servers the gateways left behind: the bench started them, it ends them
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        results["leftover_children_killed"] = len(leftovers)
+    results["elapsed_s"] = round(time.monotonic() - began, 1)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    if complete:  # kept apart so a later --quick run does not replace what the README shows
+        (out_dir / "results-full.json").write_text(json.dumps(results, indent=1, default=str))
+    report.write(results, publish_dir)
+    log(f"done in {results['elapsed_s']} s: {out_dir / 'results.json'}, {publish_dir / 'results.md'}, "
+        f"{publish_dir / 'plot.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
