@@ -104,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from gevent import monkey
 
-    monkey.patch_all()
+    # The relay starts no processes, and its only select-style call is urllib3's zero-timeout
+    # poll of a pooled connection, which cannot block: the OS poll does that without a trip
+    # round the event loop, and leaving subprocess alone keeps its module out of memory.
+    monkey.patch_all(select=False, subprocess=False)
+    _skip_charset_detection()
 
     args = build_parser().parse_args(argv)
     import logging
@@ -143,6 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         os.close(out_fd)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("shutdown complete: %d greenlets and %d sockets left", *leftovers())
+
+
+def _skip_charset_detection() -> None:
+    """Keep requests' character-set detector (charset_normalizer or chardet, 2.5 MB resident) out.
+
+    requests uses it only to guess the text encoding of Response.text; the relay reads bytes.
+    Since requests 2.32 the detector is optional: a None entry in sys.modules makes its import
+    fail, and requests then only warns, which is silenced here.
+    """
+    import warnings
+
+    for name in ("charset_normalizer", "chardet"):
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    warnings.filterwarnings("ignore", message="Unable to find acceptable character detection dependency")
 
 
 def _token_ok(token: str) -> bool:

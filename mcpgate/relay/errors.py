@@ -129,50 +129,57 @@ def redact(url: str) -> str:
 
 @contextmanager
 def mapped(url: str) -> Iterator[None]:
-    """Translate requests / urllib3 / socket failures inside the block into RelayErrors."""
-    url = redact(url)
+    """Translate requests / urllib3 / socket failures inside the block into RelayErrors.
+
+    The relay sends on urllib3 directly (see http_client), so urllib3's own exceptions
+    arrive here unwrapped; requests' still can (from preparing a request) and are
+    mapped the same way. The URL is redacted only when there is an error to name.
+    """
     try:
         yield
     except RelayError:
         raise
     except EventTooLarge as exc:
         raise InvalidUpstream(f"upstream sent an oversized SSE event: {exc}") from None
-    except requests.exceptions.ConnectTimeout:
-        raise NotSent(f"cannot reach upstream {url}: connection timed out") from None
-    except requests.exceptions.SSLError as exc:
-        raise ConfigError(f"TLS failure talking to {url}: {_reason(exc)}") from None
+    except urllib3.exceptions.NewConnectionError as exc:  # refused, host not found (a ConnectTimeoutError subclass)
+        raise _connection_error(url, exc) from None
+    except (requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError):
+        raise NotSent(f"cannot reach upstream {redact(url)}: connection timed out") from None
+    except (requests.exceptions.SSLError, urllib3.exceptions.SSLError) as exc:
+        raise ConfigError(f"TLS failure talking to {redact(url)}: {_reason(exc)}") from None
     except requests.exceptions.InvalidHeader:
         # The exception text quotes the header value, which may be the bearer token.
-        raise ConfigError(f"invalid request to {url}: a header value has characters HTTP does not allow") from None
+        raise ConfigError(f"invalid request to {redact(url)}: a header value has characters HTTP does not allow") \
+            from None
     except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
-            requests.exceptions.InvalidSchema) as exc:
-        raise ConfigError(f"invalid request to {url}: {exc}") from None
-    except requests.exceptions.ReadTimeout:
-        raise MaybeSent(f"upstream {url} did not answer in time (read timeout)") from None
-    except urllib3.exceptions.ReadTimeoutError:
-        raise MaybeSent(f"upstream {url} went silent (read timeout)") from None
+            requests.exceptions.InvalidSchema, urllib3.exceptions.LocationValueError) as exc:
+        raise ConfigError(f"invalid request to {redact(url)}: {exc}") from None
+    except (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError):
+        raise MaybeSent(f"upstream {redact(url)} did not answer in time (read timeout)") from None
     except requests.exceptions.ConnectionError as exc:
-        raise _connection_error(url, exc) from None
+        raise _connection_error(url, exc.args[0] if exc.args else exc) from None
     except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
             urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as exc:
-        raise MaybeSent(f"connection to upstream {url} broke mid-reply: {_reason(exc)}") from None
+        if exc.args[:1] == ("Connection aborted.",):  # urlopen's: the exchange failed before any reply
+            raise _connection_error(url, exc) from None
+        raise MaybeSent(f"connection to upstream {redact(url)} broke mid-reply: {_reason(exc)}") from None
     except urllib3.exceptions.HTTPError as exc:
-        raise MaybeSent(f"connection to upstream {url} failed: {_reason(exc)}") from None
+        raise MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(exc)}") from None
     except requests.exceptions.RequestException as exc:
-        raise MaybeSent(f"request to upstream {url} failed: {_reason(exc)}") from None
+        raise MaybeSent(f"request to upstream {redact(url)} failed: {_reason(exc)}") from None
     except OSError as exc:
-        raise MaybeSent(f"connection to upstream {url} failed: {exc.strerror or exc}") from None
+        raise MaybeSent(f"connection to upstream {redact(url)} failed: {exc.strerror or exc}") from None
 
 
-def _connection_error(url: str, exc: requests.exceptions.ConnectionError) -> RelayError:
-    reason = exc.args[0] if exc.args else exc
+def _connection_error(url: str, reason: BaseException) -> RelayError:
+    """The error for a failed exchange, from urllib3's reason (what requests' ConnectionError wraps)."""
     if isinstance(reason, urllib3.exceptions.MaxRetryError) and reason.reason is not None:
         reason = reason.reason
     if isinstance(reason, urllib3.exceptions.NameResolutionError):
-        return NotSent(f"cannot reach upstream {url}: host name not found")
+        return NotSent(f"cannot reach upstream {redact(url)}: host name not found")
     if isinstance(reason, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)):
-        return NotSent(f"cannot reach upstream {url}: {_reason(reason)}")
-    return MaybeSent(f"connection to upstream {url} failed: {_reason(reason)}")
+        return NotSent(f"cannot reach upstream {redact(url)}: {_reason(reason)}")
+    return MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(reason)}")
 
 
 def _reason(exc: BaseException) -> str:

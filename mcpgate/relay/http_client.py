@@ -5,6 +5,13 @@ a request that failed before it was sent is retried with exponential backoff and
 jitter; one that may have reached the server only when the caller says it is
 replay-safe; 429 and 503 honour Retry-After up to a cap. Bodies are read in raw
 chunks as they arrive (never line by line) and fed to the core's SseDecoder.
+
+The requests.Session owns the settings (headers, proxies, TLS verification,
+cookies) and the urllib3 connection pools. What requests works out per URL (the
+pool, the request target, the session's headers) is worked out once, with
+requests' own adapter methods, and kept in a Route; each exchange then goes
+straight to that pool's urlopen(), without requests' per-call preparation, which
+cost more CPU than the rest of a relayed call.
 """
 
 from __future__ import annotations
@@ -14,10 +21,14 @@ import os
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import gevent
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
+from requests.cookies import extract_cookies_to_jar
+from requests.utils import check_header_validity
 
 from mcpgate.core.sse import Event, SseDecoder
 from mcpgate.relay import errors
@@ -28,6 +39,9 @@ CHUNK_BYTES = 64 * 1024
 ERROR_BODY_BYTES = 4096
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
+MAX_ROUTES = 16
+# Every failure surfaces at once (the retry policy is HttpClient.send's); redirects are not followed.
+NO_RETRIES = urllib3.Retry(total=False, redirect=False)
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,36 @@ class HttpOptions:
     retry_after_cap: float = 30.0
 
 
+class HttpReply:
+    """An upstream reply up to its headers; `raw` is urllib3's response, its body not read yet."""
+
+    __slots__ = ("raw", "status_code", "reason", "headers")
+
+    def __init__(self, raw: urllib3.HTTPResponse) -> None:
+        self.raw = raw
+        self.status_code = raw.status
+        self.reason = raw.reason
+        self.headers = raw.headers  # case-insensitive
+
+    def close(self) -> None:
+        """Close the connection and give its slot back to the pool (as requests' Response.close does)."""
+        self.raw.close()
+        self.raw.release_conn()
+
+
+@dataclass(frozen=True)
+class Route:
+    """How requests would send to one URL, worked out once."""
+
+    pool: urllib3.HTTPConnectionPool  # with the session's TLS and proxy settings applied
+    target: str  # the path and query, or the whole URL through a plain-HTTP proxy
+    headers: dict[str, str]  # the session's headers, plus credentials from the URL's user info
+
+    @property
+    def usable(self) -> bool:
+        return self.pool.pool is not None  # None once closed (urllib3 1.x closes the pools it evicts)
+
+
 class HttpClient:
     """A requests.Session with the relay's headers, timeouts, pool and retry policy."""
 
@@ -60,14 +104,16 @@ class HttpClient:
         bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
         if bundle:
             self.session.verify = bundle
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=options.pool_size, max_retries=0)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
+        self.adapter = HTTPAdapter(pool_connections=4, pool_maxsize=options.pool_size, max_retries=0)
+        self.session.mount("http://", self.adapter)
+        self.session.mount("https://", self.adapter)
         self.session.headers.clear()
         self.session.headers.update(options.headers)
         self.session.headers["User-Agent"] = "mcpgate-relay"
         if options.bearer_token:
             self.session.headers["Authorization"] = f"Bearer {options.bearer_token}"
+        self._timeout = urllib3.Timeout(connect=options.connect_timeout, read=options.read_timeout)
+        self._routes: dict[str, Route] = {}
 
     @property
     def token_set(self) -> bool:
@@ -75,16 +121,14 @@ class HttpClient:
 
     def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None,
              replay_safe: bool = False, tries: int | None = None,
-             timeout: tuple[float, float] | None = None) -> requests.Response:
+             timeout: tuple[float, float] | None = None) -> HttpReply:
         """One HTTP exchange up to the response headers, retried per the policy; the body is not read."""
         tries = self.options.tries if tries is None else tries
-        timeout = timeout or (self.options.connect_timeout, self.options.read_timeout)
+        limits = self._timeout if timeout is None else urllib3.Timeout(connect=timeout[0], read=timeout[1])
         for attempt in range(1, tries + 1):
             last = attempt >= tries
             try:
-                with errors.mapped(url):
-                    resp = self.session.request(method, url, data=body, headers=dict(headers),
-                                                stream=True, timeout=timeout, allow_redirects=False)
+                resp = self._exchange(method, url, headers, body, limits)
             except errors.RelayError as exc:
                 if last or not exc.retryable or (exc.maybe_sent and not replay_safe):
                     raise
@@ -102,12 +146,56 @@ class HttpClient:
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _exchange(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
+                  timeout: urllib3.Timeout) -> HttpReply:
+        """One attempt, on the session's own urllib3 pool for the URL."""
+        with errors.mapped(url):
+            route = self._route(url)
+            raw = route.pool.urlopen(method, route.target, body=body,
+                                     headers=self._headers(route, method, url, headers), timeout=timeout,
+                                     retries=NO_RETRIES, redirect=False, assert_same_host=False,
+                                     preload_content=False, decode_content=False)
+        if "Set-Cookie" in raw.headers:
+            extract_cookies_to_jar(self.session.cookies, requests.Request(method, url).prepare(), raw)
+        return HttpReply(cast(urllib3.HTTPResponse, raw))  # what an HTTPConnectionPool returns
+
+    def _route(self, url: str) -> Route:
+        route = self._routes.get(url)
+        if route is None or not route.usable:
+            if len(self._routes) >= MAX_ROUTES:
+                self._routes.clear()
+            route = self._routes[url] = self._resolve(url)
+        return route
+
+    def _resolve(self, url: str) -> Route:
+        """What requests' Session.send and HTTPAdapter.send work out for a URL, by their own methods."""
+        session, adapter = self.session, self.adapter
+        prepared = session.prepare_request(requests.Request("GET", url))
+        pool = adapter.get_connection_with_tls_context(prepared, session.verify, session.proxies, session.cert)
+        adapter.cert_verify(pool, prepared.url or url, session.verify, session.cert)
+        # Cookies change between calls: _headers adds them when there are any.
+        headers = {name: _text(value) for name, value in prepared.headers.items() if name.lower() != "cookie"}
+        return Route(pool, adapter.request_url(prepared, session.proxies), headers)
+
+    def _headers(self, route: Route, method: str, url: str, headers: Mapping[str, str]) -> dict[str, str]:
+        """The route's headers with the call's on top (names compare case-insensitively) and any cookies."""
+        for header in headers.items():
+            check_header_validity(header)
+        names = {name.lower() for name in headers}
+        merged = {name: value for name, value in route.headers.items() if name.lower() not in names}
+        merged.update(headers)
+        if self.session.cookies:  # only once the upstream has set one
+            cookie = self.session.prepare_request(requests.Request(method, url)).headers.get("Cookie")
+            if cookie:
+                merged["Cookie"] = _text(cookie)
+        return merged
+
     def backoff(self, attempt: int) -> float:
         """Exponential backoff for the attempt-th retry (1-based), jittered over its upper half."""
         ceiling = min(self.options.backoff_cap, self.options.backoff_base * 2.0 ** (attempt - 1))
         return _jitter(ceiling)
 
-    def _retry_delay(self, resp: requests.Response, attempt: int) -> float | None:
+    def _retry_delay(self, resp: HttpReply, attempt: int) -> float | None:
         """The wait a 429/503 asks for, or None when it asks for longer than the cap."""
         asked = errors.retry_after_seconds(resp.headers.get("Retry-After"))
         if asked is None:
@@ -116,9 +204,17 @@ class HttpClient:
             return None
         return asked
 
-    def read_body(self, resp: requests.Response, url: str) -> bytes:
+    def read_body(self, resp: HttpReply, url: str) -> bytes:
         """The whole body, bounded by max_message_bytes."""
         limit = self.options.max_message_bytes
+        length = resp.headers.get("Content-Length", "")
+        if length.isdigit() and "Content-Encoding" not in resp.headers:
+            # The size is known before reading (and cannot grow in decoding): one read, when it fits.
+            if int(length) > limit:
+                raise errors.InvalidUpstream(f"upstream reply exceeded {limit} bytes")
+            with errors.mapped(url):
+                body: bytes = resp.raw.read(decode_content=True)
+            return body
         parts: list[bytes] = []
         size = 0
         with errors.mapped(url):
@@ -132,7 +228,7 @@ class HttpClient:
                 parts.append(chunk)
         return b"".join(parts)
 
-    def error_body(self, resp: requests.Response, url: str) -> bytes:
+    def error_body(self, resp: HttpReply, url: str) -> bytes:
         """The first few KiB of an error reply's body; the response is closed."""
         try:
             with errors.mapped(url):
@@ -143,7 +239,7 @@ class HttpClient:
             resp.close()
         return body
 
-    def error_for(self, resp: requests.Response, url: str, body: bytes | None = None) -> errors.HttpStatusError:
+    def error_for(self, resp: HttpReply, url: str, body: bytes | None = None) -> errors.HttpStatusError:
         """The error naming an HTTP error status and a short excerpt of its body."""
         if body is None:
             body = self.error_body(resp, url)
@@ -151,7 +247,7 @@ class HttpClient:
         return errors.status_error(resp.status_code, resp.reason or "", body, self.token_set,
                                    resp.headers.get("WWW-Authenticate"))
 
-    def events(self, resp: requests.Response, decoder: SseDecoder, url: str) -> Iterator[Event]:
+    def events(self, resp: HttpReply, decoder: SseDecoder, url: str) -> Iterator[Event]:
         """SSE events as their bytes arrive; ends when the server ends the body."""
         while True:
             with errors.mapped(url):
@@ -161,7 +257,7 @@ class HttpClient:
                 return
             yield from events
 
-    def done(self, resp: requests.Response) -> None:
+    def done(self, resp: HttpReply) -> None:
         """Finish with a response: when its body is (or, being short, can be) read to the end the
         connection goes back to the pool; otherwise it is closed."""
         raw = resp.raw
@@ -181,10 +277,12 @@ class HttpClient:
         return SseDecoder(max_event_bytes=self.options.max_message_bytes)
 
     def close(self) -> None:
+        # urllib3 2.x closes a dropped pool's idle connections when the pool is collected: let go of it.
+        self._routes.clear()
         self.session.close()
 
 
-def content_type(resp: requests.Response) -> str:
+def content_type(resp: HttpReply) -> str:
     """The media type of a response, lower case, without parameters."""
     return resp.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
 
@@ -199,6 +297,11 @@ def reconnect_delay(failures: int, retry_ms: int | None) -> float:
     if failures == 0:
         return base
     return _jitter(min(RECONNECT_CAP, max(base, RECONNECT_BASE) * 2.0 ** min(failures, 16)))
+
+
+def _text(value: str | bytes) -> str:
+    """A header value requests holds, as text (requests accepts bytes values too)."""
+    return value if isinstance(value, str) else value.decode("latin-1")
 
 
 def _jitter(ceiling: float) -> float:

@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import gevent
-import requests
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 from gevent.pool import Group
@@ -25,7 +24,7 @@ from gevent.pool import Group
 from mcpgate.core import jsonrpc
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
-from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, content_type, reconnect_delay
+from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type, reconnect_delay
 from mcpgate.relay.transport import OneWay, Sink, Upstream, decode_upstream, is_reply_to
 
 log = logging.getLogger("mcpgate.relay")
@@ -48,7 +47,7 @@ class LegacySseTransport:
         self._attempt = AsyncResult()
         self._wake = Event()
         self._stream: Greenlet | None = None
-        self._resp: requests.Response | None = None
+        self._resp: HttpReply | None = None
         self._closing = False
         self._init_obj: dict[str, Any] | None = None
         self._initialized_obj: dict[str, Any] | None = None
@@ -173,7 +172,7 @@ class LegacySseTransport:
             self._on_drop(attempt)
         return count
 
-    def _open(self, last_id: str | None) -> requests.Response:
+    def _open(self, last_id: str | None) -> HttpReply:
         headers = {"Accept": SSE_TYPE}
         if last_id is not None:
             headers["Last-Event-ID"] = last_id

@@ -15,7 +15,6 @@ import logging
 from typing import Any
 
 import gevent
-import requests
 from gevent.event import AsyncResult
 from gevent.lock import Semaphore
 from gevent.pool import Group
@@ -24,8 +23,10 @@ from mcpgate.core import jsonrpc, versions
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.get_stream import LAST_EVENT_ID_HEADER, GetStream
-from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, content_type
-from mcpgate.relay.transport import OneWay, Sink, Upstream, decode_upstream, is_reply_to, should_fall_back
+from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
+from mcpgate.relay.transport import (
+    OneWay, Sink, Upstream, decode_upstream, is_reply_to, should_fall_back, upstream_messages,
+)
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -109,7 +110,7 @@ class StreamableTransport:
             if self._waiters.get(key) is waiter:
                 del self._waiters[key]
 
-    def _reply(self, req: jsonrpc.Request, resp: requests.Response, sid: str | None,
+    def _reply(self, req: jsonrpc.Request, resp: HttpReply, sid: str | None,
                waiter: AsyncResult) -> jsonrpc.Response:
         status = resp.status_code
         if status == 404 and sid:
@@ -136,7 +137,7 @@ class StreamableTransport:
             raise errors.InvalidUpstream(f"upstream sent invalid JSON in reply to {req.method}: "
                                          f"{errors.excerpt(body)}")
         reply = None
-        for message in decode_upstream(body):
+        for message in upstream_messages(parsed):
             if reply is None and is_reply_to(message, req.id):
                 assert isinstance(message, jsonrpc.Response)
                 reply = message
@@ -157,7 +158,7 @@ class StreamableTransport:
                                    f"within {self.http.options.read_timeout:g}s") from None
         return reply
 
-    def _read_stream(self, req: jsonrpc.Request, resp: requests.Response) -> jsonrpc.Response:
+    def _read_stream(self, req: jsonrpc.Request, resp: HttpReply) -> jsonrpc.Response:
         decoder = self.http.new_decoder()
         reply = None
         try:
@@ -169,7 +170,7 @@ class StreamableTransport:
                 self._background.spawn(self._read_tail, resp, decoder)
         return reply if reply is not None else self._resume(req, decoder)
 
-    def _read_tail(self, resp: requests.Response, decoder: SseDecoder) -> None:
+    def _read_tail(self, resp: HttpReply, decoder: SseDecoder) -> None:
         """After the response the server ends the stream: read that end (routing anything else that
         comes), so the connection goes back to the pool instead of being closed."""
         try:
@@ -182,7 +183,7 @@ class StreamableTransport:
         finally:
             self.http.done(resp)
 
-    def _consume(self, req: jsonrpc.Request, resp: requests.Response,
+    def _consume(self, req: jsonrpc.Request, resp: HttpReply,
                  decoder: SseDecoder) -> jsonrpc.Response | None:
         """Read a reply stream until the response; None when it ended resumably first."""
         try:

@@ -37,7 +37,11 @@ class Transport(Protocol):
 
 def decode_upstream(data: bytes) -> list[Upstream]:
     """The JSON-RPC messages in one upstream payload (a JSON body or an SSE event's data)."""
-    parsed = jsonrpc.parse(data)
+    return upstream_messages(jsonrpc.parse(data))
+
+
+def upstream_messages(parsed: jsonrpc.Message) -> list[Upstream]:
+    """The JSON-RPC messages in a parsed upstream payload; invalid ones are logged and dropped."""
     items = parsed.items if isinstance(parsed, jsonrpc.Batch) else [parsed]
     out: list[Upstream] = []
     for item in items:

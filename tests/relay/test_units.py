@@ -41,6 +41,16 @@ def _connection_error(reason: Exception) -> requests.exceptions.ConnectionError:
     (urllib3.exceptions.ProtocolError("Connection broken"), errors.MaybeSent, True),
     (requests.exceptions.SSLError("certificate verify failed"), errors.ConfigError, False),
     (ConnectionResetError(104, "Connection reset by peer"), errors.MaybeSent, True),
+    # What urllib3 raises itself when the relay sends on its pool with retries off.
+    (urllib3.exceptions.NewConnectionError(None, "Connection refused"),  # type: ignore[arg-type]
+     errors.NotSent, False),
+    (urllib3.exceptions.NameResolutionError("nowhere.test", None, OSError("not known")),  # type: ignore[arg-type]
+     errors.NotSent, False),
+    (urllib3.exceptions.ConnectTimeoutError(None, "timed out"), errors.NotSent, False),
+    (urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer")),
+     errors.MaybeSent, True),
+    (urllib3.exceptions.SSLError("certificate verify failed"), errors.ConfigError, False),
+    (urllib3.exceptions.LocationParseError("http://[bad"), errors.ConfigError, False),
 ])
 def test_exceptions_map_to_relay_errors(exc: BaseException, kind: type, maybe_sent: bool) -> None:
     mapped = _raise_in_mapped(exc)
@@ -53,6 +63,26 @@ def test_refused_connection_is_named() -> None:
         urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] "  # type: ignore[arg-type]
                                               "Connection refused")))
     assert mapped.message.endswith("connection refused")
+
+
+@pytest.mark.parametrize("exc, says", [
+    (urllib3.exceptions.NameResolutionError("nowhere.test", None, OSError("not known")),  # type: ignore[arg-type]
+     "cannot reach upstream http://upstream.test/mcp: host name not found"),
+    (urllib3.exceptions.ConnectTimeoutError(None, "timed out"), "cannot reach upstream http://upstream.test/mcp: "
+                                                                "connection timed out"),
+    (urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer")),
+     "connection to upstream http://upstream.test/mcp failed: connection reset"),
+    (urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(3 bytes read, 7 more expected)"),
+     "connection to upstream http://upstream.test/mcp broke mid-reply"),
+])
+def test_urllib3_errors_say_what_happened(exc: BaseException, says: str) -> None:
+    assert says in _raise_in_mapped(exc).message
+
+
+def test_mapping_leaves_other_exceptions_alone() -> None:
+    with pytest.raises(KeyError):
+        with errors.mapped(URL):
+            raise KeyError("a bug, not a network error")
 
 
 def test_status_errors_name_status_body_and_token_setting() -> None:
