@@ -84,7 +84,8 @@ def test_a_vanished_get_client_no_longer_keeps_its_session_alive(gateway_factory
     assert children(gw) == 0
 
 
-def test_worker_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
+def session_with_grandchild(gateway_factory: Any) -> tuple[Any, int, int, int]:
+    """A gateway whose one session's child started a grandchild: (gateway, worker, child, grandchild)."""
     gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
     headers = open_session(gw)
     status, _, body = gw.request("POST", body=call("grandchild", {}), headers=headers)
@@ -92,6 +93,11 @@ def test_worker_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
     [worker] = direct_children(gw.proc.pid)
     [child] = direct_children(worker)
     assert alive(child) and alive(grandchild)
+    return gw, worker, child, grandchild
+
+
+def test_worker_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
+    gw, worker, child, grandchild = session_with_grandchild(gateway_factory)
     os.kill(worker, signal.SIGKILL)
     assert wait_dead([worker, child, grandchild]) == []
 
@@ -147,12 +153,7 @@ def test_initialize_error_ends_the_session(gateway_factory: Any) -> None:
 
 
 def test_master_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
-    headers = open_session(gw)
-    status, _, body = gw.request("POST", body=call("grandchild", {}), headers=headers)
-    grandchild = int(json.loads(body)["result"]["content"][0]["text"])
-    [worker] = direct_children(gw.proc.pid)
-    [child] = direct_children(worker)
+    gw, worker, child, grandchild = session_with_grandchild(gateway_factory)
     os.kill(gw.proc.pid, signal.SIGKILL)  # the worker notices its parent is gone and shuts down
     gw.proc.wait(10)
     assert wait_dead([worker, child, grandchild], timeout=20) == []
