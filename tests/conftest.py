@@ -52,12 +52,13 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
 class Gateway:
     """A running `gunicorn mcpgate.wsgi`."""
 
-    def __init__(self, env: dict[str, str] | None = None, cwd: Path = ROOT, config: str | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, cwd: Path = ROOT, config: str | None = None,
+                 python: str = sys.executable) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         full_env.pop("PORT", None)
-        args = [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{self.port}"]
+        args = [python, "-m", "gunicorn", "-b", f"127.0.0.1:{self.port}"]
         if config:
             args += ["-c", config]
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
