@@ -13,7 +13,7 @@ import os
 import shlex
 import signal
 from collections import deque
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable
 
 import gevent
 import gevent.event
@@ -24,56 +24,17 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
 from mcpgate.orphans import preexec_die_with_parent
-from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command
+from mcpgate.pipes import close_quietly, describe_exit, read_chunks
+from mcpgate.spawn import ChildSpawnError, resolve_executable
 
 __all__ = ["ChildProcess"]
 
-_CHUNK = 64 * 1024
 _MAX_IOV = 512            # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
 _STDERR_LINE_CAP = 64 * 1024
 _LOG_TEXT = 1000          # stderr characters per log line
 _LOG_BODY = 200           # body bytes in DEBUG / WARNING lines
 _KILL_GRACE = 5.0         # wait after SIGKILL; the kernel needs no longer
 _NEWLINE = b"\n"
-
-
-def _describe_exit(returncode: int) -> str:
-    if returncode >= 0:
-        return f"exited with code {returncode}"
-    try:
-        return f"killed by signal {signal.Signals(-returncode).name}"
-    except ValueError:
-        return f"killed by signal {-returncode}"
-
-
-def _close_quietly(stream: IO[bytes] | None) -> None:
-    if stream is not None:
-        try:
-            stream.close()
-        except OSError:
-            pass
-
-
-def _read_chunks(fd: int) -> Iterator[bytes]:
-    """Chunks from a non-blocking fd until EOF, waiting on the hub in between."""
-    hub = get_hub()
-    watcher = hub.loop.io(fd, 1)
-    try:
-        more = False
-        while True:
-            if not more:
-                hub.wait(watcher)
-            try:
-                chunk = os.read(fd, _CHUNK)
-            except BlockingIOError:
-                more = False
-                continue
-            if not chunk:
-                return
-            more = len(chunk) == _CHUNK
-            yield chunk
-    finally:
-        watcher.close()
 
 
 class ChildProcess:
@@ -133,7 +94,7 @@ class ChildProcess:
                 stderr=stderr_target, env=self.env, cwd=self.cwd, close_fds=True, start_new_session=True,
                 bufsize=0, preexec_fn=preexec_die_with_parent(os.getpid()))  # unbuffered: we use the fds
         except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
-            _close_quietly(self._stderr_file)
+            close_quietly(self._stderr_file)
             why = getattr(exc, "strerror", None) or exc
             raise ChildSpawnError(f"cannot execute {self.argv[0]!r} ({executable}): {why}") from exc
         proc = self._proc
@@ -224,7 +185,7 @@ class ChildProcess:
         writer = self._greenlets.get("stdin")
         if writer is not None:
             writer.kill(block=True, timeout=1.0)
-        _close_quietly(self._proc.stdin)
+        close_quietly(self._proc.stdin)
         if self._exited.wait(self.close_timeout):
             return
         self._log.info("child[%s] pid=%s still running after stdin closed; SIGTERM", self.label, self.pid)
@@ -251,7 +212,7 @@ class ChildProcess:
             self._signal_group(signal.SIGKILL)
             raise
         if self._reason is None:
-            self._reason = _describe_exit(returncode)
+            self._reason = describe_exit(returncode)
         self._closing = True
         self.returncode = returncode
         self._exited.set()
@@ -261,7 +222,7 @@ class ChildProcess:
         finally:
             self.exit_reason = self._reason
             self._log.info("child[%s] pid=%s %s (reason: %s)", self.label, self.pid,
-                           _describe_exit(returncode), self._reason)
+                           describe_exit(returncode), self._reason)
             try:
                 self._on_exit(self._reason)
             except Exception:
@@ -278,7 +239,7 @@ class ChildProcess:
         pipes = [greenlets[name] for name in ("stdout", "stderr", "stdin") if name in greenlets]
         gevent.killall(pipes, block=True, timeout=1.0)
         for stream in (proc.stdin, proc.stdout, proc.stderr, self._stderr_file):
-            _close_quietly(stream)
+            close_quietly(stream)
         self._queue.clear()
         self._queued = 0
 
@@ -331,7 +292,7 @@ class ChildProcess:
     def _read_stdout(self, fd: int) -> None:
         decoder = LineDecoder(self.max_line_bytes)
         deliver = self._deliver
-        for chunk in _read_chunks(fd):
+        for chunk in read_chunks(fd):
             if self._discard:
                 continue  # keep draining so the child is never stuck writing while it is shut down
             try:
@@ -392,7 +353,7 @@ class ChildProcess:
 
     def _read_stderr(self, fd: int) -> None:
         pending = b""
-        for chunk in _read_chunks(fd):
+        for chunk in read_chunks(fd):
             *lines, pending = (pending + chunk).split(b"\n")
             if len(pending) > _STDERR_LINE_CAP:
                 lines.append(pending)

@@ -7,7 +7,7 @@ import sys
 
 from tests.conftest import ROOT
 
-STRICT = ["mcpgate/core", "mcpgate/serve", "mcpgate/child.py", "mcpgate/spawn.py", "mcpgate/orphans.py",
+STRICT = ["mcpgate/core", "mcpgate/serve", "mcpgate/child.py", "mcpgate/pipes.py", "mcpgate/spawn.py", "mcpgate/orphans.py",
           "mcpgate/settings.py", "mcpgate/wsgi.py", "mcpgate/demo_server.py", "mcpgate/demo_tools.py", "mcpgate/relay"]
 
 
