@@ -25,7 +25,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type, reconnect_delay
-from mcpgate.relay.transport import OneWay, Sink, Upstream, decode_upstream, is_reply_to
+from mcpgate.relay.transport import OneWay, ReplyWaiters, Sink, Upstream, decode_upstream
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -42,7 +42,7 @@ class LegacySseTransport:
     def __init__(self, url: str, http: HttpClient, sink: Sink) -> None:
         self.url, self.http, self.sink = url, http, sink
         self.endpoint: str | None = None
-        self._pending: dict[jsonrpc.IdKey, AsyncResult] = {}
+        self._pending = ReplyWaiters()
         # The outcome (the endpoint, or the error) of the connection attempt in progress or next.
         self._attempt = AsyncResult()
         self._wake = Event()
@@ -77,10 +77,7 @@ class LegacySseTransport:
             log.warning("could not deliver %s upstream: %s", what, exc.message)
 
     def _exchange(self, endpoint: str, req: jsonrpc.Request) -> jsonrpc.Response:
-        key = jsonrpc.id_key(req.id)
-        waiter = AsyncResult()
-        self._pending[key] = waiter
-        try:
+        with self._pending.expect(req.id) as waiter:
             self._post(endpoint, jsonrpc.raw_bytes(req), errors.is_replay_safe(req.method), req)
             while True:
                 try:
@@ -89,9 +86,6 @@ class LegacySseTransport:
                 except gevent.Timeout:
                     if self._closing or self.endpoint != endpoint:
                         raise errors.MaybeSent(f"no reply to {req.method} from the upstream SSE stream") from None
-        finally:
-            if self._pending.get(key) is waiter:
-                del self._pending[key]
 
     def _post(self, endpoint: str, body: bytes, safe: bool, req: jsonrpc.Request | None) -> None:
         """POST one message to the endpoint; the reply (if any) arrives on the stream."""
@@ -107,12 +101,8 @@ class LegacySseTransport:
             self.http.done(resp)
 
     def _route(self, message: Upstream) -> None:
-        if isinstance(message, jsonrpc.Response) and message.id is not None:
-            waiter = self._pending.get(jsonrpc.id_key(message.id))
-            if waiter is not None and not waiter.ready():
-                waiter.set(message)
-                return
-        self.sink(message)
+        if not self._pending.deliver(message):
+            self.sink(message)
 
     # -- the stream -------------------------------------------------------------------------
 
@@ -233,10 +223,8 @@ class LegacySseTransport:
                                 "the request may or may not have run upstream")
         if not attempt.ready():
             attempt.set_exception(lost)
-        pending, self._pending = self._pending, {}
-        for waiter in pending.values():
-            if not waiter.ready():
-                waiter.set_exception(errors.ShuttingDown("relay is shutting down") if self._closing else lost)
+        closing = self._closing
+        self._pending.fail_all(lambda: errors.ShuttingDown("relay is shutting down") if closing else lost)
 
     def close(self) -> None:
         self._closing = True

@@ -25,7 +25,7 @@ from mcpgate.relay import errors
 from mcpgate.relay.get_stream import LAST_EVENT_ID_HEADER, GetStream
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
 from mcpgate.relay.transport import (
-    OneWay, Sink, Upstream, decode_upstream, is_reply_to, should_fall_back, upstream_messages,
+    OneWay, ReplyWaiters, Sink, Upstream, decode_upstream, is_reply_to, should_fall_back, upstream_messages,
 )
 
 log = logging.getLogger("mcpgate.relay")
@@ -52,7 +52,7 @@ class StreamableTransport:
         self._init_obj: dict[str, Any] | None = None
         self._initialized_obj: dict[str, Any] | None = None
         self._recovery = Semaphore()
-        self._waiters: dict[jsonrpc.IdKey, AsyncResult] = {}
+        self._waiters = ReplyWaiters()
         self._get_stream = GetStream(self)
         # Short-lived helpers (reply tails, DELETEs of replaced sessions, recoveries), killed at close.
         self._background = Group()
@@ -98,17 +98,11 @@ class StreamableTransport:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _post_request(self, req: jsonrpc.Request, safe: bool) -> jsonrpc.Response:
-        key = jsonrpc.id_key(req.id)
-        waiter = AsyncResult()
-        self._waiters[key] = waiter
-        try:
+        with self._waiters.expect(req.id) as waiter:
             sid = self.session_id
             resp = self.http.send("POST", self.url, self.headers(ACCEPT_BOTH, True),
                                   jsonrpc.raw_bytes(req), replay_safe=safe)
             return self._reply(req, resp, sid, waiter)
-        finally:
-            if self._waiters.get(key) is waiter:
-                del self._waiters[key]
 
     def _reply(self, req: jsonrpc.Request, resp: HttpReply, sid: str | None,
                waiter: AsyncResult) -> jsonrpc.Response:
@@ -229,12 +223,8 @@ class StreamableTransport:
 
     def route(self, message: Upstream) -> None:
         """A message that is not the awaited reply: a waiting request's reply, or one for the host."""
-        if isinstance(message, jsonrpc.Response) and message.id is not None:
-            waiter = self._waiters.get(jsonrpc.id_key(message.id))
-            if waiter is not None and not waiter.ready():
-                waiter.set(message)
-                return
-        self.sink(message)
+        if not self._waiters.deliver(message):
+            self.sink(message)
 
     # -- the handshake and session recovery -------------------------------------------------
 
@@ -335,9 +325,7 @@ class StreamableTransport:
         self.closing = True
         self._get_stream.stop()
         self._background.kill(block=True, timeout=1.0)
-        for waiter in list(self._waiters.values()):
-            if not waiter.ready():
-                waiter.set_exception(errors.ShuttingDown("relay is shutting down"))
+        self._waiters.fail_all(lambda: errors.ShuttingDown("relay is shutting down"))
         if self.session_id:
             self._delete(self.session_id, self.version)
             self.session_id = None

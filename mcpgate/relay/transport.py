@@ -11,8 +11,11 @@ switches to HTTP+SSE at the same URL when the initialize is refused the way a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Protocol, Union
+
+from gevent.event import AsyncResult
 
 from mcpgate.core import jsonrpc
 from mcpgate.relay import errors
@@ -51,6 +54,41 @@ def upstream_messages(parsed: jsonrpc.Message) -> list[Upstream]:
             reason = item.reason if isinstance(item, jsonrpc.Invalid) else "nested batch"
             log.warning("dropped an invalid message from upstream: %s", reason)
     return out
+
+
+class ReplyWaiters:
+    """Requests waiting, by id, for a reply that may arrive on another stream than their own."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[jsonrpc.IdKey, AsyncResult] = {}
+
+    @contextmanager
+    def expect(self, req_id: jsonrpc.Id) -> Iterator[AsyncResult]:
+        """A result that deliver() sets when the reply to req_id arrives; registered for the block only."""
+        key = jsonrpc.id_key(req_id)
+        waiter = AsyncResult()
+        self._waiting[key] = waiter
+        try:
+            yield waiter
+        finally:
+            if self._waiting.get(key) is waiter:
+                del self._waiting[key]
+
+    def deliver(self, message: Upstream) -> bool:
+        """Hand a response to the request waiting for it; False when nobody waits for this message."""
+        if isinstance(message, jsonrpc.Response) and message.id is not None:
+            waiter = self._waiting.get(jsonrpc.id_key(message.id))
+            if waiter is not None and not waiter.ready():
+                waiter.set(message)
+                return True
+        return False
+
+    def fail_all(self, error: Callable[[], Exception]) -> None:
+        """Every waiting request gets an error: its reply will not come."""
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            if not waiter.ready():
+                waiter.set_exception(error())
 
 
 def is_reply_to(message: Upstream, req_id: jsonrpc.Id) -> bool:
