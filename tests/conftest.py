@@ -2,103 +2,11 @@
 
 from __future__ import annotations
 
-import http.client
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "tests" / "fixtures"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def pid_gone(pid: int) -> bool:
-    """True when pid no longer exists or is a zombie (PID 1 in a container may not reap)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
-    """SIGTERM by PID, then SIGKILL if it does not go."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
-class Gateway:
-    """A running `gunicorn mcpgate.wsgi`."""
-
-    def __init__(self, env: dict[str, str] | None = None, cwd: Path = ROOT, config: str | None = None,
-                 python: str = sys.executable) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        full_env.pop("PORT", None)
-        args = [python, "-m", "gunicorn", "-b", f"127.0.0.1:{self.port}"]
-        if config:
-            args += ["-c", config]
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args + ["mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log,
-                                     stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                status, _, _ = self.request("GET", "/healthz")
-                if status in (200, 503):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"gunicorn did not become ready:\n{self.log()}")
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def request(self, method: str, path: str = "/mcp", body: Any = None, headers: dict[str, str] | None = None,
-                timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-            conn.request(method, path, body=data, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-        finally:
-            conn.close()
-
-    def stop(self) -> None:
-        try:
-            stop_process(self.proc, timeout=30)
-        finally:
-            self._log.close()
+from tests.support import Gateway
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ if ROOT not in sys.path:  # pragma: no cover - depends on how pytest was launche
     sys.path.insert(0, ROOT)
 
 from mcpgate.child import ChildProcess  # noqa: E402
-from tests.conftest import pid_gone  # noqa: E402
+from tests.support import pid_gone  # noqa: E402
 from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command  # noqa: E402
 from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
 

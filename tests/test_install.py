@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import venv
 from pathlib import Path
-from tests.conftest import ROOT, Gateway
-from tests.serve.test_http import HEADERS, init_body
+from tests.support import ROOT, Gateway
+from tests.support import HEADERS, init_body
 
 
 def test_pip_install_then_gunicorn_serves_the_demo(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mcpgate.settings import SETTINGS, Settings, SettingsError, markdown_table
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 
 def test_readme_table_matches_the_declaration() -> None:
@@ -43,7 +43,7 @@ def test_values_are_converted() -> None:
 
 
 def test_an_invalid_setting_stops_gunicorn_with_a_clear_message(gateway_factory) -> None:  # type: ignore[no-untyped-def]
-    from tests.conftest import Gateway
+    from tests.support import Gateway
 
     gw = Gateway({"MCPGATE_MAX_SESSIONS": "lots"})
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 STRICT = ["mcpgate/core", "mcpgate/serve", "mcpgate/child.py", "mcpgate/pipes.py", "mcpgate/spawn.py", "mcpgate/orphans.py",
           "mcpgate/settings.py", "mcpgate/wsgi.py", "mcpgate/demo_server.py", "mcpgate/demo_tools.py", "mcpgate/relay"]

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
+from tests.support import ROOT
 
 PEERS = ROOT / "tests" / ".peers" / "node_modules"
 INSTALL = ROOT / "tests" / "peers" / "install.sh"

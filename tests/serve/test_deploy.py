@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT, Gateway
-from tests.serve.test_http import HEADERS, init_body
+from tests.support import ROOT, Gateway
+from tests.support import HEADERS, init_body
 
 
 def test_packaged_config_works_outside_the_project_root(gateway_factory: Any, tmp_path: Path) -> None:

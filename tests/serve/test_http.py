@@ -9,45 +9,7 @@ from typing import Any
 
 import pytest
 
-ACCEPT = "application/json, text/event-stream"
-HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json"}
-
-
-def init_body(version: str = "2025-11-25", msg_id: Any = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "method": "initialize",
-            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-
-
-def open_session(gw: Any, version: str = "2025-11-25") -> dict[str, str]:
-    status, headers, body = gw.request("POST", body=init_body(version), headers=HEADERS)
-    assert status == 200, body
-    sid = headers["mcp-session-id"]
-    session_headers = {**HEADERS, "Mcp-Session-Id": sid}
-    if version >= "2025-06-18":
-        session_headers["MCP-Protocol-Version"] = version
-    status, _, _ = gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                              headers=session_headers)
-    assert status == 202
-    return session_headers
-
-
-def call(name: str, args: dict[str, Any], msg_id: Any = 2) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "method": "tools/call", "params": {"name": name, "arguments": args}}
-
-
-def sse_messages(body: bytes) -> list[dict[str, Any]]:
-    out = []
-    for block in body.decode().split("\n\n"):
-        data = [line[6:] for line in block.split("\n") if line.startswith("data: ")]
-        if data:
-            out.append(json.loads("\n".join(data)))
-    return out
-
-
-def children(gw: Any) -> int:
-    status, _, body = gw.request("GET", "/healthz")
-    return int(json.loads(body)["children"])
-
+from tests.support import HEADERS, call, children, init_body, open_session, sse_messages
 
 def test_initialize_mints_a_visible_ascii_session_id_and_answers_json(demo_gateway: Any) -> None:
     status, headers, body = demo_gateway.request("POST", body=init_body(), headers=HEADERS)

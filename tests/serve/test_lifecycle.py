@@ -10,30 +10,9 @@ import threading
 import time
 from typing import Any
 
-from tests.conftest import FIXTURES, pid_gone
-from tests.serve.test_http import HEADERS, call, children, init_body, open_session
+from tests.support import FIXTURES, HEADERS, alive, call, children, direct_children, init_body, open_session, pid_gone, wait_dead
 
 CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"
-
-
-def alive(pid: int) -> bool:
-    return not pid_gone(pid)
-
-
-def wait_dead(pids: list[int], timeout: float = 15.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [pid for pid in pids if alive(pid)]
-        if not left:
-            return []
-        time.sleep(0.1)
-    return [pid for pid in pids if alive(pid)]
-
-
-def direct_children(pid: int) -> list[int]:
-    from mcpgate.orphans import children_of
-
-    return children_of(pid)
 
 
 def test_child_crash_answers_waiting_requests_and_later_ones_get_404(gateway_factory: Any) -> None:

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from mcp import Client, types
 
-from tests.conftest import FIXTURES
+from tests.support import FIXTURES
 
 HANG_GUARD = 60
 

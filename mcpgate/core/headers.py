@@ -1,0 +1,10 @@
+"""The HTTP header names of the MCP transports, spelled once for serve and relay.
+
+HTTP header names are case-insensitive; these are the spellings mcpgate sends.
+"""
+
+from __future__ import annotations
+
+SESSION_ID = "Mcp-Session-Id"
+PROTOCOL_VERSION = "MCP-Protocol-Version"
+LAST_EVENT_ID = "Last-Event-ID"
