@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from mcpgate.serve.worker import MAX_HEADERS, MAX_LINE, RequestHeaders
+from mcpgate.serve.request_headers import MAX_HEADERS, MAX_LINE, RequestHeaders
 
 
 def read(raw: bytes) -> RequestHeaders:
