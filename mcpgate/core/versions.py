@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .headers import PROTOCOL_VERSION as PROTOCOL_VERSION_HEADER  # noqa: F401  (callers move to core.headers)
-
 V2024_11_05 = "2024-11-05"
 V2025_03_26 = "2025-03-26"
 V2025_06_18 = "2025-06-18"

@@ -19,7 +19,7 @@ from gevent.event import AsyncResult
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
-from mcpgate.core import jsonrpc, versions
+from mcpgate.core import jsonrpc, versions, wire
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.get_stream import LAST_EVENT_ID_HEADER, GetStream
@@ -67,7 +67,7 @@ class StreamableTransport:
         if self.session_id:
             headers[SESSION_HEADER] = self.session_id
         if self.version is not None and versions.sends_version_header(self.version):
-            headers[versions.PROTOCOL_VERSION_HEADER] = self.version
+            headers[wire.PROTOCOL_VERSION] = self.version
         return headers
 
     # -- requests ---------------------------------------------------------------------------
@@ -334,7 +334,7 @@ class StreamableTransport:
         """End a session with DELETE (405 means the server does not allow it)."""
         headers = {SESSION_HEADER: sid}
         if version is not None and versions.sends_version_header(version):
-            headers[versions.PROTOCOL_VERSION_HEADER] = version
+            headers[wire.PROTOCOL_VERSION] = version
         timeout = (self.http.options.connect_timeout, DELETE_TIMEOUT)
         try:
             resp = self.http.send("DELETE", self.url, headers, tries=1, timeout=timeout)

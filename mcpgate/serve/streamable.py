@@ -6,7 +6,7 @@ import logging
 from typing import Any, Iterator
 
 from ..spawn import ChildSpawnError
-from ..core import jsonrpc, versions
+from ..core import jsonrpc, versions, wire
 from ..core.jsonrpc import Batch, Invalid, Notification, Request, Response as RpcResponse
 from ..core.routing import DuplicateRequestId
 from ..core.sessions import SessionLimitReached
@@ -43,7 +43,7 @@ def find_session(gw: Gateway, request: HttpRequest) -> Session | HttpResponse:
     session = gw.get(session_id)
     if session is None or session.ended:
         return rpc_error(404, jsonrpc.INVALID_REQUEST, "Session not found: initialize a new session")
-    check = versions.check_header(request.header(versions.PROTOCOL_VERSION_HEADER), session.version)
+    check = versions.check_header(request.header(wire.PROTOCOL_VERSION), session.version)
     if check.error:
         return rpc_error(400, jsonrpc.INVALID_REQUEST, f"Bad Request: {check.error}")
     return session
@@ -81,7 +81,7 @@ def post(gw: Gateway, request: HttpRequest) -> HttpResponse:
 
 def modern_probe_refusal(request: HttpRequest) -> HttpResponse | None:
     """A stateless-era request to this session-based endpoint: say which revisions are served."""
-    requested = request.header(versions.PROTOCOL_VERSION_HEADER)
+    requested = request.header(wire.PROTOCOL_VERSION)
     if requested is None or not versions.is_modern(requested.strip()) or request.header(SESSION_HEADER):
         return None
     data = {"supported": list(versions.STREAMABLE_SESSION), "requested": requested.strip()}

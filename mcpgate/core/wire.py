@@ -1,4 +1,4 @@
-"""The HTTP header names of the MCP transports, spelled once for serve and relay.
+"""Wire names of the MCP HTTP transports (header names), spelled once for serve and relay.
 
 HTTP header names are case-insensitive; these are the spellings mcpgate sends.
 """
