@@ -18,7 +18,7 @@ if ROOT not in sys.path:  # pragma: no cover - depends on how pytest was launche
 
 from mcpgate.child import ChildProcess  # noqa: E402
 from tests.support import pid_gone  # noqa: E402
-from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command  # noqa: E402
+from mcpgate.spawn import ChildSpawnError, child_environment  # noqa: E402
 from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
 
 PEER = os.path.join(ROOT, "tests", "fixtures", "child_peer.py")
@@ -94,39 +94,6 @@ def exits(child) -> list:
 def first_message(child):
     assert wait_for(lambda: messages(child)), "child sent nothing"
     return messages(child)[0]
-
-
-# -- pure helpers -------------------------------------------------------------------------------------------
-
-
-def test_split_command():
-    assert split_command("npx -y '@scope/server x' \"a b\" c\\ d") == ["npx", "-y", "@scope/server x", "a b", "c d"]
-    with pytest.raises(ValueError, match="empty"):
-        split_command("   ")
-    with pytest.raises(ValueError, match="cannot parse command"):
-        split_command("npx 'unbalanced")
-
-
-def test_resolve_executable(tmp_path):
-    tool = tmp_path / "tool"
-    tool.write_text("#!/bin/sh\n")
-    tool.chmod(0o755)
-    plain = tmp_path / "plain"
-    plain.write_text("")
-    assert resolve_executable("tool", f"/nonexistent:{tmp_path}") == str(tool)
-    assert resolve_executable(str(tool), "") == str(tool)
-    with pytest.raises(ChildSpawnError, match=r"command not found: 'no-such-tool' \(searched PATH=/nope:/bin\)"):
-        resolve_executable("no-such-tool", "/nope:/bin")
-    with pytest.raises(ChildSpawnError, match="not executable"):
-        resolve_executable("plain", str(tmp_path))
-    with pytest.raises(ChildSpawnError, match="command not found"):
-        resolve_executable(str(tmp_path / "missing"), str(tmp_path))
-
-
-def test_child_environment_unit():
-    parent = {"PATH": "/usr/bin", "HOME": "/root", "SHELL": "() { :; }", "FOO": "bar", "TERM": "xterm"}
-    env = child_environment({"HOME": "/h", "TOKEN": "t"}, parent)
-    assert env == {"PATH": "/usr/bin", "HOME": "/h", "TERM": "xterm", "TOKEN": "t"}
 
 
 # -- spawning -----------------------------------------------------------------------------------------------
