@@ -15,7 +15,8 @@ import queue
 import sys
 import threading
 import time
-from typing import Any, BinaryIO, Callable
+from collections.abc import Callable
+from typing import Any, BinaryIO
 from urllib.parse import unquote
 
 from mcpgate import __version__
@@ -147,7 +148,7 @@ class DemoServer:
             self.send({"jsonrpc": "2.0", "id": msg_id, "result": handler(params)})
         except RpcError as exc:
             self._reply_error(msg_id, exc)
-        except Exception:  # noqa: BLE001 - a handler bug must not kill the server
+        except Exception:  # a handler bug must not kill the server (logged with its traceback)
             log.exception("internal error in %s", method)
             self._reply_error(msg_id, RpcError(INTERNAL_ERROR, "Internal error"))
 
@@ -233,7 +234,7 @@ class DemoServer:
             ctx.cancelled.set()  # makes the send below a no-op
         except ToolError as exc:
             response["result"] = text_result(str(exc), is_error=True)
-        except Exception:  # noqa: BLE001
+        except Exception:  # a tool bug answers Internal error (logged with its traceback)
             log.exception("tools/call %r failed", msg_id)
             response["error"] = RpcError(INTERNAL_ERROR, "Internal error").error
         self.send(response, unless=ctx.cancelled)

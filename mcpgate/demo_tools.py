@@ -5,14 +5,12 @@ Standard library only, like the server (mcpgate/demo_server.py) that lists and r
 
 from __future__ import annotations
 
+import json
 import math
 import threading
-import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:
-    from mcpgate.demo_server import DemoServer
+from typing import Any, Protocol
 
 Json = dict[str, Any]
 MAX_BYTES = 16 * 1024 * 1024  # largest `bytes` tool result
@@ -49,21 +47,55 @@ def _arg(args: Json, name: str, kind: type, default: Any = None) -> Any:
     return value
 
 
+class ClientLink(Protocol):
+    """The connection to the client as tools see it (the demo server is one): what the client declared at
+    initialize, and a way to write to it and to ask it something."""
+
+    @property
+    def protocol_version(self) -> str: ...
+
+    @property
+    def client_capabilities(self) -> Json: ...
+
+    @property
+    def log_level(self) -> str: ...
+
+    def send(self, msg: Json, unless: threading.Event | None = None) -> bool: ...
+
+    def request_client(self, method: str, params: Json, cancelled: threading.Event) -> Json: ...
+
+
 @dataclass
 class ToolContext:
     """What a tool run sees: its progress token, its cancellation event, and a way to talk to the client."""
 
-    server: DemoServer
+    link: ClientLink
     progress_token: Any
     cancelled: threading.Event = field(default_factory=threading.Event)
 
+    @property
+    def capabilities(self) -> Json:
+        return self.link.client_capabilities
+
+    @property
+    def protocol_version(self) -> str:
+        return self.link.protocol_version
+
+    @property
+    def log_level(self) -> str:
+        return self.link.log_level
+
     def notify(self, method: str, params: Json) -> None:
-        self.server.send({"jsonrpc": "2.0", "method": method, "params": params}, unless=self.cancelled)
+        self.link.send({"jsonrpc": "2.0", "method": method, "params": params}, unless=self.cancelled)
 
     def progress(self, progress: int, total: int, message: str) -> None:
         if self.progress_token is not None:
             params = {"progressToken": self.progress_token, "progress": progress, "total": total, "message": message}
             self.notify("notifications/progress", params)
+
+    def request(self, method: str, params: Json) -> Json:
+        """A client request answered within this tool run. Raises Cancelled or ToolError."""
+        return self.link.request_client(method, params, self.cancelled)
 
 
 def _echo(ctx: ToolContext, args: Json) -> Json:
@@ -95,14 +127,14 @@ def _bytes(ctx: ToolContext, args: Json) -> Json:
 
 
 def _ask_name(ctx: ToolContext, args: Json) -> Json:
-    elicitation = ctx.server.client_capabilities.get("elicitation")
+    elicitation = ctx.capabilities.get("elicitation")
     if not isinstance(elicitation, dict) or (elicitation and "form" not in elicitation):
         raise ToolError("ask_name needs a client that declared the 'elicitation' (form) capability at initialize")
     schema = {"type": "object", "properties": {"name": {"type": "string", "title": "Name"}}, "required": ["name"]}
     params: Json = {"message": "What is your name?", "requestedSchema": schema}
-    if ctx.server.protocol_version >= "2025-11-25":  # `mode` exists since 2025-11-25
+    if ctx.protocol_version >= "2025-11-25":  # `mode` exists since 2025-11-25
         params = {"mode": "form", **params}
-    result = ctx.server.request_client("elicitation/create", params, ctx.cancelled)
+    result = ctx.request("elicitation/create", params)
     action, content = result.get("action"), result.get("content")
     if action in ("decline", "cancel"):
         return text_result("declined" if action == "decline" else "cancelled")
@@ -114,10 +146,10 @@ def _ask_name(ctx: ToolContext, args: Json) -> Json:
 
 def _sample(ctx: ToolContext, args: Json) -> Json:
     prompt = _arg(args, "prompt", str)
-    if not isinstance(ctx.server.client_capabilities.get("sampling"), dict):
+    if not isinstance(ctx.capabilities.get("sampling"), dict):
         raise ToolError("sample needs a client that declared the 'sampling' capability at initialize")
     params = {"messages": [{"role": "user", "content": {"type": "text", "text": prompt}}], "maxTokens": 100}
-    content = ctx.server.request_client("sampling/createMessage", params, ctx.cancelled).get("content")
+    content = ctx.request("sampling/createMessage", params).get("content")
     if isinstance(content, list):  # a 2025-11-25 result may carry a list of blocks
         content = next((c for c in content if isinstance(c, dict) and c.get("type") == "text"), None)
     if not isinstance(content, dict) or content.get("type") != "text" or not isinstance(content.get("text"), str):
@@ -135,7 +167,7 @@ def _log(ctx: ToolContext, args: Json) -> Json:
     level, message = _arg(args, "level", str), _arg(args, "message", str)
     if level not in LOG_LEVELS:
         raise ToolError(f"level must be one of: {', '.join(LOG_LEVELS)}")
-    if LOG_LEVELS.index(level) >= LOG_LEVELS.index(ctx.server.log_level):
+    if LOG_LEVELS.index(level) >= LOG_LEVELS.index(ctx.log_level):
         ctx.notify("notifications/message", {"level": level, "logger": "demo", "data": message})
     return text_result("logged")
 
