@@ -41,7 +41,7 @@ control_socket_disable = True
 def on_starting(server):  # type: ignore[no-untyped-def]
     """Validate the settings before any worker starts; adopt orphans so a dead worker's children can be found."""
     try:
-        Settings()
+        Settings.from_env()
     except SettingsError as exc:
         raise SystemExit(f"mcpgate: invalid setting: {exc}") from None
     # Each session holds three pipes and each stream a socket: take every descriptor the system allows.

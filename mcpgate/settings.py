@@ -1,36 +1,154 @@
-"""Every setting of the gateway, declared once: name, environment variable, type, default, doc, validator.
+"""Every setting of mcpgate, declared once: name, type, default, environment variable or flag, doc, validator.
 
-The README's settings table is generated from SETTINGS (`python -m mcpgate.settings`)
-and a test fails when the two disagree.
+`Settings` holds the gateway's settings (`gunicorn mcpgate.wsgi`, environment variables), gunicorn's own
+knobs included; `RelaySettings` holds `mcpgate-relay`'s (command-line flags, its token from the
+environment). Both are frozen dataclasses, so every value reaches mypy as a typed field. The relay's
+argument parser and both README tables are generated from these declarations
+(`python -m mcpgate.settings`), and a test fails when the README and the declarations disagree.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import ipaddress
 import json
 import os
 import shlex
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 MiB = 1024 * 1024
 
+Validator = Callable[[Any], "str | None"]
+S = TypeVar("S")
+
 
 class SettingsError(ValueError):
-    """A setting's value is invalid; the message names the environment variable."""
+    """A setting's value is invalid; the message names the environment variable or flag."""
 
 
 @dataclass(frozen=True)
 class Setting:
+    """What is declared about one setting (built from a dataclass field by `declared`)."""
+
     name: str
-    type: str  # str, int, float, list, json, choice
+    kind: str  # str, int, float, bool, list, json
     default: Any
     doc: str
-    validate: Callable[[Any], str | None] | None = None
+    env: str | None = None  # the environment variable that sets it
+    flag: str | None = None  # the relay's command-line flag ("url" for the positional argument)
+    short: str | None = None  # a one-letter alias of the flag
+    validate: Validator | None = None
+    item: Callable[[str], Any] | None = None  # converts one element of a list setting
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    shown_default: str | None = None  # how the README shows the default, when not the plain value
+    secret: bool = False  # its value never appears in a message
 
     @property
-    def env(self) -> str:
-        return "MCPGATE_" + self.name.upper()
+    def source(self) -> str:
+        """How a user sets it, as messages name it."""
+        if self.env:
+            return self.env
+        return self.flag if self.flag and self.flag.startswith("-") else (self.flag or self.name).upper()
 
+
+def declare(default: Any, doc: str, *, env: str | None = "", flag: str | None = None, short: str | None = None,
+            validate: Validator | None = None, item: Callable[[str], Any] | None = None,
+            choices: tuple[str, ...] = (), metavar: str | None = None, shown_default: str | None = None,
+            secret: bool = False) -> Any:
+    """A dataclass field carrying its declaration. env "" means MCPGATE_<NAME>; None means no variable."""
+    meta = {"doc": doc, "env": env, "flag": flag, "short": short, "validate": validate, "item": item,
+            "choices": choices, "metavar": metavar, "shown_default": shown_default,
+            "secret": secret}
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _kind(default: Any) -> str:
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, (int, float, str)):
+        return type(default).__name__
+    return "list" if isinstance(default, tuple) else "json"
+
+
+def declared(cls: type) -> tuple[Setting, ...]:
+    """The declarations of a settings dataclass, in field order."""
+    out = []
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        default = f.default_factory() if callable(f.default_factory) else f.default
+        if meta["env"] == "":
+            meta["env"] = "MCPGATE_" + f.name.upper()
+        out.append(Setting(name=f.name, kind=_kind(default), default=default, **meta))
+    return tuple(out)
+
+
+def convert(setting: Setting, text: str) -> Any:
+    """The typed value of a setting given as text (ValueError with the reason)."""
+    if setting.kind == "int":
+        return int(text.strip())
+    if setting.kind == "float":
+        return float(text.strip())
+    if setting.kind == "bool":
+        word = text.strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("", "0", "false", "no", "off"):
+            return False
+        raise ValueError("expected true or false")
+    if setting.kind == "list":
+        items = [part.strip() for part in text.split(",") if part.strip()]
+        return tuple(setting.item(part) for part in items) if setting.item else tuple(items)
+    if setting.kind == "json":
+        return json.loads(text)
+    return text.strip()
+
+
+def check(setting: Setting, value: Any) -> None:
+    """SettingsError naming the setting when its value is invalid."""
+    if setting.choices and value not in setting.choices:
+        raise SettingsError(f"{setting.source} must be one of {', '.join(setting.choices)} (got {value!r})")
+    problem = setting.validate(value) if setting.validate else None
+    if problem:
+        shown = "" if setting.secret else f" (got {value!r})"
+        raise SettingsError(f"{setting.source} {problem}{shown}")
+
+
+def load(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: Any) -> S:
+    """A settings object from the environment, with keyword overrides (tests); every value checked."""
+    environ = os.environ if environ is None else environ
+    settings = declared(cls)
+    unknown = set(overrides) - {s.name for s in settings}
+    if unknown:
+        raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for setting in settings:
+        if setting.name in overrides:
+            value = overrides[setting.name]
+        elif setting.env and setting.env in environ:
+            try:
+                value = convert(setting, environ[setting.env])
+            except ValueError as exc:
+                shown = "" if setting.secret else f", got {environ[setting.env]!r} ({exc})"
+                raise SettingsError(f"{setting.env}: expected {setting.kind}{shown}") from None
+        else:
+            value = setting.default
+        check(setting, value)
+        values[setting.name] = value
+    made = cls(**values)
+    problem = getattr(made, "problem", lambda: None)()
+    if problem:
+        raise SettingsError(problem)
+    return made
+
+
+# -- validators ---------------------------------------------------------------------------------------------
 
 def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
@@ -47,6 +165,10 @@ def _command(value: str) -> str | None:
         return None if shlex.split(value) else "must name a program"
     except ValueError as exc:
         return f"is not valid shell-word syntax ({exc})"
+
+
+def _directory(value: str) -> str | None:
+    return None if not value or os.path.isdir(value) else "must name an existing directory"
 
 
 def _path(value: str) -> str | None:
@@ -68,98 +190,269 @@ def _log_level(value: str) -> str | None:
     return None if value.upper() in ("DEBUG", "INFO", "WARNING", "ERROR") else "must be DEBUG, INFO, WARNING or ERROR"
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("command", "str", "", "The stdio MCP server to run, split with POSIX shell-word rules and run without a "
-            "shell. Empty: the bundled demo server.", _command),
-    Setting("cwd", "str", "", "Working directory of the child. Empty: the gateway's own."),
-    Setting("child_env", "json", {}, "Extra environment variables for the child, as a JSON object. Only HOME, "
-            "LOGNAME, PATH, SHELL, TERM and USER are inherited otherwise.", _env_object),
-    Setting("pass_env", "list", [], "Comma-separated names of the gateway's environment variables to pass to the "
-            "child (for secrets the child needs)."),
-    Setting("stderr", "str", "inherit", 'Child stderr: "inherit" (logged line by line with the session id), '
-            '"discard", or an absolute file path to append to.', _stderr),
-    Setting("path", "str", "/mcp", "The Streamable HTTP endpoint path.", _path),
-    Setting("allowed_hosts", "list", [], "Comma-separated Host values accepted besides loopback names (for example "
-            "myapp.herokuapp.com); * accepts any Host."),
-    Setting("allowed_origins", "list", [], "Comma-separated Origin values accepted besides loopback origins (for "
-            "example https://claude.ai); * accepts any Origin."),
-    Setting("auth_token", "str", "", "When set, every request to the MCP endpoint must carry Authorization: Bearer "
-            "<this token> (401 otherwise). Never logged, never passed to the child."),
-    Setting("max_sessions", "int", 100, "Most concurrent sessions (each is one child process); past it, 503.",
-            _positive),
-    Setting("session_idle_ttl", "float", 1800.0, "Seconds a session may stay idle before its child is stopped.",
-            _positive),
-    Setting("max_body_bytes", "int", 8 * MiB, "Largest POST body accepted (413 past it).", _positive),
-    Setting("max_message_bytes", "int", 8 * MiB, "Largest message line a child may write; past it the session "
-            "closes.", _positive),
-    Setting("write_queue_bytes", "int", 16 * MiB, "Most unwritten bytes queued for one child's stdin; past it the "
-            "session closes.", _positive),
-    Setting("buffer_messages", "int", 1000, "Messages held per session for a client with no stream open (oldest "
-            "dropped past it).", _positive),
-    Setting("stream_queue", "int", 1000, "Messages queued for one open HTTP stream before the gateway waits for "
-            "the client to read.", _positive),
-    Setting("sse_after", "float", 10.0, "Seconds a request may go unanswered before its reply switches to SSE "
-            "with keepalives.", _non_negative),
-    Setting("keepalive", "float", 15.0, "Seconds between SSE keepalive comments.", _positive),
-    Setting("close_timeout", "float", 2.0, "Seconds to wait after closing a child's stdin before SIGTERM.",
-            _non_negative),
-    Setting("term_timeout", "float", 2.0, "Seconds to wait after SIGTERM before SIGKILL.", _non_negative),
-    Setting("log_level", "str", "INFO", "Log level: DEBUG logs each message's direction, session, method and id.",
-            _log_level),
-)
-
-BY_NAME = {setting.name: setting for setting in SETTINGS}
+def _networks(value: tuple[str, ...]) -> str | None:
+    for entry in value:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            return f"must list IP addresses or networks (for example 10.0.0.0/8), not {entry!r}"
+    return None
 
 
-def _convert(setting: Setting, text: str) -> Any:
-    if setting.type == "int":
-        return int(text.strip())
-    if setting.type == "float":
-        return float(text.strip())
-    if setting.type == "list":
-        return [item.strip() for item in text.split(",") if item.strip()]
-    if setting.type == "json":
-        return json.loads(text)
-    return text.strip()
+def _bind(value: str) -> str | None:
+    if value.startswith("unix:"):
+        return None if len(value) > 5 else "must name a socket path after unix:"
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return "must be HOST:PORT (for example 127.0.0.1:8000) or unix:PATH"
+    return None
 
 
+def _port(value: int) -> str | None:
+    return None if 0 <= value < 65536 else "must be a TCP port (1-65535)"
+
+
+def _access_log(value: str) -> str | None:
+    return None if value in ("", "-") or value.startswith("/") else 'must be "-" (stderr) or an absolute file path'
+
+
+def _url(value: str) -> str | None:
+    parts = urlsplit(value)
+    return None if parts.scheme in ("http", "https") and parts.netloc else "must be an http:// or https:// URL"
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, rest = text.partition(":")
+    name = name.strip()
+    if not sep or not name or any(ch.isspace() or ord(ch) < 0x21 or ord(ch) > 0x7E for ch in name):
+        raise ValueError(f"expected 'Name: value', got {text!r}")
+    rest = rest.strip()
+    if "\r" in rest or "\n" in rest:
+        raise ValueError("a header value must not contain CR or LF")
+    return name, rest
+
+
+def _token(value: str) -> str | None:
+    """RFC 6750 b64token characters (plus the usual visible ASCII) and nothing else."""
+    return None if all(0x21 <= ord(ch) <= 0x7E for ch in value) else \
+        "holds characters a bearer token cannot have (whitespace or control characters)"
+
+
+BIND_DEFAULT = "127.0.0.1:8000"
+
+
+# -- the gateway --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
 class Settings:
-    """Validated values, read from the environment or given as keyword overrides (tests)."""
+    """The gateway's settings, from MCPGATE_* environment variables (and PORT)."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None, **overrides: Any) -> None:
-        environ = os.environ if environ is None else environ
-        unknown = set(overrides) - set(BY_NAME)
-        if unknown:
-            raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-        for setting in SETTINGS:
-            if setting.name in overrides:
-                value = overrides[setting.name]
-            elif setting.env in environ:
-                try:
-                    value = _convert(setting, environ[setting.env])
-                except ValueError as exc:
-                    raise SettingsError(f"{setting.env}: expected {setting.type}, got "
-                                        f"{environ[setting.env]!r} ({exc})") from None
-            else:
-                value = setting.default
-            problem = setting.validate(value) if setting.validate else None
-            if problem:
-                raise SettingsError(f"{setting.env} {problem} (got {value!r})")
-            setattr(self, setting.name, value)
+    command: str = declare("", "The stdio MCP server to run, split with POSIX shell-word rules and run without a "
+                           "shell. Empty: the bundled demo server.", validate=_command)
+    cwd: str = declare("", "Working directory of the child; must exist. Empty: the gateway's own.",
+                       validate=_directory)
+    child_env: dict[str, str] = declare({}, "Extra environment variables for the child, as a JSON object. Only "
+                                        "HOME, LOGNAME, PATH, SHELL, TERM and USER are inherited otherwise.",
+                                        validate=_env_object)
+    pass_env: tuple[str, ...] = declare((), "Comma-separated names of the gateway's environment variables to pass "
+                                        "to the child (for secrets the child needs).")
+    stderr: str = declare("inherit", 'Child stderr: "inherit" (logged line by line with the session id), '
+                          '"discard", or an absolute file path to append to.', validate=_stderr)
+    path: str = declare("/mcp", "The Streamable HTTP endpoint path.", validate=_path)
+    auth_token: str = declare("", "When set, every request to the MCP endpoint must carry Authorization: Bearer "
+                              "<this token> (401 otherwise). Never logged, never passed to the child.",
+                              validate=_token, secret=True)
+    allow_unauthenticated: bool = declare(False, "true: serve beyond loopback without authentication (logged as a "
+                                          "warning at every start). Otherwise a non-loopback bind needs "
+                                          "MCPGATE_AUTH_TOKEN.")
+    allowed_hosts: tuple[str, ...] = declare((), "Comma-separated Host values accepted besides loopback names (for "
+                                             "example myapp.herokuapp.com); * accepts any Host.")
+    allowed_origins: tuple[str, ...] = declare((), "Comma-separated Origin values accepted besides loopback "
+                                               "origins (for example https://claude.ai); * accepts any Origin.")
+    trusted_peers: tuple[str, ...] = declare(("127.0.0.0/8", "::1"), "Comma-separated peer addresses or networks "
+                                             "allowed to use a loopback Host name (localhost, 127.0.0.1, [::1]): "
+                                             "loopback, plus a reverse proxy on another machine if you run one.",
+                                             validate=_networks, shown_default="127.0.0.0/8,::1")
+    max_sessions: int = declare(100, "Most concurrent sessions (each is one child process); past it, 503.",
+                                validate=_positive)
+    session_idle_ttl: float = declare(1800.0, "Seconds a session may stay idle before its child is stopped.",
+                                      validate=_positive)
+    max_body_bytes: int = declare(8 * MiB, "Largest POST body accepted (413 past it).", validate=_positive)
+    max_message_bytes: int = declare(8 * MiB, "Largest message line a child may write; past it the session "
+                                     "closes.", validate=_positive)
+    write_queue_bytes: int = declare(16 * MiB, "Most unwritten bytes queued for one child's stdin; past it the "
+                                     "session closes.", validate=_positive)
+    buffer_messages: int = declare(1000, "Messages held per session for a client with no stream open (oldest "
+                                   "dropped past it).", validate=_positive)
+    stream_queue: int = declare(1000, "Messages queued for one open HTTP stream before the gateway waits for the "
+                                "client to read.", validate=_positive)
+    sse_after: float = declare(10.0, "Seconds a request may go unanswered before its reply switches to SSE with "
+                               "keepalives.", validate=_non_negative)
+    keepalive: float = declare(15.0, "Seconds between SSE keepalive comments.", validate=_positive)
+    close_timeout: float = declare(2.0, "Seconds to wait after closing a child's stdin before SIGTERM.",
+                                   validate=_non_negative)
+    term_timeout: float = declare(2.0, "Seconds to wait after SIGTERM before SIGKILL.", validate=_non_negative)
+    log_level: str = declare("INFO", "Log level: DEBUG logs each message's direction, session, method and id.",
+                             validate=_log_level)
+    # gunicorn's own knobs (read by mcpgate/gunicorn_config.py)
+    bind: str = declare(BIND_DEFAULT, "gunicorn: the address to listen on, HOST:PORT or unix:PATH. Not "
+                        "together with PORT.", validate=_bind)
+    port: int = declare(0, "gunicorn: when set (as Heroku-style platforms do), listen on 0.0.0.0:PORT.",
+                        env="PORT", validate=_port, shown_default="(unset)")
+    worker_connections: int = declare(2000, "gunicorn: most open client connections (each open SSE stream holds "
+                                      "one).", validate=_positive)
+    graceful_timeout: int = declare(15, "gunicorn: seconds a graceful shutdown waits for replies and children.",
+                                    validate=_positive)
+    access_log: str = declare("", 'gunicorn: access log, "-" for stderr or an absolute file path. Empty: none.',
+                              validate=_access_log)
 
-    def __getattr__(self, name: str) -> Any:  # typed access for the linters; values are set in __init__
-        raise AttributeError(name)
+    def problem(self) -> str | None:
+        """A conflict between settings, or None."""
+        if self.port and self.bind != BIND_DEFAULT:
+            return ("PORT and MCPGATE_BIND are both set: PORT (set by platforms such as Heroku) binds "
+                    "0.0.0.0:$PORT; unset one of them")
+        return None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        return load(cls, environ, **overrides)
+
+    @property
+    def addresses(self) -> list[str]:
+        """Where gunicorn listens."""
+        return [f"0.0.0.0:{self.port}"] if self.port else [self.bind]
+
+
+# -- the relay ----------------------------------------------------------------------------------------------
+
+TOKEN_ENV = "MCPGATE_BEARER_TOKEN"
+
+
+@dataclass(frozen=True)
+class RelaySettings:
+    """`mcpgate-relay`'s settings: command-line flags, and the bearer token from the environment."""
+
+    url: str = declare("", "The remote MCP endpoint, for example https://mcp.example.com/mcp (Streamable HTTP) or "
+                       "https://host/sse (HTTP+SSE).", env=None, flag="url", metavar="URL", validate=_url)
+    header: tuple[tuple[str, str], ...] = declare((), "An extra HTTP header sent with every request; repeatable.",
+                                                  env=None, flag="--header", short="-H", item=_header,
+                                                  metavar="'NAME: VALUE'")
+    transport: str = declare("auto", "auto: Streamable HTTP, falling back to HTTP+SSE when the server refuses the "
+                             "initialize POST with 400/404/405; streamable-http or sse: only that one.", env=None,
+                             flag="--transport", choices=("auto", "streamable-http", "sse"))
+    connect_timeout: float = declare(10.0, "Limit for opening a connection, in seconds.", env=None,
+                                     flag="--connect-timeout", metavar="SECONDS", validate=_positive)
+    read_timeout: float = declare(300.0, "Longest silence tolerated while waiting for reply bytes, in seconds; the "
+                                  "GET stream simply reconnects after it.", env=None, flag="--read-timeout",
+                                  metavar="SECONDS", validate=_positive)
+    log_level: str = declare("warning", "stderr log verbosity.", env=None, flag="--log-level",
+                             choices=("debug", "info", "warning", "error"))
+    no_cancel_filter: bool = declare(False, "On notifications/cancelled, only forward it: keep the request's reply "
+                                     "open and pass a late reply to the host (default: close the reply and drop "
+                                     "late replies for 60 s).", env=None, flag="--no-cancel-filter")
+    max_message_bytes: int = declare(16 * MiB, "Largest message accepted from the host or the upstream; a larger "
+                                     "one is answered with a JSON-RPC error.", env=None, flag="--max-message-bytes",
+                                     metavar="BYTES", validate=_positive)
+    max_inflight: int = declare(64, "Requests relayed at the same time; more are refused with an error.", env=None,
+                                flag="--max-inflight", metavar="N", validate=_positive)
+    shutdown_grace: float = declare(3.0, "On stdin EOF or SIGINT/SIGTERM, how long in-flight replies may still "
+                                    "arrive, in seconds.", env=None, flag="--shutdown-grace", metavar="SECONDS",
+                                    validate=_positive)
+    bearer_token: str = declare("", "Sent as Authorization: Bearer <token> (preferred over -H: command lines show "
+                                "in ps). Never logged.", env=TOKEN_ENV, validate=_token, secret=True)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RelaySettings:
+        """Settings from parsed flags (see add_arguments) and the environment."""
+        given = {s.name: getattr(args, s.name) for s in declared(cls) if s.flag}
+        given["header"] = tuple(given.get("header") or ())
+        return load(cls, environ, **given)
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One argparse argument per declared flag, converted and validated by the declaration."""
+    for setting in declared(cls):
+        if not setting.flag:
+            continue
+        names = ([setting.short] if setting.short else []) + [setting.flag]
+        kwargs: dict[str, Any] = {"help": setting.doc + _default_note(setting)}
+        if setting.kind == "bool":
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["type"] = _argument_type(setting)
+            if setting.choices:
+                kwargs["choices"] = setting.choices
+            if setting.metavar:
+                kwargs["metavar"] = setting.metavar
+        if setting.kind == "list":
+            kwargs.update(action="append", default=[])
+        elif setting.flag.startswith("-"):
+            kwargs["default"] = setting.default
+        if setting.flag.startswith("-"):
+            kwargs["dest"] = setting.name
+        parser.add_argument(*names, **kwargs)
+
+
+def _argument_type(setting: Setting) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = setting.item(text) if setting.kind == "list" and setting.item else \
+                convert(dataclasses.replace(setting, kind="str" if setting.kind == "list" else setting.kind), text)
+            if setting.kind != "list":
+                check(setting, value)
+        except (ValueError, SettingsError) as exc:
+            message = str(exc).removeprefix(setting.source + " ")
+            raise argparse.ArgumentTypeError(message) from None
+        return value
+
+    parse.__name__ = setting.kind  # argparse names it in "invalid <type> value"
+    return parse
+
+
+def _default_note(setting: Setting) -> str:
+    if setting.kind in ("bool", "list") or not setting.flag or not setting.flag.startswith("-"):
+        return ""
+    return f" (default {shown_default(setting)})"
+
+
+# -- documentation ------------------------------------------------------------------------------------------
+
+def shown_default(setting: Setting) -> str:
+    if setting.shown_default is not None:
+        return setting.shown_default
+    default = setting.default
+    if default in ("", (), {}):
+        return "(empty)"
+    if setting.kind == "bool":
+        return "false" if not default else "true"
+    if setting.kind == "int" and default >= MiB and default % MiB == 0:
+        return f"{default} ({default // MiB} MiB)"
+    return str(default)
 
 
 def markdown_table() -> str:
-    """The README's settings table."""
+    """The README's table of the gateway's settings."""
     rows = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
-    for setting in SETTINGS:
-        default = setting.default
-        shown = "(empty)" if default in ("", [], {}) else f"`{default}`"
-        rows.append(f"| `{setting.env}` | {shown} | {setting.doc} |")
+    for setting in declared(Settings):
+        rows.append(f"| `{setting.env}` | {_code(shown_default(setting))} | {setting.doc} |")
     return "\n".join(rows)
+
+
+def relay_markdown_table() -> str:
+    """The README's table of the relay's options."""
+    rows = ["| Option | Default | Meaning |", "| --- | --- | --- |"]
+    for setting in declared(RelaySettings):
+        name = setting.env if not setting.flag else setting.source if not setting.flag.startswith("-") else \
+            (f"{setting.short}, {setting.flag}" if setting.short else setting.flag)
+        rows.append(f"| `{name}` | {_code(shown_default(setting))} | {setting.doc} |")
+    return "\n".join(rows)
+
+
+def _code(text: str) -> str:
+    return text if text.startswith("(") else f"`{text}`"
 
 
 if __name__ == "__main__":
     print(markdown_table())
+    print()
+    print(relay_markdown_table())

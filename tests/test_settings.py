@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpgate.settings import SETTINGS, Settings, SettingsError, markdown_table
+from mcpgate.settings import Settings, SettingsError, declared, markdown_table
 from tests.support import ROOT
 
 
@@ -14,8 +14,8 @@ def test_readme_table_matches_the_declaration() -> None:
 
 
 def test_defaults_are_valid() -> None:
-    settings = Settings(environ={})
-    for setting in SETTINGS:
+    settings = Settings.from_env(environ={})
+    for setting in declared(Settings):
         assert getattr(settings, setting.name) == setting.default
 
 
@@ -31,14 +31,14 @@ def test_defaults_are_valid() -> None:
 ])
 def test_invalid_values_name_the_variable(env: dict[str, str], fragment: str) -> None:
     with pytest.raises(SettingsError) as info:
-        Settings(environ=env)
+        Settings.from_env(environ=env)
     assert fragment in str(info.value)
 
 
 def test_values_are_converted() -> None:
-    settings = Settings(environ={"MCPGATE_ALLOWED_HOSTS": "a.example, b.example", "MCPGATE_SSE_AFTER": "2.5",
+    settings = Settings.from_env(environ={"MCPGATE_ALLOWED_HOSTS": "a.example, b.example", "MCPGATE_SSE_AFTER": "2.5",
                                  "MCPGATE_CHILD_ENV": '{"K": "v"}'})
-    assert settings.allowed_hosts == ["a.example", "b.example"]
+    assert settings.allowed_hosts == ("a.example", "b.example")
     assert settings.sse_after == 2.5 and settings.child_env == {"K": "v"}
 
 

@@ -79,7 +79,7 @@ class Endpoint:
 
 
 def create_app(settings: Settings | None = None) -> Flask:
-    settings = settings or Settings()
+    settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
     gateway = Gateway(settings)

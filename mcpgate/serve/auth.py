@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Collection
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
@@ -29,7 +30,7 @@ def split_host(host: str) -> str:
     return host
 
 
-def host_allowed(host: str | None, allowed: list[str]) -> bool:
+def host_allowed(host: str | None, allowed: Collection[str]) -> bool:
     """Loopback names on any port, plus configured names (with or without a port); * allows all."""
     if "*" in allowed:
         return True
@@ -41,7 +42,7 @@ def host_allowed(host: str | None, allowed: list[str]) -> bool:
     return host.strip().lower() in wanted or split_host(host) in wanted
 
 
-def origin_allowed(origin: str | None, allowed: list[str]) -> bool:
+def origin_allowed(origin: str | None, allowed: Collection[str]) -> bool:
     """No Origin (not a browser) passes; else a loopback origin or a configured one; * allows all."""
     if origin is None:
         return True
