@@ -1,16 +1,37 @@
-"""Shared fixtures: a real gunicorn (gevent worker) serving mcpgate on a free loopback port."""
+"""Shared fixtures (a real gunicorn with the gevent worker on a free loopback port), the `npm` marker, and the
+tail of every gunicorn log a failing test ran beside, added to its report."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 import pytest
 
-from tests.support import Gateway
+from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway
+
+NPM_MARKER = ("npm: needs the npm registry or what it installed into tests/.peers (Node 22, the MCP conformance "
+              "suite, npm-published MCP servers run through node or npx); skip with -m 'not npm'")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", NPM_MARKER)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A failed phase's report gets each live (or stopped-during-this-test) gateway's log tail."""
+    report = yield
+    if report.failed:
+        for gw in GATEWAYS:
+            report.sections.append((f"gunicorn log, port {gw.port} (last {LOG_TAIL_LINES} lines)", gw.log_tail()))
+    if call.when == "teardown":
+        GATEWAYS[:] = [gw for gw in GATEWAYS if not gw.stopped]
+    return report
 
 
 @pytest.fixture
-def gateway_factory() -> Iterator[Any]:
+def gateway_factory() -> Iterator[Callable[..., Gateway]]:
     started: list[Gateway] = []
 
     def start(env: dict[str, str] | None = None, **kwargs: Any) -> Gateway:

@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, NamedTuple
+
+from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -48,8 +50,39 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
             proc.wait(5)
 
 
+EXCERPT_CHARS = 600
+LOG_TAIL_LINES = 200
+
+
+class Reply(NamedTuple):
+    """One HTTP answer; unpacks as (status, headers, body), and its repr explains a failed assertion."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+    def json(self) -> Any:
+        """The body parsed as JSON; a body that is not JSON raises an error that shows the reply."""
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise ValueError(f"not a JSON body: {self!r}") from None
+
+    def __repr__(self) -> str:
+        text = self.body.decode(errors="replace")
+        excerpt = text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + f"... ({len(self.body)} bytes)"
+        return f"<Reply {self.status} {self.content_type or '(no content-type)'} body={excerpt!r}>"
+
+
+GATEWAYS: list[Gateway] = []  # every gateway started and not yet reported on: see tests/conftest.py
+
+
 class Gateway:
-    """A running `gunicorn mcpgate.wsgi`."""
+    """A running `gunicorn mcpgate.wsgi`; its log goes to a file whose tail a failing test's report shows."""
 
     def __init__(self, env: dict[str, str] | None = None, cwd: Path = ROOT, config: str | None = None,
                  python: str = sys.executable) -> None:
@@ -61,35 +94,46 @@ class Gateway:
         if config:
             args += ["-c", config]
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(args + ["mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log,
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - open while gunicorn runs
+        self.proc = subprocess.Popen([*args, "mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log,
                                      stderr=subprocess.STDOUT)
+        GATEWAYS.append(self)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.log()}")
+                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 status, _, _ = self.request("GET", "/healthz")
                 if status in (200, 503):
                     return
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError(f"gunicorn did not become ready:\n{self.log()}")
+        raise RuntimeError(f"gunicorn did not become ready:\n{self.log_tail()}")
 
     def log(self) -> str:
-        self._log.flush()
+        """Everything gunicorn wrote so far (it writes to the file directly; nothing is buffered here)."""
         return self.log_path.read_text(errors="replace")
 
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            return "\n".join(self.log().splitlines()[-lines:])
+        except OSError as exc:
+            return f"(log {self.log_path} unreadable: {exc})"
+
+    @property
+    def stopped(self) -> bool:
+        return self._log.closed
+
     def request(self, method: str, path: str = "/mcp", body: Any = None, headers: dict[str, str] | None = None,
-                timeout: float = 30.0) -> tuple[int, dict[str, str], bytes]:
+                timeout: float = 30.0) -> Reply:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
             conn.request(method, path, body=data, headers=headers or {})
             resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+            return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
         finally:
             conn.close()
 
@@ -109,16 +153,16 @@ def init_body(version: str = "2025-11-25", msg_id: Any = 1) -> dict[str, Any]:
             "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 
 
-def open_session(gw: Any, version: str = "2025-11-25") -> dict[str, str]:
-    status, headers, body = gw.request("POST", body=init_body(version), headers=HEADERS)
-    assert status == 200, body
-    sid = headers["mcp-session-id"]
-    session_headers = {**HEADERS, "Mcp-Session-Id": sid}
+def open_session(gw: Gateway, version: str = "2025-11-25") -> dict[str, str]:
+    reply = gw.request("POST", body=init_body(version), headers=HEADERS)
+    assert reply.status == 200 and SESSION_ID.lower() in reply.headers, reply
+    sid = reply.headers[SESSION_ID.lower()]
+    session_headers = {**HEADERS, SESSION_ID: sid}
     if version >= "2025-06-18":
-        session_headers["MCP-Protocol-Version"] = version
-    status, _, _ = gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                              headers=session_headers)
-    assert status == 202
+        session_headers[PROTOCOL_VERSION] = version
+    reply = gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                       headers=session_headers)
+    assert reply.status == 202, reply
     return session_headers
 
 
@@ -135,9 +179,10 @@ def sse_messages(body: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def children(gw: Any) -> int:
-    status, _, body = gw.request("GET", "/healthz")
-    return int(json.loads(body)["children"])
+def children(gw: Gateway) -> int:
+    reply = gw.request("GET", "/healthz")
+    assert reply.content_type.startswith("application/json"), reply
+    return int(reply.json()["children"])
 
 
 def alive(pid: int) -> bool:

@@ -123,7 +123,7 @@ def _is_response(msg: Msg, msg_id: Any) -> bool:
 def _text(response: Msg) -> str:
     (block,) = response["result"]["content"]
     assert block["type"] == "text"
-    return block["text"]
+    return str(block["text"])
 
 
 @pytest.fixture

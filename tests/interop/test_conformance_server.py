@@ -6,8 +6,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support import FIXTURES
+import pytest
+
 from tests.interop import conformance
+from tests.support import FIXTURES
+
+pytestmark = pytest.mark.npm
 
 
 def test_every_server_scenario_passes(gateway_factory: Any, tmp_path: Path) -> None:

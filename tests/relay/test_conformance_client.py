@@ -14,6 +14,8 @@ import pytest
 from tests.support import FIXTURES
 from tests.interop import conformance
 
+pytestmark = pytest.mark.npm
+
 SCENARIOS = ["initialize", "tools_call", "elicitation-sep1034-client-defaults", "sse-retry"]
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from tests.support import FIXTURES, HEADERS, alive, call, children, direct_children, init_body, open_session, pid_gone, wait_dead
+from tests.support import (FIXTURES, HEADERS, ROOT, alive, call, children, direct_children, init_body, open_session,
+                           wait_dead)
 
 CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"
 
@@ -26,10 +28,10 @@ def test_child_crash_answers_waiting_requests_and_later_ones_get_404(gateway_fac
     gw.request("POST", body=call("crash", {}, "c"), headers=headers)
     waiter.join(15)
     assert not waiter.is_alive()
-    status, resp_headers, body = results[0]
-    text = body.decode()
-    assert '"w"' in text and "-32000" in text and "code 3" in text
-    assert gw.request("POST", body=call("hang", {}, "x"), headers=headers)[0] == 404
+    [waited] = results
+    text = waited.body.decode()
+    assert '"w"' in text and "-32000" in text and "code 3" in text, waited
+    assert gw.request("POST", body=call("hang", {}, "x"), headers=headers).status == 404
     assert children(gw) == 0
     assert "exited" in gw.log() and "code 3" in gw.log()
 
@@ -38,10 +40,11 @@ def test_junk_output_and_oversized_messages_end_the_session_with_a_reason(gatewa
     gw = gateway_factory({"MCPGATE_COMMAND": CRASHY, "MCPGATE_MAX_MESSAGE_BYTES": "10000"})
     for tool, reason in (("junk", "junk output"), ("huge", "message too large")):
         headers = open_session(gw)
-        status, _, body = gw.request("POST", body=call(tool, {}, "j"), headers=headers)
-        error = json.loads(body)["error"]
-        assert status == 200 and error["code"] == -32000 and reason in error["message"]
-        assert gw.request("POST", body=call("hang", {}, "x"), headers=headers)[0] == 404
+        reply = gw.request("POST", body=call(tool, {}, "j"), headers=headers)
+        assert reply.status == 200, reply
+        error = reply.json()["error"]
+        assert error["code"] == -32000 and reason in error["message"], reply
+        assert gw.request("POST", body=call("hang", {}, "x"), headers=headers).status == 404
 
 
 def test_a_vanished_get_client_no_longer_keeps_its_session_alive(gateway_factory: Any) -> None:
@@ -67,8 +70,9 @@ def session_with_grandchild(gateway_factory: Any) -> tuple[Any, int, int, int]:
     """A gateway whose one session's child started a grandchild: (gateway, worker, child, grandchild)."""
     gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
     headers = open_session(gw)
-    status, _, body = gw.request("POST", body=call("grandchild", {}), headers=headers)
-    grandchild = int(json.loads(body)["result"]["content"][0]["text"])
+    reply = gw.request("POST", body=call("grandchild", {}), headers=headers)
+    assert reply.status == 200 and "result" in reply.json(), reply
+    grandchild = int(reply.json()["result"]["content"][0]["text"])
     [worker] = direct_children(gw.proc.pid)
     [child] = direct_children(worker)
     assert alive(child) and alive(grandchild)
@@ -76,7 +80,7 @@ def session_with_grandchild(gateway_factory: Any) -> tuple[Any, int, int, int]:
 
 
 def test_worker_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
-    gw, worker, child, grandchild = session_with_grandchild(gateway_factory)
+    _, worker, child, grandchild = session_with_grandchild(gateway_factory)
     os.kill(worker, signal.SIGKILL)
     assert wait_dead([worker, child, grandchild]) == []
 
@@ -105,7 +109,7 @@ def test_delete_runs_the_ladder_for_a_child_that_ignores_eof(gateway_factory: An
     headers = open_session(gw)
     [worker] = direct_children(gw.proc.pid)
     [child] = direct_children(worker)
-    assert gw.request("DELETE", headers=headers)[0] == 204
+    assert gw.request("DELETE", headers=headers).status == 204
     assert wait_dead([child], timeout=10) == []
 
 
@@ -116,15 +120,15 @@ def test_idle_sessions_are_reaped(gateway_factory: Any) -> None:
     while children(gw) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert children(gw) == 0
-    assert gw.request("POST", body=call("echo", {"message": "x"}), headers=headers)[0] == 404
+    assert gw.request("POST", body=call("echo", {"message": "x"}), headers=headers).status == 404
 
 
 def test_initialize_error_ends_the_session(gateway_factory: Any) -> None:
     gw = gateway_factory({"MCPGATE_COMMAND": f"{sys.executable} -c \"import sys; sys.stdin.readline(); "
                           "print('{\\\"jsonrpc\\\":\\\"2.0\\\",\\\"id\\\":1,\\\"error\\\":{\\\"code\\\":-32602,"
                           "\\\"message\\\":\\\"no\\\"}}', flush=True); sys.stdin.read()\""})
-    status, headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
-    assert json.loads(body)["error"]["message"] == "no"
+    reply = gw.request("POST", body=init_body(), headers=HEADERS)
+    assert "error" in reply.json() and reply.json()["error"]["message"] == "no", reply
     deadline = time.monotonic() + 10
     while children(gw) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -136,3 +140,37 @@ def test_master_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
     os.kill(gw.proc.pid, signal.SIGKILL)  # the worker notices its parent is gone and shuts down
     gw.proc.wait(10)
     assert wait_dead([worker, child, grandchild], timeout=20) == []
+
+
+FAILING_TESTS = '''
+from tests.support import Gateway
+
+
+def test_direct_gateway_fails():
+    gw = Gateway()
+    try:
+        gw.wait_ready()
+        assert gw.request("GET", "/no-such-path").status == 200
+    finally:
+        gw.stop()
+
+
+def test_module_gateway_fails(demo_gateway):
+    reply = demo_gateway.request("GET", "/healthz")
+    assert reply.status == 599, reply
+'''
+
+
+def test_a_failing_test_report_shows_its_gateways_log_tail(tmp_path: Path) -> None:
+    """tests/conftest.py adds each gateway's log tail to a failed test's report; the Reply explains itself."""
+    test_file = tmp_path / "test_fails_on_purpose.py"
+    test_file.write_text(FAILING_TESTS)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                             "-q", str(test_file)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=180)
+    out = result.stdout
+    assert result.returncode == 1 and "2 failed" in out, out + result.stderr
+    assert out.count("gunicorn log, port") == 2, out
+    assert out.count("Booting worker") >= 2, out  # gunicorn's own lines, one section per failing test
+    assert "<Reply 404 " in out and "<Reply 200 application/json body='{" in out, out
