@@ -1,0 +1,130 @@
+"""The sdist and wheel build cleanly, and the wheel alone, in a fresh virtual environment, runs both commands and
+serves the demo with gunicorn from that environment (the end user's route: `python -m build`, then
+`pipx install dist/mcpgate-*.whl` or `pip install dist/mcpgate-*.whl`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import venv
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import HEADERS, ROOT, Gateway, init_body
+
+# setuptools' "WARNING `project.license` ..." with its "!!" banner, "SetuptoolsDeprecationWarning: ...",
+# distutils' "warning: ..."
+WARNING = re.compile(r"warning\b|^!!$", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass
+class Dist:
+    sdist: Path
+    wheel: Path
+    log: str
+
+
+@dataclass
+class Installed:
+    python: Path
+    bin: Path
+    cwd: Path  # outside the checkout, so `import mcpgate` finds the installed package only
+
+
+def _run(args: list[str | Path], cwd: Path, timeout: float = 120, stdin: str | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(arg) for arg in args], cwd=cwd, input=stdin, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
+    """`python -m build`: the sdist from the checkout, then the wheel from the unpacked sdist."""
+    out = tmp_path_factory.mktemp("dist")
+    # with bytecode writing off, setuptools warns that it skips byte-compiling: not the project's warning
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    result = _run([sys.executable, "-m", "build", "--outdir", out, ROOT], cwd=ROOT, timeout=600, env=env)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log
+    sdists, wheels = list(out.glob("mcpgate-*.tar.gz")), list(out.glob("mcpgate-*-py3-none-any.whl"))
+    assert len(sdists) == 1 and len(wheels) == 1, log
+    return Dist(sdists[0], wheels[0], log)
+
+
+@pytest.fixture(scope="module")
+def installed(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    home = tmp_path_factory.mktemp("wheel-venv")
+    venv.create(home / "venv", with_pip=True)
+    python = home / "venv" / "bin" / "python"
+    result = _run([python, "-m", "pip", "install", "--quiet", dist.wheel], cwd=home, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (home / "work").mkdir()
+    return Installed(python, python.parent, home / "work")
+
+
+def test_build_prints_no_warning(dist: Dist) -> None:
+    assert not WARNING.findall(dist.log), dist.log
+
+
+def test_sdist_carries_what_a_build_needs_and_no_tests(dist: Dist) -> None:
+    with tarfile.open(dist.sdist) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    assert {"pyproject.toml", "README.md", "LICENSE", "PKG-INFO"} <= names
+    package = {str(path.relative_to(ROOT)) for path in (ROOT / "mcpgate").rglob("*.py")}
+    assert package <= names, package - names
+    assert not [name for name in names if name.startswith("tests/")]
+
+
+def test_wheel_holds_the_package_and_its_metadata(dist: Dist) -> None:
+    with zipfile.ZipFile(dist.wheel) as wheel:
+        names = wheel.namelist()
+        info = next(name.split("/")[0] for name in names if name.endswith(".dist-info/METADATA"))
+        metadata = wheel.read(f"{info}/METADATA").decode()
+        entry_points = wheel.read(f"{info}/entry_points.txt").decode()
+    assert {name.split("/")[0] for name in names} == {"mcpgate", info}
+    assert f"{info}/licenses/LICENSE" in names
+    assert "License-Expression: MIT" in metadata and "License ::" not in metadata
+    assert "Requires-Python: >=3.10" in metadata
+    requires = re.findall(r"^Requires-Dist: ([^;\n]+)$", metadata, re.MULTILINE)  # runtime ones: no marker
+    assert sorted(requires) == ["flask>=3.0", "gevent>=23.9", "gunicorn[gevent]>=22", "requests>=2.32.2"]
+    assert "mcpgate-relay = mcpgate.relay.cli:main" in entry_points
+    assert "mcpgate-demo-server = mcpgate.demo_server:main" in entry_points
+
+
+def test_the_installed_package_is_the_wheel_not_the_checkout(installed: Installed) -> None:
+    result = _run([installed.python, "-c", "import mcpgate; print(mcpgate.__file__)"], cwd=installed.cwd)
+    assert result.returncode == 0, result.stderr
+    assert Path(result.stdout.strip()).is_relative_to(installed.python.parent.parent), result.stdout
+
+
+def test_relay_help_from_the_script_and_the_module(installed: Installed) -> None:
+    commands: list[list[str | Path]] = [[installed.bin / "mcpgate-relay", "--help"],
+                                        [installed.python, "-m", "mcpgate.relay", "--help"]]
+    for args in commands:
+        result = _run(args, cwd=installed.cwd)
+        assert result.returncode == 0 and "usage:" in result.stdout, result.stdout + result.stderr
+
+
+def test_demo_server_script_answers_initialize(installed: Installed) -> None:
+    result = _run([installed.bin / "mcpgate-demo-server"], cwd=installed.cwd, stdin=json.dumps(init_body()) + "\n")
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout.splitlines()[0])
+    assert reply["id"] == 1 and reply["result"]["serverInfo"]["name"] == "mcpgate-demo", result.stdout
+
+
+def test_gunicorn_from_the_wheel_venv_serves_the_demo(installed: Installed) -> None:
+    # outside the checkout there is no gunicorn.conf.py: the settings are named, as the README says
+    gw = Gateway(cwd=installed.cwd, python=str(installed.python), config="python:mcpgate.gunicorn_config")
+    try:
+        gw.wait_ready()
+        status, _, body = gw.request("POST", body=init_body(), headers=HEADERS)
+        assert status == 200 and b"mcpgate-demo" in body, gw.log()
+    finally:
+        gw.stop()
