@@ -200,6 +200,8 @@ def _networks(value: tuple[str, ...]) -> str | None:
 
 
 def _bind(value: str) -> str | None:
+    if not value:
+        return None
     if value.startswith("unix:"):
         return None if len(value) > 5 else "must name a socket path after unix:"
     host, sep, port = value.rpartition(":")
@@ -295,8 +297,8 @@ class Settings:
     log_level: str = declare("INFO", "Log level: DEBUG logs each message's direction, session, method and id.",
                              validate=_log_level)
     # gunicorn's own knobs (read by mcpgate/gunicorn_config.py)
-    bind: str = declare(BIND_DEFAULT, "gunicorn: the address to listen on, HOST:PORT or unix:PATH. Not "
-                        "together with PORT.", validate=_bind)
+    bind: str = declare("", "gunicorn: the address to listen on, HOST:PORT or unix:PATH. Not together with "
+                        "PORT.", validate=_bind, shown_default=BIND_DEFAULT)
     port: int = declare(0, "gunicorn: when set (as Heroku-style platforms do), listen on 0.0.0.0:PORT.",
                         env="PORT", validate=_port, shown_default="(unset)")
     worker_connections: int = declare(2000, "gunicorn: most open client connections (each open SSE stream holds "
@@ -308,7 +310,7 @@ class Settings:
 
     def problem(self) -> str | None:
         """A conflict between settings, or None."""
-        if self.port and self.bind != BIND_DEFAULT:
+        if self.port and self.bind:
             return ("PORT and MCPGATE_BIND are both set: PORT (set by platforms such as Heroku) binds "
                     "0.0.0.0:$PORT; unset one of them")
         return None
@@ -320,7 +322,9 @@ class Settings:
     @property
     def addresses(self) -> list[str]:
         """Where gunicorn listens."""
-        return [f"0.0.0.0:{self.port}"] if self.port else [self.bind]
+        if self.port:
+            return [f"0.0.0.0:{self.port}"]
+        return [self.bind or BIND_DEFAULT]
 
 
 # -- the relay ----------------------------------------------------------------------------------------------

@@ -15,9 +15,14 @@ def new_session_id() -> str:
     return secrets.token_urlsafe(32)
 
 
-def is_valid_session_id(value: str) -> bool:
-    """Visible ASCII (0x21-0x7E) only, as the transport requires, and not absurdly long."""
-    return 0 < len(value) <= 256 and all(ord(ch) in VISIBLE_ASCII for ch in value)
+def is_valid_session_id(value: str, max_length: int | None = 256) -> bool:
+    """Visible ASCII (0x21-0x7E) only, as the transport requires, and not absurdly long.
+
+    The cap guards the ids a client sends us; the relay passes max_length=None for an
+    upstream's id, which the spec does not bound (a signed token can be long).
+    """
+    too_long = max_length is not None and len(value) > max_length
+    return 0 < len(value) and not too_long and all(ord(ch) in VISIBLE_ASCII for ch in value)
 
 
 class SessionLimitReached(RuntimeError):

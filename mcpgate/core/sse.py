@@ -61,7 +61,7 @@ def encode_comment(text: str = "") -> bytes:
 class SseDecoder:
     """feed(bytes) -> complete events. Tracks last_event_id and retry_ms."""
 
-    def __init__(self, max_event_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, max_event_bytes: int) -> None:
         self.max_event_bytes = max_event_bytes
         self.last_event_id: str | None = None
         self.retry_ms: int | None = None

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 
+from mcpgate import __version__
 from mcpgate.settings import TOKEN_ENV, RelaySettings, SettingsError, add_arguments
 
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mcpgate-relay", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, RelaySettings)
+    p.add_argument("--version", action="version", version=f"mcpgate-relay {__version__}")
     return p
 
 
@@ -55,23 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     from mcpgate.relay import errors
+    from mcpgate.relay.auto import AutoTransport
     from mcpgate.relay.http_client import HttpClient, HttpOptions
     from mcpgate.relay.pump import PumpOptions, Relay, leftovers
-    from mcpgate.relay.transport import AutoTransport, Sink
+    from mcpgate.relay.transport import Sink
 
     logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
                         format="%(asctime)s mcpgate-relay %(levelname)s %(message)s")
     log = logging.getLogger("mcpgate.relay")
-    headers = dict(args.header)
-    token = args.bearer_token or None
-    if token and any(name.lower() == "authorization" for name in headers):
+    if args.bearer_token and any(name.lower() == "authorization" for name, _ in args.header):
         log.warning("both %s and an Authorization header were given; using %s", TOKEN_ENV, TOKEN_ENV)
-        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-    http = HttpClient(HttpOptions(
-        connect_timeout=args.connect_timeout, read_timeout=args.read_timeout, headers=headers,
-        bearer_token=token, max_message_bytes=args.max_message_bytes, pool_size=args.max_inflight + 8), args.url)
-    pump = PumpOptions(max_message_bytes=args.max_message_bytes, max_inflight=args.max_inflight,
-                       cancel_filter=not args.no_cancel_filter, shutdown_grace=args.shutdown_grace)
+    http = HttpClient(HttpOptions.from_settings(args), args.url)
+    pump = PumpOptions.from_settings(args)
 
     def transport(sink: Sink) -> AutoTransport:
         return AutoTransport(args.url, http, sink, args.transport)

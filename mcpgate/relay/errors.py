@@ -20,8 +20,7 @@ import urllib3.exceptions
 
 from mcpgate.core import jsonrpc
 from mcpgate.core.sse import EventTooLarge
-
-TOKEN_ENV = "MCPGATE_BEARER_TOKEN"
+from mcpgate.settings import TOKEN_ENV
 EXCERPT_CHARS = 200
 
 # Methods whose repetition cannot change anything upstream: retried even when the

@@ -14,15 +14,13 @@ from typing import Protocol
 import gevent
 from gevent.greenlet import Greenlet
 
+from mcpgate.core import wire
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
-from mcpgate.relay.http_client import SSE_TYPE, HttpClient, content_type, reconnect_delay
+from mcpgate.relay.http_client import SSE_TYPE, HttpClient, reconnect_delay
 from mcpgate.relay.transport import Upstream, decode_upstream
 
 log = logging.getLogger("mcpgate.relay")
-
-LAST_EVENT_ID_HEADER = "Last-Event-ID"
-
 
 class StreamOwner(Protocol):
     """What the GET stream needs from its Streamable HTTP transport."""
@@ -72,7 +70,7 @@ class GetStream:
                 last_id, id_session = None, sid  # event ids belong to a session
             headers = owner.headers(SSE_TYPE, False)
             if last_id is not None:
-                headers[LAST_EVENT_ID_HEADER] = last_id
+                headers[wire.LAST_EVENT_ID] = last_id
             decoder = owner.http.new_decoder()
             got = self._once(headers, sid, decoder)
             if got is None:
@@ -102,8 +100,10 @@ class GetStream:
             except errors.RelayError as exc:
                 log.warning("GET stream: %s", exc.message)
             return 0
-        if resp.status_code != 200 or content_type(resp) != SSE_TYPE:
-            log.warning("GET stream refused: %s", owner.http.error_for(resp, owner.url).message)
+        try:
+            owner.http.expect_event_stream(resp, owner.url)
+        except errors.RelayError as exc:
+            log.warning("GET stream refused: %s", exc.message)
             return 0
         count = 0
         try:

@@ -32,6 +32,7 @@ from requests.utils import check_header_validity
 
 from mcpgate.core.sse import Event, SseDecoder
 from mcpgate.relay import errors
+from mcpgate.settings import RelaySettings
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -40,24 +41,36 @@ ERROR_BODY_BYTES = 4096
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
 MAX_ROUTES = 16
+POOL_SPARE = 8  # pooled connections beyond one per request in flight: the GET stream, DELETEs
 # Every failure surfaces at once (the retry policy is HttpClient.send's); redirects are not followed.
 NO_RETRIES = urllib3.Retry(total=False, redirect=False)
 
 
 @dataclass(frozen=True)
 class HttpOptions:
-    """Every limit of the relay's HTTP side, with its default."""
+    """Every limit of the relay's HTTP side. Those the user sets have no default here: their
+    defaults are RelaySettings' (see from_settings); the rest are declared here only."""
 
-    connect_timeout: float = 10.0
-    read_timeout: float = 300.0
+    connect_timeout: float
+    read_timeout: float
+    max_message_bytes: int
+    pool_size: int
     headers: Mapping[str, str] = field(default_factory=dict)
     bearer_token: str | None = None
-    max_message_bytes: int = 16 * 1024 * 1024
-    pool_size: int = 72
     tries: int = 3
     backoff_base: float = 0.25
     backoff_cap: float = 4.0
     retry_after_cap: float = 30.0
+
+    @classmethod
+    def from_settings(cls, settings: RelaySettings) -> HttpOptions:
+        """The options for the relay's settings; the bearer token replaces any Authorization header."""
+        token = settings.bearer_token or None
+        headers = {name: value for name, value in settings.header
+                   if not (token and name.lower() == "authorization")}
+        return cls(connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout,
+                   max_message_bytes=settings.max_message_bytes, pool_size=settings.max_inflight + POOL_SPARE,
+                   headers=headers, bearer_token=token)
 
 
 class HttpReply:
@@ -246,6 +259,17 @@ class HttpClient:
         resp.close()
         return errors.status_error(resp.status_code, resp.reason or "", body, self.token_set,
                                    resp.headers.get("WWW-Authenticate"))
+
+    def expect_event_stream(self, resp: HttpReply, url: str) -> None:
+        """A GET that opens a stream must answer 200 with text/event-stream: the error (the response
+        closed) when it did not."""
+        if resp.status_code != 200:
+            raise self.error_for(resp, url)
+        kind = content_type(resp)
+        if kind != SSE_TYPE:
+            resp.close()
+            raise errors.InvalidUpstream(f"upstream GET {errors.redact(url)} did not open an SSE stream "
+                                         f"(Content-Type {kind!r})")
 
     def events(self, resp: HttpReply, decoder: SseDecoder, url: str) -> Iterator[Event]:
         """SSE events as their bytes arrive; ends when the server ends the body."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import gevent
@@ -21,16 +20,16 @@ from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 from gevent.pool import Group
 
-from mcpgate.core import jsonrpc
+from mcpgate.core import jsonrpc, wire
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
+from mcpgate.relay.handshake import Handshake, check_replayed
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type, reconnect_delay
 from mcpgate.relay.transport import OneWay, ReplyWaiters, Sink, Upstream, decode_upstream
 
 log = logging.getLogger("mcpgate.relay")
 
 REINIT_ID_PREFIX = "mcpgate-relay-reinit-"
-DEFAULT_INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
 def same_origin(a: str, b: str) -> bool:
@@ -49,8 +48,7 @@ class LegacySseTransport:
         self._stream: Greenlet | None = None
         self._resp: HttpReply | None = None
         self._closing = False
-        self._init_obj: dict[str, Any] | None = None
-        self._initialized_obj: dict[str, Any] | None = None
+        self._host_handshake = Handshake()
         self._reinit_ids = itertools.count(1)
         self._background = Group()  # handshake replays, killed at close
 
@@ -63,13 +61,11 @@ class LegacySseTransport:
 
     def request(self, req: jsonrpc.Request) -> jsonrpc.Response:
         endpoint = self._connection()
-        if req.method == "initialize":
-            self._init_obj = req.obj  # replayed on the next stream (after this one is initialized)
+        self._host_handshake.remember(req)  # an initialize is replayed on the next stream
         return self._exchange(endpoint, req)
 
     def send_oneway(self, message: OneWay) -> None:
-        if isinstance(message, jsonrpc.Notification) and message.method == "notifications/initialized":
-            self._initialized_obj = message.obj
+        self._host_handshake.remember(message)
         what = message.method if isinstance(message, jsonrpc.Notification) else f"response {message.id!r}"
         try:
             self._post(self._connection(), jsonrpc.raw_bytes(message), False, None)
@@ -165,14 +161,9 @@ class LegacySseTransport:
     def _open(self, last_id: str | None) -> HttpReply:
         headers = {"Accept": SSE_TYPE}
         if last_id is not None:
-            headers["Last-Event-ID"] = last_id
+            headers[wire.LAST_EVENT_ID] = last_id
         resp = self.http.send("GET", self.url, headers, replay_safe=True)
-        if resp.status_code != 200:
-            raise self.http.error_for(resp, self.url)
-        if content_type(resp) != SSE_TYPE:
-            resp.close()
-            raise errors.InvalidUpstream(f"upstream GET {errors.redact(self.url)} did not open an SSE stream "
-                                         f"(Content-Type {content_type(resp)!r})")
+        self.http.expect_event_stream(resp, self.url)
         return resp
 
     def _on_endpoint(self, data: str, attempt: AsyncResult) -> None:
@@ -183,7 +174,7 @@ class LegacySseTransport:
             log.warning("ignored a second endpoint event")
             return
         log.info("upstream SSE endpoint %s", errors.redact(endpoint))
-        if self._init_obj is None:
+        if not self._host_handshake.known:
             self.endpoint = endpoint
             attempt.set(endpoint)
         else:
@@ -191,16 +182,10 @@ class LegacySseTransport:
 
     def _reinitialize(self, endpoint: str, attempt: AsyncResult) -> None:
         """A new stream is a new server session: replay the host's handshake before anything else."""
-        assert self._init_obj is not None
-        obj = dict(self._init_obj, id=f"{REINIT_ID_PREFIX}{next(self._reinit_ids)}")
-        init = jsonrpc.classify(obj)
-        assert isinstance(init, jsonrpc.Request)
+        init = self._host_handshake.initialize(f"{REINIT_ID_PREFIX}{next(self._reinit_ids)}")
         try:
-            reply = self._exchange(endpoint, init)
-            if reply.is_error:
-                raise errors.RelayError("upstream refused the replayed initialize: "
-                                        f"{reply.obj['error'].get('message', '')}")
-            self._post(endpoint, jsonrpc.encode(self._initialized_obj or DEFAULT_INITIALIZED), False, None)
+            check_replayed(self._exchange(endpoint, init))
+            self._post(endpoint, self._host_handshake.initialized(), False, None)
         except errors.RelayError as exc:
             exc.message = f"could not start a new upstream session: {exc.message}"
             log.warning("%s", exc.message)

@@ -29,6 +29,7 @@ from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.framing import LineDecoder, LineTooLong, frame
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
+from mcpgate.settings import RelaySettings
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -38,18 +39,24 @@ WRITE_BATCH = 256
 
 @dataclass(frozen=True)
 class PumpOptions:
-    """Every limit of the stdio side, with its default."""
+    """Every limit of the stdio side. Those the user sets have no default here: their defaults are
+    RelaySettings' (see from_settings); the rest are declared here only."""
 
-    max_message_bytes: int = 16 * 1024 * 1024
-    max_inflight: int = 64
-    cancel_filter: bool = True
+    max_message_bytes: int
+    max_inflight: int
+    cancel_filter: bool
+    shutdown_grace: float
     cancel_ttl: float = 60.0
     cancel_max_entries: int = 10_000
-    shutdown_grace: float = 3.0
     out_queue: int = 1024
     out_put_timeout: float = 30.0
     oneway_queue: int = 256
     barrier_wait: float = 330.0
+
+    @classmethod
+    def from_settings(cls, settings: RelaySettings) -> PumpOptions:
+        return cls(max_message_bytes=settings.max_message_bytes, max_inflight=settings.max_inflight,
+                   cancel_filter=not settings.no_cancel_filter, shutdown_grace=settings.shutdown_grace)
 
 
 class StdPipes:

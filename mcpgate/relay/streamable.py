@@ -12,7 +12,6 @@ host's initialize and initialized; the failed request is then sent once more.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import gevent
 from gevent.event import AsyncResult
@@ -20,9 +19,11 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from mcpgate.core import jsonrpc, versions, wire
+from mcpgate.core.sessions import is_valid_session_id
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
-from mcpgate.relay.get_stream import LAST_EVENT_ID_HEADER, GetStream
+from mcpgate.relay.get_stream import GetStream
+from mcpgate.relay.handshake import Handshake, check_replayed, is_initialized
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
 from mcpgate.relay.transport import (
     OneWay, ReplyWaiters, Sink, Upstream, decode_upstream, is_reply_to, should_fall_back, upstream_messages,
@@ -30,17 +31,10 @@ from mcpgate.relay.transport import (
 
 log = logging.getLogger("mcpgate.relay")
 
-SESSION_HEADER = "Mcp-Session-Id"
 ACCEPT_BOTH = f"{JSON_TYPE}, {SSE_TYPE}"
 MAX_RESUMES = 10
 TAIL_SECONDS = 5.0
 DELETE_TIMEOUT = 3.0
-DEFAULT_INITIALIZED: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-
-
-def valid_session_id(value: str) -> bool:
-    """Session ids are visible ASCII (0x21-0x7E) only."""
-    return bool(value) and all(0x21 <= ord(ch) <= 0x7E for ch in value)
 
 
 class StreamableTransport:
@@ -49,8 +43,7 @@ class StreamableTransport:
         self.probe = probe
         self.session_id: str | None = None
         self.version: str | None = None
-        self._init_obj: dict[str, Any] | None = None
-        self._initialized_obj: dict[str, Any] | None = None
+        self._host_handshake = Handshake()
         self._recovery = Semaphore()
         self._waiters = ReplyWaiters()
         self._get_stream = GetStream(self)
@@ -65,7 +58,7 @@ class StreamableTransport:
         if body:
             headers["Content-Type"] = JSON_TYPE
         if self.session_id:
-            headers[SESSION_HEADER] = self.session_id
+            headers[wire.SESSION_ID] = self.session_id
         if self.version is not None and versions.sends_version_header(self.version):
             headers[wire.PROTOCOL_VERSION] = self.version
         return headers
@@ -74,7 +67,7 @@ class StreamableTransport:
 
     def request(self, req: jsonrpc.Request) -> jsonrpc.Response:
         if req.method == "initialize":
-            self._init_obj = req.obj
+            self._host_handshake.remember(req)
             return self._handshake(req)
         try:
             return self._exchange(req)
@@ -205,14 +198,13 @@ class StreamableTransport:
             gevent.sleep(delay)
             decoder = _continue(self.http.new_decoder(), decoder)
             headers = self.headers(SSE_TYPE, False)
-            headers[LAST_EVENT_ID_HEADER] = str(last_id)
+            headers[wire.LAST_EVENT_ID] = str(last_id)
             sid = self.session_id
             resp = self.http.send("GET", self.url, headers, replay_safe=True)
             if resp.status_code == 404 and sid:
                 resp.close()
                 raise errors.SessionExpired(sid)
-            if resp.status_code != 200 or content_type(resp) != SSE_TYPE:
-                raise self.http.error_for(resp, self.url)
+            self.http.expect_event_stream(resp, self.url)
             try:
                 reply = self._consume(req, resp, decoder)
             finally:
@@ -241,9 +233,9 @@ class StreamableTransport:
             if self.probe and should_fall_back(resp.status_code, body):
                 raise errors.FallbackToSse(resp.status_code, errors.excerpt(body))
             raise self.http.error_for(resp, self.url, body)
-        sid = resp.headers.get(SESSION_HEADER)
+        sid = resp.headers.get(wire.SESSION_ID)
         if sid is not None:
-            if not valid_session_id(sid):
+            if not is_valid_session_id(sid, max_length=None):
                 resp.close()
                 raise errors.InvalidUpstream("upstream sent a session id with characters outside 0x21-0x7E")
             self.session_id = sid
@@ -257,7 +249,7 @@ class StreamableTransport:
 
     def recover(self, dead_sid: str) -> None:
         """Start a new session after a 404 (once, however many requests saw the 404)."""
-        if self._init_obj is None:
+        if not self._host_handshake.known:
             raise errors.HttpStatusError("upstream session expired (HTTP 404) before an initialize "
                                          "could be replayed", 404)
         worker = self._background.spawn(self._recover_now, dead_sid)
@@ -274,27 +266,19 @@ class StreamableTransport:
                 return  # another request already started the new session
             log.warning("upstream session expired (HTTP 404); starting a new session")
             self.session_id = None
-            assert self._init_obj is not None
-            init = jsonrpc.classify(self._init_obj)
-            assert isinstance(init, jsonrpc.Request)
             try:
-                reply = self._handshake(init)
+                check_replayed(self._handshake(self._host_handshake.initialize()))
             except errors.RelayError as exc:
                 exc.message = f"upstream session expired and a new one could not be started: {exc.message}"
                 raise
-            if reply.is_error:
-                raise errors.RelayError("upstream session expired and the replayed initialize failed: "
-                                        f"{reply.obj['error'].get('message', '')}")
-            self._post_oneway(jsonrpc.encode(self._initialized_obj or DEFAULT_INITIALIZED), "initialized",
-                              recover=False)
+            self._post_oneway(self._host_handshake.initialized(), "initialized", recover=False)
             self._get_stream.restart()
 
     # -- one-way messages -------------------------------------------------------------------
 
     def send_oneway(self, message: OneWay) -> None:
-        initialized = isinstance(message, jsonrpc.Notification) and message.method == "notifications/initialized"
-        if initialized:
-            self._initialized_obj = message.obj
+        initialized = is_initialized(message)
+        self._host_handshake.remember(message)
         what = message.method if isinstance(message, jsonrpc.Notification) else f"response {message.id!r}"
         self._post_oneway(jsonrpc.raw_bytes(message), what, recover=True)
         if initialized:
@@ -332,7 +316,7 @@ class StreamableTransport:
 
     def _delete(self, sid: str, version: str | None) -> None:
         """End a session with DELETE (405 means the server does not allow it)."""
-        headers = {SESSION_HEADER: sid}
+        headers = {wire.SESSION_ID: sid}
         if version is not None and versions.sends_version_header(version):
             headers[wire.PROTOCOL_VERSION] = version
         timeout = (self.http.options.connect_timeout, DELETE_TIMEOUT)

@@ -1,11 +1,10 @@
-"""What the pump needs from an upstream transport, and the auto-selecting one.
+"""The transport base: what the pump needs from an upstream transport, and what transports share.
 
 A transport answers `request()` with the upstream's Response (or raises a
 RelayError), sends one-way messages with `send_oneway()`, and hands every other
 message the upstream sends (notifications, server requests, responses nobody is
-waiting for) to the sink. `AutoTransport` starts with Streamable HTTP and
-switches to HTTP+SSE at the same URL when the initialize is refused the way a
-2024-11-05 server refuses it.
+waiting for) to the sink. This module knows no concrete transport: they build on
+it (relay/streamable.py, relay/legacy_sse.py), and relay/auto.py picks one.
 """
 
 from __future__ import annotations
@@ -19,15 +18,12 @@ from gevent.event import AsyncResult
 
 from mcpgate.core import jsonrpc
 from mcpgate.relay import errors
-from mcpgate.relay.http_client import HttpClient
 
 log = logging.getLogger("mcpgate.relay")
 
 Upstream = Union[jsonrpc.Request, jsonrpc.Notification, jsonrpc.Response]
 Sink = Callable[[Upstream], None]
 OneWay = Union[jsonrpc.Notification, jsonrpc.Response]
-
-MODES = ("auto", "streamable-http", "sse")
 
 
 class Transport(Protocol):
@@ -99,54 +95,3 @@ def is_reply_to(message: Upstream, req_id: jsonrpc.Id) -> bool:
 def should_fall_back(status: int, body: bytes) -> bool:
     """The back-compatibility rule: 400/404/405 to an initialize POST, unless the body is a JSON-RPC error."""
     return status in (400, 404, 405) and not errors.is_jsonrpc_error(body)
-
-
-class AutoTransport:
-    """Streamable HTTP first; HTTP+SSE when the first initialize says the server is older."""
-
-    def __init__(self, url: str, http: HttpClient, sink: Sink, mode: str) -> None:
-        from mcpgate.relay.legacy_sse import LegacySseTransport
-        from mcpgate.relay.streamable import StreamableTransport
-
-        if mode not in MODES:
-            raise ValueError(f"unknown transport {mode!r}")
-        self.url, self.http, self.sink, self.mode = url, http, sink, mode
-        self._legacy_cls = LegacySseTransport
-        self._streamable_cls = StreamableTransport
-        self.active: Transport
-        if mode == "sse":
-            self.active = LegacySseTransport(url, http, sink)
-        else:
-            self.active = StreamableTransport(url, http, sink, probe=(mode == "auto"))
-        self._decided = mode != "auto"
-
-    def request(self, req: jsonrpc.Request) -> jsonrpc.Response:
-        if self._decided or req.method != "initialize":
-            return self.active.request(req)
-        try:
-            reply = self.active.request(req)
-        except errors.FallbackToSse as refused:
-            return self._fall_back(req, refused)
-        self._decided = True
-        log.info("upstream speaks Streamable HTTP")
-        return reply
-
-    def _fall_back(self, req: jsonrpc.Request, refused: errors.FallbackToSse) -> jsonrpc.Response:
-        log.info("%s; falling back to HTTP+SSE at %s", refused.message, errors.redact(self.url))
-        self.active.close()
-        legacy = self._legacy_cls(self.url, self.http, self.sink)
-        try:
-            reply = legacy.request(req)
-        except errors.RelayError as exc:
-            legacy.close()
-            self.active = self._streamable_cls(self.url, self.http, self.sink, probe=True)
-            exc.message = f"{refused.message}; the HTTP+SSE fallback failed too: {exc.message}"
-            raise
-        self.active, self._decided = legacy, True
-        return reply
-
-    def send_oneway(self, message: OneWay) -> None:
-        self.active.send_oneway(message)
-
-    def close(self) -> None:
-        self.active.close()

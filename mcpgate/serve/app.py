@@ -10,13 +10,13 @@ import logging
 import sys
 from typing import Any, Callable, Iterable
 
-from flask import Flask, Response, request
+from flask import Flask, Response
 
 from ..core import jsonrpc
 from ..settings import Settings
 from . import auth, streamable
 from .gateway import Gateway
-from .http import HttpRequest, HttpResponse, StartResponse, rpc_error
+from .http import HttpRequest, Refusal, StartResponse
 
 log = logging.getLogger("mcpgate.app")
 
@@ -33,48 +33,57 @@ def configure_logging(level: str) -> None:
 
 
 class Guard:
-    """The DNS-rebinding defence for every request: Host, then Origin (decisions cached, bounded)."""
+    """The checks in front of every path: Host and Origin (DNS rebinding), then the bearer token on the MCP
+    endpoint. Each refusal is raised as a Refusal; decisions are cached, bounded."""
 
     def __init__(self, settings: Settings) -> None:
         self.token = settings.auth_token
-        self.host_allowed = functools.lru_cache(maxsize=256)(
-            functools.partial(auth.host_allowed, allowed=settings.allowed_hosts))
+        self.host_kind = functools.lru_cache(maxsize=256)(
+            functools.partial(auth.host_kind, allowed=settings.allowed_hosts))
         self.origin_allowed = functools.lru_cache(maxsize=256)(
             functools.partial(auth.origin_allowed, allowed=settings.allowed_origins))
+        self.peer_trusted = functools.lru_cache(maxsize=256)(
+            functools.partial(auth.peer_trusted, trusted=auth.networks(settings.trusted_peers)))
 
-    def refuse(self, host: str | None, origin: str | None) -> HttpResponse | None:
-        if not self.host_allowed(host):
+    def check(self, environ: dict[str, Any], endpoint: bool) -> None:
+        host = environ.get("HTTP_HOST")
+        kind = self.host_kind(host)
+        if kind is auth.HostKind.REFUSED:
             log.warning("refused Host %r (allow it with MCPGATE_ALLOWED_HOSTS)", host)
-            return rpc_error(421, jsonrpc.INVALID_REQUEST,
-                             "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)")
+            raise Refusal(421, jsonrpc.INVALID_REQUEST,
+                          "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)")
+        if kind is auth.HostKind.LOOPBACK and not self.peer_trusted(environ.get("REMOTE_ADDR")):
+            log.warning("refused loopback Host %r from peer %s (a proxy there? MCPGATE_TRUSTED_PEERS)", host,
+                        environ.get("REMOTE_ADDR"))
+            raise Refusal(421, jsonrpc.INVALID_REQUEST,
+                          "Misdirected Request: a loopback Host name from a non-loopback peer")
+        origin = environ.get("HTTP_ORIGIN")
         if not self.origin_allowed(origin):
             log.warning("refused Origin %r (allow it with MCPGATE_ALLOWED_ORIGINS)", origin)
-            return rpc_error(403, jsonrpc.INVALID_REQUEST,
-                             "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)")
-        return None
-
-    def unauthorized(self, authorization: str | None) -> HttpResponse | None:
-        if auth.bearer_ok(authorization, self.token):
-            return None
-        return rpc_error(401, jsonrpc.INVALID_REQUEST, "Unauthorized: send Authorization: Bearer <token>",
-                         headers={"WWW-Authenticate": 'Bearer realm="mcpgate"'})
+            raise Refusal(403, jsonrpc.INVALID_REQUEST,
+                          "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)")
+        if endpoint and not auth.bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
+            raise Refusal(401, jsonrpc.INVALID_REQUEST, "Unauthorized: send Authorization: Bearer <token>",
+                          headers={"WWW-Authenticate": 'Bearer realm="mcpgate"'})
 
 
 class Endpoint:
-    """WSGI middleware: the MCP endpoint path goes to streamable.handle, everything else to Flask."""
+    """WSGI middleware: the guard in front of every path; the MCP endpoint to streamable.handle, the rest to
+    Flask. A Refusal raised anywhere below becomes its HTTP error here, once."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]], gateway: Gateway, guard: Guard, path: str) -> None:
         self.app, self.gateway, self.guard = app, gateway, guard
         self.paths = {path, path + "/"}
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        self.gateway.track_connection(environ.get("gunicorn.sock") or environ.get("gunicorn.socket"))
-        if environ.get("PATH_INFO") not in self.paths:
-            return self.app(environ, start_response)
-        response = self.guard.refuse(environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN")) or \
-            self.guard.unauthorized(environ.get("HTTP_AUTHORIZATION"))
-        if response is None:
+        endpoint = environ.get("PATH_INFO") in self.paths
+        try:
+            self.guard.check(environ, endpoint)
+            if not endpoint:
+                return self.app(environ, start_response)
             response = streamable.handle(self.gateway, HttpRequest(environ))
+        except Refusal as refusal:
+            response = refusal.response()
         return response(environ, start_response)
 
 
@@ -86,20 +95,13 @@ def create_app(settings: Settings | None = None) -> Flask:
     guard = Guard(settings)
     app.extensions["mcpgate"] = gateway
 
-    @app.before_request
-    def check_host_and_origin() -> Any:
-        refused = guard.refuse(request.headers.get("Host"), request.headers.get("Origin"))
-        if refused is not None:
-            return Response(refused.body, status=refused.status, headers=refused.headers)
-        return None
-
     @app.get("/healthz")
     def healthz() -> Response:
-        problem = gateway.command_problem()
+        problem = gateway.command_problem()  # the details are in the log (preflight), not for every caller
         body: dict[str, Any] = {"status": "unavailable" if problem else "ok", "sessions": len(gateway.sessions),
                                 "children": gateway.live_children()}
         if problem:
-            body["error"] = problem
+            body["error"] = "the MCP server command cannot be started; the gateway's log says why"
         return Response(jsonrpc.encode(body), status=503 if problem else 200, mimetype="application/json")
 
     app.wsgi_app = Endpoint(app.wsgi_app, gateway, guard, settings.path)  # type: ignore[method-assign]

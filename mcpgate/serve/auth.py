@@ -1,7 +1,9 @@
-"""Origin and Host checks against DNS rebinding, and the bearer token check (pure functions)."""
+"""The gateway's pure safety decisions: Host and Origin against DNS rebinding, which peers may use a loopback
+Host name, the bearer token, and whether a bind may go beyond loopback without authentication."""
 
 from __future__ import annotations
 
+import enum
 import hmac
 import ipaddress
 from collections.abc import Collection
@@ -30,16 +32,45 @@ def split_host(host: str) -> str:
     return host
 
 
-def host_allowed(host: str | None, allowed: Collection[str]) -> bool:
-    """Loopback names on any port, plus configured names (with or without a port); * allows all."""
+class HostKind(enum.Enum):
+    """What a Host header names, for the rebinding defence."""
+
+    LISTED = "listed"  # configured (or * configured): accepted from any peer
+    LOOPBACK = "loopback"  # a loopback name: accepted only from a trusted peer
+    REFUSED = "refused"
+
+
+def host_kind(host: str | None, allowed: Collection[str]) -> HostKind:
+    """Configured names (with or without a port; * for all) are LISTED; loopback names on any port LOOPBACK."""
     if "*" in allowed:
-        return True
+        return HostKind.LISTED
     if not host:
-        return False
-    if is_loopback_name(split_host(host)):
-        return True
+        return HostKind.REFUSED
     wanted = {entry.lower() for entry in allowed}
-    return host.strip().lower() in wanted or split_host(host) in wanted
+    if host.strip().lower() in wanted or split_host(host) in wanted:
+        return HostKind.LISTED
+    return HostKind.LOOPBACK if is_loopback_name(split_host(host)) else HostKind.REFUSED
+
+
+Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+
+
+def networks(entries: Collection[str]) -> Networks:
+    """Parsed peer networks (the settings validated them)."""
+    return tuple(ipaddress.ip_network(entry, strict=False) for entry in entries)
+
+
+def peer_trusted(peer: str | None, trusted: Networks) -> bool:
+    """Whether the connection's peer address lies in one of the trusted networks (IPv4-mapped IPv6 unwrapped)."""
+    if not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in trusted)
 
 
 def origin_allowed(origin: str | None, allowed: Collection[str]) -> bool:
@@ -56,6 +87,25 @@ def origin_allowed(origin: str | None, allowed: Collection[str]) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname) and is_loopback_name(parts.hostname or "")
+
+
+def bind_is_local(address: str) -> bool:
+    """Whether a gunicorn bind address ("host:port", "[::1]:port", "unix:/path") is reachable only locally."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rpartition(":")[0] if ":" in address else address
+    host = host.strip("[]")
+    return bool(host) and is_loopback_name(host)
+
+
+def exposure_problem(addresses: Collection[str], authenticated: bool, allow_unauthenticated: bool) -> str | None:
+    """Why the gateway must not start on these addresses, or None: beyond loopback needs authentication."""
+    exposed = [address for address in addresses if not bind_is_local(address)]
+    if not exposed or authenticated or allow_unauthenticated:
+        return None
+    return (f"refusing to serve {', '.join(exposed)} without authentication: anyone who reaches this address "
+            "could run the MCP server. Set MCPGATE_AUTH_TOKEN (clients then send Authorization: Bearer <token>), "
+            "or set MCPGATE_ALLOW_UNAUTHENTICATED=true to serve it open on purpose")
 
 
 def bearer_ok(authorization: str | None, token: str) -> bool:

@@ -17,9 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from mcpgate.relay import errors
-from mcpgate.relay.http_client import HttpClient, HttpOptions
-from tests.relay.conftest import HANG_GUARD
-from tests.relay.fixtures.scripted import Reply, ScriptedServer, Seen, json_reply
+from mcpgate.relay.http_client import HttpClient
+from tests.relay.support import HANG_GUARD, Reply, ScriptedServer, Seen, http_options, json_reply
 
 BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode()
 
@@ -95,7 +94,7 @@ def _post(http: HttpClient, url: str, headers: dict[str, str]) -> bytes:
 
 def test_call_headers_replace_session_headers_whatever_their_case(capture: Capture) -> None:
     url = f"http://127.0.0.1:{capture.port}/mcp"
-    http = HttpClient(HttpOptions(headers={"accept": "text/plain", "X-Team": "blue"}, bearer_token="tok"), url)
+    http = HttpClient(http_options(headers={"accept": "text/plain", "X-Team": "blue"}, bearer_token="tok"), url)
     try:
         assert _post(http, url, {"Accept": "application/json", "Content-Type": "application/json"}) == BODY
         assert _post(http, url, {"Accept": "text/event-stream"}) == BODY
@@ -112,7 +111,7 @@ def test_call_headers_replace_session_headers_whatever_their_case(capture: Captu
 
 def test_url_credentials_become_basic_auth_and_stay_out_of_the_target(capture: Capture) -> None:
     url = f"http://ann:s3cret@127.0.0.1:{capture.port}/mcp?x=1"
-    http = HttpClient(HttpOptions(), url)
+    http = HttpClient(http_options(), url)
     try:
         _post(http, url, {})
     finally:
@@ -124,7 +123,7 @@ def test_url_credentials_become_basic_auth_and_stay_out_of_the_target(capture: C
 
 def test_a_header_value_http_forbids_is_refused_without_quoting_it(capture: Capture) -> None:
     url = f"http://127.0.0.1:{capture.port}/mcp"
-    http = HttpClient(HttpOptions(tries=1), url)
+    http = HttpClient(http_options(tries=1), url)
     try:
         with pytest.raises(errors.ConfigError) as refused:
             _post(http, url, {"MCP-Protocol-Version": "2025\r\nX-Evil: sekrit"})
@@ -138,7 +137,7 @@ def test_cookies_the_upstream_sets_are_sent_back() -> None:
         return json_reply({"jsonrpc": "2.0", "id": 1, "result": {}}, headers={"Set-Cookie": "lb=node-7; Path=/"})
 
     with ScriptedServer(route) as server:
-        http = HttpClient(HttpOptions(), server.url)
+        http = HttpClient(http_options(), server.url)
         try:
             _post(http, server.url, {})
             _post(http, server.url, {})
@@ -155,7 +154,7 @@ def test_a_plain_http_proxy_from_the_environment_gets_the_whole_url(monkeypatch:
         monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
         monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{proxy.port}")
         url = "http://upstream.test:8080/mcp"
-        http = HttpClient(HttpOptions(), url)
+        http = HttpClient(http_options(), url)
         try:
             assert _post(http, url, {}) == BODY
         finally:
@@ -167,7 +166,7 @@ def test_a_plain_http_proxy_from_the_environment_gets_the_whole_url(monkeypatch:
 def test_a_declared_length_over_the_limit_is_refused_unread() -> None:
     big = {"jsonrpc": "2.0", "id": 1, "result": {"text": "x" * 500}}
     with ScriptedServer(lambda seen, server: json_reply(big)) as server:
-        http = HttpClient(HttpOptions(max_message_bytes=100), server.url)
+        http = HttpClient(http_options(max_message_bytes=100), server.url)
         try:
             resp = http.send("POST", server.url, {}, b"{}")
             with pytest.raises(errors.InvalidUpstream, match="exceeded 100 bytes"):

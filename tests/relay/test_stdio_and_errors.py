@@ -14,10 +14,10 @@ import anyio
 import pytest
 
 from mcp import Client
-from tests.relay.conftest import (
-    FIXTURES, HANG_GUARD, INITIALIZED, Upstream, free_port, initialize, relay_params, stop_pid, wait_for, wait_port,
+from tests.relay.support import (
+    FIXTURES, HANG_GUARD, INITIALIZED, Reply, ScriptedServer, Seen, Upstream, explain_stderr, free_port, initialize,
+    mcp_default, relay_params, sse_event, sse_reply, stop_pid, wait_for, wait_port,
 )
-from tests.relay.fixtures.scripted import Reply, ScriptedServer, Seen, mcp_default, sse_event, sse_reply
 
 TOKEN = "tok-never-logged-42"
 
@@ -46,7 +46,7 @@ def test_stdout_carries_only_whole_jsonrpc_lines(raw_relay: Any, streamable_upst
                b'{"jsonrpc":"2.0","id":3,"method":"tools/list"}\r',
                json.dumps({"jsonrpc": "2.0", "id": "s\u2028tr", "method": "ping"}, ensure_ascii=False).encode())
     code, lines, stderr = relay.finish()
-    assert code == 0
+    assert code == 0, explain_stderr(stderr)
     messages = [json.loads(line) for line in lines]
     assert all(m["jsonrpc"] == "2.0" for m in messages)
     by_id = {m.get("id"): m for m in messages if m.get("id") is not None}
@@ -104,7 +104,7 @@ def test_401_with_a_token_says_it_was_rejected(raw_relay: Any, unauthorized: tup
 def test_help_explains_every_option() -> None:
     out = subprocess.run([sys.executable, "-m", "mcpgate.relay", "--help"], capture_output=True, text=True,
                          timeout=HANG_GUARD)
-    assert out.returncode == 0
+    assert out.returncode == 0, out.stderr
     for option in ("--header", "--transport", "--connect-timeout", "--read-timeout", "--log-level",
                    "--no-cancel-filter", "--max-message-bytes", "MCPGATE_BEARER_TOKEN"):
         assert option in out.stdout
@@ -114,7 +114,7 @@ def test_help_explains_every_option() -> None:
                                   ["http://x/mcp", "--transport", "carrier-pigeon"]])
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "mcpgate.relay", *args], capture_output=True, timeout=HANG_GUARD)
-    assert out.returncode == 2 and out.stdout == b""
+    assert out.returncode == 2 and out.stdout == b"", out.stderr.decode(errors="replace")
 
 
 def test_legacy_endpoint_resolution_and_origin_check(raw_relay: Any) -> None:
@@ -184,11 +184,11 @@ def test_shutdown_leaves_no_greenlet_or_socket(raw_relay: Any, upstream_factory:
     if stop == "sigterm":
         relay.proc.send_signal(signal.SIGTERM)
     code, lines, stderr = relay.finish()
-    assert code == 0
-    assert [json.loads(line)["id"] for line in lines] == [3]  # answered with an error, not left hanging
-    assert "shutdown complete: 0 greenlets and 0 sockets left" in stderr
+    assert code == 0, explain_stderr(stderr)
+    assert [json.loads(line)["id"] for line in lines] == [3], explain_stderr(stderr)  # an error, not left hanging
+    assert "shutdown complete: 0 greenlets and 0 sockets left" in stderr, explain_stderr(stderr)
     if transport == "streamable-http":
-        assert "ended the upstream session (HTTP 200)" in stderr
+        assert "ended the upstream session (HTTP 200)" in stderr, explain_stderr(stderr)
 
 
 def test_malformed_token_is_refused_without_echoing_it() -> None:

@@ -6,9 +6,9 @@ import json
 import signal
 from typing import Any
 
-from tests.relay.conftest import INITIALIZED, RawRelay, initialize, wait_for
-from tests.relay.fixtures.scripted import (
-    DROP, HOLD, Reply, ScriptedServer, Seen, json_reply, mcp_default, result, sse_event, sse_reply,
+from tests.relay.support import (
+    DROP, HOLD, INITIALIZED, RawRelay, Reply, ScriptedServer, Seen, explain_stderr, initialize, json_reply,
+    mcp_default, result, sse_event, sse_reply, wait_for,
 )
 
 TOKEN = "s3cret-token-value"
@@ -40,7 +40,7 @@ def test_headers_session_version_and_delete(raw_relay: Any) -> None:
         assert relay.read_reply(2)["result"] == {"echo": "tools/list"}
         wait_for(lambda: server.requests("GET"), "the GET stream attempt")
         code, rest, stderr = relay.finish()
-    assert code == 0 and rest == []
+    assert code == 0 and rest == [], explain_stderr(stderr)
     init, initialized, listed = server.requests("POST")
     assert init.rpc_method == "initialize" and "mcp-session-id" not in init.headers
     assert "mcp-protocol-version" not in init.headers

@@ -11,10 +11,11 @@ import urllib3.exceptions
 
 from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.relay import errors
-from mcpgate.relay.http_client import HttpClient, HttpOptions
+from mcpgate.core.sessions import is_valid_session_id
+from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.pump import host_lines
-from mcpgate.relay.streamable import valid_session_id
 from mcpgate.relay.transport import should_fall_back
+from tests.relay.support import http_options
 
 URL = "http://upstream.test/mcp"
 
@@ -114,7 +115,7 @@ def test_replay_safe_methods() -> None:
 
 
 def test_backoff_grows_with_jitter_and_a_cap() -> None:
-    http = HttpClient(HttpOptions(backoff_base=1.0, backoff_cap=4.0))
+    http = HttpClient(http_options(backoff_base=1.0, backoff_cap=4.0))
     try:
         for attempt, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (9, 4.0)):
             delays = {http.backoff(attempt) for _ in range(20)}
@@ -135,9 +136,12 @@ def test_fallback_rule(status: int, body: bytes, expected: bool) -> None:
     assert should_fall_back(status, body) is expected
 
 
-def test_session_id_characters() -> None:
-    assert valid_session_id("a1-B2_c3.~!")
-    assert not valid_session_id("") and not valid_session_id("has space") and not valid_session_id("tab\t")
+def test_upstream_session_id_characters_and_no_length_cap() -> None:
+    def upstream_id(value: str) -> bool:
+        return is_valid_session_id(value, max_length=None)  # as relay/streamable.py checks an upstream's id
+
+    assert upstream_id("a1-B2_c3.~!") and upstream_id("t" * 2000)  # a signed token can be long
+    assert not upstream_id("") and not upstream_id("has space") and not upstream_id("tab\t")
 
 
 def test_host_lines_oversized_line_costs_only_itself() -> None:

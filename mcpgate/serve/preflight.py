@@ -1,0 +1,27 @@
+"""Checks that run once in the gunicorn master, before any socket is bound: a refusal stops the start, a
+problem that may pass (the command's executable is not installed yet) is logged loudly and /healthz reports it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+from ..settings import Settings
+from . import auth
+from .gateway import Gateway
+
+
+def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str | None:
+    """Why the gateway must not start, or None (after logging what the operator should know)."""
+    refusal = auth.exposure_problem(binds, bool(settings.auth_token), settings.allow_unauthenticated)
+    if refusal:
+        return refusal
+    exposed = [address for address in binds if not auth.bind_is_local(address)]
+    if exposed and not settings.auth_token:
+        log.warning("mcpgate: serving %s WITHOUT authentication (MCPGATE_ALLOW_UNAUTHENTICATED=true): anyone "
+                    "who reaches it can run the MCP server", ", ".join(exposed))
+    problem = Gateway(settings).command_problem()
+    if problem:
+        log.error("mcpgate: MCPGATE_COMMAND cannot be started: %s. Every initialize will fail with 502 and "
+                  "/healthz answers 503 until it can.", problem)
+    return None
