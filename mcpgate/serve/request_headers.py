@@ -2,16 +2,36 @@
 
 gevent.pywsgi reads request headers with the standard library's http.client.parse_headers,
 which runs the email package's parser; on the gateway's hot path that was about a third of
-the worker's CPU per call (py-spy, bench/). RequestHeaders reads the same lines with the same
-limits and offers the small interface pywsgi and gunicorn use.
+the worker's CPU per call (py-spy, bench/). RequestHeaders reads the same lines and offers the
+small interface pywsgi and gunicorn use.
+
+It refuses what gunicorn's own parser refuses by default (gunicorn/http/message.py), so the
+gateway never reads a request differently from a gunicorn-style proxy or server beside it:
+lines that do not end in CRLF, obsolete line folding, field names that are not RFC 9110
+tokens (whitespace before the colon included), control characters other than HTAB in a value,
+a field line over 8190 bytes, more than 100 fields, a repeated Host, Content-Type,
+Content-Length or Transfer-Encoding, a Content-Length that is not digits, Content-Length with
+Transfer-Encoding, and an Expect other than 100-continue. Like gunicorn (header_map "drop"),
+it drops fields whose name holds "_" (pywsgi's environ would drop them too). Stricter than
+gunicorn: a Transfer-Encoding other than exactly "chunked" (gunicorn also takes e.g.
+"gzip, chunked"), since pywsgi frames nothing else.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, BinaryIO, Iterator
 
-MAX_LINE = 65536  # as http.client
-MAX_HEADERS = 100
+MAX_FIELD = 8190  # bytes of one field line with its CRLF, as gunicorn's limit_request_field_size
+MAX_HEADERS = 100  # as gunicorn's limit_request_fields
+MAX_DROPPED = MAX_HEADERS * (MAX_FIELD + 2)  # bytes of dropped fields (gunicorn bounds the block's bytes)
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 5.6.2
+_VALUE = r"[\t\x20-\x7e\x80-\xff]*"  # RFC 9110 5.5: VCHAR, obs-text, SP, HTAB
+_FIELD = re.compile(f"({_TOKEN}):({_VALUE})\r\n")
+_NAME = re.compile(_TOKEN)
+_SINGLE = frozenset(("host", "content-type", "content-length", "transfer-encoding"))
+_WATCHED = _SINGLE | {"expect"}
 
 
 class RequestHeaders:
@@ -25,24 +45,27 @@ class RequestHeaders:
 
     @classmethod
     def read(cls, fp: BinaryIO) -> RequestHeaders:
+        """Read the header block up to and including its empty line; a refusal has `status` set."""
         fields: list[tuple[str, str]] = []
+        dropped = 0
         while True:
-            line = fp.readline(MAX_LINE + 1)
-            if len(line) > MAX_LINE:
-                return cls([], "Line too long")
-            if line in (b"\r\n", b"\n", b""):
-                return cls(fields)
-            text = line.decode("iso-8859-1").rstrip("\r\n")
-            if text[:1] in (" ", "\t") and fields:  # an obsolete folded continuation line
-                name, value = fields[-1]
-                fields[-1] = (name, value + " " + text.strip())
+            text = fp.readline(MAX_FIELD + 1).decode("iso-8859-1")
+            match = _FIELD.fullmatch(text)
+            if match is None or len(text) > MAX_FIELD:
+                if text == "\r\n":
+                    break
+                return cls([], _why(text, bool(fields)))
+            name = match[1]
+            if "_" in name:
+                dropped += len(text)
+                if dropped > MAX_DROPPED:
+                    return cls([], "Too many headers")
                 continue
-            name, sep, value = text.partition(":")
-            if not sep or not name or name != name.strip():
-                return cls([], "Invalid header line")
-            fields.append((name, value.strip()))
+            fields.append((name, match[2].strip(" \t")))
             if len(fields) > MAX_HEADERS:
                 return cls([], "Too many headers")
+        status = _framing(fields)
+        return cls([] if status else fields, status)
 
     def get(self, name: str, default: Any = None) -> Any:
         wanted = name.lower()
@@ -71,3 +94,44 @@ class RequestHeaders:
     @property
     def typeheader(self) -> str | None:
         return self.get("content-type")  # type: ignore[no-any-return]
+
+
+def _why(text: str, after_field: bool) -> str:
+    """Why a line that is neither a well-formed field nor the empty line is refused."""
+    if len(text) > MAX_FIELD:
+        return "Line too long"
+    if not text.endswith("\n"):
+        return "Incomplete headers"
+    if not text.endswith("\r\n"):
+        return "Line not ended by CRLF"
+    if text[:1] in (" ", "\t"):
+        return "Obsolete line folding" if after_field else "Invalid header name"
+    name, colon, _ = text.partition(":")
+    if not colon or not name:
+        return "Invalid header line"
+    if _NAME.fullmatch(name) is None:
+        return "Invalid header name"
+    return "Invalid header value"
+
+
+def _framing(fields: list[tuple[str, str]]) -> str:
+    """Why the fields as a whole are refused (repeats, message framing, Expect), or ""."""
+    found: dict[str, str] = {}
+    for name, value in fields:
+        key = name.lower()
+        if key not in _WATCHED:
+            continue
+        if key in found and key in _SINGLE:
+            return f"Repeated {name}"
+        if key == "expect" and value.lower() != "100-continue":
+            return "Unsupported Expect"
+        found[key] = value
+    length, coding = found.get("content-length"), found.get("transfer-encoding")
+    if length is not None and not (length.isascii() and length.isdigit()):
+        return "Invalid Content-Length"
+    if coding is not None:
+        if coding.lower() != "chunked":
+            return "Unsupported Transfer-Encoding"
+        if length is not None:
+            return "Content-Length with Transfer-Encoding"
+    return ""
