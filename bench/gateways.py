@@ -19,6 +19,7 @@ from typing import Callable
 
 from mcpclient import stop_group
 import peers
+import procs
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -176,8 +177,9 @@ def start(spec: Spec, log_dir: Path, timeout: float = 60.0) -> Running:
     log_path = log_dir / f"{spec.name}.log"
     began = time.monotonic()
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(spec.argv(port), cwd=spec.cwd or ROOT, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=log, start_new_session=True)
+        proc = procs.register(subprocess.Popen(spec.argv(port), cwd=spec.cwd or ROOT, env=env,
+                                               stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                               start_new_session=True))
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"{spec.name} exited {proc.returncode} at start: "
@@ -188,6 +190,7 @@ def start(spec: Spec, log_dir: Path, timeout: float = 60.0) -> Running:
         except OSError:
             if time.monotonic() - began > timeout:
                 stop_group(proc)
+                procs.forget(proc)
                 raise RuntimeError(f"{spec.name} did not listen on {port} within {timeout} s") from None
             time.sleep(0.05)
     return Running(spec, proc, port, time.monotonic() - began)
@@ -195,6 +198,7 @@ def start(spec: Spec, log_dir: Path, timeout: float = 60.0) -> Running:
 
 def stop(running: Running) -> None:
     stop_group(running.proc, timeout=20.0)
+    procs.forget(running.proc)
 
 
 # -- memory ------------------------------------------------------------------------------------------

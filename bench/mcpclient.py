@@ -14,6 +14,8 @@ import select
 import subprocess
 import time
 
+import procs
+
 PROTOCOL_VERSION = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
 
@@ -168,8 +170,9 @@ class PipeSession:
     """An MCP session over NDJSON pipes: the child directly, or a relay in front of an HTTP server."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, bufsize=0, env=env, cwd=cwd, start_new_session=True)
+        self.proc = procs.register(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.DEVNULL, bufsize=0, env=env, cwd=cwd,
+                                                    start_new_session=True))
         self.stdin = self.proc.stdin
         self.reader = LineReader(self.proc.stdout.fileno())  # type: ignore[union-attr]
         self.next_id = 1
@@ -231,6 +234,7 @@ class PipeSession:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             stop_group(self.proc)
+        procs.forget(self.proc)
         self.proc.stdout.close()  # type: ignore[union-attr]
 
 

@@ -1,16 +1,22 @@
 """mcpgate's benchmark: serve and relay against the peers, in one run, gateways interleaved in rounds.
 
-    python bench/run.py                   # full run (~15 min): bench/results.md, bench/plot.png, bench/out/results.json
-    python bench/run.py --quick           # ~2-3 min, fewer calls and rounds; writes to bench/out/ only
-    python bench/run.py --install-peers   # first install the peers into bench/.peers (npm + a separate venv)
+    python bench/run.py --install-peers   # install the peers into bench/.peers (npm + a separate venv), then exit
+    python bench/run.py                   # full run (~15 min): bench/out/results.md, plot.png, results.json
+    python bench/run.py --publish         # full run that also rewrites the tracked bench/results.md and plot.png
+    python bench/run.py --quick           # ~2-3 min, fewer calls and rounds
     python bench/run.py --quick --only mcpgate,floor --phases speed    # iterate on one figure
     python bench/run.py --profile         # py-spy profiles of the serve worker (bench/out/serve-*.txt, .svg)
     python bench/run.py --snapshot        # measure a copy of mcpgate/ taken at the start (edits may go on)
+    python bench/run.py --worker-classes gateway,gevent_pywsgi,gevent,gevent+fast --rounds 5   # see workers.py
 
 Run it with the venv that has mcpgate installed (`/work/venv/bin/python bench/run.py`). Phases: memory (fresh
 gateway, 1/20/1000 idle sessions), capacity (sessions with open GET streams one mcpgate worker holds), speed
 (sequential latency, 1/4/16/64 client processes, big results; reference rows: the child over direct pipes and
 the floor), relay (mcpgate-relay and the peer relays against one mcpgate upstream). Medians over rounds.
+
+Only --publish (or --out DIR) writes outside bench/out/ (git-ignored); the README's Performance section is
+rewritten only by `python bench/report.py --readme`. SIGTERM or SIGINT ends every gateway, relay and client
+process the bench started before it exits (bench/procs.py).
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateways  # noqa: E402
 import measure  # noqa: E402
 import peers  # noqa: E402
+import procs  # noqa: E402
 import report  # noqa: E402
+import workers  # noqa: E402
 from mcpclient import PipeSession  # noqa: E402
 
 BENCH = gateways.BENCH
@@ -308,15 +316,17 @@ def profile(cfg: dict, out_dir: Path) -> None:
         for label, fmt_, load in (("seq", "raw", None), ("seq", "flamegraph", None), ("c16", "raw", 16)):
             suffix = "svg" if fmt_ == "flamegraph" else "txt"
             target = out_dir / f"serve-{label}.{suffix}"
-            spy = subprocess.Popen([str(py_spy), "record", "--pid", str(worker), "--rate", "250", "--format", fmt_,
-                                    "--duration", str(seconds), "-o", str(target)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            spy = procs.register(subprocess.Popen(
+                [str(py_spy), "record", "--pid", str(worker), "--rate", "250", "--format", fmt_,
+                 "--duration", str(seconds), "-o", str(target)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True))
             time.sleep(1.0)
             if load is None:
                 figure = measure.sequential_http(running.port, spec.path, 10**9, seconds - 2)
             else:
                 figure = measure.concurrent_http(running.port, spec.path, load, seconds - 3)
             spy_err = spy.communicate(timeout=60)[1].decode(errors="replace")
+            procs.forget(spy)
             if spy.returncode != 0:
                 sys.exit(f"py-spy failed ({spy.returncode}): {spy_err[-500:]}")
             log(f"profile {label}: {fmt(figure)} -> {target}")
@@ -338,11 +348,14 @@ def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 
         log("perf not found: no CPU split by library")
         return
     data = out_dir / "serve-seq.perf.data"
-    rec = subprocess.Popen([perf, "record", "-F", "999", "-p", str(worker), "-o", str(data), "--", "sleep",
-                            str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    rec = procs.register(subprocess.Popen([perf, "record", "-F", "999", "-p", str(worker), "-o", str(data), "--",
+                                           "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                          start_new_session=True))
     time.sleep(0.5)
     measure.sequential_http(port, path, 10**9, seconds - 1.5)
-    if rec.wait(60) != 0:
+    code = rec.wait(60)
+    procs.forget(rec)
+    if code != 0:
         log(f"perf record failed: {rec.stderr.read().decode(errors='replace')[-300:]}")  # type: ignore[union-attr]
         return
     rep = subprocess.run([perf, "report", "-i", str(data), "--no-children", "--sort", "dso", "--stdio"],
@@ -378,18 +391,34 @@ def take_snapshot(dest: Path, attempts: int = 10) -> str:
     sys.exit("could not take a snapshot of mcpgate that imports")
 
 
+def compare_workers(names: list[str], cfg: dict, out_dir: Path) -> int:
+    result = workers.phase([n for n in names if n], cfg, out_dir / "logs", log)
+    result.update({"machine": machine(), "source": gateways.source_state(), "config": cfg,
+                   "command": "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])})
+    (out_dir / "workers.json").write_text(json.dumps(result, indent=1, default=str))
+    text = workers.table(result)
+    (out_dir / "workers.md").write_text(f"`{result['command']}`, {cfg['rounds']} rounds\n\n{text}")
+    print(text, flush=True)
+    log(f"done: {out_dir / 'workers.json'}, {out_dir / 'workers.md'}")
+    return 0
+
+
 # -- main --------------------------------------------------------------------------------------------------
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer calls and one round (~2-3 min)")
-    parser.add_argument("--install-peers", action="store_true", help="install the peers into bench/.peers first")
+    parser.add_argument("--install-peers", action="store_true", help="install the peers into bench/.peers and exit")
     parser.add_argument("--only", default="", help="comma-separated gateway names (mcpgate, floor, supergateway, "
                                                    "mcp-proxy-npm, mcp-proxy-py, mcp-stdio)")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
-    parser.add_argument("--out", type=Path, help="where results.md and plot.png go (default: bench/ for a "
-                                                 "full run of every phase and gateway, else bench/out/)")
+    parser.add_argument("--out", type=Path, help="where results.md and plot.png go (default: bench/out/)")
+    parser.add_argument("--publish", action="store_true", help="a full run of every phase and gateway that also "
+                                                                "rewrites the tracked bench/results.md and plot.png")
+    parser.add_argument("--worker-classes", default="", help="only compare mcpgate under these gunicorn worker "
+                                                             f"classes ({', '.join(workers.EXTRA_ARGS)}): "
+                                                             "bench/out/workers.json and .md")
     parser.add_argument("--profile", action="store_true", help="only profile the serve worker with py-spy")
     parser.add_argument("--snapshot", action="store_true", help="copy the mcpgate package into bench/out/snapshot "
                                                                  "first and measure the copy (edits made during "
@@ -397,6 +426,14 @@ def main() -> int:
     parser.add_argument("--src", type=Path, help="measure the mcpgate package in this directory (e.g. a copy "
                                                  "of an older tree) instead of the installed one")
     args = parser.parse_args()
+    procs.install_handlers()
+    try:
+        return run(args)
+    finally:
+        procs.end_all()  # normally nothing is left; after an exception, whatever the bench started
+
+
+def run(args: argparse.Namespace) -> int:
     if args.src:
         gateways.SRC = args.src.resolve()
     source = gateways.source_state()
@@ -407,8 +444,10 @@ def main() -> int:
     out_dir.mkdir(exist_ok=True)
     if args.install_peers:
         log("installing peers into bench/.peers")
-        for package, state in peers.install().items():
+        states = peers.install()
+        for package, state in states.items():
             print(f"  {package}: {state}", flush=True)
+        return 0 if all(state == "ok" for state in states.values()) else 1
     cfg = dict(QUICK if args.quick else FULL)
     if args.rounds:
         cfg["rounds"] = args.rounds
@@ -416,12 +455,17 @@ def main() -> int:
     if args.profile:
         profile(cfg, out_dir)
         return 0
+    if args.worker_classes:
+        return compare_workers(args.worker_classes.split(","), {**cfg, "rounds": args.rounds or 5}, out_dir)
     phases = [p for p in args.phases.split(",") if p]
     only = {n for n in args.only.split(",") if n}
     specs_all = gateways.serve_specs()
     specs = [s for s in specs_all if (not only or s.name in only) and not s.missing]
     complete = not args.quick and not only and set(phases) == set(PHASES) and not args.rounds
-    publish_dir = args.out or (BENCH if complete else out_dir)
+    if args.publish and not complete:
+        sys.exit("--publish rewrites the tracked results: only with a full run (no --quick, --only, --phases, "
+                 "--rounds)")
+    publish_dir = args.out or (BENCH if args.publish else out_dir)
     command = "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     results: dict = {"machine": machine(), "source": source, "command": command.strip(), "mode": "quick" if args.quick else "full",
                      "config": cfg, "nofile": nofile, "child": gateways.CHILD,
