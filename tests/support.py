@@ -85,8 +85,9 @@ class Gateway:
     """A running `gunicorn mcpgate.wsgi`; its log goes to a file whose tail a failing test's report shows."""
 
     def __init__(self, env: dict[str, str] | None = None, cwd: Path = ROOT, config: str | None = None,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, ready_host: str | None = None) -> None:
         self.port = free_port()
+        self.ready_headers = {"Host": ready_host} if ready_host else {}  # when 127.0.0.1 is not a trusted peer
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         full_env.pop("PORT", None)
@@ -105,7 +106,7 @@ class Gateway:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                status, _, _ = self.request("GET", "/healthz")
+                status, _, _ = self.request("GET", "/healthz", headers=self.ready_headers)
                 if status in (200, 503):
                     return
             except OSError:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import HEADERS, call, children, init_body, open_session, sse_messages
+from tests.support import ACCEPT, HEADERS, call, children, init_body, open_session, sse_messages
+
 
 def test_initialize_mints_a_visible_ascii_session_id_and_answers_json(demo_gateway: Any) -> None:
     status, headers, body = demo_gateway.request("POST", body=init_body(), headers=HEADERS)
@@ -230,9 +231,19 @@ def test_modern_probe_without_session_names_the_served_revisions(demo_gateway: A
 def test_healthz_reports_a_missing_command(gateway_factory: Any) -> None:
     gw = gateway_factory({"MCPGATE_COMMAND": "no-such-program-mcpgate --flag"})
     status, _, body = gw.request("GET", "/healthz")
-    assert status == 503 and "no-such-program-mcpgate" in json.loads(body)["error"]
+    assert status == 503 and json.loads(body)["status"] == "unavailable"
+    assert "no-such-program-mcpgate" not in body.decode() and "PATH" not in body.decode()  # internals: log only
+    assert "MCPGATE_COMMAND cannot be started: command not found: 'no-such-program-mcpgate'" in gw.log()
+
+
+def test_a_command_that_cannot_start_is_a_generic_502_and_the_details_are_logged(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_COMMAND": "no-such-program-mcpgate --flag"})
     status, _, body = gw.request("POST", body=init_body(), headers=HEADERS)
-    assert status == 502 and "no-such-program-mcpgate" in json.loads(body)["error"]["message"]
+    error = json.loads(body)["error"]
+    assert status == 502 and error["code"] == -32603 and error["message"].startswith("Cannot start the MCP server")
+    assert "no-such-program-mcpgate" not in body.decode() and "PATH" not in body.decode()
+    logged = [line for line in gw.log().splitlines() if "cannot start the MCP server" in line]
+    assert logged and " ERROR " in logged[0] and "no-such-program-mcpgate" in logged[0] and "PATH=" in logged[0]
 
 
 def test_bearer_token_is_required_when_configured(gateway_factory: Any) -> None:

@@ -1,0 +1,217 @@
+"""Safe by default: what a gateway refuses before it serves anyone, and whom it refuses once it does.
+
+A non-loopback bind without authentication does not start; a loopback Host name is believed only from a
+trusted peer (tested with the trusted set narrowed, and from a real remote peer in a network namespace
+reached over a veth pair); settings that cannot work stop gunicorn with one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mcpgate.serve import preflight
+from mcpgate.settings import Settings
+from tests.support import HEADERS, ROOT, Gateway, free_port, init_body, stop_process
+
+
+def gunicorn_refusal(env: dict[str, str], *args: str) -> str:
+    """Start gunicorn as a user would and return what it printed; it must exit non-zero by itself."""
+    full_env = {**os.environ, **env}
+    if "PORT" not in env:
+        full_env.pop("PORT", None)
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", *args, "mcpgate.wsgi"], cwd=ROOT, env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)  # only if it did not exit: a started gateway is a failure, ended by PID
+    assert proc.returncode not in (0, None), out
+    return out
+
+
+@pytest.mark.parametrize("env,args,shown", [
+    ({"PORT": "0"}, (), None),  # filled in below: the Procfile path
+    ({}, ("-b", "0.0.0.0:{port}"), "0.0.0.0:{port}"),
+    ({"MCPGATE_BIND": "[::]:{port}"}, (), "[::]:{port}"),
+])
+def test_a_non_loopback_bind_without_authentication_refuses_to_start(env: dict[str, str], args: tuple[str, ...],
+                                                                      shown: str | None) -> None:
+    port = str(free_port())
+    env = {k: v.replace("{port}", port) for k, v in env.items()}
+    if "PORT" in env:
+        env["PORT"], shown = port, f"0.0.0.0:{port}"
+    assert shown is not None
+    out = gunicorn_refusal({**env, "MCPGATE_AUTH_TOKEN": "", "MCPGATE_ALLOW_UNAUTHENTICATED": ""},
+                           *(a.replace("{port}", port) for a in args))
+    assert f"refusing to serve {shown.replace('{port}', port)} without authentication" in out
+    assert "MCPGATE_AUTH_TOKEN" in out and "MCPGATE_ALLOW_UNAUTHENTICATED=true" in out
+    assert "Traceback" not in out and "Booting worker" not in out
+
+
+class Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+@pytest.mark.parametrize("environ,binds,refused,warned", [
+    ({}, ["127.0.0.1:8000", "[::1]:8000", "localhost:9", "unix:/tmp/g.sock"], False, False),
+    ({}, ["127.0.0.1:8000", "0.0.0.0:8000"], True, False),
+    ({}, ["10.1.2.3:80"], True, False),
+    ({"MCPGATE_AUTH_TOKEN": "t0ken"}, ["0.0.0.0:8000"], False, False),
+    ({"MCPGATE_ALLOW_UNAUTHENTICATED": "true"}, ["0.0.0.0:8000"], False, True),
+    ({"MCPGATE_ALLOW_UNAUTHENTICATED": "true"}, ["127.0.0.1:8000"], False, False),
+])
+def test_the_exposure_decision(environ: dict[str, str], binds: list[str], refused: bool, warned: bool) -> None:
+    log = logging.getLogger(f"test-exposure-{len(binds)}-{refused}-{warned}")
+    capture = Capture()
+    log.addHandler(capture)
+    try:
+        refusal = preflight.run(Settings.from_env(environ=environ), binds, log)
+    finally:
+        log.removeHandler(capture)
+    assert (refusal is not None) == refused, refusal
+    assert any("WITHOUT authentication" in line and line.startswith("WARNING") for line in capture.lines) == warned
+
+
+def request_from(source: str, port: int, host: str, path: str = "/mcp", headers: dict[str, str] | None = None,
+                 body: Any = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        data = None if body is None else json.dumps(body).encode()
+        conn.request("POST" if data else "GET", path, body=data, headers={"Host": host, **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_loopback_host_name_counts_only_from_a_trusted_peer(gateway_factory: Any) -> None:
+    # Only 127.0.0.2 is trusted: this test's client on 127.0.0.1 plays a peer on the network.
+    gw: Gateway = gateway_factory({"MCPGATE_TRUSTED_PEERS": "127.0.0.2/32", "MCPGATE_ALLOWED_HOSTS": "gw.test"},
+                                  ready_host="gw.test")
+    for forged in ("localhost", f"localhost:{gw.port}", f"127.0.0.1:{gw.port}", "[::1]", "app.localhost"):
+        status, body = request_from("127.0.0.1", gw.port, forged, body=init_body(), headers=HEADERS)
+        assert status == 421 and b"loopback Host name from a non-loopback peer" in body, (forged, body)
+        assert request_from("127.0.0.1", gw.port, forged, "/healthz")[0] == 421  # every path, one guard
+    assert request_from("127.0.0.1", gw.port, "gw.test", body=init_body(), headers=HEADERS)[0] == 200
+    assert request_from("127.0.0.2", gw.port, "localhost", body=init_body(), headers=HEADERS)[0] == 200
+    assert "refused loopback Host 'localhost' from peer 127.0.0.1" in gw.log()
+
+
+def test_bad_settings_stop_gunicorn_with_one_line(tmp_path: Any) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    cases = {
+        "MCPGATE_CWD": (str(tmp_path / "missing"), "MCPGATE_CWD must name an existing directory"),
+        "MCPGATE_WORKER_CONNECTIONS": ("lots", "MCPGATE_WORKER_CONNECTIONS: expected int"),
+        "MCPGATE_GRACEFUL_TIMEOUT": ("0", "MCPGATE_GRACEFUL_TIMEOUT must be greater than 0"),
+        "MCPGATE_BIND": ("8000", "MCPGATE_BIND must be HOST:PORT"),
+        "MCPGATE_ACCESS_LOG": ("access.log", "MCPGATE_ACCESS_LOG must be"),
+    }
+    for variable, (value, message) in cases.items():
+        out = gunicorn_refusal({variable: value})
+        assert f"mcpgate: invalid setting: {message}" in out, (variable, out)
+        assert "Traceback" not in out, out
+    out = gunicorn_refusal({"MCPGATE_CWD": str(not_a_dir)})
+    assert "MCPGATE_CWD must name an existing directory" in out
+    out = gunicorn_refusal({"PORT": str(free_port()), "MCPGATE_BIND": "127.0.0.1:9"})
+    assert "PORT and MCPGATE_BIND are both set" in out
+
+
+# -- a real remote peer: a network namespace joined to this one by a veth pair --------------------------------
+
+NETNS_CLIENT = textwrap.dedent("""
+    import http.client, json, sys
+    address, port, host, token = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    conn = http.client.HTTPConnection(address, port, timeout=20)
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    headers = {"Host": host, "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    conn.request("POST", "/mcp", body=body, headers=headers)
+    print(conn.getresponse().status)
+""")
+
+
+def netns_available() -> bool:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
+    return probe.returncode == 0
+
+
+@pytest.fixture
+def remote_peer() -> Iterator[tuple[str, str, str]]:
+    """(namespace, gateway-side address, peer address): a namespace whose only route is a veth to this one."""
+    if not netns_available():
+        pytest.skip("needs root and iproute2 network namespaces (ip netns) to play a remote peer")
+    tag = f"{os.getpid() % 10000}{free_port() % 100}"
+    ns, here, there = f"mcpgate-t{tag}", f"mgh{tag}", f"mgp{tag}"
+    octet = 1 + int(tag) % 250
+    local, peer = f"10.231.{octet}.1", f"10.231.{octet}.2"
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", there, "netns", ns)
+        ip("addr", "add", f"{local}/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("-n", ns, "addr", "add", f"{peer}/30", "dev", there)
+        ip("-n", ns, "link", "set", there, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        yield ns, local, peer
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+def test_a_remote_peer_cannot_forge_a_loopback_host(remote_peer: tuple[str, str, str], tmp_path: Any) -> None:
+    ns, local, _ = remote_peer
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MCPGATE_AUTH_TOKEN": "veth-t0ken",
+           "MCPGATE_ALLOWED_HOSTS": f"{local}:{port}"}
+    env.pop("PORT", None)
+    log_path = tmp_path / "gateway.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{local}:{port}", "mcpgate.wsgi"],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while b"Booting worker" not in log_path.read_bytes() and time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+        def from_peer(host: str, token: str) -> str:
+            out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", NETNS_CLIENT, local, str(port),
+                                  host, token], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            return out.stdout.strip()
+
+        assert from_peer(f"{local}:{port}", "") == "401"  # reachable, and authentication is required
+        assert from_peer(f"localhost:{port}", "veth-t0ken") == "421"  # the forged Host is refused
+        assert from_peer("127.0.0.1", "veth-t0ken") == "421"
+        assert from_peer(f"{local}:{port}", "veth-t0ken") == "200"
+        assert "veth-t0ken" not in log_path.read_text()
+    finally:
+        stop_process(proc, timeout=30)
