@@ -337,7 +337,8 @@ class RelaySettings:
     """`mcpgate-relay`'s settings: command-line flags, and the bearer token from the environment."""
 
     url: str = declare("", "The remote MCP endpoint, for example https://mcp.example.com/mcp (Streamable HTTP) or "
-                       "https://host/sse (HTTP+SSE).", env=None, flag="url", metavar="URL", validate=_url)
+                       "https://host/sse (HTTP+SSE).", env=None, flag="url", metavar="URL", validate=_url,
+                       shown_default="(required)")
     header: tuple[tuple[str, str], ...] = declare((), "An extra HTTP header sent with every request; repeatable.",
                                                   env=None, flag="--header", short="-H", item=_header,
                                                   metavar="'NAME: VALUE'")

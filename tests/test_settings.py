@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
-from mcpgate.settings import Settings, SettingsError, declared, markdown_table
+from mcpgate.settings import (
+    RelaySettings, Settings, SettingsError, add_arguments, declared, markdown_table, relay_markdown_table,
+)
 from tests.support import ROOT
 
 
@@ -52,3 +56,40 @@ def test_an_invalid_setting_stops_gunicorn_with_a_clear_message(gateway_factory)
         assert "MCPGATE_MAX_SESSIONS" in gw.log()
     finally:
         gw.stop()
+
+
+def test_readme_relay_table_matches_the_declaration() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert relay_markdown_table() in readme, "regenerate the README tables with: python -m mcpgate.settings"
+
+
+def test_the_relay_parser_is_generated_from_the_declaration() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, RelaySettings)
+    args = parser.parse_args(["-H", "X-A: 1", "--header", "X-B: 2", "--max-inflight", "3", "https://h.example/mcp"])
+    settings = RelaySettings.from_args(args, environ={"MCPGATE_BEARER_TOKEN": "tok"})
+    assert settings.header == (("X-A", "1"), ("X-B", "2")) and settings.max_inflight == 3
+    assert settings.url == "https://h.example/mcp" and settings.bearer_token == "tok"
+    defaults = RelaySettings.from_args(parser.parse_args(["http://h/"]), environ={})
+    for setting in declared(RelaySettings):
+        if setting.flag and setting.flag.startswith("-"):
+            assert getattr(defaults, setting.name) == setting.default, setting.name
+
+
+def test_secret_values_never_appear_in_messages() -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env(environ={"MCPGATE_AUTH_TOKEN": "se cret"})
+    assert "MCPGATE_AUTH_TOKEN" in str(info.value) and "se cret" not in str(info.value)
+    with pytest.raises(SettingsError) as info:
+        RelaySettings.from_args(argparse.Namespace(url="http://h/", header=[], transport="auto", connect_timeout=1.0,
+                                                   read_timeout=1.0, log_level="info", no_cancel_filter=False,
+                                                   max_message_bytes=1, max_inflight=1, shutdown_grace=1.0),
+                                environ={"MCPGATE_BEARER_TOKEN": "bad\ttoken"})
+    assert "bad\ttoken" not in str(info.value)
+
+
+def test_settings_are_typed_fields() -> None:
+    settings = Settings.from_env(environ={"PORT": "5000"})
+    assert settings.addresses == ["0.0.0.0:5000"] and Settings.from_env(environ={}).addresses == ["127.0.0.1:8000"]
+    with pytest.raises(AttributeError):
+        settings.no_such_setting  # type: ignore[attr-defined]  # noqa: B018
