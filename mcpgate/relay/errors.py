@@ -22,6 +22,8 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.sse import EventTooLarge
 from mcpgate.settings import TOKEN_ENV
 EXCERPT_CHARS = 200
+# 4xx statuses about the relay's own setup (credentials, proxy, rate): never the host's business alone.
+CONFIG_STATUSES = frozenset({401, 403, 407, 429})
 
 # Methods whose repetition cannot change anything upstream: retried even when the
 # first attempt may have reached the server. tools/call is never on this list.
@@ -43,6 +45,9 @@ class RelayError(Exception):
     maybe_sent = True
     # False when trying again cannot help (bad credentials, bad URL, ...).
     retryable = False
+    # True when the failure is the host's business, not the relay's: the upstream refused the
+    # host's request (see HttpStatusError.refused_before_session). Logged at INFO, not WARNING.
+    routine = False
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -97,6 +102,13 @@ class HttpStatusError(RelayError):
         if code is not None:
             self.code = code
         self.maybe_sent = status >= 500
+
+    def refused_before_session(self) -> HttpStatusError:
+        """Mark a 4xx to a request sent before any session existed as the host's business (say, a probe
+        such as server/discover that a server without it refuses): the host gets the error and decides.
+        Refusals that point at the relay's own setup (credentials, rate limits) stay warnings."""
+        self.routine = 400 <= self.status < 500 and self.status not in CONFIG_STATUSES
+        return self
 
 
 class SessionExpired(HttpStatusError):

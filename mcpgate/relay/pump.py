@@ -9,7 +9,6 @@ queue to the single writer greenlet, so stdout only ever carries whole lines.
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import logging
 import os
@@ -19,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import gevent
-import gevent.os
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 from gevent.queue import Full, Queue
@@ -28,12 +26,12 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.framing import LineDecoder, LineTooLong, frame
 from mcpgate.relay import errors
+from mcpgate.relay.stdio import StdPipes, StopSignals, open_pipes
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 from mcpgate.settings import RelaySettings
 
 log = logging.getLogger("mcpgate.relay")
 
-READ_BYTES = 64 * 1024
 WRITE_BATCH = 256
 
 
@@ -57,32 +55,6 @@ class PumpOptions:
     def from_settings(cls, settings: RelaySettings) -> PumpOptions:
         return cls(max_message_bytes=settings.max_message_bytes, max_inflight=settings.max_inflight,
                    cancel_filter=not settings.no_cancel_filter, shutdown_grace=settings.shutdown_grace)
-
-
-class StdPipes:
-    """Cooperative (non-blocking, hub-waiting) reads and writes on two fds; flags restored at the end."""
-
-    def __init__(self, in_fd: int, out_fd: int) -> None:
-        self.in_fd, self.out_fd = in_fd, out_fd
-        self._saved = {fd: fcntl.fcntl(fd, fcntl.F_GETFL) for fd in (in_fd, out_fd)}
-        for fd in self._saved:
-            gevent.os.make_nonblocking(fd)
-
-    def read(self) -> bytes:
-        data: bytes = gevent.os.nb_read(self.in_fd, READ_BYTES)
-        return data
-
-    def write_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[gevent.os.nb_write(self.out_fd, view):]
-
-    def restore(self) -> None:
-        for fd, flags in self._saved.items():
-            try:
-                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-            except OSError:
-                pass
 
 
 def leftovers() -> tuple[int, int]:
@@ -264,7 +236,8 @@ class Relay:
             self._wait_barrier(after)
             line = jsonrpc.raw_bytes(self.transport.request(req))
         except errors.RelayError as exc:
-            log.warning("%s (id %r) failed: %s", req.method, req.id, exc.message)
+            level = logging.INFO if exc.routine else logging.WARNING
+            log.log(level, "%s (id %r) failed: %s", req.method, req.id, exc.message)
             line = jsonrpc.encode(exc.response(req.id))
         except Exception as exc:  # a bug must still answer the host
             log.exception("relay error on %s (id %r)", req.method, req.id)
@@ -295,22 +268,21 @@ class Relay:
 
     def run(self) -> int:
         """Relay until stdin ends or SIGINT/SIGTERM; then end the session and exit 0."""
-        pipes = StdPipes(self.in_fd, self.out_fd)
+        pipes = open_pipes(self.in_fd, self.out_fd)
         writer = gevent.spawn(self._write_loop, pipes)
         sender = gevent.spawn(self._send_loop)
         reader = gevent.spawn(self._read_loop, pipes)
         reader.link(lambda _: self._stop.set())
         writer.link(lambda _: self._stop.set())
-        handlers = [gevent.signal_handler(sig, self._on_signal, sig) for sig in (signal.SIGINT, signal.SIGTERM)]
+        signals = StopSignals(self._on_signal)
         try:
-            while not self._stop.wait(timeout=60.0):
+            while not self._stop.wait(timeout=signals.wait_seconds):
                 pass
             reader.kill(block=True, timeout=1.0)
             self._drain(sender)
             self.transport.close()
         finally:
-            for handler in handlers:
-                handler.cancel()
+            signals.cancel()
             self._finish_writer(writer)
             pipes.restore()
         return 0

@@ -43,6 +43,7 @@ class StreamableTransport:
         self.probe = probe
         self.session_id: str | None = None
         self.version: str | None = None
+        self.started = False  # an initialize has succeeded: a session (or a stateless server's "none") exists
         self._host_handshake = Handshake()
         self._recovery = Semaphore()
         self._waiters = ReplyWaiters()
@@ -104,7 +105,8 @@ class StreamableTransport:
             resp.close()
             raise errors.SessionExpired(sid)
         if not 200 <= status < 300:
-            raise self.http.error_for(resp, self.url)
+            error = self.http.error_for(resp, self.url)
+            raise error.refused_before_session() if sid is None and not self.started else error
         if status == 202:
             resp.close()
             return self._await_elsewhere(req, waiter)
@@ -242,7 +244,7 @@ class StreamableTransport:
         reply = self._reply(req, resp, None, AsyncResult())
         if not reply.is_error:
             self.version = versions.initialize_version(reply.obj.get("result"))
-            self.probe = False
+            self.probe, self.started = False, True
         log.info("upstream session %s, protocol %s", "started" if self.session_id else "none",
                  self.version or "unknown")
         return reply

@@ -65,8 +65,8 @@ def raw_relay(request: pytest.FixtureRequest) -> Iterator[Callable[..., RawRelay
     started: list[RawRelay] = []
     request.node.stash[RELAYS_KEY] = started
 
-    def start(url: str, *args: str, env: dict[str, str] | None = None) -> RawRelay:
-        relay = RawRelay(url, *args, env=env)
+    def start(url: str, *args: str, env: dict[str, str] | None = None, **kwargs: Any) -> RawRelay:
+        relay = RawRelay(url, *args, env=env, **kwargs)
         started.append(relay)
         return relay
 

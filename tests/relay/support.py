@@ -105,29 +105,47 @@ class Upstream:
         return (self.state_dir / name).exists()
 
 
-def relay_params(url: str, *args: str, env: dict[str, str] | None = None) -> StdioServerParameters:
-    """The host's view: launch `python -m mcpgate.relay URL ...` as a stdio server."""
-    return StdioServerParameters(command=sys.executable, args=["-m", "mcpgate.relay", url, *args],
+# Run the relay with its stderr sent to a file (argv: the file, then the relay's arguments).
+RELAY_STDERR_TO_FILE = ("import os, sys\n"
+                        "os.dup2(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)\n"
+                        "from mcpgate.relay.cli import main\n"
+                        "sys.exit(main(sys.argv[2:]))\n")
+
+
+def relay_params(url: str, *args: str, env: dict[str, str] | None = None,
+                 stderr: Path | None = None) -> StdioServerParameters:
+    """The host's view: launch `python -m mcpgate.relay URL ...` as a stdio server (its stderr to a file)."""
+    command = ["-m", "mcpgate.relay"] if stderr is None else ["-c", RELAY_STDERR_TO_FILE, str(stderr)]
+    return StdioServerParameters(command=sys.executable, args=[*command, url, *args],
                                  env={"PYTHONUNBUFFERED": "1", **(env or {})})
 
 
 def run_host(url: str, scenario: Callable[[Client], Awaitable[Any]], *relay_args: str,
-             env: dict[str, str] | None = None, **client_kwargs: Any) -> Any:
-    """Run `scenario(client)` in an SDK stdio client connected through the relay."""
+             env: dict[str, str] | None = None, stderr: Path | None = None, **client_kwargs: Any) -> Any:
+    """Run `scenario(client)` in an SDK stdio client connected through the relay (in the SDK's legacy
+    mode unless `mode` is given); a failure quotes the relay's stderr when it went to a file."""
     async def main() -> Any:
         with anyio.fail_after(HANG_GUARD):
-            async with Client(relay_params(url, *relay_args, env=env), mode="legacy", **client_kwargs) as client:
+            async with Client(relay_params(url, *relay_args, env=env, stderr=stderr), **client_kwargs) as client:
                 return await scenario(client)
-    return anyio.run(main)
+
+    client_kwargs.setdefault("mode", "legacy")
+    try:
+        return anyio.run(main)
+    except Exception as exc:
+        if stderr is None or not stderr.exists():
+            raise
+        raise AssertionError(f"{exc!r}\n{explain_stderr(stderr.read_text(errors='replace'))}") from exc
 
 
 class RawRelay:
     """The relay driven with raw NDJSON over its pipes (no SDK in between)."""
 
-    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None,
+                 launch: tuple[str, ...] = ("-m", "mcpgate.relay")) -> None:
         full_env = {k: v for k, v in os.environ.items() if k != "MCPGATE_BEARER_TOKEN"}
         full_env.update(env or {})
-        self.proc = subprocess.Popen([sys.executable, "-m", "mcpgate.relay", url, *args],
+        self.proc = subprocess.Popen([sys.executable, *launch, url, *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=full_env)
         self.stderr: str | None = None  # once the relay has ended and its stderr was read

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -10,7 +12,7 @@ import pytest
 
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from tests.relay.support import Upstream, await_for, relay_params, run_host
+from tests.relay.support import Upstream, await_for, explain_stderr, relay_params, run_host
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -185,3 +187,21 @@ def test_default_mode_host_falls_back_to_the_handshake(streamable_upstream: Upst
                 return client.protocol_version, (await client.call_tool("add", {"a": 1, "b": 1})).structured_content
 
     assert anyio.run(main) == ("2025-11-25", {"result": 2})
+
+
+@pytest.mark.parametrize("level", ["warning", "info"])
+def test_a_healthy_start_logs_nothing_at_warning(streamable_upstream: Upstream, tmp_path: Path, level: str) -> None:
+    """The SDK Client's default mode probes server/discover before initialize; the SDK server refuses it
+    (no session yet, HTTP 400) and the client falls back: the host's business, logged at INFO."""
+    log = tmp_path / "relay-stderr.log"
+
+    async def scenario(client: Client) -> Any:
+        return (await client.call_tool("add", {"a": 2, "b": 3})).structured_content
+
+    assert run_host(streamable_upstream.url, scenario, "--log-level", level, stderr=log, mode="auto") == {"result": 5}
+    stderr = log.read_text()
+    loud = [line for line in stderr.splitlines() if not re.match(r"\S+ \S+ mcpgate-relay (INFO|DEBUG) ", line)]
+    assert loud == [], explain_stderr(stderr)
+    if level == "info":  # the probe did happen, and the relay saw it refused
+        assert re.search(r"mcpgate-relay INFO server/discover \(id .*\) failed: upstream HTTP 4\d\d", stderr), \
+            explain_stderr(stderr)

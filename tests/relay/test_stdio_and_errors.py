@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+import mcpgate
 from mcp import Client
 from tests.relay.support import (
     FIXTURES, HANG_GUARD, INITIALIZED, Reply, ScriptedServer, Seen, Upstream, explain_stderr, free_port, initialize,
@@ -108,6 +109,12 @@ def test_help_explains_every_option() -> None:
     for option in ("--header", "--transport", "--connect-timeout", "--read-timeout", "--log-level",
                    "--no-cancel-filter", "--max-message-bytes", "MCPGATE_BEARER_TOKEN"):
         assert option in out.stdout
+
+
+def test_version_names_the_package_version() -> None:
+    out = subprocess.run([sys.executable, "-m", "mcpgate.relay", "--version"], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=HANG_GUARD)
+    assert (out.returncode, out.stdout) == (0, f"mcpgate-relay {mcpgate.__version__}\n"), out.stderr
 
 
 @pytest.mark.parametrize("args", [["ftp://x/mcp"], ["http://x/mcp", "-H", "no colon"],

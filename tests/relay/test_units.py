@@ -161,3 +161,14 @@ def test_invalid_header_error_does_not_quote_the_value() -> None:
     mapped = _raise_in_mapped(requests.exceptions.InvalidHeader("Invalid return character in header value: "
                                                                "'Bearer sekrit\\n'"))
     assert "sekrit" not in mapped.message and not mapped.retryable
+
+
+def test_only_a_host_request_refused_before_any_session_is_routine() -> None:
+    def refused(status: int) -> errors.HttpStatusError:
+        return errors.status_error(status, "", b"", token_set=False).refused_before_session()
+
+    assert refused(400).routine and refused(404).routine and refused(405).routine
+    for status in (401, 403, 407, 429, 500, 503):  # the relay's setup or the upstream's health: warnings
+        assert not refused(status).routine, status
+    assert not errors.status_error(400, "", b"", token_set=False).routine  # unmarked: a session existed
+    assert not errors.NotSent("cannot reach upstream").routine
