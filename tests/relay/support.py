@@ -62,7 +62,7 @@ def wait_port(port: int, proc: subprocess.Popen[Any] | None = None, timeout: flo
     raise RuntimeError(f"nothing listening on port {port}")
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = HANG_GUARD) -> None:
+def wait_for(predicate: Callable[[], object], what: str, timeout: float = HANG_GUARD) -> None:
     """A hang guard for conditions that another process makes true."""
     deadline = time.monotonic() + timeout
     while not predicate():

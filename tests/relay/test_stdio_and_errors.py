@@ -16,9 +16,10 @@ import pytest
 import mcpgate
 from mcp import Client
 from tests.relay.support import (
-    FIXTURES, HANG_GUARD, INITIALIZED, Reply, ScriptedServer, Seen, Upstream, explain_stderr, free_port, initialize,
-    mcp_default, relay_params, sse_event, sse_reply, stop_pid, wait_for, wait_port,
+    FIXTURES, HANG_GUARD, INITIALIZED, Reply, ScriptedServer, Seen, Upstream, explain_stderr, initialize, mcp_default,
+    relay_params, sse_event, sse_reply, stop_pid, wait_for, wait_port,
 )
+from tests.support import free_port
 
 TOKEN = "tok-never-logged-42"
 
