@@ -55,13 +55,13 @@ class RequestHeaders:
                 if text == "\r\n":
                     break
                 return cls([], _why(text, bool(fields)))
-            name = match[1]
+            name, value = match.groups()
             if "_" in name:
                 dropped += len(text)
                 if dropped > MAX_DROPPED:
                     return cls([], "Too many headers")
                 continue
-            fields.append((name, match[2].strip(" \t")))
+            fields.append((name, value.strip(" \t")))
             if len(fields) > MAX_HEADERS:
                 return cls([], "Too many headers")
         status = _framing(fields)
