@@ -18,17 +18,17 @@ import time
 from types import FrameType
 
 GRACE_S = 5.0
-_started: dict[int, subprocess.Popen] = {}  # pid (= process group id) -> the Popen
+_started: dict[int, subprocess.Popen[bytes]] = {}  # pid (= process group id) -> the Popen
 _owner = os.getpid()
 
 
-def register(proc: subprocess.Popen) -> subprocess.Popen:
+def register(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
     """Remember a process started with start_new_session=True (its pid is its process group id)."""
     _started[proc.pid] = proc
     return proc
 
 
-def forget(proc: subprocess.Popen) -> None:
+def forget(proc: subprocess.Popen[bytes]) -> None:
     _started.pop(proc.pid, None)
 
 

@@ -503,7 +503,8 @@ def readme_section(results: dict) -> str:
         "",
         *targets(results),
         "",
-        wrap("Re-run: `python bench/run.py` (about 15 minutes; writes bench/results.md and bench/plot.png), "
+        wrap("Re-run: `python bench/run.py` (about 15 minutes; writes into bench/out/ only), `python bench/run.py "
+             "--publish` (the same, and rewrites bench/results.md and bench/plot.png), "
              "`python bench/run.py --quick` (2-3 minutes, into bench/out/), `python bench/run.py --profile` "
              "(py-spy profiles of the serve worker), `python bench/report.py --readme` (this section from the last "
              "full run). The bench's own dependencies are in `bench/requirements.txt`; none is a dependency of "

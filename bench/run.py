@@ -391,8 +391,8 @@ def take_snapshot(dest: Path, attempts: int = 10) -> str:
     sys.exit("could not take a snapshot of mcpgate that imports")
 
 
-def compare_workers(names: list[str], cfg: dict, out_dir: Path) -> int:
-    result = workers.phase([n for n in names if n], cfg, out_dir / "logs", log)
+def compare_workers(names: list[str], cfg: dict, out_dir: Path, baseline: Path | None) -> int:
+    result = workers.phase([n for n in names if n], cfg, out_dir / "logs", log, baseline)
     result.update({"machine": machine(), "source": gateways.source_state(), "config": cfg,
                    "command": "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])})
     (out_dir / "workers.json").write_text(json.dumps(result, indent=1, default=str))
@@ -419,6 +419,8 @@ def main() -> int:
     parser.add_argument("--worker-classes", default="", help="only compare mcpgate under these gunicorn worker "
                                                              f"classes ({', '.join(workers.EXTRA_ARGS)}): "
                                                              "bench/out/workers.json and .md")
+    parser.add_argument("--baseline", type=Path, help="with --worker-classes: also mcpgate's own worker from the "
+                                                      "mcpgate package in this directory, as 'baseline'")
     parser.add_argument("--profile", action="store_true", help="only profile the serve worker with py-spy")
     parser.add_argument("--snapshot", action="store_true", help="copy the mcpgate package into bench/out/snapshot "
                                                                  "first and measure the copy (edits made during "
@@ -456,7 +458,8 @@ def run(args: argparse.Namespace) -> int:
         profile(cfg, out_dir)
         return 0
     if args.worker_classes:
-        return compare_workers(args.worker_classes.split(","), {**cfg, "rounds": args.rounds or 5}, out_dir)
+        return compare_workers(args.worker_classes.split(","), {**cfg, "rounds": args.rounds or 5}, out_dir,
+                               args.baseline.resolve() if args.baseline else None)
     phases = [p for p in args.phases.split(",") if p]
     only = {n for n in args.only.split(",") if n}
     specs_all = gateways.serve_specs()

@@ -5,6 +5,7 @@
 gateway        mcpgate's own worker (mcpgate.serve.worker.GatewayWorker, the configured default)
 gevent_pywsgi  gunicorn's stock gevent_pywsgi worker (gevent.pywsgi and the standard library's header parser)
 gevent         gunicorn's stock gevent worker with gunicorn's Python HTTP parser (--http-parser python)
+baseline       mcpgate's own worker from the mcpgate package in --baseline DIR (an older tree, say)
 gevent+fast    the same with gunicorn's C parser (--http-parser fast): gunicorn_h1c from the venv, or else
                from bench/.peers/h1c (`pip install --target bench/.peers/h1c gunicorn_h1c`), which only
                this variant's PYTHONPATH sees, so the venv and mcpgate's dependencies stay as they are
@@ -19,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import statistics
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import gateways
 import measure
@@ -43,17 +44,21 @@ def _with_args(argv: Callable[[int], list[str]], extra: list[str]) -> Callable[[
     return build
 
 
-def specs(names: list[str]) -> list[gateways.Spec]:
+def specs(names: list[str], baseline: Path | None = None) -> list[gateways.Spec]:
     unknown = [n for n in names if n not in EXTRA_ARGS]
     if unknown:
         raise SystemExit(f"unknown worker classes {unknown}; known: {', '.join(EXTRA_ARGS)}")
     base = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
-    return [gateways.Spec(name, f"mcpgate serve, worker {name}", _with_args(base.argv, EXTRA_ARGS[name]),
-                          cwd=base.cwd, **_fast(base.env) if name.endswith("+fast") else {"env": base.env})
-            for name in names]
+    found = [gateways.Spec(name, f"mcpgate serve, worker {name}", _with_args(base.argv, EXTRA_ARGS[name]),
+                           cwd=base.cwd, **_fast(base.env) if name.endswith("+fast") else {"env": base.env})
+             for name in names]
+    if baseline is not None:
+        found.append(gateways.Spec("baseline", f"mcpgate serve from {baseline}", base.argv, cwd=baseline,
+                                   env={**base.env, "PYTHONPATH": str(baseline)}))
+    return found
 
 
-def _fast(env: dict[str, str]) -> dict:
+def _fast(env: dict[str, str]) -> dict[str, Any]:
     """The gateway's env for the C parser variant, or why it cannot run."""
     if importlib.util.find_spec("gunicorn_h1c"):
         return {"env": env}
@@ -68,14 +73,15 @@ def _ratio(values: list[float], bases: list[float]) -> float:
     return statistics.median(pairs) if pairs else float("nan")
 
 
-def phase(names: list[str], cfg: dict, log_dir: Path, log: Callable[[str], None]) -> dict:
+def phase(names: list[str], cfg: dict[str, Any], log_dir: Path, log: Callable[[str], None],
+          baseline: Path | None = None) -> dict[str, Any]:
     """Start every variant, then `cfg["rounds"]` interleaved rounds of sequential calls and 16 clients."""
     if BASE not in names:
         names = [BASE, *names]
     started: dict[str, gateways.Running] = {}
     raw: dict[str, dict[str, list[float]]] = {}
     try:
-        for spec in specs(names):
+        for spec in specs(names, baseline):
             if spec.missing:
                 log(f"workers: {spec.name} skipped: {spec.missing}")
                 continue
@@ -107,9 +113,9 @@ def _cpu(pid: int) -> measure.CpuClock:
     return lambda: gateways.tree_cpu_ns(pid)
 
 
-def summarize(raw: dict[str, dict[str, list[float]]]) -> dict:
+def summarize(raw: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
     base = raw.get(BASE, {})
-    out: dict = {"raw": raw, "rows": {}}
+    out: dict[str, Any] = {"raw": raw, "rows": {}}
     for name, row in raw.items():
         out["rows"][name] = {
             **{key: statistics.median(values) for key, values in row.items() if key != "c16_errors"},
@@ -120,7 +126,7 @@ def summarize(raw: dict[str, dict[str, list[float]]]) -> dict:
     return out
 
 
-def table(result: dict) -> str:
+def table(result: dict[str, Any]) -> str:
     lines = [f"| worker | seq p50 ms | vs {BASE} | seq CPU us/call | {CONCURRENCY} clients calls/s | vs {BASE} "
              f"| c16 CPU us/call | errors |", "|---|---|---|---|---|---|---|---|"]
     for name, r in result["rows"].items():
