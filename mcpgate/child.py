@@ -29,6 +29,8 @@ from mcpgate.spawn import ChildSpawnError, resolve_executable
 
 __all__ = ["ChildProcess"]
 
+OnMessage = Callable[[Request | Notification | Response], None]
+
 _MAX_IOV = 512            # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
 _STDERR_LINE_CAP = 64 * 1024
 _LOG_TEXT = 1000          # stderr characters per log line
@@ -40,12 +42,11 @@ _NEWLINE = b"\n"
 class ChildProcess:
     """One supervised stdio child; see the module docstring."""
 
-    def __init__(self, argv: list[str], *, on_message: Callable[[Request | Notification | Response], None], on_exit: Callable[[str], None],
+    def __init__(self, argv: list[str], *, on_message: OnMessage, on_exit: Callable[[str], None],
+                 max_line_bytes: int, max_write_queue_bytes: int, close_timeout: float, term_timeout: float,
                  env: dict[str, str] | None = None, cwd: str | None = None, stderr: str = "inherit",
-                 label: str = "", max_line_bytes: int = 8 * 1024 * 1024,
-                 max_write_queue_bytes: int = 16 * 1024 * 1024, close_timeout: float = 2.0,
-                 term_timeout: float = 2.0, max_junk_lines: int = 10,
-                 logger: logging.Logger | None = None) -> None:
+                 label: str = "", max_junk_lines: int = 10, logger: logging.Logger | None = None) -> None:
+        # The limits and timeouts are required: their defaults are declared once, in mcpgate.settings.
         if not argv:
             raise ValueError("argv is empty")
         self.argv = list(argv)

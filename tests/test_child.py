@@ -24,6 +24,9 @@ from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
 PEER = os.path.join(ROOT, "tests", "fixtures", "child_peer.py")
 GUARD = 20.0  # generous hang guard for every wait, never a speed assertion
 LOGGER = "mcpgate.test_child"
+# ChildProcess takes its limits explicitly (their defaults live in mcpgate.settings); these suit the tests.
+LIMITS = {"max_line_bytes": 8 * 1024 * 1024, "max_write_queue_bytes": 16 * 1024 * 1024,
+          "close_timeout": 0.5, "term_timeout": 0.5}
 
 
 def wait_for(predicate, timeout: float = GUARD) -> bool:
@@ -54,8 +57,7 @@ class Harness:
     def start(self, *args: str, argv: list[str] | None = None, **options) -> ChildProcess:
         events: list = []
         options.setdefault("logger", logging.getLogger(LOGGER))
-        options.setdefault("close_timeout", 0.5)
-        options.setdefault("term_timeout", 0.5)
+        options = {**LIMITS, **options}
         child = ChildProcess(argv or [sys.executable, PEER, *args],
                              on_message=lambda m: events.append(("msg", m)),
                              on_exit=lambda r: events.append(("exit", r)), **options)
@@ -173,7 +175,7 @@ def test_callback_errors_do_not_stop_delivery(harness):
         seen.append(msg.method)
         raise RuntimeError("handler bug")
 
-    child = ChildProcess([sys.executable, PEER, "burst", "3", "0"], on_message=on_message,
+    child = ChildProcess([sys.executable, PEER, "burst", "3", "0"], on_message=on_message, **LIMITS,
                          on_exit=lambda r: (ended.append(r), 1 / 0), logger=logging.getLogger(LOGGER))
     harness.children.append(child)
     child.start()

@@ -22,6 +22,8 @@ INTERNAL_ERROR = -32603
 # Implementation-defined codes (the -32000 range is the legacy server-error range).
 CONNECTION_CLOSED = -32000
 REQUEST_TIMEOUT = -32001
+# MCP's code for a protocol revision the server does not serve (error.data lists the supported ones).
+UNSUPPORTED_PROTOCOL_VERSION = -32022
 # Outside the reserved range, as the SDKs use it for a request the client cancelled.
 REQUEST_CANCELLED = -32800
 

@@ -10,16 +10,32 @@ opaque, hashable objects owned by the caller.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Any, Generic, Hashable, TypeVar
+from typing import Final, Generic, Hashable, TypeVar
 
 from .cancel import CancelTracker
 from .jsonrpc import Id, IdKey, Notification, Request, Response, id_key, is_valid_id, progress_token
 
 S = TypeVar("S", bound=Hashable)  # the caller's stream type
 
-BUFFER = "buffer"
-DROP = "drop"
+
+# The two targets that are not streams: enum singletons, so mypy narrows `route.target is DROP`
+# and no stream the caller names can ever be mistaken for one.
+class Buffer(enum.Enum):
+    """The target of a message no open stream can take: the session keeps it until one opens."""
+
+    BUFFER = "buffer"
+
+
+class Drop(enum.Enum):
+    """The target of a message that goes nowhere (Route.reason says why)."""
+
+    DROP = "drop"
+
+
+BUFFER: Final = Buffer.BUFFER
+DROP: Final = Drop.DROP
 PROGRESS = "notifications/progress"
 
 
@@ -30,10 +46,10 @@ class DuplicateRequestId(ValueError):
 
 
 @dataclass(slots=True)
-class Route:
+class Route(Generic[S]):
     """Where a message goes: a stream, BUFFER, or DROP (with the reason)."""
 
-    target: Any
+    target: S | Buffer | Drop
     reason: str = ""
     done: bool = False  # a response that completes its request
 
@@ -78,7 +94,7 @@ class Router(Generic[S]):
         if self.get_stream == stream:
             self.get_stream = None
 
-    def route(self, message: Request | Notification | Response, now: float) -> Route:
+    def route(self, message: Request | Notification | Response, now: float) -> Route[S]:
         if isinstance(message, Response):
             return self._route_response(message, now)
         if isinstance(message, Notification) and message.method == PROGRESS:
@@ -89,7 +105,7 @@ class Router(Generic[S]):
             return Route(DROP, "progress for a token no open request owns")
         return Route(self.general_target())
 
-    def general_target(self) -> Any:
+    def general_target(self) -> S | Buffer:
         """The stream for messages that belong to no request: GET, else the newest open request stream."""
         if self.get_stream is not None:
             return self.get_stream
@@ -114,7 +130,7 @@ class Router(Generic[S]):
         self._progress.clear()
         return waiting
 
-    def _route_response(self, message: Response, now: float) -> Route:
+    def _route_response(self, message: Response, now: float) -> Route[S]:
         if message.id is None:
             return Route(DROP, "error response without an id")
         key = id_key(message.id)

@@ -50,16 +50,34 @@ class SessionRegistry(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._sessions))
 
+    def create(self, build: Callable[[str], T], now: float) -> T:
+        """Mint a fresh id, build the session with it, register it; SessionLimitReached when full.
+
+        The session is built knowing its id, so it is whole when registered; if `build`
+        raises, nothing is registered.
+        """
+        session_id = self._fresh_id()
+        value = build(session_id)
+        self._register(session_id, value, now)
+        return value
+
     def add(self, value: T, now: float) -> str:
-        """Register a new session under a fresh id; SessionLimitReached when full."""
+        """Register a value (one that need not know its id) under a fresh id; SessionLimitReached when full."""
+        session_id = self._fresh_id()
+        self._register(session_id, value, now)
+        return session_id
+
+    def _fresh_id(self) -> str:
         if len(self._sessions) >= self.max_sessions:
             raise SessionLimitReached(self.max_sessions)
         session_id = self._mint()
         while session_id in self._sessions:
             session_id = self._mint()
+        return session_id
+
+    def _register(self, session_id: str, value: T, now: float) -> None:
         self._sessions[session_id] = value
         self._last_seen[session_id] = now
-        return session_id
 
     def get(self, session_id: str) -> T | None:
         return self._sessions.get(session_id)

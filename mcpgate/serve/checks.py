@@ -1,6 +1,9 @@
-"""Pure request checks for the HTTP endpoint: each returns None or the reason to refuse."""
+"""Pure request checks for the HTTP endpoint: each returns, or raises the Refusal that answers the request."""
 
 from __future__ import annotations
+
+from ..core.jsonrpc import INVALID_REQUEST
+from .http import Refusal
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -19,17 +22,16 @@ def accepts(header: str | None, wanted: str) -> bool:
     return wanted in types or f"{major}/*" in types or "*/*" in types
 
 
-def post_accept_problem(header: str | None) -> str | None:
-    if accepts(header, JSON) and accepts(header, SSE):
-        return None
-    return f"Not Acceptable: the Accept header must list both {JSON} and {SSE}"
+def require_post_accept(header: str | None) -> None:
+    if not (accepts(header, JSON) and accepts(header, SSE)):
+        raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list both {JSON} and {SSE}")
 
 
-def get_accept_problem(header: str | None) -> str | None:
-    return None if accepts(header, SSE) else f"Not Acceptable: the Accept header must list {SSE}"
+def require_get_accept(header: str | None) -> None:
+    if not accepts(header, SSE):
+        raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list {SSE}")
 
 
-def content_type_problem(header: str | None) -> str | None:
-    if JSON in media_types(header):
-        return None
-    return f"Unsupported Media Type: the Content-Type must be {JSON}"
+def require_json_content(header: str | None) -> None:
+    if JSON not in media_types(header):
+        raise Refusal(415, INVALID_REQUEST, f"Unsupported Media Type: the Content-Type must be {JSON}")

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
-import weakref
 from typing import Any, Callable
 
 import gevent
@@ -16,7 +14,7 @@ from ..child import ChildProcess
 from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 from ..core.sessions import SessionRegistry
 from ..settings import Settings
-from .session import Session
+from .session import ChildSpec, Session
 
 log = logging.getLogger("mcpgate.gateway")
 
@@ -30,8 +28,11 @@ class Gateway:
         self.sessions: SessionRegistry[Session] = SessionRegistry(settings.max_sessions, settings.session_idle_ttl)
         self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
         self.env = child_environment(self._configured_env())
+        self.child_spec = ChildSpec(
+            argv=tuple(self.argv), env=self.env, cwd=settings.cwd or None, stderr=settings.stderr,
+            max_line_bytes=settings.max_message_bytes, max_write_queue_bytes=settings.write_queue_bytes,
+            close_timeout=settings.close_timeout, term_timeout=settings.term_timeout)
         self._reaper: gevent.Greenlet | None = None
-        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
 
@@ -50,23 +51,20 @@ class Gateway:
 
     def open_session(self) -> Session:
         """Register a session and start its child (SessionLimitReached, ChildSpawnError)."""
-        s = self.settings
-        session = Session(buffer_messages=s.buffer_messages, stream_queue=s.stream_queue,
-                          on_end=self._forget, clock=self.clock)
-        session.id = self.sessions.add(session, self.clock())
-        session.child = ChildProcess(
-            self.argv, on_message=session.on_child_message, on_exit=session.on_child_exit,
-            env=self.env, cwd=s.cwd or None, stderr=s.stderr, label=session.id[:8],
-            max_line_bytes=s.max_message_bytes, max_write_queue_bytes=s.write_queue_bytes,
-            close_timeout=s.close_timeout, term_timeout=s.term_timeout)
+        session = self.sessions.create(self._new_session, self.clock())
         try:
-            session.child.start()
+            session.start()
         except BaseException:
             self.sessions.remove(session.id)
             raise
         log.info("session %s opened (child pid %s)", session.id[:8], session.child.pid)
         self._ensure_reaper()
         return session
+
+    def _new_session(self, session_id: str) -> Session:
+        s = self.settings
+        return Session(session_id, self.child_spec, buffer_messages=s.buffer_messages, stream_queue=s.stream_queue,
+                       on_end=self._forget, clock=self.clock)
 
     def get(self, session_id: str) -> Session | None:
         session = self.sessions.get(session_id)
@@ -81,15 +79,14 @@ class Gateway:
         count = 0
         for session_id in self.sessions:
             session = self.sessions.get(session_id)
-            if session is not None and session.child is not None and session.child.alive:
+            if session is not None and session.child.alive:
                 count += 1
         return count
 
     def _forget(self, session: Session, reason: str) -> None:
         self.sessions.remove(session.id)
         self._stopping = {child for child in self._stopping if not child.join(0)}
-        if session.child is not None:
-            self._stopping.add(session.child)
+        self._stopping.add(session.child)
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.dead:
@@ -107,27 +104,13 @@ class Gateway:
             if session is not None:
                 session.end("idle for longer than MCPGATE_SESSION_IDLE_TTL")
 
-    def track_connection(self, sock: Any) -> None:
-        """Remember a client connection (weakly) so a shutdown can end its keep-alive wait."""
-        if sock is not None:
-            self._connections.add(sock)
-
-    def release_connections(self) -> None:
-        """Stop reading from every client connection: idle keep-alive ones close, replies still finish."""
-        for sock in list(self._connections):
-            try:
-                sock.shutdown(socket.SHUT_RD)
-            except OSError:
-                pass
-
     def shutdown(self, timeout: float) -> None:
-        """End every session, release idle connections, and wait (bounded) for the children to exit."""
+        """End every session and wait (bounded) for the children to exit."""
         self.closing = True
         for session_id in self.sessions:
             session = self.sessions.get(session_id)
             if session is not None:
                 session.end("the gateway is shutting down")
-        self.release_connections()
         deadline = time.monotonic() + timeout
         for child in list(self._stopping):
             child.join(max(0.0, deadline - time.monotonic()))

@@ -77,3 +77,25 @@ def rpc_error(status: int, code: int, message: str, msg_id: Any = None, data: An
               headers: dict[str, str] | None = None) -> HttpResponse:
     """An HTTP error whose body is a JSON-RPC error response."""
     return json_response(jsonrpc.encode(jsonrpc.error_response(msg_id, code, message, data)), status, headers)
+
+
+class Refusal(Exception):
+    """A request refused where the decision is made; the endpoint turns it into one HTTP error.
+
+    It carries the HTTP status, the JSON-RPC error (code, message, the request's id when
+    known, data) and any extra response headers (Allow, Retry-After, WWW-Authenticate).
+    """
+
+    def __init__(self, status: int, code: int, message: str, id: Any = None, data: Any = None,  # noqa: A002
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.id = id
+        self.data = data
+        self.headers = dict(headers) if headers else {}
+
+    def response(self) -> HttpResponse:
+        """The HTTP error: the status, the extra headers, a JSON-RPC error response as the body."""
+        return rpc_error(self.status, self.code, self.message, self.id, self.data, self.headers)

@@ -7,25 +7,61 @@ reply or the session's GET stream. Every queue is bounded.
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Iterable
+from dataclasses import dataclass
+from typing import Callable, Final, Iterable
 
 import gevent.queue
 
+from ..child import ChildProcess, OnMessage
 from ..core import jsonrpc
 from ..core.cancel import CancelTracker
 from ..core.jsonrpc import Notification, Request, Response
 from ..core.routing import BUFFER, DROP, Router
 from ..core.versions import initialize_version
 
-if TYPE_CHECKING:
-    from ..child import ChildProcess
-
 log = logging.getLogger("mcpgate.session")
 
-CLOSE = b""  # the stream ends (no message is ever empty)
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message for a stream's reader."""
+
+    data: bytes
+    done: bool = False  # a response: one of the stream's requests is answered
+
+
+class End(enum.Enum):
+    """The stream's reader is asked to finish (a sentinel, so it can never be taken for a message)."""
+
+    END = "end"
+
+
+END: Final = End.END
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """What a session's child is started from: the command, where it runs, and its limits."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] | None
+    cwd: str | None
+    stderr: str
+    max_line_bytes: int
+    max_write_queue_bytes: int
+    close_timeout: float
+    term_timeout: float
+
+    def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
+        """A ChildProcess for this spec, not started yet."""
+        return ChildProcess(list(self.argv), on_message=on_message, on_exit=on_exit, env=self.env, cwd=self.cwd,
+                            stderr=self.stderr, label=label, max_line_bytes=self.max_line_bytes,
+                            max_write_queue_bytes=self.max_write_queue_bytes, close_timeout=self.close_timeout,
+                            term_timeout=self.term_timeout)
 
 
 class Stream:
@@ -44,7 +80,7 @@ class Stream:
         if self.closed:
             return False
         try:
-            self.queue.put((data, done), timeout=self.put_timeout)
+            self.queue.put(Delivery(data, done), timeout=self.put_timeout)
             return True
         except gevent.queue.Full:
             log.warning("a client stopped reading its stream; closing the stream")
@@ -55,12 +91,12 @@ class Stream:
         """Ask the stream's reader to finish (never blocks)."""
         if not self.closed:
             try:
-                self.queue.put_nowait((CLOSE, False))
+                self.queue.put_nowait(END)
             except gevent.queue.Full:
                 self.closed = True
 
-    def next(self, timeout: float | None) -> tuple[bytes, bool] | None:
-        """The next (data, done) pair, or None when `timeout` passes first."""
+    def next(self, timeout: float | None) -> Delivery | End | None:
+        """The next message, END when the stream is ended, or None when `timeout` passes first."""
         try:
             return self.queue.get(timeout=timeout)  # type: ignore[no-any-return]
         except gevent.queue.Empty:
@@ -70,10 +106,11 @@ class Stream:
 class Session:
     """One MCP session: the child, its routing state and where its messages go."""
 
-    def __init__(self, *, buffer_messages: int, stream_queue: int, on_end: Callable[[Session, str], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.id = ""
-        self.child: ChildProcess | None = None
+    def __init__(self, session_id: str, child: ChildSpec, *, buffer_messages: int, stream_queue: int,
+                 on_end: Callable[[Session, str], None], clock: Callable[[], float] = time.monotonic) -> None:
+        self.id = session_id
+        self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit,
+                                   label=session_id[:8])
         self.router: Router[Stream] = Router(CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
         # Room for a whole flushed buffer on top of the stream's own bound, so a flush never waits.
@@ -83,6 +120,10 @@ class Session:
         self._init_key: jsonrpc.IdKey | None = None
         self._on_end = on_end
         self._clock = clock
+
+    def start(self) -> None:
+        """Start the child (ChildSpawnError when it cannot be executed)."""
+        self.child.start()
 
     # -- from the child -------------------------------------------------------------------------
     def on_child_message(self, message: Request | Notification | Response) -> None:
@@ -140,7 +181,7 @@ class Session:
         self.router.close_stream(stream)
 
     def send(self, data: bytes) -> bool:
-        return self.child is not None and self.child.send(data)
+        return self.child.send(data)
 
     def cancel(self, request_id: jsonrpc.Id) -> None:
         """The client cancelled a request: answer its HTTP request now; drop the child's late reply."""
@@ -160,8 +201,7 @@ class Session:
             stream.deliver(jsonrpc.encode(error), done=True)
         if self.router.get_stream is not None:
             self.router.get_stream.end()
-        if self.child is not None:
-            self.child.close(reason)
+        self.child.close(reason)
         self._on_end(self, reason)
 
     def _flush_buffer_to(self, stream: Stream) -> None:

@@ -1,111 +1,127 @@
-"""The Streamable HTTP endpoint (2025-03-26, 2025-06-18, 2025-11-25): POST, GET and DELETE."""
+"""The Streamable HTTP endpoint (2025-03-26, 2025-06-18, 2025-11-25): POST, GET and DELETE.
+
+Each refusal is raised as a Refusal where it is decided; handle() turns it into the HTTP
+error, so the handlers below read as the path of a request that is served.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Any, Iterator
 
-from ..spawn import ChildSpawnError
 from ..core import jsonrpc, versions, wire
-from ..core.jsonrpc import Batch, Invalid, Notification, Request, Response as RpcResponse
+from ..core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response as RpcResponse
 from ..core.routing import DuplicateRequestId
 from ..core.sessions import SessionLimitReached
 from ..core.sse import encode_comment, encode_event
+from ..spawn import ChildSpawnError
 from . import checks
 from .gateway import Gateway
-from .http import HttpRequest, HttpResponse, json_response, rpc_error
-from .session import CLOSE, Session, Stream
+from .http import HttpRequest, HttpResponse, Refusal, json_response
+from .session import END, Delivery, Session, Stream
 
 log = logging.getLogger("mcpgate.http")
 
-SESSION_HEADER = "Mcp-Session-Id"
-UNSUPPORTED_PROTOCOL_VERSION = -32022
 SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
-
+# What a caller learns when the command cannot be started; the reason (paths, PATH) goes to the log only.
+CANNOT_START = "Cannot start the MCP server; the gateway log has the details"
 
 
 def handle(gw: Gateway, request: HttpRequest) -> HttpResponse:
-    """The MCP endpoint: dispatch on the method."""
+    """The MCP endpoint: the method's reply, or the HTTP error of the refusal raised on the way."""
+    try:
+        return dispatch(gw, request)
+    except Refusal as refusal:
+        return refusal.response()
+
+
+def dispatch(gw: Gateway, request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return post(gw, request)
     if request.method == "GET":
         return get(gw, request)
     if request.method == "DELETE":
         return delete(gw, request)
-    return rpc_error(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET, POST, DELETE"})
+    raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET, POST, DELETE"})
 
 
-def find_session(gw: Gateway, request: HttpRequest) -> Session | HttpResponse:
-    """The request's session, or the error response that refuses it."""
-    session_id = request.header(SESSION_HEADER)
+def find_session(gw: Gateway, request: HttpRequest) -> Session:
+    """The request's session (a Refusal when there is none or the version header does not match it)."""
+    session_id = request.header(wire.SESSION_ID)
     if session_id is None:
-        return rpc_error(400, jsonrpc.INVALID_REQUEST, f"Bad Request: the {SESSION_HEADER} header is required")
+        raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Bad Request: the {wire.SESSION_ID} header is required")
     session = gw.get(session_id)
     if session is None or session.ended:
-        return rpc_error(404, jsonrpc.INVALID_REQUEST, "Session not found: initialize a new session")
+        raise Refusal(404, jsonrpc.INVALID_REQUEST, "Session not found: initialize a new session")
     check = versions.check_header(request.header(wire.PROTOCOL_VERSION), session.version)
     if check.error:
-        return rpc_error(400, jsonrpc.INVALID_REQUEST, f"Bad Request: {check.error}")
+        raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Bad Request: {check.error}")
     return session
 
 
 def post(gw: Gateway, request: HttpRequest) -> HttpResponse:
-    problem = checks.post_accept_problem(request.header("Accept"))
-    if problem:
-        return rpc_error(406, jsonrpc.INVALID_REQUEST, problem)
-    problem = checks.content_type_problem(request.header("Content-Type"))
-    if problem:
-        return rpc_error(415, jsonrpc.INVALID_REQUEST, problem)
-    limit = gw.settings.max_body_bytes
-    body = request.read_body(limit)
-    if body is None:
-        return rpc_error(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
-    message = jsonrpc.parse(body)
+    checks.require_post_accept(request.header("Accept"))
+    checks.require_json_content(request.header("Content-Type"))
+    message = jsonrpc.parse(read_body(request, gw.settings.max_body_bytes))
     if isinstance(message, Invalid):
-        return rpc_error(400, message.code, message.reason, message.id)
+        raise Refusal(400, message.code, message.reason, message.id)
     if isinstance(message, Request) and message.method == "initialize":
         return initialize(gw, request, message)
+    refuse_modern_probe(request)
     session = find_session(gw, request)
-    if isinstance(session, HttpResponse):
-        return modern_probe_refusal(request) or session
-    items: list[Any]
-    if isinstance(message, Batch):
-        if not versions.allows_batch(session.version):
-            return rpc_error(400, jsonrpc.INVALID_REQUEST,
-                             f"Invalid Request: batches are not allowed in protocol revision {session.version}")
-        items = message.items
-    else:
-        items = [message]
-    return exchange(gw, session, items)
+    return exchange(gw, session, batch_items(session, message))
 
 
-def modern_probe_refusal(request: HttpRequest) -> HttpResponse | None:
-    """A stateless-era request to this session-based endpoint: say which revisions are served."""
+def read_body(request: HttpRequest, limit: int) -> bytes:
+    body = request.read_body(limit)
+    if body is None:
+        raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
+    return body
+
+
+def batch_items(session: Session, message: Message) -> list[Any]:
+    """The messages a POST carries: a batch's members (where the session's revision allows them), or itself."""
+    if not isinstance(message, Batch):
+        return [message]
+    if not versions.allows_batch(session.version):
+        raise Refusal(400, jsonrpc.INVALID_REQUEST,
+                      f"Invalid Request: batches are not allowed in protocol revision {session.version}")
+    return message.items
+
+
+def refuse_modern_probe(request: HttpRequest) -> None:
+    """A stateless-era request (a modern revision, no session id): refused, naming the revisions served.
+
+    Such a request has no session to find, so this runs before find_session would refuse it.
+    """
     requested = request.header(wire.PROTOCOL_VERSION)
-    if requested is None or not versions.is_modern(requested.strip()) or request.header(SESSION_HEADER):
-        return None
+    if requested is None or not versions.is_modern(requested.strip()) or request.header(wire.SESSION_ID):
+        return
     data = {"supported": list(versions.STREAMABLE_SESSION), "requested": requested.strip()}
-    return rpc_error(400, UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version {requested!r}",
-                     data=data)
+    raise Refusal(400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version {requested!r}",
+                  data=data)
 
 
 def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
-    if request.header(SESSION_HEADER) is not None:
-        return rpc_error(400, jsonrpc.INVALID_REQUEST,
-                         f"Bad Request: initialize starts a new session and must not carry {SESSION_HEADER}",
-                         message.id)
+    if request.header(wire.SESSION_ID) is not None:
+        raise Refusal(400, jsonrpc.INVALID_REQUEST,
+                      f"Bad Request: initialize starts a new session and must not carry {wire.SESSION_ID}",
+                      message.id)
     if gw.closing:
-        return rpc_error(503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", message.id,
-                         headers={"Retry-After": "5"})
+        raise Refusal(503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", message.id,
+                      headers={"Retry-After": "5"})
+    return exchange(gw, open_session(gw, message.id), [message], new_session=True)
+
+
+def open_session(gw: Gateway, request_id: jsonrpc.Id) -> Session:
     try:
-        session = gw.open_session()
+        return gw.open_session()
     except SessionLimitReached as exc:
-        return rpc_error(503, jsonrpc.INTERNAL_ERROR, f"Service Unavailable: {exc}", message.id,
-                         headers={"Retry-After": "30"})
+        raise Refusal(503, jsonrpc.INTERNAL_ERROR, f"Service Unavailable: {exc}", request_id,
+                      headers={"Retry-After": "30"}) from exc
     except ChildSpawnError as exc:
         log.error("cannot start the MCP server: %s", exc)
-        return rpc_error(502, jsonrpc.INTERNAL_ERROR, f"Cannot start the MCP server: {exc}", message.id)
-    return exchange(gw, session, [message], new_session=True)
+        raise Refusal(502, jsonrpc.INTERNAL_ERROR, CANNOT_START, request_id) from exc
 
 
 def exchange(gw: Gateway, session: Session, items: list[Any], new_session: bool = False) -> HttpResponse:
@@ -115,7 +131,7 @@ def exchange(gw: Gateway, session: Session, items: list[Any], new_session: bool 
     try:
         stream = session.open_stream(requests) if requests else None
     except DuplicateRequestId as exc:
-        return rpc_error(400, jsonrpc.INVALID_REQUEST, f"Invalid Request: {exc}", exc.request_id)
+        raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Invalid Request: {exc}", exc.request_id) from exc
     for item in items:
         if isinstance(item, Invalid):
             early.append(jsonrpc.encode(jsonrpc.error_response(item.id, item.code, item.reason)))
@@ -125,7 +141,7 @@ def exchange(gw: Gateway, session: Session, items: list[Any], new_session: bool 
         if early:
             return json_response(b"[" + b",".join(early) + b"]", 400)
         return HttpResponse(202)
-    headers = {SESSION_HEADER: session.id} if new_session else {}
+    headers = {wire.SESSION_ID: session.id} if new_session else {}
     return reply(gw, session, stream, early, batch=len(items) > 1, headers=headers, new_session=new_session)
 
 
@@ -147,11 +163,11 @@ def reply(gw: Gateway, session: Session, stream: Stream, collected: list[bytes],
     timeout: float | None = settings.sse_after
     while stream.expected > 0:
         item = stream.next(timeout)
-        if item is None or not item[1]:
-            pending = collected + ([item[0]] if item is not None else [])
+        if not isinstance(item, Delivery) or not item.done:  # not answered in time, or another message first
+            pending = collected + ([item.data] if isinstance(item, Delivery) else [])
             events = sse_stream(session, stream, pending, new_session, settings.keepalive)
             return HttpResponse(200, events, "text/event-stream", {**SSE_HEADERS, **headers})
-        collected.append(item[0])
+        collected.append(item.data)
         stream.expected -= 1
     session.close_stream(stream)
     if new_session:
@@ -172,11 +188,10 @@ def sse_stream(session: Session, stream: Stream, first: list[bytes], new_session
             if item is None:
                 yield encode_comment("keepalive")
                 continue
-            data, done = item
-            if data == CLOSE:
+            if item is END:
                 break
-            yield encode_event(data)
-            if done:
+            yield encode_event(item.data)
+            if item.done:
                 stream.expected -= 1
     finally:
         session.close_stream(stream)
@@ -191,15 +206,11 @@ def check_initialized(session: Session) -> None:
 
 
 def get(gw: Gateway, request: HttpRequest) -> HttpResponse:
-    problem = checks.get_accept_problem(request.header("Accept"))
-    if problem:
-        return rpc_error(406, jsonrpc.INVALID_REQUEST, problem)
+    checks.require_get_accept(request.header("Accept"))
     session = find_session(gw, request)
-    if isinstance(session, HttpResponse):
-        return session
     stream = session.open_get_stream()
     if stream is None:
-        return rpc_error(409, jsonrpc.INVALID_REQUEST, "Conflict: this session already has a GET stream open")
+        raise Refusal(409, jsonrpc.INVALID_REQUEST, "Conflict: this session already has a GET stream open")
     return HttpResponse(200, get_stream(gw, session, stream), "text/event-stream", SSE_HEADERS)
 
 
@@ -213,16 +224,14 @@ def get_stream(gw: Gateway, session: Session, stream: Stream) -> Iterator[bytes]
                 yield encode_comment("keepalive")
                 gw.touch(session)  # the write above succeeded: the client is still there
                 continue
-            if item[0] == CLOSE:
+            if item is END:
                 break
-            yield encode_event(item[0])
+            yield encode_event(item.data)
     finally:
         session.close_stream(stream)
 
 
 def delete(gw: Gateway, request: HttpRequest) -> HttpResponse:
     session = find_session(gw, request)
-    if isinstance(session, HttpResponse):
-        return session
     session.end("the client ended the session")
     return HttpResponse(204)

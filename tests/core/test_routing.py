@@ -9,7 +9,7 @@ import pytest
 
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response, parse
-from mcpgate.core.routing import BUFFER, DROP, DuplicateRequestId, Route, Router
+from mcpgate.core.routing import BUFFER, DROP, Buffer, Drop, DuplicateRequestId, Route, Router
 
 
 def msg(obj: dict[str, Any]) -> Any:
@@ -40,7 +40,7 @@ def progress(token: Any) -> Notification:
     return message
 
 
-def new_router() -> Router:
+def new_router() -> Router[str]:
     return Router(CancelTracker(ttl=30.0))
 
 
@@ -54,7 +54,7 @@ def test_response_goes_to_its_stream_and_completes(request_id: Id) -> None:
     assert router.route(response(request_id), 0.0) == Route("post-A", done=True)
     assert router.in_flight == 1
     again = router.route(response(request_id), 0.0)
-    assert again.target == DROP and not again.done
+    assert again.target is DROP and not again.done
 
 
 @pytest.mark.parametrize("error", [False, True])
@@ -68,7 +68,7 @@ def test_error_response_without_id_is_dropped() -> None:
     router = new_router()
     router.open_request(request(1), "s")
     route = router.route(response(None, error=True), 0.0)
-    assert route.target == DROP and route.reason
+    assert route.target is DROP and route.reason
     assert router.in_flight == 1
 
 
@@ -128,7 +128,7 @@ def test_string_and_int_ids_are_different_requests() -> None:
         pytest.param(None, 1, DROP, id="request-had-no-token"),
     ],
 )
-def test_progress_goes_to_owning_stream(token: Id | None, sent_token: Any, target: str) -> None:
+def test_progress_goes_to_owning_stream(token: Id | None, sent_token: Any, target: str | Drop) -> None:
     router = new_router()
     router.open_stream("get")
     router.get_stream = "get"
@@ -136,7 +136,7 @@ def test_progress_goes_to_owning_stream(token: Id | None, sent_token: Any, targe
     router.open_request(request(1, token), "owner")
     route = router.route(progress(sent_token), 0.0)
     assert route.target == target
-    if target == DROP:
+    if target is DROP:
         assert route.reason
 
 
@@ -144,14 +144,14 @@ def test_progress_after_response_is_dropped() -> None:
     router = new_router()
     router.open_request(request(1, "tok"), "owner")
     router.route(response(1), 0.0)
-    assert router.route(progress("tok"), 0.0).target == DROP
+    assert router.route(progress("tok"), 0.0).target is DROP
 
 
 def test_progress_without_params_is_dropped() -> None:
     router = new_router()
     router.open_request(request(1, "tok"), "owner")
     bare = msg({"method": "notifications/progress"})
-    assert router.route(bare, 0.0).target == DROP
+    assert router.route(bare, 0.0).target is DROP
 
 
 def test_reused_progress_token_stays_with_first_owner() -> None:
@@ -160,7 +160,7 @@ def test_reused_progress_token_stays_with_first_owner() -> None:
     router.open_request(request(2, "tok"), "second")
     assert router.route(progress("tok"), 0.0).target == "first"
     router.route(response(1), 0.0)
-    assert router.route(progress("tok"), 0.0).target == DROP
+    assert router.route(progress("tok"), 0.0).target is DROP
     assert router.route(response(2), 0.0).target == "second"
 
 
@@ -184,7 +184,7 @@ LIST_CHANGED = {"method": "notifications/tools/list_changed"}
     ],
 )
 def test_general_routing(message: dict[str, Any], get_stream: str | None, open_streams: list[str],
-                         closed: list[str], target: str) -> None:
+                         closed: list[str], target: str | Buffer) -> None:
     router = new_router()
     for stream in open_streams:
         router.open_stream(stream)
@@ -204,7 +204,7 @@ def test_close_stream_of_get_stream() -> None:
     router.get_stream = "get"
     router.close_stream("get")
     assert router.get_stream is None
-    assert router.general_target() == BUFFER
+    assert router.general_target() is BUFFER
     router.close_stream("get")  # closing twice is harmless
     router.close_stream("never-opened")
 
@@ -225,12 +225,12 @@ def test_closing_another_stream_keeps_get_stream() -> None:
         pytest.param(31.0, DROP, id="after-ttl-still-no-request"),
     ],
 )
-def test_cancel_returns_stream_and_late_response_is_dropped(late_at: float, target: str) -> None:
+def test_cancel_returns_stream_and_late_response_is_dropped(late_at: float, target: Drop) -> None:
     router = new_router()
     router.open_request(request(9, "tok"), "s")
     assert router.cancel(9, 0.0) == "s"
     assert router.in_flight == 0
-    assert router.route(progress("tok"), 0.0).target == DROP
+    assert router.route(progress("tok"), 0.0).target is DROP
     late = router.route(response(9), late_at)
     assert late.target == target and not late.done
     expected_reason = "cancelled" if late_at < 30.0 else "no request"
@@ -252,7 +252,7 @@ def test_reusing_a_cancelled_id_routes_the_new_response() -> None:
     router.cancel(3, 0.0)
     router.open_request(request(3), "new")
     assert router.route(response(3), 1.0) == Route("new", done=True)
-    assert router.route(response(3), 1.0).target == DROP
+    assert router.route(response(3), 1.0).target is DROP
 
 
 def test_abandon_all_lists_waiting_ids() -> None:
@@ -268,4 +268,22 @@ def test_abandon_all_lists_waiting_ids() -> None:
     assert [type(i) for i, _ in waiting] == [int, str]
     assert router.in_flight == 0
     assert router.abandon_all() == []
-    assert router.route(progress("t1"), 0.0).target == DROP
+    assert router.route(progress("t1"), 0.0).target is DROP
+
+
+@pytest.mark.parametrize("name", ["buffer", "drop", "BUFFER", "DROP"])
+def test_a_stream_named_like_a_target_is_still_a_stream(name: str) -> None:
+    router = new_router()
+    router.open_stream(name)
+    router.open_request(request(1), name)
+    assert router.general_target() == name and router.general_target() is not BUFFER
+    answered = router.route(response(1), 0.0)
+    assert answered.target is not DROP and answered.target == name and answered.done
+    router.close_stream(name)
+    assert router.general_target() is BUFFER
+
+
+def test_the_targets_are_singletons_of_their_own_types() -> None:
+    assert isinstance(BUFFER, Buffer) and isinstance(DROP, Drop)
+    targets: tuple[object, ...] = (BUFFER, DROP)
+    assert "buffer" not in targets and "drop" not in targets

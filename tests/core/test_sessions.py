@@ -112,3 +112,28 @@ def test_expired_lists_only_idle_sessions_and_touch_of_unknown_is_ignored() -> N
 def test_limits_must_be_positive(cap: int, ttl: float) -> None:
     with pytest.raises(ValueError):
         SessionRegistry(cap, ttl)
+
+
+def test_create_builds_the_session_with_its_id_before_registering_it() -> None:
+    registry: SessionRegistry[tuple[str, bool]] = SessionRegistry(5, 60.0, mint=iter(["a", "a", "b"]).__next__)
+    first = registry.create(lambda sid: (sid, registry.get(sid) is not None), 0.0)
+    second = registry.create(lambda sid: (sid, registry.get(sid) is not None), 0.0)
+    assert first == ("a", False) and second == ("b", False)  # built knowing its id, registered after
+    assert registry.get("a") == first and registry.get("b") == second
+
+
+def test_create_registers_nothing_when_the_build_fails_or_the_cap_is_reached() -> None:
+    registry: SessionRegistry[str] = SessionRegistry(1, 60.0)
+    built: list[str] = []
+
+    def failing(sid: str) -> str:
+        built.append(sid)
+        raise RuntimeError("cannot build")
+
+    with pytest.raises(RuntimeError):
+        registry.create(failing, 0.0)
+    assert len(registry) == 0 and registry.get(built[0]) is None
+    registry.create(lambda sid: sid, 0.0)
+    with pytest.raises(SessionLimitReached):
+        registry.create(failing, 0.0)
+    assert len(built) == 1 and len(registry) == 1
