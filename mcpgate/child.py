@@ -118,7 +118,7 @@ class ChildProcess:
         if mode == "discard":
             return gevent.subprocess.DEVNULL
         try:
-            self._stderr_file = open(mode, "ab", buffering=0)  # noqa: SIM115 (closed when the child is gone)
+            self._stderr_file = open(mode, "ab", buffering=0)  # closed when the child is gone
         except OSError as exc:
             raise ChildSpawnError(f"cannot open stderr log file {mode!r}: {exc.strerror or exc}") from exc
         return gevent.subprocess.PIPE

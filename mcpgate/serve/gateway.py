@@ -6,14 +6,14 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import gevent
 
 from ..child import ChildProcess
-from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 from ..core.sessions import SessionRegistry
 from ..settings import Settings
+from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 from .session import ChildSpec, Session
 
 log = logging.getLogger("mcpgate.gateway")

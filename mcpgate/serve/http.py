@@ -86,7 +86,7 @@ class Refusal(Exception):
     known, data) and any extra response headers (Allow, Retry-After, WWW-Authenticate).
     """
 
-    def __init__(self, status: int, code: int, message: str, id: Any = None, data: Any = None,  # noqa: A002
+    def __init__(self, status: int, code: int, message: str, id: Any = None, data: Any = None,
                  headers: dict[str, str] | None = None) -> None:
         super().__init__(f"{status} {message}")
         self.status = status

@@ -10,7 +10,8 @@ import logging
 from typing import Any, Iterator
 
 from ..core import jsonrpc, versions, wire
-from ..core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response as RpcResponse
+from ..core.jsonrpc import Batch, Invalid, Message, Notification, Request
+from ..core.jsonrpc import Response as RpcResponse
 from ..core.routing import DuplicateRequestId
 from ..core.sessions import SessionLimitReached
 from ..core.sse import encode_comment, encode_event

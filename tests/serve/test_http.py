@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mcpgate.serve.http import Refusal
 from tests.support import ACCEPT, HEADERS, call, children, init_body, open_session, sse_messages
 
 
@@ -252,7 +253,28 @@ def test_bearer_token_is_required_when_configured(gateway_factory: Any) -> None:
     assert status == 401 and headers["www-authenticate"].startswith("Bearer")
     assert gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Bearer wrong"})[0] == 401
     assert gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Basic czNjcmV0"})[0] == 401
-    status, headers, _ = gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Bearer s3cret-token"})
-    assert status == 200
+    authorized = {**HEADERS, "Authorization": "Bearer s3cret-token"}
+    assert gw.request("POST", body=init_body(), headers=authorized)[0] == 200
     assert gw.request("GET", "/healthz")[0] == 200  # health checks need no token
     assert children(gw) == 1 and "s3cret-token" not in gw.log()
+
+
+def test_other_methods_are_405_naming_the_allowed_ones(demo_gateway: Any) -> None:
+    status, headers, body = demo_gateway.request("PUT", body=init_body(), headers=HEADERS)
+    assert status == 405 and headers["allow"] == "GET, POST, DELETE"
+    assert json.loads(body) == {"jsonrpc": "2.0", "id": None,
+                                "error": {"code": -32600, "message": "Method Not Allowed"}}
+
+
+def test_a_refusal_is_the_jsonrpc_error_response_with_its_status_and_headers() -> None:
+    response = Refusal(400, -32022, "Unsupported", id="r1", data={"supported": ["x"]},
+                       headers={"Retry-After": "5"}).response()
+    assert response.status == 400 and isinstance(response.body, bytes)
+    error = {"code": -32022, "message": "Unsupported", "data": {"supported": ["x"]}}
+    assert json.loads(response.body) == {"jsonrpc": "2.0", "id": "r1", "error": error}
+    assert response.headers == [("Retry-After", "5"), ("Content-Type", "application/json"),
+                                ("Content-Length", str(len(response.body)))]
+    bare = Refusal(404, -32600, "Session not found").response()
+    assert bare.status == 404 and isinstance(bare.body, bytes)
+    assert json.loads(bare.body) == {"jsonrpc": "2.0", "id": None,
+                                     "error": {"code": -32600, "message": "Session not found"}}
