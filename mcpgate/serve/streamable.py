@@ -1,7 +1,8 @@
 """The Streamable HTTP endpoint (2025-03-26, 2025-06-18, 2025-11-25): POST, GET and DELETE.
 
-Each refusal is raised as a Refusal where it is decided; handle() turns it into the HTTP
-error, so the handlers below read as the path of a request that is served.
+Each refusal is raised as a Refusal where it is decided; the app's Endpoint (serve/app.py), in front of
+every path, turns it into the HTTP error once, so the handlers below read as the path of a request that
+is served.
 """
 
 from __future__ import annotations
@@ -29,14 +30,7 @@ CANNOT_START = "Cannot start the MCP server; the gateway log has the details"
 
 
 def handle(gw: Gateway, request: HttpRequest) -> HttpResponse:
-    """The MCP endpoint: the method's reply, or the HTTP error of the refusal raised on the way."""
-    try:
-        return dispatch(gw, request)
-    except Refusal as refusal:
-        return refusal.response()
-
-
-def dispatch(gw: Gateway, request: HttpRequest) -> HttpResponse:
+    """The MCP endpoint: the method's reply (a Refusal raised on the way is the caller's to answer)."""
     if request.method == "POST":
         return post(gw, request)
     if request.method == "GET":
