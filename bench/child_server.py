@@ -10,10 +10,16 @@ import sys
 
 VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 TOOLS = [
-    {"name": "echo", "description": "Return the message.",
-     "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}},
-    {"name": "blob", "description": "Return a text of `size` bytes.",
-     "inputSchema": {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]}},
+    {
+        "name": "echo",
+        "description": "Return the message.",
+        "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]},
+    },
+    {
+        "name": "blob",
+        "description": "Return a text of `size` bytes.",
+        "inputSchema": {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]},
+    },
 ]
 _blobs = {}
 
@@ -36,9 +42,11 @@ def handle(message):
     params = message.get("params") or {}
     if method == "initialize":
         asked = params.get("protocolVersion")
-        return {"protocolVersion": asked if asked in VERSIONS else VERSIONS[0],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "mcpgate-bench-child", "version": "1.0"}}
+        return {
+            "protocolVersion": asked if asked in VERSIONS else VERSIONS[0],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "mcpgate-bench-child", "version": "1.0"},
+        }
     if method == "ping":
         return {}
     if method == "tools/list":
@@ -69,8 +77,11 @@ def main():
         try:
             reply = {"jsonrpc": "2.0", "id": message["id"], "result": handle(message)}
         except NotImplementedError as exc:
-            reply = {"jsonrpc": "2.0", "id": message["id"],
-                     "error": {"code": -32601, "message": f"Method not found: {exc}"}}
+            reply = {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {"code": -32601, "message": f"Method not found: {exc}"},
+            }
         except Exception as exc:  # noqa: BLE001 - report any tool failure as a JSON-RPC error
             reply = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": str(exc)}}
         stdout.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")

@@ -10,8 +10,10 @@ import socket
 import sys
 
 RESULT = b'"result":{"content":[{"type":"text","text":"hello"}],"isError":false}}'
-INIT_RESULT = (b'"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},'
-               b'"serverInfo":{"name":"floor","version":"1.0"}}}')
+INIT_RESULT = (
+    b'"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},'
+    b'"serverInfo":{"name":"floor","version":"1.0"}}}'
+)
 
 
 def reply_for(head: bytes, body: bytes) -> bytes:
@@ -21,12 +23,14 @@ def reply_for(head: bytes, body: bytes) -> bytes:
     if start < 0:
         return b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n"
     end = start + 5
-    while end < len(body) and body[end:end + 1] not in (b",", b"}"):
+    while end < len(body) and body[end : end + 1] not in (b",", b"}"):
         end += 1
     result = INIT_RESULT if b'"initialize"' in body else RESULT
-    payload = b'{"jsonrpc":"2.0","id":' + body[start + 5:end].strip() + b"," + result
-    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: floor\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(payload)) + payload
+    payload = b'{"jsonrpc":"2.0","id":' + body[start + 5 : end].strip() + b"," + result
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: floor\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(payload)
+    ) + payload
 
 
 def content_length(head: bytes) -> int:
@@ -78,7 +82,7 @@ def main() -> None:
                 total = end + 4 + content_length(head)
                 if len(buf) < total:
                     break
-                body = bytes(buf[end + 4:total])
+                body = bytes(buf[end + 4 : total])
                 del buf[:total]
                 conn.setblocking(True)
                 conn.sendall(reply_for(head, body))

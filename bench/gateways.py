@@ -47,14 +47,14 @@ def _src_env() -> dict[str, str]:
 class Spec:
     """One thing that listens on a port and serves MCP (or the floor's canned reply)."""
 
-    name: str       # short key used in results.json
-    label: str      # row label in the table
+    name: str  # short key used in results.json
+    label: str  # row label in the table
     argv: Callable[[int], list[str]]
     env: dict[str, str] = field(default_factory=dict)
     path: str = "/mcp"
     missing: str | None = None  # why it cannot run here
-    cwd: Path | None = None     # default: the repository root
-    blobs: bool = True          # serves the blob tool (the floor does not)
+    cwd: Path | None = None  # default: the repository root
+    blobs: bool = True  # serves the blob tool (the floor does not)
     note: str = ""
 
 
@@ -87,39 +87,89 @@ def _python_tool(name: str) -> Path:
 
 def serve_specs() -> list[Spec]:
     specs = [
-        Spec("mcpgate", "mcpgate serve (gunicorn, gevent)",
-             lambda port: [str(_python_tool("gunicorn")), "-c", "python:mcpgate.gunicorn_config",
-                           "-b", f"127.0.0.1:{port}", "mcpgate.wsgi"],
-             env={**mcpgate_env(), **_src_env()}, cwd=SRC),
-        Spec("floor", "floor (canned reply, stdlib socket server)",
-             lambda port: [sys.executable, str(BENCH / "floor_server.py"), str(port)], blobs=False),
+        Spec(
+            "mcpgate",
+            "mcpgate serve (gunicorn, gevent)",
+            lambda port: [
+                str(_python_tool("gunicorn")),
+                "-c",
+                "python:mcpgate.gunicorn_config",
+                "-b",
+                f"127.0.0.1:{port}",
+                "mcpgate.wsgi",
+            ],
+            env={**mcpgate_env(), **_src_env()},
+            cwd=SRC,
+        ),
+        Spec(
+            "floor",
+            "floor (canned reply, stdlib socket server)",
+            lambda port: [sys.executable, str(BENCH / "floor_server.py"), str(port)],
+            blobs=False,
+        ),
     ]
     sg = peers.npm_bin("supergateway")
     sg_version = peers.installed_version("npm", "supergateway")
-    specs.append(Spec(
-        "supergateway", f"supergateway {sg_version or '4.0.0'} --stateful (npm)",
-        lambda port: [str(sg), "--stdio", shlex.join(CHILD), "--outputTransport", "streamableHttp", "--stateful",
-                      "--port", str(port), "--logLevel", "none"],
-        missing=None if sg.exists() else "not installed (python bench/run.py --install-peers)"))
+    specs.append(
+        Spec(
+            "supergateway",
+            f"supergateway {sg_version or '4.0.0'} --stateful (npm)",
+            lambda port: [
+                str(sg),
+                "--stdio",
+                shlex.join(CHILD),
+                "--outputTransport",
+                "streamableHttp",
+                "--stateful",
+                "--port",
+                str(port),
+                "--logLevel",
+                "none",
+            ],
+            missing=None if sg.exists() else "not installed (python bench/run.py --install-peers)",
+        )
+    )
     mp = peers.npm_bin("mcp-proxy")
     mp_version = peers.installed_version("npm", "mcp-proxy")
-    specs.append(Spec(
-        "mcp-proxy-npm", f"mcp-proxy {mp_version or '6.7.19'} (npm)",
-        lambda port: [str(mp), "--port", str(port), "--host", "127.0.0.1", "--server", "stream", "--", *CHILD],
-        missing=None if mp.exists() else "not installed (python bench/run.py --install-peers)",
-        note="starts one child at launch and shares it between all sessions"))
+    specs.append(
+        Spec(
+            "mcp-proxy-npm",
+            f"mcp-proxy {mp_version or '6.7.19'} (npm)",
+            lambda port: [str(mp), "--port", str(port), "--host", "127.0.0.1", "--server", "stream", "--", *CHILD],
+            missing=None if mp.exists() else "not installed (python bench/run.py --install-peers)",
+            note="starts one child at launch and shares it between all sessions",
+        )
+    )
     pp = peers.venv_bin("mcp-proxy")
-    specs.append(Spec(
-        "mcp-proxy-py", "mcp-proxy 0.13.0 (PyPI)",
-        lambda port: [str(pp), "--port", str(port), "--host", "127.0.0.1", "--", *CHILD],
-        missing=None if pp.exists() else "not installed (python bench/run.py --install-peers)",
-        note="starts one child at launch and shares it between all sessions"))
+    specs.append(
+        Spec(
+            "mcp-proxy-py",
+            "mcp-proxy 0.13.0 (PyPI)",
+            lambda port: [str(pp), "--port", str(port), "--host", "127.0.0.1", "--", *CHILD],
+            missing=None if pp.exists() else "not installed (python bench/run.py --install-peers)",
+            note="starts one child at launch and shares it between all sessions",
+        )
+    )
     ms = peers.venv_bin("mcp-stdio")
-    specs.append(Spec(
-        "mcp-stdio", "mcp-stdio 0.45.2 serve (PyPI)",
-        lambda port: [str(ms), "serve", "--host", "127.0.0.1", "--port", str(port), "--max-sessions", "2100",
-                      "--", *CHILD],
-        missing=None if ms.exists() else "not installed (python bench/run.py --install-peers)"))
+    specs.append(
+        Spec(
+            "mcp-stdio",
+            "mcp-stdio 0.45.2 serve (PyPI)",
+            lambda port: [
+                str(ms),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--max-sessions",
+                "2100",
+                "--",
+                *CHILD,
+            ],
+            missing=None if ms.exists() else "not installed (python bench/run.py --install-peers)",
+        )
+    )
     return specs
 
 
@@ -129,28 +179,48 @@ RELAY = [sys.executable, "-m", "mcpgate.relay"]  # the same main() as the mcpgat
 def relay_available() -> str | None:
     """None when `mcpgate-relay --help` works, else why not."""
     try:
-        done = subprocess.run([*RELAY, "--help"], capture_output=True, text=True, timeout=60,
-                              cwd=SRC or ROOT, env={**os.environ, **_src_env()})
+        done = subprocess.run(
+            [*RELAY, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=SRC or ROOT,
+            env={**os.environ, **_src_env()},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"mcpgate-relay --help failed: {exc}"
-    return None if done.returncode == 0 else \
-        f"mcpgate-relay --help exited {done.returncode}: {done.stderr.strip()[-200:]}"
+    return (
+        None if done.returncode == 0 else f"mcpgate-relay --help exited {done.returncode}: {done.stderr.strip()[-200:]}"
+    )
 
 
 def relay_specs() -> list[RelaySpec]:
     missing = "not installed (python bench/run.py --install-peers)"
     sg, pp, ms = peers.npm_bin("supergateway"), peers.venv_bin("mcp-proxy"), peers.venv_bin("mcp-stdio")
     return [
-        RelaySpec("mcpgate-relay", "mcpgate-relay", lambda url: [*RELAY, url], missing=relay_available(),
-                  env={**os.environ, **_src_env()}, cwd=SRC or ROOT),
-        RelaySpec("mcp-proxy-py", "mcp-proxy 0.13.0 (PyPI) client mode",
-                  lambda url: [str(pp), "--transport", "streamablehttp", url],
-                  missing=None if pp.exists() else missing),
-        RelaySpec("mcp-stdio", "mcp-stdio 0.45.2 (PyPI)", lambda url: [str(ms), url],
-                  missing=None if ms.exists() else missing),
-        RelaySpec("supergateway", "supergateway 4.0.0 --streamableHttp (npm)",
-                  lambda url: [str(sg), "--streamableHttp", url, "--logLevel", "none"],
-                  missing=None if sg.exists() else missing),
+        RelaySpec(
+            "mcpgate-relay",
+            "mcpgate-relay",
+            lambda url: [*RELAY, url],
+            missing=relay_available(),
+            env={**os.environ, **_src_env()},
+            cwd=SRC or ROOT,
+        ),
+        RelaySpec(
+            "mcp-proxy-py",
+            "mcp-proxy 0.13.0 (PyPI) client mode",
+            lambda url: [str(pp), "--transport", "streamablehttp", url],
+            missing=None if pp.exists() else missing,
+        ),
+        RelaySpec(
+            "mcp-stdio", "mcp-stdio 0.45.2 (PyPI)", lambda url: [str(ms), url], missing=None if ms.exists() else missing
+        ),
+        RelaySpec(
+            "supergateway",
+            "supergateway 4.0.0 --streamableHttp (npm)",
+            lambda url: [str(sg), "--streamableHttp", url, "--logLevel", "none"],
+            missing=None if sg.exists() else missing,
+        ),
     ]
 
 
@@ -177,13 +247,22 @@ def start(spec: Spec, log_dir: Path, timeout: float = 60.0) -> Running:
     log_path = log_dir / f"{spec.name}.log"
     began = time.monotonic()
     with open(log_path, "ab") as log:
-        proc = procs.register(subprocess.Popen(spec.argv(port), cwd=spec.cwd or ROOT, env=env,
-                                               stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                               start_new_session=True))
+        proc = procs.register(
+            subprocess.Popen(
+                spec.argv(port),
+                cwd=spec.cwd or ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        )
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"{spec.name} exited {proc.returncode} at start: "
-                               f"{log_path.read_text(errors='replace')[-600:]}")
+            raise RuntimeError(
+                f"{spec.name} exited {proc.returncode} at start: {log_path.read_text(errors='replace')[-600:]}"
+            )
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1.0):
                 break
@@ -203,6 +282,7 @@ def stop(running: Running) -> None:
 
 # -- memory ------------------------------------------------------------------------------------------
 
+
 def _ppid_map() -> dict[int, int]:
     parents = {}
     for entry in os.listdir("/proc"):
@@ -213,7 +293,7 @@ def _ppid_map() -> dict[int, int]:
                 stat = f.read()
         except OSError:
             continue
-        fields = stat[stat.rindex(b")") + 2:].split()
+        fields = stat[stat.rindex(b")") + 2 :].split()
         parents[int(entry)] = int(fields[1])
     return parents
 
@@ -302,8 +382,9 @@ def source_state() -> dict[str, str]:
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     state["git_head"] = head.stdout.strip() or "unknown"
     if src == ROOT or src == repo:
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--short", "--", "mcpgate"], capture_output=True,
-                               text=True).stdout.split("\n")
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--short", "--", "mcpgate"], capture_output=True, text=True
+        ).stdout.split("\n")
         state["uncommitted_in_mcpgate"] = ", ".join(line[3:] for line in dirty if line.strip()) or "none"
     else:
         state["uncommitted_in_mcpgate"] = f"(a copy at {src}; see its origin)"

@@ -25,22 +25,35 @@ class BenchError(RuntimeError):
 
 
 def initialize_body(msg_id: int = 0) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "initialize", "params": {
-        "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-        "clientInfo": {"name": "mcpgate-bench", "version": "1.0"}}}).encode()
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": msg_id,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "mcpgate-bench", "version": "1.0"},
+            },
+        }
+    ).encode()
 
 
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
 
 
 def echo_body(msg_id: int, message: str = "hello") -> bytes:
-    return (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"%s"}}}'
-            % (msg_id, message.encode()))
+    return b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"%s"}}}' % (
+        msg_id,
+        message.encode(),
+    )
 
 
 def blob_body(msg_id: int, size: int) -> bytes:
-    return (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"blob","arguments":{"size":%d}}}'
-            % (msg_id, size))
+    return b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"blob","arguments":{"size":%d}}}' % (
+        msg_id,
+        size,
+    )
 
 
 def find_reply(body: bytes, content_type: str, msg_id: int) -> dict:
@@ -118,8 +131,15 @@ class HttpSession:
 
     def open_get_stream(self) -> http.client.HTTPResponse:
         """Open the session's GET stream on this session's connection (which it then occupies)."""
-        self.conn.request("GET", self.path, headers={"Accept": "text/event-stream", "Mcp-Session-Id":
-                                                      self.session_id or "", "MCP-Protocol-Version": self.version})
+        self.conn.request(
+            "GET",
+            self.path,
+            headers={
+                "Accept": "text/event-stream",
+                "Mcp-Session-Id": self.session_id or "",
+                "MCP-Protocol-Version": self.version,
+            },
+        )
         resp = self.conn.getresponse()
         if resp.status != 200:
             raise BenchError(f"GET stream answered {resp.status}: {resp.read(200)!r}")
@@ -128,8 +148,11 @@ class HttpSession:
 
     def delete(self) -> None:
         try:
-            self.conn.request("DELETE", self.path, headers={"Mcp-Session-Id": self.session_id or "",
-                                                             "MCP-Protocol-Version": self.version})
+            self.conn.request(
+                "DELETE",
+                self.path,
+                headers={"Mcp-Session-Id": self.session_id or "", "MCP-Protocol-Version": self.version},
+            )
             self.conn.getresponse().read()
         except (OSError, http.client.HTTPException):
             pass
@@ -151,10 +174,10 @@ class LineReader:
         while True:
             end = self.buf.find(b"\n", self.start)
             if end >= 0:
-                line = bytes(self.buf[self.start:end])
+                line = bytes(self.buf[self.start : end])
                 self.start = end + 1
                 if self.start > 1 << 20:
-                    del self.buf[:self.start]
+                    del self.buf[: self.start]
                     self.start = 0
                 return line
             left = deadline - time.monotonic()
@@ -170,9 +193,18 @@ class PipeSession:
     """An MCP session over NDJSON pipes: the child directly, or a relay in front of an HTTP server."""
 
     def __init__(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
-        self.proc = procs.register(subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.DEVNULL, bufsize=0, env=env, cwd=cwd,
-                                                    start_new_session=True))
+        self.proc = procs.register(
+            subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                bufsize=0,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        )
         self.stdin = self.proc.stdin
         self.reader = LineReader(self.proc.stdout.fileno())  # type: ignore[union-attr]
         self.next_id = 1

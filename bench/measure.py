@@ -29,8 +29,12 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def summary(latencies_ms: list[float]) -> dict[str, float]:
     values = sorted(latencies_ms)
-    return {"n": len(values), "p50_ms": percentile(values, 0.50), "p99_ms": percentile(values, 0.99),
-            "mean_ms": sum(values) / len(values) if values else float("nan")}
+    return {
+        "n": len(values),
+        "p50_ms": percentile(values, 0.50),
+        "p99_ms": percentile(values, 0.99),
+        "mean_ms": sum(values) / len(values) if values else float("nan"),
+    }
 
 
 CpuClock = Callable[[], int]  # the measured gateway's CPU time so far, in ns
@@ -43,8 +47,9 @@ def with_cpu(result: dict, cpu_ns: int | None, calls: int) -> dict:
     return result
 
 
-def timed_loop(call: Callable[[], None], count: int, time_cap_s: float, warmup: int = 50,
-               cpu: CpuClock | None = None) -> dict[str, float]:
+def timed_loop(
+    call: Callable[[], None], count: int, time_cap_s: float, warmup: int = 50, cpu: CpuClock | None = None
+) -> dict[str, float]:
     """`count` sequential calls (fewer if `time_cap_s` passes first: a Nagle-bound gateway takes 40 ms each)."""
     for _ in range(warmup):
         call()
@@ -63,8 +68,9 @@ def timed_loop(call: Callable[[], None], count: int, time_cap_s: float, warmup: 
     return with_cpu(summary(latencies), cpu_used, len(latencies))
 
 
-def sequential_http(port: int, path: str, count: int, time_cap_s: float,
-                    cpu: CpuClock | None = None) -> dict[str, float]:
+def sequential_http(
+    port: int, path: str, count: int, time_cap_s: float, cpu: CpuClock | None = None
+) -> dict[str, float]:
     session = HttpSession(port, path).initialize()
     try:
         return timed_loop(session.echo, count, time_cap_s, cpu=cpu)
@@ -74,6 +80,7 @@ def sequential_http(port: int, path: str, count: int, time_cap_s: float,
 
 
 # -- concurrent client processes ---------------------------------------------------------------------
+
 
 def _load_worker(port: int, path: str, duration: float, ready, go, start_at, queue) -> None:  # type: ignore[no-untyped-def]
     session = None
@@ -123,8 +130,9 @@ def _load_worker(port: int, path: str, duration: float, ready, go, start_at, que
     session.close()
 
 
-def concurrent_http(port: int, path: str, processes: int, duration: float,
-                    cpu: CpuClock | None = None) -> dict[str, float]:
+def concurrent_http(
+    port: int, path: str, processes: int, duration: float, cpu: CpuClock | None = None
+) -> dict[str, float]:
     """Throughput and latency with `processes` client processes, each with its own session and connection.
 
     Calls are counted when they complete inside one common window of `duration` seconds that starts once
@@ -133,8 +141,10 @@ def concurrent_http(port: int, path: str, processes: int, duration: float,
     ready, go = _fork.Barrier(processes + 1), _fork.Barrier(processes + 1)
     start_at = _fork.Value("d", 0.0, lock=False)
     queue = _fork.Queue()
-    workers = [_fork.Process(target=_load_worker, args=(port, path, duration, ready, go, start_at, queue),
-                             daemon=True) for _ in range(processes)]
+    workers = [
+        _fork.Process(target=_load_worker, args=(port, path, duration, ready, go, start_at, queue), daemon=True)
+        for _ in range(processes)
+    ]
     for worker in workers:
         worker.start()
     latencies: list[float] = []
@@ -169,13 +179,21 @@ def concurrent_http(port: int, path: str, processes: int, duration: float,
                 worker.kill()
                 worker.join(5)
     result = with_cpu(summary(latencies), cpu_used, len(latencies))
-    result.update({"processes": processes, "calls": len(latencies), "window_s": duration,
-                   "calls_per_s": len(latencies) / duration,
-                   "errors": errors + setup_errors, "error_samples": messages[:3]})
+    result.update(
+        {
+            "processes": processes,
+            "calls": len(latencies),
+            "window_s": duration,
+            "calls_per_s": len(latencies) / duration,
+            "errors": errors + setup_errors,
+            "error_samples": messages[:3],
+        }
+    )
     return result
 
 
 # -- big results -------------------------------------------------------------------------------------
+
 
 def blob_times(session: HttpSession | PipeSession, sizes: list[int], reps: int) -> dict[str, list[float]]:
     session.blob(65536)  # warm the path
@@ -191,6 +209,7 @@ def blob_times(session: HttpSession | PipeSession, sizes: list[int], reps: int) 
 
 
 # -- memory with idle sessions ------------------------------------------------------------------------
+
 
 def open_idle_sessions(port: int, path: str, count: int) -> list[str]:
     """Initialize `count` sessions over one connection and leave them idle; returns their ids."""
@@ -214,8 +233,14 @@ def open_idle_sessions(port: int, path: str, count: int) -> list[str]:
     return ids
 
 
-def memory_with_sessions(port: int, path: str, root_pid: int, counts: list[int],
-                         tree_memory: Callable[[int], dict[str, int]], settle_s: float = 1.0) -> list[dict]:
+def memory_with_sessions(
+    port: int,
+    path: str,
+    root_pid: int,
+    counts: list[int],
+    tree_memory: Callable[[int], dict[str, int]],
+    settle_s: float = 1.0,
+) -> list[dict]:
     """Gateway memory (its own processes, child servers excluded) with each count of idle sessions."""
     first = HttpSession(port, path).initialize()
     for _ in range(100):
@@ -241,8 +266,15 @@ def memory_with_sessions(port: int, path: str, root_pid: int, counts: list[int],
 
 # -- how many sessions and GET streams one worker holds ----------------------------------------------
 
-def capacity(port: int, path: str, cap: int, step: int, health: Callable[[], dict] | None = None,
-             memory: Callable[[], dict] | None = None) -> dict:
+
+def capacity(
+    port: int,
+    path: str,
+    cap: int,
+    step: int,
+    health: Callable[[], dict] | None = None,
+    memory: Callable[[], dict] | None = None,
+) -> dict:
     """Open sessions, each with its GET stream held open, `step` at a time up to `cap`; stop at the first error."""
     held: list[HttpSession] = []
     steps = []
@@ -268,8 +300,9 @@ def capacity(port: int, path: str, cap: int, step: int, health: Callable[[], dic
             except Exception as exc:  # noqa: BLE001 - the first error ends the climb
                 error = f"at {len(held) + 1} sessions: {exc!r}"[:400]
                 break
-            steps.append({"sessions": len(held), "step_s": round(time.monotonic() - began, 2),
-                          **(memory() if memory else {})})
+            steps.append(
+                {"sessions": len(held), "step_s": round(time.monotonic() - began, 2), **(memory() if memory else {})}
+            )
     finally:
         probe.close()
         for session in held:
@@ -289,8 +322,10 @@ def healthz(port: int) -> dict:
 
 # -- relays (and the direct child) over pipes ----------------------------------------------------------
 
-def pipe_in_flight(session: PipeSession, inflight: int, duration: float,
-                   cpu: CpuClock | None = None) -> dict[str, float]:
+
+def pipe_in_flight(
+    session: PipeSession, inflight: int, duration: float, cpu: CpuClock | None = None
+) -> dict[str, float]:
     """Keep `inflight` echo calls outstanding for `duration` seconds; throughput and latency."""
     clock = time.perf_counter
     sent: dict[int, float] = {}
@@ -319,6 +354,12 @@ def pipe_in_flight(session: PipeSession, inflight: int, duration: float,
             send()
     cpu_used = cpu() - cpu_began if cpu and cpu_began is not None else None
     result = with_cpu(summary(latencies), cpu_used, len(latencies))
-    result.update({"in_flight": inflight, "calls": len(latencies), "window_s": last - began,
-                   "calls_per_s": len(latencies) / (last - began)})
+    result.update(
+        {
+            "in_flight": inflight,
+            "calls": len(latencies),
+            "window_s": last - began,
+            "calls_per_s": len(latencies) / (last - began),
+        }
+    )
     return result

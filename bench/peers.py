@@ -41,8 +41,13 @@ def install() -> dict[str, str]:
         NPM_DIR.mkdir(exist_ok=True)
         if not (NPM_DIR / "package.json").exists():
             (NPM_DIR / "package.json").write_text(json.dumps({"name": "mcpgate-bench-peers", "private": True}))
-        done = subprocess.run([npm, "install", "--no-audit", "--no-fund", *NPM_PACKAGES], cwd=NPM_DIR,
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", *NPM_PACKAGES],
+            cwd=NPM_DIR,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         for package in NPM_PACKAGES:
             status[package] = "ok" if done.returncode == 0 else f"npm install failed: {done.stderr.strip()[-300:]}"
     if not venv_bin("python").exists():
@@ -51,8 +56,12 @@ def install() -> dict[str, str]:
             for package in PYPI_PACKAGES:
                 status[package] = f"venv creation failed: {made.stderr.strip()[-300:]}"
             return status
-    done = subprocess.run([str(venv_bin("python")), "-m", "pip", "install", "-q", *PYPI_PACKAGES],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [str(venv_bin("python")), "-m", "pip", "install", "-q", *PYPI_PACKAGES],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     for package in PYPI_PACKAGES:
         status[package] = "ok" if done.returncode == 0 else f"pip install failed: {done.stderr.strip()[-300:]}"
     return status
@@ -66,8 +75,11 @@ def installed_version(kind: str, name: str) -> str | None:
     python = venv_bin("python")
     if not python.exists():
         return None
-    done = subprocess.run([str(python), "-c", f"import importlib.metadata as m; print(m.version({name!r}))"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [str(python), "-c", f"import importlib.metadata as m; print(m.version({name!r}))"],
+        capture_output=True,
+        text=True,
+    )
     return done.stdout.strip() if done.returncode == 0 else None
 
 

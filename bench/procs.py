@@ -115,8 +115,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         return
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)  # cleanup is not interrupted by a second signal
-    print(f"\nbench: {signal.Signals(signum).name}: ending {len(_started)} started process group(s)",
-          file=sys.stderr, flush=True)
+    print(
+        f"\nbench: {signal.Signals(signum).name}: ending {len(_started)} started process group(s)",
+        file=sys.stderr,
+        flush=True,
+    )
     end_all()
     raise SystemExit(128 + signum)
 

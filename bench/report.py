@@ -62,8 +62,11 @@ def memory_rows(results: dict) -> dict[str, dict]:
     for name, entry in (results.get("memory") or {}).items():
         rows = {r["sessions"]: r for r in entry.get("rows", []) if "rss_kb" in r}
         counts = sorted(rows)
-        row: dict = {"by_count": rows, "error": entry.get("error") or next(
-            (r["error"] for r in entry.get("rows", []) if "error" in r), None), "startup_s": entry.get("startup_s")}
+        row: dict = {
+            "by_count": rows,
+            "error": entry.get("error") or next((r["error"] for r in entry.get("rows", []) if "error" in r), None),
+            "startup_s": entry.get("startup_s"),
+        }
         if len(counts) >= 3:
             mid, top = counts[1], counts[-1]
             row["kb_per_session"] = (rows[top]["rss_kb"] - rows[mid]["rss_kb"]) / (top - mid)
@@ -76,9 +79,11 @@ def serve_table(results: dict) -> list[str]:
     speed = results.get("speed") or {}
     levels = results["config"]["levels"]
     base = get(speed, "mcpgate", "seq", "p50_ms")
-    head = ["Gateway", "seq p50 ms", "seq p99 ms"] + [f"{n} cl. calls/s" for n in levels] + \
-           ["16 cl. p50 / p99 ms", f"{levels[-1]} cl. p50 / p99 ms", "CPU µs/call seq / 16 cl.",
-            "seq p50 vs mcpgate"]
+    head = (
+        ["Gateway", "seq p50 ms", "seq p99 ms"]
+        + [f"{n} cl. calls/s" for n in levels]
+        + ["16 cl. p50 / p99 ms", f"{levels[-1]} cl. p50 / p99 ms", "CPU µs/call seq / 16 cl.", "seq p50 vs mcpgate"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in [n for n in SERVE_ORDER if n in speed] + [n for n in speed if n not in SERVE_ORDER]:
         row = speed[name]
@@ -104,8 +109,11 @@ def serve_table(results: dict) -> list[str]:
 def memory_table(results: dict) -> list[str]:
     mem = memory_rows(results)
     counts = results["config"]["memory_counts"]
-    head = ["Gateway", "processes"] + [f"RSS MB, {c} session{'s' if c > 1 else ''}" for c in counts] + \
-           [f"KB/session ({counts[1]}→{counts[-1]})", f"PSS MB, {counts[1]}", "PSS KB/session", "startup s"]
+    head = (
+        ["Gateway", "processes"]
+        + [f"RSS MB, {c} session{'s' if c > 1 else ''}" for c in counts]
+        + [f"KB/session ({counts[1]}→{counts[-1]})", f"PSS MB, {counts[1]}", "PSS KB/session", "startup s"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in [n for n in SERVE_ORDER if n in mem]:
         row = mem[name]
@@ -113,9 +121,12 @@ def memory_table(results: dict) -> list[str]:
         procs = by[min(by)]["processes"] if by else None
         cells = [label(results, name), str(procs or "–")]
         cells += [num(by[c]["rss_kb"] / 1024, 1) if c in by else "–" for c in counts]
-        cells += [num(row.get("kb_per_session"), 1),
-                  num(by[counts[1]]["pss_kb"] / 1024, 1) if counts[1] in by else "–",
-                  num(row.get("pss_kb_per_session"), 1), num(row.get("startup_s"))]
+        cells += [
+            num(row.get("kb_per_session"), 1),
+            num(by[counts[1]]["pss_kb"] / 1024, 1) if counts[1] in by else "–",
+            num(row.get("pss_kb_per_session"), 1),
+            num(row.get("startup_s")),
+        ]
         if row.get("error"):
             cells[-1] += f" (error: {str(row['error'])[:100]})"
         lines.append("| " + " | ".join(cells) + " |")
@@ -141,20 +152,38 @@ def blob_table(results: dict) -> list[str]:
 def relay_table(results: dict) -> list[str]:
     relay = results.get("relay") or {}
     n = results["config"]["relay_inflight"]
-    head = ["Relay", "seq p50 ms", "seq p99 ms", f"{n} in flight calls/s", f"{n} in flight p50 / p99 ms",
-            f"CPU µs/call seq / {n} in flight", "RSS MB", "startup s"]
+    head = [
+        "Relay",
+        "seq p50 ms",
+        "seq p99 ms",
+        f"{n} in flight calls/s",
+        f"{n} in flight p50 / p99 ms",
+        f"CPU µs/call seq / {n} in flight",
+        "RSS MB",
+        "startup s",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in [x for x in RELAY_ORDER if x in relay]:
         row = relay[name]
         rss = get(row, "memory", "rss_kb")
-        cells = [("mcpgate-relay" if name == "mcpgate-relay" else
-                  label(results, name) if name == "upstream-direct" else relay_label(name)),
-                 num(get(row, "seq", "p50_ms"), 3), num(get(row, "seq", "p99_ms"), 3),
-                 num(get(row, "inflight", "calls_per_s"), 0),
-                 f"{num(get(row, 'inflight', 'p50_ms'))} / {num(get(row, 'inflight', 'p99_ms'))}",
-                 f"{num(get(row, 'seq', 'cpu_us_per_call'), 0)} / {num(get(row, 'inflight', 'cpu_us_per_call'), 0)}"
-                 if get(row, "seq", "cpu_us_per_call") is not None else "–",
-                 num(rss / 1024, 1) if rss else "–", num(row.get("startup_s"))]
+        cells = [
+            (
+                "mcpgate-relay"
+                if name == "mcpgate-relay"
+                else label(results, name)
+                if name == "upstream-direct"
+                else relay_label(name)
+            ),
+            num(get(row, "seq", "p50_ms"), 3),
+            num(get(row, "seq", "p99_ms"), 3),
+            num(get(row, "inflight", "calls_per_s"), 0),
+            f"{num(get(row, 'inflight', 'p50_ms'))} / {num(get(row, 'inflight', 'p99_ms'))}",
+            f"{num(get(row, 'seq', 'cpu_us_per_call'), 0)} / {num(get(row, 'inflight', 'cpu_us_per_call'), 0)}"
+            if get(row, "seq", "cpu_us_per_call") is not None
+            else "–",
+            num(rss / 1024, 1) if rss else "–",
+            num(row.get("startup_s")),
+        ]
         if name == "upstream-direct":
             cells[3] = num(get(row, "inflight", "calls_per_s"), 0) + f" ({n} processes)"
         if row.get("errors"):
@@ -166,9 +195,12 @@ def relay_table(results: dict) -> list[str]:
 
 
 def relay_label(name: str) -> str:
-    return {"mcpgate-relay": "mcpgate-relay", "mcp-proxy-py": "mcp-proxy 0.13.0 (PyPI) client mode",
-            "mcp-stdio": "mcp-stdio 0.45.2 relay (PyPI)",
-            "supergateway": "supergateway 4.0.0 --streamableHttp → stdio (npm)"}.get(name, name)
+    return {
+        "mcpgate-relay": "mcpgate-relay",
+        "mcp-proxy-py": "mcp-proxy 0.13.0 (PyPI) client mode",
+        "mcp-stdio": "mcp-stdio 0.45.2 relay (PyPI)",
+        "supergateway": "supergateway 4.0.0 --streamableHttp → stdio (npm)",
+    }.get(name, name)
 
 
 def targets(results: dict) -> list[str]:
@@ -182,40 +214,59 @@ def targets(results: dict) -> list[str]:
     ours = get(speed, "mcpgate", "seq", "p50_ms")
     peer, best = fastest(speed, PEERS, ("seq", "p50_ms"))
     if ours and best:
-        add("serve sequential p50 ≤ 0.75x the fastest peer", f"{ours:.3f} ms vs {label(results, peer)} "
-            f"{best:.3f} ms = {ours / best:.2f}x", ours <= 0.75 * best)
+        add(
+            "serve sequential p50 ≤ 0.75x the fastest peer",
+            f"{ours:.3f} ms vs {label(results, peer)} {best:.3f} ms = {ours / best:.2f}x",
+            ours <= 0.75 * best,
+        )
     floor, direct = get(speed, "floor", "seq", "p50_ms"), get(speed, "direct", "seq", "p50_ms")
     if ours and floor and direct:
-        add("stretch: serve sequential p50 ≤ 1.3x (floor + direct pipes)",
+        add(
+            "stretch: serve sequential p50 ≤ 1.3x (floor + direct pipes)",
             f"{ours:.3f} ms vs {floor:.3f} + {direct:.3f} ms = {ours / (floor + direct):.2f}x",
-            ours <= 1.3 * (floor + direct))
+            ours <= 1.3 * (floor + direct),
+        )
     ours16 = get(speed, "mcpgate", "c16", "calls_per_s")
     peer16, best16 = fastest(speed, PEERS, ("c16", "calls_per_s"), higher=True)
     if ours16 and best16:
-        add("16 clients: throughput ≥ 1.5x the fastest peer", f"{ours16:,.0f} vs {label(results, peer16)} "
-            f"{best16:,.0f} calls/s = {ours16 / best16:.2f}x", ours16 >= 1.5 * best16)
+        add(
+            "16 clients: throughput ≥ 1.5x the fastest peer",
+            f"{ours16:,.0f} vs {label(results, peer16)} {best16:,.0f} calls/s = {ours16 / best16:.2f}x",
+            ours16 >= 1.5 * best16,
+        )
         p99, peer_p99 = get(speed, "mcpgate", "c16", "p99_ms"), get(speed, peer16, "c16", "p99_ms")
         if p99 and peer_p99:
-            add("16 clients: p99 ≤ 0.5x that peer's p99", f"{p99:.2f} vs {peer_p99:.2f} ms = {p99 / peer_p99:.2f}x",
-                p99 <= 0.5 * peer_p99)
+            add(
+                "16 clients: p99 ≤ 0.5x that peer's p99",
+                f"{p99:.2f} vs {peer_p99:.2f} ms = {p99 / peer_p99:.2f}x",
+                p99 <= 0.5 * peer_p99,
+            )
     ours_mem = mem.get("mcpgate", {})
     counts = results["config"]["memory_counts"]
     at20 = get(ours_mem, "by_count", 20, "rss_kb")
     if at20:
         pss = get(ours_mem, "by_count", 20, "pss_kb")
-        add("memory: gunicorn master + worker ≤ 60 MB with 20 sessions",
-            f"RSS {at20 / 1024:.1f} MB (PSS {pss / 1024:.1f} MB)", at20 / 1024 <= 60)
+        add(
+            "memory: gunicorn master + worker ≤ 60 MB with 20 sessions",
+            f"RSS {at20 / 1024:.1f} MB (PSS {pss / 1024:.1f} MB)",
+            at20 / 1024 <= 60,
+        )
     if ours_mem.get("kb_per_session") is not None:
-        add(f"memory: ≤ 50 KB per extra session ({counts[1]}→{counts[-1]})",
+        add(
+            f"memory: ≤ 50 KB per extra session ({counts[1]}→{counts[-1]})",
             f"{ours_mem['kb_per_session']:.1f} KB RSS ({ours_mem['pss_kb_per_session']:.1f} KB PSS)",
-            ours_mem["kb_per_session"] <= 50)
+            ours_mem["kb_per_session"] <= 50,
+        )
     held = get(results, "capacity", "mcpgate", "held_sessions_with_get_streams")
     top = max(ours_mem.get("by_count", {}) or [0])
     if held is not None or top:
         most = max(held or 0, top)
         cap = get(results, "capacity", "mcpgate", "cap") or 0
-        add("1,000 concurrent sessions in one worker", f"{top} idle sessions; {held} sessions with GET streams "
-            f"(cap {cap})", most >= 1000 if max(cap, top) >= 1000 else None)
+        add(
+            "1,000 concurrent sessions in one worker",
+            f"{top} idle sessions; {held} sessions with GET streams (cap {cap})",
+            most >= 1000 if max(cap, top) >= 1000 else None,
+        )
     four, ref = get(speed, "mcpgate", "blob_ms", "4194304"), get(speed, "direct", "blob_ms", "4194304")
     if four and ref:
         add("4 MiB result ≤ 1.2x direct pipes", f"{four:.1f} vs {ref:.1f} ms = {four / ref:.2f}x", four <= 1.2 * ref)
@@ -223,13 +274,19 @@ def targets(results: dict) -> list[str]:
     r_ours = get(relay, "mcpgate-relay", "seq", "p50_ms")
     rp, rbest = fastest(relay, peers_r, ("seq", "p50_ms"))
     if r_ours and rbest:
-        add("relay sequential p50 ≤ 0.75x the fastest peer relay", f"{r_ours:.3f} vs {relay_label(rp)} "
-            f"{rbest:.3f} ms = {r_ours / rbest:.2f}x", r_ours <= 0.75 * rbest)
+        add(
+            "relay sequential p50 ≤ 0.75x the fastest peer relay",
+            f"{r_ours:.3f} vs {relay_label(rp)} {rbest:.3f} ms = {r_ours / rbest:.2f}x",
+            r_ours <= 0.75 * rbest,
+        )
     r16 = get(relay, "mcpgate-relay", "inflight", "calls_per_s")
     rp16, rbest16 = fastest(relay, peers_r, ("inflight", "calls_per_s"), higher=True)
     if r16 and rbest16:
-        add("relay 16 in flight ≥ 1.5x the fastest peer relay", f"{r16:,.0f} vs {relay_label(rp16)} "
-            f"{rbest16:,.0f} calls/s = {r16 / rbest16:.2f}x", r16 >= 1.5 * rbest16)
+        add(
+            "relay 16 in flight ≥ 1.5x the fastest peer relay",
+            f"{r16:,.0f} vs {relay_label(rp16)} {rbest16:,.0f} calls/s = {r16 / rbest16:.2f}x",
+            r16 >= 1.5 * rbest16,
+        )
     rss = get(relay, "mcpgate-relay", "memory", "rss_kb")
     if rss:
         add("relay resident memory ≤ 35 MB", f"{rss / 1024:.1f} MB", rss / 1024 <= 35)
@@ -241,15 +298,19 @@ def notes(results: dict) -> list[str]:
     for name, row in (results.get("speed") or {}).items():
         p50 = get(row, "seq", "p50_ms")
         if p50 and p50 > NAGLE_MS:
-            out.append(f"- **{label(results, name)}**: {p50:.1f} ms per sequential call on loopback: the signature "
-                       "of Nagle's algorithm meeting delayed ACKs (a reply written in two pieces without "
-                       "TCP_NODELAY), not of work. Its throughput rows are bounded by the same stall.")
+            out.append(
+                f"- **{label(results, name)}**: {p50:.1f} ms per sequential call on loopback: the signature "
+                "of Nagle's algorithm meeting delayed ACKs (a reply written in two pieces without "
+                "TCP_NODELAY), not of work. Its throughput rows are bounded by the same stall."
+            )
         for metric, errors in (row.get("errors") or {}).items():
             out.append(f"- {label(results, name)}: {metric} failed: {'; '.join(map(str, errors))[:300]}")
         for key, value in row.items():
             if isinstance(value, dict) and value.get("errors"):
-                out.append(f"- {label(results, name)}: {key}: {value['errors']} failed calls, e.g. "
-                           f"{'; '.join(value.get('error_samples') or [])[:200]}")
+                out.append(
+                    f"- {label(results, name)}: {key}: {value['errors']} failed calls, e.g. "
+                    f"{'; '.join(value.get('error_samples') or [])[:200]}"
+                )
     for name, entry in (results.get("gateways") or {}).items():
         if entry.get("missing"):
             out.append(f"- {entry['label']}: {entry['missing']}.")
@@ -257,15 +318,19 @@ def notes(results: dict) -> list[str]:
             out.append(f"- {entry['label']}: {entry['note']}, so its memory per session excludes a child.")
     cap = get(results, "capacity", "mcpgate")
     if cap:
-        out.append(f"- Capacity: one mcpgate worker held {cap['held_sessions_with_get_streams']} sessions, each "
-                   f"with an open GET stream and its own child (stepped by {results['config']['capacity_step']} "
-                   f"up to {cap['cap']}); first error: {cap['first_error'] or 'none'}.")
+        out.append(
+            f"- Capacity: one mcpgate worker held {cap['held_sessions_with_get_streams']} sessions, each "
+            f"with an open GET stream and its own child (stepped by {results['config']['capacity_step']} "
+            f"up to {cap['cap']}); first error: {cap['first_error'] or 'none'}."
+        )
     for name, row in (results.get("relay") or {}).items():
         for metric, errors in (row.get("errors") or {}).items():
             out.append(f"- relay {name}: {metric} failed: {'; '.join(map(str, errors))[:300]}")
     if results.get("leftover_children_killed"):
-        out.append(f"- {results['leftover_children_killed']} child servers outlived their gateway and were killed "
-                   "by the bench.")
+        out.append(
+            f"- {results['leftover_children_killed']} child servers outlived their gateway and were killed "
+            "by the bench."
+        )
     return out
 
 
@@ -286,7 +351,8 @@ def markdown(results: dict) -> str:
         f"mcpgate measured: `{get(results, 'source', 'mcpgate_source')}` at commit "
         f"{get(results, 'source', 'git_head')}, uncommitted changes in mcpgate/: "
         f"{get(results, 'source', 'uncommitted_in_mcpgate')}"
-        + (f" ({get(results, 'source', 'snapshot')})" if get(results, 'source', 'snapshot') else "") + ".",
+        + (f" ({get(results, 'source', 'snapshot')})" if get(results, "source", "snapshot") else "")
+        + ".",
         "",
         "Every gateway fronts the same stdlib child (`bench/child_server.py`, run with `python -S`); the client is "
         "`http.client` on one kept-alive connection per session, one session per client process; calls are "
@@ -335,8 +401,15 @@ def plot(results: dict, target: Path) -> None:
     speed = results.get("speed") or {}
     levels = results["config"]["levels"]
     names = [n for n in SERVE_ORDER if n in speed and n != "direct"]
-    colors = {"mcpgate": "#d62728", "supergateway": "#1f77b4", "mcp-proxy-npm": "#2ca02c",
-              "mcp-proxy-py": "#9467bd", "mcp-stdio": "#8c564b", "floor": "#7f7f7f", "direct": "#000000"}
+    colors = {
+        "mcpgate": "#d62728",
+        "supergateway": "#1f77b4",
+        "mcp-proxy-npm": "#2ca02c",
+        "mcp-proxy-py": "#9467bd",
+        "mcp-stdio": "#8c564b",
+        "floor": "#7f7f7f",
+        "direct": "#000000",
+    }
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     ax = axes[0][0]
     for name in names:
@@ -345,8 +418,13 @@ def plot(results: dict, target: Path) -> None:
         if any(p50):
             ax.plot(levels, p50, "o-", color=colors.get(name), label=f"{name} p50")
             ax.plot(levels, p99, "x--", color=colors.get(name), alpha=0.5, linewidth=1)
-    ax.set(xscale="log", yscale="log", xlabel="concurrent client processes", ylabel="ms per call",
-           title="Latency (p50 solid, p99 dashed)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="concurrent client processes",
+        ylabel="ms per call",
+        title="Latency (p50 solid, p99 dashed)",
+    )
     ax.set_xticks(levels, [str(n) for n in levels])
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
@@ -365,8 +443,12 @@ def plot(results: dict, target: Path) -> None:
         if by:
             counts = sorted(by)
             ax.plot(counts, [by[c]["rss_kb"] / 1024 for c in counts], "o-", color=colors.get(name), label=name)
-    ax.set(xscale="log", xlabel="idle sessions", ylabel="RSS MB (gateway only, children excluded)",
-           title="Memory against sessions")
+    ax.set(
+        xscale="log",
+        xlabel="idle sessions",
+        ylabel="RSS MB (gateway only, children excluded)",
+        title="Memory against sessions",
+    )
     ax.set_ylim(bottom=0)
     counts = results["config"]["memory_counts"]
     ax.set_xticks(counts, [str(c) for c in counts])
@@ -376,14 +458,15 @@ def plot(results: dict, target: Path) -> None:
     for name in [n for n in SERVE_ORDER if get(speed, n, "blob_ms")]:
         times = get(speed, name, "blob_ms")
         sizes = [int(s) for s in SIZES if times.get(s)]
-        ax.plot([s / 1024 for s in sizes], [times[str(s)] for s in sizes], "o-", color=colors.get(name),
-                label=name)
+        ax.plot([s / 1024 for s in sizes], [times[str(s)] for s in sizes], "o-", color=colors.get(name), label=name)
     ax.set(xscale="log", yscale="log", xlabel="result size KiB", ylabel="ms per call", title="Big results")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     m = results["machine"]
-    fig.suptitle(f"mcpgate bench ({results['mode']}, {m['nproc']} CPUs, {m['ram_gib']} GiB, Python {m['python']}, "
-                 f"{m['date'][:10]})")
+    fig.suptitle(
+        f"mcpgate bench ({results['mode']}, {m['nproc']} CPUs, {m['ram_gib']} GiB, Python {m['python']}, "
+        f"{m['date'][:10]})"
+    )
     fig.tight_layout()
     fig.savefig(target, dpi=90)
     plt.close(fig)
@@ -404,12 +487,25 @@ IDLE_LEAVES = {  # stacks that are waits, not work: the hub blocked in its loop,
 }
 
 
-SYSCALL_LEAVES = ("SocketMixin.send ", "SocketMixin.recv_into ", "SocketMixin.recv ", "SocketMixin.getsockopt ",
-                  "ChildProcess._write_now ", "_read_chunks ")  # Python frames whose self time is a system call
-AREAS = (("mcpgate/", "mcpgate"), ("gevent/pywsgi", "gevent.pywsgi (HTTP parse/write)"),
-         ("email/", "email header parser (via http.client.parse_headers)"), ("http/client", "http.client"),
-         ("flask/", "flask/werkzeug"), ("werkzeug/", "flask/werkzeug"), ("json/", "json"),
-         ("gunicorn/", "gunicorn"), ("gevent/", "gevent (hub, queues, timeouts)"))
+SYSCALL_LEAVES = (
+    "SocketMixin.send ",
+    "SocketMixin.recv_into ",
+    "SocketMixin.recv ",
+    "SocketMixin.getsockopt ",
+    "ChildProcess._write_now ",
+    "_read_chunks ",
+)  # Python frames whose self time is a system call
+AREAS = (
+    ("mcpgate/", "mcpgate"),
+    ("gevent/pywsgi", "gevent.pywsgi (HTTP parse/write)"),
+    ("email/", "email header parser (via http.client.parse_headers)"),
+    ("http/client", "http.client"),
+    ("flask/", "flask/werkzeug"),
+    ("werkzeug/", "flask/werkzeug"),
+    ("json/", "json"),
+    ("gunicorn/", "gunicorn"),
+    ("gevent/", "gevent (hub, queues, timeouts)"),
+)
 
 
 def area_of(frame: str) -> str:
@@ -446,12 +542,16 @@ def profile_summary(raw_path: Path, top: int = 25) -> str:
     areas: Counter[str] = Counter()
     for frame, count in self_counts.items():
         areas[area_of(frame)] += count
-    lines = [f"{raw_path.name}: {total} samples; {idle} idle (hub loop / pool waits) left out; "
-             f"percentages of the {total - idle} busy samples", "",
-             "py-spy samples wall time: a thread descheduled inside send()/write() after waking its peer counts "
-             "as busy there, so the system-call share is mostly waiting; serve-seq-perf.txt (perf, on-CPU only) "
-             "shows how much of the worker's CPU is the interpreter and how much the kernel.", "",
-             "self %  area"]
+    lines = [
+        f"{raw_path.name}: {total} samples; {idle} idle (hub loop / pool waits) left out; "
+        f"percentages of the {total - idle} busy samples",
+        "",
+        "py-spy samples wall time: a thread descheduled inside send()/write() after waking its peer counts "
+        "as busy there, so the system-call share is mostly waiting; serve-seq-perf.txt (perf, on-CPU only) "
+        "shows how much of the worker's CPU is the interpreter and how much the kernel.",
+        "",
+        "self %  area",
+    ]
     lines += [f"{100 * c / busy:6.1f}  {a}" for a, c in areas.most_common()]
     lines += ["", "self %  function"]
     lines += [f"{100 * c / busy:6.1f}  {f}" for f, c in self_counts.most_common(top)]
@@ -469,55 +569,61 @@ def readme_section(results: dict) -> str:
 
     m, cfg = results["machine"], results["config"]
     wrap = functools.partial(textwrap.fill, width=115, break_on_hyphens=False, break_long_words=False)
-    return "\n".join([
-        README_HEADING,
-        "",
-        wrap(f"Measured on {m['date'][:10]} by `{results['command']}` (after `python bench/run.py --install-peers`) on a "
-        f"shared {m['nproc']}-CPU machine with {m['ram_gib']} GiB RAM (Linux {m['kernel']}, Python {m['python']}, "
-        f"Node {m.get('node', '–')}). Every gateway fronts the same stdlib stdio child; the client is `http.client` "
-        f"on kept-alive connections, one session per client process; gateways run interleaved in "
-        f"{cfg['rounds']} rounds and the figures are medians. Absolute times drift with the machine's load; the "
-        "ratios within one run are what compare. Every figure, the notes and the machine details: "
-        "[bench/results.md](bench/results.md) (a run also writes its raw figures to `bench/out/results.json`)."),
-        "",
-        "![Latency and throughput against concurrent clients, memory against sessions, time of big results]"
-        "(bench/plot.png)",
-        "",
-        "### Serve (tools/call echo through each gateway)",
-        "",
-        *serve_table(results),
-        "",
-        "### Memory of the gateway's own processes with idle sessions (child servers excluded)",
-        "",
-        *memory_table(results),
-        "",
-        "### Big results",
-        "",
-        *blob_table(results),
-        "",
-        "### Relay (stdio client → relay → one mcpgate upstream)",
-        "",
-        *relay_table(results),
-        "",
-        "### Against the targets",
-        "",
-        *targets(results),
-        "",
-        wrap("Re-run: `python bench/run.py` (about 15 minutes; writes into bench/out/ only), `python bench/run.py "
-             "--publish` (the same, and rewrites bench/results.md and bench/plot.png), "
-             "`python bench/run.py --quick` (2-3 minutes, into bench/out/), `python bench/run.py --profile` "
-             "(py-spy profiles of the serve worker), `python bench/report.py --readme` (this section from the last "
-             "full run). The bench's own dependencies are in `bench/requirements.txt`; none is a dependency of "
-             "mcpgate."),
-        "",
-    ])
+    return "\n".join(
+        [
+            README_HEADING,
+            "",
+            wrap(
+                f"Measured on {m['date'][:10]} by `{results['command']}` (after `python bench/run.py --install-peers`) on a "
+                f"shared {m['nproc']}-CPU machine with {m['ram_gib']} GiB RAM (Linux {m['kernel']}, Python {m['python']}, "
+                f"Node {m.get('node', '–')}). Every gateway fronts the same stdlib stdio child; the client is `http.client` "
+                f"on kept-alive connections, one session per client process; gateways run interleaved in "
+                f"{cfg['rounds']} rounds and the figures are medians. Absolute times drift with the machine's load; the "
+                "ratios within one run are what compare. Every figure, the notes and the machine details: "
+                "[bench/results.md](bench/results.md) (a run also writes its raw figures to `bench/out/results.json`)."
+            ),
+            "",
+            "![Latency and throughput against concurrent clients, memory against sessions, time of big results]"
+            "(bench/plot.png)",
+            "",
+            "### Serve (tools/call echo through each gateway)",
+            "",
+            *serve_table(results),
+            "",
+            "### Memory of the gateway's own processes with idle sessions (child servers excluded)",
+            "",
+            *memory_table(results),
+            "",
+            "### Big results",
+            "",
+            *blob_table(results),
+            "",
+            "### Relay (stdio client → relay → one mcpgate upstream)",
+            "",
+            *relay_table(results),
+            "",
+            "### Against the targets",
+            "",
+            *targets(results),
+            "",
+            wrap(
+                "Re-run: `python bench/run.py` (about 15 minutes; writes into bench/out/ only), `python bench/run.py "
+                "--publish` (the same, and rewrites bench/results.md and bench/plot.png), "
+                "`python bench/run.py --quick` (2-3 minutes, into bench/out/), `python bench/run.py --profile` "
+                "(py-spy profiles of the serve worker), `python bench/report.py --readme` (this section from the last "
+                "full run). The bench's own dependencies are in `bench/requirements.txt`; none is a dependency of "
+                "mcpgate."
+            ),
+            "",
+        ]
+    )
 
 
 def update_readme(readme: Path, section: str) -> None:
     """Replace the README's closing Performance section (or append it); nothing above it changes."""
     text = readme.read_text()
     at = text.find("\n" + README_HEADING + "\n")
-    head = text[:at + 1] if at >= 0 else text.rstrip("\n") + "\n\n"
+    head = text[: at + 1] if at >= 0 else text.rstrip("\n") + "\n\n"
     readme.write_text(head + section)
 
 
@@ -526,8 +632,12 @@ if __name__ == "__main__":
 
     here = Path(__file__).resolve().parent
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("results", nargs="?", type=Path, help="results.json (default: bench/out/results-full.json "
-                        "with --readme, else bench/out/results.json)")
+    parser.add_argument(
+        "results",
+        nargs="?",
+        type=Path,
+        help="results.json (default: bench/out/results-full.json with --readme, else bench/out/results.json)",
+    )
     parser.add_argument("out_dir", nargs="?", type=Path, help="where results.md and plot.png go")
     parser.add_argument("--readme", action="store_true", help="rewrite README.md's closing Performance section")
     args = parser.parse_args()

@@ -48,12 +48,32 @@ from mcpclient import PipeSession  # noqa: E402
 BENCH = gateways.BENCH
 PHASES = ("memory", "capacity", "speed", "relay")
 SIZES = [64 * 1024, 1024 * 1024, 4 * 1024 * 1024, 8 * 1024 * 1024]
-FULL = {"rounds": 3, "seq_calls": 1000, "seq_cap_s": 10.0, "levels": [1, 4, 16, 64], "duration_s": 2.0,
-        "blob_reps": 4, "memory_counts": [1, 20, 1000], "capacity_cap": 2000, "capacity_step": 200,
-        "relay_calls": 1000, "relay_inflight": 16}
-QUICK = {"rounds": 1, "seq_calls": 300, "seq_cap_s": 6.0, "levels": [1, 4, 16, 64], "duration_s": 1.0,
-         "blob_reps": 2, "memory_counts": [1, 20, 100], "capacity_cap": 200, "capacity_step": 100,
-         "relay_calls": 300, "relay_inflight": 16}
+FULL = {
+    "rounds": 3,
+    "seq_calls": 1000,
+    "seq_cap_s": 10.0,
+    "levels": [1, 4, 16, 64],
+    "duration_s": 2.0,
+    "blob_reps": 4,
+    "memory_counts": [1, 20, 1000],
+    "capacity_cap": 2000,
+    "capacity_step": 200,
+    "relay_calls": 1000,
+    "relay_inflight": 16,
+}
+QUICK = {
+    "rounds": 1,
+    "seq_calls": 300,
+    "seq_cap_s": 6.0,
+    "levels": [1, 4, 16, 64],
+    "duration_s": 1.0,
+    "blob_reps": 2,
+    "memory_counts": [1, 20, 100],
+    "capacity_cap": 200,
+    "capacity_step": 100,
+    "relay_calls": 300,
+    "relay_inflight": 16,
+}
 
 
 def log(message: str) -> None:
@@ -85,12 +105,19 @@ def machine() -> dict:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"nproc": os.cpu_count(), "ram_gib": round(mem_kb / 1024 / 1024, 1), "cpu": cpu,
-            "kernel": platform.release(), "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "load_avg_at_start": os.getloadavg(), **gateways.tool_versions()}
+    return {
+        "nproc": os.cpu_count(),
+        "ram_gib": round(mem_kb / 1024 / 1024, 1),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "load_avg_at_start": os.getloadavg(),
+        **gateways.tool_versions(),
+    }
 
 
 # -- phases ----------------------------------------------------------------------------------------------
+
 
 def phase_memory(specs: list[gateways.Spec], cfg: dict, log_dir: Path) -> dict:
     out = {}
@@ -105,9 +132,12 @@ def phase_memory(specs: list[gateways.Spec], cfg: dict, log_dir: Path) -> dict:
             continue
         try:
             time.sleep(1.0)
-            out[spec.name] = {"rows": measure.memory_with_sessions(running.port, spec.path, running.proc.pid,
-                                                                   cfg["memory_counts"], gateways.tree_memory),
-                              "startup_s": round(running.startup_s, 2)}
+            out[spec.name] = {
+                "rows": measure.memory_with_sessions(
+                    running.port, spec.path, running.proc.pid, cfg["memory_counts"], gateways.tree_memory
+                ),
+                "startup_s": round(running.startup_s, 2),
+            }
         except Exception as exc:  # noqa: BLE001
             out[spec.name] = {"error": repr(exc)[:400]}
         finally:
@@ -123,9 +153,14 @@ def phase_capacity(specs: list[gateways.Spec], cfg: dict, log_dir: Path) -> dict
     log(f"capacity: mcpgate sessions with GET streams, step {cfg['capacity_step']} up to {cfg['capacity_cap']}")
     running = gateways.start(spec, log_dir)
     try:
-        result = measure.capacity(running.port, spec.path, cfg["capacity_cap"], cfg["capacity_step"],
-                                  health=lambda: measure.healthz(running.port),
-                                  memory=lambda: gateways.tree_memory(running.proc.pid))
+        result = measure.capacity(
+            running.port,
+            spec.path,
+            cfg["capacity_cap"],
+            cfg["capacity_step"],
+            health=lambda: measure.healthz(running.port),
+            memory=lambda: gateways.tree_memory(running.proc.pid),
+        )
     finally:
         gateways.stop(running)
     log(f"  held {result['held_sessions_with_get_streams']}, first error: {result['first_error']}")
@@ -162,14 +197,30 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
                     value = attempt(store, "seq", measure.timed_loop, direct.echo, cfg["seq_calls"], cfg["seq_cap_s"])
                 else:
                     run = running[name]
-                    value = attempt(store, "seq", measure.sequential_http, run.port, by_name[name].path,
-                                    cfg["seq_calls"], cfg["seq_cap_s"], cpu_of(run))
+                    value = attempt(
+                        store,
+                        "seq",
+                        measure.sequential_http,
+                        run.port,
+                        by_name[name].path,
+                        cfg["seq_calls"],
+                        cfg["seq_cap_s"],
+                        cpu_of(run),
+                    )
                 log(f"  seq {name}: {fmt(value)}")
             for level in cfg["levels"]:
                 for name in rotate(names, rnd):
                     run = running[name]
-                    value = attempt(raw[name], f"c{level}", measure.concurrent_http, run.port, by_name[name].path,
-                                    level, cfg["duration_s"], cpu_of(run))
+                    value = attempt(
+                        raw[name],
+                        f"c{level}",
+                        measure.concurrent_http,
+                        run.port,
+                        by_name[name].path,
+                        level,
+                        cfg["duration_s"],
+                        cpu_of(run),
+                    )
                     log(f"  c{level} {name}: {fmt(value)}")
             for name in order:
                 if name != "direct" and not by_name[name].blobs:
@@ -211,29 +262,48 @@ def phase_relay(cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Sp
         for name in rotate(names, rnd):
             store = raw.setdefault(name, {})
             if name == "upstream-direct":
-                value = attempt(store, "seq", measure.sequential_http, upstream.port, spec.path,
-                                cfg["relay_calls"], cfg["seq_cap_s"])
-                value2 = attempt(store, "inflight", measure.concurrent_http, upstream.port, spec.path,
-                                 cfg["relay_inflight"], cfg["duration_s"])
+                value = attempt(
+                    store,
+                    "seq",
+                    measure.sequential_http,
+                    upstream.port,
+                    spec.path,
+                    cfg["relay_calls"],
+                    cfg["seq_cap_s"],
+                )
+                value2 = attempt(
+                    store,
+                    "inflight",
+                    measure.concurrent_http,
+                    upstream.port,
+                    spec.path,
+                    cfg["relay_inflight"],
+                    cfg["duration_s"],
+                )
                 log(f"  {name}: seq {fmt(value)}; {cfg['relay_inflight']} processes {fmt(value2)}")
                 continue
             try:
                 began = time.monotonic()
-                relay = PipeSession(relays[name].argv(url), env=relays[name].env or None,
-                                    cwd=str(relays[name].cwd or gateways.ROOT))
+                relay = PipeSession(
+                    relays[name].argv(url), env=relays[name].env or None, cwd=str(relays[name].cwd or gateways.ROOT)
+                )
             except Exception as exc:  # noqa: BLE001
                 store.setdefault("seq", []).append({"error": repr(exc)[:300]})
                 continue
             try:
                 attempt(store, "startup_s", lambda: relay.initialize(60.0) and time.monotonic() - began)
                 cpu = cpu_of(relay)
-                value = attempt(store, "seq", measure.timed_loop, relay.echo, cfg["relay_calls"], cfg["seq_cap_s"],
-                                50, cpu)
-                value2 = attempt(store, "inflight", measure.pipe_in_flight, relay, cfg["relay_inflight"],
-                                 cfg["duration_s"], cpu)
+                value = attempt(
+                    store, "seq", measure.timed_loop, relay.echo, cfg["relay_calls"], cfg["seq_cap_s"], 50, cpu
+                )
+                value2 = attempt(
+                    store, "inflight", measure.pipe_in_flight, relay, cfg["relay_inflight"], cfg["duration_s"], cpu
+                )
                 store.setdefault("memory", []).append(gateways.tree_memory(relay.proc.pid))
-                log(f"  {name}: seq {fmt(value)}; {cfg['relay_inflight']} in flight {fmt(value2)}; "
-                    f"rss {store['memory'][-1]['rss_kb'] // 1024} MB")
+                log(
+                    f"  {name}: seq {fmt(value)}; {cfg['relay_inflight']} in flight {fmt(value2)}; "
+                    f"rss {store['memory'][-1]['rss_kb'] // 1024} MB"
+                )
             finally:
                 relay.close()
     return raw
@@ -266,6 +336,7 @@ def fmt_blob(value) -> str:  # type: ignore[no-untyped-def]
 
 # -- aggregation -------------------------------------------------------------------------------------------
 
+
 def aggregate(raw: dict, cfg: dict) -> dict:
     """Median over rounds of each per-round figure; blobs: median of every run."""
     out: dict[str, dict] = {}
@@ -277,9 +348,14 @@ def aggregate(raw: dict, cfg: dict) -> dict:
             good = [v for v in values if isinstance(v, dict) and "error" not in v]
             errors = [v["error"] for v in values if isinstance(v, dict) and "error" in v]
             if metric == "blob":
-                row["blob_ms"] = {size: median([t for v in good for t in v[size]]) for size in (good[0] if good else {})}
+                row["blob_ms"] = {
+                    size: median([t for v in good for t in v[size]]) for size in (good[0] if good else {})
+                }
             elif metric in ("memory_after_load", "memory"):
-                row[metric] = {"rss_kb": median([v["rss_kb"] for v in good]), "pss_kb": median([v["pss_kb"] for v in good])}
+                row[metric] = {
+                    "rss_kb": median([v["rss_kb"] for v in good]),
+                    "pss_kb": median([v["pss_kb"] for v in good]),
+                }
             elif metric == "start_error":
                 row["error"] = values[0]
             elif metric == "startup_s":
@@ -299,6 +375,7 @@ def aggregate(raw: dict, cfg: dict) -> dict:
 
 # -- profile -----------------------------------------------------------------------------------------------
 
+
 def profile(cfg: dict, out_dir: Path) -> None:
     """py-spy on the mcpgate worker: sequential calls (raw + svg), then 16 client processes (raw)."""
     py_spy = Path(sys.executable).parent / "py-spy"
@@ -308,18 +385,36 @@ def profile(cfg: dict, out_dir: Path) -> None:
     running = gateways.start(spec, out_dir / "logs")
     try:
         parents = gateways._ppid_map()
-        worker = next(pid for pid, ppid in parents.items()
-                      if ppid == running.proc.pid and "gunicorn" in gateways._cmdline(pid))
+        worker = next(
+            pid for pid, ppid in parents.items() if ppid == running.proc.pid and "gunicorn" in gateways._cmdline(pid)
+        )
         seconds = 12
         measure.sequential_http(running.port, spec.path, 500, 10.0)  # warm: imports, caches, allocator
         measure.concurrent_http(running.port, spec.path, 16, 1.0)
         for label, fmt_, load in (("seq", "raw", None), ("seq", "flamegraph", None), ("c16", "raw", 16)):
             suffix = "svg" if fmt_ == "flamegraph" else "txt"
             target = out_dir / f"serve-{label}.{suffix}"
-            spy = procs.register(subprocess.Popen(
-                [str(py_spy), "record", "--pid", str(worker), "--rate", "250", "--format", fmt_,
-                 "--duration", str(seconds), "-o", str(target)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True))
+            spy = procs.register(
+                subprocess.Popen(
+                    [
+                        str(py_spy),
+                        "record",
+                        "--pid",
+                        str(worker),
+                        "--rate",
+                        "250",
+                        "--format",
+                        fmt_,
+                        "--duration",
+                        str(seconds),
+                        "-o",
+                        str(target),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            )
             time.sleep(1.0)
             if load is None:
                 figure = measure.sequential_http(running.port, spec.path, 10**9, seconds - 2)
@@ -348,9 +443,14 @@ def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 
         log("perf not found: no CPU split by library")
         return
     data = out_dir / "serve-seq.perf.data"
-    rec = procs.register(subprocess.Popen([perf, "record", "-F", "999", "-p", str(worker), "-o", str(data), "--",
-                                           "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                          start_new_session=True))
+    rec = procs.register(
+        subprocess.Popen(
+            [perf, "record", "-F", "999", "-p", str(worker), "-o", str(data), "--", "sleep", str(seconds)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    )
     time.sleep(0.5)
     measure.sequential_http(port, path, 10**9, seconds - 1.5)
     code = rec.wait(60)
@@ -358,14 +458,21 @@ def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 
     if code != 0:
         log(f"perf record failed: {rec.stderr.read().decode(errors='replace')[-300:]}")  # type: ignore[union-attr]
         return
-    rep = subprocess.run([perf, "report", "-i", str(data), "--no-children", "--sort", "dso", "--stdio"],
-                         capture_output=True, text=True)
+    rep = subprocess.run(
+        [perf, "report", "-i", str(data), "--no-children", "--sort", "dso", "--stdio"], capture_output=True, text=True
+    )
     rows = [line for line in rep.stdout.splitlines() if line.strip() and not line.startswith("#")][:12]
-    kernel = subprocess.run([perf, "report", "-i", str(data), "--no-children", "--sort", "sym", "--stdio"],
-                            capture_output=True, text=True)
+    kernel = subprocess.run(
+        [perf, "report", "-i", str(data), "--no-children", "--sort", "sym", "--stdio"], capture_output=True, text=True
+    )
     krows = [line for line in kernel.stdout.splitlines() if "[k]" in line][:8]
-    text = ("perf: the serve worker's on-CPU samples by library during sequential calls\n" + "\n".join(rows)
-            + "\n\ntop kernel symbols\n" + "\n".join(krows) + "\n")
+    text = (
+        "perf: the serve worker's on-CPU samples by library during sequential calls\n"
+        + "\n".join(rows)
+        + "\n\ntop kernel symbols\n"
+        + "\n".join(krows)
+        + "\n"
+    )
     (out_dir / "serve-seq-perf.txt").write_text(text)
     print(text)
 
@@ -379,8 +486,13 @@ def take_snapshot(dest: Path, attempts: int = 10) -> str:
     for attempt_no in range(attempts):
         shutil.rmtree(dest, ignore_errors=True)
         shutil.copytree(origin, dest / "mcpgate", ignore=shutil.ignore_patterns("__pycache__"))
-        done = subprocess.run([sys.executable, "-c", check], cwd=dest, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(dest), "MCPGATE_COMMAND": ""})
+        done = subprocess.run(
+            [sys.executable, "-c", check],
+            cwd=dest,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(dest), "MCPGATE_COMMAND": ""},
+        )
         if done.returncode == 0:
             gateways.SRC = dest
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -393,8 +505,14 @@ def take_snapshot(dest: Path, attempts: int = 10) -> str:
 
 def compare_workers(names: list[str], cfg: dict, out_dir: Path, baseline: Path | None) -> int:
     result = workers.phase([n for n in names if n], cfg, out_dir / "logs", log, baseline)
-    result.update({"machine": machine(), "source": gateways.source_state(), "config": cfg,
-                   "command": "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])})
+    result.update(
+        {
+            "machine": machine(),
+            "source": gateways.source_state(),
+            "config": cfg,
+            "command": "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        }
+    )
     (out_dir / "workers.json").write_text(json.dumps(result, indent=1, default=str))
     text = workers.table(result)
     (out_dir / "workers.md").write_text(f"`{result['command']}`, {cfg['rounds']} rounds\n\n{text}")
@@ -405,28 +523,51 @@ def compare_workers(names: list[str], cfg: dict, out_dir: Path, baseline: Path |
 
 # -- main --------------------------------------------------------------------------------------------------
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer calls and one round (~2-3 min)")
     parser.add_argument("--install-peers", action="store_true", help="install the peers into bench/.peers and exit")
-    parser.add_argument("--only", default="", help="comma-separated gateway names (mcpgate, floor, supergateway, "
-                                                   "mcp-proxy-npm, mcp-proxy-py, mcp-stdio)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated gateway names (mcpgate, floor, supergateway, mcp-proxy-npm, mcp-proxy-py, mcp-stdio)",
+    )
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
     parser.add_argument("--out", type=Path, help="where results.md and plot.png go (default: bench/out/)")
-    parser.add_argument("--publish", action="store_true", help="a full run of every phase and gateway that also "
-                                                                "rewrites the tracked bench/results.md and plot.png")
-    parser.add_argument("--worker-classes", default="", help="only compare mcpgate under these gunicorn worker "
-                                                             f"classes ({', '.join(workers.EXTRA_ARGS)}): "
-                                                             "bench/out/workers.json and .md")
-    parser.add_argument("--baseline", type=Path, help="with --worker-classes: also mcpgate's own worker from the "
-                                                      "mcpgate package in this directory, as 'baseline'")
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="a full run of every phase and gateway that also rewrites the tracked bench/results.md and plot.png",
+    )
+    parser.add_argument(
+        "--worker-classes",
+        default="",
+        help="only compare mcpgate under these gunicorn worker "
+        f"classes ({', '.join(workers.EXTRA_ARGS)}): "
+        "bench/out/workers.json and .md",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="with --worker-classes: also mcpgate's own worker from the "
+        "mcpgate package in this directory, as 'baseline'",
+    )
     parser.add_argument("--profile", action="store_true", help="only profile the serve worker with py-spy")
-    parser.add_argument("--snapshot", action="store_true", help="copy the mcpgate package into bench/out/snapshot "
-                                                                 "first and measure the copy (edits made during "
-                                                                 "the run then cannot mix into it)")
-    parser.add_argument("--src", type=Path, help="measure the mcpgate package in this directory (e.g. a copy "
-                                                 "of an older tree) instead of the installed one")
+    parser.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="copy the mcpgate package into bench/out/snapshot "
+        "first and measure the copy (edits made during "
+        "the run then cannot mix into it)",
+    )
+    parser.add_argument(
+        "--src",
+        type=Path,
+        help="measure the mcpgate package in this directory (e.g. a copy "
+        "of an older tree) instead of the installed one",
+    )
     args = parser.parse_args()
     procs.install_handlers()
     try:
@@ -458,22 +599,37 @@ def run(args: argparse.Namespace) -> int:
         profile(cfg, out_dir)
         return 0
     if args.worker_classes:
-        return compare_workers(args.worker_classes.split(","), {**cfg, "rounds": args.rounds or 5}, out_dir,
-                               args.baseline.resolve() if args.baseline else None)
+        return compare_workers(
+            args.worker_classes.split(","),
+            {**cfg, "rounds": args.rounds or 5},
+            out_dir,
+            args.baseline.resolve() if args.baseline else None,
+        )
     phases = [p for p in args.phases.split(",") if p]
     only = {n for n in args.only.split(",") if n}
     specs_all = gateways.serve_specs()
     specs = [s for s in specs_all if (not only or s.name in only) and not s.missing]
     complete = not args.quick and not only and set(phases) == set(PHASES) and not args.rounds
     if args.publish and not complete:
-        sys.exit("--publish rewrites the tracked results: only with a full run (no --quick, --only, --phases, "
-                 "--rounds)")
+        sys.exit(
+            "--publish rewrites the tracked results: only with a full run (no --quick, --only, --phases, --rounds)"
+        )
     publish_dir = args.out or (BENCH if args.publish else out_dir)
     command = "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    results: dict = {"machine": machine(), "source": source, "command": command.strip(), "mode": "quick" if args.quick else "full",
-                     "config": cfg, "nofile": nofile, "child": gateways.CHILD,
-                     "gateways": {s.name: {"label": s.label, "missing": s.missing, "note": s.note}
-                                  for s in specs_all if not only or s.name in only}}
+    results: dict = {
+        "machine": machine(),
+        "source": source,
+        "command": command.strip(),
+        "mode": "quick" if args.quick else "full",
+        "config": cfg,
+        "nofile": nofile,
+        "child": gateways.CHILD,
+        "gateways": {
+            s.name: {"label": s.label, "missing": s.missing, "note": s.note}
+            for s in specs_all
+            if not only or s.name in only
+        },
+    }
     for spec in specs_all:
         if spec.missing and (not only or spec.name in only):
             print(f"NOTE: {spec.name} skipped: {spec.missing}", flush=True)
@@ -512,8 +668,10 @@ def run(args: argparse.Namespace) -> int:
     if complete:  # kept apart so a later --quick run does not replace what the README shows
         (out_dir / "results-full.json").write_text(json.dumps(results, indent=1, default=str))
     report.write(results, publish_dir)
-    log(f"done in {results['elapsed_s']} s: {out_dir / 'results.json'}, {publish_dir / 'results.md'}, "
-        f"{publish_dir / 'plot.png'}")
+    log(
+        f"done in {results['elapsed_s']} s: {out_dir / 'results.json'}, {publish_dir / 'results.md'}, "
+        f"{publish_dir / 'plot.png'}"
+    )
     return 0
 
 

@@ -64,9 +64,23 @@ def wait_for(text: str, log: Path, proc: subprocess.Popen[bytes], timeout: float
 def test_sigterm_ends_every_gateway_and_child_the_bench_started(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
     with open(log, "wb") as out:
-        bench = subprocess.Popen([sys.executable, str(BENCH / "run.py"), "--quick", "--only", "mcpgate",
-                                  "--phases", "speed", "--out", str(tmp_path)], stdout=out, stderr=out,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        bench = subprocess.Popen(
+            [
+                sys.executable,
+                str(BENCH / "run.py"),
+                "--quick",
+                "--only",
+                "mcpgate",
+                "--phases",
+                "speed",
+                "--out",
+                str(tmp_path),
+            ],
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     started: dict[int, bytes] = {}
     try:
         wait_for("seq mcpgate:", log, bench, 120.0)

@@ -41,6 +41,7 @@ def _with_args(argv: Callable[[int], list[str]], extra: list[str]) -> Callable[[
     def build(port: int) -> list[str]:
         base = argv(port)
         return base[:-1] + extra + base[-1:]  # options before the app (mcpgate.wsgi)
+
     return build
 
 
@@ -49,12 +50,26 @@ def specs(names: list[str], baseline: Path | None = None) -> list[gateways.Spec]
     if unknown:
         raise SystemExit(f"unknown worker classes {unknown}; known: {', '.join(EXTRA_ARGS)}")
     base = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
-    found = [gateways.Spec(name, f"mcpgate serve, worker {name}", _with_args(base.argv, EXTRA_ARGS[name]),
-                           cwd=base.cwd, **_fast(base.env) if name.endswith("+fast") else {"env": base.env})
-             for name in names]
+    found = [
+        gateways.Spec(
+            name,
+            f"mcpgate serve, worker {name}",
+            _with_args(base.argv, EXTRA_ARGS[name]),
+            cwd=base.cwd,
+            **_fast(base.env) if name.endswith("+fast") else {"env": base.env},
+        )
+        for name in names
+    ]
     if baseline is not None:
-        found.append(gateways.Spec("baseline", f"mcpgate serve from {baseline}", base.argv, cwd=baseline,
-                                   env={**base.env, "PYTHONPATH": str(baseline)}))
+        found.append(
+            gateways.Spec(
+                "baseline",
+                f"mcpgate serve from {baseline}",
+                base.argv,
+                cwd=baseline,
+                env={**base.env, "PYTHONPATH": str(baseline)},
+            )
+        )
     return found
 
 
@@ -73,8 +88,9 @@ def _ratio(values: list[float], bases: list[float]) -> float:
     return statistics.median(pairs) if pairs else float("nan")
 
 
-def phase(names: list[str], cfg: dict[str, Any], log_dir: Path, log: Callable[[str], None],
-          baseline: Path | None = None) -> dict[str, Any]:
+def phase(
+    names: list[str], cfg: dict[str, Any], log_dir: Path, log: Callable[[str], None], baseline: Path | None = None
+) -> dict[str, Any]:
     """Start every variant, then `cfg["rounds"]` interleaved rounds of sequential calls and 16 clients."""
     if BASE not in names:
         names = [BASE, *names]
@@ -96,13 +112,18 @@ def phase(names: list[str], cfg: dict[str, Any], log_dir: Path, log: Callable[[s
                 seq = measure.sequential_http(run.port, "/mcp", cfg["seq_calls"], cfg["seq_cap_s"], cpu)
                 many = measure.concurrent_http(run.port, "/mcp", CONCURRENCY, cfg["duration_s"], cpu)
                 row = raw.setdefault(name, {})
-                for key, value in (("seq_p50_ms", seq["p50_ms"]), ("seq_cpu_us", seq.get("cpu_us_per_call")),
-                                   ("c16_calls_per_s", many["calls_per_s"]),
-                                   ("c16_cpu_us", many.get("cpu_us_per_call")),
-                                   ("c16_errors", float(many["errors"]))):
+                for key, value in (
+                    ("seq_p50_ms", seq["p50_ms"]),
+                    ("seq_cpu_us", seq.get("cpu_us_per_call")),
+                    ("c16_calls_per_s", many["calls_per_s"]),
+                    ("c16_cpu_us", many.get("cpu_us_per_call")),
+                    ("c16_errors", float(many["errors"])),
+                ):
                     row.setdefault(key, []).append(float("nan") if value is None else float(value))
-                log(f"  {name}: seq p50 {seq['p50_ms']:.3f} ms, c16 {many['calls_per_s']:.0f} calls/s, "
-                    f"errors {many['errors']}")
+                log(
+                    f"  {name}: seq p50 {seq['p50_ms']:.3f} ms, c16 {many['calls_per_s']:.0f} calls/s, "
+                    f"errors {many['errors']}"
+                )
     finally:
         for run in started.values():
             gateways.stop(run)
@@ -127,10 +148,15 @@ def summarize(raw: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"| worker | seq p50 ms | vs {BASE} | seq CPU us/call | {CONCURRENCY} clients calls/s | vs {BASE} "
-             f"| c16 CPU us/call | errors |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| worker | seq p50 ms | vs {BASE} | seq CPU us/call | {CONCURRENCY} clients calls/s | vs {BASE} "
+        f"| c16 CPU us/call | errors |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in result["rows"].items():
-        lines.append(f"| {name} | {r['seq_p50_ms']:.3f} | {r['seq_p50_ratio']:.3f} | {r['seq_cpu_us']:.0f} "
-                     f"| {r['c16_calls_per_s']:.0f} | {r['c16_ratio']:.3f} | {r['c16_cpu_us']:.0f} "
-                     f"| {r['c16_errors']:.0f} |")
+        lines.append(
+            f"| {name} | {r['seq_p50_ms']:.3f} | {r['seq_p50_ratio']:.3f} | {r['seq_cpu_us']:.0f} "
+            f"| {r['c16_calls_per_s']:.0f} | {r['c16_ratio']:.3f} | {r['c16_cpu_us']:.0f} "
+            f"| {r['c16_errors']:.0f} |"
+        )
     return "\n".join(lines) + "\n"

@@ -31,21 +31,34 @@ __all__ = ["ChildProcess"]
 
 OnMessage = Callable[[Request | Notification | Response], None]
 
-_MAX_IOV = 512            # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
+_MAX_IOV = 512  # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
 _STDERR_LINE_CAP = 64 * 1024
-_LOG_TEXT = 1000          # stderr characters per log line
-_LOG_BODY = 200           # body bytes in DEBUG / WARNING lines
-_KILL_GRACE = 5.0         # wait after SIGKILL; the kernel needs no longer
+_LOG_TEXT = 1000  # stderr characters per log line
+_LOG_BODY = 200  # body bytes in DEBUG / WARNING lines
+_KILL_GRACE = 5.0  # wait after SIGKILL; the kernel needs no longer
 _NEWLINE = b"\n"
 
 
 class ChildProcess:
     """One supervised stdio child; see the module docstring."""
 
-    def __init__(self, argv: list[str], *, on_message: OnMessage, on_exit: Callable[[str], None],
-                 max_line_bytes: int, max_write_queue_bytes: int, close_timeout: float, term_timeout: float,
-                 env: dict[str, str] | None = None, cwd: str | None = None, stderr: str = "inherit",
-                 label: str = "", max_junk_lines: int = 10, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        on_message: OnMessage,
+        on_exit: Callable[[str], None],
+        max_line_bytes: int,
+        max_write_queue_bytes: int,
+        close_timeout: float,
+        term_timeout: float,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stderr: str = "inherit",
+        label: str = "",
+        max_junk_lines: int = 10,
+        logger: logging.Logger | None = None,
+    ) -> None:
         # The limits and timeouts are required: their defaults are declared once, in mcpgate.settings.
         if not argv:
             raise ValueError("argv is empty")
@@ -59,14 +72,14 @@ class ChildProcess:
         self.returncode: int | None = None
         self.exit_reason: str | None = None
         self._proc: Any = None
-        self._reason: str | None = None      # the close reason; first one wins
+        self._reason: str | None = None  # the close reason; first one wins
         self._closing = False
-        self._discard = False                # stop delivering stdout (after junk / oversized line)
+        self._discard = False  # stop delivering stdout (after junk / oversized line)
         self._junk = 0
         self._queue: deque[bytes | memoryview] = deque()
-        self._writing = False                # a writer greenlet is draining the queue
+        self._writing = False  # a writer greenlet is draining the queue
         self._stdin_fd = -1
-        self._queued = 0                     # bytes accepted by send() and not yet written
+        self._queued = 0  # bytes accepted by send() and not yet written
         self._exited = gevent.event.Event()
         self._done = gevent.event.Event()
         self._greenlets: dict[str, gevent.Greenlet] = {}
@@ -91,9 +104,18 @@ class ChildProcess:
         stderr_target = self._open_stderr()
         try:
             self._proc = gevent.subprocess.Popen(
-                self.argv, executable=executable, stdin=gevent.subprocess.PIPE, stdout=gevent.subprocess.PIPE,
-                stderr=stderr_target, env=self.env, cwd=self.cwd, close_fds=True, start_new_session=True,
-                bufsize=0, preexec_fn=preexec_die_with_parent(os.getpid()))  # unbuffered: we use the fds
+                self.argv,
+                executable=executable,
+                stdin=gevent.subprocess.PIPE,
+                stdout=gevent.subprocess.PIPE,
+                stderr=stderr_target,
+                env=self.env,
+                cwd=self.cwd,
+                close_fds=True,
+                start_new_session=True,
+                bufsize=0,
+                preexec_fn=preexec_die_with_parent(os.getpid()),
+            )  # unbuffered: we use the fds
         except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
             close_quietly(self._stderr_file)
             why = getattr(exc, "strerror", None) or exc
@@ -222,8 +244,9 @@ class ChildProcess:
             self._finish_pipes()
         finally:
             self.exit_reason = self._reason
-            self._log.info("child[%s] pid=%s %s (reason: %s)", self.label, self.pid,
-                           describe_exit(returncode), self._reason)
+            self._log.info(
+                "child[%s] pid=%s %s (reason: %s)", self.label, self.pid, describe_exit(returncode), self._reason
+            )
             try:
                 self._on_exit(self._reason)
             except Exception:

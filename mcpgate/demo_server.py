@@ -27,8 +27,12 @@ LATEST_VERSION = SUPPORTED_VERSIONS[-1]
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 RESOURCE_NOT_FOUND = -32002
 EOF_GRACE_SECONDS = 0.5  # on stdin EOF, quick in-flight tool calls may still answer; the rest are cancelled
-CAPABILITIES: Json = {"tools": {"listChanged": True}, "resources": {"subscribe": False, "listChanged": True},
-                      "prompts": {"listChanged": True}, "logging": {}}
+CAPABILITIES: Json = {
+    "tools": {"listChanged": True},
+    "resources": {"subscribe": False, "listChanged": True},
+    "prompts": {"listChanged": True},
+    "logging": {},
+}
 README = """# mcpgate demo server
 
 A small MCP server bundled with mcpgate, served when no command is configured.
@@ -36,12 +40,25 @@ Tools: echo, add, slow, bytes, ask_name, sample, notify_change, log.
 Resources: demo://readme, demo://time and the template demo://echo/{text}. Prompt: greet.
 """
 ECHO_PREFIX = "demo://echo/"
-RESOURCES = [{"uri": "demo://readme", "name": "readme", "description": "About this demo", "mimeType": "text/markdown"},
-             {"uri": "demo://time", "name": "time", "description": "Current UTC time", "mimeType": "text/plain"}]
-TEMPLATES = [{"uriTemplate": ECHO_PREFIX + "{text}", "name": "echo", "description": "Reads back {text}",
-              "mimeType": "text/plain"}]
-PROMPTS = [{"name": "greet", "description": "Greet someone warmly",
-            "arguments": [{"name": "name", "description": "Who to greet", "required": True}]}]
+RESOURCES = [
+    {"uri": "demo://readme", "name": "readme", "description": "About this demo", "mimeType": "text/markdown"},
+    {"uri": "demo://time", "name": "time", "description": "Current UTC time", "mimeType": "text/plain"},
+]
+TEMPLATES = [
+    {
+        "uriTemplate": ECHO_PREFIX + "{text}",
+        "name": "echo",
+        "description": "Reads back {text}",
+        "mimeType": "text/plain",
+    }
+]
+PROMPTS = [
+    {
+        "name": "greet",
+        "description": "Greet someone warmly",
+        "arguments": [{"name": "name", "description": "Who to greet", "required": True}],
+    }
+]
 log = logging.getLogger("mcpgate.demo_server")
 
 
@@ -90,12 +107,16 @@ class DemoServer:
         self._pending: dict[str, queue.Queue[Json | None]] = {}  # our request id -> where its response goes
         self._ids = itertools.count(1)
         self._methods: dict[str, Callable[[Json], Json]] = {
-            "initialize": self._initialize, "ping": lambda p: {}, "logging/setLevel": self._set_level,
+            "initialize": self._initialize,
+            "ping": lambda p: {},
+            "logging/setLevel": self._set_level,
             "tools/list": lambda p: {"tools": [listing for _, listing in TOOLS.values()]},
             "resources/list": lambda p: {"resources": RESOURCES},
             "resources/templates/list": lambda p: {"resourceTemplates": TEMPLATES},
             "resources/read": self._read_resource,
-            "prompts/list": lambda p: {"prompts": PROMPTS}, "prompts/get": self._get_prompt}
+            "prompts/list": lambda p: {"prompts": PROMPTS},
+            "prompts/get": self._get_prompt,
+        }
 
     def send(self, msg: Json, unless: threading.Event | None = None) -> bool:
         """Write one line; dropped once `unless` is set (a cancelled request gets nothing more)."""
@@ -132,8 +153,12 @@ class DemoServer:
             return self._on_response(msg)
         msg_id = msg.get("id") if isinstance(msg, dict) else None
         reply_id = msg_id if _valid_id(msg_id) else None
-        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str) \
-                or ("id" in msg and reply_id is None):
+        if (
+            not isinstance(msg, dict)
+            or msg.get("jsonrpc") != "2.0"
+            or not isinstance(msg.get("method"), str)
+            or ("id" in msg and reply_id is None)
+        ):
             return self._reply_error(reply_id, RpcError(INVALID_REQUEST, "Invalid Request"))
         method, params = msg["method"], msg.get("params", {})
         if "id" not in msg:
@@ -176,9 +201,12 @@ class DemoServer:
         self.protocol_version = requested if requested in SUPPORTED_VERSIONS else LATEST_VERSION
         capabilities = params.get("capabilities")
         self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
-        return {"protocolVersion": self.protocol_version, "capabilities": CAPABILITIES,
-                "serverInfo": {"name": "mcpgate-demo", "version": __version__},
-                "instructions": "A demo server bundled with mcpgate; read demo://readme."}
+        return {
+            "protocolVersion": self.protocol_version,
+            "capabilities": CAPABILITIES,
+            "serverInfo": {"name": "mcpgate-demo", "version": __version__},
+            "instructions": "A demo server bundled with mcpgate; read demo://readme.",
+        }
 
     def _set_level(self, params: Json) -> Json:
         if (level := _param(params, "level", str)) not in LOG_LEVELS:
@@ -193,7 +221,7 @@ class DemoServer:
         elif uri == "demo://time":
             mime, text = "text/plain", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         elif uri.startswith(ECHO_PREFIX):
-            mime, text = "text/plain", unquote(uri[len(ECHO_PREFIX):])
+            mime, text = "text/plain", unquote(uri[len(ECHO_PREFIX) :])
         else:
             raise RpcError(RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
         return {"contents": [{"uri": uri, "mimeType": mime, "text": text}]}
@@ -205,8 +233,10 @@ class DemoServer:
         who = arguments.get("name") if isinstance(arguments, dict) else None
         if not isinstance(who, str) or not who:
             raise RpcError(INVALID_PARAMS, "Invalid params: missing required argument 'name'")
-        return {"description": "Greet someone warmly",
-                "messages": [{"role": "user", "content": {"type": "text", "text": f"Please greet {who} warmly."}}]}
+        return {
+            "description": "Greet someone warmly",
+            "messages": [{"role": "user", "content": {"type": "text", "text": f"Please greet {who} warmly."}}],
+        }
 
     def _start_tool_call(self, msg_id: Any, params: Json) -> None:
         """tools/call runs on its own thread so a slow tool never blocks other requests."""
@@ -220,8 +250,12 @@ class DemoServer:
             self._calls.setdefault(_key(msg_id), ctx.cancelled)
         if duplicate:
             return self._reply_error(msg_id, RpcError(INVALID_REQUEST, "Request id already in flight"))
-        threading.Thread(target=self._run_tool, args=(msg_id, tool[0], ctx, params.get("arguments")),
-                         name=f"tool-{name}", daemon=True).start()
+        threading.Thread(
+            target=self._run_tool,
+            args=(msg_id, tool[0], ctx, params.get("arguments")),
+            name=f"tool-{name}",
+            daemon=True,
+        ).start()
 
     def _run_tool(self, msg_id: Any, run: Callable[[ToolContext, Json], Json], ctx: ToolContext, args: Any) -> None:
         response: Json = {"jsonrpc": "2.0", "id": msg_id}
@@ -256,8 +290,13 @@ class DemoServer:
                     break
                 except queue.Empty:
                     if cancelled.is_set():
-                        self.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                   "params": {"requestId": req_id, "reason": "tool call cancelled"}})
+                        self.send(
+                            {
+                                "jsonrpc": "2.0",
+                                "method": "notifications/cancelled",
+                                "params": {"requestId": req_id, "reason": "tool call cancelled"},
+                            }
+                        )
                         raise Cancelled() from None
         finally:
             with self._lock:

@@ -172,27 +172,58 @@ def _log(ctx: ToolContext, args: Json) -> Json:
     return text_result("logged")
 
 
-def _tool(run: Callable[[ToolContext, Json], Json], description: str, properties: Json, *required: str,
-          output: Json | None = None) -> tuple[Callable[[ToolContext, Json], Json], Json]:
+def _tool(
+    run: Callable[[ToolContext, Json], Json],
+    description: str,
+    properties: Json,
+    *required: str,
+    output: Json | None = None,
+) -> tuple[Callable[[ToolContext, Json], Json], Json]:
     name = run.__name__.lstrip("_")
-    listing = {"name": name, "description": description,
-               "inputSchema": {"type": "object", "properties": properties, "required": list(required)}}
+    listing = {
+        "name": name,
+        "description": description,
+        "inputSchema": {"type": "object", "properties": properties, "required": list(required)},
+    }
     return run, listing if output is None else {**listing, "outputSchema": output}
 
 
 _NUMBER, _STRING = {"type": "number"}, {"type": "string"}
-TOOLS = {entry[1]["name"]: entry for entry in [
-    _tool(_echo, "Return the message unchanged.", {"message": _STRING}, "message"),
-    _tool(_add, "Add two numbers.", {"a": _NUMBER, "b": _NUMBER}, "a", "b", output={
-        "type": "object", "properties": {"result": _NUMBER}, "required": ["result"]}),
-    _tool(_slow, "Sleep `seconds` in `steps`, sending progress; honours cancellation.", {
-        "seconds": {"type": "number", "minimum": 0, "maximum": 60, "default": 2},
-        "steps": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 5}}),
-    _tool(_bytes, "Return a text of exactly `size` characters (for benchmarks).",
-          {"size": {"type": "integer", "minimum": 0, "maximum": MAX_BYTES}}, "size"),
-    _tool(_ask_name, "Ask the user's name (elicitation) and greet them.", {}),
-    _tool(_sample, "Ask the client's model to answer `prompt` (sampling).", {"prompt": _STRING}, "prompt"),
-    _tool(_notify_change, "Send the tools and resources list_changed notifications.", {}),
-    _tool(_log, "Send a log message notification.",
-          {"level": {"type": "string", "enum": list(LOG_LEVELS)}, "message": _STRING}, "level", "message"),
-]}
+TOOLS = {
+    entry[1]["name"]: entry
+    for entry in [
+        _tool(_echo, "Return the message unchanged.", {"message": _STRING}, "message"),
+        _tool(
+            _add,
+            "Add two numbers.",
+            {"a": _NUMBER, "b": _NUMBER},
+            "a",
+            "b",
+            output={"type": "object", "properties": {"result": _NUMBER}, "required": ["result"]},
+        ),
+        _tool(
+            _slow,
+            "Sleep `seconds` in `steps`, sending progress; honours cancellation.",
+            {
+                "seconds": {"type": "number", "minimum": 0, "maximum": 60, "default": 2},
+                "steps": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 5},
+            },
+        ),
+        _tool(
+            _bytes,
+            "Return a text of exactly `size` characters (for benchmarks).",
+            {"size": {"type": "integer", "minimum": 0, "maximum": MAX_BYTES}},
+            "size",
+        ),
+        _tool(_ask_name, "Ask the user's name (elicitation) and greet them.", {}),
+        _tool(_sample, "Ask the client's model to answer `prompt` (sampling).", {"prompt": _STRING}, "prompt"),
+        _tool(_notify_change, "Send the tools and resources list_changed notifications.", {}),
+        _tool(
+            _log,
+            "Send a log message notification.",
+            {"level": {"type": "string", "enum": list(LOG_LEVELS)}, "message": _STRING},
+            "level",
+            "message",
+        ),
+    ]
+}

@@ -12,7 +12,7 @@ CHUNK = 64 * 1024
 
 
 def describe_exit(returncode: int) -> str:
-    """"exited with code N" or "killed by signal NAME"."""
+    """ "exited with code N" or "killed by signal NAME"."""
     if returncode >= 0:
         return f"exited with code {returncode}"
     try:

@@ -56,14 +56,33 @@ class Setting:
         return self.flag if self.flag and self.flag.startswith("-") else (self.flag or self.name).upper()
 
 
-def declare(default: Any, doc: str, *, env: str | None = "", flag: str | None = None, short: str | None = None,
-            validate: Validator | None = None, item: Callable[[str], Any] | None = None,
-            choices: tuple[str, ...] = (), metavar: str | None = None, shown_default: str | None = None,
-            secret: bool = False) -> Any:
+def declare(
+    default: Any,
+    doc: str,
+    *,
+    env: str | None = "",
+    flag: str | None = None,
+    short: str | None = None,
+    validate: Validator | None = None,
+    item: Callable[[str], Any] | None = None,
+    choices: tuple[str, ...] = (),
+    metavar: str | None = None,
+    shown_default: str | None = None,
+    secret: bool = False,
+) -> Any:
     """A dataclass field carrying its declaration. env "" means MCPGATE_<NAME>; None means no variable."""
-    meta = {"doc": doc, "env": env, "flag": flag, "short": short, "validate": validate, "item": item,
-            "choices": choices, "metavar": metavar, "shown_default": shown_default,
-            "secret": secret}
+    meta = {
+        "doc": doc,
+        "env": env,
+        "flag": flag,
+        "short": short,
+        "validate": validate,
+        "item": item,
+        "choices": choices,
+        "metavar": metavar,
+        "shown_default": shown_default,
+        "secret": secret,
+    }
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -150,6 +169,7 @@ def load(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: An
 
 # -- validators ---------------------------------------------------------------------------------------------
 
+
 def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
@@ -172,12 +192,17 @@ def _directory(value: str) -> str | None:
 
 
 def _path(value: str) -> str | None:
-    return None if value.startswith("/") and value != "/" and " " not in value else "must start with / (for example /mcp)"
+    return (
+        None if value.startswith("/") and value != "/" and " " not in value else "must start with / (for example /mcp)"
+    )
 
 
 def _stderr(value: str) -> str | None:
-    return None if value in ("inherit", "discard") or value.startswith("/") else \
-        'must be "inherit", "discard" or an absolute file path'
+    return (
+        None
+        if value in ("inherit", "discard") or value.startswith("/")
+        else 'must be "inherit", "discard" or an absolute file path'
+    )
 
 
 def _env_object(value: Any) -> str | None:
@@ -236,8 +261,11 @@ def _header(text: str) -> tuple[str, str]:
 
 def _token(value: str) -> str | None:
     """RFC 6750 b64token characters (plus the usual visible ASCII) and nothing else."""
-    return None if all(0x21 <= ord(ch) <= 0x7E for ch in value) else \
-        "holds characters a bearer token cannot have (whitespace or control characters)"
+    return (
+        None
+        if all(0x21 <= ord(ch) <= 0x7E for ch in value)
+        else "holds characters a bearer token cannot have (whitespace or control characters)"
+    )
 
 
 BIND_DEFAULT = "127.0.0.1:8000"
@@ -245,74 +273,132 @@ BIND_DEFAULT = "127.0.0.1:8000"
 
 # -- the gateway --------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Settings:
     """The gateway's settings, from MCPGATE_* environment variables (and PORT)."""
 
-    command: str = declare("", "The stdio MCP server to run, split with POSIX shell-word rules and run without a "
-                           "shell. Empty: the bundled demo server.", validate=_command)
-    cwd: str = declare("", "Working directory of the child; must exist. Empty: the gateway's own.",
-                       validate=_directory)
-    child_env: dict[str, str] = declare({}, "Extra environment variables for the child, as a JSON object. Only "
-                                        "HOME, LOGNAME, PATH, SHELL, TERM and USER are inherited otherwise.",
-                                        validate=_env_object)
-    pass_env: tuple[str, ...] = declare((), "Comma-separated names of the gateway's environment variables to pass "
-                                        "to the child (for secrets the child needs).")
-    stderr: str = declare("inherit", 'Child stderr: "inherit" (logged line by line with the session id), '
-                          '"discard", or an absolute file path to append to.', validate=_stderr)
+    command: str = declare(
+        "",
+        "The stdio MCP server to run, split with POSIX shell-word rules and run without a "
+        "shell. Empty: the bundled demo server.",
+        validate=_command,
+    )
+    cwd: str = declare("", "Working directory of the child; must exist. Empty: the gateway's own.", validate=_directory)
+    child_env: dict[str, str] = declare(
+        {},
+        "Extra environment variables for the child, as a JSON object. Only "
+        "HOME, LOGNAME, PATH, SHELL, TERM and USER are inherited otherwise.",
+        validate=_env_object,
+    )
+    pass_env: tuple[str, ...] = declare(
+        (),
+        "Comma-separated names of the gateway's environment variables to pass "
+        "to the child (for secrets the child needs).",
+    )
+    stderr: str = declare(
+        "inherit",
+        'Child stderr: "inherit" (logged line by line with the session id), '
+        '"discard", or an absolute file path to append to.',
+        validate=_stderr,
+    )
     path: str = declare("/mcp", "The Streamable HTTP endpoint path.", validate=_path)
-    auth_token: str = declare("", "When set, every request to the MCP endpoint must carry Authorization: Bearer "
-                              "<this token> (401 otherwise). Never logged, never passed to the child.",
-                              validate=_token, secret=True)
-    allow_unauthenticated: bool = declare(False, "true: serve beyond loopback without authentication (logged as a "
-                                          "warning at every start). Otherwise a non-loopback bind needs "
-                                          "MCPGATE_AUTH_TOKEN.")
-    allowed_hosts: tuple[str, ...] = declare((), "Comma-separated Host values accepted besides loopback names (for "
-                                             "example myapp.herokuapp.com); * accepts any Host.")
-    allowed_origins: tuple[str, ...] = declare((), "Comma-separated Origin values accepted besides loopback "
-                                               "origins (for example https://claude.ai); * accepts any Origin.")
-    trusted_peers: tuple[str, ...] = declare(("127.0.0.0/8", "::1"), "Comma-separated peer addresses or networks "
-                                             "allowed to use a loopback Host name (localhost, 127.0.0.1, [::1]): "
-                                             "loopback, plus a reverse proxy on another machine if you run one.",
-                                             validate=_networks, shown_default="127.0.0.0/8,::1")
-    max_sessions: int = declare(100, "Most concurrent sessions (each is one child process); past it, 503.",
-                                validate=_positive)
-    session_idle_ttl: float = declare(1800.0, "Seconds a session may stay idle before its child is stopped.",
-                                      validate=_positive)
+    auth_token: str = declare(
+        "",
+        "When set, every request to the MCP endpoint must carry Authorization: Bearer "
+        "<this token> (401 otherwise). Never logged, never passed to the child.",
+        validate=_token,
+        secret=True,
+    )
+    allow_unauthenticated: bool = declare(
+        False,
+        "true: serve beyond loopback without authentication (logged as a "
+        "warning at every start). Otherwise a non-loopback bind needs "
+        "MCPGATE_AUTH_TOKEN.",
+    )
+    allowed_hosts: tuple[str, ...] = declare(
+        (),
+        "Comma-separated Host values accepted besides loopback names (for "
+        "example myapp.herokuapp.com); * accepts any Host.",
+    )
+    allowed_origins: tuple[str, ...] = declare(
+        (),
+        "Comma-separated Origin values accepted besides loopback "
+        "origins (for example https://claude.ai); * accepts any Origin.",
+    )
+    trusted_peers: tuple[str, ...] = declare(
+        ("127.0.0.0/8", "::1"),
+        "Comma-separated peer addresses or networks "
+        "allowed to use a loopback Host name (localhost, 127.0.0.1, [::1]): "
+        "loopback, plus a reverse proxy on another machine if you run one.",
+        validate=_networks,
+        shown_default="127.0.0.0/8,::1",
+    )
+    max_sessions: int = declare(
+        100, "Most concurrent sessions (each is one child process); past it, 503.", validate=_positive
+    )
+    session_idle_ttl: float = declare(
+        1800.0, "Seconds a session may stay idle before its child is stopped.", validate=_positive
+    )
     max_body_bytes: int = declare(8 * MiB, "Largest POST body accepted (413 past it).", validate=_positive)
-    max_message_bytes: int = declare(8 * MiB, "Largest message line a child may write; past it the session "
-                                     "closes.", validate=_positive)
-    write_queue_bytes: int = declare(16 * MiB, "Most unwritten bytes queued for one child's stdin; past it the "
-                                     "session closes.", validate=_positive)
-    buffer_messages: int = declare(1000, "Messages held per session for a client with no stream open (oldest "
-                                   "dropped past it).", validate=_positive)
-    stream_queue: int = declare(1000, "Messages queued for one open HTTP stream before the gateway waits for the "
-                                "client to read.", validate=_positive)
-    sse_after: float = declare(10.0, "Seconds a request may go unanswered before its reply switches to SSE with "
-                               "keepalives.", validate=_non_negative)
+    max_message_bytes: int = declare(
+        8 * MiB, "Largest message line a child may write; past it the session closes.", validate=_positive
+    )
+    write_queue_bytes: int = declare(
+        16 * MiB, "Most unwritten bytes queued for one child's stdin; past it the session closes.", validate=_positive
+    )
+    buffer_messages: int = declare(
+        1000, "Messages held per session for a client with no stream open (oldest dropped past it).", validate=_positive
+    )
+    stream_queue: int = declare(
+        1000,
+        "Messages queued for one open HTTP stream before the gateway waits for the client to read.",
+        validate=_positive,
+    )
+    sse_after: float = declare(
+        10.0,
+        "Seconds a request may go unanswered before its reply switches to SSE with keepalives.",
+        validate=_non_negative,
+    )
     keepalive: float = declare(15.0, "Seconds between SSE keepalive comments.", validate=_positive)
-    close_timeout: float = declare(2.0, "Seconds to wait after closing a child's stdin before SIGTERM.",
-                                   validate=_non_negative)
+    close_timeout: float = declare(
+        2.0, "Seconds to wait after closing a child's stdin before SIGTERM.", validate=_non_negative
+    )
     term_timeout: float = declare(2.0, "Seconds to wait after SIGTERM before SIGKILL.", validate=_non_negative)
-    log_level: str = declare("INFO", "Log level: DEBUG logs each message's direction, session, method and id.",
-                             validate=_log_level)
+    log_level: str = declare(
+        "INFO", "Log level: DEBUG logs each message's direction, session, method and id.", validate=_log_level
+    )
     # gunicorn's own knobs (read by mcpgate/gunicorn_config.py)
-    bind: str = declare("", "gunicorn: the address to listen on, HOST:PORT or unix:PATH. Not together with "
-                        "PORT.", validate=_bind, shown_default=BIND_DEFAULT)
-    port: int = declare(0, "gunicorn: when set (as Heroku-style platforms do), listen on 0.0.0.0:PORT.",
-                        env="PORT", validate=_port, shown_default="(unset)")
-    worker_connections: int = declare(2000, "gunicorn: most open client connections (each open SSE stream holds "
-                                      "one).", validate=_positive)
-    graceful_timeout: int = declare(15, "gunicorn: seconds a graceful shutdown waits for replies and children.",
-                                    validate=_positive)
-    access_log: str = declare("", 'gunicorn: access log, "-" for stderr or an absolute file path. Empty: none.',
-                              validate=_access_log)
+    bind: str = declare(
+        "",
+        "gunicorn: the address to listen on, HOST:PORT or unix:PATH. Not together with PORT.",
+        validate=_bind,
+        shown_default=BIND_DEFAULT,
+    )
+    port: int = declare(
+        0,
+        "gunicorn: when set (as Heroku-style platforms do), listen on 0.0.0.0:PORT.",
+        env="PORT",
+        validate=_port,
+        shown_default="(unset)",
+    )
+    worker_connections: int = declare(
+        2000, "gunicorn: most open client connections (each open SSE stream holds one).", validate=_positive
+    )
+    graceful_timeout: int = declare(
+        15, "gunicorn: seconds a graceful shutdown waits for replies and children.", validate=_positive
+    )
+    access_log: str = declare(
+        "", 'gunicorn: access log, "-" for stderr or an absolute file path. Empty: none.', validate=_access_log
+    )
 
     def problem(self) -> str | None:
         """A conflict between settings, or None."""
         if self.port and self.bind:
-            return ("PORT and MCPGATE_BIND are both set: PORT (set by platforms such as Heroku) binds "
-                    "0.0.0.0:$PORT; unset one of them")
+            return (
+                "PORT and MCPGATE_BIND are both set: PORT (set by platforms such as Heroku) binds "
+                "0.0.0.0:$PORT; unset one of them"
+            )
         return None
 
     @classmethod
@@ -336,35 +422,92 @@ TOKEN_ENV = "MCPGATE_BEARER_TOKEN"
 class RelaySettings:
     """`mcpgate-relay`'s settings: command-line flags, and the bearer token from the environment."""
 
-    url: str = declare("", "The remote MCP endpoint, for example https://mcp.example.com/mcp (Streamable HTTP) or "
-                       "https://host/sse (HTTP+SSE).", env=None, flag="url", metavar="URL", validate=_url,
-                       shown_default="(required)")
-    header: tuple[tuple[str, str], ...] = declare((), "An extra HTTP header sent with every request; repeatable.",
-                                                  env=None, flag="--header", short="-H", item=_header,
-                                                  metavar="'NAME: VALUE'")
-    transport: str = declare("auto", "auto: Streamable HTTP, falling back to HTTP+SSE when the server refuses the "
-                             "initialize POST with 400/404/405; streamable-http or sse: only that one.", env=None,
-                             flag="--transport", choices=("auto", "streamable-http", "sse"))
-    connect_timeout: float = declare(10.0, "Limit for opening a connection, in seconds.", env=None,
-                                     flag="--connect-timeout", metavar="SECONDS", validate=_positive)
-    read_timeout: float = declare(300.0, "Longest silence tolerated while waiting for reply bytes, in seconds; the "
-                                  "GET stream simply reconnects after it.", env=None, flag="--read-timeout",
-                                  metavar="SECONDS", validate=_positive)
-    log_level: str = declare("warning", "stderr log verbosity.", env=None, flag="--log-level",
-                             choices=("debug", "info", "warning", "error"))
-    no_cancel_filter: bool = declare(False, "On notifications/cancelled, only forward it: keep the request's reply "
-                                     "open and pass a late reply to the host (default: close the reply and drop "
-                                     "late replies for 60 s).", env=None, flag="--no-cancel-filter")
-    max_message_bytes: int = declare(16 * MiB, "Largest message accepted from the host or the upstream; a larger "
-                                     "one is answered with a JSON-RPC error.", env=None, flag="--max-message-bytes",
-                                     metavar="BYTES", validate=_positive)
-    max_inflight: int = declare(64, "Requests relayed at the same time; more are refused with an error.", env=None,
-                                flag="--max-inflight", metavar="N", validate=_positive)
-    shutdown_grace: float = declare(3.0, "On stdin EOF or SIGINT/SIGTERM, how long in-flight replies may still "
-                                    "arrive, in seconds.", env=None, flag="--shutdown-grace", metavar="SECONDS",
-                                    validate=_positive)
-    bearer_token: str = declare("", "Sent as Authorization: Bearer <token> (preferred over -H: command lines show "
-                                "in ps). Never logged.", env=TOKEN_ENV, validate=_token, secret=True)
+    url: str = declare(
+        "",
+        "The remote MCP endpoint, for example https://mcp.example.com/mcp (Streamable HTTP) or "
+        "https://host/sse (HTTP+SSE).",
+        env=None,
+        flag="url",
+        metavar="URL",
+        validate=_url,
+        shown_default="(required)",
+    )
+    header: tuple[tuple[str, str], ...] = declare(
+        (),
+        "An extra HTTP header sent with every request; repeatable.",
+        env=None,
+        flag="--header",
+        short="-H",
+        item=_header,
+        metavar="'NAME: VALUE'",
+    )
+    transport: str = declare(
+        "auto",
+        "auto: Streamable HTTP, falling back to HTTP+SSE when the server refuses the "
+        "initialize POST with 400/404/405; streamable-http or sse: only that one.",
+        env=None,
+        flag="--transport",
+        choices=("auto", "streamable-http", "sse"),
+    )
+    connect_timeout: float = declare(
+        10.0,
+        "Limit for opening a connection, in seconds.",
+        env=None,
+        flag="--connect-timeout",
+        metavar="SECONDS",
+        validate=_positive,
+    )
+    read_timeout: float = declare(
+        300.0,
+        "Longest silence tolerated while waiting for reply bytes, in seconds; the "
+        "GET stream simply reconnects after it.",
+        env=None,
+        flag="--read-timeout",
+        metavar="SECONDS",
+        validate=_positive,
+    )
+    log_level: str = declare(
+        "warning", "stderr log verbosity.", env=None, flag="--log-level", choices=("debug", "info", "warning", "error")
+    )
+    no_cancel_filter: bool = declare(
+        False,
+        "On notifications/cancelled, only forward it: keep the request's reply "
+        "open and pass a late reply to the host (default: close the reply and drop "
+        "late replies for 60 s).",
+        env=None,
+        flag="--no-cancel-filter",
+    )
+    max_message_bytes: int = declare(
+        16 * MiB,
+        "Largest message accepted from the host or the upstream; a larger one is answered with a JSON-RPC error.",
+        env=None,
+        flag="--max-message-bytes",
+        metavar="BYTES",
+        validate=_positive,
+    )
+    max_inflight: int = declare(
+        64,
+        "Requests relayed at the same time; more are refused with an error.",
+        env=None,
+        flag="--max-inflight",
+        metavar="N",
+        validate=_positive,
+    )
+    shutdown_grace: float = declare(
+        3.0,
+        "On stdin EOF or SIGINT/SIGTERM, how long in-flight replies may still arrive, in seconds.",
+        env=None,
+        flag="--shutdown-grace",
+        metavar="SECONDS",
+        validate=_positive,
+    )
+    bearer_token: str = declare(
+        "",
+        "Sent as Authorization: Bearer <token> (preferred over -H: command lines show in ps). Never logged.",
+        env=TOKEN_ENV,
+        validate=_token,
+        secret=True,
+    )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RelaySettings:
@@ -401,8 +544,11 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
 def _argument_type(setting: Setting) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
-            value = setting.item(text) if setting.kind == "list" and setting.item else \
-                convert(dataclasses.replace(setting, kind="str" if setting.kind == "list" else setting.kind), text)
+            value = (
+                setting.item(text)
+                if setting.kind == "list" and setting.item
+                else convert(dataclasses.replace(setting, kind="str" if setting.kind == "list" else setting.kind), text)
+            )
             if setting.kind != "list":
                 check(setting, value)
         except (ValueError, SettingsError) as exc:
@@ -421,6 +567,7 @@ def _default_note(setting: Setting) -> str:
 
 
 # -- documentation ------------------------------------------------------------------------------------------
+
 
 def shown_default(setting: Setting) -> str:
     if setting.shown_default is not None:
@@ -447,8 +594,13 @@ def relay_markdown_table() -> str:
     """The README's table of the relay's options."""
     rows = ["| Option | Default | Meaning |", "| --- | --- | --- |"]
     for setting in declared(RelaySettings):
-        name = setting.env if not setting.flag else setting.source if not setting.flag.startswith("-") else \
-            (f"{setting.short}, {setting.flag}" if setting.short else setting.flag)
+        name = (
+            setting.env
+            if not setting.flag
+            else setting.source
+            if not setting.flag.startswith("-")
+            else (f"{setting.short}, {setting.flag}" if setting.short else setting.flag)
+        )
         rows.append(f"| `{name}` | {_code(shown_default(setting))} | {setting.doc} |")
     return "\n".join(rows)
 

@@ -23,8 +23,10 @@ def _require_gevent_worker() -> None:
     from gevent import monkey
 
     if not monkey.is_module_patched("socket"):
-        _refuse("needs gunicorn's gevent worker. Run it from the project root (its gunicorn.conf.py sets the "
-                "worker), or anywhere with: gunicorn -c python:mcpgate.gunicorn_config mcpgate.wsgi")
+        _refuse(
+            "needs gunicorn's gevent worker. Run it from the project root (its gunicorn.conf.py sets the "
+            "worker), or anywhere with: gunicorn -c python:mcpgate.gunicorn_config mcpgate.wsgi"
+        )
 
 
 _require_gevent_worker()

@@ -10,8 +10,10 @@ import pytest
 
 from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway
 
-NPM_MARKER = ("npm: needs the npm registry or what it installed into tests/.peers (Node 22, the MCP conformance "
-              "suite, npm-published MCP servers run through node or npx); skip with -m 'not npm'")
+NPM_MARKER = (
+    "npm: needs the npm registry or what it installed into tests/.peers (Node 22, the MCP conformance "
+    "suite, npm-published MCP servers run through node or npx); skip with -m 'not npm'"
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

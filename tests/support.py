@@ -84,8 +84,14 @@ GATEWAYS: list[Gateway] = []  # every gateway started and not yet reported on: s
 class Gateway:
     """A running `gunicorn mcpgate.wsgi`; its log goes to a file whose tail a failing test's report shows."""
 
-    def __init__(self, env: dict[str, str] | None = None, cwd: Path = ROOT, config: str | None = None,
-                 python: str = sys.executable, ready_host: str | None = None) -> None:
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+        config: str | None = None,
+        python: str = sys.executable,
+        ready_host: str | None = None,
+    ) -> None:
         self.port = free_port()
         self.ready_headers = {"Host": ready_host} if ready_host else {}  # when 127.0.0.1 is not a trusted peer
         self.url = f"http://127.0.0.1:{self.port}/mcp"
@@ -96,8 +102,9 @@ class Gateway:
             args += ["-c", config]
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - open while gunicorn runs
-        self.proc = subprocess.Popen([*args, "mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [*args, "mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+        )
         GATEWAYS.append(self)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -127,8 +134,14 @@ class Gateway:
     def stopped(self) -> bool:
         return self._log.closed
 
-    def request(self, method: str, path: str = "/mcp", body: Any = None, headers: dict[str, str] | None = None,
-                timeout: float = 30.0) -> Reply:
+    def request(
+        self,
+        method: str,
+        path: str = "/mcp",
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> Reply:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
             data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
@@ -150,8 +163,12 @@ HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json"}
 
 
 def init_body(version: str = "2025-11-25", msg_id: Any = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "method": "initialize",
-            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": msg_id,
+        "method": "initialize",
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
 
 
 def open_session(gw: Gateway, version: str = "2025-11-25") -> dict[str, str]:
@@ -161,8 +178,7 @@ def open_session(gw: Gateway, version: str = "2025-11-25") -> dict[str, str]:
     session_headers = {**HEADERS, SESSION_ID: sid}
     if version >= "2025-06-18":
         session_headers[PROTOCOL_VERSION] = version
-    reply = gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                       headers=session_headers)
+    reply = gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session_headers)
     assert reply.status == 202, reply
     return session_headers
 

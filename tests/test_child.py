@@ -25,8 +25,12 @@ PEER = os.path.join(ROOT, "tests", "fixtures", "child_peer.py")
 GUARD = 20.0  # generous hang guard for every wait, never a speed assertion
 LOGGER = "mcpgate.test_child"
 # ChildProcess takes its limits explicitly (their defaults live in mcpgate.settings); these suit the tests.
-LIMITS = {"max_line_bytes": 8 * 1024 * 1024, "max_write_queue_bytes": 16 * 1024 * 1024,
-          "close_timeout": 0.5, "term_timeout": 0.5}
+LIMITS = {
+    "max_line_bytes": 8 * 1024 * 1024,
+    "max_write_queue_bytes": 16 * 1024 * 1024,
+    "close_timeout": 0.5,
+    "term_timeout": 0.5,
+}
 
 
 def wait_for(predicate, timeout: float = GUARD) -> bool:
@@ -58,9 +62,12 @@ class Harness:
         events: list = []
         options.setdefault("logger", logging.getLogger(LOGGER))
         options = {**LIMITS, **options}
-        child = ChildProcess(argv or [sys.executable, PEER, *args],
-                             on_message=lambda m: events.append(("msg", m)),
-                             on_exit=lambda r: events.append(("exit", r)), **options)
+        child = ChildProcess(
+            argv or [sys.executable, PEER, *args],
+            on_message=lambda m: events.append(("msg", m)),
+            on_exit=lambda r: events.append(("exit", r)),
+            **options,
+        )
         child.events = events  # type: ignore[attr-defined]
         self.children.append(child)
         child.start()
@@ -175,8 +182,13 @@ def test_callback_errors_do_not_stop_delivery(harness):
         seen.append(msg.method)
         raise RuntimeError("handler bug")
 
-    child = ChildProcess([sys.executable, PEER, "burst", "3", "0"], on_message=on_message, **LIMITS,
-                         on_exit=lambda r: (ended.append(r), 1 / 0), logger=logging.getLogger(LOGGER))
+    child = ChildProcess(
+        [sys.executable, PEER, "burst", "3", "0"],
+        on_message=on_message,
+        **LIMITS,
+        on_exit=lambda r: (ended.append(r), 1 / 0),
+        logger=logging.getLogger(LOGGER),
+    )
     harness.children.append(child)
     child.start()
     assert child.join(GUARD)
@@ -336,7 +348,9 @@ def test_child_dies_with_its_supervisor():
     """PR_SET_PDEATHSIG: a worker killed with SIGKILL takes its direct child along."""
     worker = gevent.subprocess.Popen(
         [sys.executable, PEER, "supervisor", sys.executable, PEER, "noread"],
-        stdout=gevent.subprocess.PIPE, env={**os.environ, "PYTHONPATH": ROOT})
+        stdout=gevent.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
     child_pid = None
     try:
         with gevent.Timeout(GUARD):

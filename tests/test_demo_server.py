@@ -39,8 +39,14 @@ class RawServer:
     """The demo server as a child process, spoken to with raw NDJSON lines."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, *SERVER_ARGS], cwd=REPO, env=_env(), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [sys.executable, *SERVER_ARGS],
+            cwd=REPO,
+            env=_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
         self.stderr: list[bytes] = []
         self.seen: list[Msg] = []  # every message read so far, in order
@@ -91,8 +97,11 @@ class RawServer:
         return self.request(msg_id, "tools/call", {"name": name, "arguments": arguments or {}, **extra})
 
     def initialize(self, version: str = LATEST, capabilities: Msg | None = None) -> Msg:
-        params = {"protocolVersion": version, "capabilities": capabilities or {},
-                  "clientInfo": {"name": "pytest", "version": "0"}}
+        params = {
+            "protocolVersion": version,
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": "pytest", "version": "0"},
+        }
         response = self.request(0, "initialize", params)
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return response
@@ -149,9 +158,12 @@ def ready(server: RawServer) -> RawServer:
 def test_initialize_echoes_supported_version(server: RawServer, version: str) -> None:
     result = server.initialize(version)["result"]
     assert result["protocolVersion"] == version
-    assert result["capabilities"] == {"tools": {"listChanged": True},
-                                      "resources": {"subscribe": False, "listChanged": True},
-                                      "prompts": {"listChanged": True}, "logging": {}}
+    assert result["capabilities"] == {
+        "tools": {"listChanged": True},
+        "resources": {"subscribe": False, "listChanged": True},
+        "prompts": {"listChanged": True},
+        "logging": {},
+    }
     assert result["serverInfo"]["name"] == "mcpgate-demo" and isinstance(result["serverInfo"]["version"], str)
 
 
@@ -167,10 +179,17 @@ def test_ping_and_ids_kept_exactly(ready: RawServer) -> None:
     assert ready.request("1", "ping") == {"jsonrpc": "2.0", "id": "1", "result": {}}
     assert ready.request(1, "ping") == {"jsonrpc": "2.0", "id": 1, "result": {}}
     # The same id as string and as integer, both in flight at once, are distinct requests.
-    ready.send({"jsonrpc": "2.0", "id": "7", "method": "tools/call",
-                "params": {"name": "slow", "arguments": {"seconds": 0.2, "steps": 1}}})
-    ready.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"message": "int"}}})
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "7",
+            "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 0.2, "steps": 1}},
+        }
+    )
+    ready.send(
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "int"}}}
+    )
     ready.recv_until(lambda _: all(any(_is_response(m, i) for m in ready.seen) for i in (7, "7")))
     by_id = {json.dumps(m["id"]): m for m in ready.seen if "id" in m and "method" not in m}
     assert _text(by_id["7"]) == "int"
@@ -186,8 +205,8 @@ def test_tools_list(ready: RawServer) -> None:
 
 
 def test_echo_add_bytes(ready: RawServer) -> None:
-    echoed = ready.call(1, "echo", {"message": "héllo \u2603\n\"q\""})
-    assert _text(echoed) == "héllo \u2603\n\"q\"" and echoed["result"]["isError"] is False
+    echoed = ready.call(1, "echo", {"message": 'héllo \u2603\n"q"'})
+    assert _text(echoed) == 'héllo \u2603\n"q"' and echoed["result"]["isError"] is False
     added = ready.call(2, "add", {"a": 1, "b": 2.5})
     assert _text(added) == "3.5" and added["result"]["structuredContent"] == {"result": 3.5}
     assert _text(ready.call(3, "add", {"a": 2, "b": 3})) == "5"
@@ -197,10 +216,19 @@ def test_echo_add_bytes(ready: RawServer) -> None:
     assert ready.call(7, "bytes", {"size": MAX_BYTES + 1})["result"]["isError"] is True
 
 
-@pytest.mark.parametrize("name,arguments", [
-    ("add", {"a": "1", "b": 2}), ("add", {"a": 1}), ("add", {"a": True, "b": 1}), ("echo", {}),
-    ("echo", {"message": 5}), ("slow", {"seconds": 61}), ("bytes", {"size": 1.5}), ("log", {"level": "loud", "message": "m"}),
-])
+@pytest.mark.parametrize(
+    "name,arguments",
+    [
+        ("add", {"a": "1", "b": 2}),
+        ("add", {"a": 1}),
+        ("add", {"a": True, "b": 1}),
+        ("echo", {}),
+        ("echo", {"message": 5}),
+        ("slow", {"seconds": 61}),
+        ("bytes", {"size": 1.5}),
+        ("log", {"level": "loud", "message": "m"}),
+    ],
+)
 def test_invalid_arguments_give_tool_error(ready: RawServer, name: str, arguments: Msg) -> None:
     result = ready.call(1, name, arguments)["result"]
     assert result["isError"] is True and _text({"result": result})
@@ -218,8 +246,14 @@ def test_unknown_tool_is_invalid_params(ready: RawServer) -> None:
 
 @pytest.mark.parametrize("token", ["tok-1", 42])
 def test_slow_progress_carries_token_and_increases(ready: RawServer, token: Any) -> None:
-    ready.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-        "name": "slow", "arguments": {"seconds": 0.2, "steps": 4}, "_meta": {"progressToken": token}}})
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 0.2, "steps": 4}, "_meta": {"progressToken": token}},
+        }
+    )
     messages = ready.recv_until(lambda m: _is_response(m, 3))
     progress = [m["params"] for m in messages if m.get("method") == "notifications/progress"]
     assert [p["progress"] for p in progress] == [1, 2, 3, 4]
@@ -229,21 +263,33 @@ def test_slow_progress_carries_token_and_increases(ready: RawServer, token: Any)
 
 
 def test_slow_without_token_sends_no_progress(ready: RawServer) -> None:
-    ready.send({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                "params": {"name": "slow", "arguments": {"seconds": 0.1, "steps": 3}}})
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 0.1, "steps": 3}},
+        }
+    )
     messages = ready.recv_until(lambda m: _is_response(m, 4))
     assert len(messages) == 1 and _text(messages[0]) == "done after 0.1 s"
 
 
 def test_cancel_slow_sends_no_response(ready: RawServer) -> None:
-    ready.send({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
-        "name": "slow", "arguments": {"seconds": 60, "steps": 600}, "_meta": {"progressToken": "c"}}})
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"seconds": 60, "steps": 600}, "_meta": {"progressToken": "c"}},
+        }
+    )
     ready.recv_until(lambda m: m.get("method") == "notifications/progress")  # it is running
     ready.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5, "reason": "test"}})
     echo_reply = ready.call(6, "echo", {"message": "still here"})
     assert _text(echo_reply) == "still here"
     # The server handled the cancel before the echo, so from then on nothing may mention request 5.
-    after = ready.seen[ready.seen.index(echo_reply) + 1:] + [ready.request(7, "ping")]
+    after = ready.seen[ready.seen.index(echo_reply) + 1 :] + [ready.request(7, "ping")]
     assert after == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
     assert not any(_is_response(m, 5) for m in ready.seen)
     # A cancel for an unknown or finished request is ignored.
@@ -294,14 +340,27 @@ def test_cancel_while_waiting_for_elicitation(ready: RawServer) -> None:
 
 
 def test_sample_round_trip(ready: RawServer) -> None:
-    ready.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "sample", "arguments": {"prompt": "Say hi"}}})
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "sample", "arguments": {"prompt": "Say hi"}},
+        }
+    )
     request = ready.recv()
     assert request["method"] == "sampling/createMessage"
-    assert request["params"] == {"messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
-                                 "maxTokens": 100}
-    ready.send({"jsonrpc": "2.0", "id": request["id"],
-                "result": {"role": "assistant", "content": {"type": "text", "text": "hi!"}, "model": "m"}})
+    assert request["params"] == {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
+        "maxTokens": 100,
+    }
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": request["id"],
+            "result": {"role": "assistant", "content": {"type": "text", "text": "hi!"}, "model": "m"},
+        }
+    )
     assert _text(ready.response(1)) == "hi!"
 
 
@@ -320,27 +379,46 @@ def test_unknown_response_id_is_ignored(ready: RawServer) -> None:
 def test_notify_change_and_log(ready: RawServer) -> None:
     ready.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "notify_change"}})
     messages = ready.recv_until(lambda m: _is_response(m, 1))
-    assert [m.get("method") for m in messages[:-1]] == ["notifications/tools/list_changed",
-                                                         "notifications/resources/list_changed"]
+    assert [m.get("method") for m in messages[:-1]] == [
+        "notifications/tools/list_changed",
+        "notifications/resources/list_changed",
+    ]
     assert _text(messages[-1]) == "sent"
-    ready.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "log", "arguments": {"level": "warning", "message": "careful"}}})
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "log", "arguments": {"level": "warning", "message": "careful"}},
+        }
+    )
     messages = ready.recv_until(lambda m: _is_response(m, 2))
-    assert messages[0] == {"jsonrpc": "2.0", "method": "notifications/message",
-                           "params": {"level": "warning", "logger": "demo", "data": "careful"}}
+    assert messages[0] == {
+        "jsonrpc": "2.0",
+        "method": "notifications/message",
+        "params": {"level": "warning", "logger": "demo", "data": "careful"},
+    }
     assert _text(messages[-1]) == "logged"
     # logging/setLevel filters less severe messages.
     assert ready.request(3, "logging/setLevel", {"level": "error"})["result"] == {}
-    ready.send({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
-                "params": {"name": "log", "arguments": {"level": "info", "message": "quiet"}}})
+    ready.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "log", "arguments": {"level": "info", "message": "quiet"}},
+        }
+    )
     assert [_text(m) for m in ready.recv_until(lambda m: _is_response(m, 4))] == ["logged"]
     assert ready.request(5, "logging/setLevel", {"level": "loud"})["error"]["code"] == -32602
 
 
 def test_resources(ready: RawServer) -> None:
     resources = ready.request(1, "resources/list")["result"]["resources"]
-    assert {(r["uri"], r["mimeType"]) for r in resources} == {("demo://readme", "text/markdown"),
-                                                               ("demo://time", "text/plain")}
+    assert {(r["uri"], r["mimeType"]) for r in resources} == {
+        ("demo://readme", "text/markdown"),
+        ("demo://time", "text/plain"),
+    }
     (readme,) = ready.request(2, "resources/read", {"uri": "demo://readme"})["result"]["contents"]
     assert readme["uri"] == "demo://readme" and readme["mimeType"] == "text/markdown" and "demo" in readme["text"]
     (now,) = ready.request(3, "resources/read", {"uri": "demo://time"})["result"]["contents"]
@@ -356,8 +434,11 @@ def test_resources(ready: RawServer) -> None:
 
 def test_prompts(ready: RawServer) -> None:
     (prompt,) = ready.request(1, "prompts/list")["result"]["prompts"]
-    assert prompt["name"] == "greet" and prompt["arguments"][0] == {**prompt["arguments"][0], "name": "name",
-                                                                     "required": True}
+    assert prompt["name"] == "greet" and prompt["arguments"][0] == {
+        **prompt["arguments"][0],
+        "name": "name",
+        "required": True,
+    }
     got = ready.request(2, "prompts/get", {"name": "greet", "arguments": {"name": "Ada"}})["result"]
     assert got["messages"] == [{"role": "user", "content": {"type": "text", "text": "Please greet Ada warmly."}}]
     assert ready.request(3, "prompts/get", {"name": "greet"})["error"]["code"] == -32602
@@ -365,8 +446,16 @@ def test_prompts(ready: RawServer) -> None:
     assert ready.request(5, "prompts/get", {"name": "nope", "arguments": {"name": "x"}})["error"]["code"] == -32602
 
 
-@pytest.mark.parametrize("line", [b"not json\n", b"{\"jsonrpc\": \"2.0\", \"id\": 1,\n", b"\xff\xfe{}\n",
-                                  b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":NaN}\n", b"[" * 100000 + b"\n"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json\n",
+        b'{"jsonrpc": "2.0", "id": 1,\n',
+        b"\xff\xfe{}\n",
+        b'{"jsonrpc":"2.0","id":1,"method":"ping","x":NaN}\n',
+        b"[" * 100000 + b"\n",
+    ],
+)
 def test_malformed_line_is_parse_error(ready: RawServer, line: bytes) -> None:
     ready.send_raw(line)
     reply = ready.recv()
@@ -374,12 +463,20 @@ def test_malformed_line_is_parse_error(ready: RawServer, line: bytes) -> None:
     assert ready.request(1, "ping")["result"] == {}  # still serving
 
 
-@pytest.mark.parametrize("message,reply_id", [
-    ({"jsonrpc": "1.0", "id": 5, "method": "ping"}, 5), ({"id": 6, "method": "ping"}, 6),
-    ({"jsonrpc": "2.0", "id": 7, "method": 3}, 7), ({"jsonrpc": "2.0", "id": None, "method": "ping"}, None),
-    ({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}, None), ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None),
-    ([{"jsonrpc": "2.0", "id": 8, "method": "ping"}], None), ("ping", None), ({"jsonrpc": "2.0", "id": 9}, 9),
-])
+@pytest.mark.parametrize(
+    "message,reply_id",
+    [
+        ({"jsonrpc": "1.0", "id": 5, "method": "ping"}, 5),
+        ({"id": 6, "method": "ping"}, 6),
+        ({"jsonrpc": "2.0", "id": 7, "method": 3}, 7),
+        ({"jsonrpc": "2.0", "id": None, "method": "ping"}, None),
+        ({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}, None),
+        ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None),
+        ([{"jsonrpc": "2.0", "id": 8, "method": "ping"}], None),
+        ("ping", None),
+        ({"jsonrpc": "2.0", "id": 9}, 9),
+    ],
+)
 def test_invalid_request(ready: RawServer, message: Any, reply_id: Any) -> None:
     ready.send_raw(json.dumps(message).encode() + b"\n")
     reply = ready.recv()
@@ -404,7 +501,9 @@ def test_eof_exits_zero(ready: RawServer) -> None:
 
 
 def test_eof_with_slow_call_in_flight_exits_zero(ready: RawServer) -> None:
-    ready.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "slow", "arguments": {"seconds": 60}}})
+    ready.send(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "slow", "arguments": {"seconds": 60}}}
+    )
     ready.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask_name"}})
     assert ready.recv()["method"] == "elicitation/create"
     assert ready.close_stdin_and_wait(timeout=5) == 0
@@ -414,9 +513,11 @@ def test_eof_with_slow_call_in_flight_exits_zero(ready: RawServer) -> None:
 def test_pipeline_answers_before_exit(server: RawServer) -> None:
     """Requests written just before EOF (a shell pipeline) are still answered."""
     init = {"protocolVersion": LATEST, "capabilities": {}, "clientInfo": {"name": "sh", "version": "0"}}
-    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
-             {"jsonrpc": "2.0", "method": "notifications/initialized"},
-             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "m"}}}]
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "m"}}},
+    ]
     server.send_raw(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
     assert server.close_stdin_and_wait(timeout=5) == 0
     assert _text(server.response(2)) == "m"
@@ -462,16 +563,18 @@ def _run_with_sdk(body: Callable[[Any], Any]) -> None:
     async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
         (message,) = params.messages
         assert params.max_tokens == 100 and isinstance(message.content, types.TextContent)
-        return types.CreateMessageResult(role="assistant", model="stub",
-                                         content=types.TextContent(type="text", text=message.content.text.upper()))
+        return types.CreateMessageResult(
+            role="assistant", model="stub", content=types.TextContent(type="text", text=message.content.text.upper())
+        )
 
     pids: set[int] = set()
 
     async def main() -> None:
         params = StdioServerParameters(command=sys.executable, args=SERVER_ARGS, cwd=str(REPO), env=_env())
         with anyio.fail_after(HANG_GUARD * 2):
-            async with Client(params, mode="legacy", elicitation_callback=on_elicit,
-                              sampling_callback=on_sample) as client:
+            async with Client(
+                params, mode="legacy", elicitation_callback=on_elicit, sampling_callback=on_sample
+            ) as client:
                 pids.update(_demo_children())
                 assert pids or not Path("/proc").is_dir()
                 await body(client)

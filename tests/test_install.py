@@ -14,8 +14,9 @@ def test_pip_install_then_gunicorn_serves_the_demo(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     bin_dir = env_dir / "bin"
-    install = subprocess.run([str(bin_dir / "pip"), "install", "--quiet", "."], cwd=ROOT, capture_output=True,
-                             text=True, timeout=900)
+    install = subprocess.run(
+        [str(bin_dir / "pip"), "install", "--quiet", "."], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert install.returncode == 0, install.stdout + install.stderr
     gw = Gateway(cwd=ROOT, python=str(bin_dir / "python"))
     try:

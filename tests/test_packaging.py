@@ -38,10 +38,12 @@ class Installed:
     cwd: Path  # outside the checkout, so `import mcpgate` finds the installed package only
 
 
-def _run(args: list[str | Path], cwd: Path, timeout: float = 120, stdin: str | None = None,
-         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(arg) for arg in args], cwd=cwd, input=stdin, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def _run(
+    args: list[str | Path], cwd: Path, timeout: float = 120, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(arg) for arg in args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +107,10 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed: Installe
 
 
 def test_relay_help_from_the_script_and_the_module(installed: Installed) -> None:
-    commands: list[list[str | Path]] = [[installed.bin / "mcpgate-relay", "--help"],
-                                        [installed.python, "-m", "mcpgate.relay", "--help"]]
+    commands: list[list[str | Path]] = [
+        [installed.bin / "mcpgate-relay", "--help"],
+        [installed.python, "-m", "mcpgate.relay", "--help"],
+    ]
     for args in commands:
         result = _run(args, cwd=installed.cwd)
         assert result.returncode == 0 and "usage:" in result.stdout, result.stdout + result.stderr

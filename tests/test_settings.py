@@ -7,7 +7,13 @@ import argparse
 import pytest
 
 from mcpgate.settings import (
-    RelaySettings, Settings, SettingsError, add_arguments, declared, markdown_table, relay_markdown_table,
+    RelaySettings,
+    Settings,
+    SettingsError,
+    add_arguments,
+    declared,
+    markdown_table,
+    relay_markdown_table,
 )
 from tests.support import ROOT
 
@@ -23,16 +29,19 @@ def test_defaults_are_valid() -> None:
         assert getattr(settings, setting.name) == setting.default
 
 
-@pytest.mark.parametrize("env,fragment", [
-    ({"MCPGATE_MAX_SESSIONS": "many"}, "MCPGATE_MAX_SESSIONS"),
-    ({"MCPGATE_MAX_SESSIONS": "0"}, "MCPGATE_MAX_SESSIONS must be greater than 0"),
-    ({"MCPGATE_PATH": "mcp"}, "MCPGATE_PATH must start with /"),
-    ({"MCPGATE_COMMAND": "python 'unclosed"}, "MCPGATE_COMMAND is not valid shell-word syntax"),
-    ({"MCPGATE_STDERR": "somewhere"}, "MCPGATE_STDERR"),
-    ({"MCPGATE_CHILD_ENV": "[1]"}, "MCPGATE_CHILD_ENV must be a JSON object"),
-    ({"MCPGATE_CHILD_ENV": "{"}, "MCPGATE_CHILD_ENV: expected json"),
-    ({"MCPGATE_LOG_LEVEL": "loud"}, "MCPGATE_LOG_LEVEL"),
-])
+@pytest.mark.parametrize(
+    "env,fragment",
+    [
+        ({"MCPGATE_MAX_SESSIONS": "many"}, "MCPGATE_MAX_SESSIONS"),
+        ({"MCPGATE_MAX_SESSIONS": "0"}, "MCPGATE_MAX_SESSIONS must be greater than 0"),
+        ({"MCPGATE_PATH": "mcp"}, "MCPGATE_PATH must start with /"),
+        ({"MCPGATE_COMMAND": "python 'unclosed"}, "MCPGATE_COMMAND is not valid shell-word syntax"),
+        ({"MCPGATE_STDERR": "somewhere"}, "MCPGATE_STDERR"),
+        ({"MCPGATE_CHILD_ENV": "[1]"}, "MCPGATE_CHILD_ENV must be a JSON object"),
+        ({"MCPGATE_CHILD_ENV": "{"}, "MCPGATE_CHILD_ENV: expected json"),
+        ({"MCPGATE_LOG_LEVEL": "loud"}, "MCPGATE_LOG_LEVEL"),
+    ],
+)
 def test_invalid_values_name_the_variable(env: dict[str, str], fragment: str) -> None:
     with pytest.raises(SettingsError) as info:
         Settings.from_env(environ=env)
@@ -40,8 +49,13 @@ def test_invalid_values_name_the_variable(env: dict[str, str], fragment: str) ->
 
 
 def test_values_are_converted() -> None:
-    settings = Settings.from_env(environ={"MCPGATE_ALLOWED_HOSTS": "a.example, b.example", "MCPGATE_SSE_AFTER": "2.5",
-                                 "MCPGATE_CHILD_ENV": '{"K": "v"}'})
+    settings = Settings.from_env(
+        environ={
+            "MCPGATE_ALLOWED_HOSTS": "a.example, b.example",
+            "MCPGATE_SSE_AFTER": "2.5",
+            "MCPGATE_CHILD_ENV": '{"K": "v"}',
+        }
+    )
     assert settings.allowed_hosts == ("a.example", "b.example")
     assert settings.sse_after == 2.5 and settings.child_env == {"K": "v"}
 
@@ -81,10 +95,21 @@ def test_secret_values_never_appear_in_messages() -> None:
         Settings.from_env(environ={"MCPGATE_AUTH_TOKEN": "se cret"})
     assert "MCPGATE_AUTH_TOKEN" in str(info.value) and "se cret" not in str(info.value)
     with pytest.raises(SettingsError) as info:
-        RelaySettings.from_args(argparse.Namespace(url="http://h/", header=[], transport="auto", connect_timeout=1.0,
-                                                   read_timeout=1.0, log_level="info", no_cancel_filter=False,
-                                                   max_message_bytes=1, max_inflight=1, shutdown_grace=1.0),
-                                environ={"MCPGATE_BEARER_TOKEN": "bad\ttoken"})
+        RelaySettings.from_args(
+            argparse.Namespace(
+                url="http://h/",
+                header=[],
+                transport="auto",
+                connect_timeout=1.0,
+                read_timeout=1.0,
+                log_level="info",
+                no_cancel_filter=False,
+                max_message_bytes=1,
+                max_inflight=1,
+                shutdown_grace=1.0,
+            ),
+            environ={"MCPGATE_BEARER_TOKEN": "bad\ttoken"},
+        )
     assert "bad\ttoken" not in str(info.value)
 
 

@@ -125,7 +125,8 @@ def parse(data: bytes | str) -> Message:
 # The head of a response as the common SDKs write it: {"jsonrpc":"2.0","id":ID,"result": or "error":
 _RESPONSE_HEAD = re.compile(
     rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?(?:0|[1-9][0-9]*)|"(?:[^"\\\x00-\x1f]|\\.)*")'
-    rb'\s*,\s*"(result|error)"\s*:')
+    rb'\s*,\s*"(result|error)"\s*:'
+)
 PARTIAL_FROM_BYTES = 256 * 1024
 
 

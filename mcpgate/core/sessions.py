@@ -34,8 +34,7 @@ class SessionLimitReached(RuntimeError):
 class SessionRegistry(Generic[T]):
     """Sessions by id, with a cap and an idle time-to-live."""
 
-    def __init__(self, max_sessions: int, idle_ttl: float,
-                 mint: Callable[[], str] = new_session_id) -> None:
+    def __init__(self, max_sessions: int, idle_ttl: float, mint: Callable[[], str] = new_session_id) -> None:
         if max_sessions < 1 or idle_ttl <= 0:
             raise ValueError("max_sessions and idle_ttl must be positive")
         self.max_sessions = max_sessions

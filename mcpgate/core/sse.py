@@ -26,8 +26,9 @@ class EventTooLarge(ValueError):
         self.limit = limit
 
 
-def encode_event(data: bytes, event: str | None = "message", event_id: str | None = None,
-                 retry_ms: int | None = None) -> bytes:
+def encode_event(
+    data: bytes, event: str | None = "message", event_id: str | None = None, retry_ms: int | None = None
+) -> bytes:
     """One SSE event carrying `data` (one line of JSON: it holds no CR or LF).
 
     ValueError when the event name or id holds a CR or LF (or the id a NUL):

@@ -26,7 +26,6 @@ LATEST_HANDSHAKE = V2025_11_25
 DEFAULT_HEADER_VERSION = V2025_03_26
 
 
-
 def negotiate(requested: object, supported: tuple[str, ...] = HANDSHAKE) -> str:
     """The revision a server answers an initialize with: the requested one when supported, else its latest."""
     if isinstance(requested, str) and requested in supported:

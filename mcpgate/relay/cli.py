@@ -33,8 +33,12 @@ Example host configuration:
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags come from mcpgate.settings.RelaySettings, where each is declared once."""
-    p = argparse.ArgumentParser(prog="mcpgate-relay", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="mcpgate-relay",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p, RelaySettings)
     p.add_argument("--version", action="version", version=f"mcpgate-relay {__version__}")
     return p
@@ -62,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     from mcpgate.relay.pump import PumpOptions, Relay, leftovers
     from mcpgate.relay.transport import Sink
 
-    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
-                        format="%(asctime)s mcpgate-relay %(levelname)s %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s mcpgate-relay %(levelname)s %(message)s"
+    )
     log = logging.getLogger("mcpgate.relay")
     if args.bearer_token and any(name.lower() == "authorization" for name, _ in args.header):
         log.warning("both %s and an Authorization header were given; using %s", TOKEN_ENV, TOKEN_ENV)

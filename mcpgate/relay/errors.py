@@ -21,15 +21,22 @@ import urllib3.exceptions
 from mcpgate.core import jsonrpc
 from mcpgate.core.sse import EventTooLarge
 from mcpgate.settings import TOKEN_ENV
+
 EXCERPT_CHARS = 200
 # 4xx statuses about the relay's own setup (credentials, proxy, rate): never the host's business alone.
 CONFIG_STATUSES = frozenset({401, 403, 407, 429})
 
 # Methods whose repetition cannot change anything upstream: retried even when the
 # first attempt may have reached the server. tools/call is never on this list.
-REPLAY_SAFE = frozenset({
-    "initialize", "ping", "resources/read", "prompts/get", "completion/complete",
-})
+REPLAY_SAFE = frozenset(
+    {
+        "initialize",
+        "ping",
+        "resources/read",
+        "prompts/get",
+        "completion/complete",
+    }
+)
 
 
 def is_replay_safe(method: str) -> bool:
@@ -160,17 +167,26 @@ def mapped(url: str) -> Iterator[None]:
         raise ConfigError(f"TLS failure talking to {redact(url)}: {_reason(exc)}") from None
     except requests.exceptions.InvalidHeader:
         # The exception text quotes the header value, which may be the bearer token.
-        raise ConfigError(f"invalid request to {redact(url)}: a header value has characters HTTP does not allow") \
-            from None
-    except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
-            requests.exceptions.InvalidSchema, urllib3.exceptions.LocationValueError) as exc:
+        raise ConfigError(
+            f"invalid request to {redact(url)}: a header value has characters HTTP does not allow"
+        ) from None
+    except (
+        requests.exceptions.InvalidURL,
+        requests.exceptions.MissingSchema,
+        requests.exceptions.InvalidSchema,
+        urllib3.exceptions.LocationValueError,
+    ) as exc:
         raise ConfigError(f"invalid request to {redact(url)}: {exc}") from None
     except (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError):
         raise MaybeSent(f"upstream {redact(url)} did not answer in time (read timeout)") from None
     except requests.exceptions.ConnectionError as exc:
         raise _connection_error(url, exc.args[0] if exc.args else exc) from None
-    except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError,
-            urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError) as exc:
+    except (
+        requests.exceptions.ChunkedEncodingError,
+        requests.exceptions.ContentDecodingError,
+        urllib3.exceptions.ProtocolError,
+        urllib3.exceptions.DecodeError,
+    ) as exc:
         if exc.args[:1] == ("Connection aborted.",):  # urlopen's: the exchange failed before any reply
             raise _connection_error(url, exc) from None
         raise MaybeSent(f"connection to upstream {redact(url)} broke mid-reply: {_reason(exc)}") from None
@@ -196,8 +212,15 @@ def _connection_error(url: str, reason: BaseException) -> RelayError:
 def _reason(exc: BaseException) -> str:
     """The innermost readable reason of a wrapped network error."""
     text = str(exc)
-    for marker in ("Connection refused", "Connection reset", "timed out", "Remote end closed",
-                   "Broken pipe", "Name or service not known", "certificate verify failed"):
+    for marker in (
+        "Connection refused",
+        "Connection reset",
+        "timed out",
+        "Remote end closed",
+        "Broken pipe",
+        "Name or service not known",
+        "certificate verify failed",
+    ):
         if marker in text:
             return marker.lower() if marker != "Remote end closed" else "the server closed the connection"
     return text[:EXCERPT_CHARS]
@@ -212,14 +235,18 @@ def excerpt(body: bytes) -> str:
     return text or "(empty body)"
 
 
-def status_error(status: int, reason: str, body: bytes, token_set: bool,
-                 www_authenticate: str | None = None) -> HttpStatusError:
+def status_error(
+    status: int, reason: str, body: bytes, token_set: bool, www_authenticate: str | None = None
+) -> HttpStatusError:
     """The error for an HTTP error status, naming the status, the body and what to do."""
     label = f"HTTP {status}{' ' + reason if reason else ''}"
     data: dict[str, Any] = {"httpStatus": status, "body": excerpt(body)}
     if status == 401:
-        hint = (f"the bearer token in {TOKEN_ENV} was rejected" if token_set
-                else f"set {TOKEN_ENV} to a bearer token for this server")
+        hint = (
+            f"the bearer token in {TOKEN_ENV} was rejected"
+            if token_set
+            else f"set {TOKEN_ENV} to a bearer token for this server"
+        )
         if www_authenticate:
             data["wwwAuthenticate"] = www_authenticate[:EXCERPT_CHARS]
         return HttpStatusError(f"upstream requires authorization ({label}): {hint}", status, data)

@@ -22,6 +22,7 @@ from mcpgate.relay.transport import Upstream, decode_upstream
 
 log = logging.getLogger("mcpgate.relay")
 
+
 class StreamOwner(Protocol):
     """What the GET stream needs from its Streamable HTTP transport."""
 

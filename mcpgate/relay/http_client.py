@@ -66,11 +66,15 @@ class HttpOptions:
     def from_settings(cls, settings: RelaySettings) -> HttpOptions:
         """The options for the relay's settings; the bearer token replaces any Authorization header."""
         token = settings.bearer_token or None
-        headers = {name: value for name, value in settings.header
-                   if not (token and name.lower() == "authorization")}
-        return cls(connect_timeout=settings.connect_timeout, read_timeout=settings.read_timeout,
-                   max_message_bytes=settings.max_message_bytes, pool_size=settings.max_inflight + POOL_SPARE,
-                   headers=headers, bearer_token=token)
+        headers = {name: value for name, value in settings.header if not (token and name.lower() == "authorization")}
+        return cls(
+            connect_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
+            max_message_bytes=settings.max_message_bytes,
+            pool_size=settings.max_inflight + POOL_SPARE,
+            headers=headers,
+            bearer_token=token,
+        )
 
 
 class HttpReply:
@@ -132,9 +136,16 @@ class HttpClient:
     def token_set(self) -> bool:
         return bool(self.options.bearer_token)
 
-    def send(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None = None,
-             replay_safe: bool = False, tries: int | None = None,
-             timeout: tuple[float, float] | None = None) -> HttpReply:
+    def send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes | None = None,
+        replay_safe: bool = False,
+        tries: int | None = None,
+        timeout: tuple[float, float] | None = None,
+    ) -> HttpReply:
         """One HTTP exchange up to the response headers, retried per the policy; the body is not read."""
         tries = self.options.tries if tries is None else tries
         limits = self._timeout if timeout is None else urllib3.Timeout(connect=timeout[0], read=timeout[1])
@@ -146,28 +157,46 @@ class HttpClient:
                 if last or not exc.retryable or (exc.maybe_sent and not replay_safe):
                     raise
                 delay = self.backoff(attempt)
-                log.info("%s %s failed (%s); retry %d in %.2fs", method, errors.redact(url), exc.message, attempt, delay)
+                log.info(
+                    "%s %s failed (%s); retry %d in %.2fs", method, errors.redact(url), exc.message, attempt, delay
+                )
                 gevent.sleep(delay)
                 continue
             if resp.status_code in (429, 503) and not last:
                 wait = self._retry_delay(resp, attempt)
                 if wait is not None:
                     resp.close()
-                    log.info("%s %s got HTTP %d; retry %d in %.2fs", method, errors.redact(url), resp.status_code, attempt, wait)
+                    log.info(
+                        "%s %s got HTTP %d; retry %d in %.2fs",
+                        method,
+                        errors.redact(url),
+                        resp.status_code,
+                        attempt,
+                        wait,
+                    )
                     gevent.sleep(wait)
                     continue
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _exchange(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None,
-                  timeout: urllib3.Timeout) -> HttpReply:
+    def _exchange(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: urllib3.Timeout
+    ) -> HttpReply:
         """One attempt, on the session's own urllib3 pool for the URL."""
         with errors.mapped(url):
             route = self._route(url)
-            raw = route.pool.urlopen(method, route.target, body=body,
-                                     headers=self._headers(route, method, url, headers), timeout=timeout,
-                                     retries=NO_RETRIES, redirect=False, assert_same_host=False,
-                                     preload_content=False, decode_content=False)
+            raw = route.pool.urlopen(
+                method,
+                route.target,
+                body=body,
+                headers=self._headers(route, method, url, headers),
+                timeout=timeout,
+                retries=NO_RETRIES,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=False,
+            )
         if "Set-Cookie" in raw.headers:
             extract_cookies_to_jar(self.session.cookies, requests.Request(method, url).prepare(), raw)
         return HttpReply(cast(urllib3.HTTPResponse, raw))  # what an HTTPConnectionPool returns
@@ -257,8 +286,9 @@ class HttpClient:
         if body is None:
             body = self.error_body(resp, url)
         resp.close()
-        return errors.status_error(resp.status_code, resp.reason or "", body, self.token_set,
-                                   resp.headers.get("WWW-Authenticate"))
+        return errors.status_error(
+            resp.status_code, resp.reason or "", body, self.token_set, resp.headers.get("WWW-Authenticate")
+        )
 
     def expect_event_stream(self, resp: HttpReply, url: str) -> None:
         """A GET that opens a stream must answer 200 with text/event-stream: the error (the response
@@ -268,8 +298,9 @@ class HttpClient:
         kind = content_type(resp)
         if kind != SSE_TYPE:
             resp.close()
-            raise errors.InvalidUpstream(f"upstream GET {errors.redact(url)} did not open an SSE stream "
-                                         f"(Content-Type {kind!r})")
+            raise errors.InvalidUpstream(
+                f"upstream GET {errors.redact(url)} did not open an SSE stream (Content-Type {kind!r})"
+            )
 
     def events(self, resp: HttpReply, decoder: SseDecoder, url: str) -> Iterator[Event]:
         """SSE events as their bytes arrive; ends when the server ends the body."""

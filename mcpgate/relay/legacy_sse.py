@@ -204,8 +204,9 @@ class LegacySseTransport:
         """The stream is gone: nothing waiting on it will be answered."""
         self.endpoint = None
         self._attempt = AsyncResult()
-        lost = errors.MaybeSent("the upstream SSE stream dropped before the reply arrived; "
-                                "the request may or may not have run upstream")
+        lost = errors.MaybeSent(
+            "the upstream SSE stream dropped before the reply arrived; the request may or may not have run upstream"
+        )
         if not attempt.ready():
             attempt.set_exception(lost)
         closing = self._closing

@@ -53,8 +53,12 @@ class PumpOptions:
 
     @classmethod
     def from_settings(cls, settings: RelaySettings) -> PumpOptions:
-        return cls(max_message_bytes=settings.max_message_bytes, max_inflight=settings.max_inflight,
-                   cancel_filter=not settings.no_cancel_filter, shutdown_grace=settings.shutdown_grace)
+        return cls(
+            max_message_bytes=settings.max_message_bytes,
+            max_inflight=settings.max_inflight,
+            cancel_filter=not settings.no_cancel_filter,
+            shutdown_grace=settings.shutdown_grace,
+        )
 
 
 def leftovers() -> tuple[int, int]:
@@ -85,8 +89,9 @@ def host_lines(decoder: LineDecoder, data: bytes) -> list[bytes | LineTooLong]:
 
 
 class Relay:
-    def __init__(self, transport_factory: Callable[[Sink], Transport], options: PumpOptions,
-                 in_fd: int = 0, out_fd: int = 1) -> None:
+    def __init__(
+        self, transport_factory: Callable[[Sink], Transport], options: PumpOptions, in_fd: int = 0, out_fd: int = 1
+    ) -> None:
         self.options = options
         self.in_fd, self.out_fd = in_fd, out_fd
         self.transport = transport_factory(self.deliver)
@@ -187,8 +192,11 @@ class Relay:
         try:
             self._oneway.put((message, self._barrier, done), timeout=self.options.out_put_timeout)
         except Full:
-            log.error("upstream has not accepted messages for %gs; dropped %s", self.options.out_put_timeout,
-                      getattr(message, "method", "a response"))
+            log.error(
+                "upstream has not accepted messages for %gs; dropped %s",
+                self.options.out_put_timeout,
+                getattr(message, "method", "a response"),
+            )
             return
         self._barrier = done
 
@@ -241,8 +249,9 @@ class Relay:
             line = jsonrpc.encode(exc.response(req.id))
         except Exception as exc:  # a bug must still answer the host
             log.exception("relay error on %s (id %r)", req.method, req.id)
-            line = jsonrpc.encode(jsonrpc.error_response(req.id, jsonrpc.INTERNAL_ERROR,
-                                                         f"relay internal error: {exc!r}"[:300]))
+            line = jsonrpc.encode(
+                jsonrpc.error_response(req.id, jsonrpc.INTERNAL_ERROR, f"relay internal error: {exc!r}"[:300])
+            )
         finally:
             if self._inflight.get(key) is gevent.getcurrent():
                 del self._inflight[key]

@@ -55,7 +55,7 @@ class HubPipes:
     def write_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            view = view[gevent.os.nb_write(self.out_fd, view):]
+            view = view[gevent.os.nb_write(self.out_fd, view) :]
 
     def restore(self) -> None:
         for fd, blocking in self._saved.items():

@@ -26,7 +26,14 @@ from mcpgate.relay.get_stream import GetStream
 from mcpgate.relay.handshake import Handshake, check_replayed, is_initialized
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
 from mcpgate.relay.transport import (
-    OneWay, ReplyWaiters, Sink, Upstream, decode_upstream, is_reply_to, should_fall_back, upstream_messages,
+    OneWay,
+    ReplyWaiters,
+    Sink,
+    Upstream,
+    decode_upstream,
+    is_reply_to,
+    should_fall_back,
+    upstream_messages,
 )
 
 log = logging.getLogger("mcpgate.relay")
@@ -94,12 +101,12 @@ class StreamableTransport:
     def _post_request(self, req: jsonrpc.Request, safe: bool) -> jsonrpc.Response:
         with self._waiters.expect(req.id) as waiter:
             sid = self.session_id
-            resp = self.http.send("POST", self.url, self.headers(ACCEPT_BOTH, True),
-                                  jsonrpc.raw_bytes(req), replay_safe=safe)
+            resp = self.http.send(
+                "POST", self.url, self.headers(ACCEPT_BOTH, True), jsonrpc.raw_bytes(req), replay_safe=safe
+            )
             return self._reply(req, resp, sid, waiter)
 
-    def _reply(self, req: jsonrpc.Request, resp: HttpReply, sid: str | None,
-               waiter: AsyncResult) -> jsonrpc.Response:
+    def _reply(self, req: jsonrpc.Request, resp: HttpReply, sid: str | None, waiter: AsyncResult) -> jsonrpc.Response:
         status = resp.status_code
         if status == 404 and sid:
             resp.close()
@@ -123,8 +130,7 @@ class StreamableTransport:
     def _read_json(self, req: jsonrpc.Request, body: bytes) -> jsonrpc.Response:
         parsed = jsonrpc.parse(body)
         if isinstance(parsed, jsonrpc.Invalid) and parsed.code == jsonrpc.PARSE_ERROR:
-            raise errors.InvalidUpstream(f"upstream sent invalid JSON in reply to {req.method}: "
-                                         f"{errors.excerpt(body)}")
+            raise errors.InvalidUpstream(f"upstream sent invalid JSON in reply to {req.method}: {errors.excerpt(body)}")
         reply = None
         for message in upstream_messages(parsed):
             if reply is None and is_reply_to(message, req.id):
@@ -133,8 +139,9 @@ class StreamableTransport:
             else:
                 self.route(message)
         if reply is None:
-            raise errors.InvalidUpstream(f"upstream's JSON reply was not a response to {req.method}: "
-                                         f"{errors.excerpt(body)}")
+            raise errors.InvalidUpstream(
+                f"upstream's JSON reply was not a response to {req.method}: {errors.excerpt(body)}"
+            )
         return reply
 
     def _await_elsewhere(self, req: jsonrpc.Request, waiter: AsyncResult) -> jsonrpc.Response:
@@ -143,8 +150,10 @@ class StreamableTransport:
         try:
             reply: jsonrpc.Response = waiter.get(timeout=self.http.options.read_timeout)
         except gevent.Timeout:
-            raise errors.MaybeSent(f"upstream accepted {req.method} (HTTP 202) but no reply arrived "
-                                   f"within {self.http.options.read_timeout:g}s") from None
+            raise errors.MaybeSent(
+                f"upstream accepted {req.method} (HTTP 202) but no reply arrived "
+                f"within {self.http.options.read_timeout:g}s"
+            ) from None
         return reply
 
     def _read_stream(self, req: jsonrpc.Request, resp: HttpReply) -> jsonrpc.Response:
@@ -172,8 +181,7 @@ class StreamableTransport:
         finally:
             self.http.done(resp)
 
-    def _consume(self, req: jsonrpc.Request, resp: HttpReply,
-                 decoder: SseDecoder) -> jsonrpc.Response | None:
+    def _consume(self, req: jsonrpc.Request, resp: HttpReply, decoder: SseDecoder) -> jsonrpc.Response | None:
         """Read a reply stream until the response; None when it ended resumably first."""
         try:
             for event in self.http.events(resp, decoder, self.url):
@@ -228,8 +236,9 @@ class StreamableTransport:
         self.session_id, self.version = None, None
         if old:
             self._background.spawn(self._delete, old, None)
-        resp = self.http.send("POST", self.url, self.headers(ACCEPT_BOTH, True),
-                              jsonrpc.raw_bytes(req), replay_safe=True)
+        resp = self.http.send(
+            "POST", self.url, self.headers(ACCEPT_BOTH, True), jsonrpc.raw_bytes(req), replay_safe=True
+        )
         if not 200 <= resp.status_code < 300:
             body = self.http.error_body(resp, self.url)
             if self.probe and should_fall_back(resp.status_code, body):
@@ -245,15 +254,17 @@ class StreamableTransport:
         if not reply.is_error:
             self.version = versions.initialize_version(reply.obj.get("result"))
             self.probe, self.started = False, True
-        log.info("upstream session %s, protocol %s", "started" if self.session_id else "none",
-                 self.version or "unknown")
+        log.info(
+            "upstream session %s, protocol %s", "started" if self.session_id else "none", self.version or "unknown"
+        )
         return reply
 
     def recover(self, dead_sid: str) -> None:
         """Start a new session after a 404 (once, however many requests saw the 404)."""
         if not self._host_handshake.known:
-            raise errors.HttpStatusError("upstream session expired (HTTP 404) before an initialize "
-                                         "could be replayed", 404)
+            raise errors.HttpStatusError(
+                "upstream session expired (HTTP 404) before an initialize could be replayed", 404
+            )
         worker = self._background.spawn(self._recover_now, dead_sid)
         budget = 2 * (self.http.options.connect_timeout + self.http.options.read_timeout) + 5
         try:

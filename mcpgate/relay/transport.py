@@ -88,8 +88,11 @@ class ReplyWaiters:
 
 
 def is_reply_to(message: Upstream, req_id: jsonrpc.Id) -> bool:
-    return isinstance(message, jsonrpc.Response) and message.id is not None \
+    return (
+        isinstance(message, jsonrpc.Response)
+        and message.id is not None
         and jsonrpc.id_key(message.id) == jsonrpc.id_key(req_id)
+    )
 
 
 def should_fall_back(status: int, body: bytes) -> bool:

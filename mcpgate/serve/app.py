@@ -39,32 +39,45 @@ class Guard:
     def __init__(self, settings: Settings) -> None:
         self.token = settings.auth_token
         self.host_kind = functools.lru_cache(maxsize=256)(
-            functools.partial(auth.host_kind, allowed=settings.allowed_hosts))
+            functools.partial(auth.host_kind, allowed=settings.allowed_hosts)
+        )
         self.origin_allowed = functools.lru_cache(maxsize=256)(
-            functools.partial(auth.origin_allowed, allowed=settings.allowed_origins))
+            functools.partial(auth.origin_allowed, allowed=settings.allowed_origins)
+        )
         self.peer_trusted = functools.lru_cache(maxsize=256)(
-            functools.partial(auth.peer_trusted, trusted=auth.networks(settings.trusted_peers)))
+            functools.partial(auth.peer_trusted, trusted=auth.networks(settings.trusted_peers))
+        )
 
     def check(self, environ: dict[str, Any], endpoint: bool) -> None:
         host = environ.get("HTTP_HOST")
         kind = self.host_kind(host)
         if kind is auth.HostKind.REFUSED:
             log.warning("refused Host %r (allow it with MCPGATE_ALLOWED_HOSTS)", host)
-            raise Refusal(421, jsonrpc.INVALID_REQUEST,
-                          "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)")
+            raise Refusal(
+                421, jsonrpc.INVALID_REQUEST, "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)"
+            )
         if kind is auth.HostKind.LOOPBACK and not self.peer_trusted(environ.get("REMOTE_ADDR")):
-            log.warning("refused loopback Host %r from peer %s (a proxy there? MCPGATE_TRUSTED_PEERS)", host,
-                        environ.get("REMOTE_ADDR"))
-            raise Refusal(421, jsonrpc.INVALID_REQUEST,
-                          "Misdirected Request: a loopback Host name from a non-loopback peer")
+            log.warning(
+                "refused loopback Host %r from peer %s (a proxy there? MCPGATE_TRUSTED_PEERS)",
+                host,
+                environ.get("REMOTE_ADDR"),
+            )
+            raise Refusal(
+                421, jsonrpc.INVALID_REQUEST, "Misdirected Request: a loopback Host name from a non-loopback peer"
+            )
         origin = environ.get("HTTP_ORIGIN")
         if not self.origin_allowed(origin):
             log.warning("refused Origin %r (allow it with MCPGATE_ALLOWED_ORIGINS)", origin)
-            raise Refusal(403, jsonrpc.INVALID_REQUEST,
-                          "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)")
+            raise Refusal(
+                403, jsonrpc.INVALID_REQUEST, "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)"
+            )
         if endpoint and not auth.bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
-            raise Refusal(401, jsonrpc.INVALID_REQUEST, "Unauthorized: send Authorization: Bearer <token>",
-                          headers={"WWW-Authenticate": 'Bearer realm="mcpgate"'})
+            raise Refusal(
+                401,
+                jsonrpc.INVALID_REQUEST,
+                "Unauthorized: send Authorization: Bearer <token>",
+                headers={"WWW-Authenticate": 'Bearer realm="mcpgate"'},
+            )
 
 
 class Endpoint:
@@ -98,8 +111,11 @@ def create_app(settings: Settings | None = None) -> Flask:
     @app.get("/healthz")
     def healthz() -> Response:
         problem = gateway.command_problem()  # the details are in the log (preflight), not for every caller
-        body: dict[str, Any] = {"status": "unavailable" if problem else "ok", "sessions": len(gateway.sessions),
-                                "children": gateway.live_children()}
+        body: dict[str, Any] = {
+            "status": "unavailable" if problem else "ok",
+            "sessions": len(gateway.sessions),
+            "children": gateway.live_children(),
+        }
         if problem:
             body["error"] = "the MCP server command cannot be started; the gateway's log says why"
         return Response(jsonrpc.encode(body), status=503 if problem else 200, mimetype="application/json")

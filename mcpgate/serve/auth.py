@@ -103,9 +103,11 @@ def exposure_problem(addresses: Collection[str], authenticated: bool, allow_unau
     exposed = [address for address in addresses if not bind_is_local(address)]
     if not exposed or authenticated or allow_unauthenticated:
         return None
-    return (f"refusing to serve {', '.join(exposed)} without authentication: anyone who reaches this address "
-            "could run the MCP server. Set MCPGATE_AUTH_TOKEN (clients then send Authorization: Bearer <token>), "
-            "or set MCPGATE_ALLOW_UNAUTHENTICATED=true to serve it open on purpose")
+    return (
+        f"refusing to serve {', '.join(exposed)} without authentication: anyone who reaches this address "
+        "could run the MCP server. Set MCPGATE_AUTH_TOKEN (clients then send Authorization: Bearer <token>), "
+        "or set MCPGATE_ALLOW_UNAUTHENTICATED=true to serve it open on purpose"
+    )
 
 
 def bearer_ok(authorization: str | None, token: str) -> bool:

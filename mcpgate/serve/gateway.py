@@ -29,9 +29,15 @@ class Gateway:
         self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
         self.env = child_environment(self._configured_env())
         self.child_spec = ChildSpec(
-            argv=tuple(self.argv), env=self.env, cwd=settings.cwd or None, stderr=settings.stderr,
-            max_line_bytes=settings.max_message_bytes, max_write_queue_bytes=settings.write_queue_bytes,
-            close_timeout=settings.close_timeout, term_timeout=settings.term_timeout)
+            argv=tuple(self.argv),
+            env=self.env,
+            cwd=settings.cwd or None,
+            stderr=settings.stderr,
+            max_line_bytes=settings.max_message_bytes,
+            max_write_queue_bytes=settings.write_queue_bytes,
+            close_timeout=settings.close_timeout,
+            term_timeout=settings.term_timeout,
+        )
         self._reaper: gevent.Greenlet | None = None
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
@@ -63,8 +69,14 @@ class Gateway:
 
     def _new_session(self, session_id: str) -> Session:
         s = self.settings
-        return Session(session_id, self.child_spec, buffer_messages=s.buffer_messages, stream_queue=s.stream_queue,
-                       on_end=self._forget, clock=self.clock)
+        return Session(
+            session_id,
+            self.child_spec,
+            buffer_messages=s.buffer_messages,
+            stream_queue=s.stream_queue,
+            on_end=self._forget,
+            clock=self.clock,
+        )
 
     def get(self, session_id: str) -> Session | None:
         session = self.sessions.get(session_id)

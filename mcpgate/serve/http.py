@@ -11,10 +11,23 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..core import jsonrpc
 
-STATUS_TEXT = {200: "OK", 202: "Accepted", 204: "No Content", 400: "Bad Request", 403: "Forbidden",
-               404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable", 409: "Conflict",
-               413: "Payload Too Large", 415: "Unsupported Media Type", 421: "Misdirected Request",
-               500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+STATUS_TEXT = {
+    200: "OK",
+    202: "Accepted",
+    204: "No Content",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    406: "Not Acceptable",
+    409: "Conflict",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    421: "Misdirected Request",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 
 StartResponse = Callable[..., Any]
 
@@ -52,8 +65,13 @@ class HttpRequest:
 class HttpResponse:
     __slots__ = ("status", "headers", "body")
 
-    def __init__(self, status: int = 200, body: bytes | Iterator[bytes] = b"",
-                 content_type: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int = 200,
+        body: bytes | Iterator[bytes] = b"",
+        content_type: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.status = status
         self.body = body
         self.headers: list[tuple[str, str]] = list(headers.items()) if headers else []
@@ -73,8 +91,9 @@ def json_response(body: bytes, status: int = 200, headers: dict[str, str] | None
     return HttpResponse(status, body, "application/json", headers)
 
 
-def rpc_error(status: int, code: int, message: str, msg_id: Any = None, data: Any = None,
-              headers: dict[str, str] | None = None) -> HttpResponse:
+def rpc_error(
+    status: int, code: int, message: str, msg_id: Any = None, data: Any = None, headers: dict[str, str] | None = None
+) -> HttpResponse:
     """An HTTP error whose body is a JSON-RPC error response."""
     return json_response(jsonrpc.encode(jsonrpc.error_response(msg_id, code, message, data)), status, headers)
 
@@ -86,8 +105,15 @@ class Refusal(Exception):
     known, data) and any extra response headers (Allow, Retry-After, WWW-Authenticate).
     """
 
-    def __init__(self, status: int, code: int, message: str, id: Any = None, data: Any = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: int,
+        message: str,
+        id: Any = None,
+        data: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(f"{status} {message}")
         self.status = status
         self.code = code

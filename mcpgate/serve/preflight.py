@@ -18,10 +18,16 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
         return refusal
     exposed = [address for address in binds if not auth.bind_is_local(address)]
     if exposed and not settings.auth_token:
-        log.warning("mcpgate: serving %s WITHOUT authentication (MCPGATE_ALLOW_UNAUTHENTICATED=true): anyone "
-                    "who reaches it can run the MCP server", ", ".join(exposed))
+        log.warning(
+            "mcpgate: serving %s WITHOUT authentication (MCPGATE_ALLOW_UNAUTHENTICATED=true): anyone "
+            "who reaches it can run the MCP server",
+            ", ".join(exposed),
+        )
     problem = Gateway(settings).command_problem()
     if problem:
-        log.error("mcpgate: MCPGATE_COMMAND cannot be started: %s. Every initialize will fail with 502 and "
-                  "/healthz answers 503 until it can.", problem)
+        log.error(
+            "mcpgate: MCPGATE_COMMAND cannot be started: %s. Every initialize will fail with 502 and "
+            "/healthz answers 503 until it can.",
+            problem,
+        )
     return None

@@ -58,10 +58,19 @@ class ChildSpec:
 
     def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
         """A ChildProcess for this spec, not started yet."""
-        return ChildProcess(list(self.argv), on_message=on_message, on_exit=on_exit, env=self.env, cwd=self.cwd,
-                            stderr=self.stderr, label=label, max_line_bytes=self.max_line_bytes,
-                            max_write_queue_bytes=self.max_write_queue_bytes, close_timeout=self.close_timeout,
-                            term_timeout=self.term_timeout)
+        return ChildProcess(
+            list(self.argv),
+            on_message=on_message,
+            on_exit=on_exit,
+            env=self.env,
+            cwd=self.cwd,
+            stderr=self.stderr,
+            label=label,
+            max_line_bytes=self.max_line_bytes,
+            max_write_queue_bytes=self.max_write_queue_bytes,
+            close_timeout=self.close_timeout,
+            term_timeout=self.term_timeout,
+        )
 
 
 class Stream:
@@ -106,11 +115,18 @@ class Stream:
 class Session:
     """One MCP session: the child, its routing state and where its messages go."""
 
-    def __init__(self, session_id: str, child: ChildSpec, *, buffer_messages: int, stream_queue: int,
-                 on_end: Callable[[Session, str], None], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        child: ChildSpec,
+        *,
+        buffer_messages: int,
+        stream_queue: int,
+        on_end: Callable[[Session, str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.id = session_id
-        self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit,
-                                   label=session_id[:8])
+        self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=session_id[:8])
         self.router: Router[Stream] = Router(CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
         # Room for a whole flushed buffer on top of the stream's own bound, so a flush never waits.
@@ -127,8 +143,12 @@ class Session:
 
     # -- from the child -------------------------------------------------------------------------
     def on_child_message(self, message: Request | Notification | Response) -> None:
-        if isinstance(message, Response) and self._init_key is not None and message.id is not None \
-                and jsonrpc.id_key(message.id) == self._init_key:
+        if (
+            isinstance(message, Response)
+            and self._init_key is not None
+            and message.id is not None
+            and jsonrpc.id_key(message.id) == self._init_key
+        ):
             self._init_key = None
             self.version = initialize_version(message.full().get("result"))
         route = self.router.route(message, self._clock())
@@ -138,8 +158,7 @@ class Session:
         data = jsonrpc.raw_bytes(message)
         if route.target is BUFFER:
             if len(self.buffer) == self.buffer.maxlen:
-                log.warning("session %s: no stream open and the buffer is full; dropping its oldest message",
-                            self.id)
+                log.warning("session %s: no stream open and the buffer is full; dropping its oldest message", self.id)
             self.buffer.append(data)
             return
         route.target.deliver(data, route.done)

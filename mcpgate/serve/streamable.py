@@ -79,8 +79,11 @@ def batch_items(session: Session, message: Message) -> list[Any]:
     if not isinstance(message, Batch):
         return [message]
     if not versions.allows_batch(session.version):
-        raise Refusal(400, jsonrpc.INVALID_REQUEST,
-                      f"Invalid Request: batches are not allowed in protocol revision {session.version}")
+        raise Refusal(
+            400,
+            jsonrpc.INVALID_REQUEST,
+            f"Invalid Request: batches are not allowed in protocol revision {session.version}",
+        )
     return message.items
 
 
@@ -93,18 +96,21 @@ def refuse_modern_probe(request: HttpRequest) -> None:
     if requested is None or not versions.is_modern(requested.strip()) or request.header(wire.SESSION_ID):
         return
     data = {"supported": list(versions.STREAMABLE_SESSION), "requested": requested.strip()}
-    raise Refusal(400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version {requested!r}",
-                  data=data)
+    raise Refusal(400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version {requested!r}", data=data)
 
 
 def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
     if request.header(wire.SESSION_ID) is not None:
-        raise Refusal(400, jsonrpc.INVALID_REQUEST,
-                      f"Bad Request: initialize starts a new session and must not carry {wire.SESSION_ID}",
-                      message.id)
+        raise Refusal(
+            400,
+            jsonrpc.INVALID_REQUEST,
+            f"Bad Request: initialize starts a new session and must not carry {wire.SESSION_ID}",
+            message.id,
+        )
     if gw.closing:
-        raise Refusal(503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", message.id,
-                      headers={"Retry-After": "5"})
+        raise Refusal(
+            503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", message.id, headers={"Retry-After": "5"}
+        )
     return exchange(gw, open_session(gw, message.id), [message], new_session=True)
 
 
@@ -112,8 +118,9 @@ def open_session(gw: Gateway, request_id: jsonrpc.Id) -> Session:
     try:
         return gw.open_session()
     except SessionLimitReached as exc:
-        raise Refusal(503, jsonrpc.INTERNAL_ERROR, f"Service Unavailable: {exc}", request_id,
-                      headers={"Retry-After": "30"}) from exc
+        raise Refusal(
+            503, jsonrpc.INTERNAL_ERROR, f"Service Unavailable: {exc}", request_id, headers={"Retry-After": "30"}
+        ) from exc
     except ChildSpawnError as exc:
         log.error("cannot start the MCP server: %s", exc)
         raise Refusal(502, jsonrpc.INTERNAL_ERROR, CANNOT_START, request_id) from exc
@@ -146,12 +153,23 @@ def forward(session: Session, item: Request | Notification | RpcResponse) -> Non
         if jsonrpc.is_valid_id(params.get("requestId")):
             session.cancel(params["requestId"])
     if not session.send(jsonrpc.raw_bytes(item)):
-        log.warning("session %s: could not forward a message to the child (%s)", session.id[:8],
-                    session.ended or "child not accepting input")
+        log.warning(
+            "session %s: could not forward a message to the child (%s)",
+            session.id[:8],
+            session.ended or "child not accepting input",
+        )
 
 
-def reply(gw: Gateway, session: Session, stream: Stream, collected: list[bytes], *, batch: bool,
-          headers: dict[str, str], new_session: bool) -> HttpResponse:
+def reply(
+    gw: Gateway,
+    session: Session,
+    stream: Stream,
+    collected: list[bytes],
+    *,
+    batch: bool,
+    headers: dict[str, str],
+    new_session: bool,
+) -> HttpResponse:
     """JSON when the child answers first and in time; otherwise SSE from the first other message."""
     settings = gw.settings
     collected = list(collected)
@@ -171,8 +189,9 @@ def reply(gw: Gateway, session: Session, stream: Stream, collected: list[bytes],
     return json_response(body, headers=headers)
 
 
-def sse_stream(session: Session, stream: Stream, first: list[bytes], new_session: bool,
-               keepalive: float) -> Iterator[bytes]:
+def sse_stream(
+    session: Session, stream: Stream, first: list[bytes], new_session: bool, keepalive: float
+) -> Iterator[bytes]:
     try:
         if not first:
             yield encode_comment("waiting")  # headers and a first byte now, so proxies keep the request

@@ -137,7 +137,7 @@ def test_two_long_lines_in_one_feed_raise_once() -> None:
     [
         pytest.param([], None, id="nothing-fed"),
         pytest.param([b"1\n"], None, id="nothing-pending"),
-        pytest.param([b"1\n{\"a\":2}"], b'{"a":2}', id="partial-last-line"),
+        pytest.param([b'1\n{"a":2}'], b'{"a":2}', id="partial-last-line"),
         pytest.param([b'{"a":', b"2}"], b'{"a":2}', id="partial-across-feeds"),
         pytest.param([b"{}\r"], b"{}", id="trailing-cr-removed"),
         pytest.param([b"  "], None, id="whitespace-only-tail"),

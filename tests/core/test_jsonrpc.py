@@ -48,10 +48,18 @@ REQ = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         pytest.param({"jsonrpc": "2.0", "id": 1, "result": {}}, Response, 1, id="response"),
         pytest.param({"jsonrpc": "2.0", "id": "a", "result": None}, Response, "a", id="response-null-result"),
         pytest.param({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "x"}}, Response, 1, id="error"),
-        pytest.param({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "x"}}, Response, None,
-                     id="error-null-id-allowed"),
-        pytest.param({"jsonrpc": "2.0", "error": {"code": -32700, "message": "x"}}, Response, None,
-                     id="error-missing-id-tolerated"),
+        pytest.param(
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "x"}},
+            Response,
+            None,
+            id="error-null-id-allowed",
+        ),
+        pytest.param(
+            {"jsonrpc": "2.0", "error": {"code": -32700, "message": "x"}},
+            Response,
+            None,
+            id="error-missing-id-tolerated",
+        ),
     ],
 )
 def test_classify_valid(obj: dict[str, Any], kind: type, msg_id: object) -> None:
@@ -92,24 +100,41 @@ def test_classify_valid(obj: dict[str, Any], kind: type, msg_id: object) -> None
         pytest.param(dumps({**REQ, "params": "x"}), INVALID_REQUEST, 1, id="params-string"),
         pytest.param(dumps({**REQ, "params": True}), INVALID_REQUEST, 1, id="params-bool"),
         pytest.param(dumps({**REQ, "params": None}), INVALID_REQUEST, 1, id="params-null"),
-        pytest.param(dumps({"jsonrpc": "2.0", "method": "n", "params": 1}), INVALID_REQUEST, None,
-                     id="notification-params-scalar"),
-        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "result": 1, "error": {"code": 1, "message": ""}}),
-                     INVALID_REQUEST, 1, id="result-and-error"),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "method": "n", "params": 1}),
+            INVALID_REQUEST,
+            None,
+            id="notification-params-scalar",
+        ),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "id": 1, "result": 1, "error": {"code": 1, "message": ""}}),
+            INVALID_REQUEST,
+            1,
+            id="result-and-error",
+        ),
         pytest.param(dumps({"jsonrpc": "2.0", "id": 1}), INVALID_REQUEST, 1, id="neither-result-nor-error"),
-        pytest.param(dumps({"jsonrpc": "2.0", "id": None, "result": {}}), INVALID_REQUEST, None,
-                     id="null-id-on-result"),
-        pytest.param(dumps({"jsonrpc": "2.0", "id": True, "result": {}}), INVALID_REQUEST, None,
-                     id="bool-id-on-result"),
-        pytest.param(dumps({"jsonrpc": "2.0", "id": 1.5, "error": {"code": 1, "message": ""}}), INVALID_REQUEST,
-                     None, id="float-id-on-error"),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "id": None, "result": {}}), INVALID_REQUEST, None, id="null-id-on-result"
+        ),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "id": True, "result": {}}), INVALID_REQUEST, None, id="bool-id-on-result"
+        ),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "id": 1.5, "error": {"code": 1, "message": ""}}),
+            INVALID_REQUEST,
+            None,
+            id="float-id-on-error",
+        ),
         pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": "boom"}), INVALID_REQUEST, 1, id="error-not-object"),
-        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": "1"}}), INVALID_REQUEST, 1,
-                     id="error-code-string"),
-        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": True}}), INVALID_REQUEST, 1,
-                     id="error-code-bool"),
-        pytest.param(dumps({"jsonrpc": "2.0", "id": 1, "error": {"message": "x"}}), INVALID_REQUEST, 1,
-                     id="error-code-missing"),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": "1"}}), INVALID_REQUEST, 1, id="error-code-string"
+        ),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "id": 1, "error": {"code": True}}), INVALID_REQUEST, 1, id="error-code-bool"
+        ),
+        pytest.param(
+            dumps({"jsonrpc": "2.0", "id": 1, "error": {"message": "x"}}), INVALID_REQUEST, 1, id="error-code-missing"
+        ),
     ],
 )
 def test_classify_invalid(data: bytes, code: int, msg_id: object) -> None:
@@ -131,8 +156,11 @@ def test_parse_accepts_str() -> None:
     ("items", "kinds"),
     [
         pytest.param([REQ], [Request], id="one"),
-        pytest.param([REQ, {"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 2, "result": 0}],
-                     [Request, Notification, Response], id="mixed"),
+        pytest.param(
+            [REQ, {"jsonrpc": "2.0", "method": "n"}, {"jsonrpc": "2.0", "id": 2, "result": 0}],
+            [Request, Notification, Response],
+            id="mixed",
+        ),
         pytest.param([1, REQ], [Invalid, Request], id="invalid-member-kept-in-place"),
         pytest.param([[REQ]], [Invalid], id="nested-batch-is-invalid-member"),
         pytest.param([{**REQ, "id": True}], [Invalid], id="bad-id-member"),
@@ -169,8 +197,19 @@ def test_string_and_integer_ids_are_distinct_messages() -> None:
 
 @pytest.mark.parametrize(
     ("value", "valid"),
-    [(1, True), (0, True), (-1, True), ("x", True), ("", True), (True, False), (False, False),
-     (1.0, False), (None, False), ([], False), ({}, False)],
+    [
+        (1, True),
+        (0, True),
+        (-1, True),
+        ("x", True),
+        ("", True),
+        (True, False),
+        (False, False),
+        (1.0, False),
+        (None, False),
+        ([], False),
+        ({}, False),
+    ],
 )
 def test_is_valid_id(value: object, valid: bool) -> None:
     assert is_valid_id(value) is valid
@@ -209,8 +248,9 @@ def test_raw_preserved(data: bytes, keeps_raw: bool) -> None:
         pytest.param(b'{"jsonrpc":"2.0",\r\n"id":1,"method":"m"}', id="crlf"),
         pytest.param(b'{"jsonrpc":"2.0",\r"id":1,"method":"m"}', id="cr"),
         pytest.param(b'{"jsonrpc":"2.0","id":1,"method":"m"}\n', id="trailing-lf"),
-        pytest.param(b'{\n  "jsonrpc": "2.0",\n  "id": 1,\n  "method": "m",\n  "params": {"s": "a\\nb"}\n}',
-                     id="pretty-printed"),
+        pytest.param(
+            b'{\n  "jsonrpc": "2.0",\n  "id": 1,\n  "method": "m",\n  "params": {"s": "a\\nb"}\n}', id="pretty-printed"
+        ),
     ],
 )
 def test_raw_bytes_reencodes_when_raw_has_a_line_end(data: bytes) -> None:
@@ -245,16 +285,23 @@ def test_encode(obj: Any, expected: bytes) -> None:
 
 # --- builders ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ((1, -32601, "Method not found"),
-         {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}}),
+        (
+            (1, -32601, "Method not found"),
+            {"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "Method not found"}},
+        ),
         (("1", -32600, "bad"), {"jsonrpc": "2.0", "id": "1", "error": {"code": -32600, "message": "bad"}}),
-        ((None, -32700, "Parse error"),
-         {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}}),
-        ((7, -32001, "t", {"k": 1}),
-         {"jsonrpc": "2.0", "id": 7, "error": {"code": -32001, "message": "t", "data": {"k": 1}}}),
+        (
+            (None, -32700, "Parse error"),
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}},
+        ),
+        (
+            (7, -32001, "t", {"k": 1}),
+            {"jsonrpc": "2.0", "id": 7, "error": {"code": -32001, "message": "t", "data": {"k": 1}}},
+        ),
         ((7, -32001, "t", 0), {"jsonrpc": "2.0", "id": 7, "error": {"code": -32001, "message": "t", "data": 0}}),
     ],
 )
@@ -319,16 +366,24 @@ BIG = "x" * 300_000
     "line,expected_id,is_error",
     [
         pytest.param(json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"t": BIG}}).encode(), 7, False, id="int-id"),
-        pytest.param(json.dumps({"jsonrpc": "2.0", "id": "7", "result": {"t": BIG}}).encode(), "7", False,
-                     id="string-id-stays-a-string"),
-        pytest.param(json.dumps({"jsonrpc": "2.0", "id": 'a"\\b', "error": {"code": 1, "message": BIG}}).encode(),
-                     'a"\\b', True, id="escaped-string-id-error"),
-        pytest.param(b'  { "jsonrpc" : "2.0" , "id" : -3 , "result" : "' + BIG.encode() + b'" }', -3, False,
-                     id="spaces"),
+        pytest.param(
+            json.dumps({"jsonrpc": "2.0", "id": "7", "result": {"t": BIG}}).encode(),
+            "7",
+            False,
+            id="string-id-stays-a-string",
+        ),
+        pytest.param(
+            json.dumps({"jsonrpc": "2.0", "id": 'a"\\b', "error": {"code": 1, "message": BIG}}).encode(),
+            'a"\\b',
+            True,
+            id="escaped-string-id-error",
+        ),
+        pytest.param(
+            b'  { "jsonrpc" : "2.0" , "id" : -3 , "result" : "' + BIG.encode() + b'" }', -3, False, id="spaces"
+        ),
     ],
 )
-def test_parse_line_classifies_a_large_response_from_its_head(line: bytes, expected_id: Any,
-                                                               is_error: bool) -> None:
+def test_parse_line_classifies_a_large_response_from_its_head(line: bytes, expected_id: Any, is_error: bool) -> None:
     message = jsonrpc.parse_line(line)
     assert isinstance(message, Response) and message.partial
     assert message.id == expected_id and type(message.id) is type(expected_id)

@@ -183,8 +183,9 @@ LIST_CHANGED = {"method": "notifications/tools/list_changed"}
         pytest.param("get", [], ["get"], BUFFER, id="get-closed-nothing-else"),
     ],
 )
-def test_general_routing(message: dict[str, Any], get_stream: str | None, open_streams: list[str],
-                         closed: list[str], target: str | Buffer) -> None:
+def test_general_routing(
+    message: dict[str, Any], get_stream: str | None, open_streams: list[str], closed: list[str], target: str | Buffer
+) -> None:
     router = new_router()
     for stream in open_streams:
         router.open_stream(stream)

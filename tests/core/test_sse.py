@@ -16,7 +16,7 @@ def decode(chunks: list[bytes], limit: int = 1 << 20) -> tuple[list[Event], SseD
 
 
 def bytewise(data: bytes) -> list[bytes]:
-    return [data[i:i + 1] for i in range(len(data))]
+    return [data[i : i + 1] for i in range(len(data))]
 
 
 @pytest.mark.parametrize(
@@ -101,8 +101,9 @@ STREAM = b"id: 1\nevent: message\ndata: hello\n\n"
         pytest.param([b"data: \xe2\x80", b"\xa8\n\n"], [Event("\u2028")], id="utf8-split-across-chunks"),
         pytest.param([b"data: \xff\n\n"], [Event("\ufffd")], id="invalid-utf8-replaced"),
         pytest.param(bytewise(STREAM * 2), [Event("hello", "message", "1")] * 2, id="byte-by-byte"),
-        pytest.param(bytewise(STREAM.replace(b"\n", b"\r\n")), [Event("hello", "message", "1")],
-                     id="byte-by-byte-crlf"),
+        pytest.param(
+            bytewise(STREAM.replace(b"\n", b"\r\n")), [Event("hello", "message", "1")], id="byte-by-byte-crlf"
+        ),
         pytest.param(bytewise(STREAM.replace(b"\n", b"\r")), [Event("hello", "message", "1")], id="byte-by-byte-cr"),
     ],
 )

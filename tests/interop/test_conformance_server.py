@@ -21,8 +21,10 @@ def test_every_server_scenario_passes(gateway_factory: Any, tmp_path: Path) -> N
     result = conformance.run(["server", "--url", url, "--suite", "all"], tmp_path)
     checks = conformance.read_checks(tmp_path)
     passed, failed, warned = conformance.tally(checks)
-    print(f"\nconformance server: {len(checks)} scenarios, {passed} checks passed, {len(failed)} failed, "
-          f"{len(warned)} warnings")
+    print(
+        f"\nconformance server: {len(checks)} scenarios, {passed} checks passed, {len(failed)} failed, "
+        f"{len(warned)} warnings"
+    )
     for line in warned:
         print("  warning:", line)
     assert not failed, "\n".join(failed) + "\n" + result.stdout[-3000:]

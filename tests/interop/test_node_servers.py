@@ -39,9 +39,13 @@ async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> t
 
 def test_everything_server_through_the_gateway(gateway_factory: Any) -> None:
     conformance.ensure_installed()
-    gw = gateway_factory({"MCPGATE_COMMAND": f"{NODE} {EVERYTHING} stdio",
-                          "MCPGATE_CHILD_ENV": json.dumps({"DEMO_SETTING": "visible"}),
-                          "GATEWAY_ONLY_SECRET": "must-not-leak"})
+    gw = gateway_factory(
+        {
+            "MCPGATE_COMMAND": f"{NODE} {EVERYTHING} stdio",
+            "MCPGATE_CHILD_ENV": json.dumps({"DEMO_SETTING": "visible"}),
+            "GATEWAY_ONLY_SECRET": "must-not-leak",
+        }
+    )
     updates: list[float] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -49,13 +53,15 @@ def test_everything_server_through_the_gateway(gateway_factory: Any) -> None:
 
     async def main() -> dict[str, Any]:
         with anyio.fail_after(60):
-            async with Client(gw.url, mode="legacy", elicitation_callback=on_elicit,
-                              sampling_callback=on_sample) as client:
+            async with Client(
+                gw.url, mode="legacy", elicitation_callback=on_elicit, sampling_callback=on_sample
+            ) as client:
                 names = {tool.name for tool in (await client.list_tools()).tools}
                 echo = await client.call_tool("echo", {"message": "through mcpgate"})
                 total = await client.call_tool("get-sum", {"a": 2, "b": 40})
-                await client.call_tool("trigger-long-running-operation", {"duration": 1, "steps": 3},
-                                       progress_callback=on_progress)
+                await client.call_tool(
+                    "trigger-long-running-operation", {"duration": 1, "steps": 3}, progress_callback=on_progress
+                )
                 env = await client.call_tool("get-env", {})
                 resources = await client.list_resources()
                 return {"names": names, "echo": echo, "sum": total, "env": env, "resources": resources}
@@ -75,15 +81,18 @@ def test_filesystem_server_launched_by_npx_leaves_no_orphans(gateway_factory: An
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "hello.txt").write_text("hello from disk")
-    gw = gateway_factory({
-        "MCPGATE_COMMAND": f"npx --no-install mcp-server-filesystem {shared}",
-        "MCPGATE_CWD": str(conformance.PEERS.parent),  # npx finds the installed package there
-        "MCPGATE_CHILD_ENV": json.dumps({"PATH": f"{NODE.parent}:{os.environ['PATH']}"}),
-    })
+    gw = gateway_factory(
+        {
+            "MCPGATE_COMMAND": f"npx --no-install mcp-server-filesystem {shared}",
+            "MCPGATE_CWD": str(conformance.PEERS.parent),  # npx finds the installed package there
+            "MCPGATE_CHILD_ENV": json.dumps({"PATH": f"{NODE.parent}:{os.environ['PATH']}"}),
+        }
+    )
 
     headers = open_session(gw)
-    reply = gw.request("POST", body=call("read_text_file", {"path": str(shared / "hello.txt")}), headers=headers,
-                       timeout=60)
+    reply = gw.request(
+        "POST", body=call("read_text_file", {"path": str(shared / "hello.txt")}), headers=headers, timeout=60
+    )
     assert reply.status == 200 and "result" in reply.json(), reply
     assert reply.json()["result"]["content"][0]["text"] == "hello from disk", reply
     [worker] = direct_children(gw.proc.pid)

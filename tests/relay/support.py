@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 HANG_GUARD = 60.0  # seconds: a test that takes this long is hung, not slow
 
+
 def stop_pid(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
     """Signal by PID, then SIGKILL if it does not exit."""
     if proc.poll() is None:
@@ -90,9 +91,19 @@ class Upstream:
 
     def start(self) -> Upstream:
         self.proc = subprocess.Popen(
-            [sys.executable, str(FIXTURES / "upstream.py"), "--transport", self.transport,
-             "--port", str(self.port), "--state-dir", str(self.state_dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                str(FIXTURES / "upstream.py"),
+                "--transport",
+                self.transport,
+                "--port",
+                str(self.port),
+                "--state-dir",
+                str(self.state_dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_port(self.port, self.proc)
         return self
 
@@ -106,24 +117,35 @@ class Upstream:
 
 
 # Run the relay with its stderr sent to a file (argv: the file, then the relay's arguments).
-RELAY_STDERR_TO_FILE = ("import os, sys\n"
-                        "os.dup2(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)\n"
-                        "from mcpgate.relay.cli import main\n"
-                        "sys.exit(main(sys.argv[2:]))\n")
+RELAY_STDERR_TO_FILE = (
+    "import os, sys\n"
+    "os.dup2(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)\n"
+    "from mcpgate.relay.cli import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
 
 
-def relay_params(url: str, *args: str, env: dict[str, str] | None = None,
-                 stderr: Path | None = None) -> StdioServerParameters:
+def relay_params(
+    url: str, *args: str, env: dict[str, str] | None = None, stderr: Path | None = None
+) -> StdioServerParameters:
     """The host's view: launch `python -m mcpgate.relay URL ...` as a stdio server (its stderr to a file)."""
     command = ["-m", "mcpgate.relay"] if stderr is None else ["-c", RELAY_STDERR_TO_FILE, str(stderr)]
-    return StdioServerParameters(command=sys.executable, args=[*command, url, *args],
-                                 env={"PYTHONUNBUFFERED": "1", **(env or {})})
+    return StdioServerParameters(
+        command=sys.executable, args=[*command, url, *args], env={"PYTHONUNBUFFERED": "1", **(env or {})}
+    )
 
 
-def run_host(url: str, scenario: Callable[[Client], Awaitable[Any]], *relay_args: str,
-             env: dict[str, str] | None = None, stderr: Path | None = None, **client_kwargs: Any) -> Any:
+def run_host(
+    url: str,
+    scenario: Callable[[Client], Awaitable[Any]],
+    *relay_args: str,
+    env: dict[str, str] | None = None,
+    stderr: Path | None = None,
+    **client_kwargs: Any,
+) -> Any:
     """Run `scenario(client)` in an SDK stdio client connected through the relay (in the SDK's legacy
     mode unless `mode` is given); a failure quotes the relay's stderr when it went to a file."""
+
     async def main() -> Any:
         with anyio.fail_after(HANG_GUARD):
             async with Client(relay_params(url, *relay_args, env=env, stderr=stderr), **client_kwargs) as client:
@@ -141,13 +163,18 @@ def run_host(url: str, scenario: Callable[[Client], Awaitable[Any]], *relay_args
 class RawRelay:
     """The relay driven with raw NDJSON over its pipes (no SDK in between)."""
 
-    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None,
-                 launch: tuple[str, ...] = ("-m", "mcpgate.relay")) -> None:
+    def __init__(
+        self, url: str, *args: str, env: dict[str, str] | None = None, launch: tuple[str, ...] = ("-m", "mcpgate.relay")
+    ) -> None:
         full_env = {k: v for k, v in os.environ.items() if k != "MCPGATE_BEARER_TOKEN"}
         full_env.update(env or {})
-        self.proc = subprocess.Popen([sys.executable, *launch, url, *args],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=full_env)
+        self.proc = subprocess.Popen(
+            [sys.executable, *launch, url, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+        )
         self.stderr: str | None = None  # once the relay has ended and its stderr was read
 
     def send(self, *messages: dict[str, Any] | bytes) -> None:
@@ -164,8 +191,9 @@ class RawRelay:
             with _alarm(HANG_GUARD):
                 line = self.proc.stdout.readline()
         except TimeoutError:
-            raise AssertionError(f"the relay did not answer within {HANG_GUARD:g}s\n{self.stop_and_explain()}") \
-                from None
+            raise AssertionError(
+                f"the relay did not answer within {HANG_GUARD:g}s\n{self.stop_and_explain()}"
+            ) from None
         if not line.endswith(b"\n"):
             raise AssertionError(f"relay stdout ended: {line!r}\n{self.stop_and_explain()}")
         message: dict[str, Any] = json.loads(line)
@@ -186,8 +214,9 @@ class RawRelay:
             stop_pid(self.proc, signal.SIGKILL)
             _, err = self.proc.communicate()  # what the timed-out call had read, and the rest
             self.stderr = err.decode(errors="replace")
-            raise AssertionError(f"the relay did not exit within {timeout:g}s of stdin's end\n"
-                                 f"{explain_stderr(self.stderr)}") from None
+            raise AssertionError(
+                f"the relay did not exit within {timeout:g}s of stdin's end\n{explain_stderr(self.stderr)}"
+            ) from None
         finally:
             stop_pid(self.proc, signal.SIGKILL)
         self.stderr = err.decode(errors="replace")
@@ -220,6 +249,7 @@ class _alarm:
     def __enter__(self) -> None:
         def fire(signum: int, frame: Any) -> None:
             raise TimeoutError("relay did not answer (hang guard)")
+
         self._old = signal.signal(signal.SIGALRM, fire)
         signal.setitimer(signal.ITIMER_REAL, self.seconds)
 
@@ -240,9 +270,12 @@ def explain_stderr(stderr: str, limit: int = 4000) -> str:
 
 
 def initialize(msg_id: Any = 1, version: str = "2025-11-25") -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "method": "initialize",
-            "params": {"protocolVersion": version, "capabilities": {},
-                       "clientInfo": {"name": "raw-test", "version": "1"}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": msg_id,
+        "method": "initialize",
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "1"}},
+    }
 
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -282,8 +315,9 @@ Route = Callable[[Seen, "ScriptedServer"], Reply]
 
 def json_reply(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
     data = json.dumps(obj).encode()
-    return Reply(status, {"Content-Type": "application/json", "Content-Length": str(len(data)), **(headers or {})},
-                 [data])
+    return Reply(
+        status, {"Content-Type": "application/json", "Content-Length": str(len(data)), **(headers or {})}, [data]
+    )
 
 
 def sse_event(obj: Any = None, event_id: str | None = None, retry: int | None = None) -> bytes:
@@ -297,8 +331,9 @@ def sse_event(obj: Any = None, event_id: str | None = None, retry: int | None = 
 
 
 def sse_reply(*steps: Step, headers: dict[str, str] | None = None) -> Reply:
-    return Reply(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **(headers or {})},
-                 list(steps))
+    return Reply(
+        200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **(headers or {})}, list(steps)
+    )
 
 
 def result(msg: dict[str, Any], value: Any) -> dict[str, Any]:
@@ -316,9 +351,13 @@ def mcp_default(seen: Seen, server: ScriptedServer) -> Reply:
         return Reply(202)
     if message["method"] == "initialize":
         version = message["params"]["protocolVersion"]
-        return json_reply(result(message, {"protocolVersion": version, "capabilities": {},
-                                           "serverInfo": {"name": "scripted", "version": "1"}}),
-                          headers={"Mcp-Session-Id": server.session_id})
+        return json_reply(
+            result(
+                message,
+                {"protocolVersion": version, "capabilities": {}, "serverInfo": {"name": "scripted", "version": "1"}},
+            ),
+            headers={"Mcp-Session-Id": server.session_id},
+        )
     return json_reply(result(message, {"echo": message["method"]}))
 
 
@@ -361,8 +400,12 @@ def _handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
-                        self.rfile.read(length) if length else b"")
+            seen = Seen(
+                self.command,
+                self.path,
+                {k.lower(): v for k, v in self.headers.items()},
+                self.rfile.read(length) if length else b"",
+            )
             with server.lock:
                 server.seen.append(seen)
             reply = server.route(seen, server)

@@ -28,8 +28,9 @@ async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.El
 async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
     prompt = params.messages[0].content
     assert isinstance(prompt, types.TextContent)
-    return types.CreateMessageResult(role="assistant", model="stub",
-                                     content=types.TextContent(type="text", text=prompt.text.upper()))
+    return types.CreateMessageResult(
+        role="assistant", model="stub", content=types.TextContent(type="text", text=prompt.text.upper())
+    )
 
 
 def test_full_loop_features(demo_gateway: Any) -> None:
@@ -53,12 +54,19 @@ def test_full_loop_features(demo_gateway: Any) -> None:
             "sampled": _text(await client.call_tool("sample", {"prompt": "shout this"})),
         }
         await client.call_tool("notify_change", {})
-        await await_for(lambda: any(isinstance(n, types.ToolListChangedNotification) for n in notes),
-                        "tools/list_changed through the gateway's GET stream and the relay")
+        await await_for(
+            lambda: any(isinstance(n, types.ToolListChangedNotification) for n in notes),
+            "tools/list_changed through the gateway's GET stream and the relay",
+        )
         return seen
 
-    seen = run_host(demo_gateway.url, scenario, elicitation_callback=on_elicit, sampling_callback=on_sample,
-                    message_handler=on_message)
+    seen = run_host(
+        demo_gateway.url,
+        scenario,
+        elicitation_callback=on_elicit,
+        sampling_callback=on_sample,
+        message_handler=on_message,
+    )
     assert {"echo", "add", "slow", "ask_name", "sample"} <= seen["tools"]
     assert seen["add"] == {"result": 5}
     assert "demo" in seen["readme"].text

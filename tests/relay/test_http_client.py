@@ -62,8 +62,14 @@ class Capture:
                         return
                     buffer += chunk
                 head, _, buffer = buffer.partition(b"\r\n\r\n")
-                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 while len(buffer) < length:
                     chunk = conn.recv(65536)
                     if not chunk:
@@ -71,8 +77,10 @@ class Capture:
                     buffer += chunk
                 buffer = buffer[length:]
                 self.heads.append(head)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(BODY), BODY))
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(BODY), BODY)
+                )
 
     def header_lines(self, index: int = -1) -> list[str]:
         return self.heads[index].decode("latin-1").split("\r\n")
@@ -103,8 +111,12 @@ def test_call_headers_replace_session_headers_whatever_their_case(capture: Captu
     first, second = capture.header_lines(0), capture.header_lines(1)
     assert first[0] == "POST /mcp HTTP/1.1"
     assert [line for line in first if line.lower().startswith("accept:")] == ["Accept: application/json"]
-    assert {"X-Team: blue", "Authorization: Bearer tok", "User-Agent: mcpgate-relay",
-            "Content-Type: application/json"} <= set(first)
+    assert {
+        "X-Team: blue",
+        "Authorization: Bearer tok",
+        "User-Agent: mcpgate-relay",
+        "Content-Type: application/json",
+    } <= set(first)
     assert [line for line in second if line.lower().startswith("accept:")] == ["Accept: text/event-stream"]
     assert len(capture.heads) == 2  # one kept-alive connection
 
@@ -178,11 +190,14 @@ def test_a_declared_length_over_the_limit_is_refused_unread() -> None:
 
 def test_requests_goes_without_a_charset_detector() -> None:
     """The relay keeps charset_normalizer / chardet out of its process, quietly."""
-    code = ("import sys\n"
-            "from mcpgate.relay.cli import _skip_charset_detection\n"
-            "_skip_charset_detection()\n"
-            "import requests\n"
-            "assert sys.modules.get('charset_normalizer') is None and sys.modules.get('chardet') is None\n")
-    done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True,
-                          timeout=HANG_GUARD)
+    code = (
+        "import sys\n"
+        "from mcpgate.relay.cli import _skip_charset_detection\n"
+        "_skip_charset_detection()\n"
+        "import requests\n"
+        "assert sys.modules.get('charset_normalizer') is None and sys.modules.get('chardet') is None\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=HANG_GUARD
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr

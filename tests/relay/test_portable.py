@@ -17,11 +17,20 @@ from tests.relay.support import INITIALIZED, ScriptedServer, explain_stderr, ini
 
 # Modules that exist only on POSIX systems (Linux, macOS): absent on Windows. (`posix` itself is left alone:
 # it is the os module's own half here, and the standard library asks os.name before importing it.)
-POSIX_ONLY = ("fcntl", "termios", "tty", "pty", "resource", "grp", "pwd", "syslog", "_posixsubprocess",
-              "_posixshmem")
+POSIX_ONLY = ("fcntl", "termios", "tty", "pty", "resource", "grp", "pwd", "syslog", "_posixsubprocess", "_posixshmem")
 # Modules that belong to the gateway (or Linux-only machinery) and have no business in the relay.
-NOT_THE_RELAYS = ("mcpgate.orphans", "mcpgate.child", "mcpgate.pipes", "mcpgate.spawn", "mcpgate.serve",
-                  "mcpgate.wsgi", "mcpgate.gunicorn_config", "gunicorn", "flask", "werkzeug")
+NOT_THE_RELAYS = (
+    "mcpgate.orphans",
+    "mcpgate.child",
+    "mcpgate.pipes",
+    "mcpgate.spawn",
+    "mcpgate.serve",
+    "mcpgate.wsgi",
+    "mcpgate.gunicorn_config",
+    "gunicorn",
+    "flask",
+    "werkzeug",
+)
 
 # argv: the file to write the loaded module names to, then the relay's arguments.
 RELAY_WITHOUT_POSIX = f"""\
@@ -39,8 +48,7 @@ sys.exit(code)
 def test_the_relay_runs_without_posix_only_modules(raw_relay: Any, tmp_path: Path) -> None:
     loaded_file = tmp_path / "modules.json"
     with ScriptedServer() as server:
-        relay = raw_relay(server.url, "--log-level", "debug",
-                          launch=("-c", RELAY_WITHOUT_POSIX, str(loaded_file)))
+        relay = raw_relay(server.url, "--log-level", "debug", launch=("-c", RELAY_WITHOUT_POSIX, str(loaded_file)))
         relay.send(initialize(1))
         assert relay.read_reply(1)["result"]["serverInfo"]["name"] == "scripted"
         relay.send(INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})

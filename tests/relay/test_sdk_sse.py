@@ -52,6 +52,7 @@ def test_sse_concurrency_and_cancel(sse_upstream: Upstream) -> None:
     async def scenario(client: Client) -> list[str]:
         order: list[str] = []
         with anyio.CancelScope() as scope:
+
             async def cancel_later() -> None:
                 await await_for(lambda: sse_upstream.marked("started-sse-cancel"), "slow tool to start")
                 order.append(str((await client.call_tool("add", {"a": 3, "b": 4})).structured_content))

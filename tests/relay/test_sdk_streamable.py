@@ -32,10 +32,15 @@ def test_tools_resources_prompts(streamable_upstream: Upstream) -> None:
         prompts = await client.list_prompts()
         prompt = await client.get_prompt("greet", {"name": "Ada"})
         await client.send_ping()
-        return {"tools": {t.name for t in tools.tools}, "added": added.structured_content,
-                "resources": [str(r.uri) for r in resources.resources],
-                "greeting": greeting.contents[0], "item": item.contents[0],
-                "prompts": [p.name for p in prompts.prompts], "prompt": prompt.messages[0].content}
+        return {
+            "tools": {t.name for t in tools.tools},
+            "added": added.structured_content,
+            "resources": [str(r.uri) for r in resources.resources],
+            "greeting": greeting.contents[0],
+            "item": item.contents[0],
+            "prompts": [p.name for p in prompts.prompts],
+            "prompt": prompt.messages[0].content,
+        }
 
     seen = run_host(streamable_upstream.url, scenario)
     assert {"add", "slow", "release", "progress", "ask_name"} <= seen["tools"]
@@ -78,8 +83,9 @@ def test_sampling_round_trip(streamable_upstream: Upstream) -> None:
     async def sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
         prompt = params.messages[0].content
         assert isinstance(prompt, types.TextContent)
-        return types.CreateMessageResult(role="assistant", model="echo",
-                                         content=types.TextContent(type="text", text=prompt.text.upper()))
+        return types.CreateMessageResult(
+            role="assistant", model="echo", content=types.TextContent(type="text", text=prompt.text.upper())
+        )
 
     async def scenario(client: Client) -> str:
         return _text(await client.call_tool("sample", {"prompt": "shout"}))
@@ -129,6 +135,7 @@ def test_slow_call_does_not_delay_later_requests(streamable_upstream: Upstream) 
 def test_cancel_reaches_the_upstream_tool(streamable_upstream: Upstream) -> None:
     async def scenario(client: Client) -> Any:
         with anyio.CancelScope() as scope:
+
             async def cancel_when_started() -> None:
                 await await_for(lambda: streamable_upstream.marked("started-cancel-me"), "slow tool to start")
                 scope.cancel()
@@ -181,6 +188,7 @@ def test_options_keep_the_basics_working(streamable_upstream: Upstream, extra: t
 def test_default_mode_host_falls_back_to_the_handshake(streamable_upstream: Upstream) -> None:
     """An SDK host in its default mode probes server/discover first; the relay answers with the upstream's
     refusal, and the host falls back to initialize over the same relay."""
+
     async def main() -> tuple[str | None, Any]:
         with anyio.fail_after(60):
             async with Client(relay_params(streamable_upstream.url)) as client:
@@ -203,5 +211,6 @@ def test_a_healthy_start_logs_nothing_at_warning(streamable_upstream: Upstream, 
     loud = [line for line in stderr.splitlines() if not re.match(r"\S+ \S+ mcpgate-relay (INFO|DEBUG) ", line)]
     assert loud == [], explain_stderr(stderr)
     if level == "info":  # the probe did happen, and the relay saw it refused
-        assert re.search(r"mcpgate-relay INFO server/discover \(id .*\) failed: upstream HTTP 4\d\d", stderr), \
+        assert re.search(r"mcpgate-relay INFO server/discover \(id .*\) failed: upstream HTTP 4\d\d", stderr), (
             explain_stderr(stderr)
+        )

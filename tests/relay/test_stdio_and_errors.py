@@ -16,8 +16,22 @@ import pytest
 import mcpgate
 from mcp import Client
 from tests.relay.support import (
-    FIXTURES, HANG_GUARD, INITIALIZED, Reply, ScriptedServer, Seen, Upstream, explain_stderr, initialize, mcp_default,
-    relay_params, sse_event, sse_reply, stop_pid, wait_for, wait_port,
+    FIXTURES,
+    HANG_GUARD,
+    INITIALIZED,
+    Reply,
+    ScriptedServer,
+    Seen,
+    Upstream,
+    explain_stderr,
+    initialize,
+    mcp_default,
+    relay_params,
+    sse_event,
+    sse_reply,
+    stop_pid,
+    wait_for,
+    wait_port,
 )
 from tests.support import free_port
 
@@ -29,8 +43,11 @@ def unauthorized(tmp_path: Path) -> Any:
     """The tiny 401 fixture server in its own process; it records the Authorization headers it saw."""
     port = free_port()
     record = tmp_path / "auth.log"
-    proc = subprocess.Popen([sys.executable, str(FIXTURES / "unauthorized.py"), str(port), str(record)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(FIXTURES / "unauthorized.py"), str(port), str(record)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_port(port, proc)
         yield f"http://127.0.0.1:{port}/mcp", record
@@ -42,11 +59,22 @@ def test_stdout_carries_only_whole_jsonrpc_lines(raw_relay: Any, streamable_upst
     relay = raw_relay(streamable_upstream.url, "--max-message-bytes", "2000", "--log-level", "debug")
     relay.send(initialize(1))
     relay.send(INITIALIZED)
-    relay.send(b"this is not json", b"[]", b'{"jsonrpc":"2.0","id":7}', b"x" * 5000,
-               json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                           "params": {"name": "add", "arguments": {"a": 1, "b": 2}}}).encode(),
-               b'{"jsonrpc":"2.0","id":3,"method":"tools/list"}\r',
-               json.dumps({"jsonrpc": "2.0", "id": "s\u2028tr", "method": "ping"}, ensure_ascii=False).encode())
+    relay.send(
+        b"this is not json",
+        b"[]",
+        b'{"jsonrpc":"2.0","id":7}',
+        b"x" * 5000,
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "add", "arguments": {"a": 1, "b": 2}},
+            }
+        ).encode(),
+        b'{"jsonrpc":"2.0","id":3,"method":"tools/list"}\r',
+        json.dumps({"jsonrpc": "2.0", "id": "s\u2028tr", "method": "ping"}, ensure_ascii=False).encode(),
+    )
     code, lines, stderr = relay.finish()
     assert code == 0, explain_stderr(stderr)
     messages = [json.loads(line) for line in lines]
@@ -104,22 +132,37 @@ def test_401_with_a_token_says_it_was_rejected(raw_relay: Any, unauthorized: tup
 
 
 def test_help_explains_every_option() -> None:
-    out = subprocess.run([sys.executable, "-m", "mcpgate.relay", "--help"], capture_output=True, text=True,
-                         timeout=HANG_GUARD)
+    out = subprocess.run(
+        [sys.executable, "-m", "mcpgate.relay", "--help"], capture_output=True, text=True, timeout=HANG_GUARD
+    )
     assert out.returncode == 0, out.stderr
-    for option in ("--header", "--transport", "--connect-timeout", "--read-timeout", "--log-level",
-                   "--no-cancel-filter", "--max-message-bytes", "MCPGATE_BEARER_TOKEN"):
+    for option in (
+        "--header",
+        "--transport",
+        "--connect-timeout",
+        "--read-timeout",
+        "--log-level",
+        "--no-cancel-filter",
+        "--max-message-bytes",
+        "MCPGATE_BEARER_TOKEN",
+    ):
         assert option in out.stdout
 
 
 def test_version_names_the_package_version() -> None:
-    out = subprocess.run([sys.executable, "-m", "mcpgate.relay", "--version"], capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, timeout=HANG_GUARD)
+    out = subprocess.run(
+        [sys.executable, "-m", "mcpgate.relay", "--version"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=HANG_GUARD,
+    )
     assert (out.returncode, out.stdout) == (0, f"mcpgate-relay {mcpgate.__version__}\n"), out.stderr
 
 
-@pytest.mark.parametrize("args", [["ftp://x/mcp"], ["http://x/mcp", "-H", "no colon"],
-                                  ["http://x/mcp", "--transport", "carrier-pigeon"]])
+@pytest.mark.parametrize(
+    "args", [["ftp://x/mcp"], ["http://x/mcp", "-H", "no colon"], ["http://x/mcp", "--transport", "carrier-pigeon"]]
+)
 def test_bad_arguments_exit_2(args: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "mcpgate.relay", *args], capture_output=True, timeout=HANG_GUARD)
     assert out.returncode == 2 and out.stdout == b"", out.stderr.decode(errors="replace")
@@ -128,9 +171,13 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
 def test_legacy_endpoint_resolution_and_origin_check(raw_relay: Any) -> None:
     def route(seen: Seen, server: ScriptedServer) -> Reply:
         if seen.method == "GET" and seen.path == "/base/sse":
-            return sse_reply(b"event: endpoint\ndata: messages?sid=1\n\n", sse_event({"jsonrpc": "2.0",
-                             "method": "notifications/message", "params": {"level": "info", "data": "hi"}}),
-                             float(HANG_GUARD))
+            return sse_reply(
+                b"event: endpoint\ndata: messages?sid=1\n\n",
+                sse_event(
+                    {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "hi"}}
+                ),
+                float(HANG_GUARD),
+            )
         if seen.method == "GET" and seen.path == "/evil/sse":
             return sse_reply(b"event: endpoint\ndata: http://elsewhere.example/steal\n\n", float(HANG_GUARD))
         if seen.method == "POST" and seen.path == "/base/messages?sid=1":
@@ -155,8 +202,9 @@ def test_legacy_endpoint_resolution_and_origin_check(raw_relay: Any) -> None:
 def test_auto_does_not_fall_back_on_a_jsonrpc_error_body(raw_relay: Any) -> None:
     def route(seen: Seen, server: ScriptedServer) -> Reply:
         if seen.method == "POST":
-            body = json.dumps({"jsonrpc": "2.0", "id": None,
-                               "error": {"code": -32022, "message": "Unsupported protocol version"}}).encode()
+            body = json.dumps(
+                {"jsonrpc": "2.0", "id": None, "error": {"code": -32022, "message": "Unsupported protocol version"}}
+            ).encode()
             return Reply(400, {"Content-Type": "application/json", "Content-Length": str(len(body))}, [body])
         return mcp_default(seen, server)
 
@@ -179,15 +227,18 @@ def test_auto_fallback_failure_names_both_attempts(raw_relay: Any) -> None:
 
 
 @pytest.mark.parametrize("transport, stop", [("streamable-http", "eof"), ("sse", "sigterm")])
-def test_shutdown_leaves_no_greenlet_or_socket(raw_relay: Any, upstream_factory: Any, transport: str,
-                                               stop: str) -> None:
+def test_shutdown_leaves_no_greenlet_or_socket(
+    raw_relay: Any, upstream_factory: Any, transport: str, stop: str
+) -> None:
     upstream: Upstream = upstream_factory(transport)
     relay = raw_relay(upstream.url, "--log-level", "debug", "--shutdown-grace", "0.3")
     relay.send(initialize(1))
     relay.read_reply(1)
     relay.send(INITIALIZED, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
     relay.read_reply(2)
-    relay.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "slow", "arguments": {"tag": "bye"}}})
+    relay.send(
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "slow", "arguments": {"tag": "bye"}}}
+    )
     wait_for(lambda: upstream.marked("started-bye"), "the slow tool to start")
     if stop == "sigterm":
         relay.proc.send_signal(signal.SIGTERM)
@@ -201,7 +252,12 @@ def test_shutdown_leaves_no_greenlet_or_socket(raw_relay: Any, upstream_factory:
 
 def test_malformed_token_is_refused_without_echoing_it() -> None:
     env = {**os.environ, "MCPGATE_BEARER_TOKEN": "sekrit value\n"}
-    out = subprocess.run([sys.executable, "-m", "mcpgate.relay", "http://127.0.0.1:9/mcp"], capture_output=True,
-                         env=env, stdin=subprocess.DEVNULL, timeout=HANG_GUARD)
+    out = subprocess.run(
+        [sys.executable, "-m", "mcpgate.relay", "http://127.0.0.1:9/mcp"],
+        capture_output=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=HANG_GUARD,
+    )
     assert out.returncode == 2 and out.stdout == b""
     assert b"MCPGATE_BEARER_TOKEN" in out.stderr and b"sekrit" not in out.stderr

@@ -7,8 +7,21 @@ import signal
 from typing import Any
 
 from tests.relay.support import (
-    DROP, HOLD, INITIALIZED, RawRelay, Reply, ScriptedServer, Seen, explain_stderr, initialize, json_reply,
-    mcp_default, result, sse_event, sse_reply, wait_for,
+    DROP,
+    HOLD,
+    INITIALIZED,
+    RawRelay,
+    Reply,
+    ScriptedServer,
+    Seen,
+    explain_stderr,
+    initialize,
+    json_reply,
+    mcp_default,
+    result,
+    sse_event,
+    sse_reply,
+    wait_for,
 )
 
 TOKEN = "s3cret-token-value"
@@ -74,13 +87,17 @@ def test_sse_reply_with_notifications_and_server_request(raw_relay: Any) -> None
     def route(seen: Seen, server: ScriptedServer) -> Reply:
         message = seen.json
         if seen.rpc_method == "tools/call":
-            progress = {"jsonrpc": "2.0", "method": "notifications/progress",
-                        "params": {"progressToken": "p", "progress": 1}}
+            progress = {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "p", "progress": 1},
+            }
             ask = {"jsonrpc": "2.0", "id": 77, "method": "roots/list"}
             # split one event across writes: the decoder must reassemble it
             answer = sse_event(result(message, {"content": []}))
-            return sse_reply(sse_event(None, event_id="prime"), sse_event(progress), sse_event(ask),
-                             answer[:10], 0.05, answer[10:])
+            return sse_reply(
+                sse_event(None, event_id="prime"), sse_event(progress), sse_event(ask), answer[:10], 0.05, answer[10:]
+            )
         return mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
@@ -154,8 +171,11 @@ def test_202_reply_arrives_on_the_get_stream(raw_relay: Any) -> None:
 
 def test_session_expiry_replays_the_handshake(raw_relay: Any) -> None:
     def route(seen: Seen, server: ScriptedServer) -> Reply:
-        if seen.method == "POST" and seen.headers.get("mcp-session-id") == "session-1" \
-                and seen.rpc_method == "tools/list":
+        if (
+            seen.method == "POST"
+            and seen.headers.get("mcp-session-id") == "session-1"
+            and seen.rpc_method == "tools/list"
+        ):
             server.session_id = "session-2"
             return json_reply({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "gone"}}, 404)
         return mcp_default(seen, server)
@@ -171,10 +191,15 @@ def test_session_expiry_replays_the_handshake(raw_relay: Any) -> None:
     assert listed == {"jsonrpc": "2.0", "id": 2, "result": {"echo": "tools/list"}}
     assert pinged["id"] == 3 and rest == [] and code == 0  # the replayed initialize's reply never reaches the host
     sequence = [(s.rpc_method, s.headers.get("mcp-session-id")) for s in server.requests("POST")]
-    assert sequence == [("initialize", None), ("notifications/initialized", "session-1"),
-                        ("tools/list", "session-1"), ("initialize", None),
-                        ("notifications/initialized", "session-2"), ("tools/list", "session-2"),
-                        ("ping", "session-2")]
+    assert sequence == [
+        ("initialize", None),
+        ("notifications/initialized", "session-1"),
+        ("tools/list", "session-1"),
+        ("initialize", None),
+        ("notifications/initialized", "session-2"),
+        ("tools/list", "session-2"),
+        ("ping", "session-2"),
+    ]
     replayed = server.requests("POST", "initialize")
     assert len(replayed) == 2 and replayed[0].json == replayed[1].json
 

@@ -31,28 +31,48 @@ def _connection_error(reason: Exception) -> requests.exceptions.ConnectionError:
     return requests.exceptions.ConnectionError(urllib3.exceptions.MaxRetryError(None, URL, reason))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("exc, kind, maybe_sent", [
-    (requests.exceptions.ConnectTimeout(), errors.NotSent, False),
-    (_connection_error(urllib3.exceptions.NewConnectionError(None, "Connection refused")),  # type: ignore[arg-type]
-     errors.NotSent, False),
-    (_connection_error(urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError())),
-     errors.MaybeSent, True),
-    (requests.exceptions.ReadTimeout(), errors.MaybeSent, True),
-    (urllib3.exceptions.ReadTimeoutError(None, URL, "read timed out"), errors.MaybeSent, True),  # type: ignore[arg-type]
-    (urllib3.exceptions.ProtocolError("Connection broken"), errors.MaybeSent, True),
-    (requests.exceptions.SSLError("certificate verify failed"), errors.ConfigError, False),
-    (ConnectionResetError(104, "Connection reset by peer"), errors.MaybeSent, True),
-    # What urllib3 raises itself when the relay sends on its pool with retries off.
-    (urllib3.exceptions.NewConnectionError(None, "Connection refused"),  # type: ignore[arg-type]
-     errors.NotSent, False),
-    (urllib3.exceptions.NameResolutionError("nowhere.test", None, OSError("not known")),  # type: ignore[arg-type]
-     errors.NotSent, False),
-    (urllib3.exceptions.ConnectTimeoutError(None, "timed out"), errors.NotSent, False),
-    (urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer")),
-     errors.MaybeSent, True),
-    (urllib3.exceptions.SSLError("certificate verify failed"), errors.ConfigError, False),
-    (urllib3.exceptions.LocationParseError("http://[bad"), errors.ConfigError, False),
-])
+@pytest.mark.parametrize(
+    "exc, kind, maybe_sent",
+    [
+        (requests.exceptions.ConnectTimeout(), errors.NotSent, False),
+        (
+            _connection_error(urllib3.exceptions.NewConnectionError(None, "Connection refused")),  # type: ignore[arg-type]
+            errors.NotSent,
+            False,
+        ),
+        (
+            _connection_error(urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError())),
+            errors.MaybeSent,
+            True,
+        ),
+        (requests.exceptions.ReadTimeout(), errors.MaybeSent, True),
+        (urllib3.exceptions.ReadTimeoutError(None, URL, "read timed out"), errors.MaybeSent, True),  # type: ignore[arg-type]
+        (urllib3.exceptions.ProtocolError("Connection broken"), errors.MaybeSent, True),
+        (requests.exceptions.SSLError("certificate verify failed"), errors.ConfigError, False),
+        (ConnectionResetError(104, "Connection reset by peer"), errors.MaybeSent, True),
+        # What urllib3 raises itself when the relay sends on its pool with retries off.
+        (
+            urllib3.exceptions.NewConnectionError(None, "Connection refused"),  # type: ignore[arg-type]
+            errors.NotSent,
+            False,
+        ),
+        (
+            urllib3.exceptions.NameResolutionError("nowhere.test", None, OSError("not known")),  # type: ignore[arg-type]
+            errors.NotSent,
+            False,
+        ),
+        (urllib3.exceptions.ConnectTimeoutError(None, "timed out"), errors.NotSent, False),
+        (
+            urllib3.exceptions.ProtocolError(
+                "Connection aborted.", ConnectionResetError(104, "Connection reset by peer")
+            ),
+            errors.MaybeSent,
+            True,
+        ),
+        (urllib3.exceptions.SSLError("certificate verify failed"), errors.ConfigError, False),
+        (urllib3.exceptions.LocationParseError("http://[bad"), errors.ConfigError, False),
+    ],
+)
 def test_exceptions_map_to_relay_errors(exc: BaseException, kind: type, maybe_sent: bool) -> None:
     mapped = _raise_in_mapped(exc)
     assert type(mapped) is kind and mapped.maybe_sent is maybe_sent
@@ -60,22 +80,41 @@ def test_exceptions_map_to_relay_errors(exc: BaseException, kind: type, maybe_se
 
 
 def test_refused_connection_is_named() -> None:
-    mapped = _raise_in_mapped(_connection_error(
-        urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] "  # type: ignore[arg-type]
-                                              "Connection refused")))
+    mapped = _raise_in_mapped(
+        _connection_error(
+            urllib3.exceptions.NewConnectionError(
+                None,
+                "Failed to establish a new connection: [Errno 111] "  # type: ignore[arg-type]
+                "Connection refused",
+            )
+        )
+    )
     assert mapped.message.endswith("connection refused")
 
 
-@pytest.mark.parametrize("exc, says", [
-    (urllib3.exceptions.NameResolutionError("nowhere.test", None, OSError("not known")),  # type: ignore[arg-type]
-     "cannot reach upstream http://upstream.test/mcp: host name not found"),
-    (urllib3.exceptions.ConnectTimeoutError(None, "timed out"), "cannot reach upstream http://upstream.test/mcp: "
-                                                                "connection timed out"),
-    (urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "Connection reset by peer")),
-     "connection to upstream http://upstream.test/mcp failed: connection reset"),
-    (urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(3 bytes read, 7 more expected)"),
-     "connection to upstream http://upstream.test/mcp broke mid-reply"),
-])
+@pytest.mark.parametrize(
+    "exc, says",
+    [
+        (
+            urllib3.exceptions.NameResolutionError("nowhere.test", None, OSError("not known")),  # type: ignore[arg-type]
+            "cannot reach upstream http://upstream.test/mcp: host name not found",
+        ),
+        (
+            urllib3.exceptions.ConnectTimeoutError(None, "timed out"),
+            "cannot reach upstream http://upstream.test/mcp: connection timed out",
+        ),
+        (
+            urllib3.exceptions.ProtocolError(
+                "Connection aborted.", ConnectionResetError(104, "Connection reset by peer")
+            ),
+            "connection to upstream http://upstream.test/mcp failed: connection reset",
+        ),
+        (
+            urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(3 bytes read, 7 more expected)"),
+            "connection to upstream http://upstream.test/mcp broke mid-reply",
+        ),
+    ],
+)
 def test_urllib3_errors_say_what_happened(exc: BaseException, says: str) -> None:
     assert says in _raise_in_mapped(exc).message
 
@@ -95,7 +134,8 @@ def test_status_errors_name_status_body_and_token_setting() -> None:
     assert "HTTP 500 Internal Server Error: line one line two" in e500.message
     assert len(e500.data["body"]) <= errors.EXCERPT_CHARS + 3 and e500.maybe_sent
     passthrough = errors.status_error(
-        400, "Bad Request", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"bad version"}}', False)
+        400, "Bad Request", b'{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"bad version"}}', False
+    )
     assert passthrough.code == -32602 and "bad version" in passthrough.message and not passthrough.maybe_sent
 
 
@@ -107,8 +147,15 @@ def test_retry_after_forms() -> None:
 
 
 def test_replay_safe_methods() -> None:
-    for method in ("initialize", "ping", "tools/list", "resources/templates/list", "resources/read",
-                   "prompts/get", "completion/complete"):
+    for method in (
+        "initialize",
+        "ping",
+        "tools/list",
+        "resources/templates/list",
+        "resources/read",
+        "prompts/get",
+        "completion/complete",
+    ):
         assert errors.is_replay_safe(method), method
     for method in ("tools/call", "resources/subscribe", "logging/setLevel", "sampling/createMessage"):
         assert not errors.is_replay_safe(method), method
@@ -124,14 +171,17 @@ def test_backoff_grows_with_jitter_and_a_cap() -> None:
         http.close()
 
 
-@pytest.mark.parametrize("status, body, expected", [
-    (405, b"Method Not Allowed", True),
-    (404, b"<html>not found</html>", True),
-    (400, b"", True),
-    (400, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"unsupported"}}', False),
-    (401, b"", False),
-    (500, b"", False),
-])
+@pytest.mark.parametrize(
+    "status, body, expected",
+    [
+        (405, b"Method Not Allowed", True),
+        (404, b"<html>not found</html>", True),
+        (400, b"", True),
+        (400, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"unsupported"}}', False),
+        (401, b"", False),
+        (500, b"", False),
+    ],
+)
 def test_fallback_rule(status: int, body: bytes, expected: bool) -> None:
     assert should_fall_back(status, body) is expected
 
@@ -158,8 +208,9 @@ def test_redact_hides_user_info_and_query() -> None:
 
 
 def test_invalid_header_error_does_not_quote_the_value() -> None:
-    mapped = _raise_in_mapped(requests.exceptions.InvalidHeader("Invalid return character in header value: "
-                                                               "'Bearer sekrit\\n'"))
+    mapped = _raise_in_mapped(
+        requests.exceptions.InvalidHeader("Invalid return character in header value: 'Bearer sekrit\\n'")
+    )
     assert "sekrit" not in mapped.message and not mapped.retryable
 
 

@@ -31,8 +31,10 @@ def test_a_non_gevent_worker_is_refused_with_a_clear_message(tmp_path: Path) -> 
 
 
 def test_importing_the_wsgi_module_spawns_nothing() -> None:
-    code = ("import os, mcpgate.wsgi as w; from mcpgate.orphans import children_of; "
-            "print(type(w.application).__name__, len(children_of(os.getpid())))")
+    code = (
+        "import os, mcpgate.wsgi as w; from mcpgate.orphans import children_of; "
+        "print(type(w.application).__name__, len(children_of(os.getpid())))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["Flask", "0"], out.stderr
 
@@ -44,9 +46,21 @@ def test_procfile_and_root_config() -> None:
 
 def test_port_selects_the_heroku_bind() -> None:
     code = "import mcpgate.gunicorn_config as c; print(c.bind[0], c.worker_class, c.workers)"
-    env_port = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                              env={"PATH": "/usr/bin:/bin", "PORT": "5123"}, timeout=60)
+    env_port = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PORT": "5123"},
+        timeout=60,
+    )
     assert env_port.stdout.split() == ["0.0.0.0:5123", "mcpgate.serve.worker.GatewayWorker", "1"], env_port.stderr
-    no_port = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                             env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    no_port = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
     assert no_port.stdout.split()[0] == "127.0.0.1:8000"

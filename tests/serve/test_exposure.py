@@ -31,8 +31,14 @@ def gunicorn_refusal(env: dict[str, str], *args: str) -> str:
     full_env = {**os.environ, **env}
     if "PORT" not in env:
         full_env.pop("PORT", None)
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", *args, "mcpgate.wsgi"], cwd=ROOT, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", *args, "mcpgate.wsgi"],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -41,20 +47,26 @@ def gunicorn_refusal(env: dict[str, str], *args: str) -> str:
     return out
 
 
-@pytest.mark.parametrize("env,args,shown", [
-    ({"PORT": "0"}, (), None),  # filled in below: the Procfile path
-    ({}, ("-b", "0.0.0.0:{port}"), "0.0.0.0:{port}"),
-    ({"MCPGATE_BIND": "[::]:{port}"}, (), "[::]:{port}"),
-])
-def test_a_non_loopback_bind_without_authentication_refuses_to_start(env: dict[str, str], args: tuple[str, ...],
-                                                                      shown: str | None) -> None:
+@pytest.mark.parametrize(
+    "env,args,shown",
+    [
+        ({"PORT": "0"}, (), None),  # filled in below: the Procfile path
+        ({}, ("-b", "0.0.0.0:{port}"), "0.0.0.0:{port}"),
+        ({"MCPGATE_BIND": "[::]:{port}"}, (), "[::]:{port}"),
+    ],
+)
+def test_a_non_loopback_bind_without_authentication_refuses_to_start(
+    env: dict[str, str], args: tuple[str, ...], shown: str | None
+) -> None:
     port = str(free_port())
     env = {k: v.replace("{port}", port) for k, v in env.items()}
     if "PORT" in env:
         env["PORT"], shown = port, f"0.0.0.0:{port}"
     assert shown is not None
-    out = gunicorn_refusal({**env, "MCPGATE_AUTH_TOKEN": "", "MCPGATE_ALLOW_UNAUTHENTICATED": ""},
-                           *(a.replace("{port}", port) for a in args))
+    out = gunicorn_refusal(
+        {**env, "MCPGATE_AUTH_TOKEN": "", "MCPGATE_ALLOW_UNAUTHENTICATED": ""},
+        *(a.replace("{port}", port) for a in args),
+    )
     assert f"refusing to serve {shown.replace('{port}', port)} without authentication" in out
     assert "MCPGATE_AUTH_TOKEN" in out and "MCPGATE_ALLOW_UNAUTHENTICATED=true" in out
     assert "Traceback" not in out and "Booting worker" not in out
@@ -69,14 +81,17 @@ class Capture(logging.Handler):
         self.lines.append(f"{record.levelname} {record.getMessage()}")
 
 
-@pytest.mark.parametrize("environ,binds,refused,warned", [
-    ({}, ["127.0.0.1:8000", "[::1]:8000", "localhost:9", "unix:/tmp/g.sock"], False, False),
-    ({}, ["127.0.0.1:8000", "0.0.0.0:8000"], True, False),
-    ({}, ["10.1.2.3:80"], True, False),
-    ({"MCPGATE_AUTH_TOKEN": "t0ken"}, ["0.0.0.0:8000"], False, False),
-    ({"MCPGATE_ALLOW_UNAUTHENTICATED": "true"}, ["0.0.0.0:8000"], False, True),
-    ({"MCPGATE_ALLOW_UNAUTHENTICATED": "true"}, ["127.0.0.1:8000"], False, False),
-])
+@pytest.mark.parametrize(
+    "environ,binds,refused,warned",
+    [
+        ({}, ["127.0.0.1:8000", "[::1]:8000", "localhost:9", "unix:/tmp/g.sock"], False, False),
+        ({}, ["127.0.0.1:8000", "0.0.0.0:8000"], True, False),
+        ({}, ["10.1.2.3:80"], True, False),
+        ({"MCPGATE_AUTH_TOKEN": "t0ken"}, ["0.0.0.0:8000"], False, False),
+        ({"MCPGATE_ALLOW_UNAUTHENTICATED": "true"}, ["0.0.0.0:8000"], False, True),
+        ({"MCPGATE_ALLOW_UNAUTHENTICATED": "true"}, ["127.0.0.1:8000"], False, False),
+    ],
+)
 def test_the_exposure_decision(environ: dict[str, str], binds: list[str], refused: bool, warned: bool) -> None:
     log = logging.getLogger(f"test-exposure-{len(binds)}-{refused}-{warned}")
     capture = Capture()
@@ -89,8 +104,9 @@ def test_the_exposure_decision(environ: dict[str, str], binds: list[str], refuse
     assert any("WITHOUT authentication" in line and line.startswith("WARNING") for line in capture.lines) == warned
 
 
-def request_from(source: str, port: int, host: str, path: str = "/mcp", headers: dict[str, str] | None = None,
-                 body: Any = None) -> tuple[int, bytes]:
+def request_from(
+    source: str, port: int, host: str, path: str = "/mcp", headers: dict[str, str] | None = None, body: Any = None
+) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
     try:
         data = None if body is None else json.dumps(body).encode()
@@ -103,8 +119,9 @@ def request_from(source: str, port: int, host: str, path: str = "/mcp", headers:
 
 def test_a_loopback_host_name_counts_only_from_a_trusted_peer(gateway_factory: Any) -> None:
     # Only 127.0.0.2 is trusted: this test's client on 127.0.0.1 plays a peer on the network.
-    gw: Gateway = gateway_factory({"MCPGATE_TRUSTED_PEERS": "127.0.0.2/32", "MCPGATE_ALLOWED_HOSTS": "gw.test"},
-                                  ready_host="gw.test")
+    gw: Gateway = gateway_factory(
+        {"MCPGATE_TRUSTED_PEERS": "127.0.0.2/32", "MCPGATE_ALLOWED_HOSTS": "gw.test"}, ready_host="gw.test"
+    )
     for forged in ("localhost", f"localhost:{gw.port}", f"127.0.0.1:{gw.port}", "[::1]", "app.localhost"):
         status, body = request_from("127.0.0.1", gw.port, forged, body=init_body(), headers=HEADERS)
         assert status == 421 and b"loopback Host name from a non-loopback peer" in body, (forged, body)
@@ -188,13 +205,22 @@ def remote_peer() -> Iterator[tuple[str, str, str]]:
 def test_a_remote_peer_cannot_forge_a_loopback_host(remote_peer: tuple[str, str, str], tmp_path: Any) -> None:
     ns, local, _ = remote_peer
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MCPGATE_AUTH_TOKEN": "veth-t0ken",
-           "MCPGATE_ALLOWED_HOSTS": f"{local}:{port}"}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "MCPGATE_AUTH_TOKEN": "veth-t0ken",
+        "MCPGATE_ALLOWED_HOSTS": f"{local}:{port}",
+    }
     env.pop("PORT", None)
     log_path = tmp_path / "gateway.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-b", f"{local}:{port}", "mcpgate.wsgi"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-b", f"{local}:{port}", "mcpgate.wsgi"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while b"Booting worker" not in log_path.read_bytes() and time.monotonic() < deadline:
@@ -203,8 +229,12 @@ def test_a_remote_peer_cannot_forge_a_loopback_host(remote_peer: tuple[str, str,
         time.sleep(0.5)
 
         def from_peer(host: str, token: str) -> str:
-            out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", NETNS_CLIENT, local, str(port),
-                                  host, token], capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                ["ip", "netns", "exec", ns, sys.executable, "-c", NETNS_CLIENT, local, str(port), host, token],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert out.returncode == 0, out.stderr
             return out.stdout.strip()
 

@@ -58,8 +58,9 @@ def test_invalid_json_is_a_parse_error(demo_gateway: Any) -> None:
 def test_requests_without_or_with_unknown_session(demo_gateway: Any) -> None:
     status, _, _ = demo_gateway.request("POST", body=call("echo", {"message": "x"}), headers=HEADERS)
     assert status == 400
-    status, _, body = demo_gateway.request("POST", body=call("echo", {"message": "x"}),
-                                           headers={**HEADERS, "Mcp-Session-Id": "no-such-session"})
+    status, _, body = demo_gateway.request(
+        "POST", body=call("echo", {"message": "x"}), headers={**HEADERS, "Mcp-Session-Id": "no-such-session"}
+    )
     assert status == 404
 
 
@@ -73,19 +74,22 @@ def test_rejected_requests_never_spawn_a_child(gateway_factory: Any) -> None:
 
 def test_notifications_and_responses_are_202_with_no_body(demo_gateway: Any) -> None:
     headers = open_session(demo_gateway)
-    status, _, body = demo_gateway.request("POST", body={"jsonrpc": "2.0", "id": "srv-x", "result": {}},
-                                           headers=headers)
+    status, _, body = demo_gateway.request(
+        "POST", body={"jsonrpc": "2.0", "id": "srv-x", "result": {}}, headers=headers
+    )
     assert (status, body) == (202, b"")
-    status, _, body = demo_gateway.request("POST", body={"jsonrpc": "2.0", "method": "notifications/x"},
-                                           headers=headers)
+    status, _, body = demo_gateway.request(
+        "POST", body={"jsonrpc": "2.0", "method": "notifications/x"}, headers=headers
+    )
     assert (status, body) == (202, b"")
 
 
 def test_fast_call_is_json_and_ids_are_kept_exactly(demo_gateway: Any) -> None:
     headers = open_session(demo_gateway)
     for msg_id in ("7", 7, "ü-id", 2**53 + 1):
-        status, resp_headers, body = demo_gateway.request("POST", body=call("echo", {"message": "hi"}, msg_id),
-                                                          headers=headers)
+        status, resp_headers, body = demo_gateway.request(
+            "POST", body=call("echo", {"message": "hi"}, msg_id), headers=headers
+        )
         assert status == 200 and resp_headers["content-type"].startswith("application/json")
         assert json.loads(body)["id"] == msg_id
         assert type(json.loads(body)["id"]) is type(msg_id)
@@ -101,8 +105,11 @@ def test_protocol_version_header_rules(demo_gateway: Any) -> None:
 
 
 def test_batches_only_in_2025_03_26(demo_gateway: Any) -> None:
-    batch = [call("echo", {"message": "a"}, 1), {"jsonrpc": "2.0", "method": "notifications/x"},
-             call("add", {"a": 1, "b": 2}, 2)]
+    batch = [
+        call("echo", {"message": "a"}, 1),
+        {"jsonrpc": "2.0", "method": "notifications/x"},
+        call("add", {"a": 1, "b": 2}, 2),
+    ]
     headers = open_session(demo_gateway, "2025-06-18")
     assert demo_gateway.request("POST", body=batch, headers=headers)[0] == 400
     headers = open_session(demo_gateway, "2025-03-26")
@@ -114,8 +121,11 @@ def test_batches_only_in_2025_03_26(demo_gateway: Any) -> None:
 def test_duplicate_in_flight_id_is_refused(demo_gateway: Any) -> None:
     headers = open_session(demo_gateway)
     results: list[Any] = []
-    slow = threading.Thread(target=lambda: results.append(demo_gateway.request(
-        "POST", body=call("slow", {"seconds": 1.5, "steps": 1}, 9), headers=headers)))
+    slow = threading.Thread(
+        target=lambda: results.append(
+            demo_gateway.request("POST", body=call("slow", {"seconds": 1.5, "steps": 1}, 9), headers=headers)
+        )
+    )
     slow.start()
     time.sleep(0.5)
     status, _, body = demo_gateway.request("POST", body=call("echo", {"message": "x"}, 9), headers=headers)
@@ -126,8 +136,9 @@ def test_duplicate_in_flight_id_is_refused(demo_gateway: Any) -> None:
 
 def test_slow_call_switches_to_sse_with_keepalives(demo_gateway: Any) -> None:
     headers = open_session(demo_gateway)
-    status, resp_headers, body = demo_gateway.request("POST", body=call("slow", {"seconds": 2.5, "steps": 1}),
-                                                      headers=headers)
+    status, resp_headers, body = demo_gateway.request(
+        "POST", body=call("slow", {"seconds": 2.5, "steps": 1}), headers=headers
+    )
     assert status == 200 and resp_headers["content-type"].startswith("text/event-stream")
     assert resp_headers["x-accel-buffering"] == "no"
     assert b": keepalive" in body or b": waiting" in body
@@ -149,8 +160,11 @@ def test_progress_makes_the_reply_sse_and_goes_to_its_request(demo_gateway: Any)
 def test_cancel_answers_the_waiting_post_at_once(demo_gateway: Any) -> None:
     headers = open_session(demo_gateway)
     results: list[Any] = []
-    slow = threading.Thread(target=lambda: results.append(demo_gateway.request(
-        "POST", body=call("slow", {"seconds": 20, "steps": 20}, "c1"), headers=headers)))
+    slow = threading.Thread(
+        target=lambda: results.append(
+            demo_gateway.request("POST", body=call("slow", {"seconds": 20, "steps": 20}, "c1"), headers=headers)
+        )
+    )
     slow.start()
     time.sleep(0.5)
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c1"}}
@@ -196,10 +210,17 @@ def test_get_needs_event_stream_in_accept(demo_gateway: Any) -> None:
     assert demo_gateway.request("GET", headers={**headers, "Accept": "application/json"})[0] == 406
 
 
-@pytest.mark.parametrize("origin,status", [
-    ("https://evil.example", 403), ("null", 403), ("http://localhost:3000", 200), ("http://127.0.0.1", 200),
-    ("http://[::1]:6274", 200), ("https://allowed.example", 200),
-])
+@pytest.mark.parametrize(
+    "origin,status",
+    [
+        ("https://evil.example", 403),
+        ("null", 403),
+        ("http://localhost:3000", 200),
+        ("http://127.0.0.1", 200),
+        ("http://[::1]:6274", 200),
+        ("https://allowed.example", 200),
+    ],
+)
 def test_origin_is_validated(gateway_factory: Any, origin: str, status: int) -> None:
     gw = gateway_factory({"MCPGATE_ALLOWED_ORIGINS": "https://allowed.example"})
     got, _, body = gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": origin})
@@ -262,19 +283,29 @@ def test_bearer_token_is_required_when_configured(gateway_factory: Any) -> None:
 def test_other_methods_are_405_naming_the_allowed_ones(demo_gateway: Any) -> None:
     status, headers, body = demo_gateway.request("PUT", body=init_body(), headers=HEADERS)
     assert status == 405 and headers["allow"] == "GET, POST, DELETE"
-    assert json.loads(body) == {"jsonrpc": "2.0", "id": None,
-                                "error": {"code": -32600, "message": "Method Not Allowed"}}
+    assert json.loads(body) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Method Not Allowed"},
+    }
 
 
 def test_a_refusal_is_the_jsonrpc_error_response_with_its_status_and_headers() -> None:
-    response = Refusal(400, -32022, "Unsupported", id="r1", data={"supported": ["x"]},
-                       headers={"Retry-After": "5"}).response()
+    response = Refusal(
+        400, -32022, "Unsupported", id="r1", data={"supported": ["x"]}, headers={"Retry-After": "5"}
+    ).response()
     assert response.status == 400 and isinstance(response.body, bytes)
     error = {"code": -32022, "message": "Unsupported", "data": {"supported": ["x"]}}
     assert json.loads(response.body) == {"jsonrpc": "2.0", "id": "r1", "error": error}
-    assert response.headers == [("Retry-After", "5"), ("Content-Type", "application/json"),
-                                ("Content-Length", str(len(response.body)))]
+    assert response.headers == [
+        ("Retry-After", "5"),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(response.body))),
+    ]
     bare = Refusal(404, -32600, "Session not found").response()
     assert bare.status == 404 and isinstance(bare.body, bytes)
-    assert json.loads(bare.body) == {"jsonrpc": "2.0", "id": None,
-                                     "error": {"code": -32600, "message": "Session not found"}}
+    assert json.loads(bare.body) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Session not found"},
+    }

@@ -11,8 +11,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import (FIXTURES, HEADERS, ROOT, alive, call, children, direct_children, init_body, open_session,
-                           wait_dead)
+from tests.support import (
+    FIXTURES,
+    HEADERS,
+    ROOT,
+    alive,
+    call,
+    children,
+    direct_children,
+    init_body,
+    open_session,
+    wait_dead,
+)
 
 CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"
 
@@ -21,8 +31,9 @@ def test_child_crash_answers_waiting_requests_and_later_ones_get_404(gateway_fac
     gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
     headers = open_session(gw)
     results: list[Any] = []
-    waiter = threading.Thread(target=lambda: results.append(
-        gw.request("POST", body=call("hang", {}, "w"), headers=headers)))
+    waiter = threading.Thread(
+        target=lambda: results.append(gw.request("POST", body=call("hang", {}, "w"), headers=headers))
+    )
     waiter.start()
     time.sleep(0.5)
     gw.request("POST", body=call("crash", {}, "c"), headers=headers)
@@ -86,8 +97,13 @@ def test_worker_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
 
 
 def test_graceful_shutdown_stops_children_that_ignore_eof_and_sigterm(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY + " --ignore-signals --ignore-eof",
-                          "MCPGATE_CLOSE_TIMEOUT": "0.5", "MCPGATE_TERM_TIMEOUT": "0.5"})
+    gw = gateway_factory(
+        {
+            "MCPGATE_COMMAND": CRASHY + " --ignore-signals --ignore-eof",
+            "MCPGATE_CLOSE_TIMEOUT": "0.5",
+            "MCPGATE_TERM_TIMEOUT": "0.5",
+        }
+    )
     headers = open_session(gw)
     [worker] = direct_children(gw.proc.pid)
     [child] = direct_children(worker)
@@ -124,9 +140,13 @@ def test_idle_sessions_are_reaped(gateway_factory: Any) -> None:
 
 
 def test_initialize_error_ends_the_session(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": f"{sys.executable} -c \"import sys; sys.stdin.readline(); "
-                          "print('{\\\"jsonrpc\\\":\\\"2.0\\\",\\\"id\\\":1,\\\"error\\\":{\\\"code\\\":-32602,"
-                          "\\\"message\\\":\\\"no\\\"}}', flush=True); sys.stdin.read()\""})
+    gw = gateway_factory(
+        {
+            "MCPGATE_COMMAND": f'{sys.executable} -c "import sys; sys.stdin.readline(); '
+            'print(\'{\\"jsonrpc\\":\\"2.0\\",\\"id\\":1,\\"error\\":{\\"code\\":-32602,'
+            '\\"message\\":\\"no\\"}}\', flush=True); sys.stdin.read()"'
+        }
+    )
     reply = gw.request("POST", body=init_body(), headers=HEADERS)
     assert "error" in reply.json() and reply.json()["error"]["message"] == "no", reply
     deadline = time.monotonic() + 10
@@ -142,7 +162,7 @@ def test_master_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:
     assert wait_dead([worker, child, grandchild], timeout=20) == []
 
 
-FAILING_TESTS = '''
+FAILING_TESTS = """
 from tests.support import Gateway
 
 
@@ -158,7 +178,7 @@ def test_direct_gateway_fails():
 def test_module_gateway_fails(demo_gateway):
     reply = demo_gateway.request("GET", "/healthz")
     assert reply.status == 599, reply
-'''
+"""
 
 
 def test_a_failing_test_report_shows_its_gateways_log_tail(tmp_path: Path) -> None:
@@ -166,9 +186,14 @@ def test_a_failing_test_report_shows_its_gateways_log_tail(tmp_path: Path) -> No
     test_file = tmp_path / "test_fails_on_purpose.py"
     test_file.write_text(FAILING_TESTS)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-                             "-q", str(test_file)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q", str(test_file)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     out = result.stdout
     assert result.returncode == 1 and "2 failed" in out, out + result.stderr
     assert out.count("gunicorn log, port") == 2, out

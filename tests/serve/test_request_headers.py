@@ -28,9 +28,11 @@ def line_of(total: int) -> bytes:
     return b"X-Pad: " + b"a" * (total - len(b"X-Pad: \r\n")) + b"\r\n"
 
 
-MCP_POST = (b"Host: 127.0.0.1:8000\r\nAccept: application/json, text/event-stream\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 96\r\n"
-            b"Mcp-Session-Id: 0123456789abcdef\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n")
+MCP_POST = (
+    b"Host: 127.0.0.1:8000\r\nAccept: application/json, text/event-stream\r\n"
+    b"Content-Type: application/json\r\nContent-Length: 96\r\n"
+    b"Mcp-Session-Id: 0123456789abcdef\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+)
 
 AT_LIMIT = "as many fields as the limit"
 GOOD = {
@@ -74,25 +76,27 @@ BAD = {  # block: the refusal RequestHeaders gives
     "DEL in a value": (b"X: a\x7f\r\n\r\n", "Invalid header value"),
     "a field line over the limit": (line_of(MAX_FIELD + 1) + b"\r\n", "Line too long"),
     "a line without end": (b"X: " + b"a" * (2 * MAX_FIELD), "Line too long"),
-    "one field too many": (b"".join(b"X-%d: v\r\n" % i for i in range(MAX_HEADERS + 1)) + b"\r\n",
-                           "Too many headers"),
+    "one field too many": (b"".join(b"X-%d: v\r\n" % i for i in range(MAX_HEADERS + 1)) + b"\r\n", "Too many headers"),
     "the connection ends inside the block": (b"Host: a\r\n", "Incomplete headers"),
     "the connection ends inside a line": (b"Host: a", "Incomplete headers"),
     "two Hosts": (b"Host: a\r\nhost: b\r\n\r\n", "Repeated host"),
     "two Content-Types": (b"Content-Type: a/b\r\nContent-Type: a/b\r\n\r\n", "Repeated Content-Type"),
     "two equal Content-Lengths": (b"Content-Length: 3\r\nContent-Length: 3\r\n\r\n", "Repeated Content-Length"),
-    "two chunked": (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-                    "Repeated Transfer-Encoding"),
+    "two chunked": (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "Repeated Transfer-Encoding"),
     "Content-Length not a number": (b"Content-Length: abc\r\n\r\n", "Invalid Content-Length"),
     "Content-Length with a sign": (b"Content-Length: +12\r\n\r\n", "Invalid Content-Length"),
     "negative Content-Length": (b"Content-Length: -1\r\n\r\n", "Invalid Content-Length"),
     "Content-Length with an underscore": (b"Content-Length: 1_0\r\n\r\n", "Invalid Content-Length"),
     "Content-Length as a list": (b"Content-Length: 3, 3\r\n\r\n", "Invalid Content-Length"),
     "empty Content-Length": (b"Content-Length: \r\n\r\n", "Invalid Content-Length"),
-    "Content-Length and chunked": (b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
-                                   "Content-Length with Transfer-Encoding"),
-    "chunked and Content-Length": (b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
-                                   "Content-Length with Transfer-Encoding"),
+    "Content-Length and chunked": (
+        b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "Content-Length with Transfer-Encoding",
+    ),
+    "chunked and Content-Length": (
+        b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+        "Content-Length with Transfer-Encoding",
+    ),
     "gzip alone": (b"Transfer-Encoding: gzip\r\n\r\n", "Unsupported Transfer-Encoding"),
     "identity": (b"Transfer-Encoding: identity\r\n\r\n", "Unsupported Transfer-Encoding"),
     "an unknown coding": (b"Transfer-Encoding: foo\r\n\r\n", "Unsupported Transfer-Encoding"),
@@ -104,8 +108,10 @@ STDLIB_GOOD = {k: v for k, v in GOOD.items() if k != AT_LIMIT}  # http.client co
 
 STRICTER = {
     "gzip, then chunked": (b"Transfer-Encoding: gzip, chunked\r\n\r\n", "Unsupported Transfer-Encoding"),
-    "gzip and chunked in two fields": (b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
-                                       "Repeated Transfer-Encoding"),
+    "gzip and chunked in two fields": (
+        b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "Repeated Transfer-Encoding",
+    ),
 }
 
 
@@ -170,8 +176,12 @@ def test_case_insensitive_lookup_returns_the_first() -> None:
     assert headers.get("host") == "a" and headers.getheader("CONTENT-TYPE") == "application/json"
     assert headers.typeheader == "application/json"
     assert headers.get("x-twice") == "1" and headers.get("missing", "d") == "d"
-    assert list(headers.headers) == ["Host: a\r\n", "Content-Type: application/json\r\n", "X-Twice: 1\r\n",
-                                     "x-twice: 2\r\n"]
+    assert list(headers.headers) == [
+        "Host: a\r\n",
+        "Content-Type: application/json\r\n",
+        "X-Twice: 1\r\n",
+        "x-twice: 2\r\n",
+    ]
     assert headers.items()[0] == ("Host", "a")
 
 

@@ -21,8 +21,9 @@ async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.El
 
 async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
     text = params.messages[0].content.text  # type: ignore[union-attr]
-    return types.CreateMessageResult(role="assistant", model="stub", content=types.TextContent(type="text",
-                                                                                               text=text.upper()))
+    return types.CreateMessageResult(
+        role="assistant", model="stub", content=types.TextContent(type="text", text=text.upper())
+    )
 
 
 def run_client(url: str, body: Callable[[Client, list[Any]], Awaitable[None]], mode: str = "legacy") -> None:
@@ -33,8 +34,9 @@ def run_client(url: str, body: Callable[[Client, list[Any]], Awaitable[None]], m
 
     async def main() -> None:
         with anyio.fail_after(HANG_GUARD):
-            async with Client(url, mode=mode, elicitation_callback=on_elicit, sampling_callback=on_sample,
-                              message_handler=on_message) as client:
+            async with Client(
+                url, mode=mode, elicitation_callback=on_elicit, sampling_callback=on_sample, message_handler=on_message
+            ) as client:
                 await body(client, notifications)
 
     anyio.run(main)
