@@ -13,13 +13,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from mcpclient import stop_group
 import peers
 import procs
+from mcpclient import stop_group
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -381,7 +381,7 @@ def source_state() -> dict[str, str]:
     repo = src if (src / ".git").exists() else ROOT
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     state["git_head"] = head.stdout.strip() or "unknown"
-    if src == ROOT or src == repo:
+    if src in (ROOT, repo):
         dirty = subprocess.run(
             ["git", "-C", str(repo), "status", "--short", "--", "mcpgate"], capture_output=True, text=True
         ).stdout.split("\n")

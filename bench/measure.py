@@ -13,7 +13,7 @@ import multiprocessing
 import random
 import time
 from array import array
-from typing import Callable
+from collections.abc import Callable
 
 from mcpclient import BenchError, HttpSession, PipeSession, echo_body
 
@@ -288,7 +288,7 @@ def capacity(
                     session = HttpSession(port, path, timeout=60).initialize()
                     session.open_get_stream()
                     held.append(session)
-                for session in random.sample(held, min(5, len(held))) + [held[0], held[-1]]:
+                for session in [*random.sample(held, min(5, len(held))), held[0], held[-1]]:
                     check = HttpSession(port, path)
                     check.conn, check.session_id, check.version = probe, session.session_id, session.version
                     check.headers = {**session.headers}

@@ -100,7 +100,7 @@ def serve_table(results: dict) -> list[str]:
         cells.append(f"{num(cpu_seq, 0)} / {num(cpu16, 0)}" if cpu_seq is not None else "–")
         cells.append(f"{seq50 / base:.2f}x" if seq50 and base else "–")
         lines.append("| " + " | ".join(cells) + " |")
-    for name, entry in (results.get("gateways") or {}).items():
+    for entry in (results.get("gateways") or {}).values():
         if entry.get("missing"):
             lines.append(f"| {entry['label']} | {entry['missing']} |" + " |" * (len(head) - 2))
     return lines
@@ -311,7 +311,7 @@ def notes(results: dict) -> list[str]:
                     f"- {label(results, name)}: {key}: {value['errors']} failed calls, e.g. "
                     f"{'; '.join(value.get('error_samples') or [])[:200]}"
                 )
-    for name, entry in (results.get("gateways") or {}).items():
+    for entry in (results.get("gateways") or {}).values():
         if entry.get("missing"):
             out.append(f"- {entry['label']}: {entry['missing']}.")
         if entry.get("note"):
@@ -574,12 +574,13 @@ def readme_section(results: dict) -> str:
             README_HEADING,
             "",
             wrap(
-                f"Measured on {m['date'][:10]} by `{results['command']}` (after `python bench/run.py --install-peers`) on a "
-                f"shared {m['nproc']}-CPU machine with {m['ram_gib']} GiB RAM (Linux {m['kernel']}, Python {m['python']}, "
-                f"Node {m.get('node', '–')}). Every gateway fronts the same stdlib stdio child; the client is `http.client` "
-                f"on kept-alive connections, one session per client process; gateways run interleaved in "
-                f"{cfg['rounds']} rounds and the figures are medians. Absolute times drift with the machine's load; the "
-                "ratios within one run are what compare. Every figure, the notes and the machine details: "
+                f"Measured on {m['date'][:10]} by `{results['command']}` (after `python bench/run.py "
+                f"--install-peers`) on a shared {m['nproc']}-CPU machine with {m['ram_gib']} GiB RAM (Linux "
+                f"{m['kernel']}, Python {m['python']}, Node {m.get('node', '–')}). Every gateway fronts the same "
+                "stdlib stdio child; the client is `http.client` on kept-alive connections, one session per client "
+                f"process; gateways run interleaved in {cfg['rounds']} rounds and the figures are medians. Absolute "
+                "times drift with the machine's load; the ratios within one run are what compare. Every figure, the "
+                "notes and the machine details: "
                 "[bench/results.md](bench/results.md) (a run also writes its raw figures to `bench/out/results.json`)."
             ),
             "",

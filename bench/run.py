@@ -37,13 +37,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gateways  # noqa: E402
-import measure  # noqa: E402
-import peers  # noqa: E402
-import procs  # noqa: E402
-import report  # noqa: E402
-import workers  # noqa: E402
-from mcpclient import PipeSession  # noqa: E402
+import gateways
+import measure
+import peers
+import procs
+import report
+import workers
+from mcpclient import PipeSession
 
 BENCH = gateways.BENCH
 PHASES = ("memory", "capacity", "speed", "relay")
@@ -102,7 +102,11 @@ def machine() -> dict:
     mem_kb = gateways._kb("/proc/meminfo", b"MemTotal:")
     cpu = ""
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     return {
@@ -189,7 +193,7 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
     by_name = {s.name: s for s in specs}
     try:
         for rnd in range(cfg["rounds"]):
-            order = rotate(names + ["direct"], rnd)
+            order = rotate([*names, "direct"], rnd)
             log(f"speed round {rnd + 1}/{cfg['rounds']}: order {order}")
             for name in order:
                 store = raw.setdefault(name, {})
@@ -291,7 +295,7 @@ def phase_relay(cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Sp
                 store.setdefault("seq", []).append({"error": repr(exc)[:300]})
                 continue
             try:
-                attempt(store, "startup_s", lambda: relay.initialize(60.0) and time.monotonic() - began)
+                attempt(store, "startup_s", lambda r=relay, t=began: r.initialize(60.0) and time.monotonic() - t)
                 cpu = cpu_of(relay)
                 value = attempt(
                     store, "seq", measure.timed_loop, relay.echo, cfg["relay_calls"], cfg["seq_cap_s"], 50, cpu

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import importlib.util
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gateways
 import measure
@@ -84,7 +85,7 @@ def _fast(env: dict[str, str]) -> dict[str, Any]:
 
 
 def _ratio(values: list[float], bases: list[float]) -> float:
-    pairs = [v / b for v, b in zip(values, bases) if v == v and b == b and b]
+    pairs = [v / b for v, b in zip(values, bases, strict=False) if v == v and b == b and b]
     return statistics.median(pairs) if pairs else float("nan")
 
 

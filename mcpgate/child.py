@@ -13,7 +13,8 @@ import os
 import shlex
 import signal
 from collections import deque
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 import gevent
 import gevent.event
@@ -140,7 +141,7 @@ class ChildProcess:
         if mode == "discard":
             return gevent.subprocess.DEVNULL
         try:
-            self._stderr_file = open(mode, "ab", buffering=0)  # closed when the child is gone
+            self._stderr_file = open(mode, "ab", buffering=0)  # noqa: SIM115 - open for the child's life, closed when it is gone
         except OSError as exc:
             raise ChildSpawnError(f"cannot open stderr log file {mode!r}: {exc.strerror or exc}") from exc
         return gevent.subprocess.PIPE
@@ -249,7 +250,7 @@ class ChildProcess:
             )
             try:
                 self._on_exit(self._reason)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a callback's failure must not stop the exit watcher
                 self._log.exception("child[%s] on_exit callback failed", self.label)
             finally:
                 self._done.set()
@@ -358,7 +359,7 @@ class ChildProcess:
                 self._log_message("<-child", member, line)
             try:
                 self._on_message(member)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a callback's failure must not stop the pipe reader
                 self._log.exception("child[%s] on_message callback failed", self.label)
 
     def _reject(self, line: bytes, why: str) -> None:

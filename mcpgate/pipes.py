@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 from gevent.hub import get_hub
 

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 import gevent
 import gevent.subprocess
@@ -17,9 +18,9 @@ if ROOT not in sys.path:  # pragma: no cover - depends on how pytest was launche
     sys.path.insert(0, ROOT)
 
 from mcpgate.child import ChildProcess  # noqa: E402
-from tests.support import pid_gone  # noqa: E402
-from mcpgate.spawn import ChildSpawnError, child_environment  # noqa: E402
 from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
+from mcpgate.spawn import ChildSpawnError, child_environment  # noqa: E402
+from tests.support import pid_gone  # noqa: E402
 
 PEER = os.path.join(ROOT, "tests", "fixtures", "child_peer.py")
 GUARD = 20.0  # generous hang guard for every wait, never a speed assertion
@@ -336,7 +337,7 @@ def test_grandchild_dies_with_group(harness, tmp_path):
     pidfile = str(tmp_path / "grandchild.pid")
     child = harness.start("grandchild", pidfile)
     first_message(child)
-    grandchild = int(open(pidfile).read())
+    grandchild = int(Path(pidfile).read_text())
     harness.extra_pids.append(grandchild)
     assert not pid_gone(grandchild)
     assert child.stop("bye", timeout=GUARD)

@@ -13,8 +13,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -289,7 +290,7 @@ def test_cancel_slow_sends_no_response(ready: RawServer) -> None:
     echo_reply = ready.call(6, "echo", {"message": "still here"})
     assert _text(echo_reply) == "still here"
     # The server handled the cancel before the echo, so from then on nothing may mention request 5.
-    after = ready.seen[ready.seen.index(echo_reply) + 1 :] + [ready.request(7, "ping")]
+    after = [*ready.seen[ready.seen.index(echo_reply) + 1 :], ready.request(7, "ping")]
     assert after == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
     assert not any(_is_response(m, 5) for m in ready.seen)
     # A cancel for an unknown or finished request is ignored.
@@ -552,8 +553,7 @@ def _kill_leftovers(pids: set[int]) -> None:
 
 
 def _run_with_sdk(body: Callable[[Any], Any]) -> None:
-    from mcp import Client, StdioServerParameters
-    from mcp import types
+    from mcp import Client, StdioServerParameters, types
 
     async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         assert isinstance(params, types.ElicitRequestFormParams)

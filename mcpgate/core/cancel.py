@@ -8,7 +8,7 @@ can cross). The tracker keeps each cancelled id for `ttl` seconds and at most
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Hashable
+from collections.abc import Hashable
 
 
 class CancelTracker:

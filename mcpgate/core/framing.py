@@ -30,7 +30,7 @@ class LineTooLong(ValueError):
 class LineDecoder:
     """Incremental splitter: feed(bytes) -> complete lines, finish() -> partial tail."""
 
-    __slots__ = ("_parts", "_size", "_limit", "_discarding")
+    __slots__ = ("_discarding", "_limit", "_parts", "_size")
 
     def __init__(self, max_line_bytes: int) -> None:
         if max_line_bytes < 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard, Union
+from typing import Any, TypeGuard
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -27,8 +27,8 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 # Outside the reserved range, as the SDKs use it for a request the client cancelled.
 REQUEST_CANCELLED = -32800
 
-Id = Union[str, int]
-IdKey = tuple[str, Union[str, int]]
+Id = str | int
+IdKey = tuple[str, str | int]
 
 
 @dataclass(slots=True)
@@ -81,7 +81,7 @@ class Batch:
     items: list[Message] = field(default_factory=list)
 
 
-Message = Union[Request, Notification, Response, Invalid, Batch]
+Message = Request | Notification | Response | Invalid | Batch
 
 
 def is_valid_id(value: object) -> TypeGuard[Id]:

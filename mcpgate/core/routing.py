@@ -11,8 +11,9 @@ opaque, hashable objects owned by the caller.
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Final, Generic, Hashable, TypeVar
+from typing import Final, Generic, TypeVar
 
 from .cancel import CancelTracker
 from .jsonrpc import Id, IdKey, Notification, Request, Response, id_key, is_valid_id, progress_token

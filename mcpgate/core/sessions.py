@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import secrets
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -22,7 +23,7 @@ def is_valid_session_id(value: str, max_length: int | None = 256) -> bool:
     upstream's id, which the spec does not bound (a signed token can be long).
     """
     too_long = max_length is not None and len(value) > max_length
-    return 0 < len(value) and not too_long and all(ord(ch) in VISIBLE_ASCII for ch in value)
+    return len(value) > 0 and not too_long and all(ord(ch) in VISIBLE_ASCII for ch in value)
 
 
 class SessionLimitReached(RuntimeError):

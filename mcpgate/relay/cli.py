@@ -15,7 +15,6 @@ import sys
 from mcpgate import __version__
 from mcpgate.settings import TOKEN_ENV, RelaySettings, SettingsError, add_arguments
 
-
 DESCRIPTION = """\
 Relay a stdio MCP host to a remote MCP server over HTTP. The host launches this
 command as if it were a local stdio server; every JSON-RPC message is carried to

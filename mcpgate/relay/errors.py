@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import email.utils
 import time
-from urllib.parse import urlsplit, urlunsplit
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 import urllib3.exceptions

@@ -80,7 +80,7 @@ class HttpOptions:
 class HttpReply:
     """An upstream reply up to its headers; `raw` is urllib3's response, its body not read yet."""
 
-    __slots__ = ("raw", "status_code", "reason", "headers")
+    __slots__ = ("headers", "raw", "reason", "status_code")
 
     def __init__(self, raw: urllib3.HTTPResponse) -> None:
         self.raw = raw

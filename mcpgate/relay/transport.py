@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, Union
+from typing import Protocol
 
 from gevent.event import AsyncResult
 
@@ -21,9 +21,9 @@ from mcpgate.relay import errors
 
 log = logging.getLogger("mcpgate.relay")
 
-Upstream = Union[jsonrpc.Request, jsonrpc.Notification, jsonrpc.Response]
+Upstream = jsonrpc.Request | jsonrpc.Notification | jsonrpc.Response
 Sink = Callable[[Upstream], None]
-OneWay = Union[jsonrpc.Notification, jsonrpc.Response]
+OneWay = jsonrpc.Notification | jsonrpc.Response
 
 
 class Transport(Protocol):

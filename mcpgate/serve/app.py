@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from flask import Flask, Response
 

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import gevent
 

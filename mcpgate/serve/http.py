@@ -7,7 +7,8 @@ endpoint speaks WSGI through these two small types and Flask serves the rest.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..core import jsonrpc
 
@@ -63,7 +64,7 @@ class HttpRequest:
 
 
 class HttpResponse:
-    __slots__ = ("status", "headers", "body")
+    __slots__ = ("body", "headers", "status")
 
     def __init__(
         self,

@@ -20,7 +20,8 @@ gunicorn: a Transfer-Encoding other than exactly "chunked" (gunicorn also takes 
 from __future__ import annotations
 
 import re
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 MAX_FIELD = 8190  # bytes of one field line with its CRLF, as gunicorn's limit_request_field_size
 MAX_HEADERS = 100  # as gunicorn's limit_request_fields

@@ -11,8 +11,9 @@ import enum
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Final, Iterable
+from typing import Final
 
 import gevent.queue
 
@@ -76,7 +77,7 @@ class ChildSpec:
 class Stream:
     """The reply channel of one HTTP request (a POST's reply or the GET stream)."""
 
-    __slots__ = ("queue", "expected", "closed", "put_timeout")
+    __slots__ = ("closed", "expected", "put_timeout", "queue")
 
     def __init__(self, maxsize: int, expected: int = 0, put_timeout: float = 30.0) -> None:
         self.queue: gevent.queue.Queue = gevent.queue.Queue(maxsize)

@@ -8,7 +8,8 @@ is served.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ..core import jsonrpc, versions, wire
 from ..core.jsonrpc import Batch, Invalid, Message, Notification, Request

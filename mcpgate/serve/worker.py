@@ -27,7 +27,7 @@ LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's 
 class Handler(PyWSGIHandler):  # type: ignore[misc]
     """One client connection: read with RequestHeaders, and known to the server while it is open."""
 
-    def MessageClass(self, fp: BinaryIO, *args: Any) -> RequestHeaders:  # noqa: N802 (pywsgi's name)
+    def MessageClass(self, fp: BinaryIO, *args: Any) -> RequestHeaders:  # pywsgi names it so
         return RequestHeaders.read(fp)
 
     def handle(self) -> None:

@@ -182,5 +182,5 @@ def test_events_within_limit_pass(stream: bytes) -> None:
 @pytest.mark.parametrize(("text", "encoded"), [("", b":\n\n"), ("keepalive", b": keepalive\n\n")])
 def test_comment(text: str, encoded: bytes) -> None:
     assert encode_comment(text) == encoded
-    events, decoder = decode([encoded + encode_event(b"x")])
+    events, _decoder = decode([encoded + encode_event(b"x")])
     assert events == [Event("x")]

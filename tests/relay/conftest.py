@@ -22,7 +22,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
     if report.when == "call" and report.failed:
-        relays = item.stash[RELAYS_KEY] if RELAYS_KEY in item.stash else []
+        relays = item.stash.get(RELAYS_KEY, [])
         for number, relay in enumerate(relays, 1):
             report.sections.append((f"relay {number} (pid {relay.proc.pid})", relay.stop_and_explain()))
 

@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import anyio
-
 from mcp import Client, StdioServerParameters
+
 from mcpgate.relay.http_client import HttpOptions
 from mcpgate.settings import RelaySettings
 from tests.support import free_port
@@ -283,7 +283,7 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 HOLD = "hold"
 DROP = "drop"
-Step = Union[bytes, float, str]
+Step = bytes | float | str
 
 
 @dataclass

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import FIXTURES
 from tests.interop import conformance
+from tests.support import FIXTURES
 
 pytestmark = pytest.mark.npm
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-
 from mcp import Client
+
 from tests.relay.support import await_for, run_host
 
 

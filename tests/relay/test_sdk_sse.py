@@ -7,9 +7,9 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
-
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+
 from tests.relay.support import Upstream, await_for, run_host
 
 

@@ -10,8 +10,8 @@ import requests
 import urllib3.exceptions
 
 from mcpgate.core.framing import LineDecoder, LineTooLong
-from mcpgate.relay import errors
 from mcpgate.core.sessions import is_valid_session_id
+from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.pump import host_lines
 from mcpgate.relay.transport import should_fall_back
@@ -21,9 +21,8 @@ URL = "http://upstream.test/mcp"
 
 
 def _raise_in_mapped(exc: BaseException) -> errors.RelayError:
-    with pytest.raises(errors.RelayError) as caught:
-        with errors.mapped(URL):
-            raise exc
+    with pytest.raises(errors.RelayError) as caught, errors.mapped(URL):
+        raise exc
     return caught.value
 
 
@@ -120,9 +119,8 @@ def test_urllib3_errors_say_what_happened(exc: BaseException, says: str) -> None
 
 
 def test_mapping_leaves_other_exceptions_alone() -> None:
-    with pytest.raises(KeyError):
-        with errors.mapped(URL):
-            raise KeyError("a bug, not a network error")
+    with pytest.raises(KeyError), errors.mapped(URL):
+        raise KeyError("a bug, not a network error")
 
 
 def test_status_errors_name_status_body_and_token_setting() -> None:

@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.support import ROOT, Gateway
-from tests.support import HEADERS, init_body
+from tests.support import HEADERS, ROOT, Gateway, init_body
 
 
 def test_packaged_config_works_outside_the_project_root(gateway_factory: Any, tmp_path: Path) -> None:
     gw = gateway_factory(cwd=tmp_path, config="python:mcpgate.gunicorn_config")
-    status, headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
+    status, _headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
     assert status == 200 and json.loads(body)["result"]["serverInfo"]["name"] == "mcpgate-demo"
     assert "Using worker: mcpgate.serve.worker.GatewayWorker" in gw.log()
 

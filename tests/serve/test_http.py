@@ -58,7 +58,7 @@ def test_invalid_json_is_a_parse_error(demo_gateway: Any) -> None:
 def test_requests_without_or_with_unknown_session(demo_gateway: Any) -> None:
     status, _, _ = demo_gateway.request("POST", body=call("echo", {"message": "x"}), headers=HEADERS)
     assert status == 400
-    status, _, body = demo_gateway.request(
+    status, _, _body = demo_gateway.request(
         "POST", body=call("echo", {"message": "x"}), headers={**HEADERS, "Mcp-Session-Id": "no-such-session"}
     )
     assert status == 404
@@ -149,7 +149,7 @@ def test_progress_makes_the_reply_sse_and_goes_to_its_request(demo_gateway: Any)
     headers = open_session(demo_gateway)
     request = call("slow", {"seconds": 0.3, "steps": 3})
     request["params"]["_meta"] = {"progressToken": "tok"}
-    status, resp_headers, body = demo_gateway.request("POST", body=request, headers=headers)
+    _status, resp_headers, body = demo_gateway.request("POST", body=request, headers=headers)
     assert resp_headers["content-type"].startswith("text/event-stream")
     messages = sse_messages(body)
     progress = [m["params"]["progress"] for m in messages if m.get("method") == "notifications/progress"]
@@ -171,7 +171,7 @@ def test_cancel_answers_the_waiting_post_at_once(demo_gateway: Any) -> None:
     assert demo_gateway.request("POST", body=cancel, headers=headers)[0] == 202
     slow.join(10)
     assert not slow.is_alive()
-    status, resp_headers, body = results[0]
+    _status, resp_headers, body = results[0]
     messages = sse_messages(body) if resp_headers["content-type"].startswith("text/event") else [json.loads(body)]
     assert messages[-1]["id"] == "c1" and messages[-1]["error"]["code"] == -32800
     # the session still works, and the late response never shows up anywhere
@@ -270,7 +270,7 @@ def test_a_command_that_cannot_start_is_a_generic_502_and_the_details_are_logged
 
 def test_bearer_token_is_required_when_configured(gateway_factory: Any) -> None:
     gw = gateway_factory({"MCPGATE_AUTH_TOKEN": "s3cret-token"})
-    status, headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
+    status, headers, _body = gw.request("POST", body=init_body(), headers=HEADERS)
     assert status == 401 and headers["www-authenticate"].startswith("Bearer")
     assert gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Bearer wrong"})[0] == 401
     assert gw.request("POST", body=init_body(), headers={**HEADERS, "Authorization": "Basic czNjcmV0"})[0] == 401

@@ -4,7 +4,8 @@ the bundled demo server and a stdio server written with the SDK."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
