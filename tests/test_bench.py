@@ -1,7 +1,4 @@
-"""SIGTERM to a running bench ends every process it started: `python -m pytest -q bench/test_signals.py`.
-
-Not part of the project's suite (pyproject's testpaths is tests/): it runs the bench itself (~10 s).
-"""
+"""SIGTERM to a running bench ends every process it started (it runs the bench itself, a few seconds)."""
 
 from __future__ import annotations
 
@@ -12,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
+BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 def _stat(pid: int) -> list[bytes] | None:
