@@ -127,7 +127,9 @@ class Session:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.id = session_id
-        self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=session_id[:8])
+        # What logs show: enough to tell sessions apart, too little to use (the id is a capability).
+        self.label = session_id[:8]
+        self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=self.label)
         self.router: Router[Stream] = Router(CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
         # Room for a whole flushed buffer on top of the stream's own bound, so a flush never waits.
@@ -154,12 +156,14 @@ class Session:
             self.version = initialize_version(message.full().get("result"))
         route = self.router.route(message, self._clock())
         if route.target is DROP:
-            log.debug("session %s: dropped a message from the child: %s", self.id, route.reason)
+            log.debug("session %s: dropped a message from the child: %s", self.label, route.reason)
             return
         data = jsonrpc.raw_bytes(message)
         if route.target is BUFFER:
             if len(self.buffer) == self.buffer.maxlen:
-                log.warning("session %s: no stream open and the buffer is full; dropping its oldest message", self.id)
+                log.warning(
+                    "session %s: no stream open and the buffer is full; dropping its oldest message", self.label
+                )
             self.buffer.append(data)
             return
         route.target.deliver(data, route.done)
@@ -215,7 +219,7 @@ class Session:
         if self.ended is not None:
             return
         self.ended = reason
-        log.info("session %s ended: %s", self.id, reason)
+        log.info("session %s ended: %s", self.label, reason)
         for request_id, stream in self.router.abandon_all():
             error = jsonrpc.error_response(request_id, jsonrpc.CONNECTION_CLOSED, f"Session ended: {reason}")
             stream.deliver(jsonrpc.encode(error), done=True)

@@ -156,7 +156,7 @@ def forward(session: Session, item: Request | Notification | RpcResponse) -> Non
     if not session.send(jsonrpc.raw_bytes(item)):
         log.warning(
             "session %s: could not forward a message to the child (%s)",
-            session.id[:8],
+            session.label,
             session.ended or "child not accepting input",
         )
 

@@ -23,7 +23,7 @@ import pytest
 
 from mcpgate.serve import preflight
 from mcpgate.settings import Settings
-from tests.support import HEADERS, ROOT, Gateway, free_port, init_body, stop_process
+from tests.support import HEADERS, ROOT, Gateway, call, free_port, init_body, open_session, stop_process
 
 
 def gunicorn_refusal(env: dict[str, str], *args: str) -> str:
@@ -245,3 +245,17 @@ def test_a_remote_peer_cannot_forge_a_loopback_host(remote_peer: tuple[str, str,
         assert "veth-t0ken" not in log_path.read_text()
     finally:
         stop_process(proc, timeout=30)
+
+
+def test_logs_never_hold_a_whole_session_id(gateway_factory: Any) -> None:
+    gw: Gateway = gateway_factory({"MCPGATE_LOG_LEVEL": "DEBUG"})
+    headers = open_session(gw)
+    sid = headers["Mcp-Session-Id"]
+    assert gw.request("POST", body=call("echo", {"message": "hi"}), headers=headers).status == 200
+    assert gw.request("DELETE", headers=headers).status == 204
+    deadline = time.monotonic() + 10
+    while "ended: the client ended the session" not in gw.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = gw.log()
+    assert f"session {sid[:8]} ended: the client ended the session" in log
+    assert sid not in log  # the id is a capability: logs name a session by its first 8 characters
