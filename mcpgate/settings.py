@@ -1,4 +1,5 @@
-"""Every setting of mcpgate, declared once: name, type, default, environment variable or flag, doc, validator.
+"""Every setting of mcpgate, declared once: name, type, default, environment variable or flag, doc, validator
+(how a declaration works, and what is generated from it: mcpgate/declarations.py).
 
 `Settings` holds the gateway's settings (`gunicorn mcpgate.wsgi`, environment variables), gunicorn's own
 knobs included; `RelaySettings` holds `mcpgate-relay`'s (command-line flags, its token from the
@@ -10,172 +11,21 @@ argument parser and both README tables are generated from these declarations
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import ipaddress
-import json
 import os
 import shlex
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
-MiB = 1024 * 1024
+from .declarations import MiB, declare, load, non_negative, positive
+from .declarations import SettingsError as SettingsError  # the error every caller of the settings catches
+from .declarations import add_arguments as add_arguments
+from .declarations import declared as declared
+from .declarations import markdown_table as table
 
-Validator = Callable[[Any], "str | None"]
-S = TypeVar("S")
-
-
-class SettingsError(ValueError):
-    """A setting's value is invalid; the message names the environment variable or flag."""
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What is declared about one setting (built from a dataclass field by `declared`)."""
-
-    name: str
-    kind: str  # str, int, float, bool, list, json
-    default: Any
-    doc: str
-    env: str | None = None  # the environment variable that sets it
-    flag: str | None = None  # the relay's command-line flag ("url" for the positional argument)
-    short: str | None = None  # a one-letter alias of the flag
-    validate: Validator | None = None
-    item: Callable[[str], Any] | None = None  # converts one element of a list setting
-    choices: tuple[str, ...] = ()
-    metavar: str | None = None
-    shown_default: str | None = None  # how the README shows the default, when not the plain value
-    secret: bool = False  # its value never appears in a message
-
-    @property
-    def source(self) -> str:
-        """How a user sets it, as messages name it."""
-        if self.env:
-            return self.env
-        return self.flag if self.flag and self.flag.startswith("-") else (self.flag or self.name).upper()
-
-
-def declare(
-    default: Any,
-    doc: str,
-    *,
-    env: str | None = "",
-    flag: str | None = None,
-    short: str | None = None,
-    validate: Validator | None = None,
-    item: Callable[[str], Any] | None = None,
-    choices: tuple[str, ...] = (),
-    metavar: str | None = None,
-    shown_default: str | None = None,
-    secret: bool = False,
-) -> Any:
-    """A dataclass field carrying its declaration. env "" means MCPGATE_<NAME>; None means no variable."""
-    meta = {
-        "doc": doc,
-        "env": env,
-        "flag": flag,
-        "short": short,
-        "validate": validate,
-        "item": item,
-        "choices": choices,
-        "metavar": metavar,
-        "shown_default": shown_default,
-        "secret": secret,
-    }
-    if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def _kind(default: Any) -> str:
-    if isinstance(default, bool):
-        return "bool"
-    if isinstance(default, (int, float, str)):
-        return type(default).__name__
-    return "list" if isinstance(default, tuple) else "json"
-
-
-def declared(cls: type) -> tuple[Setting, ...]:
-    """The declarations of a settings dataclass, in field order."""
-    out = []
-    for f in dataclasses.fields(cls):
-        meta = dict(f.metadata)
-        default = f.default_factory() if callable(f.default_factory) else f.default
-        if meta["env"] == "":
-            meta["env"] = "MCPGATE_" + f.name.upper()
-        out.append(Setting(name=f.name, kind=_kind(default), default=default, **meta))
-    return tuple(out)
-
-
-def convert(setting: Setting, text: str) -> Any:
-    """The typed value of a setting given as text (ValueError with the reason)."""
-    if setting.kind == "int":
-        return int(text.strip())
-    if setting.kind == "float":
-        return float(text.strip())
-    if setting.kind == "bool":
-        word = text.strip().lower()
-        if word in ("1", "true", "yes", "on"):
-            return True
-        if word in ("", "0", "false", "no", "off"):
-            return False
-        raise ValueError("expected true or false")
-    if setting.kind == "list":
-        items = [part.strip() for part in text.split(",") if part.strip()]
-        return tuple(setting.item(part) for part in items) if setting.item else tuple(items)
-    if setting.kind == "json":
-        return json.loads(text)
-    return text.strip()
-
-
-def check(setting: Setting, value: Any) -> None:
-    """SettingsError naming the setting when its value is invalid."""
-    if setting.choices and value not in setting.choices:
-        raise SettingsError(f"{setting.source} must be one of {', '.join(setting.choices)} (got {value!r})")
-    problem = setting.validate(value) if setting.validate else None
-    if problem:
-        shown = "" if setting.secret else f" (got {value!r})"
-        raise SettingsError(f"{setting.source} {problem}{shown}")
-
-
-def load(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: Any) -> S:
-    """A settings object from the environment, with keyword overrides (tests); every value checked."""
-    environ = os.environ if environ is None else environ
-    settings = declared(cls)
-    unknown = set(overrides) - {s.name for s in settings}
-    if unknown:
-        raise SettingsError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    values: dict[str, Any] = {}
-    for setting in settings:
-        if setting.name in overrides:
-            value = overrides[setting.name]
-        elif setting.env and setting.env in environ:
-            try:
-                value = convert(setting, environ[setting.env])
-            except ValueError as exc:
-                shown = "" if setting.secret else f", got {environ[setting.env]!r} ({exc})"
-                raise SettingsError(f"{setting.env}: expected {setting.kind}{shown}") from None
-        else:
-            value = setting.default
-        check(setting, value)
-        values[setting.name] = value
-    made = cls(**values)
-    problem = getattr(made, "problem", lambda: None)()
-    if problem:
-        raise SettingsError(problem)
-    return made
-
-
-# -- validators ---------------------------------------------------------------------------------------------
-
-
-def _positive(value: Any) -> str | None:
-    return None if value > 0 else "must be greater than 0"
-
-
-def _non_negative(value: Any) -> str | None:
-    return None if value >= 0 else "must be 0 or more"
+# -- validators --------------------------------------------------------------------------------------------
 
 
 def _command(value: str) -> str | None:
@@ -335,36 +185,36 @@ class Settings:
         shown_default="127.0.0.0/8,::1",
     )
     max_sessions: int = declare(
-        100, "Most concurrent sessions (each is one child process); past it, 503.", validate=_positive
+        100, "Most concurrent sessions (each is one child process); past it, 503.", validate=positive
     )
     session_idle_ttl: float = declare(
-        1800.0, "Seconds a session may stay idle before its child is stopped.", validate=_positive
+        1800.0, "Seconds a session may stay idle before its child is stopped.", validate=positive
     )
-    max_body_bytes: int = declare(8 * MiB, "Largest POST body accepted (413 past it).", validate=_positive)
+    max_body_bytes: int = declare(8 * MiB, "Largest POST body accepted (413 past it).", validate=positive)
     max_message_bytes: int = declare(
-        8 * MiB, "Largest message line a child may write; past it the session closes.", validate=_positive
+        8 * MiB, "Largest message line a child may write; past it the session closes.", validate=positive
     )
     write_queue_bytes: int = declare(
-        16 * MiB, "Most unwritten bytes queued for one child's stdin; past it the session closes.", validate=_positive
+        16 * MiB, "Most unwritten bytes queued for one child's stdin; past it the session closes.", validate=positive
     )
     buffer_messages: int = declare(
-        1000, "Messages held per session for a client with no stream open (oldest dropped past it).", validate=_positive
+        1000, "Messages held per session for a client with no stream open (oldest dropped past it).", validate=positive
     )
     stream_queue: int = declare(
         1000,
         "Messages queued for one open HTTP stream before the gateway waits for the client to read.",
-        validate=_positive,
+        validate=positive,
     )
     sse_after: float = declare(
         10.0,
         "Seconds a request may go unanswered before its reply switches to SSE with keepalives.",
-        validate=_non_negative,
+        validate=non_negative,
     )
-    keepalive: float = declare(15.0, "Seconds between SSE keepalive comments.", validate=_positive)
+    keepalive: float = declare(15.0, "Seconds between SSE keepalive comments.", validate=positive)
     close_timeout: float = declare(
-        2.0, "Seconds to wait after closing a child's stdin before SIGTERM.", validate=_non_negative
+        2.0, "Seconds to wait after closing a child's stdin before SIGTERM.", validate=non_negative
     )
-    term_timeout: float = declare(2.0, "Seconds to wait after SIGTERM before SIGKILL.", validate=_non_negative)
+    term_timeout: float = declare(2.0, "Seconds to wait after SIGTERM before SIGKILL.", validate=non_negative)
     log_level: str = declare(
         "INFO", "Log level: DEBUG logs each message's direction, session, method and id.", validate=_log_level
     )
@@ -383,10 +233,10 @@ class Settings:
         shown_default="(unset)",
     )
     worker_connections: int = declare(
-        2000, "gunicorn: most open client connections (each open SSE stream holds one).", validate=_positive
+        2000, "gunicorn: most open client connections (each open SSE stream holds one).", validate=positive
     )
     graceful_timeout: int = declare(
-        15, "gunicorn: seconds a graceful shutdown waits for replies and children.", validate=_positive
+        15, "gunicorn: seconds a graceful shutdown waits for replies and children.", validate=positive
     )
     access_log: str = declare(
         "", 'gunicorn: access log, "-" for stderr or an absolute file path. Empty: none.', validate=_access_log
@@ -455,7 +305,7 @@ class RelaySettings:
         env=None,
         flag="--connect-timeout",
         metavar="SECONDS",
-        validate=_positive,
+        validate=positive,
     )
     read_timeout: float = declare(
         300.0,
@@ -464,7 +314,7 @@ class RelaySettings:
         env=None,
         flag="--read-timeout",
         metavar="SECONDS",
-        validate=_positive,
+        validate=positive,
     )
     log_level: str = declare(
         "warning", "stderr log verbosity.", env=None, flag="--log-level", choices=("debug", "info", "warning", "error")
@@ -483,7 +333,7 @@ class RelaySettings:
         env=None,
         flag="--max-message-bytes",
         metavar="BYTES",
-        validate=_positive,
+        validate=positive,
     )
     max_inflight: int = declare(
         64,
@@ -491,7 +341,7 @@ class RelaySettings:
         env=None,
         flag="--max-inflight",
         metavar="N",
-        validate=_positive,
+        validate=positive,
     )
     shutdown_grace: float = declare(
         3.0,
@@ -499,7 +349,7 @@ class RelaySettings:
         env=None,
         flag="--shutdown-grace",
         metavar="SECONDS",
-        validate=_positive,
+        validate=positive,
     )
     bearer_token: str = declare(
         "",
@@ -517,96 +367,14 @@ class RelaySettings:
         return load(cls, environ, **given)
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One argparse argument per declared flag, converted and validated by the declaration."""
-    for setting in declared(cls):
-        if not setting.flag:
-            continue
-        names = ([setting.short] if setting.short else []) + [setting.flag]
-        kwargs: dict[str, Any] = {"help": setting.doc + _default_note(setting)}
-        if setting.kind == "bool":
-            kwargs["action"] = "store_true"
-        else:
-            kwargs["type"] = _argument_type(setting)
-            if setting.choices:
-                kwargs["choices"] = setting.choices
-            if setting.metavar:
-                kwargs["metavar"] = setting.metavar
-        if setting.kind == "list":
-            kwargs.update(action="append", default=[])
-        elif setting.flag.startswith("-"):
-            kwargs["default"] = setting.default
-        if setting.flag.startswith("-"):
-            kwargs["dest"] = setting.name
-        parser.add_argument(*names, **kwargs)
-
-
-def _argument_type(setting: Setting) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = (
-                setting.item(text)
-                if setting.kind == "list" and setting.item
-                else convert(dataclasses.replace(setting, kind="str" if setting.kind == "list" else setting.kind), text)
-            )
-            if setting.kind != "list":
-                check(setting, value)
-        except (ValueError, SettingsError) as exc:
-            message = str(exc).removeprefix(setting.source + " ")
-            raise argparse.ArgumentTypeError(message) from None
-        return value
-
-    parse.__name__ = setting.kind  # argparse names it in "invalid <type> value"
-    return parse
-
-
-def _default_note(setting: Setting) -> str:
-    if setting.kind in ("bool", "list") or not setting.flag or not setting.flag.startswith("-"):
-        return ""
-    return f" (default {shown_default(setting)})"
-
-
-# -- documentation ------------------------------------------------------------------------------------------
-
-
-def shown_default(setting: Setting) -> str:
-    if setting.shown_default is not None:
-        return setting.shown_default
-    default = setting.default
-    if default in ("", (), {}):
-        return "(empty)"
-    if setting.kind == "bool":
-        return "false" if not default else "true"
-    if setting.kind == "int" and default >= MiB and default % MiB == 0:
-        return f"{default} ({default // MiB} MiB)"
-    return str(default)
-
-
 def markdown_table() -> str:
     """The README's table of the gateway's settings."""
-    rows = ["| Variable | Default | Meaning |", "| --- | --- | --- |"]
-    for setting in declared(Settings):
-        rows.append(f"| `{setting.env}` | {_code(shown_default(setting))} | {setting.doc} |")
-    return "\n".join(rows)
+    return table(Settings, "Variable")
 
 
 def relay_markdown_table() -> str:
     """The README's table of the relay's options."""
-    rows = ["| Option | Default | Meaning |", "| --- | --- | --- |"]
-    for setting in declared(RelaySettings):
-        name = (
-            setting.env
-            if not setting.flag
-            else setting.source
-            if not setting.flag.startswith("-")
-            else (f"{setting.short}, {setting.flag}" if setting.short else setting.flag)
-        )
-        rows.append(f"| `{name}` | {_code(shown_default(setting))} | {setting.doc} |")
-    return "\n".join(rows)
-
-
-def _code(text: str) -> str:
-    return text if text.startswith("(") else f"`{text}`"
+    return table(RelaySettings, "Option")
 
 
 if __name__ == "__main__":

@@ -196,6 +196,17 @@ def sse_messages(body: bytes) -> list[dict[str, Any]]:
     return out
 
 
+def assert_serves_the_demo(python: str, cwd: Path, config: str | None = None) -> None:
+    """gunicorn run by this Python (another virtual environment's) starts and answers an initialize."""
+    gw = Gateway(cwd=cwd, python=python, config=config)
+    try:
+        gw.wait_ready()
+        reply = gw.request("POST", body=init_body(), headers=HEADERS)
+        assert reply.status == 200 and b"mcpgate-demo" in reply.body, (reply, gw.log_tail())
+    finally:
+        gw.stop()
+
+
 def children(gw: Gateway) -> int:
     reply = gw.request("GET", "/healthz")
     assert reply.content_type.startswith("application/json"), reply

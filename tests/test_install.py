@@ -7,7 +7,7 @@ import subprocess
 import venv
 from pathlib import Path
 
-from tests.support import HEADERS, ROOT, Gateway, init_body
+from tests.support import ROOT, assert_serves_the_demo
 
 
 def test_pip_install_then_gunicorn_serves_the_demo(tmp_path: Path) -> None:
@@ -18,10 +18,4 @@ def test_pip_install_then_gunicorn_serves_the_demo(tmp_path: Path) -> None:
         [str(bin_dir / "pip"), "install", "--quiet", "."], cwd=ROOT, capture_output=True, text=True, timeout=900
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    gw = Gateway(cwd=ROOT, python=str(bin_dir / "python"))
-    try:
-        gw.wait_ready()
-        status, _, body = gw.request("POST", body=init_body(), headers=HEADERS)
-        assert status == 200 and b"mcpgate-demo" in body, gw.log()
-    finally:
-        gw.stop()
+    assert_serves_the_demo(str(bin_dir / "python"), ROOT)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import HEADERS, ROOT, Gateway, init_body
+from tests.support import ROOT, assert_serves_the_demo, init_body
 
 # setuptools' "WARNING `project.license` ..." with its "!!" banner, "SetuptoolsDeprecationWarning: ...",
 # distutils' "warning: ..."
@@ -125,10 +125,4 @@ def test_demo_server_script_answers_initialize(installed: Installed) -> None:
 
 def test_gunicorn_from_the_wheel_venv_serves_the_demo(installed: Installed) -> None:
     # outside the checkout there is no gunicorn.conf.py: the settings are named, as the README says
-    gw = Gateway(cwd=installed.cwd, python=str(installed.python), config="python:mcpgate.gunicorn_config")
-    try:
-        gw.wait_ready()
-        status, _, body = gw.request("POST", body=init_body(), headers=HEADERS)
-        assert status == 200 and b"mcpgate-demo" in body, gw.log()
-    finally:
-        gw.stop()
+    assert_serves_the_demo(str(installed.python), installed.cwd, config="python:mcpgate.gunicorn_config")
