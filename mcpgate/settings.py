@@ -153,6 +153,14 @@ class Settings:
         validate=_stderr,
     )
     path: str = declare("/mcp", "The Streamable HTTP endpoint path.", validate=_path)
+    sse_path: str = declare(
+        "/sse", "The 2024-11-05 HTTP+SSE transport: the path a client GETs to open its session's stream.", validate=_path
+    )
+    messages_path: str = declare(
+        "/messages",
+        "The 2024-11-05 HTTP+SSE transport: the path its clients POST messages to (?session_id=...).",
+        validate=_path,
+    )
     auth_token: str = declare(
         "",
         "When set, every request to the MCP endpoint must carry Authorization: Bearer "
@@ -175,6 +183,11 @@ class Settings:
         (),
         "Comma-separated Origin values accepted besides loopback "
         "origins (for example https://claude.ai); * accepts any Origin.",
+    )
+    cors_origins: tuple[str, ...] = declare(
+        (),
+        "Comma-separated origins whose browser pages may call the endpoint (CORS; for example "
+        "https://app.example.com). Empty: CORS off. * only when MCPGATE_AUTH_TOKEN is unset.",
     )
     trusted_peers: tuple[str, ...] = declare(
         ("127.0.0.0/8", "::1"),
@@ -244,6 +257,11 @@ class Settings:
 
     def problem(self) -> str | None:
         """A conflict between settings, or None."""
+        if "*" in self.cors_origins and self.auth_token:
+            return (
+                "MCPGATE_CORS_ORIGINS may be * only when authentication is off: list the origins whose pages "
+                "may call the gateway"
+            )
         if self.port and self.bind:
             return (
                 "PORT and MCPGATE_BIND are both set: PORT (set by platforms such as Heroku) binds "

@@ -8,3 +8,7 @@ from __future__ import annotations
 SESSION_ID = "Mcp-Session-Id"
 PROTOCOL_VERSION = "MCP-Protocol-Version"
 LAST_EVENT_ID = "Last-Event-ID"
+# 2026-07-28 request-metadata headers (and the prefix of the headers mirrored from tool arguments)
+METHOD = "Mcp-Method"
+NAME = "Mcp-Name"
+PARAM_PREFIX = "Mcp-Param-"

@@ -16,8 +16,9 @@ from flask import Flask, Response
 from ..core import jsonrpc
 from ..settings import Settings
 from . import auth, streamable
+from .cors import Cors
 from .gateway import Gateway
-from .http import HttpRequest, Refusal, StartResponse
+from .http import HttpRequest, HttpResponse, Refusal, StartResponse
 
 log = logging.getLogger("mcpgate.app")
 
@@ -43,7 +44,8 @@ class Guard:
             functools.partial(auth.host_kind, allowed=settings.allowed_hosts)
         )
         self.origin_allowed = functools.lru_cache(maxsize=256)(
-            functools.partial(auth.origin_allowed, allowed=settings.allowed_origins)
+            # an origin listed for CORS is allowed by the Origin check too
+            functools.partial(auth.origin_allowed, allowed=(*settings.allowed_origins, *settings.cors_origins))
         )
         self.peer_trusted = functools.lru_cache(maxsize=256)(
             functools.partial(auth.peer_trusted, trusted=auth.networks(settings.trusted_peers))
@@ -83,22 +85,54 @@ class Guard:
 
 class Endpoint:
     """WSGI middleware: the guard in front of every path; the MCP endpoint to streamable.handle, the rest to
-    Flask. A Refusal raised anywhere below becomes its HTTP error here, once."""
+    Flask. A Refusal raised anywhere below becomes its HTTP error here, once; CORS headers are added here."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], gateway: Gateway, guard: Guard, path: str) -> None:
-        self.app, self.gateway, self.guard = app, gateway, guard
+    def __init__(
+        self, app: Callable[..., Iterable[bytes]], gateway: Gateway, guard: Guard, path: str, cors: Cors
+    ) -> None:
+        self.app, self.gateway, self.guard, self.cors = app, gateway, guard, cors
         self.paths = {path, path + "/"}
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         endpoint = environ.get("PATH_INFO") in self.paths
+        if self.cors.enabled:
+            start_response = self._with_cors(environ, start_response)
         try:
-            self.guard.check(environ, endpoint)
-            if not endpoint:
-                return self.app(environ, start_response)
-            response = streamable.handle(self.gateway, HttpRequest(environ))
+            if self._preflight(environ):
+                self.guard.check(environ, endpoint=False)  # Host and Origin; a browser sends no token here
+                origin = environ["HTTP_ORIGIN"]
+                response = HttpResponse(
+                    204,
+                    headers=dict(
+                        self.cors.preflight_headers(origin, environ.get("HTTP_ACCESS_CONTROL_REQUEST_HEADERS"))
+                    ),
+                )
+            else:
+                self.guard.check(environ, endpoint)
+                if not endpoint:
+                    return self.app(environ, start_response)
+                response = streamable.handle(self.gateway, HttpRequest(environ))
         except Refusal as refusal:
             response = refusal.response()
         return response(environ, start_response)
+
+    def _preflight(self, environ: dict[str, Any]) -> bool:
+        return self.cors.enabled and self.cors.is_preflight(
+            environ["REQUEST_METHOD"], environ.get("HTTP_ORIGIN"), environ.get("HTTP_ACCESS_CONTROL_REQUEST_METHOD")
+        )
+
+    def _with_cors(self, environ: dict[str, Any], start_response: StartResponse) -> StartResponse:
+        """start_response adding the CORS headers of a real response to a listed origin (none otherwise)."""
+        if self._preflight(environ):
+            return start_response
+        extra = self.cors.response_headers(environ.get("HTTP_ORIGIN"))
+        if not extra:
+            return start_response
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, headers + extra, exc_info)
+
+        return start
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -121,5 +155,6 @@ def create_app(settings: Settings | None = None) -> Flask:
             body["error"] = "the MCP server command cannot be started; the gateway's log says why"
         return Response(jsonrpc.encode(body), status=503 if problem else 200, mimetype="application/json")
 
-    app.wsgi_app = Endpoint(app.wsgi_app, gateway, guard, settings.path)  # type: ignore[method-assign]
+    cors = Cors(settings.cors_origins)
+    app.wsgi_app = Endpoint(app.wsgi_app, gateway, guard, settings.path, cors)  # type: ignore[method-assign]
     return app
