@@ -6,10 +6,15 @@ from __future__ import annotations
 import enum
 import hmac
 import ipaddress
+import re
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
+# RFC 9110 7.2 / RFC 3986 3.2.2: a host name (letters, digits, "-", ".", "_", "~") or a bracketed IPv6 literal,
+# then an optional port. Narrower than RFC 3986's reg-name on purpose: no sub-delims (",", ";", "=", ...) and no
+# percent-encoding, so a list or a second host can never pass as one Host.
+_HOST = re.compile(r"(?:(?P<name>[A-Za-z0-9._~-]+)|\[(?P<literal>[0-9A-Fa-f:.]+)\])(?::(?P<port>[0-9]{0,5}))?")
 
 
 def is_loopback_name(hostname: str) -> bool:
@@ -32,16 +37,36 @@ def split_host(host: str) -> str:
     return host
 
 
+def valid_host(host: str) -> bool:
+    """Whether a Host value (or an absolute-form target's authority) is one host[:port]; empty is valid
+    (RFC 9112 3.2: a target without an authority is sent with an empty Host)."""
+    if host == "":
+        return True
+    match = _HOST.fullmatch(host)
+    if match is None or (match["port"] and int(match["port"]) > 65535):
+        return False
+    if match["literal"] is not None:
+        try:
+            ipaddress.IPv6Address(match["literal"])
+        except ValueError:
+            return False
+    return True
+
+
 class HostKind(enum.Enum):
     """What a Host header names, for the rebinding defence."""
 
     LISTED = "listed"  # configured (or * configured): accepted from any peer
     LOOPBACK = "loopback"  # a loopback name: accepted only from a trusted peer
     REFUSED = "refused"
+    INVALID = "invalid"  # not one host[:port] (a list, a second host, stray characters): 400, whatever is allowed
 
 
 def host_kind(host: str | None, allowed: Collection[str]) -> HostKind:
-    """Configured names (with or without a port; * for all) are LISTED; loopback names on any port LOOPBACK."""
+    """Invalid syntax is INVALID; configured names (with or without a port; * for all) are LISTED; loopback
+    names on any port LOOPBACK."""
+    if host is not None and not valid_host(host):
+        return HostKind.INVALID
     if "*" in allowed:
         return HostKind.LISTED
     if not host:

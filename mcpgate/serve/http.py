@@ -83,6 +83,11 @@ class HttpResponse:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         start_response(f"{self.status} {STATUS_TEXT.get(self.status, '')}".rstrip(), self.headers)
+        if environ.get("REQUEST_METHOD") == "HEAD":  # RFC 9110 9.3.2: the headers a GET would get, no content
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+            return []
         if isinstance(self.body, bytes):
             return [self.body] if self.body else []
         return self.body

@@ -15,13 +15,21 @@ Transfer-Encoding, and an Expect other than 100-continue. Like gunicorn (header_
 it drops fields whose name holds "_" (pywsgi's environ would drop them too). Stricter than
 gunicorn: a Transfer-Encoding other than exactly "chunked" (gunicorn also takes e.g.
 "gzip, chunked"), since pywsgi frames nothing else.
+
+The request line (RFC 9112 3) is read strictly too: METHOD SP TARGET SP HTTP/1.0 or HTTP/1.1 and CRLF, a
+token for the method, visible ASCII for the target. The target is origin-form, absolute-form (http or https,
+an authority without userinfo; its authority is the effective Host, RFC 9112 3.2.2), or "*" for OPTIONS.
+An HTTP/1.1 request without a Host, or a Host that is not one host[:port], is refused (RFC 9112 3.2).
+Each refusal is a BadRequest, which pywsgi answers with 400 and a closed connection.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
+
+from .auth import valid_host
 
 MAX_FIELD = 8190  # bytes of one field line with its CRLF, as gunicorn's limit_request_field_size
 MAX_HEADERS = 100  # as gunicorn's limit_request_fields
@@ -33,6 +41,51 @@ _FIELD = re.compile(f"({_TOKEN}):({_VALUE})\r\n")
 _NAME = re.compile(_TOKEN)
 _SINGLE = frozenset(("host", "content-type", "content-length", "transfer-encoding"))
 _WATCHED = _SINGLE | {"expect"}
+_VERSION = re.compile(r"HTTP/1\.[01]")
+_ORIGIN_FORM = re.compile(r"/[\x21-\x22\x24-\x7e]*")  # visible ASCII but "#" (no fragment in a target)
+_ABSOLUTE_FORM = re.compile(r"(?i:https?)://(?P<authority>[^/?#]*)(?P<rest>[\x21-\x22\x24-\x7e]*)")
+
+
+class BadRequest(ValueError):
+    """A request line or Host that pywsgi answers with 400 and a closed connection (it takes ValueError so)."""
+
+
+class RequestLine(NamedTuple):
+    method: str
+    target: str
+    version: str
+
+
+def parse_request_line(text: str) -> RequestLine:
+    """The request line's three parts (RFC 9112 3), or a BadRequest."""
+    if not text.endswith("\r\n"):
+        raise BadRequest("Request line not ended by CRLF")
+    parts = text[:-2].split(" ")
+    if len(parts) != 3:
+        raise BadRequest("Invalid request line")
+    method, target, version = parts
+    if _NAME.fullmatch(method) is None:
+        raise BadRequest("Invalid method")
+    if _VERSION.fullmatch(version) is None:
+        raise BadRequest("Unsupported HTTP version")
+    if not (_ORIGIN_FORM.fullmatch(target) or _ABSOLUTE_FORM.fullmatch(target) or (target, method) == ("*", "OPTIONS")):
+        raise BadRequest("Invalid request target")
+    return RequestLine(method, target, version)
+
+
+def resolve_target(line: RequestLine, host: str | None) -> tuple[str, str | None]:
+    """The target in origin-form and the effective Host: an absolute-form target's authority, else the Host."""
+    absolute = _ABSOLUTE_FORM.fullmatch(line.target)
+    if host is None and line.version == "HTTP/1.1":
+        raise BadRequest("Missing Host")
+    if absolute is None:
+        if host is not None and not valid_host(host):
+            raise BadRequest("Invalid Host")
+        return line.target, host
+    authority, rest = absolute["authority"], absolute["rest"]
+    if "@" in authority or not authority or not valid_host(authority):
+        raise BadRequest("Invalid authority in the request target")
+    return (rest if rest.startswith("/") else "/" + rest), authority
 
 
 class RequestHeaders:
@@ -76,6 +129,11 @@ class RequestHeaders:
         return default
 
     getheader = get
+
+    def replace(self, name: str, value: str) -> None:
+        """Set the one field of this name (an absolute-form target's authority becomes the Host)."""
+        wanted = name.lower()
+        self.fields = [(key, v) for key, v in self.fields if key.lower() != wanted] + [(name, value)]
 
     def __delitem__(self, name: str) -> None:
         wanted = name.lower()

@@ -1,51 +1,200 @@
-"""The gunicorn worker: gunicorn's gevent_pywsgi worker with a lighter request-header parser, and the
-gateway's part of a shutdown.
+"""The gunicorn worker: gunicorn's gevent_pywsgi worker with a stricter, lighter request reader, the
+connection timeouts and budget pywsgi lacks, and the gateway's part of a shutdown.
 
-The worker owns what belongs to the worker: it tracks its client connections in its handler, and a
-graceful shutdown (SIGTERM) starts from its signal handling, on a greenlet of its own, as gunicorn's
-gevent worker does with SIGQUIT: every session is ended (children go down the shutdown ladder), and
-reading stops on every client connection so idle keep-alive ones close while replies still finish.
+Reading a request: the request line and header block are checked as request_headers says (a refusal is 400
+and a closed connection, so nothing framed two ways is ever answered); an absolute-form target's authority
+is the effective Host; a HEAD reply carries headers only (RFC 9110 9.3.2), whatever the app returns.
+
+Timeouts, on the read side only (a reply or a stream being written is never cut): a connection has
+MCPGATE_HEADER_TIMEOUT seconds from its start, or from the first byte of its next request, to send a whole
+head; an idle keep-alive connection is closed after MCPGATE_KEEPALIVE_TIMEOUT; a request body may pause
+MCPGATE_BODY_TIMEOUT between bytes (past it, 400 and closed).
+
+The budget: connections waiting for a head (new, idle keep-alive, or still sending headers) are counted, oldest
+first; when one more would pass MCPGATE_IDLE_CONNECTIONS (at most half of the worker's connections) the
+longest-waiting one is closed. Sockets that send nothing can so never take the slots of requests in progress.
+
+The worker tracks its client connections, and a graceful shutdown (SIGTERM) starts from its signal handling,
+on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT: every session is ended (children go
+down the shutdown ladder), and reading stops on every client connection so idle keep-alive ones close while
+replies still finish.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import socket
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import gevent
+from gevent.pywsgi import _InvalidClientInput
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGIServer
 
-from .request_headers import RequestHeaders
+from ..settings import Settings
+from .request_headers import RequestHeaders, parse_request_line, resolve_target
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
     from .gateway import Gateway
 
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
+READ_BUFFER = io.DEFAULT_BUFFER_SIZE  # as socket.makefile's, which pywsgi uses
+
+
+@dataclass(frozen=True)
+class Limits:
+    keepalive: float  # seconds an idle keep-alive connection waits for its next request
+    header: float  # seconds to send a whole head
+    body: float  # seconds a body may pause between bytes
+    waiting: int  # connections waiting for a head before the oldest is closed
+
+    @classmethod
+    def of(cls, settings: Settings, worker_connections: int) -> Limits:
+        waiting = min(settings.idle_connections, max(1, worker_connections // 2))
+        return cls(settings.keepalive_timeout, settings.header_timeout, settings.body_timeout, waiting)
+
+
+class ReadTimeout(_InvalidClientInput):  # type: ignore[misc]
+    """A client too slow to read from: pywsgi closes the connection (with 400 when nothing was sent yet)."""
+
+
+class TimedReader(io.RawIOBase):
+    """A connection's read side: each recv waits at most until the deadline (a head) or the timeout (a body,
+    an idle wait). Once a wait has timed out every later read fails at once, so nothing waits twice."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self.sock = sock
+        self.timeout: float | None = None
+        self.deadline: float | None = None
+        self.failed = False
+
+    def within(self, seconds: float) -> None:
+        self.timeout, self.deadline = None, time.monotonic() + seconds
+
+    def pausing(self, seconds: float) -> None:
+        self.timeout, self.deadline = seconds, None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        wait = self.timeout if self.deadline is None else self.deadline - time.monotonic()
+        if self.failed or (wait is not None and wait <= 0):
+            self.failed = True
+            raise ReadTimeout("timed out")
+        self.sock.settimeout(wait)
+        try:
+            return self.sock.recv_into(buffer)
+        except TimeoutError:
+            self.failed = True
+            raise ReadTimeout("timed out") from None
+        finally:
+            self.sock.settimeout(None)
+
+
+class Waiting:
+    """The connections waiting for a request head, longest-waiting first, at most `budget` of them."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.handlers: dict[Handler, None] = {}
+
+    def enter(self, handler: Handler) -> None:
+        self.handlers.pop(handler, None)
+        while len(self.handlers) >= self.budget:
+            oldest = next(iter(self.handlers))
+            del self.handlers[oldest]
+            oldest.evict()
+        self.handlers[handler] = None
+
+    def leave(self, handler: Handler) -> None:
+        self.handlers.pop(handler, None)
 
 
 class Handler(PyWSGIHandler):  # type: ignore[misc]
-    """One client connection: read with RequestHeaders, and known to the server while it is open."""
+    """One client connection: read with deadlines and RequestHeaders, known to the server while it is open."""
 
-    def MessageClass(self, fp: BinaryIO, *args: Any) -> RequestHeaders:  # pywsgi names it so
-        return RequestHeaders.read(fp)
+    def __init__(self, sock: socket.socket, address: Any, server: Server) -> None:
+        self.reader = TimedReader(sock)
+        super().__init__(sock, address, server, rfile=io.BufferedReader(self.reader, READ_BUFFER))
+        self.limits: Limits = server.limits
+        self.requests = 0
 
     def handle(self) -> None:
-        connections: set[socket.socket] = self.server.connections
+        server: Server = self.server
         sock = self.socket  # pywsgi clears self.socket when the connection ends
-        connections.add(sock)
+        server.connections.add(sock)
+        self.reader.within(self.limits.header)
+        server.waiting.enter(self)
         try:
             super().handle()
+        except OSError:  # the client went away (or was closed) while being answered
+            pass
         finally:
-            connections.discard(sock)
+            server.waiting.leave(self)
+            server.connections.discard(sock)
+
+    def evict(self) -> None:
+        """Close a connection that waits for a request while newer ones need its place."""
+        try:
+            self.socket.shutdown(socket.SHUT_RDWR)
+        except (AttributeError, OSError):  # already closed (pywsgi clears self.socket)
+            pass
+
+    def read_requestline(self) -> str:
+        if self.requests:  # keep-alive: wait for the next request's first byte, then give it a whole head
+            self.reader.pausing(self.limits.keepalive)
+            self.server.waiting.enter(self)
+            try:
+                if not self.rfile.peek(1):
+                    return ""
+            except OSError:
+                return ""
+            self.reader.within(self.limits.header)
+        self.requests += 1
+        line: str = super().read_requestline()
+        if line == "\r\n":  # RFC 9112 2.2: an empty line before a request line is ignored
+            line = super().read_requestline()
+        return line
+
+    def read_request(self, raw_requestline: str) -> bool:
+        line = parse_request_line(raw_requestline)
+        super().read_request(raw_requestline)
+        self.path, host = resolve_target(line, self.headers.get("host"))
+        if host is not None and host != self.headers.get("host"):
+            self.headers.replace("Host", host)
+        return True
+
+    def MessageClass(self, fp: BinaryIO, *args: Any) -> RequestHeaders:  # pywsgi names it so
+        try:
+            return RequestHeaders.read(fp)
+        except OSError:  # the head's deadline passed
+            return RequestHeaders([], "Request header timeout")
+        finally:
+            self.server.waiting.leave(self)
+            self.reader.pausing(self.limits.body)
+
+    def finalize_headers(self) -> None:
+        super().finalize_headers()
+        if self.command == "HEAD":
+            self.response_use_chunked = False  # no body, so no last chunk either
+
+    def _write(self, data: bytes) -> None:  # pywsgi writes every piece of a body through it
+        if self.command != "HEAD":
+            super()._write(data)
 
 
 class Server(PyWSGIServer):  # type: ignore[misc]
-    """pywsgi's server, holding the set of open client connections its worker shares."""
+    """pywsgi's server, holding the set of open client connections its worker shares, and the budget."""
 
-    def __init__(self, *args: Any, connections: set[socket.socket], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, connections: set[socket.socket], limits: Limits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connections = connections
+        self.limits = limits
+        self.waiting = Waiting(limits.waiting)
 
 
 class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
@@ -56,7 +205,6 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connections: set[socket.socket] = set()
-        self.server_class = functools.partial(Server, connections=self.connections)
         self._shutdown: gevent.Greenlet | None = None
 
     def gateway(self) -> Gateway | None:
@@ -86,6 +234,10 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
                 pass
 
     def run(self) -> None:
+        gateway = self.gateway()
+        settings = gateway.settings if gateway is not None else Settings.from_env()
+        limits = Limits.of(settings, self.worker_connections)
+        self.server_class = functools.partial(Server, connections=self.connections, limits=limits)
         try:
             super().run()
         finally:
