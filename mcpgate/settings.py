@@ -248,6 +248,25 @@ class Settings:
     worker_connections: int = declare(
         2000, "gunicorn: most open client connections (each open SSE stream holds one).", validate=positive
     )
+    keepalive_timeout: float = declare(
+        5.0, "Seconds an idle keep-alive connection stays open after a reply before it is closed.", validate=positive
+    )
+    header_timeout: float = declare(
+        10.0,
+        "Seconds a connection has to send a whole request line and header block (from its start, or the next "
+        "request's first byte); past it the connection is closed.",
+        validate=positive,
+    )
+    body_timeout: float = declare(
+        30.0, "Seconds a request body may go without a byte arriving; past it 400 and closed.", validate=positive
+    )
+    idle_connections: int = declare(
+        500,
+        "Most connections waiting for a request (idle keep-alive or headers not complete), at most half of "
+        "MCPGATE_WORKER_CONNECTIONS; past it the longest-waiting one is closed, so such sockets never take "
+        "the slots of requests and streams.",
+        validate=positive,
+    )
     graceful_timeout: int = declare(
         15, "gunicorn: seconds a graceful shutdown waits for replies and children.", validate=positive
     )
