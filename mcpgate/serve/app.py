@@ -54,6 +54,8 @@ class Guard:
     def check(self, environ: dict[str, Any], endpoint: bool) -> None:
         host = environ.get("HTTP_HOST")
         kind = self.host_kind(host)
+        if kind is auth.HostKind.INVALID:  # RFC 9112 3.2 (the worker refuses it first; this for any server)
+            raise Refusal(400, jsonrpc.INVALID_REQUEST, "Bad Request: invalid Host", headers={"Connection": "close"})
         if kind is auth.HostKind.REFUSED:
             log.warning("refused Host %r (allow it with MCPGATE_ALLOWED_HOSTS)", host)
             raise Refusal(
