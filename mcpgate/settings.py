@@ -154,7 +154,9 @@ class Settings:
     )
     path: str = declare("/mcp", "The Streamable HTTP endpoint path.", validate=_path)
     sse_path: str = declare(
-        "/sse", "The 2024-11-05 HTTP+SSE transport: the path a client GETs to open its session's stream.", validate=_path
+        "/sse",
+        "The 2024-11-05 HTTP+SSE transport: the path a client GETs to open its session's stream.",
+        validate=_path,
     )
     messages_path: str = declare(
         "/messages",

@@ -15,7 +15,7 @@ from flask import Flask, Response
 
 from ..core import jsonrpc
 from ..settings import Settings
-from . import auth, streamable
+from . import auth, legacy_sse, streamable
 from .cors import Cors
 from .gateway import Gateway
 from .http import HttpRequest, HttpResponse, Refusal, StartResponse
@@ -93,10 +93,14 @@ class Endpoint:
         self, app: Callable[..., Iterable[bytes]], gateway: Gateway, guard: Guard, path: str, cors: Cors
     ) -> None:
         self.app, self.gateway, self.guard, self.cors = app, gateway, guard, cors
-        self.paths = {path, path + "/"}
+        settings = gateway.settings
+        served = {path: streamable.handle, settings.sse_path: legacy_sse.open_stream}
+        served[settings.messages_path] = legacy_sse.post_message
+        self.handlers = {**served, **{p + "/": handler for p, handler in served.items()}}
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        endpoint = environ.get("PATH_INFO") in self.paths
+        handler = self.handlers.get(environ.get("PATH_INFO", ""))
+        endpoint = handler is not None
         if self.cors.enabled:
             start_response = self._with_cors(environ, start_response)
         try:
@@ -111,9 +115,9 @@ class Endpoint:
                 )
             else:
                 self.guard.check(environ, endpoint)
-                if not endpoint:
+                if handler is None:
                     return self.app(environ, start_response)
-                response = streamable.handle(self.gateway, HttpRequest(environ))
+                response = handler(self.gateway, HttpRequest(environ))
         except Refusal as refusal:
             response = refusal.response()
         return response(environ, start_response)

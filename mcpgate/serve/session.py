@@ -176,9 +176,16 @@ class Session:
         """A reply stream owed one response per request; registers the requests with the router."""
         pending = list(requests)
         stream = Stream(self._stream_bound, expected=len(pending))
+        self.add_requests(pending, stream)
+        self.router.open_stream(stream)
+        self._flush_buffer_to(stream)
+        return stream
+
+    def add_requests(self, requests: Iterable[Request], stream: Stream) -> None:
+        """Send the responses to these requests to `stream` (DuplicateRequestId: none of them is registered)."""
         opened: list[Request] = []
         try:
-            for request in pending:
+            for request in requests:
                 self.router.open_request(request, stream)
                 opened.append(request)
                 if request.method == "initialize":
@@ -187,9 +194,15 @@ class Session:
             for request in opened:
                 self.router.cancel(request.id, self._clock())
             raise
-        self.router.open_stream(stream)
-        self._flush_buffer_to(stream)
-        return stream
+
+    # The 2024-11-05 HTTP+SSE transport's one stream, when the session is one of that transport's.
+    event_stream: Stream | None = None
+
+    def open_event_stream(self) -> Stream | None:
+        """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are
+        added (add_requests), so every message of the session goes there; None when a GET stream is open."""
+        self.event_stream = self.open_get_stream()
+        return self.event_stream
 
     def open_get_stream(self) -> Stream | None:
         """The session's GET stream, or None when one is already open."""

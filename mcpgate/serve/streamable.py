@@ -115,7 +115,7 @@ def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpRespo
     return exchange(gw, open_session(gw, message.id), [message], new_session=True)
 
 
-def open_session(gw: Gateway, request_id: jsonrpc.Id) -> Session:
+def open_session(gw: Gateway, request_id: jsonrpc.Id | None) -> Session:
     try:
         return gw.open_session()
     except SessionLimitReached as exc:

@@ -18,6 +18,9 @@ CONF_VERSION="0.1.16"
 SERVERS_VERSION="2026.8.31"
 EVERYTHING_PKG="@modelcontextprotocol/server-everything"
 FILESYSTEM_PKG="@modelcontextprotocol/server-filesystem"
+# The TypeScript SDK, whose SSEClientTransport drives the 2024-11-05 HTTP+SSE transport (tests/fixtures/ts_sse_client.cjs).
+SDK_PKG="@modelcontextprotocol/sdk"
+SDK_VERSION="1.32.2"
 
 src="${BASH_SOURCE[0]}"
 [[ "$src" == */* ]] && here="${src%/*}" || here=.
@@ -48,7 +51,8 @@ installed_ok() {
     [[ "$nv" == "$NODE_MAJOR".* && "$cv" == "$CONF_VERSION" ]] \
         && [[ -x "$node_bin/node" && -x "$conformance" ]] \
         && [[ "$(pkg_version "$EVERYTHING_PKG")" == "$SERVERS_VERSION" ]] \
-        && [[ "$(pkg_version "$FILESYSTEM_PKG")" == "$SERVERS_VERSION" ]]
+        && [[ "$(pkg_version "$FILESYSTEM_PKG")" == "$SERVERS_VERSION" ]] \
+        && [[ "$(pkg_version "$SDK_PKG")" == "$SDK_VERSION" ]]
 }
 
 if ! installed_ok; then
@@ -57,7 +61,8 @@ if ! installed_ok; then
     log="$peers/npm-install.log"
     if ! npm install --prefix "$peers" --no-audit --no-fund --save-exact --loglevel=error \
             "$NODE_PKG@$NODE_MAJOR" "$CONF_PKG@$CONF_VERSION" \
-            "$EVERYTHING_PKG@$SERVERS_VERSION" "$FILESYSTEM_PKG@$SERVERS_VERSION" >"$log" 2>&1; then
+            "$EVERYTHING_PKG@$SERVERS_VERSION" "$FILESYSTEM_PKG@$SERVERS_VERSION" \
+            "$SDK_PKG@$SDK_VERSION" >"$log" 2>&1; then
         cat "$log" >&2
         die "npm install of $NODE_PKG@$NODE_MAJOR and $CONF_PKG@$CONF_VERSION into $peers failed (log: $log)"
     fi

@@ -1,0 +1,105 @@
+"""The 2024-11-05 HTTP+SSE transport: GET on the SSE path opens a session's event stream, POST on the messages
+path (?session_id=...) carries the client's messages.
+
+Only the HTTP framing is this module's: the session, its child, the router, the limits and the guard (Host,
+Origin, the bearer token, in the app's Endpoint) are the Streamable HTTP endpoint's. The session's one event
+stream is its GET stream, and every request a client POSTs is added to it, so the router sends every message of
+the child (responses, progress, its own requests) there and nowhere else. A POST is answered 202; its reply comes
+on the stream. When the stream closes (the client went away: a write failed), the session ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from urllib.parse import parse_qs, quote
+
+from ..core import jsonrpc, versions, wire
+from ..core.jsonrpc import Invalid, Request
+from ..core.routing import DuplicateRequestId
+from ..core.sse import encode_event
+from . import checks, streamable
+from .gateway import Gateway
+from .http import HttpRequest, HttpResponse, Refusal
+from .session import Session, Stream
+
+log = logging.getLogger("mcpgate.legacy_sse")
+
+SESSION_PARAM = "session_id"  # the query parameter of the endpoint URL (the Python SDK's spelling)
+ENDPOINT_EVENT = "endpoint"
+
+
+def open_stream(gw: Gateway, request: HttpRequest) -> HttpResponse:
+    """GET on the SSE path: a new session, its child started, its event stream as the reply."""
+    if request.method != "GET":
+        raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET"})
+    require_sse_accept(request.header("Accept"))
+    if gw.closing:
+        raise Refusal(503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", headers={"Retry-After": "5"})
+    session = streamable.open_session(gw, None)
+    stream = session.open_event_stream()
+    if stream is None:  # a session just made has no stream open; never leave one without its stream
+        session.end("could not open its event stream")
+        raise Refusal(500, jsonrpc.INTERNAL_ERROR, "Internal Server Error")
+    url = endpoint_url(request.environ.get("SCRIPT_NAME", ""), gw.settings.messages_path, session.id)
+    log.info("session %s: HTTP+SSE stream opened", session.label)
+    return HttpResponse(200, event_stream(gw, session, stream, url), "text/event-stream", streamable.SSE_HEADERS)
+
+
+def require_sse_accept(header: str | None) -> None:
+    """Clients of this transport need not send Accept (the revision asks for none); one that does must take SSE."""
+    if header is not None:
+        checks.require_get_accept(header)
+
+
+def endpoint_url(script_name: str, messages_path: str, session_id: str) -> str:
+    """The URI the `endpoint` event names: relative (the client resolves it against the SSE URL, so it holds
+    whatever host and scheme the client reached), under the app's mount point."""
+    return f"{script_name.rstrip('/')}{messages_path}?{SESSION_PARAM}={quote(session_id, safe='')}"
+
+
+def event_stream(gw: Gateway, session: Session, stream: Stream, url: str) -> Iterator[bytes]:
+    """The `endpoint` event, then the session's stream as the Streamable GET stream sends it (message events,
+    keepalive comments); closing it, for whatever reason, ends the session."""
+    try:
+        yield encode_event(url.encode(), ENDPOINT_EVENT)
+        yield from streamable.get_stream(gw, session, stream)
+    finally:
+        session.end("the client closed its HTTP+SSE stream")
+
+
+def post_message(gw: Gateway, request: HttpRequest) -> HttpResponse:
+    """POST on the messages path: the message goes to the session's child; 202, the reply comes on the stream."""
+    if request.method != "POST":
+        raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "POST"})
+    checks.require_json_content(request.header("Content-Type"))
+    session, stream = find_session(gw, request)
+    message = jsonrpc.parse(streamable.read_body(request, gw.settings.max_body_bytes))
+    if isinstance(message, Invalid):
+        raise Refusal(400, message.code, message.reason, message.id)
+    items = streamable.batch_items(session, message)
+    try:
+        session.add_requests([item for item in items if isinstance(item, Request)], stream)
+    except DuplicateRequestId as exc:
+        raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Invalid Request: {exc}", exc.request_id) from exc
+    for item in items:
+        if isinstance(item, Invalid):  # a batch member: its error goes where its reply would have gone
+            stream.deliver(jsonrpc.encode(jsonrpc.error_response(item.id, item.code, item.reason)))
+        else:
+            streamable.forward(session, item)
+    return HttpResponse(202)
+
+
+def find_session(gw: Gateway, request: HttpRequest) -> tuple[Session, Stream]:
+    """The session the query names and its open event stream (a Refusal when there is none)."""
+    values = parse_qs(request.environ.get("QUERY_STRING", "")).get(SESSION_PARAM, [])
+    if len(values) != 1:
+        raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Bad Request: one {SESSION_PARAM} query parameter is required")
+    session = gw.get(values[0])
+    stream = session.event_stream if session is not None and not session.ended else None
+    if session is None or stream is None or stream.closed:
+        raise Refusal(404, jsonrpc.INVALID_REQUEST, "Session not found: open a new stream")
+    check = versions.check_header(request.header(wire.PROTOCOL_VERSION), session.version)
+    if check.error:
+        raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Bad Request: {check.error}")
+    return session, stream
