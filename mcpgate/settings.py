@@ -220,6 +220,42 @@ class Settings:
         "Messages queued for one open HTTP stream before the gateway waits for the client to read.",
         validate=positive,
     )
+    stream_queue_bytes: int = declare(
+        16 * MiB,
+        "Bytes queued for one HTTP stream before the gateway waits for the client to read (one message "
+        "always fits).",
+        validate=positive,
+    )
+    stream_stall_timeout: float = declare(
+        30.0,
+        "Seconds the gateway waits for a client to read a full stream; then that stream ends (the session "
+        "and the worker go on).",
+        validate=positive,
+    )
+    buffer_bytes: int = declare(
+        16 * MiB,
+        "Bytes held per session for a client with no stream open (oldest dropped past it).",
+        validate=positive,
+    )
+    replay_events: int = declare(
+        100, "Events each SSE stream keeps for a client that resumes it with Last-Event-ID.", validate=positive
+    )
+    replay_bytes: int = declare(
+        1 * MiB,
+        "Bytes each SSE stream keeps for resumption (its newest event is always kept).",
+        validate=positive,
+    )
+    replay_streams: int = declare(
+        8,
+        "SSE streams per session kept resumable after their connection ended (oldest forgotten).",
+        validate=positive,
+    )
+    sse_retry: float = declare(
+        1.0,
+        "Seconds a 2025-11-25 client is told to wait before reconnecting a dropped SSE stream (the retry "
+        "field of the priming event).",
+        validate=non_negative,
+    )
     sse_after: float = declare(
         10.0,
         "Seconds a request may go unanswered before its reply switches to SSE with keepalives.",

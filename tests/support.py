@@ -188,10 +188,11 @@ def call(name: str, args: dict[str, Any], msg_id: Any = 2) -> dict[str, Any]:
 
 
 def sse_messages(body: bytes) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of an SSE body (a priming event, whose data is empty, carries none)."""
     out = []
     for block in body.decode().split("\n\n"):
-        data = [line[6:] for line in block.split("\n") if line.startswith("data: ")]
-        if data:
+        data = [line[5:].removeprefix(" ") for line in block.split("\n") if line.startswith("data:")]
+        if "".join(data):
             out.append(json.loads("\n".join(data)))
     return out
 

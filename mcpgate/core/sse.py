@@ -54,6 +54,11 @@ def encode_event(
     return b"".join(parts)
 
 
+def encode_priming(event_id: str, retry_ms: int | None = None) -> bytes:
+    """The event that primes a stream for resumption (2025-11-25): an id, the retry hint, empty data."""
+    return encode_event(b"", None, event_id, retry_ms)
+
+
 def encode_comment(text: str = "") -> bytes:
     """A comment line (keepalive); clients ignore it."""
     return b":" + (b" " + text.encode() if text else b"") + b"\n\n"

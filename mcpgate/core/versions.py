@@ -84,3 +84,9 @@ def initialize_version(result: object) -> str | None:
 def priming_event_supported(version: str | None) -> bool:
     """2025-11-25 lets a server prime an SSE stream with an id and empty data."""
     return version is not None and version in HANDSHAKE and version >= V2025_11_25
+
+
+def resumable_streams(version: str | None) -> bool:
+    """Streamable HTTP SSE events may carry ids and be resumed with Last-Event-ID (2025-03-26 onwards; before
+    initialize answers, the session's revision is one of those). 2026-07-28 dropped resumability."""
+    return version is None or version in STREAMABLE_SESSION

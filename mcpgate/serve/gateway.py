@@ -15,6 +15,7 @@ from ..core.sessions import SessionRegistry
 from ..settings import Settings
 from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 from .session import ChildSpec, Session
+from .stream import StreamLimits
 
 log = logging.getLogger("mcpgate.gateway")
 
@@ -37,6 +38,13 @@ class Gateway:
             max_write_queue_bytes=settings.write_queue_bytes,
             close_timeout=settings.close_timeout,
             term_timeout=settings.term_timeout,
+        )
+        self.stream_limits = StreamLimits(
+            messages=settings.stream_queue,
+            bytes=settings.stream_queue_bytes,
+            stall_timeout=settings.stream_stall_timeout,
+            replay_events=settings.replay_events,
+            replay_bytes=settings.replay_bytes,
         )
         self._reaper: gevent.Greenlet | None = None
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
@@ -73,7 +81,9 @@ class Gateway:
             session_id,
             self.child_spec,
             buffer_messages=s.buffer_messages,
-            stream_queue=s.stream_queue,
+            buffer_bytes=s.buffer_bytes,
+            limits=self.stream_limits,
+            replay_streams=s.replay_streams,
             on_end=self._forget,
             clock=self.clock,
         )

@@ -7,41 +7,27 @@ reply or the session's GET stream. Every queue is bounded.
 
 from __future__ import annotations
 
-import enum
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
-
-import gevent.queue
 
 from ..child import ChildProcess, OnMessage
-from ..core import jsonrpc
+from ..core import jsonrpc, replay
 from ..core.cancel import CancelTracker
 from ..core.jsonrpc import Notification, Request, Response
+from ..core.replay import CannotResume, ReplayLog
 from ..core.routing import BUFFER, DROP, Router
 from ..core.versions import initialize_version
+from .stream import END as END
+from .stream import Delivery as Delivery
+from .stream import End as End
+from .stream import Stream as Stream
+from .stream import StreamLimits
 
 log = logging.getLogger("mcpgate.session")
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One message for a stream's reader."""
-
-    data: bytes
-    done: bool = False  # a response: one of the stream's requests is answered
-
-
-class End(enum.Enum):
-    """The stream's reader is asked to finish (a sentinel, so it can never be taken for a message)."""
-
-    END = "end"
-
-
-END: Final = End.END
 
 
 @dataclass(frozen=True)
@@ -74,45 +60,6 @@ class ChildSpec:
         )
 
 
-class Stream:
-    """The reply channel of one HTTP request (a POST's reply or the GET stream)."""
-
-    __slots__ = ("closed", "expected", "put_timeout", "queue")
-
-    def __init__(self, maxsize: int, expected: int = 0, put_timeout: float = 30.0) -> None:
-        self.queue: gevent.queue.Queue = gevent.queue.Queue(maxsize)
-        self.expected = expected  # responses still owed to this stream
-        self.closed = False
-        self.put_timeout = put_timeout
-
-    def deliver(self, data: bytes, done: bool = False) -> bool:
-        """Queue one message; waits while the client reads too slowly, then gives up on the stream."""
-        if self.closed:
-            return False
-        try:
-            self.queue.put(Delivery(data, done), timeout=self.put_timeout)
-            return True
-        except gevent.queue.Full:
-            log.warning("a client stopped reading its stream; closing the stream")
-            self.closed = True
-            return False
-
-    def end(self) -> None:
-        """Ask the stream's reader to finish (never blocks)."""
-        if not self.closed:
-            try:
-                self.queue.put_nowait(END)
-            except gevent.queue.Full:
-                self.closed = True
-
-    def next(self, timeout: float | None) -> Delivery | End | None:
-        """The next message, END when the stream is ended, or None when `timeout` passes first."""
-        try:
-            return self.queue.get(timeout=timeout)  # type: ignore[no-any-return]
-        except gevent.queue.Empty:
-            return None
-
-
 class Session:
     """One MCP session: the child, its routing state and where its messages go."""
 
@@ -122,7 +69,9 @@ class Session:
         child: ChildSpec,
         *,
         buffer_messages: int,
-        stream_queue: int,
+        buffer_bytes: int,
+        limits: StreamLimits,
+        replay_streams: int,
         on_end: Callable[[Session, str], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -132,8 +81,14 @@ class Session:
         self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=self.label)
         self.router: Router[Stream] = Router(CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
-        # Room for a whole flushed buffer on top of the stream's own bound, so a flush never waits.
-        self._stream_bound = stream_queue + buffer_messages
+        self.buffer_bytes = 0
+        self._buffer_limit = buffer_bytes
+        self._limits = limits
+        # Resumable streams by number, oldest first; at most `replay_streams` of them without a reader.
+        self.tag = secrets.token_hex(4)  # names this session in its event ids (not derived from its id)
+        self._resumable: dict[int, Stream] = {}
+        self._stream_numbers = 0
+        self._replay_streams = replay_streams
         self.version: str | None = None
         self.ended: str | None = None
         self._init_key: jsonrpc.IdKey | None = None
@@ -160,13 +115,25 @@ class Session:
             return
         data = jsonrpc.raw_bytes(message)
         if route.target is BUFFER:
-            if len(self.buffer) == self.buffer.maxlen:
-                log.warning(
-                    "session %s: no stream open and the buffer is full; dropping its oldest message", self.label
-                )
-            self.buffer.append(data)
+            self._buffer_append(data)
             return
         route.target.deliver(data, route.done)
+
+    def _buffer_append(self, data: bytes) -> None:
+        """Hold a message for the next stream; past the buffer's messages or bytes, its oldest go."""
+        if len(data) > self._buffer_limit:
+            log.warning("session %s: no stream open; dropped a message larger than the buffer", self.label)
+            return
+        dropped = 0
+        while self.buffer and (
+            len(self.buffer) == self.buffer.maxlen or self.buffer_bytes + len(data) > self._buffer_limit
+        ):
+            self.buffer_bytes -= len(self.buffer.popleft())
+            dropped += 1
+        if dropped:
+            log.warning("session %s: no stream open and the buffer is full; dropped %d oldest", self.label, dropped)
+        self.buffer.append(data)
+        self.buffer_bytes += len(data)
 
     def on_child_exit(self, reason: str) -> None:
         self.end(f"MCP server process ended: {reason}")
@@ -175,7 +142,7 @@ class Session:
     def open_stream(self, requests: Iterable[Request]) -> Stream:
         """A reply stream owed one response per request; registers the requests with the router."""
         pending = list(requests)
-        stream = Stream(self._stream_bound, expected=len(pending))
+        stream = Stream(self._limits, expected=len(pending))
         self.add_requests(pending, stream)
         self.router.open_stream(stream)
         self._flush_buffer_to(stream)
@@ -208,14 +175,67 @@ class Session:
         """The session's GET stream, or None when one is already open."""
         if self.router.get_stream is not None:
             return None
-        stream = Stream(self._stream_bound)
+        stream = Stream(self._limits, get=True)
         self.router.get_stream = stream
         self._flush_buffer_to(stream)
         return stream
 
     def close_stream(self, stream: Stream) -> None:
-        stream.closed = True
+        """The stream is done for good: nothing more goes to it and it cannot be resumed."""
+        stream.close()
         self.router.close_stream(stream)
+        if self._resumable.get(stream.number) is stream:
+            del self._resumable[stream.number]
+
+    # -- resumable streams (Last-Event-ID) ----------------------------------------------------------
+    def make_resumable(self, stream: Stream) -> None:
+        """Give the stream event ids and a replay log (its reply is SSE on the Streamable HTTP endpoint)."""
+        self._stream_numbers += 1
+        stream.number = self._stream_numbers
+        stream.log = ReplayLog(self._limits.replay_events, self._limits.replay_bytes)
+        stream.id_prefix = f"{self.tag}-{stream.number}-"
+        self._resumable[stream.number] = stream
+
+    def release_stream(self, stream: Stream, reader: int) -> None:
+        """`reader`'s connection ended. A resumable stream stays resumable: messages for its requests wait
+        for a resume (a GET stream's go to the session buffer, for whichever stream opens next)."""
+        if stream.log is None or stream.closed:
+            self.close_stream(stream)
+            return
+        if reader != stream.reader:
+            return  # a resume took the stream over already
+        stream.reader = 0
+        self.router.close_stream(stream)
+        if stream.get:
+            for item in reversed(stream.take_pending()):
+                self.buffer.appendleft(item.data)
+                self.buffer_bytes += len(item.data)
+        idle = [number for number, kept in self._resumable.items() if not kept.reader]
+        for number in idle[: max(0, len(idle) - self._replay_streams)]:
+            forgotten = self._resumable.pop(number)
+            if forgotten.expected:
+                log.warning(
+                    "session %s: forgot a dropped stream still owed %d responses", self.label, forgotten.expected
+                )
+            forgotten.close()
+
+    def resume(self, last_event_id: str) -> Resumed | CannotResume:
+        """Attach a new reader to the stream a Last-Event-ID names, with what it missed."""
+        logs = {number: kept.log for number, kept in self._resumable.items() if kept.log is not None}
+        found = replay.resolve(last_event_id, self.tag, logs)
+        if isinstance(found, CannotResume):
+            return found
+        stream = self._resumable[found.stream]
+        if stream.get and self.router.get_stream not in (None, stream):
+            return CannotResume("this session already has another GET stream open", conflict=True)
+        missed = [(stream.id_prefix + str(seq), data) for seq, data in logs[found.stream].after(found.seq)]
+        reader = stream.attach()
+        if stream.get:
+            self.router.get_stream = stream
+            self._flush_buffer_to(stream)
+        elif stream.expected:
+            self.router.open_stream(stream)
+        return Resumed(stream, reader, stream.id_prefix + str(found.seq), missed)
 
     def send(self, data: bytes) -> bool:
         return self.child.send(data)
@@ -235,12 +255,24 @@ class Session:
         log.info("session %s ended: %s", self.label, reason)
         for request_id, stream in self.router.abandon_all():
             error = jsonrpc.error_response(request_id, jsonrpc.CONNECTION_CLOSED, f"Session ended: {reason}")
-            stream.deliver(jsonrpc.encode(error), done=True)
+            stream.deliver(jsonrpc.encode(error), done=True, force=True)
         if self.router.get_stream is not None:
             self.router.get_stream.end()
+        self._resumable.clear()
         self.child.close(reason)
         self._on_end(self, reason)
 
     def _flush_buffer_to(self, stream: Stream) -> None:
         while self.buffer:
-            stream.deliver(self.buffer.popleft())
+            stream.deliver(self.buffer.popleft(), force=True)  # the buffer is bounded: no wait
+        self.buffer_bytes = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """A resumed stream: its new reader's token, the id it resumed after, and the events sent since."""
+
+    stream: Stream
+    reader: int
+    after: str
+    missed: list[tuple[str, bytes]]

@@ -14,9 +14,10 @@ from typing import Any
 from ..core import jsonrpc, versions, wire
 from ..core.jsonrpc import Batch, Invalid, Message, Notification, Request
 from ..core.jsonrpc import Response as RpcResponse
+from ..core.replay import MAX_ID_CHARS, CannotResume
 from ..core.routing import DuplicateRequestId
 from ..core.sessions import SessionLimitReached
-from ..core.sse import encode_comment, encode_event
+from ..core.sse import encode_comment, encode_event, encode_priming
 from ..spawn import ChildSpawnError
 from . import checks
 from .gateway import Gateway
@@ -165,7 +166,7 @@ def reply(
     gw: Gateway,
     session: Session,
     stream: Stream,
-    collected: list[bytes],
+    early: list[bytes],
     *,
     batch: bool,
     headers: dict[str, str],
@@ -173,43 +174,71 @@ def reply(
 ) -> HttpResponse:
     """JSON when the child answers first and in time; otherwise SSE from the first other message."""
     settings = gw.settings
-    collected = list(collected)
+    collected = [Delivery(data) for data in early]
     timeout: float | None = settings.sse_after
     while stream.expected > 0:
         item = stream.next(timeout)
         if not isinstance(item, Delivery) or not item.done:  # not answered in time, or another message first
-            pending = collected + ([item.data] if isinstance(item, Delivery) else [])
-            events = sse_stream(session, stream, pending, new_session, settings.keepalive)
-            return HttpResponse(200, events, "text/event-stream", {**SSE_HEADERS, **headers})
-        collected.append(item.data)
+            if isinstance(item, Delivery):
+                collected.append(item)
+            stream.expected += sum(1 for taken in collected if taken.done)
+            stream.requeue(collected)  # the SSE reader sends them first, with event ids
+            return sse_reply(gw, session, stream, headers, new_session)
+        collected.append(item)
         stream.expected -= 1
     session.close_stream(stream)
     if new_session:
         check_initialized(session)
-    body = b"[" + b",".join(collected) + b"]" if batch else collected[0]
+    body = b"[" + b",".join(item.data for item in collected) + b"]" if batch else collected[0].data
     return json_response(body, headers=headers)
 
 
-def sse_stream(
-    session: Session, stream: Stream, first: list[bytes], new_session: bool, keepalive: float
+def sse_reply(
+    gw: Gateway, session: Session, stream: Stream, headers: dict[str, str], new_session: bool
+) -> HttpResponse:
+    if versions.resumable_streams(session.version):
+        session.make_resumable(stream)
+    events = sse_events(gw, session, stream, stream.id_prefix + "0", [], answers=True, new_session=new_session)
+    return HttpResponse(200, events, "text/event-stream", {**SSE_HEADERS, **headers})
+
+
+def sse_events(
+    gw: Gateway,
+    session: Session,
+    stream: Stream,
+    prime_id: str,
+    missed: list[tuple[str, bytes]],
+    *,
+    answers: bool,
+    new_session: bool = False,
 ) -> Iterator[bytes]:
+    """A stream's SSE events: the priming event (2025-11-25) or a first comment, what a resume missed, then
+    the stream's messages (until every request is answered, when `answers`), keepalives between them."""
+    reader = stream.reader
+    keepalive = gw.settings.keepalive
     try:
-        if not first:
+        if stream.log is not None and versions.priming_event_supported(session.version):
+            yield encode_priming(prime_id, round(gw.settings.sse_retry * 1000))
+        elif not answers:
+            yield encode_comment("stream open")
+        elif not (stream.unread[0] or missed):
             yield encode_comment("waiting")  # headers and a first byte now, so proxies keep the request
-        for data in first:
-            yield encode_event(data)
-        while stream.expected > 0:
-            item = stream.next(keepalive)
+        for event_id, data in missed:
+            yield encode_event(data, event_id=event_id)
+        while not answers or stream.expected > 0:
+            item = stream.next(keepalive, reader)
             if item is None:
                 yield encode_comment("keepalive")
+                if not answers:
+                    gw.touch(session)  # the write above succeeded: the client is still there
                 continue
             if item is END:
                 break
-            yield encode_event(item.data)
-            if item.done:
+            yield encode_event(item.data, event_id=stream.record(item))
+            if answers and item.done:
                 stream.expected -= 1
     finally:
-        session.close_stream(stream)
+        session.release_stream(stream, reader)
         if new_session:
             check_initialized(session)
 
@@ -223,27 +252,34 @@ def check_initialized(session: Session) -> None:
 def get(gw: Gateway, request: HttpRequest) -> HttpResponse:
     checks.require_get_accept(request.header("Accept"))
     session = find_session(gw, request)
+    last_event_id = request.header(wire.LAST_EVENT_ID)
+    if last_event_id is not None and versions.resumable_streams(session.version):
+        return resume(gw, session, last_event_id)
     stream = session.open_get_stream()
     if stream is None:
         raise Refusal(409, jsonrpc.INVALID_REQUEST, "Conflict: this session already has a GET stream open")
+    if versions.resumable_streams(session.version):
+        session.make_resumable(stream)
     return HttpResponse(200, get_stream(gw, session, stream), "text/event-stream", SSE_HEADERS)
 
 
 def get_stream(gw: Gateway, session: Session, stream: Stream) -> Iterator[bytes]:
-    keepalive = gw.settings.keepalive
-    try:
-        yield encode_comment("stream open")
-        while True:
-            item = stream.next(keepalive)
-            if item is None:
-                yield encode_comment("keepalive")
-                gw.touch(session)  # the write above succeeded: the client is still there
-                continue
-            if item is END:
-                break
-            yield encode_event(item.data)
-    finally:
-        session.close_stream(stream)
+    """The session's GET stream: its messages as SSE events, keepalive comments between them."""
+    return sse_events(gw, session, stream, stream.id_prefix + "0", [], answers=False)
+
+
+def resume(gw: Gateway, session: Session, last_event_id: str) -> HttpResponse:
+    """A GET with Last-Event-ID: what the named stream sent after that event, then its live messages."""
+    resumed = session.resume(last_event_id)
+    if isinstance(resumed, CannotResume):
+        status = 409 if resumed.conflict else 400
+        data = {"lastEventId": last_event_id[:MAX_ID_CHARS], "expired": resumed.expired}
+        raise Refusal(status, jsonrpc.INVALID_REQUEST, f"Cannot resume: {resumed.reason}", data=data)
+    stream = resumed.stream
+    log.info("session %s: resumed stream %d, replaying %d events", session.label, stream.number, len(resumed.missed))
+    answers = not stream.get
+    events = sse_events(gw, session, stream, resumed.after, resumed.missed, answers=answers)
+    return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
 
 
 def delete(gw: Gateway, request: HttpRequest) -> HttpResponse:

@@ -1,0 +1,183 @@
+"""The reply channel of one HTTP request: a POST's reply or a GET stream, bounded in messages and bytes,
+resumable once its reply turned SSE (what its readers took is kept in a bounded replay log)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+import gevent.event
+
+from ..core.replay import ReplayLog
+
+log = logging.getLogger("mcpgate.session")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message for a stream's reader."""
+
+    data: bytes
+    done: bool = False  # a response: one of the stream's requests is answered
+
+
+class End(enum.Enum):
+    """The stream's reader is asked to finish (a sentinel, so it can never be taken for a message)."""
+
+    END = "end"
+
+
+END: Final = End.END
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    """How much one stream may hold: unread messages and bytes, how long a full stream waits for its
+    reader, and what a resumable stream keeps of what it sent."""
+
+    messages: int
+    bytes: int
+    stall_timeout: float
+    replay_events: int
+    replay_bytes: int
+
+
+class Stream:
+    """The reply channel of one HTTP request (a POST's reply or the GET stream).
+
+    Unread messages wait in `pending`, bounded in messages and bytes. A resumable stream (one whose reply
+    turned SSE on the Streamable HTTP endpoint) also has a `log` of what its readers took, so a reader
+    that resumes (a new HTTP request: `attach`) is replayed what came after its Last-Event-ID; a reader
+    that is no longer current is told END.
+    """
+
+    __slots__ = (
+        "_bytes",
+        "_pending",
+        "_readers",
+        "_ready",
+        "_room",
+        "closed",
+        "ending",
+        "expected",
+        "get",
+        "id_prefix",
+        "limits",
+        "log",
+        "number",
+        "reader",
+    )
+
+    def __init__(self, limits: StreamLimits, expected: int = 0, get: bool = False) -> None:
+        self.limits = limits
+        self.expected = expected  # responses still owed to this stream
+        self.get = get  # the session's GET stream (else a POST's reply)
+        self.number = 0  # the session's number for it once it is resumable
+        self.closed = False  # ended for good: nothing more is taken or given
+        self.ending = False  # END once what is pending is read
+        self.reader = 1  # the current reader's token; 0 while no connection reads the stream
+        self.log: ReplayLog | None = None  # set by Session.make_resumable
+        self.id_prefix = ""  # "<tag>-<stream>-": the event ids' common part
+        self._readers = 1
+        self._pending: deque[Delivery] = deque()
+        self._bytes = 0
+        self._ready = gevent.event.Event()
+        self._room = gevent.event.Event()
+
+    @property
+    def unread(self) -> tuple[int, int]:
+        """(messages, bytes) waiting for a reader."""
+        return len(self._pending), self._bytes
+
+    def deliver(self, data: bytes, done: bool = False, *, force: bool = False) -> bool:
+        """Queue one message. While the stream is full, waits (stall_timeout) for its reader; a stream no
+        one reads, or still full after the wait, is ended (False). `force` (a flushed, bounded session
+        buffer) never waits."""
+        if self.closed:
+            return False
+        if not force and self._pending and not self._fits(len(data)) and not self._wait_for_room(len(data)):
+            count, size = self.unread
+            log.warning("a client stopped reading its stream (%d messages, %d bytes unread); ending it", count, size)
+            self.close()
+            return False
+        self._pending.append(Delivery(data, done))
+        self._bytes += len(data)
+        self._ready.set()
+        return True
+
+    def _fits(self, size: int) -> bool:
+        return len(self._pending) < self.limits.messages and self._bytes + size <= self.limits.bytes
+
+    def _wait_for_room(self, size: int) -> bool:
+        deadline = time.monotonic() + self.limits.stall_timeout
+        while self._pending and not self._fits(size):
+            left = deadline - time.monotonic()
+            if self.closed or not self.reader or left <= 0:
+                return False
+            self._room.clear()
+            self._room.wait(left)
+        return not self.closed
+
+    def requeue(self, items: list[Delivery]) -> None:
+        """Put messages a reader took back in front of the pending ones (never waits)."""
+        for item in reversed(items):
+            self._pending.appendleft(item)
+            self._bytes += len(item.data)
+        if items:
+            self._ready.set()
+
+    def take_pending(self) -> list[Delivery]:
+        """Remove and return every unread message."""
+        items = list(self._pending)
+        self._pending.clear()
+        self._bytes = 0
+        self._room.set()
+        return items
+
+    def next(self, timeout: float | None, reader: int | None = None) -> Delivery | End | None:
+        """The next message, END when the stream is ended (or `reader` is no longer its reader), or None
+        when `timeout` passes first."""
+        while True:
+            if self.closed or (reader is not None and reader != self.reader):
+                return END
+            if self._pending:
+                item = self._pending.popleft()
+                self._bytes -= len(item.data)
+                self._room.set()
+                return item
+            if self.ending:
+                return END
+            self._ready.clear()
+            if not self._ready.wait(timeout):
+                return None
+
+    def record(self, item: Delivery) -> str | None:
+        """The event id of a message a reader is sending (kept in the log for replay), or None when the
+        stream is not resumable."""
+        if self.log is None:
+            return None
+        return self.id_prefix + str(self.log.record(item.data))
+
+    def attach(self) -> int:
+        """A new reader takes the stream over (its token); the previous one, if any, is told END."""
+        self._readers += 1
+        self.reader = self._readers
+        self._ready.set()
+        return self.reader
+
+    def end(self) -> None:
+        """Ask the stream's reader to finish once it has read what is pending (never blocks)."""
+        self.ending = True
+        self._ready.set()
+
+    def close(self) -> None:
+        """End the stream now, dropping what is unread."""
+        self.closed = True
+        self._pending.clear()
+        self._bytes = 0
+        self._ready.set()
+        self._room.set()
