@@ -38,6 +38,8 @@ preload_app = False
 errorlog = "-"
 loglevel = _settings.log_level.lower()
 accesslog = _settings.access_log or None
+# gunicorn's default format without the query string: the legacy transport's POST URL carries the session id.
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 # No control socket in $HOME: several gateways on one machine would fight over it.
 control_socket_disable = True
 

@@ -96,5 +96,9 @@ def is_reply_to(message: Upstream, req_id: jsonrpc.Id) -> bool:
 
 
 def should_fall_back(status: int, body: bytes) -> bool:
-    """The back-compatibility rule: 400/404/405 to an initialize POST, unless the body is a JSON-RPC error."""
-    return status in (400, 404, 405) and not errors.is_jsonrpc_error(body)
+    """The back-compatibility rule: 405 to an initialize POST (a Streamable HTTP endpoint takes POST, so this URL
+    is not one, whatever the body says), or 400/404 unless the body is a JSON-RPC error (a Streamable HTTP server
+    refusing this initialize)."""
+    if status == 405:
+        return True
+    return status in (400, 404) and not errors.is_jsonrpc_error(body)

@@ -120,3 +120,14 @@ def test_full_loop_with_a_bearer_token(gateway_factory: Any) -> None:
 
     assert run_host(gw.url, scenario, env={"MCPGATE_BEARER_TOKEN": "loop-token"}) == {"result": 2}
     assert "loop-token" not in gw.log()
+
+
+def test_auto_transport_reaches_the_gateways_own_http_sse_endpoint(demo_gateway: Any) -> None:
+    """mcpgate-relay in its default (auto) mode, pointed at mcpgate's 2024-11-05 /sse: the 405 to its initialize
+    POST (a JSON-RPC error body, as every error of the gateway) still means "not Streamable HTTP here"."""
+
+    async def scenario(client: Client) -> Any:
+        return (await client.call_tool("add", {"a": 4, "b": 5})).structured_content
+
+    sse_url = demo_gateway.url.rsplit("/", 1)[0] + "/sse"
+    assert run_host(sse_url, scenario) == {"result": 9}

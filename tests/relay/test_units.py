@@ -173,6 +173,8 @@ def test_backoff_grows_with_jitter_and_a_cap() -> None:
     "status, body, expected",
     [
         (405, b"Method Not Allowed", True),
+        (405, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Method Not Allowed"}}', True),
+        (404, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"no such session"}}', False),
         (404, b"<html>not found</html>", True),
         (400, b"", True),
         (400, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"unsupported"}}', False),

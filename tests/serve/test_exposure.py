@@ -259,3 +259,30 @@ def test_logs_never_hold_a_whole_session_id(gateway_factory: Any) -> None:
     log = gw.log()
     assert f"session {sid[:8]} ended: the client ended the session" in log
     assert sid not in log  # the id is a capability: logs name a session by its first 8 characters
+
+
+def test_the_access_log_never_holds_a_session_id(gateway_factory: Any) -> None:
+    """The HTTP+SSE transport puts the session id in its POST URL: the access log leaves the query string out."""
+    gw: Gateway = gateway_factory({"MCPGATE_ACCESS_LOG": "-"})
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    try:
+        conn.request("GET", "/sse", headers={"Accept": "text/event-stream"})
+        stream = conn.getresponse()
+        assert stream.status == 200
+        endpoint = ""
+        while not endpoint:
+            line = stream.fp.readline().decode()
+            assert line, "the stream ended before its endpoint event"
+            if line.startswith("data: "):
+                endpoint = line[6:].strip()
+        assert "session_id=" in endpoint
+        sid = endpoint.split("session_id=", 1)[1]
+        reply = gw.request("POST", endpoint, body=init_body(), headers=HEADERS)
+        assert reply.status == 202, reply
+    finally:
+        conn.close()
+    deadline = time.monotonic() + 10
+    while f"POST {endpoint.split('?', 1)[0]} HTTP/1.1" not in gw.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"POST {endpoint.split('?', 1)[0]} HTTP/1.1" in gw.log()
+    assert sid not in gw.log()
