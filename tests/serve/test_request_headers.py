@@ -17,7 +17,16 @@ from gunicorn.config import Config
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.http.parser import RequestParser
 
-from mcpgate.serve.request_headers import MAX_DROPPED, MAX_FIELD, MAX_HEADERS, RequestHeaders
+from mcpgate.serve.auth import HostKind, host_kind, valid_host
+from mcpgate.serve.request_headers import (
+    MAX_DROPPED,
+    MAX_FIELD,
+    MAX_HEADERS,
+    BadRequest,
+    RequestHeaders,
+    parse_request_line,
+    resolve_target,
+)
 
 REQUEST_LINE = b"POST /mcp HTTP/1.1\r\n"
 UNTRUSTED_PEER = ("192.0.2.7", 40000)  # not in forwarded_allow_ips: gunicorn applies no forwarding policy
@@ -191,3 +200,78 @@ def test_delitem() -> None:
     assert headers.get("content-length") is None and headers.get("x-other") == "1"
     with pytest.raises(KeyError):
         del headers["content-length"]
+
+
+# -- the request line and the effective Host ---------------------------------------------------------------
+
+GOOD_LINES = {
+    "GET /mcp HTTP/1.1\r\n": ("GET", "/mcp", "HTTP/1.1"),
+    "POST /messages?session_id=ab HTTP/1.0\r\n": ("POST", "/messages?session_id=ab", "HTTP/1.0"),
+    "OPTIONS * HTTP/1.1\r\n": ("OPTIONS", "*", "HTTP/1.1"),
+    "POST http://127.0.0.1:8000/mcp HTTP/1.1\r\n": ("POST", "http://127.0.0.1:8000/mcp", "HTTP/1.1"),
+}
+BAD_LINES = {
+    "GET /mcp\r\n": "Invalid request line",
+    "GET /mcp HTTP/1.1\n": "Request line not ended by CRLF",
+    "GET  /mcp HTTP/1.1\r\n": "Invalid request line",
+    "GET /mcp HTTP/2.0\r\n": "Unsupported HTTP version",
+    "GET /mcp HTTP/1.1.1\r\n": "Unsupported HTTP version",
+    "G{T /mcp HTTP/1.1\r\n": "Invalid method",
+    "GET mcp HTTP/1.1\r\n": "Invalid request target",
+    "GET /mcp#x HTTP/1.1\r\n": "Invalid request target",
+    "GET * HTTP/1.1\r\n": "Invalid request target",
+    "CONNECT a:443 HTTP/1.1\r\n": "Invalid request target",
+    "GET ftp://a/ HTTP/1.1\r\n": "Invalid request target",
+}
+
+
+@pytest.mark.parametrize("text", GOOD_LINES)
+def test_request_lines_in_each_target_form(text: str) -> None:
+    assert tuple(parse_request_line(text)) == GOOD_LINES[text]
+
+
+@pytest.mark.parametrize("text", BAD_LINES)
+def test_request_lines_refused(text: str) -> None:
+    with pytest.raises(BadRequest, match=BAD_LINES[text]):
+        parse_request_line(text)
+
+
+def test_the_effective_host() -> None:
+    line = parse_request_line("POST /mcp HTTP/1.1\r\n")
+    assert resolve_target(line, "127.0.0.1:8000") == ("/mcp", "127.0.0.1:8000")
+    absolute = parse_request_line("POST HTTP://127.0.0.1:8000/mcp?x=1 HTTP/1.1\r\n")
+    assert resolve_target(absolute, "evil.example") == ("/mcp?x=1", "127.0.0.1:8000")  # RFC 9112 3.2.2
+    assert resolve_target(parse_request_line("GET http://a HTTP/1.1\r\n"), "a") == ("/", "a")
+    assert resolve_target(parse_request_line("GET / HTTP/1.0\r\n"), None) == ("/", None)
+    for line_text, host, why in (
+        ("GET / HTTP/1.1\r\n", None, "Missing Host"),
+        ("GET / HTTP/1.1\r\n", "127.0.0.1:8000,evil.example", "Invalid Host"),
+        ("GET http://u@a/ HTTP/1.1\r\n", "a", "Invalid authority"),
+        ("GET http:///x HTTP/1.1\r\n", "a", "Invalid authority"),
+    ):
+        with pytest.raises(BadRequest, match=why):
+            resolve_target(parse_request_line(line_text), host)
+
+
+@pytest.mark.parametrize(
+    "host,valid",
+    [
+        ("127.0.0.1:8000", True),
+        ("localhost", True),
+        ("[::1]:8000", True),
+        ("", True),
+        ("my-app.example.com", True),
+        ("127.0.0.1:8000,evil.example", False),
+        ("evil.example,127.0.0.1", False),
+        ("a b", False),
+        ("a@b", False),
+        ("a/b", False),
+        ("[::1", False),
+        ("[not:hex]", False),
+        ("a:99999", False),
+        ("a:1:2", False),
+    ],
+)
+def test_host_syntax(host: str, valid: bool) -> None:
+    assert valid_host(host) is valid
+    assert (host_kind(host, ["*"]) is HostKind.INVALID) is not valid  # invalid syntax whatever is allowed
