@@ -33,7 +33,6 @@ worker_connections = _settings.worker_connections
 # Children get close_timeout + term_timeout (2 s + 2 s by default) to stop inside this.
 graceful_timeout = _settings.graceful_timeout
 timeout = 30
-keepalive = 5
 preload_app = False
 errorlog = "-"
 loglevel = _settings.log_level.lower()
