@@ -19,7 +19,7 @@ from ..core import jsonrpc, replay
 from ..core.cancel import CancelTracker
 from ..core.jsonrpc import Notification, Request, Response
 from ..core.replay import CannotResume, ReplayLog
-from ..core.routing import BUFFER, DROP, Router
+from ..core.routing import BUFFER, DROP, PROGRESS, Router
 from ..core.versions import initialize_version
 from .stream import END as END
 from .stream import Delivery as Delivery
@@ -117,7 +117,17 @@ class Session:
         if route.target is BUFFER:
             self._buffer_append(data)
             return
-        route.target.deliver(data, route.done)
+        if route.target.deliver(data, route.done) or not route.target.closed:
+            return
+        # The stream was ended for not being read: forget it now, so what follows goes elsewhere (a message
+        # that belongs to no request too, to the next stream or the buffer; its requests' go nowhere).
+        self.close_stream(route.target)
+        if not isinstance(message, Response) and message.method != PROGRESS:
+            target = self.router.general_target()
+            if target is BUFFER:
+                self._buffer_append(data)
+            else:
+                target.deliver(data)
 
     def _buffer_append(self, data: bytes) -> None:
         """Hold a message for the next stream; past the buffer's messages or bytes, its oldest go."""

@@ -198,7 +198,7 @@ def sse_reply(
 ) -> HttpResponse:
     if versions.resumable_streams(session.version):
         session.make_resumable(stream)
-    events = sse_events(gw, session, stream, stream.id_prefix + "0", [], answers=True, new_session=new_session)
+    events = sse_events(gw, session, stream, stream.reader, [], answers=True, new_session=new_session)
     return HttpResponse(200, events, "text/event-stream", {**SSE_HEADERS, **headers})
 
 
@@ -206,19 +206,20 @@ def sse_events(
     gw: Gateway,
     session: Session,
     stream: Stream,
-    prime_id: str,
+    reader: int,
     missed: list[tuple[str, bytes]],
     *,
     answers: bool,
+    after: str | None = None,
     new_session: bool = False,
 ) -> Iterator[bytes]:
-    """A stream's SSE events: the priming event (2025-11-25) or a first comment, what a resume missed, then
-    the stream's messages (until every request is answered, when `answers`), keepalives between them."""
-    reader = stream.reader
+    """`reader`'s SSE events of a stream: the priming event (2025-11-25; its id is `after`, the resumed
+    event, or the stream's seq 0) or a first comment, what a resume missed, then the stream's messages
+    (until every request is answered, when `answers`), keepalives between them."""
     keepalive = gw.settings.keepalive
     try:
         if stream.log is not None and versions.priming_event_supported(session.version):
-            yield encode_priming(prime_id, round(gw.settings.sse_retry * 1000))
+            yield encode_priming(after or stream.id_prefix + "0", round(gw.settings.sse_retry * 1000))
         elif not answers:
             yield encode_comment("stream open")
         elif not (stream.unread[0] or missed):
@@ -265,7 +266,7 @@ def get(gw: Gateway, request: HttpRequest) -> HttpResponse:
 
 def get_stream(gw: Gateway, session: Session, stream: Stream) -> Iterator[bytes]:
     """The session's GET stream: its messages as SSE events, keepalive comments between them."""
-    return sse_events(gw, session, stream, stream.id_prefix + "0", [], answers=False)
+    return sse_events(gw, session, stream, stream.reader, [], answers=False)
 
 
 def resume(gw: Gateway, session: Session, last_event_id: str) -> HttpResponse:
@@ -278,7 +279,7 @@ def resume(gw: Gateway, session: Session, last_event_id: str) -> HttpResponse:
     stream = resumed.stream
     log.info("session %s: resumed stream %d, replaying %d events", session.label, stream.number, len(resumed.missed))
     answers = not stream.get
-    events = sse_events(gw, session, stream, resumed.after, resumed.missed, answers=answers)
+    events = sse_events(gw, session, stream, resumed.reader, resumed.missed, answers=answers, after=resumed.after)
     return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcpgate.core.sse import Event, EventTooLarge, SseDecoder, encode_comment, encode_event
+from mcpgate.core.sse import Event, EventTooLarge, SseDecoder, encode_comment, encode_event, encode_priming
 
 
 def decode(chunks: list[bytes], limit: int = 1 << 20) -> tuple[list[Event], SseDecoder]:
@@ -184,3 +184,13 @@ def test_comment(text: str, encoded: bytes) -> None:
     assert encode_comment(text) == encoded
     events, _decoder = decode([encoded + encode_event(b"x")])
     assert events == [Event("x")]
+
+
+@pytest.mark.parametrize(
+    ("retry_ms", "encoded"), [(None, b"id: s-1-0\ndata: \n\n"), (250, b"id: s-1-0\nretry: 250\ndata: \n\n")]
+)
+def test_priming_event(retry_ms: int | None, encoded: bytes) -> None:
+    assert encode_priming("s-1-0", retry_ms) == encoded
+    events, decoder = decode([encoded])
+    assert events == [Event("", "message", "s-1-0")]  # empty data: a client takes no message from it
+    assert decoder.last_event_id == "s-1-0" and decoder.retry_ms == retry_ms

@@ -131,3 +131,19 @@ def test_version_tables_are_consistent() -> None:
     assert not set(v.MODERN) & set(v.HANDSHAKE)
     assert v.DEFAULT_HEADER_VERSION in v.STREAMABLE_SESSION
     assert list(v.KNOWN) == sorted(v.KNOWN)
+
+
+@pytest.mark.parametrize(
+    ("version", "resumable"),
+    [
+        (None, True),  # the initialize stream, before the child has named the revision
+        ("2024-11-05", False),  # HTTP+SSE: no event ids
+        ("2025-03-26", True),
+        ("2025-06-18", True),
+        ("2025-11-25", True),
+        ("2026-07-28", False),  # resumability removed
+        ("2099-01-01", False),
+    ],
+)
+def test_resumable_streams(version: str | None, resumable: bool) -> None:
+    assert v.resumable_streams(version) is resumable
