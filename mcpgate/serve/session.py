@@ -216,10 +216,12 @@ class Session:
             return  # a resume took the stream over already
         stream.reader = 0
         self.router.close_stream(stream)
-        if stream.get:
-            for item in reversed(stream.take_pending()):
-                self.buffer.appendleft(item.data)
-                self.buffer_bytes += len(item.data)
+        if stream.get:  # its unread messages are older than the buffer's: they go first, within its bounds
+            held = [item.data for item in stream.take_pending()] + list(self.buffer)
+            self.buffer.clear()
+            self.buffer_bytes = 0
+            for data in held:
+                self._buffer_append(data)
         idle = [number for number, kept in self._resumable.items() if not kept.reader]
         for number in idle[: max(0, len(idle) - self._replay_streams)]:
             forgotten = self._resumable.pop(number)
