@@ -222,8 +222,7 @@ class Settings:
     )
     stream_queue_bytes: int = declare(
         16 * MiB,
-        "Bytes queued for one HTTP stream before the gateway waits for the client to read (one message "
-        "always fits).",
+        "Bytes queued for one HTTP stream before the gateway waits for the client to read (one message always fits).",
         validate=positive,
     )
     stream_stall_timeout: float = declare(
