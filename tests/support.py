@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from mcp import types
+
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,3 +234,17 @@ def direct_children(pid: int) -> list[int]:
     from mcpgate.orphans import children_of
 
     return children_of(pid)
+
+
+# -- the official SDK client's answers to a server's requests (elicitation: a name; sampling: the prompt, loud) --
+
+
+async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    return types.ElicitResult(action="accept", content={"name": "Grace"})
+
+
+async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    text = params.messages[0].content.text  # type: ignore[union-attr]
+    return types.CreateMessageResult(
+        role="assistant", model="stub", content=types.TextContent(type="text", text=text.upper())
+    )

@@ -17,7 +17,16 @@ from mcp import Client, types
 from mcp.client.sse import sse_client
 
 from tests.interop import conformance
-from tests.support import FIXTURES, HEADERS, Gateway, direct_children, init_body, wait_dead
+from tests.support import (
+    FIXTURES,
+    HEADERS,
+    Gateway,
+    direct_children,
+    init_body,
+    on_elicit,
+    on_sample,
+    wait_dead,
+)
 
 HANG_GUARD = 60
 FAST = {"MCPGATE_KEEPALIVE": "0.2"}  # a vanished client is noticed at the next keepalive or two
@@ -89,17 +98,6 @@ def the_child(gw: Gateway) -> int:
 
 
 # -- the official Python SDK's sse_client ---------------------------------------------------------------
-
-
-async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-    return types.ElicitResult(action="accept", content={"name": "Grace"})
-
-
-async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-    text = params.messages[0].content.text  # type: ignore[union-attr]
-    return types.CreateMessageResult(
-        role="assistant", model="stub", content=types.TextContent(type="text", text=text.upper())
-    )
 
 
 def sdk_client(url: str, notifications: list[Any], headers: dict[str, str] | None = None) -> Client:

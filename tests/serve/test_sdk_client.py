@@ -11,20 +11,9 @@ import anyio
 import pytest
 from mcp import Client, types
 
-from tests.support import FIXTURES
+from tests.support import FIXTURES, on_elicit, on_sample
 
 HANG_GUARD = 60
-
-
-async def on_elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-    return types.ElicitResult(action="accept", content={"name": "Grace"})
-
-
-async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-    text = params.messages[0].content.text  # type: ignore[union-attr]
-    return types.CreateMessageResult(
-        role="assistant", model="stub", content=types.TextContent(type="text", text=text.upper())
-    )
 
 
 def run_client(url: str, body: Callable[[Client, list[Any]], Awaitable[None]], mode: str = "legacy") -> None:
