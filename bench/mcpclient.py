@@ -92,8 +92,15 @@ class HttpSession:
         self.headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
 
     def post(self, body: bytes, msg_id: int | None) -> dict | None:
-        self.conn.request("POST", self.path, body, self.headers)
-        resp = self.conn.getresponse()
+        try:
+            self.conn.request("POST", self.path, body, self.headers)
+            resp = self.conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # The server closed this kept-alive connection while it sat idle (mcpgate does after
+            # MCPGATE_KEEPALIVE_TIMEOUT, as most servers do): a new connection, once, as HTTP clients do.
+            self.conn.close()
+            self.conn.request("POST", self.path, body, self.headers)
+            resp = self.conn.getresponse()
         data = resp.read()
         if msg_id is None:
             if resp.status not in (200, 202, 204):
