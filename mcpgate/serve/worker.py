@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in 
 
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
 READ_BUFFER = io.DEFAULT_BUFFER_SIZE  # as socket.makefile's, which pywsgi uses
+SWEEP_INTERVAL = 0.5  # seconds between checks of the read deadlines (how late a timeout may fire)
 
 
 @dataclass(frozen=True)
@@ -61,38 +62,54 @@ class ReadTimeout(_InvalidClientInput):  # type: ignore[misc]
 
 
 class TimedReader(io.RawIOBase):
-    """A connection's read side: each recv waits at most until the deadline (a head) or the timeout (a body,
-    an idle wait). Once a wait has timed out every later read fails at once, so nothing waits twice."""
+    """A connection's read side, with a deadline on each wait: a head must arrive by its deadline (`within`), a
+    body or an idle connection may pause `pausing` seconds. No timer per read: a read records when its wait
+    must end, and the server's sweeper (`Server.sweep`, twice a second) ends the waits that overran by
+    shutting the socket's read side; the read then fails, and every later one at once."""
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__()
         self.sock = sock
-        self.timeout: float | None = None
+        self.pause: float | None = None
         self.deadline: float | None = None
+        self.waiting_until: float | None = None  # while a read waits: when it must have ended
         self.failed = False
 
     def within(self, seconds: float) -> None:
-        self.timeout, self.deadline = None, time.monotonic() + seconds
+        self.pause, self.deadline = None, time.monotonic() + seconds
 
     def pausing(self, seconds: float) -> None:
-        self.timeout, self.deadline = seconds, None
+        self.pause, self.deadline = seconds, None
 
     def readable(self) -> bool:
         return True
 
+    def overran(self, now: float) -> bool:
+        """Called by the sweeper: a wait past its end is ended (True when this one was)."""
+        if self.waiting_until is None or now < self.waiting_until or self.failed:
+            return False
+        self.failed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+        return True
+
     def readinto(self, buffer: Any) -> int:
-        wait = self.timeout if self.deadline is None else self.deadline - time.monotonic()
-        if self.failed or (wait is not None and wait <= 0):
+        if self.failed:
+            raise ReadTimeout("timed out")
+        until = self.deadline if self.pause is None else time.monotonic() + self.pause
+        if until is not None and until <= time.monotonic():
             self.failed = True
             raise ReadTimeout("timed out")
-        self.sock.settimeout(wait)
+        self.waiting_until = until
         try:
-            return self.sock.recv_into(buffer)
-        except TimeoutError:
-            self.failed = True
-            raise ReadTimeout("timed out") from None
+            count = self.sock.recv_into(buffer)
         finally:
-            self.sock.settimeout(None)
+            self.waiting_until = None
+        if self.failed:
+            raise ReadTimeout("timed out")
+        return count
 
 
 class Waiting:
@@ -127,6 +144,7 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
         server: Server = self.server
         sock = self.socket  # pywsgi clears self.socket when the connection ends
         server.connections.add(sock)
+        server.readers.add(self.reader)
         self.reader.within(self.limits.header)
         server.waiting.enter(self)
         try:
@@ -135,6 +153,7 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
             pass
         finally:
             server.waiting.leave(self)
+            server.readers.discard(self.reader)
             server.connections.discard(sock)
 
     def evict(self) -> None:
@@ -195,6 +214,28 @@ class Server(PyWSGIServer):  # type: ignore[misc]
         self.connections = connections
         self.limits = limits
         self.waiting = Waiting(limits.waiting)
+        self.readers: set[TimedReader] = set()
+        self._sweeper: gevent.Greenlet | None = None
+
+    def start(self) -> None:
+        super().start()
+        if self._sweeper is None:
+            self._sweeper = gevent.spawn(self.sweep_forever)
+
+    def sweep_forever(self) -> None:
+        while True:
+            gevent.sleep(SWEEP_INTERVAL)
+            self.sweep(time.monotonic())
+
+    def sweep(self, now: float) -> None:
+        """End every read that has waited past its deadline."""
+        for reader in list(self.readers):
+            reader.overran(now)
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.kill(block=False)
+        super().close()
 
 
 class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
