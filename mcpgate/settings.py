@@ -11,112 +11,16 @@ argument parser and both README tables are generated from these declarations
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import os
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
+from . import validators
 from .declarations import MiB, declare, load, non_negative, positive
 from .declarations import SettingsError as SettingsError  # the error every caller of the settings catches
 from .declarations import add_arguments as add_arguments
 from .declarations import declared as declared
 from .declarations import markdown_table as table
-
-# -- validators --------------------------------------------------------------------------------------------
-
-
-def _command(value: str) -> str | None:
-    if not value:
-        return None
-    try:
-        return None if shlex.split(value) else "must name a program"
-    except ValueError as exc:
-        return f"is not valid shell-word syntax ({exc})"
-
-
-def _directory(value: str) -> str | None:
-    return None if not value or os.path.isdir(value) else "must name an existing directory"
-
-
-def _path(value: str) -> str | None:
-    return (
-        None if value.startswith("/") and value != "/" and " " not in value else "must start with / (for example /mcp)"
-    )
-
-
-def _stderr(value: str) -> str | None:
-    return (
-        None
-        if value in ("inherit", "discard") or value.startswith("/")
-        else 'must be "inherit", "discard" or an absolute file path'
-    )
-
-
-def _env_object(value: Any) -> str | None:
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        return 'must be a JSON object of strings, for example {"API_URL": "https://..."}'
-    return None
-
-
-def _log_level(value: str) -> str | None:
-    return None if value.upper() in ("DEBUG", "INFO", "WARNING", "ERROR") else "must be DEBUG, INFO, WARNING or ERROR"
-
-
-def _networks(value: tuple[str, ...]) -> str | None:
-    for entry in value:
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            return f"must list IP addresses or networks (for example 10.0.0.0/8), not {entry!r}"
-    return None
-
-
-def _bind(value: str) -> str | None:
-    if not value:
-        return None
-    if value.startswith("unix:"):
-        return None if len(value) > 5 else "must name a socket path after unix:"
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return "must be HOST:PORT (for example 127.0.0.1:8000) or unix:PATH"
-    return None
-
-
-def _port(value: int) -> str | None:
-    return None if 0 <= value < 65536 else "must be a TCP port (1-65535)"
-
-
-def _access_log(value: str) -> str | None:
-    return None if value in ("", "-") or value.startswith("/") else 'must be "-" (stderr) or an absolute file path'
-
-
-def _url(value: str) -> str | None:
-    parts = urlsplit(value)
-    return None if parts.scheme in ("http", "https") and parts.netloc else "must be an http:// or https:// URL"
-
-
-def _header(text: str) -> tuple[str, str]:
-    name, sep, rest = text.partition(":")
-    name = name.strip()
-    if not sep or not name or any(ch.isspace() or ord(ch) < 0x21 or ord(ch) > 0x7E for ch in name):
-        raise ValueError(f"expected 'Name: value', got {text!r}")
-    rest = rest.strip()
-    if "\r" in rest or "\n" in rest:
-        raise ValueError("a header value must not contain CR or LF")
-    return name, rest
-
-
-def _token(value: str) -> str | None:
-    """RFC 6750 b64token characters (plus the usual visible ASCII) and nothing else."""
-    return (
-        None
-        if all(0x21 <= ord(ch) <= 0x7E for ch in value)
-        else "holds characters a bearer token cannot have (whitespace or control characters)"
-    )
-
 
 BIND_DEFAULT = "127.0.0.1:8000"
 
@@ -132,14 +36,16 @@ class Settings:
         "",
         "The stdio MCP server to run, split with POSIX shell-word rules and run without a "
         "shell. Empty: the bundled demo server.",
-        validate=_command,
+        validate=validators.command,
     )
-    cwd: str = declare("", "Working directory of the child; must exist. Empty: the gateway's own.", validate=_directory)
+    cwd: str = declare(
+        "", "Working directory of the child; must exist. Empty: the gateway's own.", validate=validators.directory
+    )
     child_env: dict[str, str] = declare(
         {},
         "Extra environment variables for the child, as a JSON object. Only "
         "HOME, LOGNAME, PATH, SHELL, TERM and USER are inherited otherwise.",
-        validate=_env_object,
+        validate=validators.env_object,
     )
     pass_env: tuple[str, ...] = declare(
         (),
@@ -150,24 +56,24 @@ class Settings:
         "inherit",
         'Child stderr: "inherit" (logged line by line with the session id), '
         '"discard", or an absolute file path to append to.',
-        validate=_stderr,
+        validate=validators.stderr,
     )
-    path: str = declare("/mcp", "The Streamable HTTP endpoint path.", validate=_path)
+    path: str = declare("/mcp", "The Streamable HTTP endpoint path.", validate=validators.path)
     sse_path: str = declare(
         "/sse",
         "The 2024-11-05 HTTP+SSE transport: the path a client GETs to open its session's stream.",
-        validate=_path,
+        validate=validators.path,
     )
     messages_path: str = declare(
         "/messages",
         "The 2024-11-05 HTTP+SSE transport: the path its clients POST messages to (?session_id=...).",
-        validate=_path,
+        validate=validators.path,
     )
     auth_token: str = declare(
         "",
         "When set, every request to the MCP endpoint must carry Authorization: Bearer "
         "<this token> (401 otherwise). Never logged, never passed to the child.",
-        validate=_token,
+        validate=validators.token,
         secret=True,
     )
     allow_unauthenticated: bool = declare(
@@ -196,7 +102,7 @@ class Settings:
         "Comma-separated peer addresses or networks "
         "allowed to use a loopback Host name (localhost, 127.0.0.1, [::1]): "
         "loopback, plus a reverse proxy on another machine if you run one.",
-        validate=_networks,
+        validate=validators.networks,
         shown_default="127.0.0.0/8,::1",
     )
     max_sessions: int = declare(
@@ -266,20 +172,20 @@ class Settings:
     )
     term_timeout: float = declare(2.0, "Seconds to wait after SIGTERM before SIGKILL.", validate=non_negative)
     log_level: str = declare(
-        "INFO", "Log level: DEBUG logs each message's direction, session, method and id.", validate=_log_level
+        "INFO", "Log level: DEBUG logs each message's direction, session, method and id.", validate=validators.log_level
     )
     # gunicorn's own knobs (read by mcpgate/gunicorn_config.py)
     bind: str = declare(
         "",
         "gunicorn: the address to listen on, HOST:PORT or unix:PATH. Not together with PORT.",
-        validate=_bind,
+        validate=validators.bind,
         shown_default=BIND_DEFAULT,
     )
     port: int = declare(
         0,
         "gunicorn: when set (as Heroku-style platforms do), listen on 0.0.0.0:PORT.",
         env="PORT",
-        validate=_port,
+        validate=validators.port,
         shown_default="(unset)",
     )
     worker_connections: int = declare(
@@ -308,7 +214,9 @@ class Settings:
         15, "gunicorn: seconds a graceful shutdown waits for replies and children.", validate=positive
     )
     access_log: str = declare(
-        "", 'gunicorn: access log, "-" for stderr or an absolute file path. Empty: none.', validate=_access_log
+        "",
+        'gunicorn: access log, "-" for stderr or an absolute file path. Empty: none.',
+        validate=validators.access_log,
     )
 
     def problem(self) -> str | None:
@@ -353,7 +261,7 @@ class RelaySettings:
         env=None,
         flag="url",
         metavar="URL",
-        validate=_url,
+        validate=validators.url,
         shown_default="(required)",
     )
     header: tuple[tuple[str, str], ...] = declare(
@@ -362,7 +270,7 @@ class RelaySettings:
         env=None,
         flag="--header",
         short="-H",
-        item=_header,
+        item=validators.header,
         metavar="'NAME: VALUE'",
     )
     transport: str = declare(
@@ -429,7 +337,7 @@ class RelaySettings:
         "",
         "Sent as Authorization: Bearer <token> (preferred over -H: command lines show in ps). Never logged.",
         env=TOKEN_ENV,
-        validate=_token,
+        validate=validators.token,
         secret=True,
     )
 

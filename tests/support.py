@@ -248,3 +248,19 @@ async def on_sample(context: Any, params: types.CreateMessageRequestParams) -> t
     return types.CreateMessageResult(
         role="assistant", model="stub", content=types.TextContent(type="text", text=text.upper())
     )
+
+
+async def demo_round_trips(client: Any) -> None:
+    """The demo server's progress, elicitation and sampling round trips through an SDK client (one that
+    answers with on_elicit and on_sample)."""
+    updates: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append(progress)
+
+    slow = await client.call_tool("slow", {"seconds": 0.3, "steps": 3}, progress_callback=on_progress)
+    assert slow.content[0].text.startswith("done") and updates == [1, 2, 3]
+    asked = await client.call_tool("ask_name", {})
+    assert asked.content[0].text == "Hello, Grace"
+    sampled = await client.call_tool("sample", {"prompt": "shout this"})
+    assert sampled.content[0].text == "SHOUT THIS"

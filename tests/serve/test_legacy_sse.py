@@ -21,6 +21,7 @@ from tests.support import (
     FIXTURES,
     HEADERS,
     Gateway,
+    demo_round_trips,
     direct_children,
     init_body,
     on_elicit,
@@ -142,19 +143,9 @@ def test_sdk_sse_client_progress_elicitation_sampling(gateway_factory: Any) -> N
     gw = gateway_factory()
 
     async def main() -> None:
-        updates: list[float] = []
-
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            updates.append(progress)
-
         with anyio.fail_after(HANG_GUARD):
             async with sdk_client(sse_url(gw), []) as client:
-                slow = await client.call_tool("slow", {"seconds": 0.3, "steps": 3}, progress_callback=on_progress)
-                assert slow.content[0].text.startswith("done") and updates == [1, 2, 3]  # type: ignore[union-attr]
-                asked = await client.call_tool("ask_name", {})
-                assert asked.content[0].text == "Hello, Grace"  # type: ignore[union-attr]
-                sampled = await client.call_tool("sample", {"prompt": "shout this"})
-                assert sampled.content[0].text == "SHOUT THIS"  # type: ignore[union-attr]
+                await demo_round_trips(client)
 
     anyio.run(main)
 

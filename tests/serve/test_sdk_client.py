@@ -11,7 +11,7 @@ import anyio
 import pytest
 from mcp import Client, types
 
-from tests.support import FIXTURES, on_elicit, on_sample
+from tests.support import FIXTURES, demo_round_trips, on_elicit, on_sample
 
 HANG_GUARD = 60
 
@@ -48,17 +48,7 @@ def test_demo_tools_resources_prompts(demo_gateway: Any) -> None:
 
 def test_demo_progress_elicitation_sampling(demo_gateway: Any) -> None:
     async def body(client: Client, _: list[Any]) -> None:
-        updates: list[float] = []
-
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            updates.append(progress)
-
-        slow = await client.call_tool("slow", {"seconds": 0.3, "steps": 3}, progress_callback=on_progress)
-        assert slow.content[0].text.startswith("done") and updates == [1, 2, 3]  # type: ignore[union-attr]
-        asked = await client.call_tool("ask_name", {})
-        assert asked.content[0].text == "Hello, Grace"  # type: ignore[union-attr]
-        sampled = await client.call_tool("sample", {"prompt": "shout this"})
-        assert sampled.content[0].text == "SHOUT THIS"  # type: ignore[union-attr]
+        await demo_round_trips(client)
 
     run_client(demo_gateway.url, body)
 
