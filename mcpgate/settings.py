@@ -111,6 +111,47 @@ class Settings:
     session_idle_ttl: float = declare(
         1800.0, "Seconds a session may stay idle before its child is stopped.", validate=positive
     )
+    modern_only: bool = declare(
+        False,
+        "Serve only MCP 2026-07-28 (stateless): initialize is refused naming the supported revisions, GET and "
+        "DELETE get 405. Off: one endpoint serves both eras.",
+    )
+    cache_ttl_ms: int = declare(
+        60000,
+        "ttlMs put on the cacheable 2026-07-28 results (discover, the lists, resources/read) that carry none.",
+        validate=non_negative,
+    )
+    probe_timeout: float = declare(
+        3.0,
+        "Seconds a pooled child has to answer server/discover before it is taken for a legacy (initialize) server.",
+        validate=positive,
+    )
+    pool_children: int = declare(
+        4, "Most pooled children per principal serving 2026-07-28 requests; past it, requests wait.", validate=positive
+    )
+    pool_child_requests: int = declare(
+        16, "Requests in flight per pooled child before the pool starts another.", validate=positive
+    )
+    pool_idle_ttl: float = declare(
+        300.0, "Seconds a pooled child may stay idle before it is stopped.", validate=positive
+    )
+    pool_wait: float = declare(
+        30.0,
+        "Seconds a 2026-07-28 request waits for a pooled child to take it; then 503.",
+        validate=positive,
+    )
+    pool_restarts: int = declare(
+        5,
+        "Crashes of a principal's pooled children within a minute before the pool stops restarting them (503 "
+        "naming the reason until the minute has passed).",
+        validate=positive,
+    )
+    input_ttl: float = declare(
+        120.0,
+        "Seconds a bridged input request (elicitation, sampling, roots for a legacy child) waits for the "
+        "client's retry; then the child's call is cancelled and its requestState expires.",
+        validate=positive,
+    )
     max_body_bytes: int = declare(8 * MiB, "Largest POST body accepted (413 past it).", validate=positive)
     max_message_bytes: int = declare(
         8 * MiB, "Largest message line a child may write; past it the session closes.", validate=positive

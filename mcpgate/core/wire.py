@@ -12,3 +12,11 @@ LAST_EVENT_ID = "Last-Event-ID"
 METHOD = "Mcp-Method"
 NAME = "Mcp-Name"
 PARAM_PREFIX = "Mcp-Param-"
+
+# 2026-07-28 reserved _meta keys (per request and per result)
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
