@@ -1,0 +1,152 @@
+"""The gateway's own MRTR `requestState` for bridged legacy children: sealed, opened, never trusted.
+
+A 2026-07-28 client echoes `requestState` back verbatim on its retry, and the spec asks a server to treat
+it as attacker-controlled: integrity-protected, bound to the authenticated principal, short-lived, and
+rejected when it fails verification. A token here is
+
+    "mg1." + base64url(payload + HMAC-SHA256(mac_key, "mg1." + payload))         (no padding)
+
+    payload = round (uint32) | expiry (uint64, ms) | principal tag (16 bytes) | binding tag (16 bytes)
+              | continuation (UTF-8)
+
+The principal tag and the binding tag are keyed hashes (HMAC with keys derived from the sealer's key), so
+the token names neither the principal nor the binding in a form anyone without the key can read or test
+guesses against; because the tags sit inside the MAC'd payload, another principal's state is told apart
+("foreign") from state that was altered ("tampered"). Parsing is a fixed binary layout after a length
+bound and a strict alphabet check (no pickle, no eval, no JSON), and the base64 must be canonical, so no
+two token strings open to the same state.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+VERSION: Final = "mg1."
+# Longest token open() will look at; seal() refuses a continuation that would not fit.
+MAX_TOKEN_CHARS: Final = 8192
+MAX_ROUND: Final = 2**32 - 1
+
+_HEAD = struct.Struct(">IQ16s16s")  # round, expiry in ms, principal tag, binding tag
+_MAC_SIZE = hashlib.sha256().digest_size
+_TAG_SIZE = 16
+_BODY = re.compile(r"[A-Za-z0-9_-]+")
+
+Reason = Literal["malformed", "tampered", "expired", "foreign"]
+
+
+@dataclass(frozen=True, slots=True)
+class StateError:
+    """Why a presented `requestState` was refused (the retry must fail; `message` is safe to show)."""
+
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """What a verified `requestState` carries."""
+
+    continuation: str
+    round: int
+
+
+class StateSealer:
+    """Seals and opens `requestState` tokens with one key (per process unless one is given).
+
+    `ttl` seconds after sealing a token expires; `clock` gives the current time in seconds. A `binding`
+    (e.g. the method and a digest of the request's salient params) may be passed to both seal and open:
+    state presented on a request with another binding is refused as foreign.
+    """
+
+    __slots__ = ("_binding_key", "_clock", "_mac_key", "_principal_key", "ttl")
+
+    def __init__(self, key: bytes | None = None, ttl: float = 120.0, clock: Callable[[], float] = time.time) -> None:
+        if key is None:
+            key = secrets.token_bytes(32)
+        if len(key) < 16:
+            raise ValueError("the requestState key must have at least 16 bytes")
+        if not ttl > 0:
+            raise ValueError("ttl must be positive")
+        self.ttl = ttl
+        self._clock = clock
+        self._mac_key = _derive(key, b"mac")
+        self._principal_key = _derive(key, b"principal")
+        self._binding_key = _derive(key, b"binding")
+
+    def seal(self, principal: str, continuation: str, round: int, *, binding: str = "") -> str:
+        """A url-safe ASCII token for this principal's `continuation` at `round`, valid for `ttl` seconds."""
+        if not 0 <= round <= MAX_ROUND:
+            raise ValueError(f"round must be within 0..{MAX_ROUND}")
+        expiry = int((self._clock() + self.ttl) * 1000)
+        head = _HEAD.pack(round, expiry, self._principal_tag(principal), self._binding_tag(binding))
+        payload = head + continuation.encode("utf-8")
+        token = VERSION + _b64(payload + self._mac(payload))
+        if len(token) > MAX_TOKEN_CHARS:
+            raise ValueError(f"the continuation is too long for a requestState of {MAX_TOKEN_CHARS} characters")
+        return token
+
+    def open(self, token: object, principal: str, *, binding: str = "") -> Opened | StateError:
+        """The sealed state, or why it is refused (checked in this order: shape, integrity, principal and
+        binding, expiry)."""
+        payload = _payload(token)
+        if isinstance(payload, StateError):
+            return payload
+        body, mac = payload[:-_MAC_SIZE], payload[-_MAC_SIZE:]
+        if not hmac.compare_digest(mac, self._mac(body)):
+            return StateError("tampered", "requestState failed verification")
+        round_, expiry, principal_tag, binding_tag = _HEAD.unpack_from(body)
+        if not hmac.compare_digest(principal_tag, self._principal_tag(principal)):
+            return StateError("foreign", "requestState was issued to another principal")
+        if not hmac.compare_digest(binding_tag, self._binding_tag(binding)):
+            return StateError("foreign", "requestState was issued for another request")
+        if self._clock() * 1000 >= expiry:
+            return StateError("expired", "requestState has expired; send the original request again")
+        try:
+            continuation = body[_HEAD.size :].decode("utf-8")
+        except UnicodeDecodeError:  # only a token sealed by another implementation with this key
+            return StateError("malformed", "requestState is not valid")
+        return Opened(continuation, round_)
+
+    def _mac(self, payload: bytes) -> bytes:
+        return hmac.new(self._mac_key, VERSION.encode("ascii") + payload, hashlib.sha256).digest()
+
+    def _principal_tag(self, principal: str) -> bytes:
+        return _tag(self._principal_key, principal)
+
+    def _binding_tag(self, binding: str) -> bytes:
+        return _tag(self._binding_key, binding)
+
+
+def _derive(key: bytes, purpose: bytes) -> bytes:
+    return hmac.new(key, b"mcpgate requestState " + purpose, hashlib.sha256).digest()
+
+
+def _tag(key: bytes, value: str) -> bytes:
+    return hmac.new(key, value.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()[:_TAG_SIZE]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _payload(token: object) -> bytes | StateError:
+    """The decoded bytes of a well-shaped token (payload + MAC), or malformed."""
+    bad = StateError("malformed", "requestState is not valid")
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or not token.startswith(VERSION):
+        return bad
+    body = token[len(VERSION) :]
+    if not _BODY.fullmatch(body) or len(body) % 4 == 1:
+        return bad
+    data = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    if len(data) < _HEAD.size + _MAC_SIZE or _b64(data) != body:  # short, or a non-canonical encoding
+        return bad
+    return data

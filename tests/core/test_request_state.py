@@ -1,0 +1,190 @@
+"""StateSealer: the gateway's MRTR requestState round-trips, and every altered, foreign, expired or
+oversized token is refused with its reason."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from mcpgate.core.request_state import MAX_TOKEN_CHARS, Opened, StateError, StateSealer
+
+KEY = bytes(range(32))
+PRINCIPAL = "alice@example.test"
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sealer(clock: FakeClock | None = None, key: bytes = KEY, ttl: float = 120.0) -> StateSealer:
+    return StateSealer(key, ttl=ttl, clock=clock or FakeClock())
+
+
+def reason(result: Opened | StateError) -> str:
+    assert isinstance(result, StateError), result
+    assert result.message
+    return result.reason
+
+
+@pytest.mark.parametrize(
+    ("continuation", "round_"),
+    [
+        pytest.param("c-1", 0, id="simple"),
+        pytest.param("", 1, id="empty-continuation"),
+        pytest.param("ünïcødé ☃ " * 20, 7, id="unicode"),
+        pytest.param("x" * 5000, 2**32 - 1, id="long-and-last-round"),
+    ],
+)
+def test_round_trip(continuation: str, round_: int) -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, continuation, round_)
+    assert token.startswith("mg1.")
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+", token)
+    assert s.open(token, PRINCIPAL) == Opened(continuation, round_)
+
+
+def test_the_principal_is_not_readable_from_the_token() -> None:
+    token = sealer().seal(PRINCIPAL, "c", 0)
+    raw = base64.urlsafe_b64decode(token[4:] + "=" * (-len(token[4:]) % 4))
+    assert PRINCIPAL.encode() not in raw
+    assert b"alice" not in raw
+
+
+def test_a_fresh_sealer_makes_its_own_key() -> None:
+    token = StateSealer().seal(PRINCIPAL, "c", 0)
+    assert reason(StateSealer().open(token, PRINCIPAL)) == "tampered"
+
+
+def test_every_character_changed_is_refused() -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, "continuation-42", 3)
+    alphabet = "AQgw_-9"  # values that differ in high and low bits
+    for index, char in enumerate(token):
+        for replacement in alphabet:
+            if replacement == char:
+                continue
+            altered = token[:index] + replacement + token[index + 1 :]
+            assert reason(s.open(altered, PRINCIPAL)) in {"malformed", "tampered"}, (index, replacement)
+
+
+def test_every_payload_byte_flipped_is_tampered() -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, "continuation-42", 3)
+    raw = bytearray(base64.urlsafe_b64decode(token[4:] + "=" * (-len(token[4:]) % 4)))
+    for index in range(len(raw)):
+        for bit in (0x01, 0x80):
+            flipped = bytearray(raw)
+            flipped[index] ^= bit
+            altered = "mg1." + base64.urlsafe_b64encode(bytes(flipped)).rstrip(b"=").decode()
+            assert reason(s.open(altered, PRINCIPAL)) == "tampered", (index, bit)
+
+
+def test_non_canonical_base64_is_refused() -> None:
+    """The last character's unused low bits changed: the same bytes, another string."""
+    s = sealer()
+    for continuation in ("a", "ab", "abc"):  # payload lengths with each remainder mod 3
+        token = s.seal(PRINCIPAL, continuation, 0)
+        raw = base64.urlsafe_b64decode(token[4:] + "=" * (-len(token[4:]) % 4))
+        if len(raw) % 3 == 0:
+            continue
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+        last = alphabet.index(token[-1])
+        twin = token[:-1] + alphabet[last | 1]
+        assert twin != token
+        assert base64.urlsafe_b64decode(twin[4:] + "=" * (-len(twin[4:]) % 4)) == raw
+        assert reason(s.open(twin, PRINCIPAL)) == "malformed"
+
+
+@pytest.mark.parametrize("keep", [0, 3, 4, 5, 10, 40, -1, -2, -43])
+def test_truncated(keep: int) -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, "continuation", 1)
+    assert reason(s.open(token[:keep], PRINCIPAL)) in {"malformed", "tampered"}
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("mg1.", id="prefix-only"),
+        pytest.param("mg2.AAAA", id="other-version"),
+        pytest.param("mg1.AAAA AAAA", id="space"),
+        pytest.param("mg1.AAAA=", id="padding"),
+        pytest.param("mg1.AAAA+/AA", id="standard-alphabet"),
+        pytest.param("mg1.AAAA\n", id="newline"),
+        pytest.param("mg1." + "A" * 101, id="impossible-length"),
+        pytest.param("mg1." + "é" * 100, id="non-ascii"),
+    ],
+)
+def test_malformed_strings(token: str) -> None:
+    assert reason(sealer().open(token, PRINCIPAL)) == "malformed"
+
+
+@pytest.mark.parametrize(
+    "token",
+    [None, 42, 4.2, True, b"mg1.AAAA", ["mg1."], {"state": "mg1."}],
+    ids=["none", "int", "float", "bool", "bytes", "list", "dict"],
+)
+def test_non_string(token: object) -> None:
+    assert reason(sealer().open(token, PRINCIPAL)) == "malformed"
+
+
+def test_wrong_principal_is_foreign() -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, "c", 0)
+    assert reason(s.open(token, "mallory@example.test")) == "foreign"
+    assert reason(s.open(token, "")) == "foreign"
+    assert isinstance(s.open(token, PRINCIPAL), Opened)
+
+
+def test_wrong_binding_is_foreign() -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, "c", 0, binding="tools/call:abc")
+    assert reason(s.open(token, PRINCIPAL, binding="tools/call:xyz")) == "foreign"
+    assert reason(s.open(token, PRINCIPAL)) == "foreign"
+    assert s.open(token, PRINCIPAL, binding="tools/call:abc") == Opened("c", 0)
+
+
+def test_expired_with_a_fake_clock() -> None:
+    clock = FakeClock()
+    s = sealer(clock, ttl=30.0)
+    token = s.seal(PRINCIPAL, "c", 2)
+    clock.now += 29.999
+    assert s.open(token, PRINCIPAL) == Opened("c", 2)
+    clock.now += 0.001
+    assert reason(s.open(token, PRINCIPAL)) == "expired"
+    clock.now += 10_000
+    assert reason(s.open(token, PRINCIPAL)) == "expired"
+
+
+def test_another_key_is_tampered() -> None:
+    token = sealer(key=KEY).seal(PRINCIPAL, "c", 0)
+    assert reason(sealer(key=bytes(32)).open(token, PRINCIPAL)) == "tampered"
+
+
+def test_oversized_is_malformed_without_decoding() -> None:
+    s = sealer()
+    assert reason(s.open("mg1." + "A" * (MAX_TOKEN_CHARS - 3), PRINCIPAL)) == "malformed"
+    assert reason(s.open("mg1." + "A" * 50_000_000, PRINCIPAL)) == "malformed"
+
+
+def test_seal_refuses_what_open_could_not_take() -> None:
+    s = sealer()
+    with pytest.raises(ValueError, match="too long"):
+        s.seal(PRINCIPAL, "x" * MAX_TOKEN_CHARS, 0)
+    with pytest.raises(ValueError, match="round"):
+        s.seal(PRINCIPAL, "c", -1)
+    with pytest.raises(ValueError, match="round"):
+        s.seal(PRINCIPAL, "c", 2**32)
+
+
+@pytest.mark.parametrize(("key", "ttl"), [(b"short", 120.0), (KEY, 0.0), (KEY, -1.0)])
+def test_bad_construction(key: bytes, ttl: float) -> None:
+    with pytest.raises(ValueError):
+        StateSealer(key, ttl=ttl)
