@@ -3,6 +3,7 @@ requests, and process checks. Test modules import from here, never from each oth
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -11,12 +12,21 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from mcp import types
 
-from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
+from mcpgate.core.wire import (
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_PROTOCOL_VERSION,
+    METHOD,
+    NAME,
+    PROTOCOL_VERSION,
+    SESSION_ID,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -197,6 +207,83 @@ def sse_messages(body: bytes) -> list[dict[str, Any]]:
         if "".join(data):
             out.append(json.loads("\n".join(data)))
     return out
+
+
+# -- 2026-07-28 requests by raw HTTP: per-request _meta, the request-metadata headers --
+
+MODERN = "2026-07-28"
+
+
+def modern_headers(method: str, name: str | None = None, version: str = MODERN) -> dict[str, str]:
+    """The headers of a 2026-07-28 POST: MCP-Protocol-Version, Mcp-Method and (when given) Mcp-Name."""
+    headers = {**HEADERS, PROTOCOL_VERSION: version, METHOD: method}
+    return headers if name is None else {**headers, NAME: name}
+
+
+def modern_body(
+    msg_id: Any,
+    method: str,
+    params: dict[str, Any] | None = None,
+    caps: dict[str, Any] | None = None,
+    version: str = MODERN,
+) -> dict[str, Any]:
+    """A 2026-07-28 request: `params` plus the required _meta fields (clientCapabilities `caps`, default {})."""
+    meta = {
+        META_PROTOCOL_VERSION: version,
+        META_CLIENT_CAPABILITIES: caps or {},
+        META_CLIENT_INFO: {"name": "t", "version": "1"},
+    }
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+def post_modern(
+    gw: Gateway, body: dict[str, Any], headers: dict[str, str] | None = None, timeout: float = 30.0
+) -> Reply:
+    """POST a 2026-07-28 message; headers default to those mirrored from the body (version, method, name/uri)."""
+    if headers is None:
+        params = body.get("params") or {}
+        version = (params.get("_meta") or {}).get(META_PROTOCOL_VERSION, MODERN)
+        name = params.get("uri" if body["method"] == "resources/read" else "name")
+        headers = modern_headers(body["method"], name if isinstance(name, str) else None, version)
+    return gw.request("POST", body=body, headers=headers, timeout=timeout)
+
+
+def reply_messages(reply: Reply) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a reply, whether it is one JSON object or an SSE stream."""
+    if reply.content_type.startswith("text/event-stream"):
+        return sse_messages(reply.body)
+    return [reply.json()]
+
+
+def reply_message(reply: Reply) -> dict[str, Any]:
+    """The last JSON-RPC message of a reply (the response, when the reply is an SSE stream)."""
+    messages = reply_messages(reply)
+    assert messages, reply
+    return messages[-1]
+
+
+MODERN_CHILD = f"{sys.executable} {FIXTURES / 'modern_server.py'}"  # MCPGATE_COMMAND of the SDK-written child
+
+
+@contextlib.contextmanager
+def serving(env: dict[str, str] | None = None) -> Iterator[Gateway]:
+    """A ready gateway for a `with` block (e.g. one per test module), stopped at its end."""
+    gw = Gateway(env)
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> bool:
+    """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def assert_serves_the_demo(python: str, cwd: Path, config: str | None = None) -> None:
