@@ -1,0 +1,371 @@
+"""Pure decisions of the 2026-07-28 (modern, stateless) era: is a message modern, the validation ladder a
+Streamable HTTP request passes before it is served, and the rewriting of params and results between a modern
+client and a child of either era.
+
+The ladder, first failure wins (the statuses and codes of the 2026-07-28 transport and base-protocol pages):
+  1. a required _meta field missing or of the wrong type            -> 400 / -32602
+  2. MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Param-* headers
+     missing, invalid or disagreeing with the body                  -> 400 / -32020 (HeaderMismatch)
+  3. a protocol version this gateway does not serve                 -> 400 / -32022, data {supported, requested}
+  4. a client capability the request needs (missing_capabilities)   -> 400 / -32021 (decided by the caller)
+  5. a method the modern era does not have                          -> 404 / -32601
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from . import jsonrpc, versions, wire
+from .header_values import argument_value, decode_header_value, matches_body, show, tool_header_params
+from .jsonrpc import Notification, Request
+
+__all__ = [
+    "CACHEABLE",
+    "HEADER_MISMATCH",
+    "INPUT_CAPABILITY",
+    "INPUT_METHODS",
+    "MISSING_CLIENT_CAPABILITY",
+    "MODERN_METHODS",
+    "MRTR_METHODS",
+    "SUPPORTED_MODERN",
+    "Failure",
+    "capability_failure",
+    "client_capabilities",
+    "decode_header_value",
+    "discover_from_initialize",
+    "is_discover_result",
+    "is_modern",
+    "legacy_params",
+    "missing_capabilities",
+    "recognised_modern_error",
+    "stamp_result",
+    "tool_header_params",
+    "validate",
+]
+
+SUPPORTED_MODERN = versions.MODERN
+HEADER_MISMATCH = -32020
+MISSING_CLIENT_CAPABILITY = -32021
+MODERN_ERRORS = frozenset({HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION})
+
+CACHEABLE = frozenset(
+    {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
+INPUT_CAPABILITY: Mapping[str, str] = {
+    "elicitation/create": "elicitation",
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+}
+INPUT_METHODS = frozenset(INPUT_CAPABILITY)
+MRTR_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
+# The ClientRequest union of the 2026-07-28 schema (ping, initialize, logging/setLevel, resources/subscribe and
+# resources/unsubscribe are gone).
+MODERN_METHODS = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "completion/complete",
+        "subscriptions/listen",
+    }
+)
+# Which body field Mcp-Name mirrors, per method.
+NAME_FIELD: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# The per-request _meta fields a legacy child does not know (progressToken and everything else stay).
+REQUEST_META_KEYS = frozenset(
+    {wire.META_PROTOCOL_VERSION, wire.META_CLIENT_CAPABILITIES, wire.META_CLIENT_INFO, wire.META_LOG_LEVEL}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    status: int  # HTTP status
+    code: int  # JSON-RPC error code
+    message: str
+    data: Any = None
+
+
+def _meta(message: Request | Notification) -> dict[str, Any] | None:
+    params = message.params
+    if isinstance(params, dict):
+        meta = params.get("_meta")
+        if isinstance(meta, dict):
+            return meta
+    return None
+
+
+def is_modern(message: Request | Notification) -> bool:
+    """Positive evidence of the modern era: params._meta carries the protocol version or the client capabilities
+    (whatever their values), or the method is server/discover."""
+    if message.method == "server/discover":
+        return True
+    meta = _meta(message)
+    return meta is not None and (wire.META_PROTOCOL_VERSION in meta or wire.META_CLIENT_CAPABILITIES in meta)
+
+
+def validate(
+    message: Request | Notification,
+    header: Callable[[str], str | None],
+    *,
+    supported: tuple[str, ...] = versions.MODERN,
+    param_headers: Mapping[str, str] | None = None,
+) -> Failure | None:
+    """The ladder of the module docstring (rungs 1, 2, 3, 5); None when the request may be served.
+
+    `header(name)` returns the raw value of a request header (looked up case-insensitively) or None;
+    `param_headers` maps a tools/call argument (path key) to its Mcp-Param-* header name (tool_header_params).
+    A notification needs no _meta and is never refused for its method (no header rules exist for one)."""
+    meta = _meta(message)
+    is_request = isinstance(message, Request)
+    if is_request:
+        failure = _check_meta(message, meta)
+        if failure is not None:
+            return failure
+    body_version = meta.get(wire.META_PROTOCOL_VERSION) if meta is not None else None
+    failure = _check_version_header(header, body_version)
+    if failure is None and (is_request or header(wire.METHOD) is not None):
+        failure = _check_plain(header, wire.METHOD, message.method, "method")
+    if failure is None and is_request:
+        failure = _check_name(message, header)
+    if failure is None and is_request and param_headers and message.method == "tools/call":
+        failure = _check_params(message, header, param_headers)
+    if failure is not None:
+        return failure
+    version = (header(wire.PROTOCOL_VERSION) or "").strip(" \t")  # present: checked above
+    if version not in supported:
+        return Failure(
+            400,
+            jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
+            f"Unsupported protocol version {show(version)}; supported: {', '.join(supported)}",
+            {"supported": list(supported), "requested": version},
+        )
+    if is_request and message.method not in MODERN_METHODS:
+        return Failure(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {show(message.method)}")
+    return None
+
+
+def _check_meta(message: Request | Notification, meta: dict[str, Any] | None) -> Failure | None:
+    if meta is None:
+        return _invalid_params(
+            "params._meta is missing (it must carry the request's protocol version and client capabilities)"
+        )
+    version = meta.get(wire.META_PROTOCOL_VERSION)
+    if not isinstance(version, str):
+        return _invalid_params(f"params._meta[{wire.META_PROTOCOL_VERSION!r}] " + _wanted(version, "a string"))
+    capabilities = meta.get(wire.META_CLIENT_CAPABILITIES)
+    if not isinstance(capabilities, dict):
+        return _invalid_params(f"params._meta[{wire.META_CLIENT_CAPABILITIES!r}] " + _wanted(capabilities, "an object"))
+    return None
+
+
+def _wanted(value: object, kind: str) -> str:
+    return "is missing" if value is None else f"must be {kind}, not {show(value)}"
+
+
+def _invalid_params(message: str) -> Failure:
+    return Failure(400, jsonrpc.INVALID_PARAMS, "Invalid params: " + message)
+
+
+def _mismatch(name: str, message: str) -> Failure:
+    return Failure(400, HEADER_MISMATCH, f"Header mismatch: {message}", {"header": name})
+
+
+def _present(header: Callable[[str], str | None], name: str) -> str | Failure:
+    raw = header(name)
+    if raw is None:
+        return _mismatch(name, f"the {name} header is missing")
+    return raw
+
+
+def _check_version_header(header: Callable[[str], str | None], body_version: object) -> Failure | None:
+    name = wire.PROTOCOL_VERSION
+    raw = _present(header, name)
+    if isinstance(raw, Failure):
+        return raw
+    if body_version is None:  # a notification without _meta: the header alone names the version
+        return _plain_value(name, raw)
+    return _check_plain(header, name, body_version, f"_meta[{wire.META_PROTOCOL_VERSION!r}]")
+
+
+def _plain_value(name: str, raw: str) -> Failure | None:
+    decoded = decode_header_value(raw)
+    if decoded is None or decoded != raw.strip(" \t"):
+        return _mismatch(name, f"the {name} header value {show(raw)} has invalid characters")
+    return None
+
+
+def _check_plain(header: Callable[[str], str | None], name: str, body: object, field: str) -> Failure | None:
+    """A header without the Base64 sentinel (MCP-Protocol-Version, Mcp-Method): equal to the body, exactly."""
+    raw = _present(header, name)
+    if isinstance(raw, Failure):
+        return raw
+    failure = _plain_value(name, raw)
+    if failure is not None:
+        return failure
+    value = raw.strip(" \t")
+    if value != body:
+        return _mismatch(name, f"{name} header value {show(value)} does not match the body's {field} {show(body)}")
+    return None
+
+
+def _check_name(message: Request | Notification, header: Callable[[str], str | None]) -> Failure | None:
+    field = NAME_FIELD.get(message.method)
+    if field is None:
+        return None
+    name = wire.NAME
+    raw = _present(header, name)
+    if isinstance(raw, Failure):
+        return raw
+    decoded = decode_header_value(raw)
+    if decoded is None:
+        return _mismatch(name, f"the {name} header value {show(raw)} is not a valid plain or Base64 value")
+    params = message.params if isinstance(message.params, dict) else {}
+    body = params.get(field)
+    if decoded != body:
+        return _mismatch(
+            name, f"{name} header value {show(decoded)} does not match the body's params.{field} {show(body)}"
+        )
+    return None
+
+
+def _check_params(
+    message: Request | Notification, header: Callable[[str], str | None], param_headers: Mapping[str, str]
+) -> Failure | None:
+    params = message.params if isinstance(message.params, dict) else {}
+    arguments = params.get("arguments")
+    for key, name in param_headers.items():
+        body = argument_value(arguments, key)
+        if body is None:  # absent or null: the client omits the header, and a stray one is ignored
+            continue
+        raw = header(name)
+        if raw is None:
+            return _mismatch(name, f"the {name} header is missing but the body's argument {key!r} is {show(body)}")
+        decoded = decode_header_value(raw)
+        if decoded is None:
+            return _mismatch(name, f"the {name} header value {show(raw)} is not a valid plain or Base64 value")
+        if not matches_body(decoded, body):
+            return _mismatch(
+                name, f"{name} header value {show(decoded)} does not match the body's argument {key!r} {show(body)}"
+            )
+    return None
+
+
+# -- capabilities ------------------------------------------------------------------------------------------------
+
+
+def client_capabilities(message: Request | Notification) -> dict[str, Any]:
+    """The clientCapabilities the request declares ({} when it declares none)."""
+    meta = _meta(message)
+    capabilities = meta.get(wire.META_CLIENT_CAPABILITIES) if meta is not None else None
+    return capabilities if isinstance(capabilities, dict) else {}
+
+
+def missing_capabilities(needed: Iterable[str], declared: Mapping[str, Any]) -> dict[str, Any]:
+    """The needed capabilities the client did not declare, as a ClientCapabilities object ({"sampling": {}});
+    `needed` names capabilities or input methods ("elicitation/create" needs "elicitation")."""
+    missing: dict[str, Any] = {}
+    for item in needed:
+        capability = INPUT_CAPABILITY.get(item, item)
+        if declared.get(capability) is None:
+            missing[capability] = {}
+    return missing
+
+
+def capability_failure(missing: Mapping[str, Any]) -> Failure:
+    """Rung 4: the MissingRequiredClientCapabilityError for what missing_capabilities found."""
+    names = ", ".join(missing)
+    return Failure(
+        400,
+        MISSING_CLIENT_CAPABILITY,
+        f"Missing required client capability: {names} (declare it in _meta[{wire.META_CLIENT_CAPABILITIES!r}])",
+        {"requiredCapabilities": dict(missing)},
+    )
+
+
+# -- rewriting between the eras ----------------------------------------------------------------------------------
+
+
+def legacy_params(params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The params a legacy child gets: the per-request protocol fields of _meta removed (progressToken and any
+    other key kept), an _meta left empty removed. The argument is not changed."""
+    if not isinstance(params, dict) or not isinstance(params.get("_meta"), dict):
+        return params
+    out = dict(params)
+    meta = {key: value for key, value in params["_meta"].items() if key not in REQUEST_META_KEYS}
+    if meta:
+        out["_meta"] = meta
+    else:
+        del out["_meta"]
+    return out
+
+
+def stamp_result(
+    method: str, result: dict[str, Any], *, ttl_ms: int, server_info: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A new result with what a 2026-07-28 result must or should carry: resultType ("complete" when absent);
+    on a complete result of a CACHEABLE method ttlMs (when absent or not an integer >= 0) and cacheScope
+    ("private" when absent or not public/private); server_info under _meta[serverInfo] when given and absent.
+    An input_required (or other) result gets only the serverInfo."""
+    out = dict(result)
+    kind = out.setdefault("resultType", "complete")
+    if kind == "complete" and method in CACHEABLE:
+        ttl = out.get("ttlMs")
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
+            out["ttlMs"] = ttl_ms
+        if out.get("cacheScope") not in ("public", "private"):
+            out["cacheScope"] = "private"
+    if server_info is not None:
+        meta = out.get("_meta")
+        if meta is None:
+            out["_meta"] = {wire.META_SERVER_INFO: server_info}
+        elif isinstance(meta, dict) and wire.META_SERVER_INFO not in meta:
+            out["_meta"] = {**meta, wire.META_SERVER_INFO: server_info}
+    return out
+
+
+def discover_from_initialize(init_result: dict[str, Any], supported: tuple[str, ...]) -> dict[str, Any]:
+    """The DiscoverResult the gateway answers for a legacy child, from that child's InitializeResult
+    (stamp_result then adds the cache hints)."""
+    capabilities = init_result.get("capabilities")
+    result: dict[str, Any] = {
+        "resultType": "complete",
+        "supportedVersions": list(supported),
+        "capabilities": dict(capabilities) if isinstance(capabilities, dict) else {},
+    }
+    instructions = init_result.get("instructions")
+    if isinstance(instructions, str):
+        result["instructions"] = instructions
+    server_info = init_result.get("serverInfo")
+    if isinstance(server_info, dict):
+        result["_meta"] = {wire.META_SERVER_INFO: server_info}
+    return result
+
+
+def is_discover_result(result: object) -> bool:
+    """Whether a result is a DiscoverResult: supportedVersions (a list of strings) and capabilities (an object)."""
+    if not isinstance(result, dict):
+        return False
+    versions_ = result.get("supportedVersions")
+    return (
+        isinstance(versions_, list)
+        and all(isinstance(v, str) for v in versions_)
+        and isinstance(result.get("capabilities"), dict)
+    )
+
+
+def recognised_modern_error(error: object) -> bool:
+    """Whether an error (the error object, or a whole error response) is one only a modern-era peer sends:
+    HeaderMismatch, MissingRequiredClientCapability or UnsupportedProtocolVersion."""
+    if isinstance(error, dict) and isinstance(error.get("error"), dict):
+        error = error["error"]
+    if not isinstance(error, dict):
+        return False
+    code = error.get("code")
+    return isinstance(code, int) and not isinstance(code, bool) and code in MODERN_ERRORS
