@@ -8,6 +8,7 @@ import hmac
 import ipaddress
 import re
 from collections.abc import Collection
+from typing import Any
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
@@ -145,3 +146,14 @@ def bearer_ok(authorization: str | None, token: str) -> bool:
     if scheme.lower() != "bearer":
         return False
     return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+PRINCIPAL = "mcpgate.principal"  # the environ key the guard sets
+STATIC_PRINCIPAL = "static"  # every caller of a no-auth or static-token gateway is this one principal
+
+
+def principal(environ: dict[str, Any]) -> str:
+    """Whose pool serves a request: set by the guard once the caller is authenticated (an OAuth subject will
+    be its own principal); the static-token or no-auth case is one principal."""
+    value = environ.get(PRINCIPAL)
+    return value if isinstance(value, str) else STATIC_PRINCIPAL

@@ -14,6 +14,7 @@ from ..child import ChildProcess
 from ..core.sessions import SessionRegistry
 from ..settings import Settings
 from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
+from .pool import Pool
 from .session import ChildSpec, Session
 from .stream import StreamLimits
 
@@ -46,6 +47,7 @@ class Gateway:
             replay_events=settings.replay_events,
             replay_bytes=settings.replay_bytes,
         )
+        self.pool = Pool(settings, self.child_spec, self.stream_limits, clock)
         self._reaper: gevent.Greenlet | None = None
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
@@ -98,7 +100,7 @@ class Gateway:
         self.sessions.touch(session.id, self.clock())
 
     def live_children(self) -> int:
-        count = 0
+        count = self.pool.live_children()
         for session_id in self.sessions:
             session = self.sessions.get(session_id)
             if session is not None and session.child.alive:
@@ -129,6 +131,7 @@ class Gateway:
     def shutdown(self, timeout: float) -> None:
         """End every session and wait (bounded) for the children to exit."""
         self.closing = True
+        self._stopping.update(self.pool.shutdown())
         for session_id in self.sessions:
             session = self.sessions.get(session_id)
             if session is not None:

@@ -31,6 +31,8 @@ STATUS_TEXT = {
 }
 
 StartResponse = Callable[..., Any]
+# The environ key of the worker's probe "has the client closed its connection?" (a callable, never blocks).
+PEER_GONE = "mcpgate.peer_gone"
 
 
 class HttpRequest:

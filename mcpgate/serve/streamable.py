@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from ..core import jsonrpc, versions, wire
+from ..core import jsonrpc, modern, versions, wire
 from ..core.jsonrpc import Batch, Invalid, Message, Notification, Request
 from ..core.jsonrpc import Response as RpcResponse
 from ..core.replay import MAX_ID_CHARS, CannotResume
@@ -19,7 +19,7 @@ from ..core.routing import DuplicateRequestId
 from ..core.sessions import SessionLimitReached
 from ..core.sse import encode_comment, encode_event, encode_priming
 from ..spawn import ChildSpawnError
-from . import checks
+from . import checks, stateless
 from .gateway import Gateway
 from .http import HttpRequest, HttpResponse, Refusal, json_response
 from .session import END, Delivery, Session, Stream
@@ -35,6 +35,8 @@ def handle(gw: Gateway, request: HttpRequest) -> HttpResponse:
     """The MCP endpoint: the method's reply (a Refusal raised on the way is the caller's to answer)."""
     if request.method == "POST":
         return post(gw, request)
+    if gw.settings.modern_only:  # 2026-07-28 has no GET stream and no session to delete
+        raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "POST"})
     if request.method == "GET":
         return get(gw, request)
     if request.method == "DELETE":
@@ -62,9 +64,14 @@ def post(gw: Gateway, request: HttpRequest) -> HttpResponse:
     message = jsonrpc.parse(read_body(request, gw.settings.max_body_bytes))
     if isinstance(message, Invalid):
         raise Refusal(400, message.code, message.reason, message.id)
+    if gw.settings.modern_only and isinstance(message, Request) and message.method == "initialize":
+        refuse_initialize(message)
+    if isinstance(message, Request | Notification) and (gw.settings.modern_only or era_is_modern(request, message)):
+        return stateless.post(gw, request, message)
+    if gw.settings.modern_only:
+        raise Refusal(400, jsonrpc.INVALID_REQUEST, "Invalid Request: a POST carries one request or notification")
     if isinstance(message, Request) and message.method == "initialize":
         return initialize(gw, request, message)
-    refuse_modern_probe(request)
     session = find_session(gw, request)
     return exchange(gw, session, batch_items(session, message))
 
@@ -89,16 +96,27 @@ def batch_items(session: Session, message: Message) -> list[Any]:
     return message.items
 
 
-def refuse_modern_probe(request: HttpRequest) -> None:
-    """A stateless-era request (a modern revision, no session id): refused, naming the revisions served.
+def era_is_modern(request: HttpRequest, message: Request | Notification) -> bool:
+    """A 2026-07-28 request, on positive evidence: its _meta (or method) says so, or it carries a modern
+    MCP-Protocol-Version and no session id (a modern client whose _meta is missing: the ladder says what)."""
+    if modern.is_modern(message):
+        return True
+    header = request.header(wire.PROTOCOL_VERSION)
+    return header is not None and versions.is_modern(header.strip()) and request.header(wire.SESSION_ID) is None
 
-    Such a request has no session to find, so this runs before find_session would refuse it.
-    """
-    requested = request.header(wire.PROTOCOL_VERSION)
-    if requested is None or not versions.is_modern(requested.strip()) or request.header(wire.SESSION_ID):
-        return
-    data = {"supported": list(versions.STREAMABLE_SESSION), "requested": requested.strip()}
-    raise Refusal(400, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, f"Unsupported protocol version {requested!r}", data=data)
+
+def refuse_initialize(message: Request) -> None:
+    """A modern-only endpoint refuses a legacy handshake, naming the revisions it serves."""
+    params = message.params if isinstance(message.params, dict) else {}
+    requested = params.get("protocolVersion")
+    data = {"supported": list(versions.MODERN), "requested": requested if isinstance(requested, str) else None}
+    raise Refusal(
+        400,
+        jsonrpc.UNSUPPORTED_PROTOCOL_VERSION,
+        f"Unsupported protocol version: this endpoint serves only {', '.join(versions.MODERN)} (no initialize)",
+        message.id,
+        data,
+    )
 
 
 def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:

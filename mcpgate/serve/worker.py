@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import io
+import select
 import socket
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from gevent.pywsgi import _InvalidClientInput
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGIServer
 
 from ..settings import Settings
+from .http import PEER_GONE
 from .request_headers import RequestHeaders, parse_request_line, resolve_target
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
@@ -196,6 +198,11 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
             self.server.waiting.leave(self)
             self.reader.pausing(self.limits.body)
 
+    def get_environ(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environ()
+        environ[PEER_GONE] = functools.partial(peer_gone, self.socket)
+        return environ
+
     def finalize_headers(self) -> None:
         super().finalize_headers()
         if self.command == "HEAD":
@@ -204,6 +211,16 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
     def _write(self, data: bytes) -> None:  # pywsgi writes every piece of a body through it
         if self.command != "HEAD":
             super()._write(data)
+
+
+def peer_gone(sock: socket.socket) -> bool:
+    """Whether the client closed its connection: the socket reads as ended (never blocks; data waiting, such
+    as a pipelined request, means it is still there)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
 
 
 class Server(PyWSGIServer):  # type: ignore[misc]

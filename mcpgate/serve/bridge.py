@@ -1,0 +1,216 @@
+"""The MRTR bridge: a legacy child's input requests as 2026-07-28 InputRequiredResults, and back.
+
+While a legacy child works on a bridged call (tools/call, prompts/get, resources/read) it may ask the
+client for input with its own requests (elicitation/create, sampling/createMessage, roots/list). The
+pool lets such a child carry at most one candidate call, so the request belongs to that call for sure.
+The bridge keeps the child's request pending and answers the client's HTTP request with an
+InputRequiredResult whose requestState is sealed (HMAC, bound to the principal, the continuation and its
+round, short-lived). The client's retry (a new id, `inputResponses`, the echoed state) answers the child,
+and the original call's result streams on the retry's response. A continuation nobody resumes within
+`input_ttl` ends the child's call (cancelled). A client that did not declare the capability is never
+asked: the child's request is refused instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from ..core import jsonrpc, modern
+from ..core.jsonrpc import Id, Request
+from ..core.request_state import Opened, StateSealer
+from .http import Refusal
+from .pooled_child import Call, PooledChild
+
+if TYPE_CHECKING:
+    from .pool import Pool
+
+log = logging.getLogger("mcpgate.bridge")
+
+GATHER = 0.05  # seconds to wait for more input requests of the same round (a child may ask several at once)
+INPUT_KEY = "dev.mcpgate/inputKey"  # how a legacy child may name its input request in inputRequests
+MAX_PENDING = 16  # input requests one call may have pending; past it the child's next ones are refused
+
+
+@dataclass(eq=False)
+class Continuation:
+    id: str
+    principal: str
+    child: PooledChild
+    call: Call
+    pending: dict[str, Request] = field(default_factory=dict)  # by inputRequests key
+    round: int = 0
+    keys: int = 0
+    emitter: gevent.Greenlet | None = None
+    expiry: gevent.Greenlet | None = None
+
+
+class Bridge:
+    def __init__(self, pool: Pool, input_ttl: float, clock: Callable[[], float]) -> None:
+        self.pool = pool
+        self.ttl = input_ttl
+        self.sealer = StateSealer(ttl=input_ttl)
+        self.continuations: dict[str, Continuation] = {}
+
+    # -- from the child ---------------------------------------------------------------------------------
+    def on_input_request(self, child: PooledChild, request: Request) -> None:
+        call = child.candidate
+        needed = modern.INPUT_CAPABILITY[request.method]
+        if call is None or call.finished:
+            child.refuse(request.id, jsonrpc.METHOD_NOT_FOUND, f"no client can answer {request.method} now")
+            return
+        if needed not in call.capabilities:
+            missing: dict[str, Any] = {needed: {}}
+            child.refuse(
+                request.id,
+                modern.MISSING_CLIENT_CAPABILITY,
+                f"the client did not declare the {needed} capability",
+                {"requiredCapabilities": missing},
+            )
+            return
+        cont = call.continuation
+        if cont is None:
+            cont = Continuation(secrets.token_urlsafe(16), call.principal, child, call)
+            call.continuation = cont
+            self.continuations[cont.id] = cont
+        key = self._key(cont, request, needed)
+        given = call.input_responses.get(key) if call.input_responses else None
+        if isinstance(given, dict):  # answered ahead, on the request itself (stateless MRTR)
+            child.answer(request.id, _without_result_type(given))
+            return
+        if len(cont.pending) >= MAX_PENDING:
+            child.refuse(request.id, jsonrpc.INTERNAL_ERROR, "too many input requests pending for one call")
+            return
+        cont.pending[key] = request
+        if not call.parked and (cont.emitter is None or cont.emitter.dead):
+            cont.emitter = gevent.spawn_later(GATHER, self._emit, cont)
+
+    @staticmethod
+    def _key(cont: Continuation, request: Request, needed: str) -> str:
+        """The inputRequests key: the child's own name for it (params._meta[INPUT_KEY]) when usable, else minted."""
+        meta = request.params.get("_meta") if isinstance(request.params, dict) else None
+        named = meta.get(INPUT_KEY) if isinstance(meta, dict) else None
+        if isinstance(named, str) and 0 < len(named) <= 128 and named not in cont.pending:
+            return named
+        while True:
+            cont.keys += 1
+            key = f"{needed}-{cont.keys}"
+            if key not in cont.pending:
+                return key
+
+    def _emit(self, cont: Continuation) -> None:
+        """Answer the call's current HTTP request with the pending input requests (the call is parked)."""
+        call = cont.call
+        if call.finished or call.parked or not cont.pending:
+            return
+        cont.round += 1
+        result = {
+            "resultType": "input_required",
+            "inputRequests": {key: _input_request(req) for key, req in cont.pending.items()},
+            "requestState": self.sealer.seal(cont.principal, cont.id, cont.round),
+        }
+        result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
+        call.parked = True
+        call.stream.deliver(jsonrpc.encode({"jsonrpc": "2.0", "id": call.client_id, "result": result}), done=True)
+        self._arm_expiry(cont)
+
+    def _arm_expiry(self, cont: Continuation) -> None:
+        if cont.expiry is not None:
+            cont.expiry.kill(block=False)
+        cont.expiry = gevent.spawn_later(self.ttl, self.abandon, cont, "nobody answered its input request in time")
+
+    def abandon(self, cont: Continuation, reason: str) -> None:
+        """End the child's call: refuse its pending input requests, cancel the call, forget the state."""
+        self.continuations.pop(cont.id, None)
+        for request in cont.pending.values():
+            cont.child.refuse(request.id, jsonrpc.REQUEST_CANCELLED, f"request cancelled: {reason}")
+        cont.pending.clear()
+        if cont.expiry is not None:
+            cont.expiry.kill(block=False)
+        log.info("pooled child %s: abandoned a bridged %s: %s", cont.child.label, cont.call.method, reason)
+        cont.child.cancel(cont.call, reason)
+        self.pool.group(cont.principal).wake()
+
+    def forget_child(self, child: PooledChild) -> None:
+        for cont in [c for c in self.continuations.values() if c.child is child]:
+            self.continuations.pop(cont.id, None)
+            if cont.expiry is not None:
+                cont.expiry.kill(block=False)
+
+    def call_ended(self, call: Call) -> None:
+        """The call is over (answered or cancelled): its continuation goes."""
+        cont = call.continuation
+        if cont is None:
+            return
+        self.continuations.pop(cont.id, None)
+        if cont.expiry is not None:
+            cont.expiry.kill(block=False)
+
+    # -- from the client's retry ----------------------------------------------------------------------------
+    def resume(self, principal: str, request: Request, stream: Any) -> Call:
+        """Take a retry: answer the child's input requests and make the retry's stream the call's reply.
+
+        A Refusal when the state is not one of ours, tampered, expired, used already or for another request."""
+        params = request.params if isinstance(request.params, dict) else {}
+        opened = self.sealer.open(params.get("requestState"), principal)
+        if not isinstance(opened, Opened):
+            raise Refusal(400, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {opened.message}", request.id)
+        cont = self.continuations.get(opened.continuation)
+        if cont is None or cont.round != opened.round or not cont.call.parked:
+            raise Refusal(
+                400,
+                jsonrpc.INVALID_PARAMS,
+                "Invalid requestState: this input request was answered or has ended",
+                request.id,
+            )
+        call = cont.call
+        name = params.get("name") if request.method != "resources/read" else params.get("uri")
+        if request.method != call.method or name != call.name:
+            raise Refusal(
+                400, jsonrpc.INVALID_PARAMS, "Invalid requestState: it belongs to another request", request.id
+            )
+        responses = params.get("inputResponses")
+        if responses is not None and not isinstance(responses, dict):
+            raise Refusal(400, jsonrpc.INVALID_PARAMS, "Invalid params: inputResponses must be an object", request.id)
+        for key in list(cont.pending):
+            if responses and key in responses:
+                answer = responses[key]
+                child_request = cont.pending.pop(key)
+                if isinstance(answer, dict):
+                    cont.child.answer(child_request.id, _without_result_type(answer))
+                else:
+                    cont.child.refuse(child_request.id, jsonrpc.INVALID_PARAMS, "the client's answer is not an object")
+        if cont.expiry is not None:
+            cont.expiry.kill(block=False)
+        call.client_id, call.stream, call.parked = request.id, stream, False
+        call.input_responses = None  # answers given once are not reused for a later ask
+        if call.held is not None:  # the child answered while the call was parked
+            held, call.held = call.held, None
+            stream.deliver(_with_id(held, request.id), done=True)
+            self.call_ended(call)
+        elif cont.pending:  # still unanswered (or asked meanwhile): ask again, at once
+            self._emit(cont)
+        return call
+
+
+def _input_request(request: Request) -> dict[str, Any]:
+    entry: dict[str, Any] = {"method": request.method}
+    if isinstance(request.params, dict):
+        entry["params"] = request.params
+    return entry
+
+
+def _without_result_type(answer: dict[str, Any]) -> dict[str, Any]:
+    """A legacy child's answer: the 2026-07-28-only resultType left out."""
+    return {key: value for key, value in answer.items() if key != "resultType"}
+
+
+def _with_id(data: bytes, request_id: Id) -> bytes:
+    obj = jsonrpc.parse(data)
+    assert isinstance(obj, jsonrpc.Response)
+    return jsonrpc.encode({**obj.full(), "id": request_id})

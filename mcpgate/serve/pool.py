@@ -1,0 +1,314 @@
+"""The pool: children serving 2026-07-28 requests, grouped by principal.
+
+A principal (the static-token or no-auth case is one; each OAuth subject will be its own) has up to
+`pool_children` children, started as load needs: a request takes the least loaded child with room
+(`pool_child_requests`); a call on a legacy child whose client may be asked for input needs that child
+to itself (stdio ties no child request to the call that caused it, so there must be only one candidate),
+and other calls that could ask for input stay off such a child. Past the limit a request waits
+(`pool_wait`) for room, then 503. A crashed child is replaced on demand, after a backoff; past
+`pool_restarts` crashes in a minute the principal's requests get 503 naming the last reason. Idle
+children stop after `pool_idle_ttl`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import gevent.event
+
+from ..child import ChildProcess
+from ..core import jsonrpc, modern, wire
+from ..core.jsonrpc import Notification, Request
+from ..settings import Settings
+from ..spawn import ChildSpawnError
+from .bridge import Bridge
+from .http import Refusal
+from .listen import ListenHub
+from .pooled_child import Call, Era, PooledChild, mint
+from .session import ChildSpec
+from .stream import StreamLimits
+
+log = logging.getLogger("mcpgate.pool")
+
+CRASH_WINDOW = 60.0
+TOOL_PAGES = 20  # tools/list pages read for the annotations
+AFFINITY_ENTRIES = 10_000  # modern children's requestState -> the child that issued it
+
+
+class Group:
+    """One principal's children, their listen hub and the requests waiting for room."""
+
+    def __init__(self, principal: str) -> None:
+        self.principal = principal
+        self.children: list[PooledChild] = []
+        self.era: Era | None = None
+        self.crashes: deque[tuple[float, str]] = deque(maxlen=64)
+        self.waiters: list[gevent.event.Event] = []
+        self.hub: ListenHub | None = None
+        self.hub_child: PooledChild | None = None
+        # tool name -> {argument: Mcp-Param header} from the tools' x-mcp-header annotations (None: not read yet)
+        self.tool_headers: dict[str, dict[str, str]] | None = None
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for event in waiters:
+            event.set()
+
+    def recent_crashes(self, now: float) -> list[tuple[float, str]]:
+        return [crash for crash in self.crashes if now - crash[0] < CRASH_WINDOW]
+
+
+class Pool:
+    def __init__(self, settings: Settings, spec: ChildSpec, limits: StreamLimits, clock: Callable[[], float]) -> None:
+        self.settings, self.spec, self.limits, self.clock = settings, spec, limits, clock
+        self.groups: dict[str, Group] = {}
+        self.bridge = Bridge(self, settings.input_ttl, clock)
+        self._affinity: OrderedDict[str, PooledChild] = OrderedDict()
+        self._reaper: gevent.Greenlet | None = None
+        self._numbers = 0
+        self.closing = False
+
+    def group(self, principal: str) -> Group:
+        group = self.groups.get(principal)
+        if group is None:
+            group = self.groups[principal] = Group(principal)
+        return group
+
+    def live_children(self) -> int:
+        return sum(1 for group in self.groups.values() for child in group.children if child.child.alive)
+
+    # -- taking a child -----------------------------------------------------------------------------
+    def acquire(self, principal: str, *, bridged: bool = False, candidate: bool = False) -> PooledChild:
+        """A ready child of the principal with room for one more call (Refusal 502/503 when there is none).
+
+        `bridged`: the call could make a legacy child ask for input; `candidate`: its client may be asked."""
+        group = self.group(principal)
+        deadline = self.clock() + self.settings.pool_wait
+        while True:
+            self._refuse_when_crashing(group)
+            child = self._pick(group, bridged, candidate)
+            if child is not None:
+                return child
+            starting = [c for c in group.children if not c.ready.is_set()]
+            if starting:
+                starting[0].ready.wait(max(0.0, deadline - self.clock()))
+            elif len(group.children) < self.settings.pool_children:
+                self._spawn(group).ready.wait(max(0.0, deadline - self.clock()))
+            else:
+                event = gevent.event.Event()
+                group.waiters.append(event)
+                event.wait(max(0.0, deadline - self.clock()))
+            if self.clock() >= deadline:
+                raise Refusal(
+                    503,
+                    jsonrpc.INTERNAL_ERROR,
+                    f"Service Unavailable: all {len(group.children)} pooled MCP server processes are busy "
+                    "(MCPGATE_POOL_CHILDREN, MCPGATE_POOL_CHILD_REQUESTS)",
+                    headers={"Retry-After": "5"},
+                )
+
+    def _pick(self, group: Group, bridged: bool, candidate: bool) -> PooledChild | None:
+        best: PooledChild | None = None
+        for child in group.children:
+            if not child.ready.is_set() or child.ended or child.stopping:
+                continue
+            if child.problem:
+                raise Refusal(502, jsonrpc.INTERNAL_ERROR, f"Bad Gateway: {child.problem}")
+            if child.load >= self.settings.pool_child_requests:
+                continue
+            if child.era is Era.LEGACY and bridged:
+                if child.candidate is not None or (candidate and child.bridged_calls):
+                    continue
+            if best is None or child.load < best.load:
+                best = child
+        return best
+
+    def _spawn(self, group: Group) -> PooledChild:
+        self._numbers += 1
+        child = PooledChild(
+            self.spec,
+            label=f"pool-{self._numbers}",
+            probe_timeout=self.settings.probe_timeout,
+            init_timeout=self.settings.pool_wait,
+            ttl_ms=self.settings.cache_ttl_ms,
+            on_exit=lambda c, reason: self._on_exit(group, c, reason),
+            on_input_request=self.bridge.on_input_request,
+            on_listen_message=lambda c, message: self._on_listen_message(group, c, message),
+            on_input_required=self._remember_state,
+            clock=self.clock,
+        )
+        child.on_release = group.wake
+        backoff = self._backoff(group)
+        if backoff:
+            gevent.sleep(backoff)
+        group.children.append(child)
+        try:
+            child.start()
+        except ChildSpawnError as exc:
+            group.children.remove(child)
+            log.error("cannot start the MCP server: %s", exc)
+            raise Refusal(
+                502, jsonrpc.INTERNAL_ERROR, "Cannot start the MCP server; the gateway log has the details"
+            ) from exc
+        log.info("pooled child %s started for principal %s (pid %s)", child.label, group.principal, child.child.pid)
+        child.ready.rawlink(lambda _event: self._on_ready(group, child))
+        self._ensure_reaper()
+        return child
+
+    def _on_ready(self, group: Group, child: PooledChild) -> None:
+        if child.era is not None:
+            group.era = child.era
+        group.wake()
+
+    def _backoff(self, group: Group) -> float:
+        crashes = group.recent_crashes(self.clock())
+        return min(5.0, 0.1 * 2 ** (len(crashes) - 1)) if crashes else 0.0
+
+    def _refuse_when_crashing(self, group: Group) -> None:
+        crashes = group.recent_crashes(self.clock())
+        if len(crashes) >= self.settings.pool_restarts:
+            raise Refusal(
+                503,
+                jsonrpc.INTERNAL_ERROR,
+                f"Service Unavailable: the MCP server crashed {len(crashes)} times in the last minute "
+                f"(last: {crashes[-1][1]})",
+                headers={"Retry-After": str(int(CRASH_WINDOW))},
+            )
+
+    def _on_exit(self, group: Group, child: PooledChild, reason: str) -> None:
+        if child in group.children:
+            group.children.remove(child)
+        if not child.stopping and not self.closing:
+            group.crashes.append((self.clock(), reason))
+            log.warning("pooled child %s ended: %s", child.label, reason)
+        self.bridge.forget_child(child)
+        if group.hub_child is child and group.hub is not None:
+            group.hub.end_all(f"MCP server ended: {reason}", graceful=False)
+            group.hub, group.hub_child = None, None
+        group.wake()
+
+    # -- modern children's requestState: the retry goes back to the child that issued it ---------------
+    def _remember_state(self, child: PooledChild, result: dict[str, Any]) -> None:
+        state = result.get("requestState")
+        if isinstance(state, str):
+            self._affinity[state] = child
+            self._affinity.move_to_end(state)
+            while len(self._affinity) > AFFINITY_ENTRIES:
+                self._affinity.popitem(last=False)
+
+    def child_for_state(self, state: object) -> PooledChild | None:
+        child = self._affinity.get(state) if isinstance(state, str) else None
+        if child is None or child.ended or child.stopping:
+            return None
+        return child
+
+    # -- the tools' x-mcp-header annotations (Mcp-Param-* headers are checked against them) -------------------
+    def param_headers(self, principal: str, message: Request) -> dict[str, str] | None:
+        """The Mcp-Param-* headers the called tool declares: {argument: header name}, read from the child's
+        tools/list once per change of its tool list."""
+        params = message.params if isinstance(message.params, dict) else {}
+        name = params.get("name")
+        group = self.group(principal)
+        if group.tool_headers is None:
+            group.tool_headers = self._read_tool_headers(self.acquire(principal))
+        return group.tool_headers.get(name) if isinstance(name, str) else None
+
+    def _read_tool_headers(self, child: PooledChild) -> dict[str, dict[str, str]]:
+        found: dict[str, dict[str, str]] = {}
+        cursor: object = None
+        for _page in range(TOOL_PAGES):
+            params: dict[str, Any] = {"_meta": child.request_meta()} if child.modern else {}
+            if isinstance(cursor, str):
+                params["cursor"] = cursor
+            answer = child.ask("tools/list", params, self.settings.pool_wait)
+            result = answer.get("result") if answer is not None else None
+            if not isinstance(result, dict):
+                break
+            for tool in result.get("tools") or []:
+                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                    headers = modern.tool_header_params(tool.get("inputSchema"))
+                    if headers:
+                        found[tool["name"]] = headers
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str):
+                break
+        return found
+
+    # -- listen -------------------------------------------------------------------------------------------
+    def hub(self, principal: str) -> ListenHub:
+        group = self.group(principal)
+        if group.hub is None or group.hub_child is None or group.hub_child.ended:
+            child = self.acquire(principal)
+            group.hub = ListenHub(child, self.limits, self.clock)
+            group.hub_child = child
+        return group.hub
+
+    def _on_listen_message(self, group: Group, child: PooledChild, message: Notification) -> bool:
+        if message.method == "notifications/tools/list_changed":
+            group.tool_headers = None
+        if group.hub is None or group.hub_child is not child:
+            return False
+        return group.hub.on_child_message(message)
+
+    # -- idle children and shutdown -------------------------------------------------------------------
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or self._reaper.dead:
+            self._reaper = gevent.spawn(self._reap_forever)
+
+    def _reap_forever(self) -> None:
+        interval = min(30.0, max(0.05, self.settings.pool_idle_ttl / 4))
+        while any(group.children for group in self.groups.values()):
+            gevent.sleep(interval)
+            self.reap_idle()
+
+    def reap_idle(self) -> None:
+        now = self.clock()
+        for group in self.groups.values():
+            for child in list(group.children):
+                listening = group.hub_child is child and group.hub is not None and len(group.hub)
+                if child.load or listening or now - child.last_used < self.settings.pool_idle_ttl:
+                    continue
+                log.info("pooled child %s idle for longer than MCPGATE_POOL_IDLE_TTL", child.label)
+                child.close("idle for longer than MCPGATE_POOL_IDLE_TTL")
+                group.children.remove(child)
+
+    def shutdown(self) -> list[ChildProcess]:
+        """End every listen stream with its final result and start stopping every child (the caller waits)."""
+        self.closing = True
+        children: list[PooledChild] = []
+        for group in self.groups.values():
+            if group.hub is not None:
+                group.hub.end_all("the gateway is shutting down", graceful=True)
+            children.extend(group.children)
+            group.wake()
+        for child in children:
+            child.close("the gateway is shutting down")
+        return [child.child for child in children]
+
+
+def new_call(request: Request, principal: str, capabilities: dict[str, Any], stream: Any, **kwargs: Any) -> Call:
+    """A Call for a client request (its id, name and progress token read once, here)."""
+    params = request.params if isinstance(request.params, dict) else {}
+    name = params.get("name") if request.method != "resources/read" else params.get("uri")
+    return Call(
+        client_id=request.id,
+        minted=mint(),
+        method=request.method,
+        name=name if isinstance(name, str) else None,
+        stream=stream,
+        principal=principal,
+        capabilities=capabilities,
+        log_level=_log_level(params),
+        client_token=jsonrpc.progress_token(request),
+        **kwargs,
+    )
+
+
+def _log_level(params: dict[str, Any]) -> str | None:
+    meta = params.get("_meta")
+    level = meta.get(wire.META_LOG_LEVEL) if isinstance(meta, dict) else None
+    return level if isinstance(level, str) else None

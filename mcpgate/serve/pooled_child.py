@@ -1,0 +1,364 @@
+"""One pooled child: a stdio MCP server shared by the 2026-07-28 requests of one principal.
+
+Its era is probed once (server/discover; a legacy child then gets the gateway's own initialize). Every
+client request is rewritten to a gateway-minted id (and progress token) on the way in and mapped back
+on the way out, so clients that use the same ids never collide. What the child sends is routed here:
+responses and progress to the call they belong to, input requests (a legacy child's elicitation,
+sampling, roots) to the MRTR bridge, list-changed and resource updates to the listen hub.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import gevent.event
+
+from .. import __version__
+from ..core import jsonrpc, modern, versions, wire
+from ..core.jsonrpc import Id, Notification, Request, Response
+from .session import ChildSpec
+from .stream import Stream
+
+if TYPE_CHECKING:
+    from .bridge import Continuation
+
+log = logging.getLogger("mcpgate.pool")
+
+# What the gateway declares to a legacy child: every input request it can bridge to a client.
+BRIDGED_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
+
+
+def mint(kind: str = "") -> str:
+    return f"mcpgate-{kind}{next(_minted)}"
+
+
+class Era(enum.Enum):
+    MODERN = "2026-07-28"
+    LEGACY = "initialize"
+
+
+@dataclass(eq=False, slots=True)
+class Call:
+    """One client request in flight on a child (or parked, answered with input_required, awaiting a retry)."""
+
+    client_id: Id
+    minted: str
+    method: str
+    name: str | None  # params.name or params.uri: a retry must name the same
+    stream: Stream
+    principal: str
+    capabilities: dict[str, Any]
+    log_level: str | None
+    client_token: Id | None = None
+    minted_token: str | None = None
+    bridged: bool = False  # an MRTR method on a legacy child (its input requests are bridged or refused)
+    continuation: Continuation | None = None
+    parked: bool = False  # its HTTP reply was an input_required result: the child still works on it
+    finished: bool = False  # answered by the child, cancelled or abandoned
+    held: bytes | None = field(default=None)  # the child's answer that arrived while the call was parked
+    input_responses: dict[str, Any] | None = None  # answers the request carried ahead (stateless MRTR)
+    child: PooledChild | None = None  # where it runs (set by start_call)
+    error_code: int | None = None  # the code of the child's error answer, when it was one
+
+
+class PooledChild:
+    """A child process of the pool, its era, and the calls it carries."""
+
+    def __init__(
+        self,
+        spec: ChildSpec,
+        *,
+        label: str,
+        probe_timeout: float,
+        init_timeout: float,
+        ttl_ms: int,
+        on_exit: Callable[[PooledChild, str], None],
+        on_input_request: Callable[[PooledChild, Request], None],
+        on_listen_message: Callable[[PooledChild, Notification], bool],
+        on_input_required: Callable[[PooledChild, dict[str, Any]], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.label = label
+        self.child = spec.process(on_message=self._on_message, on_exit=self._on_exit, label=label)
+        self.probe_timeout, self.init_timeout, self.ttl_ms = probe_timeout, init_timeout, ttl_ms
+        self._on_exit_cb, self._on_input_request = on_exit, on_input_request
+        self._on_listen_message, self._on_input_required = on_listen_message, on_input_required
+        self.clock = clock
+        self.ready = gevent.event.Event()
+        self.era: Era | None = None
+        self.modern = False  # the era is MODERN (the listen hub's ChildLink reads it)
+        self.problem: str | None = None  # why the child cannot serve (set with ready)
+        self.discover: dict[str, Any] = {}  # the DiscoverResult the gateway serves for it
+        self.capabilities: dict[str, Any] = {}  # the child's server capabilities
+        self.server_info: dict[str, Any] | None = None
+        self.calls: dict[str, Call] = {}  # by minted id
+        self._tokens: dict[str, Call] = {}  # by minted progress token
+        self._own: dict[str, Callable[[dict[str, Any]], None]] = {}  # the gateway's own requests, by minted id
+        self.candidate: Call | None = None  # the one bridged call whose client may be asked for input
+        self.bridged_calls = 0  # bridged calls in flight (a candidate needs the child to itself)
+        self.last_used = clock()
+        self.ended: str | None = None
+        self.stopping = False  # stopped on purpose (idle, shutdown): its exit is not a crash
+        self.on_release: Callable[[], None] = lambda: None  # a call's slot is free again
+
+    # -- start and probe ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the process (ChildSpawnError) and probe its era on a greenlet; `ready` is set after."""
+        self.child.start()
+        gevent.spawn(self._probe)
+
+    def _probe(self) -> None:
+        try:
+            discovered = self.ask("server/discover", {"_meta": self.request_meta()}, self.probe_timeout)
+            if discovered is not None and self._modern_answer(discovered):
+                return
+            self._initialize()
+        except Exception as exc:  # the probe must always end in `ready`
+            log.exception("pooled child %s: probe failed", self.label)
+            self.problem = f"probe failed: {exc}"
+        finally:
+            self.ready.set()
+
+    @staticmethod
+    def request_meta() -> dict[str, Any]:
+        return {
+            wire.META_PROTOCOL_VERSION: versions.V2026_07_28,
+            wire.META_CLIENT_CAPABILITIES: {},
+            wire.META_CLIENT_INFO: {"name": "mcpgate", "version": __version__},
+        }
+
+    def _modern_answer(self, message: dict[str, Any]) -> bool:
+        result = message.get("result")
+        if modern.is_discover_result(result):
+            assert isinstance(result, dict)
+            self.era, self.modern = Era.MODERN, True
+            self.discover = dict(result)
+            self.capabilities = dict(result.get("capabilities") or {})
+            meta = result.get("_meta")
+            info = meta.get(wire.META_SERVER_INFO) if isinstance(meta, dict) else None
+            self.server_info = info if isinstance(info, dict) else None
+            log.info("pooled child %s speaks 2026-07-28", self.label)
+            return True
+        if modern.recognised_modern_error(message.get("error")):
+            self.era, self.modern = Era.MODERN, True
+            self.problem = f"the MCP server does not support {versions.V2026_07_28}: {message['error'].get('message')}"
+            return True
+        return False
+
+    def _initialize(self) -> None:
+        params = {
+            "protocolVersion": versions.LATEST_HANDSHAKE,
+            "capabilities": BRIDGED_CAPABILITIES,
+            "clientInfo": {"name": "mcpgate", "version": __version__},
+        }
+        answer = self.ask("initialize", params, self.init_timeout)
+        result = answer.get("result") if answer is not None else None
+        if not isinstance(result, dict):
+            error = answer.get("error") if answer is not None else None
+            why = error.get("message", "an error") if isinstance(error, dict) else "no answer"
+            self.problem = f"the MCP server answered neither server/discover nor initialize ({why})"
+            return
+        self.era = Era.LEGACY
+        self.capabilities = dict(result.get("capabilities") or {})
+        info = result.get("serverInfo")
+        self.server_info = info if isinstance(info, dict) else None
+        self.discover = modern.discover_from_initialize(result, versions.MODERN)
+        self.child.send(jsonrpc.encode({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        if "logging" in self.capabilities:  # everything; each call's logLevel filters what its client sees
+            self.request("logging/setLevel", {"level": "debug"}, lambda _answer: None)
+        log.info("pooled child %s speaks %s (bridged)", self.label, versions.initialize_version(result))
+
+    def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+        """A gateway-owned request and its answer within `timeout` (None: no answer)."""
+        answered: gevent.event.AsyncResult = gevent.event.AsyncResult()
+        minted = self.request(method, params, answered.set)
+        if minted is None:
+            return None
+        try:
+            response: dict[str, Any] = answered.get(timeout=timeout)
+            return response
+        except gevent.Timeout:
+            self._own.pop(minted, None)
+            return None
+
+    # -- the link the pool, the bridge and the listen hub use ----------------------------------------
+    @property
+    def load(self) -> int:
+        return len(self.calls)
+
+    def request(self, method: str, params: dict[str, Any], on_response: Callable[[dict[str, Any]], None]) -> str | None:
+        """Send a gateway-owned request; `on_response` gets its answer. None when the child is gone."""
+        minted = mint()
+        self._own[minted] = on_response
+        if not self.child.send(jsonrpc.encode({"jsonrpc": "2.0", "id": minted, "method": method, "params": params})):
+            self._own.pop(minted, None)
+            return None
+        return minted
+
+    def notify(self, method: str, params: dict[str, Any]) -> bool:
+        return self.child.send(jsonrpc.encode({"jsonrpc": "2.0", "method": method, "params": params}))
+
+    def answer(self, request_id: Id, result: Any) -> bool:
+        """Answer one of the child's own requests."""
+        return self.child.send(jsonrpc.encode({"jsonrpc": "2.0", "id": request_id, "result": result}))
+
+    def refuse(self, request_id: Id, code: int, message: str, data: Any = None) -> bool:
+        return self.child.send(jsonrpc.encode(jsonrpc.error_response(request_id, code, message, data)))
+
+    # -- calls ------------------------------------------------------------------------------------------
+    def start_call(self, request: Request, call: Call) -> bool:
+        """Forward a client request under its minted id; False when the child does not take it."""
+        params = request.params if isinstance(request.params, dict) else None
+        if params is not None:
+            params = dict(params if self.modern else (modern.legacy_params(params) or {}))
+        if params is not None and call.client_token is not None:
+            meta = dict(params.get("_meta") or {})
+            call.minted_token = mint("p")
+            meta["progressToken"] = call.minted_token
+            params["_meta"] = meta
+            self._tokens[call.minted_token] = call
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": call.minted, "method": request.method}
+        if params is not None:
+            message["params"] = params
+        self.calls[call.minted] = call
+        call.child = self
+        if call.bridged:
+            self.bridged_calls += 1
+        self.last_used = self.clock()
+        if not self.child.send(jsonrpc.encode(message)):
+            self.release(call)
+            return False
+        return True
+
+    def cancel(self, call: Call, reason: str) -> None:
+        """The client is gone (its stream closed): tell the child, and drop what it still sends for the call."""
+        if call.finished:
+            return
+        self.release(call)
+        self.notify("notifications/cancelled", {"requestId": call.minted, "reason": reason})
+
+    def release(self, call: Call) -> None:
+        """The call is over for the child: its id and token map to nothing any more."""
+        if call.finished:
+            return
+        call.finished = True
+        self.calls.pop(call.minted, None)
+        if call.minted_token is not None:
+            self._tokens.pop(call.minted_token, None)
+        if call.bridged:
+            self.bridged_calls -= 1
+        if self.candidate is call:
+            self.candidate = None
+        self.last_used = self.clock()
+        self.on_release()
+
+    # -- from the child ----------------------------------------------------------------------------------
+    def _on_message(self, message: Request | Notification | Response) -> None:
+        if isinstance(message, Response):
+            self._on_response(message)
+        elif isinstance(message, Request):
+            self._on_request(message)
+        else:
+            self._on_notification(message)
+
+    def _on_response(self, message: Response) -> None:
+        key = message.id if isinstance(message.id, str) else None
+        if key is None:
+            log.debug("pooled child %s: dropped a response with id %r", self.label, message.id)
+            return
+        own = self._own.pop(key, None)
+        if own is not None:
+            own(message.full())
+            return
+        call = self.calls.get(key)
+        if call is None:
+            log.debug("pooled child %s: dropped a late or unknown response", self.label)
+            return
+        obj = message.full()
+        result = obj.get("result")
+        if isinstance(result, dict):
+            if result.get("resultType") == "input_required":
+                self._on_input_required(self, result)
+            result = modern.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=self.server_info)
+            obj = {"jsonrpc": "2.0", "id": call.client_id, "result": result}
+        else:
+            error = obj.get("error")
+            call.error_code = (
+                error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), int) else None
+            )
+            obj = {**obj, "id": call.client_id}
+        data = jsonrpc.encode(obj)
+        self.release(call)
+        if call.parked:
+            call.held = data  # the retry that resumes the call gets it
+            return
+        call.stream.deliver(data, done=True)
+
+    def _on_request(self, message: Request) -> None:
+        if message.method == "ping":
+            self.answer(message.id, {})
+        elif message.method in modern.INPUT_METHODS and not self.modern:
+            self._on_input_request(self, message)
+        else:
+            self.refuse(message.id, jsonrpc.METHOD_NOT_FOUND, f"the gateway does not serve {message.method!r}")
+
+    def _on_notification(self, message: Notification) -> None:
+        if message.method == "notifications/progress":
+            self._on_progress(message)
+        elif message.method == "notifications/message":
+            self._on_log(message)
+        elif not self._on_listen_message(self, message):
+            log.debug("pooled child %s: dropped %s", self.label, message.method)
+
+    def _on_progress(self, message: Notification) -> None:
+        params = message.params if isinstance(message.params, dict) else {}
+        token = params.get("progressToken")
+        call = self._tokens.get(token) if isinstance(token, str) else None
+        if call is None or call.parked:
+            return
+        out = {"jsonrpc": "2.0", "method": message.method, "params": {**params, "progressToken": call.client_token}}
+        call.stream.deliver(jsonrpc.encode(out))
+
+    def _on_log(self, message: Notification) -> None:
+        """stdio ties a log message to no request: it goes to the one call in flight, when there is one
+        and its client asked for that level (a request without logLevel gets none)."""
+        if len(self.calls) != 1:
+            return
+        call = next(iter(self.calls.values()))
+        params = message.params if isinstance(message.params, dict) else {}
+        if call.parked or not _level_allows(call.log_level, params.get("level")):
+            return
+        call.stream.deliver(jsonrpc.raw_bytes(message))
+
+    def _on_exit(self, reason: str) -> None:
+        self.ended = reason
+        self.ready.set()
+        for own in list(self._own.values()):
+            own(jsonrpc.error_response(None, jsonrpc.CONNECTION_CLOSED, reason))
+        self._own.clear()
+        calls = list(self.calls.values())
+        for call in calls:
+            self.release(call)
+            error = jsonrpc.error_response(call.client_id, jsonrpc.CONNECTION_CLOSED, f"MCP server ended: {reason}")
+            if not call.parked:
+                call.stream.deliver(jsonrpc.encode(error), done=True, force=True)
+        self._on_exit_cb(self, reason)
+
+    def close(self, reason: str) -> None:
+        self.stopping = True
+        self.child.close(reason)
+
+
+def _level_allows(wanted: str | None, level: object) -> bool:
+    if wanted not in LOG_LEVELS:
+        return False
+    return isinstance(level, str) and level in LOG_LEVELS and LOG_LEVELS.index(level) >= LOG_LEVELS.index(wanted)

@@ -1,0 +1,182 @@
+"""The 2026-07-28 (stateless) side of the MCP endpoint: one request per POST, served by the pool.
+
+The ladder (core/modern.validate) refuses what is malformed; server/discover and subscriptions/listen
+are answered by the gateway; every other request goes to a pooled child of the caller's principal
+under a minted id. The reply is JSON when the child answers first and within MCPGATE_SSE_AFTER, else
+an SSE stream scoped to the request (its progress and log messages, then the response). A stream the
+client closes is the request's cancellation: the child is told, and what it sends later is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from ..core import jsonrpc, modern, versions
+from ..core.jsonrpc import Notification, Request
+from ..core.sse import encode_comment, encode_event
+from . import auth
+from .gateway import Gateway
+from .http import PEER_GONE, HttpRequest, HttpResponse, Refusal, json_response
+from .listen import ListenHub
+from .pool import Pool, new_call
+from .pooled_child import Call, Era, PooledChild
+from .stream import END, Delivery, Stream
+
+log = logging.getLogger("mcpgate.http")
+
+SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
+TICK = 1.0  # seconds between checks that the client is still there while a reply waits
+# The HTTP status of a JSON reply carrying one of these errors (else 200).
+ERROR_STATUS = {jsonrpc.METHOD_NOT_FOUND: 404, modern.HEADER_MISMATCH: 400, modern.MISSING_CLIENT_CAPABILITY: 400}
+ERROR_STATUS[jsonrpc.UNSUPPORTED_PROTOCOL_VERSION] = 400
+
+PeerGone = Callable[[], bool] | None
+
+
+def post(gw: Gateway, request: HttpRequest, message: Request | Notification) -> HttpResponse:
+    """A 2026-07-28 POST: the ladder first (a Refusal carrying the request's id), then the reply."""
+    request_id = message.id if isinstance(message, Request) else None
+    refuse_on(modern.validate(message, request.header), request_id)
+    if not isinstance(message, Request):
+        return HttpResponse(202)  # 2026-07-28 defines no client notification over HTTP: accepted, dropped
+    if gw.closing:
+        raise Refusal(
+            503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", request_id, headers={"Retry-After": "5"}
+        )
+    pool = gw.pool
+    principal = auth.principal(request.environ)
+    if message.method == "tools/call":
+        refuse_on(
+            modern.validate(message, request.header, param_headers=pool.param_headers(principal, message)), request_id
+        )
+    peer_gone: PeerGone = request.environ.get(PEER_GONE)
+    if message.method == "server/discover":
+        return discover(gw, pool.acquire(principal), message)
+    if message.method == "subscriptions/listen":
+        return listen(gw, pool.hub(principal), message, peer_gone)
+    return reply(gw, pool, start(pool, principal, message), peer_gone)
+
+
+def refuse_on(failure: modern.Failure | None, request_id: jsonrpc.Id | None) -> None:
+    if failure is not None:
+        raise Refusal(failure.status, failure.code, failure.message, request_id, failure.data)
+
+
+def discover(gw: Gateway, child: PooledChild, message: Request) -> HttpResponse:
+    """The gateway's DiscoverResult: the child's (or the one built from its InitializeResult), limited to the
+    revisions this endpoint serves per request."""
+    offered = child.discover.get("supportedVersions")
+    supported = [v for v in offered if v in versions.MODERN] if isinstance(offered, list) else []
+    result = {**child.discover, "supportedVersions": supported or list(versions.MODERN)}
+    result = modern.stamp_result(
+        "server/discover", result, ttl_ms=gw.settings.cache_ttl_ms, server_info=child.server_info
+    )
+    return json_response(jsonrpc.encode({"jsonrpc": "2.0", "id": message.id, "result": result}))
+
+
+def start(pool: Pool, principal: str, message: Request) -> Call:
+    """The call, on its way to a child: a retry resumes the call its requestState names."""
+    params = message.params if isinstance(message.params, dict) else {}
+    capabilities = modern.client_capabilities(message)
+    stream = Stream(pool.limits, expected=1)
+    state = params.get("requestState")
+    if state is not None and pool.group(principal).era is Era.LEGACY:
+        return pool.bridge.resume(principal, message, stream)
+    bridged = message.method in modern.MRTR_METHODS
+    candidate = bridged and any(cap in capabilities for cap in modern.INPUT_CAPABILITY.values())
+    child = pool.child_for_state(state) or pool.acquire(principal, bridged=bridged, candidate=candidate)
+    if state is not None and child.era is Era.LEGACY:  # the first request since this worker started
+        return pool.bridge.resume(principal, message, stream)
+    responses = params.get("inputResponses")
+    call = new_call(
+        message,
+        principal,
+        capabilities,
+        stream,
+        bridged=bridged and child.era is Era.LEGACY,
+        input_responses=responses if isinstance(responses, dict) else None,
+    )
+    if not child.start_call(message, call):
+        raise Refusal(502, jsonrpc.INTERNAL_ERROR, "Bad Gateway: the MCP server is not taking requests", message.id)
+    if call.bridged and candidate:
+        child.candidate = call
+    return call
+
+
+def reply(gw: Gateway, pool: Pool, call: Call, peer_gone: PeerGone) -> HttpResponse:
+    """JSON when the child answers first and in time; otherwise SSE from the first other message."""
+    stream = call.stream
+    first = wait_first(stream, gw.settings.sse_after, peer_gone)
+    if first is None or first is END:  # the client went away (or the stream ended) before anything came
+        finish(pool, call, stream)
+        return HttpResponse(204)
+    if isinstance(first, Delivery) and first.done:
+        finish(pool, call, stream)
+        return json_response(first.data, ERROR_STATUS.get(call.error_code or 0, 200))
+    if isinstance(first, Delivery):
+        stream.requeue([first])
+    events = sse(gw, stream, peer_gone, lambda: finish(pool, call, stream))
+    return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
+
+
+def wait_first(stream: Stream, within: float, peer_gone: PeerGone) -> Delivery | object | None:
+    """The stream's first message; "sse" when `within` passes first; None when the client has gone."""
+    deadline = time.monotonic() + within
+    while True:
+        left = deadline - time.monotonic()
+        item = stream.next(max(0.0, min(TICK, left)))
+        if item is not None:
+            return item
+        if peer_gone is not None and peer_gone():
+            return None
+        if left <= 0:
+            return "sse"
+
+
+def sse(gw: Gateway, stream: Stream, peer_gone: PeerGone, on_end: Callable[[], None]) -> Iterator[bytes]:
+    """A stream's messages as SSE events until its response (or its end), keepalive comments between;
+    `on_end` runs however it ends (the client closing its connection included)."""
+    keepalive = gw.settings.keepalive
+    quiet_since = time.monotonic()
+    try:
+        while True:
+            item = stream.next(min(TICK, keepalive))
+            if item is END:
+                return
+            if item is None:
+                if peer_gone is not None and peer_gone():
+                    return
+                if time.monotonic() - quiet_since >= keepalive:
+                    quiet_since = time.monotonic()
+                    yield encode_comment("keepalive")
+                continue
+            quiet_since = time.monotonic()
+            yield encode_event(item.data)
+            if item.done:
+                return
+    finally:
+        on_end()
+
+
+def finish(pool: Pool, call: Call, stream: Stream) -> None:
+    """The HTTP reply of `stream` is over: a call still in flight (not parked for input) is cancelled."""
+    stream.close()
+    if call.stream is not stream:
+        return  # a retry carries the call now
+    if not call.finished and not call.parked and call.child is not None:
+        log.info("pooled child %s: the client closed its stream; cancelling %s", call.child.label, call.method)
+        call.child.cancel(call, "the client closed the stream")
+    if call.finished:
+        pool.bridge.call_ended(call)
+
+
+def listen(gw: Gateway, hub: ListenHub, message: Request, peer_gone: PeerGone) -> HttpResponse:
+    params = message.params if isinstance(message.params, dict) else {}
+    wanted = params.get("notifications")
+    opened = hub.open(message.id, wanted if isinstance(wanted, dict) else {})
+    if isinstance(opened, modern.Failure):
+        raise Refusal(opened.status, opened.code, opened.message, message.id, opened.data)
+    events = sse(gw, opened, peer_gone, lambda: hub.close(opened))
+    return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
