@@ -46,6 +46,13 @@ def decode_header_value(raw: str) -> str | None:
         return None
 
 
+def plain_header_value(raw: str) -> str | None:
+    """A header value taken as is (no Base64 sentinel: MCP-Protocol-Version, Mcp-Method): the value without its
+    surrounding spaces and tabs, or None when it holds a character outside visible ASCII/space/tab."""
+    value = raw.strip(_OWS)
+    return value if _PLAIN.fullmatch(value) else None
+
+
 def is_sentinel(value: str) -> bool:
     """Whether a (stripped) header value has the Base64 sentinel form; the markers are case-sensitive."""
     return (

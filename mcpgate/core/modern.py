@@ -18,32 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import jsonrpc, versions, wire
-from .header_values import argument_value, decode_header_value, matches_body, show, tool_header_params
+from .header_values import argument_value, matches_body, plain_header_value, show
+from .header_values import decode_header_value as decode_header_value  # part of this module's interface
+from .header_values import tool_header_params as tool_header_params
 from .jsonrpc import Notification, Request
-
-__all__ = [
-    "CACHEABLE",
-    "HEADER_MISMATCH",
-    "INPUT_CAPABILITY",
-    "INPUT_METHODS",
-    "MISSING_CLIENT_CAPABILITY",
-    "MODERN_METHODS",
-    "MRTR_METHODS",
-    "SUPPORTED_MODERN",
-    "Failure",
-    "capability_failure",
-    "client_capabilities",
-    "decode_header_value",
-    "discover_from_initialize",
-    "is_discover_result",
-    "is_modern",
-    "legacy_params",
-    "missing_capabilities",
-    "recognised_modern_error",
-    "stamp_result",
-    "tool_header_params",
-    "validate",
-]
 
 SUPPORTED_MODERN = versions.MODERN
 HEADER_MISMATCH = -32020
@@ -186,30 +164,26 @@ def _present(header: Callable[[str], str | None], name: str) -> str | Failure:
 
 def _check_version_header(header: Callable[[str], str | None], body_version: object) -> Failure | None:
     name = wire.PROTOCOL_VERSION
-    raw = _present(header, name)
-    if isinstance(raw, Failure):
-        return raw
     if body_version is None:  # a notification without _meta: the header alone names the version
-        return _plain_value(name, raw)
+        raw = _present(header, name)
+        value = raw if isinstance(raw, Failure) else _plain(name, raw)
+        return value if isinstance(value, Failure) else None
     return _check_plain(header, name, body_version, f"_meta[{wire.META_PROTOCOL_VERSION!r}]")
 
 
-def _plain_value(name: str, raw: str) -> Failure | None:
-    decoded = decode_header_value(raw)
-    if decoded is None or decoded != raw.strip(" \t"):
+def _plain(name: str, raw: str) -> str | Failure:
+    value = plain_header_value(raw)
+    if value is None:
         return _mismatch(name, f"the {name} header value {show(raw)} has invalid characters")
-    return None
+    return value
 
 
 def _check_plain(header: Callable[[str], str | None], name: str, body: object, field: str) -> Failure | None:
     """A header without the Base64 sentinel (MCP-Protocol-Version, Mcp-Method): equal to the body, exactly."""
     raw = _present(header, name)
-    if isinstance(raw, Failure):
-        return raw
-    failure = _plain_value(name, raw)
-    if failure is not None:
-        return failure
-    value = raw.strip(" \t")
+    value = raw if isinstance(raw, Failure) else _plain(name, raw)
+    if isinstance(value, Failure):
+        return value
     if value != body:
         return _mismatch(name, f"{name} header value {show(value)} does not match the body's {field} {show(body)}")
     return None
@@ -287,6 +261,36 @@ def capability_failure(missing: Mapping[str, Any]) -> Failure:
         f"Missing required client capability: {names} (declare it in _meta[{wire.META_CLIENT_CAPABILITIES!r}])",
         {"requiredCapabilities": dict(missing)},
     )
+
+
+def input_requirement(method: str, params: object) -> dict[str, Any]:
+    """The ClientCapabilities an input request (elicitation/create, sampling/createMessage, roots/list) needs:
+    {"elicitation": {"url": {}}} for a URL-mode elicitation, {"sampling": {"tools": {}}} for sampling with tools;
+    {} for any other method."""
+    capability = INPUT_CAPABILITY.get(method)
+    if capability is None:
+        return {}
+    body = params if isinstance(params, dict) else {}
+    detail = None
+    if method == "elicitation/create":
+        detail = "url" if body.get("mode") == "url" else "form"
+    elif method == "sampling/createMessage" and body.get("tools"):
+        detail = "tools"
+    return {capability: {detail: {}} if detail else {}}
+
+
+def missing_for_input(method: str, params: object, declared: Mapping[str, Any]) -> dict[str, Any]:
+    """What input_requirement needs and the client did not declare ({} when nothing is missing). A declared
+    "elicitation": {} means form mode only."""
+    for capability, details in input_requirement(method, params).items():
+        have = declared.get(capability)
+        if not isinstance(have, dict):
+            return {capability: details}
+        for detail in details:
+            implicit_form = capability == "elicitation" and detail == "form" and not have
+            if not implicit_form and have.get(detail) is None:
+                return {capability: {detail: {}}}
+    return {}
 
 
 # -- rewriting between the eras ----------------------------------------------------------------------------------

@@ -259,3 +259,19 @@ def test_tool_header_params_invalid(schema: Any) -> None:
 )
 def test_show(value: object, shown: str) -> None:
     assert hv.show(value) == shown
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        ("2026-07-28", "2026-07-28"),
+        (" tools/list\t", "tools/list"),
+        ("=?base64?dG9vbHMvbGlzdA==?=", "=?base64?dG9vbHMvbGlzdA==?="),  # taken as is
+        ("", ""),
+        ("tools/list\r\n", None),
+        ("tools\x00list", None),
+        ("tööls", None),
+    ],
+)
+def test_plain_header_value(raw: str, value: str | None) -> None:
+    assert hv.plain_header_value(raw) == value

@@ -674,3 +674,47 @@ def test_is_discover_result(result: object, answer: bool) -> None:
 )
 def test_recognised_modern_error(error: object, answer: bool) -> None:
     assert modern.recognised_modern_error(error) is answer
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "needed"),
+    [
+        ("elicitation/create", {"message": "m", "requestedSchema": {}}, {"elicitation": {"form": {}}}),
+        ("elicitation/create", {"mode": "form"}, {"elicitation": {"form": {}}}),
+        ("elicitation/create", {"mode": "url", "url": "https://x"}, {"elicitation": {"url": {}}}),
+        ("sampling/createMessage", {"messages": [], "maxTokens": 1}, {"sampling": {}}),
+        ("sampling/createMessage", {"messages": [], "tools": [{"name": "t"}]}, {"sampling": {"tools": {}}}),
+        ("roots/list", None, {"roots": {}}),
+        ("tools/call", {}, {}),
+    ],
+)
+def test_input_requirement(method: str, params: Any, needed: dict[str, Any]) -> None:
+    assert modern.input_requirement(method, params) == needed
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "declared", "missing"),
+    [
+        ("elicitation/create", {}, {}, {"elicitation": {"form": {}}}),
+        ("elicitation/create", {}, {"elicitation": {}}, {}),  # {} means form mode
+        ("elicitation/create", {}, {"elicitation": {"form": {}}}, {}),
+        ("elicitation/create", {}, {"elicitation": {"url": {}}}, {"elicitation": {"form": {}}}),
+        ("elicitation/create", {"mode": "url"}, {"elicitation": {}}, {"elicitation": {"url": {}}}),
+        ("elicitation/create", {"mode": "url"}, {"elicitation": {"url": {}}}, {}),
+        ("elicitation/create", {}, {"elicitation": True}, {"elicitation": {"form": {}}}),
+        ("sampling/createMessage", {}, {}, {"sampling": {}}),
+        ("sampling/createMessage", {}, {"sampling": {}}, {}),
+        ("sampling/createMessage", {"tools": [{}]}, {"sampling": {}}, {"sampling": {"tools": {}}}),
+        ("sampling/createMessage", {"tools": [{}]}, {"sampling": {"tools": {}}}, {}),
+        ("roots/list", {}, {"roots": {"listChanged": True}}, {}),
+        ("roots/list", {}, {"sampling": {}}, {"roots": {}}),
+        ("tools/list", {}, {}, {}),
+    ],
+)
+def test_missing_for_input(method: str, params: Any, declared: dict[str, Any], missing: dict[str, Any]) -> None:
+    assert modern.missing_for_input(method, params, declared) == missing
+
+
+def test_sentinel_on_a_plain_header_is_a_mismatch_not_a_decode() -> None:
+    failure = run("tools/list", with_meta(), {wire.PROTOCOL_VERSION: "=?base64?MjAyNi0wNy0yOA==?="})
+    assert failure is not None and "does not match" in failure.message
