@@ -281,3 +281,59 @@ def test_both_eras_on_one_endpoint_by_default(gateways: Callable[[str], Gateway]
     reply = gw.request("POST", body=init_body(), headers=HEADERS)
     assert reply.status == 200 and SESSION_ID.lower() in reply.headers, reply
     assert reply_message(reply)["result"]["protocolVersion"] == "2025-11-25"
+
+
+# -- MRTR by raw HTTP: the bridge's (demo) or the child's own (modern) input_required and requestState --
+
+
+def ask_name(msg_id: Any, responses: dict[str, Any] | None = None, state: str | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": "ask_name", "arguments": {}}
+    if responses is not None:
+        params |= {"inputResponses": responses, "requestState": state}
+    return modern_body(msg_id, "tools/call", params, caps={"elicitation": {}})
+
+
+def flipped(state: str) -> str:
+    middle = len(state) // 2
+    return state[:middle] + ("A" if state[middle] != "A" else "B") + state[middle + 1 :]
+
+
+@KINDS
+def test_an_input_round_trip_and_a_tampered_or_replayed_state(gateways: Callable[[str], Gateway], kind: str) -> None:
+    gw = gateways(kind)
+    first = result_of(post_modern(gw, ask_name("e-1")), "e-1")
+    assert first["resultType"] == "input_required" and "ttlMs" not in first, first
+    ((key, request),) = first["inputRequests"].items()
+    assert request["method"] == "elicitation/create" and request["params"]["message"] == "What is your name?"
+    state = first["requestState"]
+    assert isinstance(state, str) and state, first
+    answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
+    tampered = reply_message(post_modern(gw, ask_name("e-2", answer, flipped(state))))
+    assert tampered["id"] == "e-2" and tampered.get("result", {}).get("resultType") != "complete", tampered
+    done = result_of(post_modern(gw, ask_name("e-3", answer, state)), "e-3")
+    assert done["content"][0]["text"] == "Hello, Ada" and done["resultType"] == "complete", done
+    if kind == "demo":  # the bridge's continuation is spent: replaying its state must not complete again
+        replayed = reply_message(post_modern(gw, ask_name("e-4", answer, state)))
+        assert replayed["id"] == "e-4" and replayed.get("result", {}).get("resultType") != "complete", replayed
+
+
+# -- Mcp-Param-* headers mirrored from x-mcp-header arguments (the modern child's tool `where`) --
+
+
+def where(msg_id: Any, region: str | None) -> dict[str, Any]:
+    arguments = {"query": "weather"} | ({} if region is None else {"region": region})
+    return modern_body(msg_id, "tools/call", {"name": "where", "arguments": arguments})
+
+
+def test_param_headers_are_checked_against_the_arguments(gateway_factory: Callable[..., Gateway]) -> None:
+    """A fresh gateway, so no tools/list has passed through it before the first call."""
+    gw = gateway_factory(ENVS["modern"])
+    headers = modern_headers("tools/call", "where")
+    error_of(post_modern(gw, where("p-1", "us-west1"), headers), 400, -32020, "p-1")  # the header is missing
+    error_of(post_modern(gw, where("p-2", "us-west1"), {**headers, "Mcp-Param-Region": "eu"}), 400, -32020, "p-2")
+    ok = post_modern(gw, where("p-3", "us-west1"), {**headers, "mcp-param-region": "us-west1"})
+    assert result_of(ok, "p-3")["content"][0]["text"] == "weather in us-west1"
+    encoded = post_modern(gw, where("p-4", "Zürich"), {**headers, "Mcp-Param-Region": b64("Zürich")})
+    assert result_of(encoded, "p-4")["content"][0]["text"] == "weather in Zürich"
+    absent = post_modern(gw, where("p-5", None), headers)  # no value, no header needed
+    assert result_of(absent, "p-5")["content"][0]["text"] == "weather in nowhere"

@@ -85,6 +85,9 @@ def test_tools_resources_prompts(gateways: Callable[[str], Gateway], kind: str, 
             assert readme.contents[0].text  # type: ignore[union-attr]
             prompt = await c.get_prompt("greet", {"name": "Ada"})
             assert prompt.messages[0].content.text == "Please greet Ada warmly."  # type: ignore[union-attr]
+            if kind == "modern":  # the client mirrors `region` into Mcp-Param-Region; the gateway checks it
+                where = await c.call_tool("where", {"query": "rain", "region": "Zürich"})
+                assert where.content[0].text == "rain in Zürich"  # type: ignore[union-attr]
 
     run(body)
 
