@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +27,7 @@ from tests.support import (
     post_modern,
     reply_message,
     serving,
+    sse_messages,
 )
 
 ENVS = {
@@ -337,3 +340,65 @@ def test_param_headers_are_checked_against_the_arguments(gateway_factory: Callab
     assert result_of(encoded, "p-4")["content"][0]["text"] == "weather in Zürich"
     absent = post_modern(gw, where("p-5", None), headers)  # no value, no header needed
     assert result_of(absent, "p-5")["content"][0]["text"] == "weather in nowhere"
+
+
+# -- subscriptions/listen by raw HTTP: two listeners with the same id, each gets only what it asked for --
+
+
+class Listener:
+    """A subscriptions/listen POST whose SSE response is read event by event."""
+
+    def __init__(self, gw: Gateway, msg_id: Any, notifications: dict[str, Any]) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=15)
+        body = modern_body(msg_id, "subscriptions/listen", {"notifications": notifications})
+        self.conn.request("POST", "/mcp", body=json.dumps(body).encode(), headers=modern_headers(body["method"]))
+        self.resp = self.conn.getresponse()
+        assert self.resp.status == 200 and self.resp.getheader("content-type", "").startswith("text/event-stream")
+        self.buffer = b""
+
+    def next(self) -> dict[str, Any]:
+        while True:
+            messages, _, rest = self.buffer.partition(b"\n\n")
+            if _:
+                self.buffer = rest
+                if found := sse_messages(messages + b"\n\n"):
+                    return found[0]
+                continue
+            chunk = self.resp.read1(65536)
+            assert chunk, "the listen stream ended"
+            self.buffer += chunk.replace(b"\r\n", b"\n")
+
+    def until(self, method: str) -> list[dict[str, Any]]:
+        """The messages up to and including the first `method` notification."""
+        seen = [self.next()]
+        while seen[-1].get("method") != method:
+            seen.append(self.next())
+        return seen
+
+
+def test_two_listeners_with_one_id_get_only_what_they_asked_for(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("modern")
+    counter = "modern://counter"
+    one = Listener(gw, 1, {"resourceSubscriptions": [counter]})
+    two = Listener(gw, 1, {"toolsListChanged": True, "resourceSubscriptions": ["modern://readme"]})
+    try:
+        for listener, honoured in ((one, {"resourceSubscriptions": [counter]}), (two, {"toolsListChanged": True})):
+            ack = listener.next()
+            assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+            assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 1, ack
+            assert all(ack["params"]["notifications"].get(k) == v for k, v in honoured.items()), ack
+        result_of(post_modern(gw, modern_body(101, "tools/call", {"name": "bump", "arguments": {}})), 101)
+        result_of(post_modern(gw, modern_body(102, "tools/call", {"name": "notify_change", "arguments": {}})), 102)
+        result_of(post_modern(gw, modern_body(103, "tools/call", {"name": "bump", "arguments": {}})), 103)
+        first = one.until("notifications/resources/updated")
+        assert first[-1]["params"]["uri"] == counter, first
+        assert first[-1]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 1, first
+        assert [m.get("method") for m in one.until("notifications/resources/updated")] == [
+            "notifications/resources/updated"
+        ]  # no tools/list_changed between the two updates: it did not ask for it
+        seen = two.until("notifications/tools/list_changed")
+        assert [m.get("method") for m in seen] == ["notifications/tools/list_changed"], seen  # no counter update
+        assert seen[-1]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == 1, seen
+    finally:
+        one.conn.close()
+        two.conn.close()
