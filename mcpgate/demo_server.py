@@ -271,9 +271,9 @@ class DemoServer:
         except Exception:  # a tool bug answers Internal error (logged with its traceback)
             log.exception("tools/call %r failed", msg_id)
             response["error"] = RpcError(INTERNAL_ERROR, "Internal error").error
-        self.send(response, unless=ctx.cancelled)
-        with self._lock:
+        with self._lock:  # released before the answer goes out: a client may reuse an id once answered
             self._calls.pop(_key(msg_id), None)
+        self.send(response, unless=ctx.cancelled)
 
     def request_client(self, method: str, params: Json, cancelled: threading.Event) -> Json:
         """Send a server->client request and wait for its result. Raises Cancelled or ToolError."""
