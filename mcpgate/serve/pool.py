@@ -52,6 +52,7 @@ class Group:
         self.hub_child: PooledChild | None = None
         # tool name -> {argument: Mcp-Param header} from the tools' x-mcp-header annotations (None: not read yet)
         self.tool_headers: dict[str, dict[str, str]] | None = None
+        self.tool_headers_at = 0.0
 
     def wake(self) -> None:
         waiters, self.waiters = self.waiters, []
@@ -120,9 +121,10 @@ class Pool:
                 raise Refusal(502, jsonrpc.INTERNAL_ERROR, f"Bad Gateway: {child.problem}")
             if child.load >= self.settings.pool_child_requests:
                 continue
-            if child.era is Era.LEGACY and bridged:
-                if child.candidate is not None or (candidate and child.bridged_calls):
-                    continue
+            # on a legacy child a bridged call may be asked for input: one candidate at a time, alone
+            busy = child.candidate is not None or (candidate and child.bridged_calls > 0)
+            if child.era is Era.LEGACY and bridged and busy:
+                continue
             if best is None or child.load < best.load:
                 best = child
         return best
@@ -209,12 +211,14 @@ class Pool:
     # -- the tools' x-mcp-header annotations (Mcp-Param-* headers are checked against them) -------------------
     def param_headers(self, principal: str, message: Request) -> dict[str, str] | None:
         """The Mcp-Param-* headers the called tool declares: {argument: header name}, read from the child's
-        tools/list once per change of its tool list."""
+        tools/list again when its list changed or the cache hint's time has passed."""
         params = message.params if isinstance(message.params, dict) else {}
         name = params.get("name")
         group = self.group(principal)
-        if group.tool_headers is None:
+        fresh_for = max(1.0, self.settings.cache_ttl_ms / 1000)  # as long as a client may cache tools/list
+        if group.tool_headers is None or self.clock() - group.tool_headers_at > fresh_for:
             group.tool_headers = self._read_tool_headers(self.acquire(principal))
+            group.tool_headers_at = self.clock()
         return group.tool_headers.get(name) if isinstance(name, str) else None
 
     def _read_tool_headers(self, child: PooledChild) -> dict[str, dict[str, str]]:
@@ -230,9 +234,11 @@ class Pool:
                 break
             for tool in result.get("tools") or []:
                 if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                    headers = modern.tool_header_params(tool.get("inputSchema"))
-                    if headers:
-                        found[tool["name"]] = headers
+                    headers = modern.tool_header_params(tool.get("inputSchema")) or {}
+                    # a header name with "_" never arrives (the worker drops such headers, as proxies do): unchecked
+                    checked = {arg: header for arg, header in headers.items() if "_" not in header}
+                    if checked:
+                        found[tool["name"]] = checked
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str):
                 break
