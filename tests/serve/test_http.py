@@ -241,13 +241,14 @@ def test_session_cap_is_503_with_retry_after(gateway_factory: Any) -> None:
     assert status == 503 and int(headers["retry-after"]) > 0
 
 
-def test_modern_probe_without_session_names_the_served_revisions(demo_gateway: Any) -> None:
-    headers = {**HEADERS, "MCP-Protocol-Version": "2026-07-28"}
+def test_a_modern_request_without_its_meta_is_refused_with_its_id(demo_gateway: Any) -> None:
+    """A 2026-07-28 header and no session: the modern ladder answers (no session needed), and the error
+    carries the request's id (it was once null)."""
+    headers = {**HEADERS, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
     body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
     status, _, raw = demo_gateway.request("POST", body=body, headers=headers)
-    error = json.loads(raw)["error"]
-    assert status == 400 and error["code"] == -32022
-    assert "2025-11-25" in error["data"]["supported"]
+    answer = json.loads(raw)
+    assert status == 400 and answer["error"]["code"] == -32602 and answer["id"] == 1
 
 
 def test_healthz_reports_a_missing_command(gateway_factory: Any) -> None:
