@@ -3,6 +3,10 @@
 Every gateway in the bench runs this same child, so only the gateways differ.
 Tools: `echo` {message} returns the message; `blob` {size} returns a text of
 `size` bytes. Run it with `python -S child_server.py` to keep it small.
+
+By default it is a legacy (initialize) server: `server/discover` is a method it does not know, so a
+gateway serving 2026-07-28 bridges it. With `--modern` it also answers `server/discover` (2026-07-28
+only) and puts `resultType` on every result, as a 2026-07-28 server does.
 """
 
 import json
@@ -21,6 +25,8 @@ TOOLS = [
         "inputSchema": {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]},
     },
 ]
+MODERN = "--modern" in sys.argv[1:]
+SERVER_INFO = {"name": "mcpgate-bench-child", "version": "1.0"}
 _blobs = {}
 
 
@@ -45,7 +51,13 @@ def handle(message):
         return {
             "protocolVersion": asked if asked in VERSIONS else VERSIONS[0],
             "capabilities": {"tools": {}},
-            "serverInfo": {"name": "mcpgate-bench-child", "version": "1.0"},
+            "serverInfo": SERVER_INFO,
+        }
+    if method == "server/discover" and MODERN:
+        return {
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {}},
+            "_meta": {"io.modelcontextprotocol/serverInfo": SERVER_INFO},
         }
     if method == "ping":
         return {}
@@ -75,7 +87,10 @@ def main():
         if not isinstance(message, dict) or "id" not in message or "method" not in message:
             continue  # notifications and responses need no answer
         try:
-            reply = {"jsonrpc": "2.0", "id": message["id"], "result": handle(message)}
+            result = handle(message)
+            if MODERN:
+                result["resultType"] = "complete"
+            reply = {"jsonrpc": "2.0", "id": message["id"], "result": result}
         except NotImplementedError as exc:
             reply = {
                 "jsonrpc": "2.0",

@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 CHILD_SCRIPT = BENCH / "child_server.py"
 CHILD = [sys.executable, "-S", str(CHILD_SCRIPT)]
+MODERN_CHILD = [*CHILD, "--modern"]  # the same child, also answering server/discover (2026-07-28)
 MiB = 1024 * 1024
 SRC: Path | None = None  # run mcpgate from this source tree (set by run.py --src) instead of the installed one
 
@@ -56,6 +57,7 @@ class Spec:
     cwd: Path | None = None  # default: the repository root
     blobs: bool = True  # serves the blob tool (the floor does not)
     note: str = ""
+    client: str = "legacy"  # how the bench speaks to it: "legacy" (initialize, one session) or "modern" (2026-07-28)
 
 
 @dataclass
@@ -85,21 +87,45 @@ def _python_tool(name: str) -> Path:
     return Path(sys.executable).parent / name
 
 
+def _mcpgate_argv(port: int) -> list[str]:
+    return [
+        str(_python_tool("gunicorn")),
+        "-c",
+        "python:mcpgate.gunicorn_config",
+        "-b",
+        f"127.0.0.1:{port}",
+        "mcpgate.wsgi",
+    ]
+
+
+MODERN_NAMES = ("mcpgate-modern", "mcpgate-modern-child")  # mcpgate spoken to in 2026-07-28 requests
+
+
 def serve_specs() -> list[Spec]:
     specs = [
         Spec(
-            "mcpgate",
-            "mcpgate serve (gunicorn, gevent)",
-            lambda port: [
-                str(_python_tool("gunicorn")),
-                "-c",
-                "python:mcpgate.gunicorn_config",
-                "-b",
-                f"127.0.0.1:{port}",
-                "mcpgate.wsgi",
-            ],
+            "mcpgate", "mcpgate serve (gunicorn, gevent)", _mcpgate_argv, env={**mcpgate_env(), **_src_env()}, cwd=SRC
+        ),
+        Spec(
+            "mcpgate-modern",
+            "mcpgate serve, 2026-07-28 (pooled child)",
+            _mcpgate_argv,
             env={**mcpgate_env(), **_src_env()},
             cwd=SRC,
+            client="modern",
+            note="2026-07-28 requests (no session) served by the principal's pool of children (at most "
+            "MCPGATE_POOL_CHILDREN, default 4); the child is the same legacy-only one, which the gateway "
+            "initializes itself after it does not answer server/discover",
+        ),
+        Spec(
+            "mcpgate-modern-child",
+            "mcpgate serve, 2026-07-28 (pooled child answering server/discover)",
+            _mcpgate_argv,
+            env={**mcpgate_env(MCPGATE_COMMAND=shlex.join(MODERN_CHILD)), **_src_env()},
+            cwd=SRC,
+            client="modern",
+            note="as the row above, with the child run with --modern: it answers server/discover, so requests "
+            "reach it with their _meta as they came",
         ),
         Spec(
             "floor",

@@ -17,6 +17,7 @@ import time
 import procs
 
 PROTOCOL_VERSION = "2025-11-25"
+MODERN_VERSION = "2026-07-28"
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -56,6 +57,28 @@ def blob_body(msg_id: int, size: int) -> bytes:
     )
 
 
+# The per-request _meta of a 2026-07-28 request (no initialize, no session): the same bytes on every call.
+MODERN_META = (
+    b'"_meta":{"io.modelcontextprotocol/protocolVersion":"%s","io.modelcontextprotocol/clientCapabilities":{}}'
+    % MODERN_VERSION.encode()
+)
+
+
+def modern_echo_body(msg_id: int, message: str = "hello") -> bytes:
+    return (
+        b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"message":"%s"},%s}}'
+        % (msg_id, message.encode(), MODERN_META)
+    )
+
+
+def modern_blob_body(msg_id: int, size: int) -> bytes:
+    return b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"blob","arguments":{"size":%d},%s}}' % (
+        msg_id,
+        size,
+        MODERN_META,
+    )
+
+
 def find_reply(body: bytes, content_type: str, msg_id: int) -> dict:
     """The JSON-RPC response with `msg_id` in a JSON or SSE body."""
     if content_type.startswith("text/event-stream"):
@@ -91,15 +114,16 @@ class HttpSession:
         self.stream: http.client.HTTPResponse | None = None
         self.headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
 
-    def post(self, body: bytes, msg_id: int | None) -> dict | None:
+    def post(self, body: bytes, msg_id: int | None, headers: dict[str, str] | None = None) -> dict | None:
+        headers = headers or self.headers
         try:
-            self.conn.request("POST", self.path, body, self.headers)
+            self.conn.request("POST", self.path, body, headers)
             resp = self.conn.getresponse()
         except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
             # The server closed this kept-alive connection while it sat idle (mcpgate does after
             # MCPGATE_KEEPALIVE_TIMEOUT, as most servers do): a new connection, once, as HTTP clients do.
             self.conn.close()
-            self.conn.request("POST", self.path, body, self.headers)
+            self.conn.request("POST", self.path, body, headers)
             resp = self.conn.getresponse()
         data = resp.read()
         if msg_id is None:
@@ -166,6 +190,44 @@ class HttpSession:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class StatelessSession(HttpSession):
+    """MCP 2026-07-28 over the same kept-alive connection: no initialize, no session; every request is one
+    POST carrying its revision and method in headers and the client's capabilities in params._meta."""
+
+    def __init__(self, port: int, path: str = "/mcp", host: str = "127.0.0.1", timeout: float = 120.0) -> None:
+        super().__init__(port, path, host, timeout)
+        self.version = MODERN_VERSION
+        self.headers = {**self.headers, "MCP-Protocol-Version": MODERN_VERSION, "Mcp-Method": "tools/call"}
+        self.echo_headers = {**self.headers, "Mcp-Name": "echo"}
+        self.blob_headers = {**self.headers, "Mcp-Name": "blob"}
+
+    def initialize(self) -> StatelessSession:
+        return self  # nothing to set up: the first echo is the first request
+
+    def echo(self, message: str = "hello") -> None:
+        msg_id = self.next_id
+        self.next_id += 1
+        reply = self.post(modern_echo_body(msg_id, message), msg_id, self.echo_headers)
+        if text_of(reply) != message:  # type: ignore[arg-type]
+            raise BenchError(f"echo returned {text_of(reply)!r}")  # type: ignore[arg-type]
+
+    def blob(self, size: int) -> None:
+        msg_id = self.next_id
+        self.next_id += 1
+        reply = self.post(modern_blob_body(msg_id, size), msg_id, self.blob_headers)
+        if len(text_of(reply)) != size:  # type: ignore[arg-type]
+            raise BenchError(f"blob of {size} bytes came back with {len(text_of(reply))}")  # type: ignore[arg-type]
+
+    def open_get_stream(self) -> http.client.HTTPResponse:
+        raise BenchError("2026-07-28 has no GET stream")
+
+    def delete(self) -> None:
+        pass  # no session to end
+
+
+CLIENTS = {"legacy": HttpSession, "modern": StatelessSession}  # Spec.client -> the session class
 
 
 class LineReader:

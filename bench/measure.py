@@ -68,10 +68,13 @@ def timed_loop(
     return with_cpu(summary(latencies), cpu_used, len(latencies))
 
 
+Client = type[HttpSession]  # HttpSession (a legacy session) or StatelessSession (2026-07-28 requests)
+
+
 def sequential_http(
-    port: int, path: str, count: int, time_cap_s: float, cpu: CpuClock | None = None
+    port: int, path: str, count: int, time_cap_s: float, cpu: CpuClock | None = None, client: Client = HttpSession
 ) -> dict[str, float]:
-    session = HttpSession(port, path).initialize()
+    session = client(port, path).initialize()
     try:
         return timed_loop(session.echo, count, time_cap_s, cpu=cpu)
     finally:
@@ -82,10 +85,10 @@ def sequential_http(
 # -- concurrent client processes ---------------------------------------------------------------------
 
 
-def _load_worker(port: int, path: str, duration: float, ready, go, start_at, queue) -> None:  # type: ignore[no-untyped-def]
+def _load_worker(port: int, path: str, duration: float, ready, go, start_at, queue, client: Client) -> None:  # type: ignore[no-untyped-def]
     session = None
     try:
-        session = HttpSession(port, path).initialize()
+        session = client(port, path).initialize()
         for _ in range(10):
             session.echo()
     except Exception as exc:  # noqa: BLE001 - reported to the parent
@@ -117,7 +120,7 @@ def _load_worker(port: int, path: str, duration: float, ready, go, start_at, que
             error_text = repr(exc)[:300]
             try:
                 session.close()
-                session = HttpSession(port, path).initialize()
+                session = client(port, path).initialize()
             except Exception:  # noqa: BLE001
                 break
             ended = clock()
@@ -131,9 +134,10 @@ def _load_worker(port: int, path: str, duration: float, ready, go, start_at, que
 
 
 def concurrent_http(
-    port: int, path: str, processes: int, duration: float, cpu: CpuClock | None = None
+    port: int, path: str, processes: int, duration: float, cpu: CpuClock | None = None, client: Client = HttpSession
 ) -> dict[str, float]:
-    """Throughput and latency with `processes` client processes, each with its own session and connection.
+    """Throughput and latency with `processes` client processes, each with its own session and connection
+    (a 2026-07-28 client: its own connection, no session).
 
     Calls are counted when they complete inside one common window of `duration` seconds that starts once
     every process has its session (perf_counter is CLOCK_MONOTONIC on Linux: the same clock in every process).
@@ -142,7 +146,7 @@ def concurrent_http(
     start_at = _fork.Value("d", 0.0, lock=False)
     queue = _fork.Queue()
     workers = [
-        _fork.Process(target=_load_worker, args=(port, path, duration, ready, go, start_at, queue), daemon=True)
+        _fork.Process(target=_load_worker, args=(port, path, duration, ready, go, start_at, queue, client), daemon=True)
         for _ in range(processes)
     ]
     for worker in workers:

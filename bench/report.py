@@ -15,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 NAGLE_MS = 20.0  # a sequential p50 above this on loopback is Nagle + delayed ACK, not work
-SERVE_ORDER = ["mcpgate", "supergateway", "mcp-proxy-npm", "mcp-proxy-py", "mcp-stdio", "floor", "direct"]
+MODERN = ["mcpgate-modern", "mcpgate-modern-child"]  # mcpgate again, spoken to in 2026-07-28 requests
+SERVE_ORDER = ["mcpgate", *MODERN, "supergateway", "mcp-proxy-npm", "mcp-proxy-py", "mcp-stdio", "floor", "direct"]
 PEERS = ["supergateway", "mcp-proxy-npm", "mcp-proxy-py", "mcp-stdio"]
 RELAY_ORDER = ["mcpgate-relay", "mcp-proxy-py", "mcp-stdio", "supergateway", "upstream-direct"]
 SIZES = ["65536", "1048576", "4194304", "8388608"]
@@ -206,7 +207,7 @@ def relay_label(name: str) -> str:
 def targets(results: dict) -> list[str]:
     """Issue 4's targets as ratios within this run."""
     speed, relay, mem = results.get("speed") or {}, results.get("relay") or {}, memory_rows(results)
-    lines = ["| Target (issue 4) | Measured in this run | Met |", "|---|---|---|"]
+    lines = ["| Target (issue 4 unless marked) | Measured in this run | Met |", "|---|---|---|"]
 
     def add(text: str, measured: str, ok: bool | None) -> None:
         lines.append(f"| {text} | {measured} | {'yes' if ok else 'no' if ok is not None else '–'} |")
@@ -270,6 +271,9 @@ def targets(results: dict) -> list[str]:
     four, ref = get(speed, "mcpgate", "blob_ms", "4194304"), get(speed, "direct", "blob_ms", "4194304")
     if four and ref:
         add("4 MiB result ≤ 1.2x direct pipes", f"{four:.1f} vs {ref:.1f} ms = {four / ref:.2f}x", four <= 1.2 * ref)
+    for name in MODERN:
+        for text, measured, ok in modern_targets(speed, name):
+            add(f"{text} ({label(results, name)})", measured, ok)
     peers_r = ["mcp-proxy-py", "mcp-stdio", "supergateway"]
     r_ours = get(relay, "mcpgate-relay", "seq", "p50_ms")
     rp, rbest = fastest(relay, peers_r, ("seq", "p50_ms"))
@@ -293,6 +297,31 @@ def targets(results: dict) -> list[str]:
     return lines
 
 
+def modern_targets(speed: dict, name: str) -> list[tuple[str, str, bool]]:
+    """Issue 9: 2026-07-28 requests on the pooled child no slower than the legacy session path (the mcpgate row,
+    the same child, the same run): sequential p50 and 16-client throughput as ratios."""
+    out = []
+    ours, legacy = get(speed, name, "seq", "p50_ms"), get(speed, "mcpgate", "seq", "p50_ms")
+    if ours and legacy:
+        out.append(
+            (
+                "issue 9: 2026-07-28 sequential p50 ≤ the legacy session path's",
+                f"{ours:.3f} vs {legacy:.3f} ms = {ours / legacy:.2f}x",
+                ours <= legacy,
+            )
+        )
+    ours16, legacy16 = get(speed, name, "c16", "calls_per_s"), get(speed, "mcpgate", "c16", "calls_per_s")
+    if ours16 and legacy16:
+        out.append(
+            (
+                "issue 9: 2026-07-28 16-client throughput ≥ the legacy session path's",
+                f"{ours16:,.0f} vs {legacy16:,.0f} calls/s = {ours16 / legacy16:.2f}x",
+                ours16 >= legacy16,
+            )
+        )
+    return out
+
+
 def notes(results: dict) -> list[str]:
     out = []
     for name, row in (results.get("speed") or {}).items():
@@ -314,7 +343,9 @@ def notes(results: dict) -> list[str]:
     for entry in (results.get("gateways") or {}).values():
         if entry.get("missing"):
             out.append(f"- {entry['label']}: {entry['missing']}.")
-        if entry.get("note"):
+        if entry.get("note") and entry.get("client") == "modern":
+            out.append(f"- {entry['label']}: {entry['note']}.")
+        elif entry.get("note"):
             out.append(f"- {entry['label']}: {entry['note']}, so its memory per session excludes a child.")
     cap = get(results, "capacity", "mcpgate")
     if cap:
@@ -358,6 +389,9 @@ def markdown(results: dict) -> str:
         "`http.client` on one kept-alive connection per session, one session per client process; calls are "
         f"`tools/call echo`. Sequential: {cfg['seq_calls']} calls; concurrent: {cfg['duration_s']:g} s per level. "
         "Floor: the same client against a one-thread socket server that returns a canned reply. "
+        "The 2026-07-28 rows: the same mcpgate and child, each client process sending stateless requests (no "
+        "initialize, no session; MCP-Protocol-Version, Mcp-Method, Mcp-Name headers and params._meta) on its own "
+        "connection; the pool of children of the one principal serves them all. "
         "CPU µs/call: user + system time of the gateway's own processes (every thread, child servers excluded, "
         "from /proc schedstat) over the measured calls; unlike latency it barely moves with the machine's load.",
         "",
@@ -403,6 +437,8 @@ def plot(results: dict, target: Path) -> None:
     names = [n for n in SERVE_ORDER if n in speed and n != "direct"]
     colors = {
         "mcpgate": "#d62728",
+        "mcpgate-modern": "#ff7f0e",
+        "mcpgate-modern-child": "#e377c2",
         "supergateway": "#1f77b4",
         "mcp-proxy-npm": "#2ca02c",
         "mcp-proxy-py": "#9467bd",
@@ -578,7 +614,8 @@ def readme_section(results: dict) -> str:
                 f"--install-peers`) on a shared {m['nproc']}-CPU machine with {m['ram_gib']} GiB RAM (Linux "
                 f"{m['kernel']}, Python {m['python']}, Node {m.get('node', '–')}). Every gateway fronts the same "
                 "stdlib stdio child; the client is `http.client` on kept-alive connections, one session per client "
-                f"process; gateways run interleaved in {cfg['rounds']} rounds and the figures are medians. Absolute "
+                f"process (the 2026-07-28 rows: stateless requests, no session, served by mcpgate's pool of "
+                f"children); gateways run interleaved in {cfg['rounds']} rounds and the figures are medians. Absolute "
                 "times drift with the machine's load; the ratios within one run are what compare. Every figure, the "
                 "notes and the machine details: "
                 "[bench/results.md](bench/results.md) (a run also writes its raw figures to `bench/out/results.json`)."

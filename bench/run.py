@@ -5,14 +5,18 @@
     python bench/run.py --publish         # full run that also rewrites the tracked bench/results.md and plot.png
     python bench/run.py --quick           # ~2-3 min, fewer calls and rounds
     python bench/run.py --quick --only mcpgate,floor --phases speed    # iterate on one figure
+    python bench/run.py --quick --only mcpgate,mcpgate-modern,mcpgate-modern-child --phases speed   # the eras
     python bench/run.py --profile         # py-spy profiles of the serve worker (bench/out/serve-*.txt, .svg)
+    python bench/run.py --profile --only mcpgate-modern   # the same for 2026-07-28 requests (serve-modern-*)
     python bench/run.py --snapshot        # measure a copy of mcpgate/ taken at the start (edits may go on)
     python bench/run.py --worker-classes gateway,gevent_pywsgi,gevent,gevent+fast --rounds 5   # see workers.py
 
 Run it with the venv that has mcpgate installed (`/work/venv/bin/python bench/run.py`). Phases: memory (fresh
 gateway, 1/20/1000 idle sessions), capacity (sessions with open GET streams one mcpgate worker holds), speed
 (sequential latency, 1/4/16/64 client processes, big results; reference rows: the child over direct pipes and
-the floor), relay (mcpgate-relay and the peer relays against one mcpgate upstream). Medians over rounds.
+the floor; mcpgate-modern and mcpgate-modern-child: mcpgate again, spoken to in MCP 2026-07-28 requests with no
+session, in front of the legacy-only child and of the child run with --modern), relay (mcpgate-relay and the
+peer relays against one mcpgate upstream). Medians over rounds.
 
 Only --publish (or --out DIR) writes outside bench/out/ (git-ignored); the README's Performance section is
 rewritten only by `python bench/report.py --readme`. SIGTERM or SIGINT ends every gateway, relay and client
@@ -43,7 +47,7 @@ import peers
 import procs
 import report
 import workers
-from mcpclient import PipeSession
+from mcpclient import CLIENTS, PipeSession
 
 BENCH = gateways.BENCH
 PHASES = ("memory", "capacity", "speed", "relay")
@@ -126,7 +130,7 @@ def machine() -> dict:
 def phase_memory(specs: list[gateways.Spec], cfg: dict, log_dir: Path) -> dict:
     out = {}
     for spec in specs:
-        if not spec.blobs:  # the floor holds no sessions
+        if not spec.blobs or spec.client != "legacy":  # the floor and 2026-07-28 requests hold no sessions
             continue
         log(f"memory: {spec.name} with {cfg['memory_counts']} idle sessions")
         try:
@@ -210,6 +214,7 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
                         cfg["seq_calls"],
                         cfg["seq_cap_s"],
                         cpu_of(run),
+                        client_of(by_name[name]),
                     )
                 log(f"  seq {name}: {fmt(value)}")
             for level in cfg["levels"]:
@@ -224,6 +229,7 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
                         level,
                         cfg["duration_s"],
                         cpu_of(run),
+                        client_of(by_name[name]),
                     )
                     log(f"  c{level} {name}: {fmt(value)}")
             for name in order:
@@ -232,7 +238,7 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
                 if name == "direct":
                     value = attempt(raw[name], "blob", measure.blob_times, direct, SIZES, cfg["blob_reps"])
                 else:
-                    session = measure.HttpSession(running[name].port, by_name[name].path)
+                    session = client_of(by_name[name])(running[name].port, by_name[name].path)
                     try:
                         session.initialize()
                         value = attempt(raw[name], "blob", measure.blob_times, session, SIZES, cfg["blob_reps"])
@@ -313,6 +319,10 @@ def phase_relay(cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Sp
     return raw
 
 
+def client_of(spec: gateways.Spec) -> measure.Client:
+    return CLIENTS[spec.client]
+
+
 def cpu_of(running) -> measure.CpuClock:  # type: ignore[no-untyped-def]
     """The CPU clock of a started gateway or relay (its own processes, child servers excluded)."""
     pid = running.proc.pid
@@ -380,12 +390,17 @@ def aggregate(raw: dict, cfg: dict) -> dict:
 # -- profile -----------------------------------------------------------------------------------------------
 
 
-def profile(cfg: dict, out_dir: Path) -> None:
-    """py-spy on the mcpgate worker: sequential calls (raw + svg), then 16 client processes (raw)."""
+def profile(cfg: dict, out_dir: Path, name: str = "mcpgate") -> None:
+    """py-spy on the worker of mcpgate (or of `name`, e.g. mcpgate-modern): sequential calls (raw + svg), then
+    16 client processes (raw)."""
     py_spy = Path(sys.executable).parent / "py-spy"
     if not py_spy.exists():
         sys.exit("py-spy is not installed: pip install -r bench/requirements.txt")
-    spec = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
+    spec = next((s for s in gateways.serve_specs() if s.name == name and s.name.startswith("mcpgate")), None)
+    if spec is None:
+        sys.exit(f"--profile measures mcpgate: {name!r} is not one of its rows")
+    client = client_of(spec)
+    prefix = "serve" if name == "mcpgate" else f"serve-{name.removeprefix('mcpgate-')}"
     running = gateways.start(spec, out_dir / "logs")
     try:
         parents = gateways._ppid_map()
@@ -393,11 +408,11 @@ def profile(cfg: dict, out_dir: Path) -> None:
             pid for pid, ppid in parents.items() if ppid == running.proc.pid and "gunicorn" in gateways._cmdline(pid)
         )
         seconds = 12
-        measure.sequential_http(running.port, spec.path, 500, 10.0)  # warm: imports, caches, allocator
-        measure.concurrent_http(running.port, spec.path, 16, 1.0)
+        measure.sequential_http(running.port, spec.path, 500, 10.0, client=client)  # warm: imports, caches
+        measure.concurrent_http(running.port, spec.path, 16, 1.0, client=client)
         for label, fmt_, load in (("seq", "raw", None), ("seq", "flamegraph", None), ("c16", "raw", 16)):
             suffix = "svg" if fmt_ == "flamegraph" else "txt"
-            target = out_dir / f"serve-{label}.{suffix}"
+            target = out_dir / f"{prefix}-{label}.{suffix}"
             spy = procs.register(
                 subprocess.Popen(
                     [
@@ -421,9 +436,9 @@ def profile(cfg: dict, out_dir: Path) -> None:
             )
             time.sleep(1.0)
             if load is None:
-                figure = measure.sequential_http(running.port, spec.path, 10**9, seconds - 2)
+                figure = measure.sequential_http(running.port, spec.path, 10**9, seconds - 2, client=client)
             else:
-                figure = measure.concurrent_http(running.port, spec.path, load, seconds - 3)
+                figure = measure.concurrent_http(running.port, spec.path, load, seconds - 3, client=client)
             spy_err = spy.communicate(timeout=60)[1].decode(errors="replace")
             procs.forget(spy)
             if spy.returncode != 0:
@@ -431,14 +446,22 @@ def profile(cfg: dict, out_dir: Path) -> None:
             log(f"profile {label}: {fmt(figure)} -> {target}")
             if fmt_ == "raw":
                 text = report.profile_summary(target, top=25)
-                (out_dir / f"serve-{label}-top.txt").write_text(text)
+                (out_dir / f"{prefix}-{label}-top.txt").write_text(text)
                 print(text)
-        perf_split(worker, running.port, spec.path, out_dir)
+        perf_split(worker, running.port, spec.path, out_dir, prefix=prefix, client=client)
     finally:
         gateways.stop(running)
 
 
-def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 8) -> None:
+def perf_split(
+    worker: int,
+    port: int,
+    path: str,
+    out_dir: Path,
+    seconds: int = 8,
+    prefix: str = "serve",
+    client: measure.Client = measure.HttpSession,
+) -> None:
     """Where the worker's CPU goes by library (python, kernel, libc, C extensions), with `perf` if present."""
     import shutil
 
@@ -446,7 +469,7 @@ def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 
     if perf is None:
         log("perf not found: no CPU split by library")
         return
-    data = out_dir / "serve-seq.perf.data"
+    data = out_dir / f"{prefix}-seq.perf.data"
     rec = procs.register(
         subprocess.Popen(
             [perf, "record", "-F", "999", "-p", str(worker), "-o", str(data), "--", "sleep", str(seconds)],
@@ -456,7 +479,7 @@ def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 
         )
     )
     time.sleep(0.5)
-    measure.sequential_http(port, path, 10**9, seconds - 1.5)
+    measure.sequential_http(port, path, 10**9, seconds - 1.5, client=client)
     code = rec.wait(60)
     procs.forget(rec)
     if code != 0:
@@ -477,7 +500,7 @@ def perf_split(worker: int, port: int, path: str, out_dir: Path, seconds: int = 
         + "\n".join(krows)
         + "\n"
     )
-    (out_dir / "serve-seq-perf.txt").write_text(text)
+    (out_dir / f"{prefix}-seq-perf.txt").write_text(text)
     print(text)
 
 
@@ -535,7 +558,8 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated gateway names (mcpgate, floor, supergateway, mcp-proxy-npm, mcp-proxy-py, mcp-stdio)",
+        help="comma-separated gateway names (mcpgate, mcpgate-modern, mcpgate-modern-child, floor, supergateway, "
+        "mcp-proxy-npm, mcp-proxy-py, mcp-stdio); with --profile, the mcpgate row to profile",
     )
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
@@ -558,7 +582,11 @@ def main() -> int:
         help="with --worker-classes: also mcpgate's own worker from the "
         "mcpgate package in this directory, as 'baseline'",
     )
-    parser.add_argument("--profile", action="store_true", help="only profile the serve worker with py-spy")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="only profile the serve worker with py-spy (the --only row, default mcpgate)",
+    )
     parser.add_argument(
         "--snapshot",
         action="store_true",
@@ -600,7 +628,7 @@ def run(args: argparse.Namespace) -> int:
         cfg["rounds"] = args.rounds
     nofile = raise_nofile()
     if args.profile:
-        profile(cfg, out_dir)
+        profile(cfg, out_dir, next((n for n in args.only.split(",") if n), "mcpgate"))
         return 0
     if args.worker_classes:
         return compare_workers(
@@ -629,7 +657,7 @@ def run(args: argparse.Namespace) -> int:
         "nofile": nofile,
         "child": gateways.CHILD,
         "gateways": {
-            s.name: {"label": s.label, "missing": s.missing, "note": s.note}
+            s.name: {"label": s.label, "missing": s.missing, "note": s.note, "client": s.client}
             for s in specs_all
             if not only or s.name in only
         },

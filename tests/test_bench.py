@@ -1,15 +1,30 @@
-"""SIGTERM to a running bench ends every process it started (it runs the bench itself, a few seconds)."""
+"""The bench: SIGTERM to a running bench ends every process it started (it runs the bench itself, a few seconds);
+its 2026-07-28 client against a real gateway in front of the bench child (legacy-only and --modern); the
+serve table's 2026-07-28 rows and issue 9's ratios."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from tests.support import Gateway
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))  # the bench's own modules (mcpclient, report), as bench/run.py imports them
+
+import mcpclient  # noqa: E402
+import report  # noqa: E402
+
+CHILD = [sys.executable, "-S", str(BENCH / "child_server.py")]
 
 
 def _stat(pid: int) -> list[bytes] | None:
@@ -104,3 +119,60 @@ def test_sigterm_ends_every_gateway_and_child_the_bench_started(tmp_path: Path) 
         for pid, start in started.items():
             if alive(pid, start):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("child_args", [[], ["--modern"]], ids=["legacy-child", "modern-child"])
+def test_the_benchs_2026_client_is_served_without_a_session(gateway_factory, child_args: list[str]) -> None:
+    gw: Gateway = gateway_factory({"MCPGATE_COMMAND": shlex.join([*CHILD, *child_args])})
+    client = mcpclient.StatelessSession(gw.port).initialize()
+    try:
+        for _ in range(3):
+            client.echo("hello")
+        client.blob(65536)
+        assert client.session_id is None  # no initialize, and no reply named a session
+    finally:
+        client.close()
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    try:
+        conn.request("GET", "/healthz")
+        assert json.loads(conn.getresponse().read())["sessions"] == 0
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("child_args", "modern"), [([], False), (["--modern"], True)])
+def test_the_bench_child_answers_server_discover_only_with_modern(child_args: list[str], modern: bool) -> None:
+    discover = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
+    done = subprocess.run(
+        [*CHILD, *child_args], input=json.dumps(discover) + "\n", capture_output=True, text=True, timeout=30
+    )
+    reply = json.loads(done.stdout)
+    if modern:
+        assert reply["result"]["supportedVersions"] == ["2026-07-28"]
+        assert reply["result"]["resultType"] == "complete"
+    else:
+        assert reply["error"]["code"] == -32601
+
+
+def test_the_serve_table_has_the_2026_rows_and_issue_9s_ratios() -> None:
+    def row(p50: float, rate: float) -> dict:
+        return {"seq": {"p50_ms": p50, "p99_ms": 2 * p50}, "c16": {"calls_per_s": rate, "p50_ms": 1.0, "p99_ms": 2.0}}
+
+    labels = {
+        "mcpgate": "mcpgate serve (gunicorn, gevent)",
+        "mcpgate-modern": "mcpgate serve, 2026-07-28 (pooled child)",
+        "mcpgate-modern-child": "mcpgate serve, 2026-07-28 (pooled child answering server/discover)",
+    }
+    results = {
+        "config": {"levels": [1, 16], "memory_counts": [1, 20, 100]},
+        "gateways": {name: {"label": text} for name, text in labels.items()},
+        "speed": {"mcpgate": row(0.4, 3000), "mcpgate-modern": row(0.5, 3300), "mcpgate-modern-child": row(0.3, 2700)},
+    }
+    table = report.serve_table(results)
+    assert [line.split(" | ")[0].lstrip("| ") for line in table[2:]] == list(labels.values())
+    assert table[3].endswith("| 1.25x |")
+    targets = "\n".join(report.targets(results))
+    assert "0.500 vs 0.400 ms = 1.25x | no |" in targets
+    assert "3,300 vs 3,000 calls/s = 1.10x | yes |" in targets
+    assert "0.300 vs 0.400 ms = 0.75x | yes |" in targets
+    assert "2,700 vs 3,000 calls/s = 0.90x | no |" in targets
