@@ -47,12 +47,13 @@ class Continuation:
     round: int = 0
     keys: int = 0
     emitter: gevent.Greenlet | None = None
+    parked_at: float = 0.0
     expiry: gevent.Greenlet | None = None
 
 
 class Bridge:
     def __init__(self, pool: Pool, input_ttl: float, clock: Callable[[], float]) -> None:
-        self.pool = pool
+        self.pool, self.clock = pool, clock
         self.ttl = input_ttl
         self.sealer = StateSealer(ttl=input_ttl)
         self.continuations: dict[str, Continuation] = {}
@@ -61,10 +62,8 @@ class Bridge:
     def on_input_request(self, child: PooledChild, request: Request) -> None:
         call = child.candidate
         needed = modern.INPUT_CAPABILITY[request.method]
-        if call is None or call.finished:
-            child.refuse(request.id, jsonrpc.METHOD_NOT_FOUND, f"no client can answer {request.method} now")
-            return
-        if needed not in call.capabilities:
+        if call is None or call.finished or needed not in call.capabilities:
+            # no call on the child whose client declared it (a client that declared nothing is no candidate)
             missing: dict[str, Any] = {needed: {}}
             child.refuse(
                 request.id,
@@ -116,6 +115,7 @@ class Bridge:
         }
         result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
         call.parked = True
+        cont.parked_at = self.clock()
         call.stream.deliver(jsonrpc.encode({"jsonrpc": "2.0", "id": call.client_id, "result": result}), done=True)
         self._arm_expiry(cont)
 
@@ -135,6 +135,16 @@ class Bridge:
         log.info("pooled child %s: abandoned a bridged %s: %s", cont.child.label, cont.call.method, reason)
         cont.child.cancel(cont.call, reason)
         self.pool.group(cont.principal).wake()
+
+    def evict_oldest(self, principal: str) -> bool:
+        """Abandon the principal's call that has waited longest for its client's input, freeing its child."""
+        parked = [c for c in self.continuations.values() if c.principal == principal and c.call.parked]
+        if not parked:
+            return False
+        oldest = min(parked, key=lambda cont: cont.parked_at)
+        log.warning("pooled child %s: evicting a call parked for input to make room", oldest.child.label)
+        self.abandon(oldest, "evicted: every pooled child was taken")
+        return True
 
     def forget_child(self, child: PooledChild) -> None:
         for cont in [c for c in self.continuations.values() if c.child is child]:

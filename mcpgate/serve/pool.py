@@ -35,6 +35,7 @@ from .stream import StreamLimits
 log = logging.getLogger("mcpgate.pool")
 
 CRASH_WINDOW = 60.0
+EVICT_AFTER = 1.0  # seconds a bridged call waits for a full pool before the oldest parked call is evicted
 TOOL_PAGES = 20  # tools/list pages read for the annotations
 AFFINITY_ENTRIES = 10_000  # modern children's requestState -> the child that issued it
 
@@ -102,7 +103,9 @@ class Pool:
             else:
                 event = gevent.event.Event()
                 group.waiters.append(event)
-                event.wait(max(0.0, deadline - self.clock()))
+                if not event.wait(max(0.0, min(EVICT_AFTER, deadline - self.clock()))) and bridged:
+                    # every child is taken; one held only by a call parked for its client's input gives way
+                    self.bridge.evict_oldest(principal)
             if self.clock() >= deadline:
                 raise Refusal(
                     503,
@@ -117,7 +120,10 @@ class Pool:
         for child in group.children:
             if not child.ready.is_set() or child.ended or child.stopping:
                 continue
-            if child.problem:
+            if child.problem:  # it cannot serve: it goes, counted as a crash (the next request tries anew)
+                group.children.remove(child)
+                group.crashes.append((self.clock(), child.problem))
+                child.close(child.problem)
                 raise Refusal(502, jsonrpc.INTERNAL_ERROR, f"Bad Gateway: {child.problem}")
             if child.load >= self.settings.pool_child_requests:
                 continue
@@ -144,10 +150,10 @@ class Pool:
             clock=self.clock,
         )
         child.on_release = group.wake
+        group.children.append(child)  # counted (and waited for by others) from now on
         backoff = self._backoff(group)
         if backoff:
             gevent.sleep(backoff)
-        group.children.append(child)
         try:
             child.start()
         except ChildSpawnError as exc:
@@ -160,6 +166,23 @@ class Pool:
         child.ready.rawlink(lambda _event: self._on_ready(group, child))
         self._ensure_reaper()
         return child
+
+    def prewarm(self, principal: str) -> None:
+        """Start a spare legacy child when none is free for the next call that may ask for input (a cold
+        start is an initialize away), within the pool's limit."""
+        group = self.group(principal)
+        if self.closing or len(group.children) >= self.settings.pool_children:
+            return
+        for child in group.children:
+            if not child.ready.is_set() or (child.candidate is None and not child.bridged_calls and not child.ended):
+                return
+        gevent.spawn(self._spawn_spare, group)
+
+    def _spawn_spare(self, group: Group) -> None:
+        try:
+            self._spawn(group)
+        except Refusal as refusal:
+            log.warning("could not start a spare pooled child: %s", refusal.message)
 
     def _on_ready(self, group: Group, child: PooledChild) -> None:
         if child.era is not None:

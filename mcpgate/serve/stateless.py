@@ -102,6 +102,7 @@ def start(pool: Pool, principal: str, message: Request) -> Call:
         raise Refusal(502, jsonrpc.INTERNAL_ERROR, "Bad Gateway: the MCP server is not taking requests", message.id)
     if call.bridged and candidate:
         child.candidate = call
+        pool.prewarm(principal)
     return call
 
 
