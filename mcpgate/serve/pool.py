@@ -279,7 +279,10 @@ class Pool:
     def _on_listen_message(self, group: Group, child: PooledChild, message: Notification) -> bool:
         if message.method == "notifications/tools/list_changed":
             group.tool_headers = None
-        if group.hub is None or group.hub_child is not child:
+        # every child of the principal runs the same server: a legacy child's unsolicited list_changed or
+        # resources/updated is news for the listeners whichever child sent it (the hub keeps a modern child's
+        # listen frames to the one child it listens on)
+        if group.hub is None or (child.modern and group.hub_child is not child):
             return False
         return group.hub.on_child_message(message)
 
