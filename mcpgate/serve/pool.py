@@ -96,10 +96,13 @@ class Pool:
             if child is not None:
                 return child
             starting = [c for c in group.children if not c.ready.is_set()]
-            if starting:
-                starting[0].ready.wait(max(0.0, deadline - self.clock()))
-            elif len(group.children) < self.settings.pool_children:
-                self._spawn(group).ready.wait(max(0.0, deadline - self.clock()))
+            if starting or len(group.children) < self.settings.pool_children:
+                # a starting child is waited for until its probe ends (bounded by the probe's own timeouts),
+                # then picked or refused with the reason it cannot serve
+                child = starting[0] if starting else self._spawn(group)
+                child.ready.wait(self.settings.probe_timeout + self.settings.pool_wait + 1.0)
+                deadline = max(deadline, self.clock() + 0.1)
+                continue
             else:
                 event = gevent.event.Event()
                 group.waiters.append(event)

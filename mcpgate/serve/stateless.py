@@ -45,7 +45,17 @@ def post(gw: Gateway, request: HttpRequest, message: Request | Notification) -> 
         raise Refusal(
             503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", request_id, headers={"Retry-After": "5"}
         )
+    try:
+        return serve(gw, request, message)
+    except Refusal as refusal:  # the pool's refusals (busy, crashing, cannot start) carry the request's id too
+        if refusal.id is None:
+            refusal.id = message.id
+        raise
+
+
+def serve(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
     pool = gw.pool
+    request_id = message.id
     principal = auth.principal(request.environ)
     if message.method == "tools/call":
         refuse_on(
