@@ -276,6 +276,21 @@ def serving(env: dict[str, str] | None = None) -> Iterator[Gateway]:
         gw.stop()
 
 
+@contextlib.contextmanager
+def lazy_gateways(envs: dict[str, dict[str, str]]) -> Iterator[Callable[[str], Gateway]]:
+    """`get(kind)`: the gateway started with `envs[kind]`, started on first use and shared until the block ends
+    (a module's gateways, one per kind of child or settings)."""
+    started: dict[str, Gateway] = {}
+    with contextlib.ExitStack() as stack:
+
+        def get(kind: str) -> Gateway:
+            if kind not in started:
+                started[kind] = stack.enter_context(serving(envs[kind]))
+            return started[kind]
+
+        yield get
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout

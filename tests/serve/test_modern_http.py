@@ -6,7 +6,6 @@ tests/fixtures/modern_server.py (it speaks 2026-07-28 itself)."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import http.client
 import json
 from collections.abc import Callable, Iterator
@@ -22,11 +21,11 @@ from tests.support import (
     Gateway,
     Reply,
     init_body,
+    lazy_gateways,
     modern_body,
     modern_headers,
     post_modern,
     reply_message,
-    serving,
     sse_messages,
 )
 
@@ -45,14 +44,7 @@ FIXTURE_TOOLS_TTL_MS = 4321  # tests/fixtures/modern_server.py's own hint on too
 @pytest.fixture(scope="module")
 def gateways() -> Iterator[Callable[[str], Gateway]]:
     """One gateway per kind of child for the whole module, started on first use."""
-    started: dict[str, Gateway] = {}
-    with contextlib.ExitStack() as stack:
-
-        def get(kind: str) -> Gateway:
-            if kind not in started:
-                started[kind] = stack.enter_context(serving(ENVS[kind]))
-            return started[kind]
-
+    with lazy_gateways(ENVS) as get:
         yield get
 
 

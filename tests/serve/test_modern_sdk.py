@@ -6,7 +6,6 @@ with identical ids at once, two clients eliciting at once, and the legacy sessio
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -21,12 +20,12 @@ from tests.support import (
     MODERN_CHILD,
     Gateway,
     demo_round_trips,
+    lazy_gateways,
     modern_body,
     on_elicit,
     on_sample,
     post_modern,
     reply_messages,
-    serving,
     wait_for,
 )
 
@@ -43,14 +42,7 @@ MODES = pytest.mark.parametrize("mode", [MODERN, "auto"])
 @pytest.fixture(scope="module")
 def gateways() -> Iterator[Callable[[str], Gateway]]:
     """One gateway per kind of child for the whole module, started on first use."""
-    started: dict[str, Gateway] = {}
-    with contextlib.ExitStack() as stack:
-
-        def get(kind: str) -> Gateway:
-            if kind not in started:
-                started[kind] = stack.enter_context(serving(ENVS[kind]))
-            return started[kind]
-
+    with lazy_gateways(ENVS) as get:
         yield get
 
 

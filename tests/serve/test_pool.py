@@ -5,7 +5,6 @@ on one child, and a graceful shutdown with an open subscriptions/listen stream."
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import re
@@ -23,11 +22,11 @@ from tests.support import (
     Reply,
     children,
     direct_children,
+    lazy_gateways,
     modern_body,
     modern_headers,
     post_modern,
     reply_message,
-    serving,
     sse_messages,
     wait_dead,
     wait_for,
@@ -51,14 +50,7 @@ ENVS = {
 @pytest.fixture(scope="module")
 def gateways() -> Iterator[Callable[[str], Gateway]]:
     """One gateway per settings kind for the whole module, started on first use."""
-    started: dict[str, Gateway] = {}
-    with contextlib.ExitStack() as stack:
-
-        def get(kind: str) -> Gateway:
-            if kind not in started:
-                started[kind] = stack.enter_context(serving(ENVS[kind]))
-            return started[kind]
-
+    with lazy_gateways(ENVS) as get:
         yield get
 
 
