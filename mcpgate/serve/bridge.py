@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from ..core import jsonrpc, modern
+from ..core import jsonrpc, modern, mrtr
 from ..core.jsonrpc import Id, Request
 from ..core.request_state import Opened, StateSealer
 from .http import Refusal
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.bridge")
 
 GATHER = 0.05  # seconds to wait for more input requests of the same round (a child may ask several at once)
-INPUT_KEY = "dev.mcpgate/inputKey"  # how a legacy child may name its input request in inputRequests
 MAX_PENDING = 16  # input requests one call may have pending; past it the child's next ones are refused
 
 
@@ -77,10 +76,10 @@ class Bridge:
             cont = Continuation(secrets.token_urlsafe(16), call.principal, child, call)
             call.continuation = cont
             self.continuations[cont.id] = cont
-        key = self._key(cont, request, needed)
-        given = call.input_responses.get(key) if call.input_responses else None
-        if isinstance(given, dict):  # answered ahead, on the request itself (stateless MRTR)
-            child.answer(request.id, _without_result_type(given))
+        key, cont.keys = mrtr.input_key(request, needed, cont.pending, cont.keys)
+        given = mrtr.legacy_answer(call.input_responses.get(key)) if call.input_responses else None
+        if given is not None:  # answered ahead, on the request itself (stateless MRTR)
+            child.answer(request.id, given)
             return
         if len(cont.pending) >= MAX_PENDING:
             child.refuse(request.id, jsonrpc.INTERNAL_ERROR, "too many input requests pending for one call")
@@ -89,30 +88,13 @@ class Bridge:
         if not call.parked and (cont.emitter is None or cont.emitter.dead):
             cont.emitter = gevent.spawn_later(GATHER, self._emit, cont)
 
-    @staticmethod
-    def _key(cont: Continuation, request: Request, needed: str) -> str:
-        """The inputRequests key: the child's own name for it (params._meta[INPUT_KEY]) when usable, else minted."""
-        meta = request.params.get("_meta") if isinstance(request.params, dict) else None
-        named = meta.get(INPUT_KEY) if isinstance(meta, dict) else None
-        if isinstance(named, str) and 0 < len(named) <= 128 and named not in cont.pending:
-            return named
-        while True:
-            cont.keys += 1
-            key = f"{needed}-{cont.keys}"
-            if key not in cont.pending:
-                return key
-
     def _emit(self, cont: Continuation) -> None:
         """Answer the call's current HTTP request with the pending input requests (the call is parked)."""
         call = cont.call
         if call.finished or call.parked or not cont.pending:
             return
         cont.round += 1
-        result = {
-            "resultType": "input_required",
-            "inputRequests": {key: _input_request(req) for key, req in cont.pending.items()},
-            "requestState": self.sealer.seal(cont.principal, cont.id, cont.round),
-        }
+        result = mrtr.input_required_result(cont.pending, self.sealer.seal(cont.principal, cont.id, cont.round))
         result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
         call.parked = True
         cont.parked_at = self.clock()
@@ -189,10 +171,10 @@ class Bridge:
             raise Refusal(400, jsonrpc.INVALID_PARAMS, "Invalid params: inputResponses must be an object", request.id)
         for key in list(cont.pending):
             if responses and key in responses:
-                answer = responses[key]
+                answer = mrtr.legacy_answer(responses[key])
                 child_request = cont.pending.pop(key)
-                if isinstance(answer, dict):
-                    cont.child.answer(child_request.id, _without_result_type(answer))
+                if answer is not None:
+                    cont.child.answer(child_request.id, answer)
                 else:
                     cont.child.refuse(child_request.id, jsonrpc.INVALID_PARAMS, "the client's answer is not an object")
         if cont.expiry is not None:
@@ -206,18 +188,6 @@ class Bridge:
         elif cont.pending:  # still unanswered (or asked meanwhile): ask again, at once
             self._emit(cont)
         return call
-
-
-def _input_request(request: Request) -> dict[str, Any]:
-    entry: dict[str, Any] = {"method": request.method}
-    if isinstance(request.params, dict):
-        entry["params"] = request.params
-    return entry
-
-
-def _without_result_type(answer: dict[str, Any]) -> dict[str, Any]:
-    """A legacy child's answer: the 2026-07-28-only resultType left out."""
-    return {key: value for key, value in answer.items() if key != "resultType"}
 
 
 def _with_id(data: bytes, request_id: Id) -> bytes:

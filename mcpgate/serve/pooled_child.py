@@ -21,7 +21,7 @@ import gevent
 import gevent.event
 
 from .. import __version__
-from ..core import jsonrpc, modern, versions, wire
+from ..core import jsonrpc, modern, mrtr, versions, wire
 from ..core.jsonrpc import Id, Notification, Request, Response
 from .session import ChildSpec
 from .stream import Stream
@@ -286,7 +286,7 @@ class PooledChild:
         obj = message.full()
         result = obj.get("result")
         if isinstance(result, dict):
-            if result.get("resultType") == "input_required":
+            if mrtr.is_input_required(result):
                 self._on_input_required(self, result)
             result = modern.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=self.server_info)
             obj = {"jsonrpc": "2.0", "id": call.client_id, "result": result}
