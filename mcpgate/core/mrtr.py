@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from typing import Any
 
+from . import jsonrpc
 from .jsonrpc import Request
+from .modern import INPUT_METHODS, NAME_FIELD
+from .wire import META_SUBSCRIPTION_ID
 
 INPUT_REQUIRED = "input_required"
 # How a legacy server may name its input request's key (params._meta); else the bridge mints "<capability>-<n>".
@@ -63,3 +66,81 @@ def legacy_answer(answer: object) -> dict[str, Any] | None:
     if not isinstance(answer, dict):
         return None
     return {key: value for key, value in answer.items() if key != "resultType"}
+
+
+# -- what the relay's two bridges (and serve's) rewrite -------------------------------------------------------
+
+# What a bridge declares to a legacy server it initializes itself: every input request it can pass on.
+BRIDGED_CAPABILITIES: Mapping[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
+MRTR_PARAMS = ("inputResponses", "requestState")
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def without_mrtr(params: Any) -> Any:
+    """The params a legacy side gets: inputResponses and requestState (2026-07-28 only) removed; anything but an
+    object unchanged. The argument is not changed."""
+    if not isinstance(params, dict) or not any(name in params for name in MRTR_PARAMS):
+        return params
+    return {key: value for key, value in params.items() if key not in MRTR_PARAMS}
+
+
+def retry_params(params: Any, responses: Mapping[str, Any], request_state: object) -> dict[str, Any]:
+    """The params of an MRTR retry: the original request's, with `inputResponses` (when there are any) and the
+    echoed `requestState` (only when the server gave one: a string)."""
+    out: dict[str, Any] = dict(without_mrtr(params)) if isinstance(params, dict) else {}
+    if responses:
+        out["inputResponses"] = dict(responses)
+    if isinstance(request_state, str):
+        out["requestState"] = request_state
+    return out
+
+
+def input_requests(result: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any] | None]] | None:
+    """The input requests of an InputRequiredResult, key -> (method, params); {} when it asks for none; None when
+    `inputRequests` is malformed (not an object, or an entry that is not an object naming an input method, or
+    whose params are not an object)."""
+    entries = result.get("inputRequests")
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        return None
+    out: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    for key, entry in entries.items():
+        method = entry.get("method") if isinstance(entry, dict) else None
+        params = entry.get("params") if isinstance(entry, dict) else None
+        if method not in INPUT_METHODS or (params is not None and not isinstance(params, dict)):
+            return None
+        assert isinstance(method, str)
+        out[key] = (method, params)
+    return out
+
+
+def call_name(method: str, params: Any) -> object:
+    """What names an MRTR call (params.name of tools/call and prompts/get, params.uri of resources/read); a retry
+    must name the same."""
+    field = NAME_FIELD.get(method)
+    return params.get(field) if field is not None and isinstance(params, dict) else None
+
+
+def state_binding(method: str, params: Any) -> str:
+    """The StateSealer binding of an MRTR call: its method and what names it."""
+    return jsonrpc.encode([method, call_name(method, params)]).decode("utf-8")
+
+
+def level_allows(wanted: object, level: object) -> bool:
+    """Whether a log message at `level` reaches a client that asked for `wanted` (None or unknown: nothing)."""
+    if wanted not in LOG_LEVELS or level not in LOG_LEVELS:
+        return False
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(wanted)
+
+
+def without_subscription_id(params: Any) -> Any:
+    """A listen notification's params as a legacy client gets them: _meta's subscriptionId removed (an _meta left
+    empty removed). The argument is not changed."""
+    if not isinstance(params, dict) or not isinstance(params.get("_meta"), dict):
+        return params
+    meta = {key: value for key, value in params["_meta"].items() if key != META_SUBSCRIPTION_ID}
+    out = {key: value for key, value in params.items() if key != "_meta"}
+    if meta:
+        out["_meta"] = meta
+    return out

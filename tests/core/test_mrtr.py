@@ -69,3 +69,121 @@ def test_legacy_answer(answer: Any, expected: Any) -> None:
 )
 def test_is_input_required(result: Any, expected: bool) -> None:
     assert mrtr.is_input_required(result) is expected
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"name": "t", "inputResponses": {"a": {}}, "requestState": "s"}, {"name": "t"}),
+        ({"name": "t", "requestState": "s"}, {"name": "t"}),
+        ({"name": "t"}, {"name": "t"}),
+        (None, None),
+        ([1, 2], [1, 2]),
+    ],
+)
+def test_without_mrtr(params: Any, expected: Any) -> None:
+    before = repr(params)
+    assert mrtr.without_mrtr(params) == expected
+    assert repr(params) == before  # not changed
+
+
+@pytest.mark.parametrize(
+    ("params", "responses", "state", "expected"),
+    [
+        (
+            {"name": "t"},
+            {"k": {"action": "accept"}},
+            "s1",
+            {"name": "t", "inputResponses": {"k": {"action": "accept"}}, "requestState": "s1"},
+        ),
+        ({"name": "t"}, {"k": {}}, None, {"name": "t", "inputResponses": {"k": {}}}),  # no state given: none echoed
+        (
+            {"name": "t", "requestState": "old", "inputResponses": {"x": {}}},
+            {},
+            "new",
+            {"name": "t", "requestState": "new"},
+        ),
+        (None, {}, None, {}),
+        ({"name": "t"}, {}, 5, {"name": "t"}),  # a state that is not a string is not one
+    ],
+)
+def test_retry_params(params: Any, responses: dict[str, Any], state: object, expected: dict[str, Any]) -> None:
+    assert mrtr.retry_params(params, responses, state) == expected
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        ({"inputRequests": {"a": {"method": "roots/list"}}}, {"a": ("roots/list", None)}),
+        (
+            {"inputRequests": {"e": {"method": "elicitation/create", "params": {"message": "hi"}}}},
+            {"e": ("elicitation/create", {"message": "hi"})},
+        ),
+        ({"requestState": "s"}, {}),  # state only: nothing to ask
+        ({"inputRequests": []}, None),
+        ({"inputRequests": {"a": "roots/list"}}, None),
+        ({"inputRequests": {"a": {"method": "tools/call"}}}, None),  # not an input method
+        ({"inputRequests": {"a": {"method": "roots/list", "params": [1]}}}, None),
+    ],
+)
+def test_input_requests(result: dict[str, Any], expected: Any) -> None:
+    assert mrtr.input_requests(result) == expected
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "expected"),
+    [
+        ("tools/call", {"name": "ask"}, "ask"),
+        ("prompts/get", {"name": "greet"}, "greet"),
+        ("resources/read", {"uri": "demo://readme", "name": "x"}, "demo://readme"),
+        ("tools/list", {"name": "x"}, None),
+        ("tools/call", None, None),
+    ],
+)
+def test_call_name(method: str, params: Any, expected: object) -> None:
+    assert mrtr.call_name(method, params) == expected
+
+
+def test_state_binding_tells_calls_apart() -> None:
+    ask = mrtr.state_binding("tools/call", {"name": "ask", "arguments": {"x": 1}})
+    assert ask == mrtr.state_binding("tools/call", {"name": "ask", "arguments": {"x": 2}})  # the arguments may differ
+    assert ask != mrtr.state_binding("tools/call", {"name": "other"})
+    assert ask != mrtr.state_binding("prompts/get", {"name": "ask"})
+    assert mrtr.state_binding("tools/call", {"name": "a\x00b"}) != mrtr.state_binding("tools/call", {"name": "a"})
+
+
+@pytest.mark.parametrize(
+    ("wanted", "level", "expected"),
+    [
+        ("info", "warning", True),
+        ("info", "info", True),
+        ("warning", "debug", False),
+        (None, "emergency", False),  # no opt-in: nothing
+        ("loud", "error", False),
+        ("debug", "bogus", False),
+    ],
+)
+def test_level_allows(wanted: object, level: object, expected: bool) -> None:
+    assert mrtr.level_allows(wanted, level) is expected
+
+
+SUB = "io.modelcontextprotocol/subscriptionId"
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"_meta": {SUB: 3}, "uri": "a://b"}, {"uri": "a://b"}),
+        ({"_meta": {SUB: 3, "k": 1}}, {"_meta": {"k": 1}}),
+        ({"uri": "a://b"}, {"uri": "a://b"}),
+        (None, None),
+    ],
+)
+def test_without_subscription_id(params: Any, expected: Any) -> None:
+    assert mrtr.without_subscription_id(params) == expected
+
+
+def test_bridged_capabilities_cover_every_input_method() -> None:
+    from mcpgate.core import modern
+
+    assert set(mrtr.BRIDGED_CAPABILITIES) == set(modern.INPUT_CAPABILITY.values())
