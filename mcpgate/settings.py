@@ -322,6 +322,15 @@ class RelaySettings:
         flag="--transport",
         choices=("auto", "streamable-http", "sse"),
     )
+    protocol_era: str = declare(
+        "auto",
+        "Which MCP era the upstream is spoken to in. auto: each host the way it speaks (2025 initialize or "
+        "2026-07-28 per-request metadata), bridged only when the upstream does not speak that era; legacy: "
+        "2025 sessions; modern: 2026-07-28. The other era's host goes through a bridge.",
+        env=None,
+        flag="--protocol-era",
+        choices=("auto", "legacy", "modern"),
+    )
     connect_timeout: float = declare(
         10.0,
         "Limit for opening a connection, in seconds.",

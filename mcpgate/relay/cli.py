@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     import logging
 
     from mcpgate.relay import errors
-    from mcpgate.relay.auto import AutoTransport
+    from mcpgate.relay.eras import EraTransport
     from mcpgate.relay.http_client import HttpClient, HttpOptions
     from mcpgate.relay.pump import PumpOptions, Relay, leftovers
     from mcpgate.relay.transport import Sink
@@ -74,11 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     http = HttpClient(HttpOptions.from_settings(args), args.url)
     pump = PumpOptions.from_settings(args)
 
-    def transport(sink: Sink) -> AutoTransport:
-        return AutoTransport(args.url, http, sink, args.transport)
+    def transport(sink: Sink) -> EraTransport:
+        return EraTransport(args.url, http, sink, era=args.protocol_era, transport_mode=args.transport)
 
     out_fd = _claim_stdout()
-    log.info("relaying stdio to %s (transport %s)", errors.redact(args.url), args.transport)
+    log.info(
+        "relaying stdio to %s (transport %s, protocol era %s)",
+        errors.redact(args.url),
+        args.transport,
+        args.protocol_era,
+    )
     try:
         return Relay(transport, pump, in_fd=0, out_fd=out_fd).run()
     finally:
