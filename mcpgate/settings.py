@@ -369,11 +369,29 @@ class RelaySettings:
     )
     max_inflight: int = declare(
         64,
-        "Requests relayed at the same time; more are refused with an error.",
+        "Requests relayed at the same time; more wait in a queue (see --max-queued), never refused.",
         env=None,
         flag="--max-inflight",
         metavar="N",
         validate=positive,
+    )
+    max_queued: int = declare(
+        256,
+        "Requests waiting for one of the --max-inflight places; while the queue is full, stdin is not read.",
+        env=None,
+        flag="--max-queued",
+        metavar="N",
+        validate=positive,
+    )
+    cancel_grace: float = declare(
+        5.0,
+        "After the host cancels a request on a 2025 Streamable HTTP upstream, how long its reply stream is "
+        "still read for the other messages it carries (its response and progress are dropped), in seconds; "
+        "0 closes it at once.",
+        env=None,
+        flag="--cancel-grace",
+        metavar="SECONDS",
+        validate=non_negative,
     )
     shutdown_grace: float = declare(
         3.0,

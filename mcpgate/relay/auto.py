@@ -65,5 +65,8 @@ class AutoTransport:
     def send_oneway(self, message: OneWay) -> None:
         self.active.send_oneway(message)
 
+    def cancel_grace(self, req: jsonrpc.Request) -> float:
+        return self.active.cancel_grace(req)
+
     def close(self) -> None:
         self.active.close()

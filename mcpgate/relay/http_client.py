@@ -55,6 +55,7 @@ class HttpOptions:
     read_timeout: float
     max_message_bytes: int
     pool_size: int
+    cancel_grace: float  # how long a cancelled request's reply stream is still read (2025 Streamable HTTP)
     headers: Mapping[str, str] = field(default_factory=dict)
     bearer_token: str | None = None
     tries: int = 3
@@ -72,6 +73,7 @@ class HttpOptions:
             read_timeout=settings.read_timeout,
             max_message_bytes=settings.max_message_bytes,
             pool_size=settings.max_inflight + POOL_SPARE,
+            cancel_grace=settings.cancel_grace,
             headers=headers,
             bearer_token=token,
         )

@@ -212,6 +212,10 @@ class LegacySseTransport:
         closing = self._closing
         self._pending.fail_all(lambda: errors.ShuttingDown("relay is shutting down") if closing else lost)
 
+    def cancel_grace(self, req: jsonrpc.Request) -> float:
+        """Replies ride the one event stream, not per-request streams: nothing to keep reading."""
+        return 0.0
+
     def close(self) -> None:
         self._closing = True
         self._wake.set()

@@ -2,9 +2,14 @@
 
 One greenlet reads stdin with the shared NDJSON framing. Each host request runs
 in its own greenlet, so a slow tools/call never holds up a later tools/list.
-Notifications and the host's answers to server requests are sent in arrival
-order. Everything bound for stdout goes through the cancel filter and a bounded
-queue to the single writer greenlet, so stdout only ever carries whole lines.
+At most `max_inflight` requests are relayed at once; later ones wait in a
+bounded queue, and while that queue is full stdin is not read (back-pressure:
+every request is answered, none refused for being one too many). Notifications
+and the host's answers to server requests are sent in arrival order. A cancelled
+request's reply stream is read on for the transport's cancel_grace (other
+messages may ride it), its response and progress dropped. Everything bound for
+stdout goes through the cancel filter and a bounded queue to the single writer
+greenlet, so stdout only ever carries whole lines.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +48,7 @@ class PumpOptions:
 
     max_message_bytes: int
     max_inflight: int
+    max_queued: int
     cancel_filter: bool
     shutdown_grace: float
     cancel_ttl: float = 60.0
@@ -56,9 +63,21 @@ class PumpOptions:
         return cls(
             max_message_bytes=settings.max_message_bytes,
             max_inflight=settings.max_inflight,
+            max_queued=settings.max_queued,
             cancel_filter=not settings.no_cancel_filter,
             shutdown_grace=settings.shutdown_grace,
         )
+
+
+@dataclass(eq=False)
+class Job:
+    """One host request: waiting for a place, then relayed by its worker."""
+
+    req: jsonrpc.Request
+    after: AsyncResult | None  # the barrier in force when it arrived
+    done: AsyncResult  # set when it is over (a barrier for what follows an initialize)
+    worker: Greenlet | None = None  # None while it waits in the queue
+    cancelled: bool = False
 
 
 def leftovers() -> tuple[int, int]:
@@ -96,8 +115,18 @@ class Relay:
         self.in_fd, self.out_fd = in_fd, out_fd
         self.transport = transport_factory(self.deliver)
         self._out: Queue = Queue(maxsize=options.out_queue)
-        self._inflight: dict[jsonrpc.IdKey, Greenlet] = {}
+        # Every request the host has sent and not seen end, by id (queued, running, or cancelled and
+        # still draining); the workers holding one of the max_inflight places; those waiting for one.
+        self._jobs: dict[jsonrpc.IdKey, Job] = {}
+        self._running: set[Greenlet] = set()
+        self._queue: deque[Job] = deque()
+        self._room = Event()  # set while the queue has room (stdin is read)
+        self._room.set()
+        self._idle = Event()  # set while nothing runs or waits
+        self._idle.set()
+        self._closing = False
         self._cancelled = CancelTracker(options.cancel_ttl, options.cancel_max_entries)
+        self._cancelled_progress = CancelTracker(options.cancel_ttl, options.cancel_max_entries)
         self._stop = Event()
         self._host_gone = False
         # Ordering without blocking stdin: one-way messages are POSTed in arrival order by one
@@ -113,7 +142,19 @@ class Relay:
         """The transports' sink: upstream messages for the host, through the cancel filter."""
         if isinstance(message, jsonrpc.Response) and message.id is not None and self._drop_late(message.id):
             return
+        if self._cancelled_progress_note(message):
+            return
         self._write(jsonrpc.raw_bytes(message))
+
+    def _cancelled_progress_note(self, message: Upstream) -> bool:
+        """Whether message is progress for a request the host cancelled (not for the host any more)."""
+        if not isinstance(message, jsonrpc.Notification) or message.method != "notifications/progress":
+            return False
+        token = message.params.get("progressToken") if isinstance(message.params, dict) else None
+        if not jsonrpc.is_valid_id(token) or not len(self._cancelled_progress):
+            return False
+        self._cancelled_progress.expire(time.monotonic())
+        return jsonrpc.id_key(token) in self._cancelled_progress
 
     def _drop_late(self, msg_id: jsonrpc.Id) -> bool:
         if not self.options.cancel_filter:
@@ -220,58 +261,132 @@ class Relay:
             after.wait(timeout=self.options.barrier_wait)
 
     def _start_request(self, req: jsonrpc.Request) -> None:
+        self._wait_for_room()
         key = jsonrpc.id_key(req.id)
-        refusal = None
-        if key in self._inflight:
+        old = self._jobs.get(key)
+        if old is not None and not old.cancelled:
             refusal = f"request id {req.id!r} is already in use by a request in flight"
-        elif len(self._inflight) >= self.options.max_inflight:
-            refusal = f"too many requests in flight (limit {self.options.max_inflight})"
-        if refusal is not None:
             self._write(jsonrpc.encode(jsonrpc.error_response(req.id, jsonrpc.INVALID_REQUEST, refusal)))
             return
+        if old is not None and old.worker is not None:
+            old.worker.kill(block=False)  # the id is reused: stop draining the cancelled request's stream
         self._cancelled.forget(key)
-        after = self._barrier
-        done = AsyncResult()
+        token = jsonrpc.progress_token(req)
+        if token is not None:
+            self._cancelled_progress.forget(jsonrpc.id_key(token))
+        job = Job(req, self._barrier, AsyncResult())
         if req.method == "initialize":
-            self._barrier = done
-        worker = Greenlet(self._run_request, req, after, done)
-        self._inflight[key] = worker
-        worker.start()
+            self._barrier = job.done
+        self._jobs[key] = job
+        self._idle.clear()
+        if len(self._running) < self.options.max_inflight:
+            self._run(job)
+        else:
+            self._queue.append(job)
+            if len(self._queue) >= self.options.max_queued:
+                self._room.clear()
 
-    def _run_request(self, req: jsonrpc.Request, after: AsyncResult | None, done: AsyncResult) -> None:
-        key = jsonrpc.id_key(req.id)
+    def _wait_for_room(self) -> None:
+        """Back-pressure: while the wait queue is full, stdin is not read (this is the reader's greenlet)."""
+        if self._room.is_set():
+            return
+        log.info(
+            "%d requests wait for a place (limit %d in flight): stdin paused",
+            len(self._queue),
+            self.options.max_inflight,
+        )
+        while not self._room.wait(timeout=self.options.barrier_wait) and not self._stop.is_set():
+            log.warning("no request has ended for %gs; stdin is still paused", self.options.barrier_wait)
+        log.info("stdin resumed")
+
+    def _run(self, job: Job) -> None:
+        job.worker = Greenlet(self._run_request, job)
+        self._running.add(job.worker)
+        job.worker.start()
+
+    def _next(self, finished: Greenlet) -> None:
+        """A place is free: the longest-waiting request takes it."""
+        self._running.discard(finished)
+        while self._queue and len(self._running) < self.options.max_inflight and not self._closing:
+            self._run(self._queue.popleft())
+        if len(self._queue) < self.options.max_queued:
+            self._room.set()
+        if not self._running and not self._queue:
+            self._idle.set()
+
+    def _run_request(self, job: Job) -> None:
+        key = jsonrpc.id_key(job.req.id)
         try:
-            self._wait_barrier(after)
-            line = jsonrpc.raw_bytes(self.transport.request(req))
+            line = self._answer(job)
+            if job.cancelled:
+                log.info("dropped the reply to cancelled request %r", job.req.id)
+            elif not self._drop_late(job.req.id):
+                self._write(line)
+        finally:
+            if self._jobs.get(key) is job:
+                del self._jobs[key]
+            self._next(gevent.getcurrent())
+
+    def _answer(self, job: Job) -> bytes:
+        req = job.req
+        try:
+            self._wait_barrier(job.after)
+            return jsonrpc.raw_bytes(self.transport.request(req))
         except errors.RelayError as exc:
             level = logging.INFO if exc.routine else logging.WARNING
             log.log(level, "%s (id %r) failed: %s", req.method, req.id, exc.message)
-            line = jsonrpc.encode(exc.response(req.id))
+            return jsonrpc.encode(exc.response(req.id))
         except Exception as exc:  # a bug must still answer the host
             log.exception("relay error on %s (id %r)", req.method, req.id)
-            line = jsonrpc.encode(
+            return jsonrpc.encode(
                 jsonrpc.error_response(req.id, jsonrpc.INTERNAL_ERROR, f"relay internal error: {exc!r}"[:300])
             )
         finally:
-            if self._inflight.get(key) is gevent.getcurrent():
-                del self._inflight[key]
-            done.set(None)
-        if not self._drop_late(req.id):
-            self._write(line)
+            job.done.set(None)
 
     def _cancel(self, note: jsonrpc.Notification) -> None:
-        """Forward at once; then stop waiting for the reply and drop it if it still comes."""
+        """A request still queued is dropped (nobody upstream knows it); otherwise forward the cancel, then
+        stop waiting for the reply (at once, or after the transport's grace) and drop it if it still comes."""
         params = note.params if isinstance(note.params, dict) else {}
         request_id = params.get("requestId")
         key = jsonrpc.id_key(request_id) if jsonrpc.is_valid_id(request_id) else None
-        if key is not None and self.options.cancel_filter:
-            self._cancelled.cancel(key, time.monotonic())
+        job = self._jobs.get(key) if key is not None else None
+        if not self.options.cancel_filter or key is None:
+            self._queue_oneway(note)
+            return
+        if job is not None and job.worker is None:
+            self._unqueue(job)
+            return
+        now = time.monotonic()
+        self._cancelled.cancel(key, now)
+        token = jsonrpc.progress_token(job.req) if job is not None else None
+        if token is not None:
+            self._cancelled_progress.cancel(jsonrpc.id_key(token), now)
         self._queue_oneway(note)
-        if key is not None and self.options.cancel_filter:
-            worker = self._inflight.pop(key, None)
-            if worker is not None:
-                log.info("cancelled request %r: its reply stream is closed", request_id)
-                worker.kill(block=False)
+        if job is not None and job.worker is not None and not job.cancelled:
+            job.cancelled = True
+            self._close_later(job, self.transport.cancel_grace(job.req))
+
+    def _unqueue(self, job: Job) -> None:
+        self._queue.remove(job)
+        del self._jobs[jsonrpc.id_key(job.req.id)]
+        job.done.set(None)
+        if len(self._queue) < self.options.max_queued:
+            self._room.set()
+        if not self._running and not self._queue:
+            self._idle.set()
+        log.info("cancelled request %r before it was sent: dropped from the queue", job.req.id)
+
+    def _close_later(self, job: Job, grace: float) -> None:
+        worker = job.worker
+        assert worker is not None
+        if grace <= 0:
+            log.info("cancelled request %r: its reply stream is closed", job.req.id)
+            worker.kill(block=False)
+            return
+        log.info("cancelled request %r: its reply stream is read for up to %gs more", job.req.id, grace)
+        closer = gevent.spawn_later(grace, worker.kill, block=False)
+        worker.link(lambda _: closer.kill(block=False))
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -301,22 +416,37 @@ class Relay:
         self._stop.set()
 
     def _drain(self, sender: Greenlet) -> None:
-        """Give in-flight requests and queued one-way messages a short grace; answer the rest with an error."""
+        """Give requests (running and queued) and queued one-way messages a short grace; answer the rest with
+        an error. Cancelled requests still being drained are owed nothing: closed at once."""
+        deadline = time.monotonic() + self.options.shutdown_grace
         try:
             self._oneway.put(None, timeout=self.options.shutdown_grace)
         except Full:
             pass
-        pending = [*self._inflight.values(), sender]
-        if len(pending) > 1:
-            log.info("waiting up to %gs for %d in-flight replies", self.options.shutdown_grace, len(pending) - 1)
-        gevent.joinall(pending, timeout=self.options.shutdown_grace)
+        for job in list(self._jobs.values()):
+            if job.cancelled and job.worker is not None:
+                job.worker.kill(block=False)
+        if not self._idle.is_set():
+            log.info("waiting up to %gs for %d in-flight replies", self.options.shutdown_grace, len(self._jobs))
+        self._idle.wait(timeout=self.options.shutdown_grace)
+        sender.join(timeout=max(0.0, deadline - time.monotonic()))
         sender.kill(block=True, timeout=1.0)
-        late = list(self._inflight.values())
+        self._closing = True
+        self._refuse_queued()
+        late = list(self._running)
         for worker in late:
             worker.kill(errors.ShuttingDown("relay shut down before the upstream replied"), block=False)
         gevent.joinall(late, timeout=1.0)
         for worker in late:
             worker.kill(block=True, timeout=0.5)
+
+    def _refuse_queued(self) -> None:
+        while self._queue:
+            job = self._queue.popleft()
+            del self._jobs[jsonrpc.id_key(job.req.id)]
+            job.done.set(None)
+            exc = errors.ShuttingDown("relay shut down before the request could be sent")
+            self._write(jsonrpc.encode(exc.response(job.req.id)))
 
     def _finish_writer(self, writer: Greenlet) -> None:
         try:

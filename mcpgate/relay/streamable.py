@@ -316,6 +316,11 @@ class StreamableTransport:
             log.warning("upstream refused %s: %s", what, self.http.error_for(resp, self.url).message)
         self.http.done(resp)
 
+    def cancel_grace(self, req: jsonrpc.Request) -> float:
+        """A 2025 server may put other messages (list_changed, logs, server requests) on a cancelled
+        request's stream, and closing it is no cancel there: keep reading it for a while."""
+        return self.http.options.cancel_grace
+
     # -- shutdown ---------------------------------------------------------------------------
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 A transport answers `request()` with the upstream's Response (or raises a
 RelayError), sends one-way messages with `send_oneway()`, and hands every other
 message the upstream sends (notifications, server requests, responses nobody is
-waiting for) to the sink. This module knows no concrete transport: they build on
+waiting for) to the sink. `cancel_grace()` says how long a cancelled request's
+reply stream may still carry other messages worth reading. This module knows no concrete transport: they build on
 it (relay/streamable.py, relay/legacy_sse.py), and relay/auto.py picks one.
 """
 
@@ -32,6 +33,11 @@ class Transport(Protocol):
     def send_oneway(self, message: OneWay) -> None: ...
 
     def close(self) -> None: ...
+
+    def cancel_grace(self, req: jsonrpc.Request) -> float:
+        """Seconds the pump keeps reading a cancelled request's reply stream (its response and progress
+        dropped, every other message forwarded) before closing it; 0 closes it at once."""
+        ...
 
 
 def decode_upstream(data: bytes) -> list[Upstream]:
