@@ -150,6 +150,19 @@ def parse_line(data: bytes, partial_from: int = PARTIAL_FROM_BYTES) -> Message:
     return parse(data)
 
 
+def result_object(raw: bytes) -> bytes | None:
+    """The bytes of a response's result object, for one whose head names the id before a "result" member
+    (as parse_line's partial responses do); None for any other shape. The result is not decoded."""
+    head = _RESPONSE_HEAD.match(raw)
+    if head is None or head.group(2) != b"result":
+        return None
+    body = raw[head.end() :].strip()
+    if not body.endswith(b"}"):
+        return None
+    value = body[:-1].strip()
+    return value if value.startswith(b"{") and value.endswith(b"}") else None
+
+
 def classify(obj: Any, raw: bytes | None = None) -> Message:
     """Classify an already decoded JSON value (a batch member or a whole message)."""
     if not isinstance(obj, dict):

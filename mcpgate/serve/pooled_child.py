@@ -34,6 +34,8 @@ log = logging.getLogger("mcpgate.pool")
 # What the gateway declares to a legacy child: every input request it can bridge to a client.
 BRIDGED_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
+_STAMPED = (b'"resultType"', b'"_meta"', b'"ttlMs"', b'"cacheScope"')
 _minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
 
 
@@ -283,6 +285,10 @@ class PooledChild:
         if call is None:
             log.debug("pooled child %s: dropped a late or unknown response", self.label)
             return
+        data = self._spliced(call, message) if message.partial else None
+        if data is not None:
+            self._answered(call, data)
+            return
         obj = message.full()
         result = obj.get("result")
         if isinstance(result, dict):
@@ -296,12 +302,27 @@ class PooledChild:
                 error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), int) else None
             )
             obj = {**obj, "id": call.client_id}
-        data = jsonrpc.encode(obj)
+        self._answered(call, jsonrpc.encode(obj))
+
+    def _answered(self, call: Call, data: bytes) -> None:
         self.release(call)
         if call.parked:
             call.held = data  # the retry that resumes the call gets it
             return
         call.stream.deliver(data, done=True)
+
+    def _spliced(self, call: Call, message: Response) -> bytes | None:
+        """A large result (classified from its head, not decoded) answered without decoding it: its bytes with
+        the client's id and the stamp's members appended. None when the result names any member the stamp could
+        add (nested or not: a byte search, no parse), so the stamp never duplicates a member."""
+        result = jsonrpc.result_object(message.raw) if message.raw is not None else None
+        if result is None or any(name in result for name in _STAMPED):
+            return None
+        stamp = modern.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=self.server_info)
+        members = jsonrpc.encode(stamp)[1:-1]
+        inner = result[1:-1].strip()
+        body = b"{" + (inner + b"," if inner else b"") + members + b"}"
+        return b'{"jsonrpc":"2.0","id":' + jsonrpc.encode(call.client_id) + b',"result":' + body + b"}"
 
     def _on_request(self, message: Request) -> None:
         if message.method == "ping":

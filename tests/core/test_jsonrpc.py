@@ -410,3 +410,19 @@ def test_parse_line_parses_small_lines_whole() -> None:
     line = b'{"jsonrpc":"2.0","id":1,"result":{}}'
     message = jsonrpc.parse_line(line)
     assert isinstance(message, Response) and not message.partial and message.obj["result"] == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b'{"jsonrpc":"2.0","id":"a","result":{"x":1}}', b'{"x":1}'),
+        (b'{"jsonrpc":"2.0","id":7,"result":{}}\n', b"{}"),
+        (b'{ "jsonrpc" : "2.0" , "id" : 7 , "result" : { "x" : [1] } }', b'{ "x" : [1] }'),
+        (b'{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"m"}}', None),  # an error: not a result
+        (b'{"jsonrpc":"2.0","id":7,"result":[1]}', None),  # not an object
+        (b'{"id":7,"jsonrpc":"2.0","result":{}}', None),  # another member order: not this head
+        (b'{"jsonrpc":"2.0","id":7,"result":{"x":1}', None),  # cut short
+    ],
+)
+def test_result_object(raw: bytes, expected: bytes | None) -> None:
+    assert jsonrpc.result_object(raw) == expected

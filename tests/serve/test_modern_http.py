@@ -236,6 +236,18 @@ def test_results_are_stamped(gateways: Callable[[str], Gateway], kind: str) -> N
     assert got["messages"][0]["content"]["text"] == "Please greet Ada warmly." and got["resultType"] == "complete"
 
 
+@pytest.mark.parametrize("size", [0, 300_000, 2_000_000])
+def test_a_large_result_is_stamped_without_being_decoded(gateways: Callable[[str], Gateway], size: int) -> None:
+    """Past 256 KiB the child's result is spliced, not decoded and encoded again: the same bytes, the client's
+    id, and the members a 2026-07-28 result carries."""
+    gw = gateways("demo")
+    body = modern_body("big-1", "tools/call", {"name": "bytes", "arguments": {"size": size}})
+    result = result_of(post_modern(gw, body), "big-1")
+    assert result["content"] == [{"type": "text", "text": "x" * size}], str(result)[:300]
+    assert result["resultType"] == "complete" and result["_meta"][META_SERVER_INFO]["name"] == "mcpgate-demo"
+    assert "ttlMs" not in result and result["isError"] is False
+
+
 def test_the_cache_ttl_setting_is_honoured(gateways: Callable[[str], Gateway]) -> None:
     gw = gateways("only")
     assert result_of(post_modern(gw, modern_body(91, "tools/list")), 91)["ttlMs"] == 2500
