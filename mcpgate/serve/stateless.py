@@ -57,10 +57,9 @@ def serve(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
     pool = gw.pool
     request_id = message.id
     principal = auth.principal(request.environ)
-    if message.method == "tools/call":
-        refuse_on(
-            modern.validate(message, request.header, param_headers=pool.param_headers(principal, message)), request_id
-        )
+    param_headers = pool.param_headers(principal, message) if message.method == "tools/call" else None
+    if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
+        refuse_on(modern.validate(message, request.header, param_headers=param_headers), request_id)
     peer_gone: PeerGone = request.environ.get(PEER_GONE)
     if message.method == "server/discover":
         return discover(gw, pool.acquire(principal), message)
