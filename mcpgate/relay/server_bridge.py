@@ -1,0 +1,534 @@
+"""A 2026-07-28 (modern) host in front of a legacy-only upstream: the mirror of serve's MRTR bridge.
+
+The bridge performs the upstream's initialize itself on the host's first request (declaring elicitation,
+sampling and roots) and keeps that one session. Each modern request goes upstream under a minted id with the
+per-request _meta removed (core.modern.legacy_params); results come back stamped (resultType, cache hints,
+serverInfo from initialize). server/discover is answered from the InitializeResult.
+
+The upstream's own input requests (elicitation/create, sampling/createMessage, roots/list) reach the bridge
+through the legacy transport's sink. They belong to the one *candidate* call: an MRTR call (tools/call,
+prompts/get, resources/read) whose host declared an input capability runs alone among the calls that could ask
+(others wait), so attribution never guesses. The host gets an InputRequiredResult (a requestState sealed for a
+fixed principal, bound to the call); its retry (a new id, inputResponses, the echoed state) answers upstream,
+and the original call's result is the retry's. Answers a new request carries ahead under a key are used at
+once. A call nobody resumes within `input_ttl` is cancelled upstream.
+
+subscriptions/listen is served from the session's notifications: list_changed as they come, resources/updated
+for the URIs asked (resources/subscribe upstream, counted across listens).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gevent
+from gevent.event import AsyncResult, Event
+from gevent.greenlet import Greenlet
+from gevent.lock import Semaphore
+from gevent.pool import Group
+
+from mcpgate import __version__
+from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+from mcpgate.core.request_state import Opened, StateSealer
+from mcpgate.relay import errors
+from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
+from mcpgate.serve.listen import LIST_KINDS, RESOURCES_FIELD, final_result, frame, honoured_filter, parse_filter
+
+log = logging.getLogger("mcpgate.relay")
+
+PRINCIPAL = "mcpgate-relay host"  # the one principal of a stdio relay: its requestState is bound to it
+GATHER = 0.05  # seconds to wait for more input requests of the same round
+MAX_PENDING = 16  # input requests one call may have pending; past it the upstream's next ones are refused
+GATE_WAIT = 300.0  # seconds a call that could ask for input waits for the candidate before it fails
+CACHE_TTL_MS = 0  # a legacy upstream gives no freshness hint: its results are not to be cached
+TICK = 1.0  # seconds between checks while a host request waits
+ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+UPDATED = "notifications/resources/updated"
+_LIST_METHODS = {method: kind for kind, (_, method) in LIST_KINDS.items()}
+_minted = itertools.count(1)
+
+
+def mint(kind: str = "") -> str:
+    return f"mcpgate-relay-{kind}{next(_minted)}"
+
+
+@dataclass(eq=False)
+class _Call:
+    """One host request in flight upstream (or parked: answered input_required, the upstream still on it)."""
+
+    minted: str
+    method: str
+    binding: str
+    host_id: Id
+    capabilities: dict[str, Any]
+    log_level: object
+    token: object
+    input_responses: dict[str, Any] | None
+    turn: AsyncResult = field(default_factory=AsyncResult)  # ("input", result) or ("done", Response | RelayError)
+    runner: Greenlet | None = None
+    gated: bool = False
+    pending: dict[str, Request] = field(default_factory=dict)  # the upstream's input requests, by key
+    continuation: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    round: int = 0
+    keys: int = 0
+    parked: bool = False
+    finished: bool = False
+    held: Response | errors.RelayError | None = None  # the outcome that came while parked
+    emitter: Greenlet | None = None
+    expiry: Greenlet | None = None
+
+
+@dataclass(eq=False)
+class _Listen:
+    id: Id
+    kinds: frozenset[str]
+    uris: frozenset[str]
+    done: Event = field(default_factory=Event)
+
+
+class _Gate:
+    """One candidate call at a time, alone among the calls that could ask for input."""
+
+    def __init__(self) -> None:
+        self.candidate: _Call | None = None
+        self.others = 0
+        self._waiters: list[Event] = []
+
+    def enter(self, call: _Call, candidate: bool, timeout: float) -> bool:
+        with gevent.Timeout(timeout, False):
+            while True:
+                if self.candidate is None and (not candidate or self.others == 0):
+                    if candidate:
+                        self.candidate = call
+                    else:
+                        self.others += 1
+                    return True
+                event = Event()
+                self._waiters.append(event)
+                event.wait()
+        return False
+
+    def leave(self, call: _Call) -> None:
+        if self.candidate is call:
+            self.candidate = None
+        else:
+            self.others -= 1
+        waiters, self._waiters = self._waiters, []
+        for event in waiters:
+            event.set()
+
+
+def _response(msg_id: Id | None, obj: dict[str, Any]) -> Response:
+    return Response(msg_id, {**obj, "jsonrpc": "2.0", "id": msg_id})
+
+
+def _error(msg_id: Id, code: int, message: str, data: Any = None) -> Response:
+    return _response(msg_id, jsonrpc.error_response(msg_id, code, message, data))
+
+
+def _message(data: bytes) -> Upstream:
+    message = jsonrpc.parse(data)
+    assert isinstance(message, (Request, Notification, Response))
+    return message
+
+
+class ModernHostBridge:
+    def __init__(self, make_legacy: Callable[[Sink], Transport], sink: Sink, *, input_ttl: float = 120.0) -> None:
+        self.sink = sink
+        self.input_ttl = input_ttl
+        self.legacy = make_legacy(self._on_upstream)
+        self.sealer = StateSealer(ttl=input_ttl)
+        self.init_result: dict[str, Any] | None = None
+        self.server_info: dict[str, Any] | None = None
+        self.capabilities: dict[str, Any] = {}
+        self._init_lock = Semaphore()
+        self._gate = _Gate()
+        self._calls: dict[str, _Call] = {}  # by minted id: in flight upstream
+        self._by_host: dict[IdKey, _Call] = {}  # by the id of the host request carrying it now
+        self._parked: dict[str, _Call] = {}  # by continuation
+        self._listens: dict[IdKey, _Listen] = {}
+        self._uri_count: Counter[str] = Counter()
+        self._background = Group()
+        self.closing = False
+
+    # -- the session --------------------------------------------------------------------------------------------
+    def _ensure_session(self, req: Request) -> None:
+        with self._init_lock:
+            if self.init_result is not None:
+                return
+            meta = req.params.get("_meta") if isinstance(req.params, dict) else None
+            info = meta.get(wire.META_CLIENT_INFO) if isinstance(meta, dict) else None
+            params = {
+                "protocolVersion": versions.LATEST_HANDSHAKE,
+                "capabilities": dict(mrtr.BRIDGED_CAPABILITIES),
+                "clientInfo": info if isinstance(info, dict) else {"name": "mcpgate-relay", "version": __version__},
+            }
+            reply = self.legacy.request(self._own("initialize", params)).full()
+            result = reply.get("result")
+            if not isinstance(result, dict):
+                error = reply.get("error")
+                why = error.get("message") if isinstance(error, dict) else "no result"
+                raise errors.RelayError(f"the legacy upstream refused the relay's initialize: {why}")
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            self.legacy.send_oneway(Notification("notifications/initialized", None, initialized))
+            self.capabilities = dict(result.get("capabilities") or {})
+            info = result.get("serverInfo")
+            self.server_info = info if isinstance(info, dict) else None
+            if "logging" in self.capabilities:  # everything; each request's logLevel filters what the host sees
+                self.legacy.request(self._own("logging/setLevel", {"level": "debug"}))
+            self.init_result = result
+            log.info("bridging a 2026-07-28 host to a %s upstream", versions.initialize_version(result))
+
+    @staticmethod
+    def _own(method: str, params: dict[str, Any]) -> Request:
+        minted = mint()
+        return Request(minted, method, params, {"jsonrpc": "2.0", "id": minted, "method": method, "params": params})
+
+    # -- host requests ------------------------------------------------------------------------------------------
+    def request(self, req: Request) -> Response:
+        if req.method == "ping":
+            return _response(req.id, {"result": {}})
+        self._ensure_session(req)
+        params = req.params if isinstance(req.params, dict) else {}
+        if req.method == "server/discover":
+            result = modern.discover_from_initialize(self.init_result or {}, versions.MODERN)
+            stamped = modern.stamp_result(req.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info)
+            return _response(req.id, {"result": stamped})
+        if req.method == "subscriptions/listen":
+            return self._listen(req, params)
+        if req.method in modern.MRTR_METHODS and params.get("requestState") is not None:
+            return self._resume(req, params)
+        return self._call(req, params)
+
+    def _call(self, req: Request, params: dict[str, Any]) -> Response:
+        capabilities = modern.client_capabilities(req)
+        raw_meta = params.get("_meta")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        ahead = params.get("inputResponses")
+        call = _Call(
+            minted=mint(),
+            method=req.method,
+            binding=mrtr.state_binding(req.method, params),
+            host_id=req.id,
+            capabilities=capabilities,
+            log_level=meta.get(wire.META_LOG_LEVEL),
+            token=meta.get("progressToken"),
+            input_responses=dict(ahead) if isinstance(ahead, dict) else None,
+        )
+        if req.method in modern.MRTR_METHODS:
+            candidate = any(cap in capabilities for cap in modern.INPUT_CAPABILITY.values())
+            if not self._gate.enter(call, candidate, GATE_WAIT):
+                raise errors.RelayError(f"{req.method} waited {GATE_WAIT:g}s for another call's input request")
+            call.gated = True
+        upstream_params = mrtr.without_mrtr(modern.legacy_params(req.params))
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": call.minted, "method": req.method}
+        if upstream_params is not None:
+            message["params"] = upstream_params
+        self._calls[call.minted] = call
+        self._by_host[jsonrpc.id_key(req.id)] = call
+        call.runner = self._background.spawn(
+            self._run, call, Request(call.minted, req.method, upstream_params, message)
+        )
+        return self._await_turn(call, req)
+
+    def _run(self, call: _Call, upstream: Request) -> None:
+        outcome: Response | errors.RelayError
+        try:
+            outcome = self.legacy.request(upstream)
+        except errors.RelayError as exc:
+            outcome = exc
+        except Exception as exc:  # a bug must still answer the host
+            log.exception("relay error on %s", call.method)
+            outcome = errors.RelayError(f"relay internal error: {exc!r}"[:300])
+        self._finish(call, outcome)
+
+    def _finish(self, call: _Call, outcome: Response | errors.RelayError) -> None:
+        """The call is over upstream: its slot goes; the host gets the outcome now, or on its retry."""
+        if call.finished:
+            return
+        call.finished = True
+        self._calls.pop(call.minted, None)
+        if call.gated:
+            self._gate.leave(call)
+        for request in call.pending.values():
+            self._refuse_upstream(request.id, jsonrpc.REQUEST_CANCELLED, "the call it belonged to has ended")
+        call.pending.clear()
+        if call.parked:
+            call.held = outcome
+        else:
+            self._forget(call)
+            call.turn.set(("done", outcome))
+
+    def _forget(self, call: _Call) -> None:
+        self._parked.pop(call.continuation, None)
+        if self._by_host.get(jsonrpc.id_key(call.host_id)) is call:
+            del self._by_host[jsonrpc.id_key(call.host_id)]
+        for greenlet in (call.expiry, call.emitter):
+            if greenlet is not None and greenlet is not gevent.getcurrent():
+                greenlet.kill(block=False)
+
+    def _await_turn(self, call: _Call, req: Request) -> Response:
+        """What the host gets for this request: the call's result, or its next InputRequiredResult."""
+        try:
+            while True:
+                try:
+                    kind, value = call.turn.get(timeout=TICK)
+                    break
+                except gevent.Timeout:
+                    if self.closing:
+                        raise errors.ShuttingDown("relay is shutting down") from None
+        except BaseException:  # killed by the pump (the host cancelled) or shutting down
+            if not call.finished and not call.parked:
+                self._cancel(call, "the host cancelled the request")
+            raise
+        if kind == "input":
+            return _response(req.id, {"result": value})
+        if isinstance(value, errors.RelayError):
+            raise value
+        return self._host_response(call, value, req.id)
+
+    def _host_response(self, call: _Call, reply: Response, host_id: Id) -> Response:
+        obj = reply.full()
+        result = obj.get("result")
+        if isinstance(result, dict):
+            stamped = modern.stamp_result(call.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info)
+            return _response(host_id, {"result": stamped})
+        return _response(host_id, {key: value for key, value in obj.items() if key not in ("jsonrpc", "id")})
+
+    def _cancel(self, call: _Call, reason: str) -> None:
+        """Cancel the call upstream; its reply stream is read for the wire's grace (other messages ride on it)."""
+        if call.finished:
+            return
+        params = {"requestId": call.minted, "reason": reason}
+        obj = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+        self.legacy.send_oneway(Notification("notifications/cancelled", params, obj))  # before its input requests end
+        self._finish(call, errors.RelayError(f"request cancelled: {reason}"))
+        self._forget(call)
+        runner = call.runner
+        if runner is not None and not runner.dead:
+            grace = self.legacy.cancel_grace(Request(call.minted, call.method, None, {}))
+            self._background.spawn(_reap, runner, grace)
+
+    # -- MRTR -----------------------------------------------------------------------------------------------------
+    def _on_input_request(self, request: Request) -> None:
+        call = self._gate.candidate
+        needed = modern.INPUT_CAPABILITY[request.method]
+        missing = (
+            modern.missing_for_input(request.method, request.params, call.capabilities)
+            if call is not None and not call.finished
+            else {needed: {}}
+        )
+        if call is None or missing:
+            self._refuse_upstream(
+                request.id,
+                modern.MISSING_CLIENT_CAPABILITY,
+                f"the host did not declare the {', '.join(missing)} capability for this request",
+                {"requiredCapabilities": missing},
+            )
+            return
+        key, call.keys = mrtr.input_key(request, needed, call.pending, call.keys)
+        given = mrtr.legacy_answer(call.input_responses.pop(key, None)) if call.input_responses else None
+        if given is not None:  # answered ahead, on the request itself
+            self._answer_upstream(request.id, {"result": given})
+            return
+        if len(call.pending) >= MAX_PENDING:
+            self._refuse_upstream(request.id, jsonrpc.INTERNAL_ERROR, "too many input requests pending for one call")
+            return
+        call.pending[key] = request
+        if not call.parked and (call.emitter is None or call.emitter.dead):
+            call.emitter = gevent.spawn_later(GATHER, self._emit, call)
+
+    def _emit(self, call: _Call) -> None:
+        """Answer the call's current host request with its pending input requests (the call is parked)."""
+        if call.finished or call.parked or not call.pending:
+            return
+        call.round += 1
+        state = self.sealer.seal(PRINCIPAL, call.continuation, call.round, binding=call.binding)
+        result = mrtr.input_required_result(call.pending, state)
+        result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=self.server_info)
+        call.parked = True
+        self._parked[call.continuation] = call
+        self._by_host.pop(jsonrpc.id_key(call.host_id), None)
+        if call.expiry is not None:
+            call.expiry.kill(block=False)
+        call.expiry = gevent.spawn_later(self.input_ttl, self._abandon, call, "nobody answered its input request")
+        call.turn.set(("input", result))
+
+    def _abandon(self, call: _Call, reason: str) -> None:
+        log.info("abandoned a bridged %s: %s", call.method, reason)
+        call.parked = False
+        self._cancel(call, reason)
+
+    def _resume(self, req: Request, params: dict[str, Any]) -> Response:
+        opened = self.sealer.open(params.get("requestState"), PRINCIPAL, binding=mrtr.state_binding(req.method, params))
+        if not isinstance(opened, Opened):
+            return _error(req.id, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {opened.message}")
+        call = self._parked.get(opened.continuation)
+        if call is None or call.round != opened.round or not call.parked:
+            return _error(req.id, jsonrpc.INVALID_PARAMS, "Invalid requestState: this input request has ended")
+        responses = params.get("inputResponses")
+        if responses is not None and not isinstance(responses, dict):
+            return _error(req.id, jsonrpc.INVALID_PARAMS, "Invalid params: inputResponses must be an object")
+        answers: dict[str, Any] = responses or {}
+        for key in [key for key in call.pending if key in answers]:
+            answer = mrtr.legacy_answer(answers[key])
+            request = call.pending.pop(key)
+            if answer is not None:
+                self._answer_upstream(request.id, {"result": answer})
+            else:
+                self._refuse_upstream(request.id, jsonrpc.INVALID_PARAMS, "the host's answer is not an object")
+        if call.expiry is not None:
+            call.expiry.kill(block=False)
+        call.host_id, call.parked, call.turn = req.id, False, AsyncResult()
+        call.input_responses = None  # answers given once are not reused for a later ask
+        if call.held is not None:  # the upstream answered while the call was parked
+            held, call.held = call.held, None
+            self._forget(call)
+            if isinstance(held, errors.RelayError):
+                raise held
+            return self._host_response(call, held, req.id)
+        self._parked.pop(call.continuation, None)
+        self._by_host[jsonrpc.id_key(req.id)] = call
+        if call.pending:  # still unanswered (or asked meanwhile): ask again, at once
+            self._emit(call)
+        return self._await_turn(call, req)
+
+    # -- subscriptions/listen -------------------------------------------------------------------------------------
+    def _listen(self, req: Request, params: dict[str, Any]) -> Response:
+        parsed = parse_filter(params.get("notifications"))
+        if isinstance(parsed, modern.Failure):
+            return _error(req.id, parsed.code, parsed.message)
+        honoured = honoured_filter(*parsed, self.capabilities)
+        kinds = frozenset(kind for kind in LIST_KINDS if honoured.get(kind))
+        if RESOURCES_FIELD in honoured:
+            honoured[RESOURCES_FIELD] = [uri for uri in honoured[RESOURCES_FIELD] if self._subscribe(uri)]
+        listener = _Listen(req.id, kinds, frozenset(honoured.get(RESOURCES_FIELD, ())))
+        try:
+            ack_params = {"notifications": honoured}
+            ack = {"jsonrpc": "2.0", "method": ACKNOWLEDGED, "params": ack_params}
+            self.sink(_message(frame(Notification(ACKNOWLEDGED, ack_params, ack), req.id)))
+            self._listens[jsonrpc.id_key(req.id)] = listener  # nothing of it before the acknowledgment
+            while not listener.done.wait(timeout=TICK) and not self.closing:
+                pass
+        finally:
+            self._listens.pop(jsonrpc.id_key(req.id), None)
+            for uri in listener.uris:
+                self._uri_count[uri] -= 1
+                if self._uri_count[uri] <= 0:
+                    del self._uri_count[uri]
+                    self._background.spawn(self._resource_request, "resources/unsubscribe", uri)
+        reply = _message(final_result(req.id))
+        assert isinstance(reply, Response)
+        return reply
+
+    def _subscribe(self, uri: str) -> bool:
+        """Count one more listener of `uri`, subscribing upstream for the first; False when that failed."""
+        if self._uri_count[uri] == 0 and not self._resource_request("resources/subscribe", uri):
+            del self._uri_count[uri]
+            return False
+        self._uri_count[uri] += 1
+        return True
+
+    def _resource_request(self, method: str, uri: str) -> bool:
+        try:
+            reply = self.legacy.request(self._own(method, {"uri": uri}))
+        except errors.RelayError as exc:
+            log.info("%s upstream failed: %s", method, exc.message)
+            return False
+        if reply.is_error:
+            log.info("%s upstream refused: %s", method, reply.full().get("error"))
+        return not reply.is_error
+
+    def _fan_out(self, message: Notification) -> None:
+        kind = _LIST_METHODS.get(message.method)
+        uri = message.params.get("uri") if isinstance(message.params, dict) else None
+        for listener in list(self._listens.values()):
+            if (kind is not None and kind in listener.kinds) or (message.method == UPDATED and uri in listener.uris):
+                self.sink(_message(frame(message, listener.id)))
+
+    # -- from the upstream ------------------------------------------------------------------------------------------
+    def _on_upstream(self, message: Upstream) -> None:
+        if isinstance(message, Request):
+            if message.method == "ping":
+                self._answer_upstream(message.id, {"result": {}})
+            elif message.method in modern.INPUT_METHODS:
+                self._on_input_request(message)
+            else:
+                self._refuse_upstream(message.id, jsonrpc.METHOD_NOT_FOUND, f"the host cannot serve {message.method}")
+        elif isinstance(message, Notification):
+            self._on_notification(message)
+        else:
+            log.debug("dropped an upstream response nobody waits for")
+
+    def _on_notification(self, message: Notification) -> None:
+        params = message.params if isinstance(message.params, dict) else {}
+        active = [call for call in self._calls.values() if not call.parked]
+        if message.method == "notifications/progress":
+            if any(call.token == params.get("progressToken") for call in active):
+                self.sink(message)
+        elif message.method == "notifications/message":
+            if any(mrtr.level_allows(call.log_level, params.get("level")) for call in active):
+                self.sink(message)
+        elif message.method in _LIST_METHODS or message.method == UPDATED:
+            self._fan_out(message)
+        else:
+            log.debug("dropped %s from upstream", message.method)
+
+    def _answer_upstream(self, request_id: Id, body: dict[str, Any]) -> None:
+        obj = {"jsonrpc": "2.0", "id": request_id, **body}
+        self._background.spawn(self.legacy.send_oneway, Response(request_id, obj))
+
+    def _refuse_upstream(self, request_id: Id, code: int, message: str, data: Any = None) -> None:
+        error = jsonrpc.error_response(request_id, code, message, data)
+        self._answer_upstream(request_id, {"error": error["error"]})
+
+    # -- one-way messages from the host ---------------------------------------------------------------------------
+    def send_oneway(self, message: OneWay) -> None:
+        if isinstance(message, Response):
+            log.debug("dropped a host response: a modern host is never sent requests")
+            return
+        params = message.params if isinstance(message.params, dict) else {}
+        if message.method == "notifications/cancelled":
+            target = params.get("requestId")
+            key = jsonrpc.id_key(target) if jsonrpc.is_valid_id(target) else None
+            listener = self._listens.get(key) if key is not None else None
+            call = self._by_host.get(key) if key is not None else None
+            if listener is not None:
+                listener.done.set()
+            elif call is not None:
+                self._cancel(call, str(params.get("reason") or "the host cancelled the request"))
+            return
+        if self.init_result is None:
+            log.info("dropped %s: the upstream session has not started", message.method)
+            return
+        legacy = modern.legacy_params(message.params)
+        obj: dict[str, Any] = {"jsonrpc": "2.0", "method": message.method}
+        if legacy is not None:
+            obj["params"] = legacy
+        self.legacy.send_oneway(Notification(message.method, legacy, obj))
+
+    def cancel_grace(self, req: Request) -> float:
+        return self.legacy.cancel_grace(req)
+
+    def close(self) -> None:
+        self.closing = True
+        for call in list(self._calls.values()) + list(self._parked.values()):
+            call.parked = False
+            self._cancel(call, "the relay is shutting down")
+        for listener in list(self._listens.values()):
+            listener.done.set()
+        self._background.kill(block=True, timeout=1.0)
+        self.legacy.close()
+
+
+def _reap(runner: Greenlet, grace: float) -> None:
+    """Let a cancelled call's reply stream be read for `grace` seconds, then close it."""
+    runner.join(timeout=grace)
+    runner.kill(block=False)

@@ -1,0 +1,262 @@
+"""ModernHostBridge: a 2026-07-28 host in front of a legacy-only upstream.
+
+The upstream is `gunicorn mcpgate.wsgi` on its 2025 session path (the bridge sends initialize, so it gets a
+legacy session), over the demo child (its elicitation and sampling are real server-to-client requests) or the
+SDK-written child (tools list_changed, a subscribable resource). The host is the SDK's stdio client in mode
+"2026-07-28", or raw NDJSON, in front of the relay's pump driving the bridge over the real legacy
+StreamableTransport (a small launcher: the bridge object itself, whatever --protocol-era picks).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.subscriptions import ToolsListChanged
+
+from tests.relay.support import HANG_GUARD, RawRelay
+from tests.support import MODERN, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample
+from tests.support import wait_for as wait_until
+
+ENVS = {"demo": {}}
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPS = "io.modelcontextprotocol/clientCapabilities"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_SUB = "io.modelcontextprotocol/subscriptionId"
+
+# The relay's pump over the bridge over the real legacy Streamable HTTP transport (argv: URL, input TTL).
+LAUNCH = """
+import logging, os, sys
+from gevent import monkey
+monkey.patch_all(select=False, subprocess=False)
+logging.basicConfig(stream=sys.stderr, level="INFO", format="%(asctime)s %(name)s %(levelname)s %(message)s")
+from mcpgate.relay.cli import build_parser
+from mcpgate.relay.http_client import HttpClient, HttpOptions
+from mcpgate.relay.pump import PumpOptions, Relay
+from mcpgate.relay.server_bridge import ModernHostBridge
+from mcpgate.relay.streamable import StreamableTransport
+from mcpgate.settings import RelaySettings
+args = RelaySettings.from_args(build_parser().parse_args(sys.argv[1:2]))
+http = HttpClient(HttpOptions.from_settings(args), args.url)
+ttl = float(sys.argv[2])
+def transport(sink):
+    return ModernHostBridge(lambda s: StreamableTransport(args.url, http, s), sink, input_ttl=ttl)
+out = os.dup(1)
+os.dup2(2, 1)
+sys.exit(Relay(transport, PumpOptions.from_settings(args), in_fd=0, out_fd=out).run())
+"""
+
+
+@pytest.fixture(scope="module")
+def gateways() -> Iterator[Callable[[str], Gateway]]:
+    with lazy_gateways(ENVS) as get:
+        yield get
+
+
+@pytest.fixture
+def raw(gateways: Callable[[str], Gateway]) -> Iterator[Callable[..., RawRelay]]:
+    started: list[RawRelay] = []
+
+    def start(kind: str = "demo", ttl: float = 60.0) -> RawRelay:
+        relay = RawRelay(gateways(kind).url, str(ttl), launch=("-c", LAUNCH))
+        started.append(relay)
+        return relay
+
+    try:
+        yield start
+    finally:
+        for relay in started:
+            relay.stop()
+
+
+def run_modern_host(gw: Gateway, scenario: Callable[[Client], Any], tmp_path: Path) -> None:
+    stderr = tmp_path / "relay.stderr"
+    code = f"import os,sys; os.dup2(os.open({str(stderr)!r}, os.O_WRONLY | os.O_CREAT), 2); exec({LAUNCH!r})"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-c", code, gw.url, "60"], env={"PYTHONUNBUFFERED": "1"}
+    )
+
+    async def main() -> None:
+        with anyio.fail_after(HANG_GUARD):
+            async with Client(
+                params, mode=MODERN, elicitation_callback=on_elicit, sampling_callback=on_sample
+            ) as client:
+                await scenario(client)
+
+    try:
+        anyio.run(main)
+    except Exception as exc:
+        log = stderr.read_text(errors="replace") if stderr.exists() else ""
+        raise AssertionError(f"{exc!r}\nrelay stderr:\n{log[-4000:]}") from exc
+
+
+def modern(msg_id: Any, method: str, params: dict[str, Any] | None = None, caps: Any = None) -> dict[str, Any]:
+    meta = {META_VERSION: MODERN, META_CAPS: caps if caps is not None else {"elicitation": {}, "sampling": {}}}
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+def ask_name(msg_id: Any, **extra: Any) -> dict[str, Any]:
+    return modern(msg_id, "tools/call", {"name": "ask_name", "arguments": {}, **extra})
+
+
+ACCEPT_GRACE = {"action": "accept", "content": {"name": "Grace"}}
+
+
+# -- the SDK's modern client --------------------------------------------------------------------------------------
+
+
+def test_sdk_modern_host_discovers_lists_and_round_trips_through_the_bridge(
+    gateways: Callable[[str], Gateway], tmp_path: Path
+) -> None:
+    async def scenario(client: Client) -> None:
+        assert client.protocol_version == MODERN
+        tools = await client.list_tools()
+        assert {"echo", "ask_name", "sample", "slow"} <= {tool.name for tool in tools.tools}
+        assert (await client.call_tool("echo", {"message": "héllo"})).content[0].text == "héllo"  # type: ignore[union-attr]
+        await demo_round_trips(client)  # progress, then elicitation and sampling as InputRequiredResults
+
+    run_modern_host(gateways("demo"), scenario, tmp_path)
+
+
+def test_sdk_modern_host_listens_to_list_changes(gateways: Callable[[str], Gateway], tmp_path: Path) -> None:
+    async def scenario(client: Client) -> None:
+        async with client.listen(tools_list_changed=True, resource_subscriptions=["demo://readme"]) as sub:
+            assert sub.honored.tools_list_changed is True
+            assert not sub.honored.resource_subscriptions  # the demo cannot subscribe to resources
+            await client.call_tool("notify_change", {})
+            with anyio.fail_after(20):
+                async for event in sub:
+                    if isinstance(event, ToolsListChanged):
+                        break
+
+    run_modern_host(gateways("demo"), scenario, tmp_path)
+
+
+# -- raw NDJSON: what exactly the host sees -----------------------------------------------------------------------
+
+
+def test_discover_is_answered_from_initialize_and_results_are_stamped(raw: Callable[..., RawRelay]) -> None:
+    relay = raw()
+    relay.send(modern(1, "server/discover"))
+    discover = relay.read_reply(1)["result"]
+    assert discover["supportedVersions"] == [MODERN] and discover["resultType"] == "complete"
+    assert discover["_meta"][META_SERVER_INFO]["name"] == "mcpgate-demo"
+    assert "tools" in discover["capabilities"] and isinstance(discover["ttlMs"], int)
+    relay.send(modern(2, "tools/list"))
+    listed = relay.read_reply(2)["result"]
+    assert listed["resultType"] == "complete" and listed["cacheScope"] == "private"
+    assert listed["_meta"][META_SERVER_INFO]["name"] == "mcpgate-demo"
+
+
+def test_elicitation_becomes_input_required_and_the_retry_gets_the_result(raw: Callable[..., RawRelay]) -> None:
+    relay = raw()
+    relay.send(ask_name(1))
+    first = relay.read_reply(1)["result"]
+    assert first["resultType"] == "input_required"
+    ((key, asked),) = first["inputRequests"].items()
+    assert asked["method"] == "elicitation/create"
+    state = first["requestState"]
+    relay.send(ask_name(2, inputResponses={key: ACCEPT_GRACE}, requestState=state))
+    done = relay.read_reply(2)["result"]
+    assert done["content"][0]["text"] == "Hello, Grace" and done["resultType"] == "complete"
+    relay.send(ask_name(3, inputResponses={key: ACCEPT_GRACE}, requestState=state))  # used already
+    assert relay.read_reply(3)["error"]["code"] == -32602
+
+
+def test_a_tampered_or_misapplied_request_state_is_refused(raw: Callable[..., RawRelay]) -> None:
+    relay = raw()
+    relay.send(ask_name(1))
+    first = relay.read_reply(1)["result"]
+    state = first["requestState"]
+    key = next(iter(first["inputRequests"]))
+    tampered = state[:-2] + ("A" if state[-2] != "A" else "B") + state[-1]
+    relay.send(ask_name(2, inputResponses={key: ACCEPT_GRACE}, requestState=tampered))
+    assert "requestState" in relay.read_reply(2)["error"]["message"]
+    other = modern(3, "tools/call", {"name": "echo", "arguments": {"message": "x"}, "requestState": state})
+    relay.send(other)  # another tool: the state is bound to ask_name
+    assert "another request" in relay.read_reply(3)["error"]["message"]
+    relay.send(ask_name(4, inputResponses={key: ACCEPT_GRACE}, requestState=state))  # the real one still works
+    assert relay.read_reply(4)["result"]["content"][0]["text"] == "Hello, Grace"
+
+
+def test_answers_carried_ahead_are_used_at_once(raw: Callable[..., RawRelay]) -> None:
+    relay = raw()
+    relay.send(ask_name(1, inputResponses={"elicitation-1": ACCEPT_GRACE}))
+    assert relay.read_reply(1)["result"]["content"][0]["text"] == "Hello, Grace"
+
+
+def test_one_candidate_at_a_time(raw: Callable[..., RawRelay]) -> None:
+    """Two eliciting calls at once: only one is asked; the other is asked after the first one ends."""
+    relay = raw()
+    relay.send(ask_name(1), ask_name(2))
+    first = relay.read()
+    assert first["result"]["resultType"] == "input_required", first
+    key = next(iter(first["result"]["inputRequests"]))
+    retry = ask_name(3, inputResponses={key: ACCEPT_GRACE}, requestState=first["result"]["requestState"])
+    relay.send(retry)
+    replies = {}
+    while len(replies) < 2:
+        message = relay.read()
+        replies[message["id"]] = message["result"]
+    other = 2 if first["id"] == 1 else 1
+    assert replies[3]["content"][0]["text"] == "Hello, Grace"
+    assert replies[other]["resultType"] == "input_required"
+
+
+def test_no_input_request_for_a_host_that_declared_none(raw: Callable[..., RawRelay]) -> None:
+    relay = raw()
+    relay.send(modern(1, "tools/call", {"name": "ask_name", "arguments": {}}, caps={}))
+    reply = relay.read_reply(1)
+    text = json.dumps(reply)
+    assert "input_required" not in text and ("error" in reply or reply["result"].get("isError")), reply
+
+
+def test_an_abandoned_call_is_cancelled_upstream(
+    raw: Callable[..., RawRelay], gateways: Callable[[str], Gateway]
+) -> None:
+    gw = gateways("demo")
+    before = gw.log().count("cancelled; no response sent")
+    relay = raw(ttl=1.0)
+    relay.send(ask_name(1))
+    first = relay.read_reply(1)["result"]
+    key = next(iter(first["inputRequests"]))
+    assert wait_until(lambda: gw.log().count("cancelled; no response sent") > before), gw.log_tail()
+    relay.send(ask_name(2, inputResponses={key: ACCEPT_GRACE}, requestState=first["requestState"]))
+    assert relay.read_reply(2)["error"]["code"] == -32602
+
+
+def test_a_host_cancel_reaches_the_upstream(raw: Callable[..., RawRelay], gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("demo")
+    before = gw.log().count("cancelled; no response sent")
+    relay = raw()
+    slow = modern(1, "tools/call", {"name": "slow", "arguments": {"seconds": 30, "steps": 30}})
+    slow["params"]["_meta"]["progressToken"] = "p"
+    relay.send(slow)
+    progress = relay.read()  # the upstream is working on it
+    assert progress["method"] == "notifications/progress" and progress["params"]["progressToken"] == "p"
+    relay.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+    assert wait_until(lambda: gw.log().count("cancelled; no response sent") > before), gw.log_tail()
+    relay.send(modern(2, "tools/call", {"name": "echo", "arguments": {"message": "after"}}))
+    assert relay.read_reply(2)["result"]["content"][0]["text"] == "after"
+
+
+def test_listen_acknowledges_first_and_tags_every_notification(raw: Callable[..., RawRelay]) -> None:
+    relay = raw()
+    relay.send(modern("L", "subscriptions/listen", {"notifications": {"toolsListChanged": True}}))
+    ack = relay.read()
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["_meta"][META_SUB] == "L" and ack["params"]["notifications"] == {"toolsListChanged": True}
+    relay.send(modern(1, "tools/call", {"name": "notify_change", "arguments": {}}))
+    seen = [relay.read(), relay.read()]
+    changed = [m for m in seen if m.get("method") == "notifications/tools/list_changed"]
+    assert changed and changed[0]["params"]["_meta"][META_SUB] == "L"
+    relay.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "L"}})
+    relay.send(modern(2, "tools/call", {"name": "notify_change", "arguments": {}}))
+    reply = relay.read()
+    assert reply.get("id") == 2, reply  # nothing for the cancelled listen
