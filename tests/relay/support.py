@@ -32,6 +32,7 @@ from mcp import Client, StdioServerParameters
 
 from mcpgate.relay.http_client import HttpOptions
 from mcpgate.settings import RelaySettings
+from tests.support import FIXTURES as ROOT_FIXTURES
 from tests.support import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -114,6 +115,43 @@ class Upstream:
 
     def marked(self, name: str) -> bool:
         return (self.state_dir / name).exists()
+
+
+class EraServer:
+    """tests/fixtures/era_http_server.py (the SDK's Streamable HTTP server) in its own process, as one era:
+    "dual" (the SDK as is), "modern" (2026-07-28 only) or "legacy" (2025 sessions only); stderr to a file."""
+
+    def __init__(self, era: str, state_dir: Path) -> None:
+        self.era = era
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.stderr_path = state_dir / f"era-{era}-{self.port}.stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> EraServer:
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(ROOT_FIXTURES / "era_http_server.py"),
+                    "--port",
+                    str(self.port),
+                    "--era",
+                    self.era,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        wait_port(self.port, self.proc)
+        return self
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc)
+            self.proc = None
 
 
 # Run the relay with its stderr sent to a file (argv: the file, then the relay's arguments).
