@@ -24,6 +24,7 @@ from mcpgate.relay import errors
 from mcpgate.relay.auto import AutoTransport
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.modern import ModernRefused, ModernTransport
+from mcpgate.relay.server_bridge import ModernHostBridge
 from mcpgate.relay.transport import OneWay, Sink, Transport
 from mcpgate.settings import RelaySettings, declared
 
@@ -60,6 +61,8 @@ class EraTransport:
         route = self._routes.get(key)
         if route is None:
             route = self._routes[key] = self._build(host, natural)
+            if self.era != "auto":
+                self._log_route(host, natural)
         return route
 
     def _build(self, host: str, natural: bool) -> Transport:
@@ -71,8 +74,6 @@ class EraTransport:
             from mcpgate.relay.host_bridge import LegacyHostBridge
 
             return LegacyHostBridge(self.modern_wire(), self.sink)
-        from mcpgate.relay.server_bridge import ModernHostBridge
-
         return ModernHostBridge(self._legacy_wire, self.sink)
 
     def modern_wire(self) -> ModernTransport:
@@ -154,6 +155,9 @@ class EraTransport:
 
     def _decide(self, host: str, natural: bool) -> None:
         self.speaks[host] = natural
+        self._log_route(host, natural)
+
+    def _log_route(self, host: str, natural: bool) -> None:
         upstream = "2026-07-28" if (host == MODERN) == natural else "2025 (sessions)"
         how = "no bridge" if natural else ("LegacyHostBridge" if host == LEGACY else "ModernHostBridge")
         era = "2026-07-28" if host == MODERN else "2025 (initialize)"
