@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from typing import Any
 
-from . import jsonrpc
+from . import jsonrpc, versions
 from .jsonrpc import Request
 from .modern import INPUT_METHODS, NAME_FIELD
-from .wire import META_SUBSCRIPTION_ID
+from .wire import META_SERVER_INFO, META_SUBSCRIPTION_ID
 
 INPUT_REQUIRED = "input_required"
 # How a legacy server may name its input request's key (params._meta); else the bridge mints "<capability>-<n>".
@@ -144,3 +144,23 @@ def without_subscription_id(params: Any) -> Any:
     if meta:
         out["_meta"] = meta
     return out
+
+
+def initialize_from_discover(
+    discover: Mapping[str, Any], requested: object, fallback_info: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The InitializeResult a bridge answers a legacy client with for a modern server, from its DiscoverResult:
+    the client's revision when a handshake revision, else the latest; the server's capabilities, its serverInfo
+    (`fallback_info` when it names none) and instructions."""
+    capabilities = discover.get("capabilities")
+    meta = discover.get("_meta")
+    info = meta.get(META_SERVER_INFO) if isinstance(meta, dict) else None
+    result: dict[str, Any] = {
+        "protocolVersion": versions.negotiate(requested),
+        "capabilities": dict(capabilities) if isinstance(capabilities, dict) else {},
+        "serverInfo": dict(info) if isinstance(info, dict) else dict(fallback_info),
+    }
+    instructions = discover.get("instructions")
+    if isinstance(instructions, str):
+        result["instructions"] = instructions
+    return result

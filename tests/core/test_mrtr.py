@@ -187,3 +187,36 @@ def test_bridged_capabilities_cover_every_input_method() -> None:
     from mcpgate.core import modern
 
     assert set(mrtr.BRIDGED_CAPABILITIES) == set(modern.INPUT_CAPABILITY.values())
+
+
+INFO = "io.modelcontextprotocol/serverInfo"
+FALLBACK = {"name": "relay", "version": "0"}
+
+
+@pytest.mark.parametrize(
+    ("discover", "requested", "expected"),
+    [
+        (
+            {"capabilities": {"tools": {}}, "_meta": {INFO: {"name": "s", "version": "1"}}, "instructions": "hi"},
+            "2025-06-18",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "s", "version": "1"},
+                "instructions": "hi",
+            },
+        ),
+        (  # a revision no handshake speaks: the latest; no serverInfo: the fallback
+            {"capabilities": {}, "supportedVersions": ["2026-07-28"]},
+            "2026-07-28",
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": FALLBACK},
+        ),
+        (
+            {"capabilities": "bad", "instructions": 5, "_meta": "bad"},
+            None,
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": FALLBACK},
+        ),
+    ],
+)
+def test_initialize_from_discover(discover: dict[str, Any], requested: object, expected: dict[str, Any]) -> None:
+    assert mrtr.initialize_from_discover(discover, requested, FALLBACK) == expected
