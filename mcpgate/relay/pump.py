@@ -19,7 +19,6 @@ import logging
 import os
 import signal
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +31,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.framing import LineDecoder, LineTooLong, frame
 from mcpgate.relay import errors
+from mcpgate.relay.admission import Admission, Job
 from mcpgate.relay.stdio import StdPipes, StopSignals, open_pipes
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 from mcpgate.settings import RelaySettings
@@ -69,17 +69,6 @@ class PumpOptions:
         )
 
 
-@dataclass(eq=False)
-class Job:
-    """One host request: waiting for a place, then relayed by its worker."""
-
-    req: jsonrpc.Request
-    after: AsyncResult | None  # the barrier in force when it arrived
-    done: AsyncResult  # set when it is over (a barrier for what follows an initialize)
-    worker: Greenlet | None = None  # None while it waits in the queue
-    cancelled: bool = False
-
-
 def leftovers() -> tuple[int, int]:
     """(live greenlets, open sockets) of this process: both should be 0 after shutdown."""
     gc.collect()
@@ -115,16 +104,7 @@ class Relay:
         self.in_fd, self.out_fd = in_fd, out_fd
         self.transport = transport_factory(self.deliver)
         self._out: Queue = Queue(maxsize=options.out_queue)
-        # Every request the host has sent and not seen end, by id (queued, running, or cancelled and
-        # still draining); the workers holding one of the max_inflight places; those waiting for one.
-        self._jobs: dict[jsonrpc.IdKey, Job] = {}
-        self._running: set[Greenlet] = set()
-        self._queue: deque[Job] = deque()
-        self._room = Event()  # set while the queue has room (stdin is read)
-        self._room.set()
-        self._idle = Event()  # set while nothing runs or waits
-        self._idle.set()
-        self._closing = False
+        self._admission = Admission(options.max_inflight, options.max_queued, self._run_request)
         self._cancelled = CancelTracker(options.cancel_ttl, options.cancel_max_entries)
         self._cancelled_progress = CancelTracker(options.cancel_ttl, options.cancel_max_entries)
         self._stop = Event()
@@ -261,9 +241,9 @@ class Relay:
             after.wait(timeout=self.options.barrier_wait)
 
     def _start_request(self, req: jsonrpc.Request) -> None:
-        self._wait_for_room()
+        self._admission.wait_for_room(self.options.barrier_wait)
         key = jsonrpc.id_key(req.id)
-        old = self._jobs.get(key)
+        old = self._admission.jobs.get(key)
         if old is not None and not old.cancelled:
             refusal = f"request id {req.id!r} is already in use by a request in flight"
             self._write(jsonrpc.encode(jsonrpc.error_response(req.id, jsonrpc.INVALID_REQUEST, refusal)))
@@ -277,45 +257,9 @@ class Relay:
         job = Job(req, self._barrier, AsyncResult())
         if req.method == "initialize":
             self._barrier = job.done
-        self._jobs[key] = job
-        self._idle.clear()
-        if len(self._running) < self.options.max_inflight:
-            self._run(job)
-        else:
-            self._queue.append(job)
-            if len(self._queue) >= self.options.max_queued:
-                self._room.clear()
-
-    def _wait_for_room(self) -> None:
-        """Back-pressure: while the wait queue is full, stdin is not read (this is the reader's greenlet)."""
-        if self._room.is_set():
-            return
-        log.info(
-            "%d requests wait for a place (limit %d in flight): stdin paused",
-            len(self._queue),
-            self.options.max_inflight,
-        )
-        while not self._room.wait(timeout=self.options.barrier_wait) and not self._stop.is_set():
-            log.warning("no request has ended for %gs; stdin is still paused", self.options.barrier_wait)
-        log.info("stdin resumed")
-
-    def _run(self, job: Job) -> None:
-        job.worker = Greenlet(self._run_request, job)
-        self._running.add(job.worker)
-        job.worker.start()
-
-    def _next(self, finished: Greenlet) -> None:
-        """A place is free: the longest-waiting request takes it."""
-        self._running.discard(finished)
-        while self._queue and len(self._running) < self.options.max_inflight and not self._closing:
-            self._run(self._queue.popleft())
-        if len(self._queue) < self.options.max_queued:
-            self._room.set()
-        if not self._running and not self._queue:
-            self._idle.set()
+        self._admission.admit(job)
 
     def _run_request(self, job: Job) -> None:
-        key = jsonrpc.id_key(job.req.id)
         try:
             line = self._answer(job)
             if job.cancelled:
@@ -323,9 +267,7 @@ class Relay:
             elif not self._drop_late(job.req.id):
                 self._write(line)
         finally:
-            if self._jobs.get(key) is job:
-                del self._jobs[key]
-            self._next(gevent.getcurrent())
+            self._admission.release(job)
 
     def _answer(self, job: Job) -> bytes:
         req = job.req
@@ -350,12 +292,13 @@ class Relay:
         params = note.params if isinstance(note.params, dict) else {}
         request_id = params.get("requestId")
         key = jsonrpc.id_key(request_id) if jsonrpc.is_valid_id(request_id) else None
-        job = self._jobs.get(key) if key is not None else None
+        job = self._admission.jobs.get(key) if key is not None else None
         if not self.options.cancel_filter or key is None:
             self._queue_oneway(note)
             return
         if job is not None and job.worker is None:
-            self._unqueue(job)
+            self._admission.unqueue(job)
+            log.info("cancelled request %r before it was sent: dropped from the queue", job.req.id)
             return
         now = time.monotonic()
         self._cancelled.cancel(key, now)
@@ -366,16 +309,6 @@ class Relay:
         if job is not None and job.worker is not None and not job.cancelled:
             job.cancelled = True
             self._close_later(job, self.transport.cancel_grace(job.req))
-
-    def _unqueue(self, job: Job) -> None:
-        self._queue.remove(job)
-        del self._jobs[jsonrpc.id_key(job.req.id)]
-        job.done.set(None)
-        if len(self._queue) < self.options.max_queued:
-            self._room.set()
-        if not self._running and not self._queue:
-            self._idle.set()
-        log.info("cancelled request %r before it was sent: dropped from the queue", job.req.id)
 
     def _close_later(self, job: Job, grace: float) -> None:
         worker = job.worker
@@ -423,30 +356,24 @@ class Relay:
             self._oneway.put(None, timeout=self.options.shutdown_grace)
         except Full:
             pass
-        for job in list(self._jobs.values()):
+        jobs = self._admission.jobs
+        for job in list(jobs.values()):
             if job.cancelled and job.worker is not None:
                 job.worker.kill(block=False)
-        if not self._idle.is_set():
-            log.info("waiting up to %gs for %d in-flight replies", self.options.shutdown_grace, len(self._jobs))
-        self._idle.wait(timeout=self.options.shutdown_grace)
+        if not self._admission.idle.is_set():
+            log.info("waiting up to %gs for %d in-flight replies", self.options.shutdown_grace, len(jobs))
+        self._admission.idle.wait(timeout=self.options.shutdown_grace)
         sender.join(timeout=max(0.0, deadline - time.monotonic()))
         sender.kill(block=True, timeout=1.0)
-        self._closing = True
-        self._refuse_queued()
-        late = list(self._running)
+        for job in self._admission.take_queued():
+            exc = errors.ShuttingDown("relay shut down before the request could be sent")
+            self._write(jsonrpc.encode(exc.response(job.req.id)))
+        late = list(self._admission.running)
         for worker in late:
             worker.kill(errors.ShuttingDown("relay shut down before the upstream replied"), block=False)
         gevent.joinall(late, timeout=1.0)
         for worker in late:
             worker.kill(block=True, timeout=0.5)
-
-    def _refuse_queued(self) -> None:
-        while self._queue:
-            job = self._queue.popleft()
-            del self._jobs[jsonrpc.id_key(job.req.id)]
-            job.done.set(None)
-            exc = errors.ShuttingDown("relay shut down before the request could be sent")
-            self._write(jsonrpc.encode(exc.response(job.req.id)))
 
     def _finish_writer(self, writer: Greenlet) -> None:
         try:
