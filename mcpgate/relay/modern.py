@@ -77,6 +77,17 @@ class ModernTransport:
         return reply
 
     def _exchange(self, req: jsonrpc.Request) -> jsonrpc.Response:
+        """A POST and its reply; a -32022 naming a revision the relay speaks is retried once in that revision."""
+        reply = self._post(req)
+        if _error_code(reply) != jsonrpc.UNSUPPORTED_PROTOCOL_VERSION:
+            return reply
+        retry = _in_version(req, _supported(reply))
+        if retry is None:
+            return reply
+        log.info("upstream refused the protocol version of %s (id %r); retrying once", req.method, req.id)
+        return self._post(retry)
+
+    def _post(self, req: jsonrpc.Request) -> jsonrpc.Response:
         """One POST and its reply (a JSON-RPC error in an HTTP error reply is the reply, with the caller's id)."""
         body = jsonrpc.raw_bytes(req)
         resp = self.http.send("POST", self.url, self._headers(req), body, replay_safe=errors.is_replay_safe(req.method))
@@ -300,6 +311,28 @@ def _error_code(reply: jsonrpc.Response) -> int | None:
     error = reply.obj.get("error")
     code = error.get("code") if isinstance(error, dict) else None
     return code if isinstance(code, int) else None
+
+
+def _supported(reply: jsonrpc.Response) -> list[str]:
+    error = reply.obj.get("error")
+    data = error.get("data") if isinstance(error, dict) else None
+    supported = data.get("supported") if isinstance(data, dict) else None
+    return [v for v in supported if isinstance(v, str)] if isinstance(supported, list) else []
+
+
+def _in_version(req: jsonrpc.Request, supported: list[str]) -> jsonrpc.Request | None:
+    """The request again in the newest revision both speak (its own when the upstream lists it); None when
+    there is none, or the request has no _meta to carry one."""
+    mutual = [v for v in supported if v in versions.MODERN]
+    params = req.params if isinstance(req.params, dict) else None
+    meta = params.get("_meta") if params is not None else None
+    if not mutual or not isinstance(meta, dict):
+        return None
+    version = max(mutual)
+    if meta.get(wire.META_PROTOCOL_VERSION) == version:
+        return req
+    params = {**req.params, "_meta": {**meta, wire.META_PROTOCOL_VERSION: version}}
+    return jsonrpc.Request(req.id, req.method, params, {**req.obj, "params": params})
 
 
 def _with_id(reply: jsonrpc.Response, msg_id: jsonrpc.Id) -> jsonrpc.Response:
