@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import gevent
-from gevent.event import AsyncResult
+from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 from gevent.pool import Group
 
@@ -31,12 +31,13 @@ from mcpgate.core import jsonrpc, modern, mrtr, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Upstream
-from mcpgate.serve.listen import LIST_KINDS, honoured_filter
+from mcpgate.serve.listen import LIST_KINDS, RESOURCES_FIELD
 
 log = logging.getLogger("mcpgate.relay")
 
 CLIENT_INFO = {"name": "mcpgate-relay", "version": __version__}
 HOST_ANSWER_TIMEOUT = 600.0  # seconds the host has to answer an input request (a person may be typing)
+LISTEN_READY_WAIT = 5.0  # seconds a request waits for a new listen's acknowledgment (no change is missed)
 LISTEN_BACKOFF = (1.0, 30.0)  # first and longest wait before a listen that ended is opened again
 ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
 _minted = itertools.count(1)
@@ -68,6 +69,7 @@ class _Listen:
     filter: dict[str, Any]
     id: Id = ""
     greenlet: Greenlet | None = None
+    acked: Event = field(default_factory=Event)  # acknowledged upstream (or failed): requests may go on
 
 
 def _request(msg_id: Id, method: str, params: Any) -> Request:
@@ -116,6 +118,7 @@ class LegacyHostBridge:
         if req.method in ("resources/subscribe", "resources/unsubscribe"):
             return self._subscription(req, params)
         self.modern.discover()  # the revision to speak (cached after the first time)
+        self._await_listen()
         return self._relay(req)
 
     def _initialize(self, req: Request, params: dict[str, Any]) -> Response:
@@ -139,6 +142,7 @@ class LegacyHostBridge:
             self._uris.pop(uri, None)
         if list(self._uris) != before and self.initialized:
             self._relisten()
+            self._await_listen()
         return _result(req.id, {})
 
     def _modern(self, msg_id: Id, method: str, params: Any) -> Request:
@@ -212,10 +216,14 @@ class LegacyHostBridge:
 
     # -- the listen upstream ----------------------------------------------------------------------------------------
     def _wanted(self) -> dict[str, Any]:
-        discovered = self.modern.discover()
-        capabilities = discovered.get("capabilities")
-        uris = tuple(self._uris) or None
-        return honoured_filter(frozenset(LIST_KINDS), uris, capabilities if isinstance(capabilities, dict) else {})
+        """Every list kind whose feature the server has (the upstream's acknowledgment says what it honours), and
+        the subscribed URIs."""
+        capabilities = self.modern.discover().get("capabilities")
+        features = capabilities if isinstance(capabilities, dict) else {}
+        wanted: dict[str, Any] = {kind: True for kind, (feature, _) in LIST_KINDS.items() if feature in features}
+        if self._uris:
+            wanted[RESOURCES_FIELD] = list(self._uris)
+        return wanted
 
     def _relisten(self) -> None:
         """Open a listen for what the host wants now; the one before it closes once the new one is acknowledged
@@ -235,6 +243,12 @@ class LegacyHostBridge:
         self._listen = listen
         listen.greenlet = self._background.spawn(self._run_listen, listen)
 
+    def _await_listen(self) -> None:
+        """Wait (bounded) until the newest listen is acknowledged, so what follows cannot miss a change."""
+        listen = self._listen
+        if listen is not None:
+            listen.acked.wait(timeout=LISTEN_READY_WAIT)
+
     def _run_listen(self, listen: _Listen) -> None:
         delay = LISTEN_BACKOFF[0]
         while not self.closing and self._listen is listen:
@@ -250,6 +264,7 @@ class LegacyHostBridge:
                 log.warning("the listen stream upstream failed: %s", exc.message)
             finally:
                 self._live.pop(key, None)
+                listen.acked.set()  # ended or failed: nobody waits for it any more
             gevent.sleep(delay)
             delay = min(delay * 2, LISTEN_BACKOFF[1])
 
@@ -274,6 +289,7 @@ class LegacyHostBridge:
             self.sink(message)
             return
         if message.method == ACKNOWLEDGED:
+            listen.acked.set()
             if listen is self._listen:
                 self._retire(keep=listen)
             honoured = params.get("notifications")

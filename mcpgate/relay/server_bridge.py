@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import logging
 import secrets
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,13 +39,14 @@ from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
-from mcpgate.serve.listen import LIST_KINDS, RESOURCES_FIELD, final_result, frame, honoured_filter, parse_filter
+from mcpgate.serve.listen import LIST_KINDS, RESOURCES_FIELD, final_result, frame, parse_filter
 
 log = logging.getLogger("mcpgate.relay")
 
 PRINCIPAL = "mcpgate-relay host"  # the one principal of a stdio relay: its requestState is bound to it
 GATHER = 0.05  # seconds to wait for more input requests of the same round
 MAX_PENDING = 16  # input requests one call may have pending; past it the upstream's next ones are refused
+WITHDRAW_GRACE = 1.0  # seconds an ended call's input requests are left for the upstream to withdraw
 GATE_WAIT = 300.0  # seconds a call that could ask for input waits for the candidate before it fails
 CACHE_TTL_MS = 0  # a legacy upstream gives no freshness hint: its results are not to be cached
 TICK = 1.0  # seconds between checks while a host request waits
@@ -155,6 +156,7 @@ class ModernHostBridge:
         self._parked: dict[str, _Call] = {}  # by continuation
         self._listens: dict[IdKey, _Listen] = {}
         self._uri_count: Counter[str] = Counter()
+        self._withdrawn: deque[IdKey] = deque(maxlen=MAX_PENDING * 4)  # input requests the upstream cancelled
         self._background = Group()
         self.closing = False
 
@@ -257,14 +259,19 @@ class ModernHostBridge:
         self._calls.pop(call.minted, None)
         if call.gated:
             self._gate.leave(call)
-        for request in call.pending.values():
-            self._refuse_upstream(request.id, jsonrpc.REQUEST_CANCELLED, "the call it belonged to has ended")
-        call.pending.clear()
+        if call.pending:  # the upstream may withdraw them itself (it was told of the end first)
+            left, call.pending = list(call.pending.values()), {}
+            self._background.add(gevent.spawn_later(WITHDRAW_GRACE, self._refuse_left, left))
         if call.parked:
             call.held = outcome
         else:
             self._forget(call)
             call.turn.set(("done", outcome))
+
+    def _refuse_left(self, left: list[Request]) -> None:
+        for request in left:
+            if jsonrpc.id_key(request.id) not in self._withdrawn:
+                self._refuse_upstream(request.id, jsonrpc.REQUEST_CANCELLED, "the call it belonged to has ended")
 
     def _forget(self, call: _Call) -> None:
         self._parked.pop(call.continuation, None)
@@ -405,10 +412,13 @@ class ModernHostBridge:
         parsed = parse_filter(params.get("notifications"))
         if isinstance(parsed, modern.Failure):
             return _error(req.id, parsed.code, parsed.message)
-        honoured = honoured_filter(*parsed, self.capabilities)
-        kinds = frozenset(kind for kind in LIST_KINDS if honoured.get(kind))
-        if RESOURCES_FIELD in honoured:
-            honoured[RESOURCES_FIELD] = [uri for uri in honoured[RESOURCES_FIELD] if self._subscribe(uri)]
+        # A legacy server sends list_changed unsolicited (some without declaring listChanged): every kind asked
+        # whose feature it has is honoured; a URI when resources/subscribe upstream succeeds.
+        asked, uris = parsed
+        kinds = frozenset(kind for kind in asked if LIST_KINDS[kind][0] in self.capabilities)
+        honoured: dict[str, Any] = dict.fromkeys(sorted(kinds), True)
+        if uris is not None and "resources" in self.capabilities:
+            honoured[RESOURCES_FIELD] = [uri for uri in uris if self._subscribe(uri)]
         listener = _Listen(req.id, kinds, frozenset(honoured.get(RESOURCES_FIELD, ())))
         try:
             ack_params = {"notifications": honoured}
@@ -476,10 +486,20 @@ class ModernHostBridge:
         elif message.method == "notifications/message":
             if any(mrtr.level_allows(call.log_level, params.get("level")) for call in active):
                 self.sink(message)
+        elif message.method == "notifications/cancelled" and jsonrpc.is_valid_id(params.get("requestId")):
+            self._withdraw(jsonrpc.id_key(params["requestId"]))
         elif message.method in _LIST_METHODS or message.method == UPDATED:
             self._fan_out(message)
         else:
             log.debug("dropped %s from upstream", message.method)
+
+    def _withdraw(self, key: IdKey) -> None:
+        """The upstream cancelled one of its own input requests: nobody is to answer it."""
+        self._withdrawn.append(key)
+        for call in self._calls.values():
+            for name, request in list(call.pending.items()):
+                if jsonrpc.id_key(request.id) == key:
+                    del call.pending[name]
 
     def _answer_upstream(self, request_id: Id, body: dict[str, Any]) -> None:
         obj = {"jsonrpc": "2.0", "id": request_id, **body}

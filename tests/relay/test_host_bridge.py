@@ -221,19 +221,25 @@ def test_one_listen_for_list_changes_and_subscriptions_reopened_when_they_change
     host.bridge.send_oneway(note("notifications/initialized"))
     wait(lambda: upstream.listens, "a listen upstream")
     first = upstream.listens[0]
-    assert first.params["notifications"] == {"toolsListChanged": True}
+    assert first.params["notifications"] == {"toolsListChanged": True, "resourcesListChanged": True}  # its features
     assert first.params["_meta"][CAPS] == HOST_CAPS
     upstream.sink(note("notifications/subscriptions/acknowledged", {"_meta": {SUB: first.id}, "notifications": {}}))
     upstream.sink(note("notifications/tools/list_changed", {"_meta": {SUB: first.id}}))
     assert host.seen[-1].obj == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}  # no subscription id
 
-    assert host.bridge.request(req(1, "resources/subscribe", {"uri": "a://x"})).obj["result"] == {}
+    subscribe = gevent.spawn(host.bridge.request, req(1, "resources/subscribe", {"uri": "a://x"}))
     wait(lambda: len(upstream.listens) == 2, "a second listen")
     second = upstream.listens[1]
-    assert second.params["notifications"] == {"toolsListChanged": True, "resourceSubscriptions": ["a://x"]}
+    assert second.params["notifications"] == {
+        "toolsListChanged": True,
+        "resourcesListChanged": True,
+        "resourceSubscriptions": ["a://x"],
+    }
     gevent.sleep(0.05)
     assert upstream.closed_listens == []  # the old one stays until the new one is acknowledged
+    assert not subscribe.ready()  # answered once the listen carries the URI: no update is missed
     upstream.sink(note("notifications/subscriptions/acknowledged", {"_meta": {SUB: second.id}}))
+    assert subscribe.get(timeout=10).obj["result"] == {}
     wait(lambda: upstream.closed_listens == [first.id], "the old listen to close")
     upstream.sink(note("notifications/resources/updated", {"_meta": {SUB: second.id}, "uri": "a://x"}))
     assert host.seen[-1].obj["params"] == {"uri": "a://x"}

@@ -260,3 +260,75 @@ def test_listen_acknowledges_first_and_tags_every_notification(raw: Callable[...
     relay.send(modern(2, "tools/call", {"name": "notify_change", "arguments": {}}))
     reply = relay.read()
     assert reply.get("id") == 2, reply  # nothing for the cancelled listen
+
+
+# -- units: the listen over a scripted legacy wire ----------------------------------------------------------------
+
+
+class FakeLegacy:
+    """The legacy Transport interface, scripted: initialize declares tools and subscribable resources; a
+    resources/subscribe for a URI starting with "bad:" is refused."""
+
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+        self.sent: list[tuple[str, Any]] = []
+
+    def request(self, req: Any) -> Any:
+        from mcpgate.core.jsonrpc import Response, error_response
+
+        self.sent.append((req.method, req.params))
+        if req.method == "initialize":
+            caps = {"tools": {}, "resources": {"subscribe": True}}
+            return Response(req.id, {"jsonrpc": "2.0", "id": req.id, "result": {"capabilities": caps}})
+        if req.method == "resources/subscribe" and req.params["uri"].startswith("bad:"):
+            return Response(req.id, error_response(req.id, -32602, "no such resource"))
+        return Response(req.id, {"jsonrpc": "2.0", "id": req.id, "result": {}})
+
+    def send_oneway(self, message: Any) -> None:
+        self.sent.append((getattr(message, "method", "response"), None))
+
+    def cancel_grace(self, req: Any) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
+def test_listen_subscribes_each_uri_once_and_unsubscribes_after_the_last_listener() -> None:
+    import gevent
+
+    from mcpgate.core.jsonrpc import Notification, classify
+    from mcpgate.relay.server_bridge import ModernHostBridge
+
+    seen: list[Any] = []
+    wires: list[FakeLegacy] = []
+
+    def make(sink: Any) -> FakeLegacy:
+        wires.append(FakeLegacy(sink))
+        return wires[0]
+
+    bridge = ModernHostBridge(make, seen.append)
+    wanted = {"toolsListChanged": True, "promptsListChanged": True, "resourceSubscriptions": ["a://x", "bad:y"]}
+    one = gevent.spawn(bridge.request, classify(modern("A", "subscriptions/listen", {"notifications": wanted})))
+    two = gevent.spawn(bridge.request, classify(modern("B", "subscriptions/listen", {"notifications": wanted})))
+    with gevent.Timeout(10):
+        while len(seen) < 2:
+            gevent.sleep(0.01)
+    acks = {m.params["_meta"][META_SUB]: m.params["notifications"] for m in seen}
+    assert acks["A"] == acks["B"] == {"toolsListChanged": True, "resourceSubscriptions": ["a://x"]}  # no prompts
+    wire = wires[0]
+    assert [p["uri"] for m, p in wire.sent if m == "resources/subscribe"] == ["a://x", "bad:y", "bad:y"]
+    wire.sink(Notification("notifications/resources/updated", {"uri": "a://x"}, {}))
+    updates = [m for m in seen if m.method == "notifications/resources/updated"]
+    assert sorted(m.params["_meta"][META_SUB] for m in updates) == ["A", "B"]
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "A"}}
+    bridge.send_oneway(classify(cancel))
+    assert one.get(timeout=10).obj["result"]["_meta"][META_SUB] == "A"  # the graceful end
+    gevent.sleep(0.05)
+    assert not [m for m, _ in wire.sent if m == "resources/unsubscribe"]  # B still listens
+    bridge.send_oneway(classify({**cancel, "params": {"requestId": "B"}}))
+    two.get(timeout=10)
+    with gevent.Timeout(10):
+        while not [m for m, _ in wire.sent if m == "resources/unsubscribe"]:
+            gevent.sleep(0.01)
+    bridge.close()
