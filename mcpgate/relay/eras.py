@@ -22,6 +22,7 @@ from gevent.lock import Semaphore
 from mcpgate.core import jsonrpc, modern, versions
 from mcpgate.relay import errors
 from mcpgate.relay.auto import AutoTransport
+from mcpgate.relay.host_bridge import LegacyHostBridge
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.modern import ModernRefused, ModernTransport
 from mcpgate.relay.server_bridge import ModernHostBridge
@@ -71,8 +72,6 @@ class EraTransport:
         if host == MODERN and natural:
             return self.modern_wire()
         if host == LEGACY:
-            from mcpgate.relay.host_bridge import LegacyHostBridge
-
             return LegacyHostBridge(self.modern_wire(), self.sink)
         return ModernHostBridge(self._legacy_wire, self.sink)
 
