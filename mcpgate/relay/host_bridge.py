@@ -29,9 +29,9 @@ from gevent.pool import Group
 from mcpgate import __version__
 from mcpgate.core import jsonrpc, modern, mrtr, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+from mcpgate.core.mrtr import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Upstream
-from mcpgate.serve.listen import LIST_KINDS, RESOURCES_FIELD
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -39,7 +39,6 @@ CLIENT_INFO = {"name": "mcpgate-relay", "version": __version__}
 HOST_ANSWER_TIMEOUT = 600.0  # seconds the host has to answer an input request (a person may be typing)
 LISTEN_READY_WAIT = 5.0  # seconds a request waits for a new listen's acknowledgment (no change is missed)
 LISTEN_BACKOFF = (1.0, 30.0)  # first and longest wait before a listen that ended is opened again
-ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
 _minted = itertools.count(1)
 
 

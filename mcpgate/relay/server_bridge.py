@@ -36,10 +36,10 @@ from gevent.pool import Group
 from mcpgate import __version__
 from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+from mcpgate.core.mrtr import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD, listen_end, listen_frame
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
-from mcpgate.serve.listen import LIST_KINDS, RESOURCES_FIELD, final_result, frame, parse_filter
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -50,7 +50,6 @@ WITHDRAW_GRACE = 1.0  # seconds an ended call's input requests are left for the 
 GATE_WAIT = 300.0  # seconds a call that could ask for input waits for the candidate before it fails
 CACHE_TTL_MS = 0  # a legacy upstream gives no freshness hint: its results are not to be cached
 TICK = 1.0  # seconds between checks while a host request waits
-ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
 UPDATED = "notifications/resources/updated"
 _LIST_METHODS = {method: kind for kind, (_, method) in LIST_KINDS.items()}
 _minted = itertools.count(1)
@@ -134,10 +133,8 @@ def _error(msg_id: Id, code: int, message: str, data: Any = None) -> Response:
     return _response(msg_id, jsonrpc.error_response(msg_id, code, message, data))
 
 
-def _message(data: bytes) -> Upstream:
-    message = jsonrpc.parse(data)
-    assert isinstance(message, (Request, Notification, Response))
-    return message
+def _notification(obj: dict[str, Any]) -> Notification:
+    return Notification(obj["method"], obj.get("params"), obj)
 
 
 class ModernHostBridge:
@@ -409,7 +406,7 @@ class ModernHostBridge:
 
     # -- subscriptions/listen -------------------------------------------------------------------------------------
     def _listen(self, req: Request, params: dict[str, Any]) -> Response:
-        parsed = parse_filter(params.get("notifications"))
+        parsed = mrtr.parse_listen_filter(params.get("notifications"))
         if isinstance(parsed, modern.Failure):
             return _error(req.id, parsed.code, parsed.message)
         # A legacy server sends list_changed unsolicited (some without declaring listChanged): every kind asked
@@ -421,9 +418,7 @@ class ModernHostBridge:
             honoured[RESOURCES_FIELD] = [uri for uri in uris if self._subscribe(uri)]
         listener = _Listen(req.id, kinds, frozenset(honoured.get(RESOURCES_FIELD, ())))
         try:
-            ack_params = {"notifications": honoured}
-            ack = {"jsonrpc": "2.0", "method": ACKNOWLEDGED, "params": ack_params}
-            self.sink(_message(frame(Notification(ACKNOWLEDGED, ack_params, ack), req.id)))
+            self.sink(_notification(listen_frame(ACKNOWLEDGED, {"notifications": honoured}, req.id)))
             self._listens[jsonrpc.id_key(req.id)] = listener  # nothing of it before the acknowledgment
             while not listener.done.wait(timeout=TICK) and not self.closing:
                 pass
@@ -434,9 +429,7 @@ class ModernHostBridge:
                 if self._uri_count[uri] <= 0:
                     del self._uri_count[uri]
                     self._background.spawn(self._resource_request, "resources/unsubscribe", uri)
-        reply = _message(final_result(req.id))
-        assert isinstance(reply, Response)
-        return reply
+        return Response(req.id, listen_end(req.id))
 
     def _subscribe(self, uri: str) -> bool:
         """Count one more listener of `uri`, subscribing upstream for the first; False when that failed."""
@@ -461,7 +454,7 @@ class ModernHostBridge:
         uri = message.params.get("uri") if isinstance(message.params, dict) else None
         for listener in list(self._listens.values()):
             if (kind is not None and kind in listener.kinds) or (message.method == UPDATED and uri in listener.uris):
-                self.sink(_message(frame(message, listener.id)))
+                self.sink(_notification(listen_frame(message.method, message.params, listener.id)))
 
     # -- from the upstream ------------------------------------------------------------------------------------------
     def _on_upstream(self, message: Upstream) -> None:

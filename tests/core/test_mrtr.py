@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core import jsonrpc, mrtr
+from mcpgate.core import jsonrpc, modern, mrtr
 
 
 def request(method: str = "elicitation/create", params: Any = None, req_id: jsonrpc.Id = 7) -> jsonrpc.Request:
@@ -184,8 +184,6 @@ def test_without_subscription_id(params: Any, expected: Any) -> None:
 
 
 def test_bridged_capabilities_cover_every_input_method() -> None:
-    from mcpgate.core import modern
-
     assert set(mrtr.BRIDGED_CAPABILITIES) == set(modern.INPUT_CAPABILITY.values())
 
 
@@ -220,3 +218,36 @@ FALLBACK = {"name": "relay", "version": "0"}
 )
 def test_initialize_from_discover(discover: dict[str, Any], requested: object, expected: dict[str, Any]) -> None:
     assert mrtr.initialize_from_discover(discover, requested, FALLBACK) == expected
+
+
+@pytest.mark.parametrize(
+    ("wanted", "expected"),
+    [
+        ({"toolsListChanged": True, "promptsListChanged": False}, (frozenset({"toolsListChanged"}), None)),
+        ({"resourceSubscriptions": ["a://x", "a://y", "a://x"]}, (frozenset(), ("a://x", "a://y"))),
+        ({}, (frozenset(), None)),
+        ({"bogus": True}, (frozenset(), None)),  # unknown fields are not asked for
+        ({"toolsListChanged": "yes"}, -32602),
+        ({"resourceSubscriptions": "a://x"}, -32602),
+        ({"resourceSubscriptions": [1]}, -32602),
+        ([], -32602),
+    ],
+)
+def test_parse_listen_filter(wanted: object, expected: object) -> None:
+    parsed = mrtr.parse_listen_filter(wanted)
+    if isinstance(expected, int):
+        assert isinstance(parsed, modern.Failure) and parsed.code == expected and parsed.status == 400
+    else:
+        assert parsed == expected
+
+
+def test_listen_frame_and_end_carry_the_subscription_id() -> None:
+    framed = mrtr.listen_frame("notifications/resources/updated", {"uri": "a://x", "_meta": {"k": 1}}, "L")
+    assert framed == {
+        "jsonrpc": "2.0",
+        "method": "notifications/resources/updated",
+        "params": {"uri": "a://x", "_meta": {"k": 1, SUB: "L"}},
+    }
+    assert mrtr.listen_frame("notifications/tools/list_changed", None, 7)["params"] == {"_meta": {SUB: 7}}
+    assert mrtr.listen_end(7) == {"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete", "_meta": {SUB: 7}}}
+    assert mrtr.without_subscription_id(framed["params"]) == {"uri": "a://x", "_meta": {"k": 1}}
