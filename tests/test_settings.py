@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from mcpgate.relay.cli import build_parser
 from mcpgate.settings import (
     RelaySettings,
     Settings,
@@ -96,18 +97,7 @@ def test_secret_values_never_appear_in_messages() -> None:
     assert "MCPGATE_AUTH_TOKEN" in str(info.value) and "se cret" not in str(info.value)
     with pytest.raises(SettingsError) as info:
         RelaySettings.from_args(
-            argparse.Namespace(
-                url="http://h/",
-                header=[],
-                transport="auto",
-                connect_timeout=1.0,
-                read_timeout=1.0,
-                log_level="info",
-                no_cancel_filter=False,
-                max_message_bytes=1,
-                max_inflight=1,
-                shutdown_grace=1.0,
-            ),
+            build_parser().parse_args(["http://h/"]),  # every flag at its default
             environ={"MCPGATE_BEARER_TOKEN": "bad\ttoken"},
         )
     assert "bad\ttoken" not in str(info.value)
