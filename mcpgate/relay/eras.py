@@ -130,11 +130,21 @@ class EraTransport:
                 del self._routes[_key(LEGACY, True)]
                 natural.close()
                 self._decide(LEGACY, False)
-            else:
-                if not reply.is_error:
-                    self._decide(LEGACY, True)
-                return reply
-        return self._route(LEGACY).request(req)
+                return self._bridged_first(req, refused)
+            if not reply.is_error:
+                self._decide(LEGACY, True)
+            return reply
+
+    def _bridged_first(self, req: jsonrpc.Request, refused: errors.HttpStatusError) -> jsonrpc.Response:
+        """The initialize through LegacyHostBridge; when the bridge cannot reach the upstream either, the era is
+        undecided again and the host is told of the refused initialize (the first, plainer answer)."""
+        try:
+            return self._route(LEGACY).request(req)
+        except errors.RelayError as bridged:
+            log.info("the 2026-07-28 bridge failed too (%s); reporting the refused initialize", bridged.message)
+            self._routes.pop(_key(LEGACY, False), None)  # not closed: it shares the modern wire, still in use
+            self.speaks[LEGACY] = None
+            raise refused from None
 
     def _modern_only(self, refused: errors.HttpStatusError) -> bool:
         """Whether a refused initialize means a modern-only upstream: a modern error that does not offer a
