@@ -185,22 +185,22 @@ def test_options_keep_the_basics_working(streamable_upstream: Upstream, extra: t
     assert run_host(streamable_upstream.url, scenario, *extra) == {"result": 11}
 
 
-def test_default_mode_host_falls_back_to_the_handshake(streamable_upstream: Upstream) -> None:
-    """An SDK host in its default mode probes server/discover first; the relay answers with the upstream's
-    refusal, and the host falls back to initialize over the same relay."""
+def test_default_mode_host_speaks_2026_07_28_to_a_dual_era_upstream(streamable_upstream: Upstream) -> None:
+    """An SDK host in its default mode probes server/discover first; the SDK server speaks both eras, so the
+    relay carries the host's 2026-07-28 requests as they are (no bridge)."""
 
     async def main() -> tuple[str | None, Any]:
         with anyio.fail_after(60):
             async with Client(relay_params(streamable_upstream.url)) as client:
                 return client.protocol_version, (await client.call_tool("add", {"a": 1, "b": 1})).structured_content
 
-    assert anyio.run(main) == ("2025-11-25", {"result": 2})
+    assert anyio.run(main) == ("2026-07-28", {"result": 2})
 
 
 @pytest.mark.parametrize("level", ["warning", "info"])
 def test_a_healthy_start_logs_nothing_at_warning(streamable_upstream: Upstream, tmp_path: Path, level: str) -> None:
-    """The SDK Client's default mode probes server/discover before initialize; the SDK server refuses it
-    (no session yet, HTTP 400) and the client falls back: the host's business, logged at INFO."""
+    """The SDK Client's default mode probes server/discover; the relay finds the upstream speaks 2026-07-28 and
+    says so once, at INFO: nothing louder."""
     log = tmp_path / "relay-stderr.log"
 
     async def scenario(client: Client) -> Any:
@@ -210,7 +210,6 @@ def test_a_healthy_start_logs_nothing_at_warning(streamable_upstream: Upstream, 
     stderr = log.read_text()
     loud = [line for line in stderr.splitlines() if not re.match(r"\S+ \S+ mcpgate-relay (INFO|DEBUG) ", line)]
     assert loud == [], explain_stderr(stderr)
-    if level == "info":  # the probe did happen, and the relay saw it refused
-        assert re.search(r"mcpgate-relay INFO server/discover \(id .*\) failed: upstream HTTP 4\d\d", stderr), (
-            explain_stderr(stderr)
-        )
+    if level == "info":  # the probe did happen, and the relay logged what it chose
+        chosen = "upstream speaks 2026-07-28; host speaks 2026-07-28; bridging: no bridge"
+        assert f"mcpgate-relay INFO {chosen}" in stderr, explain_stderr(stderr)
