@@ -132,6 +132,12 @@ class Settings:
     pool_child_requests: int = declare(
         16, "Requests in flight per pooled child before the pool starts another.", validate=positive
     )
+    pool_spares: int = declare(
+        1,
+        "Free legacy pooled children kept started beside the one the next request takes: a call that may ask "
+        "its client for input needs a child to itself, and a spare spares it a cold start. 0: only on demand.",
+        validate=non_negative,
+    )
     pool_idle_ttl: float = declare(
         300.0, "Seconds a pooled child may stay idle before it is stopped.", validate=positive
     )

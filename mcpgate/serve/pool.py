@@ -171,15 +171,15 @@ class Pool:
         return child
 
     def prewarm(self, principal: str) -> None:
-        """Start a spare legacy child when none is free for the next call that may ask for input (a cold
-        start is an initialize away), within the pool's limit."""
+        """Start a spare legacy child unless MCPGATE_POOL_SPARES + 1 children are free (or starting), within the
+        pool's limit: a call that may ask its client for input holds its child (parked, until the retry), and a
+        cold start is a process and an initialize away."""
         group = self.group(principal)
-        if self.closing or len(group.children) >= self.settings.pool_children:
+        if self.closing or group.era is not Era.LEGACY or len(group.children) >= self.settings.pool_children:
             return
-        for child in group.children:
-            if not child.ready.is_set() or (child.candidate is None and not child.bridged_calls and not child.ended):
-                return
-        gevent.spawn(self._spawn_spare, group)
+        idle = [c for c in group.children if not c.ready.is_set() or not (c.candidate or c.bridged_calls or c.ended)]
+        if len(idle) <= self.settings.pool_spares:
+            gevent.spawn(self._spawn_spare, group)
 
     def _spawn_spare(self, group: Group) -> None:
         try:
@@ -190,6 +190,8 @@ class Pool:
     def _on_ready(self, group: Group, child: PooledChild) -> None:
         if child.era is not None:
             group.era = child.era
+        if child.era is Era.LEGACY:  # spares beside it: see prewarm
+            self.prewarm(group.principal)
         group.wake()
 
     def _backoff(self, group: Group) -> float:

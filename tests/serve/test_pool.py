@@ -39,6 +39,7 @@ CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"
 SILENT = f"{sys.executable} {FIXTURES / 'silent_server.py'}"
 CANCELLED = "cancelled; no response sent"  # the demo child's stderr line for a cancelled tools/call
 ELICIT = {"elicitation": {}}
+NO_SPARES = {"MCPGATE_POOL_SPARES": "0"}  # children only on demand: tests that count them
 
 ENVS = {
     "demo": {},  # the pool's defaults, the bundled (legacy-only) demo child
@@ -366,7 +367,7 @@ def test_closing_the_stream_cancels_the_call_and_frees_the_slot(
 def test_a_crash_mid_call_is_named_a_new_child_follows_and_too_many_crashes_503(
     gateway_factory: Callable[..., Gateway],
 ) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY, "MCPGATE_POOL_RESTARTS": "2"})
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY, "MCPGATE_POOL_RESTARTS": "2", **NO_SPARES})
     result_of(post_modern(gw, modern_body("c-0", "tools/list")), "c-0")
     [first] = pids(gw)
     crashed = error_of(post_modern(gw, tool("c-1", "crash")), 200, -32000, "c-1")
@@ -386,7 +387,7 @@ def test_a_crash_mid_call_is_named_a_new_child_follows_and_too_many_crashes_503(
 def test_a_child_that_exits_at_start_is_retried_then_503_names_the_exit(
     gateway_factory: Callable[..., Gateway],
 ) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": f"{sys.executable} -c pass", "MCPGATE_POOL_RESTARTS": "2"})
+    gw = gateway_factory({"MCPGATE_COMMAND": f"{sys.executable} -c pass", "MCPGATE_POOL_RESTARTS": "2", **NO_SPARES})
     reply = post_modern(gw, modern_body("e-1", "tools/list"))
     error, _ = refused(reply, 503)
     assert "crashed 2 times" in error["message"] and "exited with code 0" in error["message"], reply
@@ -403,7 +404,7 @@ def test_a_child_that_exits_at_start_is_retried_then_503_names_the_exit(
 def test_an_idle_child_is_stopped_and_a_later_request_starts_a_new_one(
     gateway_factory: Callable[..., Gateway],
 ) -> None:
-    gw = gateway_factory({"MCPGATE_POOL_IDLE_TTL": "0.5"})
+    gw = gateway_factory({"MCPGATE_POOL_IDLE_TTL": "0.5", **NO_SPARES})
     result_of(post_modern(gw, tool("i-1", "echo", {"message": "x"})), "i-1")
     [first] = pids(gw)
     assert wait_dead([first]) == [], gw.log_tail()
@@ -465,3 +466,18 @@ def test_shutdown_ends_a_listen_stream_with_its_final_result_and_leaves_no_child
         "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: "sub-1"}},
     }, listener.seen
     assert wait_dead([worker, *started], timeout=10) == [], gw.log_tail()
+
+
+@pytest.mark.parametrize("spares", [0, 1, 2])
+def test_spare_legacy_children_are_kept_started(gateway_factory: Callable[..., Gateway], spares: int) -> None:
+    """Beside the child the next request takes, MCPGATE_POOL_SPARES free legacy children are started (a call
+    that may ask for input needs a child to itself), and one more when a candidate call takes a child."""
+    gw = gateway_factory({"MCPGATE_POOL_SPARES": str(spares)})
+    result_of(post_modern(gw, modern_body("sp-1", "tools/list")), "sp-1")
+    assert wait_for(lambda: len(pids(gw)) == 1 + spares), gw.log_tail()
+    key, state = input_required(post_modern(gw, ask_name("sp-2")), "sp-2")  # holds a child until answered
+    try:
+        assert wait_for(lambda: len(pids(gw)) == 2 + spares), gw.log_tail()
+    finally:
+        done = post_modern(gw, ask_name("sp-3", inputResponses=answer(key, "Ada"), requestState=state))
+        assert greeted(done, "sp-3") == "Hello, Ada"
