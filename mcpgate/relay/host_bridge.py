@@ -27,9 +27,9 @@ from gevent.greenlet import Greenlet
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, mrtr, wire
+from mcpgate.core import jsonrpc, modern, mrtr, subscriptions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
-from mcpgate.core.mrtr import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD
+from mcpgate.core.subscriptions import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Upstream
 
@@ -294,7 +294,7 @@ class LegacyHostBridge:
             honoured = params.get("notifications")
             log.info("listening upstream for %s", honoured)
             return
-        plain = mrtr.without_subscription_id(message.params) or None  # params left empty: none
+        plain = subscriptions.without_subscription_id(message.params) or None  # params left empty: none
         obj: dict[str, Any] = {"jsonrpc": "2.0", "method": message.method}
         if plain is not None:
             obj["params"] = plain

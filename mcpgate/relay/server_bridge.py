@@ -34,10 +34,10 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core import jsonrpc, modern, mrtr, subscriptions, versions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
-from mcpgate.core.mrtr import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD, listen_end, listen_frame
 from mcpgate.core.request_state import Opened, StateSealer
+from mcpgate.core.subscriptions import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD, listen_end, listen_frame
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 
@@ -406,7 +406,7 @@ class ModernHostBridge:
 
     # -- subscriptions/listen -------------------------------------------------------------------------------------
     def _listen(self, req: Request, params: dict[str, Any]) -> Response:
-        parsed = mrtr.parse_listen_filter(params.get("notifications"))
+        parsed = subscriptions.parse_listen_filter(params.get("notifications"))
         if isinstance(parsed, modern.Failure):
             return _error(req.id, parsed.code, parsed.message)
         # A legacy server sends list_changed unsolicited (some without declaring listChanged): every kind asked

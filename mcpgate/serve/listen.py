@@ -29,24 +29,24 @@ from typing import Any, Protocol
 from ..core import jsonrpc, versions
 from ..core.jsonrpc import Id, Notification, Response
 from ..core.modern import Failure
+from ..core.subscriptions import (
+    ACKNOWLEDGED,
+    LIST_KINDS,
+    LISTEN,
+    RESOURCES_FIELD,
+    listen_end,
+    listen_frame,
+    parse_listen_filter,
+)
 from ..core.wire import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID
 from .stream import Stream, StreamLimits
 
 log = logging.getLogger("mcpgate.listen")
 
-LISTEN = "subscriptions/listen"
-ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
 CANCELLED = "notifications/cancelled"
 UPDATED = "notifications/resources/updated"
 SUBSCRIBE = "resources/subscribe"
 UNSUBSCRIBE = "resources/unsubscribe"
-RESOURCES_FIELD = "resourceSubscriptions"
-# filter field -> (the server capability that allows it, the notification it asks for)
-LIST_KINDS: Mapping[str, tuple[str, str]] = {
-    "toolsListChanged": ("tools", "notifications/tools/list_changed"),
-    "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
-    "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
-}
 _KIND_OF_METHOD = {method: kind for kind, (_, method) in LIST_KINDS.items()}
 # Child listen ids cancelled lately: their late notifications are consumed and dropped.
 _RECENTLY_CANCELLED = 16
@@ -86,24 +86,7 @@ class _ChildListen:
     retiring: list[_ChildListen] = field(default_factory=list)
 
 
-def parse_filter(wanted: object) -> tuple[frozenset[str], tuple[str, ...] | None] | Failure:
-    """The list kinds and URIs a listen filter asks for (URIs deduplicated, in order; None: not asked), or
-    why it is invalid."""
-    if not isinstance(wanted, Mapping):
-        return Failure(400, jsonrpc.INVALID_PARAMS, "subscriptions/listen: notifications must be an object")
-    kinds: set[str] = set()
-    for kind in LIST_KINDS:
-        value = wanted.get(kind)
-        if value is not None and not isinstance(value, bool):
-            return Failure(400, jsonrpc.INVALID_PARAMS, f"subscriptions/listen: {kind} must be a boolean")
-        if value:
-            kinds.add(kind)
-    uris = wanted.get(RESOURCES_FIELD)
-    if uris is None:
-        return frozenset(kinds), None
-    if not isinstance(uris, list) or not all(isinstance(uri, str) for uri in uris):
-        return Failure(400, jsonrpc.INVALID_PARAMS, f"subscriptions/listen: {RESOURCES_FIELD} must be strings")
-    return frozenset(kinds), tuple(dict.fromkeys(uris))
+parse_filter = parse_listen_filter
 
 
 def honoured_filter(
@@ -127,16 +110,12 @@ def _capability(capabilities: Mapping[str, Any], name: str, feature: str) -> boo
 
 def frame(message: Notification, subscription_id: Id) -> bytes:
     """The child's notification as one client stream gets it: its own subscription id in `_meta`."""
-    params = dict(message.params) if isinstance(message.params, dict) else {}
-    meta = params.get("_meta")
-    params["_meta"] = {**(meta if isinstance(meta, dict) else {}), META_SUBSCRIPTION_ID: subscription_id}
-    return jsonrpc.encode({"jsonrpc": "2.0", "method": message.method, "params": params})
+    return jsonrpc.encode(listen_frame(message.method, message.params, subscription_id))
 
 
 def final_result(subscription_id: Id) -> bytes:
     """The response that ends a listen stream gracefully."""
-    result = {"resultType": "complete", "_meta": {META_SUBSCRIPTION_ID: subscription_id}}
-    return jsonrpc.encode({"jsonrpc": "2.0", "id": subscription_id, "result": result})
+    return jsonrpc.encode(listen_end(subscription_id))
 
 
 def _has_room(stream: Stream, size: int) -> bool:

@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mcpgate.pool")
 
-# What the gateway declares to a legacy child: every input request it can bridge to a client.
-BRIDGED_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}, "sampling": {}, "roots": {}}
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
 _STAMPED = (b'"resultType"', b'"_meta"', b'"ttlMs"', b'"cacheScope"')
 _minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
@@ -159,7 +156,7 @@ class PooledChild:
     def _initialize(self) -> None:
         params = {
             "protocolVersion": versions.LATEST_HANDSHAKE,
-            "capabilities": BRIDGED_CAPABILITIES,
+            "capabilities": dict(mrtr.BRIDGED_CAPABILITIES),
             "clientInfo": {"name": "mcpgate", "version": __version__},
         }
         answer = self.ask("initialize", params, self.init_timeout)
@@ -356,7 +353,7 @@ class PooledChild:
             return
         call = next(iter(self.calls.values()))
         params = message.params if isinstance(message.params, dict) else {}
-        if call.parked or not _level_allows(call.log_level, params.get("level")):
+        if call.parked or not mrtr.level_allows(call.log_level, params.get("level")):
             return
         call.stream.deliver(jsonrpc.raw_bytes(message))
 
@@ -377,9 +374,3 @@ class PooledChild:
     def close(self, reason: str) -> None:
         self.stopping = True
         self.child.close(reason)
-
-
-def _level_allows(wanted: str | None, level: object) -> bool:
-    if wanted not in LOG_LEVELS:
-        return False
-    return isinstance(level, str) and level in LOG_LEVELS and LOG_LEVELS.index(level) >= LOG_LEVELS.index(wanted)

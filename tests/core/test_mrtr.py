@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core import jsonrpc, modern, mrtr
+from mcpgate.core import jsonrpc, modern, mrtr, subscriptions
 
 
 def request(method: str = "elicitation/create", params: Any = None, req_id: jsonrpc.Id = 7) -> jsonrpc.Request:
@@ -180,7 +180,7 @@ SUB = "io.modelcontextprotocol/subscriptionId"
     ],
 )
 def test_without_subscription_id(params: Any, expected: Any) -> None:
-    assert mrtr.without_subscription_id(params) == expected
+    assert subscriptions.without_subscription_id(params) == expected
 
 
 def test_bridged_capabilities_cover_every_input_method() -> None:
@@ -234,7 +234,7 @@ def test_initialize_from_discover(discover: dict[str, Any], requested: object, e
     ],
 )
 def test_parse_listen_filter(wanted: object, expected: object) -> None:
-    parsed = mrtr.parse_listen_filter(wanted)
+    parsed = subscriptions.parse_listen_filter(wanted)
     if isinstance(expected, int):
         assert isinstance(parsed, modern.Failure) and parsed.code == expected and parsed.status == 400
     else:
@@ -242,12 +242,16 @@ def test_parse_listen_filter(wanted: object, expected: object) -> None:
 
 
 def test_listen_frame_and_end_carry_the_subscription_id() -> None:
-    framed = mrtr.listen_frame("notifications/resources/updated", {"uri": "a://x", "_meta": {"k": 1}}, "L")
+    framed = subscriptions.listen_frame("notifications/resources/updated", {"uri": "a://x", "_meta": {"k": 1}}, "L")
     assert framed == {
         "jsonrpc": "2.0",
         "method": "notifications/resources/updated",
         "params": {"uri": "a://x", "_meta": {"k": 1, SUB: "L"}},
     }
-    assert mrtr.listen_frame("notifications/tools/list_changed", None, 7)["params"] == {"_meta": {SUB: 7}}
-    assert mrtr.listen_end(7) == {"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete", "_meta": {SUB: 7}}}
-    assert mrtr.without_subscription_id(framed["params"]) == {"uri": "a://x", "_meta": {"k": 1}}
+    assert subscriptions.listen_frame("notifications/tools/list_changed", None, 7)["params"] == {"_meta": {SUB: 7}}
+    assert subscriptions.listen_end(7) == {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "result": {"resultType": "complete", "_meta": {SUB: 7}},
+    }
+    assert subscriptions.without_subscription_id(framed["params"]) == {"uri": "a://x", "_meta": {"k": 1}}
