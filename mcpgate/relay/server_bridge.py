@@ -19,26 +19,24 @@ for the URIs asked (resources/subscribe upstream, counted across listens).
 
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import gevent
-from gevent.event import AsyncResult, Event
+from gevent.event import AsyncResult
 from gevent.greenlet import Greenlet
 from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, mrtr, subscriptions, versions, wire
+from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.request_state import Opened, StateSealer
-from mcpgate.core.subscriptions import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD, listen_end, listen_frame
 from mcpgate.relay import errors
+from mcpgate.relay.bridge_calls import Call, Gate, error, mint, response
+from mcpgate.relay.session_listens import SessionListens
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 
 log = logging.getLogger("mcpgate.relay")
@@ -50,91 +48,6 @@ WITHDRAW_GRACE = 1.0  # seconds an ended call's input requests are left for the 
 GATE_WAIT = 300.0  # seconds a call that could ask for input waits for the candidate before it fails
 CACHE_TTL_MS = 0  # a legacy upstream gives no freshness hint: its results are not to be cached
 TICK = 1.0  # seconds between checks while a host request waits
-UPDATED = "notifications/resources/updated"
-_LIST_METHODS = {method: kind for kind, (_, method) in LIST_KINDS.items()}
-_minted = itertools.count(1)
-
-
-def mint(kind: str = "") -> str:
-    return f"mcpgate-relay-{kind}{next(_minted)}"
-
-
-@dataclass(eq=False)
-class _Call:
-    """One host request in flight upstream (or parked: answered input_required, the upstream still on it)."""
-
-    minted: str
-    method: str
-    binding: str
-    host_id: Id
-    capabilities: dict[str, Any]
-    log_level: object
-    token: object
-    input_responses: dict[str, Any] | None
-    turn: AsyncResult = field(default_factory=AsyncResult)  # ("input", result) or ("done", Response | RelayError)
-    runner: Greenlet | None = None
-    gated: bool = False
-    pending: dict[str, Request] = field(default_factory=dict)  # the upstream's input requests, by key
-    continuation: str = field(default_factory=lambda: secrets.token_urlsafe(16))
-    round: int = 0
-    keys: int = 0
-    parked: bool = False
-    finished: bool = False
-    held: Response | errors.RelayError | None = None  # the outcome that came while parked
-    emitter: Greenlet | None = None
-    expiry: Greenlet | None = None
-
-
-@dataclass(eq=False)
-class _Listen:
-    id: Id
-    kinds: frozenset[str]
-    uris: frozenset[str]
-    done: Event = field(default_factory=Event)
-
-
-class _Gate:
-    """One candidate call at a time, alone among the calls that could ask for input."""
-
-    def __init__(self) -> None:
-        self.candidate: _Call | None = None
-        self.others = 0
-        self._waiters: list[Event] = []
-
-    def enter(self, call: _Call, candidate: bool, timeout: float) -> bool:
-        with gevent.Timeout(timeout, False):
-            while True:
-                if self.candidate is None and (not candidate or self.others == 0):
-                    if candidate:
-                        self.candidate = call
-                    else:
-                        self.others += 1
-                    return True
-                event = Event()
-                self._waiters.append(event)
-                event.wait()
-        return False
-
-    def leave(self, call: _Call) -> None:
-        if self.candidate is call:
-            self.candidate = None
-        else:
-            self.others -= 1
-        waiters, self._waiters = self._waiters, []
-        for event in waiters:
-            event.set()
-
-
-def _response(msg_id: Id | None, obj: dict[str, Any]) -> Response:
-    return Response(msg_id, {**obj, "jsonrpc": "2.0", "id": msg_id})
-
-
-def _error(msg_id: Id, code: int, message: str, data: Any = None) -> Response:
-    return _response(msg_id, jsonrpc.error_response(msg_id, code, message, data))
-
-
-def _notification(obj: dict[str, Any]) -> Notification:
-    return Notification(obj["method"], obj.get("params"), obj)
 
 
 class ModernHostBridge:
@@ -147,14 +60,13 @@ class ModernHostBridge:
         self.server_info: dict[str, Any] | None = None
         self.capabilities: dict[str, Any] = {}
         self._init_lock = Semaphore()
-        self._gate = _Gate()
-        self._calls: dict[str, _Call] = {}  # by minted id: in flight upstream
-        self._by_host: dict[IdKey, _Call] = {}  # by the id of the host request carrying it now
-        self._parked: dict[str, _Call] = {}  # by continuation
-        self._listens: dict[IdKey, _Listen] = {}
-        self._uri_count: Counter[str] = Counter()
+        self._gate = Gate()
+        self._calls: dict[str, Call] = {}  # by minted id: in flight upstream
+        self._by_host: dict[IdKey, Call] = {}  # by the id of the host request carrying it now
+        self._parked: dict[str, Call] = {}  # by continuation
         self._withdrawn: deque[IdKey] = deque(maxlen=MAX_PENDING * 4)  # input requests the upstream cancelled
         self._background = Group()
+        self._listens = SessionListens(sink, self._resource_request, self._background)
         self.closing = False
 
     # -- the session --------------------------------------------------------------------------------------------
@@ -193,13 +105,13 @@ class ModernHostBridge:
     # -- host requests ------------------------------------------------------------------------------------------
     def request(self, req: Request) -> Response:
         if req.method == "ping":
-            return _response(req.id, {"result": {}})
+            return response(req.id, {"result": {}})
         self._ensure_session(req)
         params = req.params if isinstance(req.params, dict) else {}
         if req.method == "server/discover":
             result = modern.discover_from_initialize(self.init_result or {}, versions.MODERN)
             stamped = modern.stamp_result(req.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info)
-            return _response(req.id, {"result": stamped})
+            return response(req.id, {"result": stamped})
         if req.method == "subscriptions/listen":
             return self._listen(req, params)
         if req.method in modern.MRTR_METHODS and params.get("requestState") is not None:
@@ -211,7 +123,7 @@ class ModernHostBridge:
         raw_meta = params.get("_meta")
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         ahead = params.get("inputResponses")
-        call = _Call(
+        call = Call(
             minted=mint(),
             method=req.method,
             binding=mrtr.state_binding(req.method, params),
@@ -237,7 +149,7 @@ class ModernHostBridge:
         )
         return self._await_turn(call, req)
 
-    def _run(self, call: _Call, upstream: Request) -> None:
+    def _run(self, call: Call, upstream: Request) -> None:
         outcome: Response | errors.RelayError
         try:
             outcome = self.legacy.request(upstream)
@@ -248,7 +160,7 @@ class ModernHostBridge:
             outcome = errors.RelayError(f"relay internal error: {exc!r}"[:300])
         self._finish(call, outcome)
 
-    def _finish(self, call: _Call, outcome: Response | errors.RelayError) -> None:
+    def _finish(self, call: Call, outcome: Response | errors.RelayError) -> None:
         """The call is over upstream: its slot goes; the host gets the outcome now, or on its retry."""
         if call.finished:
             return
@@ -270,7 +182,7 @@ class ModernHostBridge:
             if jsonrpc.id_key(request.id) not in self._withdrawn:
                 self._refuse_upstream(request.id, jsonrpc.REQUEST_CANCELLED, "the call it belonged to has ended")
 
-    def _forget(self, call: _Call) -> None:
+    def _forget(self, call: Call) -> None:
         self._parked.pop(call.continuation, None)
         if self._by_host.get(jsonrpc.id_key(call.host_id)) is call:
             del self._by_host[jsonrpc.id_key(call.host_id)]
@@ -278,7 +190,7 @@ class ModernHostBridge:
             if greenlet is not None and greenlet is not gevent.getcurrent():
                 greenlet.kill(block=False)
 
-    def _await_turn(self, call: _Call, req: Request) -> Response:
+    def _await_turn(self, call: Call, req: Request) -> Response:
         """What the host gets for this request: the call's result, or its next InputRequiredResult."""
         try:
             while True:
@@ -293,20 +205,20 @@ class ModernHostBridge:
                 self._cancel(call, "the host cancelled the request")
             raise
         if kind == "input":
-            return _response(req.id, {"result": value})
+            return response(req.id, {"result": value})
         if isinstance(value, errors.RelayError):
             raise value
         return self._host_response(call, value, req.id)
 
-    def _host_response(self, call: _Call, reply: Response, host_id: Id) -> Response:
+    def _host_response(self, call: Call, reply: Response, host_id: Id) -> Response:
         obj = reply.full()
         result = obj.get("result")
         if isinstance(result, dict):
             stamped = modern.stamp_result(call.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info)
-            return _response(host_id, {"result": stamped})
-        return _response(host_id, {key: value for key, value in obj.items() if key not in ("jsonrpc", "id")})
+            return response(host_id, {"result": stamped})
+        return response(host_id, {key: value for key, value in obj.items() if key not in ("jsonrpc", "id")})
 
-    def _cancel(self, call: _Call, reason: str) -> None:
+    def _cancel(self, call: Call, reason: str) -> None:
         """Cancel the call upstream; its reply stream is read for the wire's grace (other messages ride on it)."""
         if call.finished:
             return
@@ -349,7 +261,7 @@ class ModernHostBridge:
         if not call.parked and (call.emitter is None or call.emitter.dead):
             call.emitter = gevent.spawn_later(GATHER, self._emit, call)
 
-    def _emit(self, call: _Call) -> None:
+    def _emit(self, call: Call) -> None:
         """Answer the call's current host request with its pending input requests (the call is parked)."""
         if call.finished or call.parked or not call.pending:
             return
@@ -365,7 +277,7 @@ class ModernHostBridge:
         call.expiry = gevent.spawn_later(self.input_ttl, self._abandon, call, "nobody answered its input request")
         call.turn.set(("input", result))
 
-    def _abandon(self, call: _Call, reason: str) -> None:
+    def _abandon(self, call: Call, reason: str) -> None:
         log.info("abandoned a bridged %s: %s", call.method, reason)
         call.parked = False
         self._cancel(call, reason)
@@ -373,13 +285,13 @@ class ModernHostBridge:
     def _resume(self, req: Request, params: dict[str, Any]) -> Response:
         opened = self.sealer.open(params.get("requestState"), PRINCIPAL, binding=mrtr.state_binding(req.method, params))
         if not isinstance(opened, Opened):
-            return _error(req.id, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {opened.message}")
+            return error(req.id, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {opened.message}")
         call = self._parked.get(opened.continuation)
         if call is None or call.round != opened.round or not call.parked:
-            return _error(req.id, jsonrpc.INVALID_PARAMS, "Invalid requestState: this input request has ended")
+            return error(req.id, jsonrpc.INVALID_PARAMS, "Invalid requestState: this input request has ended")
         responses = params.get("inputResponses")
         if responses is not None and not isinstance(responses, dict):
-            return _error(req.id, jsonrpc.INVALID_PARAMS, "Invalid params: inputResponses must be an object")
+            return error(req.id, jsonrpc.INVALID_PARAMS, "Invalid params: inputResponses must be an object")
         answers: dict[str, Any] = responses or {}
         for key in [key for key in call.pending if key in answers]:
             answer = mrtr.legacy_answer(answers[key])
@@ -406,38 +318,7 @@ class ModernHostBridge:
 
     # -- subscriptions/listen -------------------------------------------------------------------------------------
     def _listen(self, req: Request, params: dict[str, Any]) -> Response:
-        parsed = subscriptions.parse_listen_filter(params.get("notifications"))
-        if isinstance(parsed, modern.Failure):
-            return _error(req.id, parsed.code, parsed.message)
-        # A legacy server sends list_changed unsolicited (some without declaring listChanged): every kind asked
-        # whose feature it has is honoured; a URI when resources/subscribe upstream succeeds.
-        asked, uris = parsed
-        kinds = frozenset(kind for kind in asked if LIST_KINDS[kind][0] in self.capabilities)
-        honoured: dict[str, Any] = dict.fromkeys(sorted(kinds), True)
-        if uris is not None and "resources" in self.capabilities:
-            honoured[RESOURCES_FIELD] = [uri for uri in uris if self._subscribe(uri)]
-        listener = _Listen(req.id, kinds, frozenset(honoured.get(RESOURCES_FIELD, ())))
-        try:
-            self.sink(_notification(listen_frame(ACKNOWLEDGED, {"notifications": honoured}, req.id)))
-            self._listens[jsonrpc.id_key(req.id)] = listener  # nothing of it before the acknowledgment
-            while not listener.done.wait(timeout=TICK) and not self.closing:
-                pass
-        finally:
-            self._listens.pop(jsonrpc.id_key(req.id), None)
-            for uri in listener.uris:
-                self._uri_count[uri] -= 1
-                if self._uri_count[uri] <= 0:
-                    del self._uri_count[uri]
-                    self._background.spawn(self._resource_request, "resources/unsubscribe", uri)
-        return Response(req.id, listen_end(req.id))
-
-    def _subscribe(self, uri: str) -> bool:
-        """Count one more listener of `uri`, subscribing upstream for the first; False when that failed."""
-        if self._uri_count[uri] == 0 and not self._resource_request("resources/subscribe", uri):
-            del self._uri_count[uri]
-            return False
-        self._uri_count[uri] += 1
-        return True
+        return self._listens.listen(req, params, self.capabilities, lambda: self.closing)
 
     def _resource_request(self, method: str, uri: str) -> bool:
         try:
@@ -448,13 +329,6 @@ class ModernHostBridge:
         if reply.is_error:
             log.info("%s upstream refused: %s", method, reply.full().get("error"))
         return not reply.is_error
-
-    def _fan_out(self, message: Notification) -> None:
-        kind = _LIST_METHODS.get(message.method)
-        uri = message.params.get("uri") if isinstance(message.params, dict) else None
-        for listener in list(self._listens.values()):
-            if (kind is not None and kind in listener.kinds) or (message.method == UPDATED and uri in listener.uris):
-                self.sink(_notification(listen_frame(message.method, message.params, listener.id)))
 
     # -- from the upstream ------------------------------------------------------------------------------------------
     def _on_upstream(self, message: Upstream) -> None:
@@ -481,8 +355,8 @@ class ModernHostBridge:
                 self.sink(message)
         elif message.method == "notifications/cancelled" and jsonrpc.is_valid_id(params.get("requestId")):
             self._withdraw(jsonrpc.id_key(params["requestId"]))
-        elif message.method in _LIST_METHODS or message.method == UPDATED:
-            self._fan_out(message)
+        elif self._listens.wants(message):
+            self._listens.fan_out(message)
         else:
             log.debug("dropped %s from upstream", message.method)
 
@@ -511,10 +385,9 @@ class ModernHostBridge:
         if message.method == "notifications/cancelled":
             target = params.get("requestId")
             key = jsonrpc.id_key(target) if jsonrpc.is_valid_id(target) else None
-            listener = self._listens.get(key) if key is not None else None
             call = self._by_host.get(key) if key is not None else None
-            if listener is not None:
-                listener.done.set()
+            if key is not None and self._listens.end(key):
+                pass
             elif call is not None:
                 self._cancel(call, str(params.get("reason") or "the host cancelled the request"))
             return
@@ -535,8 +408,7 @@ class ModernHostBridge:
         for call in list(self._calls.values()) + list(self._parked.values()):
             call.parked = False
             self._cancel(call, "the relay is shutting down")
-        for listener in list(self._listens.values()):
-            listener.done.set()
+        self._listens.close()
         self._background.kill(block=True, timeout=1.0)
         self.legacy.close()
 
