@@ -69,6 +69,7 @@ class RelaySpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     note: str = ""
+    client: str = "legacy"  # how the bench's stdio host speaks: "legacy" (initialize) or "modern" (2026-07-28)
 
 
 def mcpgate_env(**extra: str) -> dict[str, str]:
@@ -202,16 +203,20 @@ def serve_specs() -> list[Spec]:
 RELAY = [sys.executable, "-m", "mcpgate.relay"]  # the same main() as the mcpgate-relay console script
 
 
-def relay_available() -> str | None:
-    """None when `mcpgate-relay --help` works, else why not."""
+RELAY_BASELINE: Path | None = None  # a tree whose relay is measured beside today's (run.py --relay-baseline)
+
+
+def relay_available(src: Path | None = None) -> str | None:
+    """None when `mcpgate-relay --help` works (from `src` when given), else why not."""
+    src = src or SRC
     try:
         done = subprocess.run(
             [*RELAY, "--help"],
             capture_output=True,
             text=True,
             timeout=60,
-            cwd=SRC or ROOT,
-            env={**os.environ, **_src_env()},
+            cwd=src or ROOT,
+            env={**os.environ, **({"PYTHONPATH": str(src)} if src else {})},
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"mcpgate-relay --help failed: {exc}"
@@ -223,15 +228,28 @@ def relay_available() -> str | None:
 def relay_specs() -> list[RelaySpec]:
     missing = "not installed (python bench/run.py --install-peers)"
     sg, pp, ms = peers.npm_bin("supergateway"), peers.venv_bin("mcp-proxy"), peers.venv_bin("mcp-stdio")
+    ours = relay_available()
     return [
         RelaySpec(
             "mcpgate-relay",
             "mcpgate-relay",
             lambda url: [*RELAY, url],
-            missing=relay_available(),
+            missing=ours,
             env={**os.environ, **_src_env()},
             cwd=SRC or ROOT,
         ),
+        RelaySpec(
+            "mcpgate-relay-modern",
+            "mcpgate-relay --protocol-era modern (2026-07-28 host)",
+            lambda url: [*RELAY, url, "--protocol-era", "modern"],
+            missing=ours,
+            env={**os.environ, **_src_env()},
+            cwd=SRC or ROOT,
+            client="modern",
+            note="the host sends 2026-07-28 requests (per-request _meta, no initialize); the relay POSTs each "
+            "one statelessly to the same mcpgate upstream, which serves it from its pool of children",
+        ),
+        *baseline_relay_specs(),
         RelaySpec(
             "mcp-proxy-py",
             "mcp-proxy 0.13.0 (PyPI) client mode",
@@ -247,6 +265,24 @@ def relay_specs() -> list[RelaySpec]:
             lambda url: [str(sg), "--streamableHttp", url, "--logLevel", "none"],
             missing=None if sg.exists() else missing,
         ),
+    ]
+
+
+def baseline_relay_specs() -> list[RelaySpec]:
+    """mcpgate-relay run from the RELAY_BASELINE tree (an older commit), against the same upstream, same rounds."""
+    if RELAY_BASELINE is None:
+        return []
+    src = RELAY_BASELINE
+    return [
+        RelaySpec(
+            "mcpgate-relay-baseline",
+            f"mcpgate-relay from {src}",
+            lambda url: [*RELAY, url],
+            missing=relay_available(src),
+            env={**os.environ, "PYTHONPATH": str(src)},
+            cwd=src,
+            note="the baseline tree's relay (run.py --relay-baseline), the same host, upstream and rounds",
+        )
     ]
 
 

@@ -13,6 +13,8 @@ import os
 import select
 import subprocess
 import time
+from subprocess import DEVNULL
+from typing import IO
 
 import procs
 
@@ -261,13 +263,18 @@ class LineReader:
 class PipeSession:
     """An MCP session over NDJSON pipes: the child directly, or a relay in front of an HTTP server."""
 
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> None:
+    echo_body = staticmethod(echo_body)  # the bytes of one echo call (pipe_in_flight sends them too)
+    blob_body = staticmethod(blob_body)
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None, stderr: int | IO = DEVNULL
+    ) -> None:
         self.proc = procs.register(
             subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=stderr,
                 bufsize=0,
                 env=env,
                 cwd=cwd,
@@ -314,14 +321,14 @@ class PipeSession:
     def echo(self, message: str = "hello") -> None:
         msg_id = self.next_id
         self.next_id += 1
-        self.send(echo_body(msg_id, message))
+        self.send(self.echo_body(msg_id, message))
         if text_of(self.wait_reply(msg_id)) != message:
             raise BenchError("echo returned something else")
 
     def blob(self, size: int) -> None:
         msg_id = self.next_id
         self.next_id += 1
-        self.send(blob_body(msg_id, size))
+        self.send(self.blob_body(msg_id, size))
         if len(text_of(self.wait_reply(msg_id))) != size:
             raise BenchError("blob came back with another size")
 
@@ -337,6 +344,25 @@ class PipeSession:
             stop_group(self.proc)
         procs.forget(self.proc)
         self.proc.stdout.close()  # type: ignore[union-attr]
+
+
+class ModernPipeSession(PipeSession):
+    """A 2026-07-28 host over NDJSON pipes (a relay run with --protocol-era modern or auto): no initialize; every
+    request carries its revision and the host's capabilities in params._meta."""
+
+    echo_body = staticmethod(modern_echo_body)
+    blob_body = staticmethod(modern_blob_body)
+
+    def initialize(self, timeout: float = 60.0) -> ModernPipeSession:
+        """Nothing to set up; one echo answered (the relay's first request decides its route) within timeout."""
+        msg_id = self.next_id
+        self.next_id += 1
+        self.send(self.echo_body(msg_id, "hello"))
+        self.wait_reply(msg_id, timeout)
+        return self
+
+
+PIPE_CLIENTS = {"legacy": PipeSession, "modern": ModernPipeSession}  # RelaySpec.client -> the session class
 
 
 def stop_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:

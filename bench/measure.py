@@ -15,7 +15,7 @@ import time
 from array import array
 from collections.abc import Callable
 
-from mcpclient import BenchError, HttpSession, PipeSession, echo_body
+from mcpclient import BenchError, HttpSession, PipeSession
 
 _fork = multiprocessing.get_context("fork")
 
@@ -339,7 +339,7 @@ def pipe_in_flight(
         msg_id = session.next_id
         session.next_id += 1
         sent[msg_id] = clock()
-        session.send(echo_body(msg_id))
+        session.send(session.echo_body(msg_id))
 
     cpu_began = cpu() if cpu else None
     began = clock()

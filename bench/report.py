@@ -18,7 +18,15 @@ NAGLE_MS = 20.0  # a sequential p50 above this on loopback is Nagle + delayed AC
 MODERN = ["mcpgate-modern", "mcpgate-modern-child"]  # mcpgate again, spoken to in 2026-07-28 requests
 SERVE_ORDER = ["mcpgate", *MODERN, "supergateway", "mcp-proxy-npm", "mcp-proxy-py", "mcp-stdio", "floor", "direct"]
 PEERS = ["supergateway", "mcp-proxy-npm", "mcp-proxy-py", "mcp-stdio"]
-RELAY_ORDER = ["mcpgate-relay", "mcp-proxy-py", "mcp-stdio", "supergateway", "upstream-direct"]
+RELAY_ORDER = [
+    "mcpgate-relay",
+    "mcpgate-relay-modern",  # a 2026-07-28 host through the relay (--protocol-era modern)
+    "mcpgate-relay-baseline",  # an older tree's relay (run.py --relay-baseline)
+    "mcp-proxy-py",
+    "mcp-stdio",
+    "supergateway",
+    "upstream-direct",
+]
 SIZES = ["65536", "1048576", "4194304", "8388608"]
 
 
@@ -168,13 +176,7 @@ def relay_table(results: dict) -> list[str]:
         row = relay[name]
         rss = get(row, "memory", "rss_kb")
         cells = [
-            (
-                "mcpgate-relay"
-                if name == "mcpgate-relay"
-                else label(results, name)
-                if name == "upstream-direct"
-                else relay_label(name)
-            ),
+            label(results, name) if name == "upstream-direct" else relay_label(name),
             num(get(row, "seq", "p50_ms"), 3),
             num(get(row, "seq", "p99_ms"), 3),
             num(get(row, "inflight", "calls_per_s"), 0),
@@ -198,6 +200,8 @@ def relay_table(results: dict) -> list[str]:
 def relay_label(name: str) -> str:
     return {
         "mcpgate-relay": "mcpgate-relay",
+        "mcpgate-relay-modern": "mcpgate-relay, 2026-07-28 host (--protocol-era modern)",
+        "mcpgate-relay-baseline": "mcpgate-relay, baseline tree",
         "mcp-proxy-py": "mcp-proxy 0.13.0 (PyPI) client mode",
         "mcp-stdio": "mcp-stdio 0.45.2 relay (PyPI)",
         "supergateway": "supergateway 4.0.0 --streamableHttp → stdio (npm)",
@@ -294,7 +298,55 @@ def targets(results: dict) -> list[str]:
     rss = get(relay, "mcpgate-relay", "memory", "rss_kb")
     if rss:
         add("relay resident memory ≤ 35 MB", f"{rss / 1024:.1f} MB", rss / 1024 <= 35)
+    for text, measured, ok in relay_era_targets(relay):
+        add(text, measured, ok)
     return lines
+
+
+def relay_era_targets(relay: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 11: the relay at least as fast as the baseline tree's (when measured: --relay-baseline), sequential
+    p50 and 16 in flight; the 2026-07-28 host's row as ratios to the legacy host's (measured, no target)."""
+    out: list[tuple[str, str, bool | None]] = []
+    seq, seq_base = get(relay, "mcpgate-relay", "seq", "p50_ms"), get(relay, "mcpgate-relay-baseline", "seq", "p50_ms")
+    if seq and seq_base:
+        out.append(
+            (
+                "issue 11: relay sequential p50 ≤ the baseline tree's",
+                f"{seq:.3f} vs {seq_base:.3f} ms = {seq / seq_base:.2f}x",
+                seq <= seq_base,
+            )
+        )
+    rate = get(relay, "mcpgate-relay", "inflight", "calls_per_s")
+    rate_base = get(relay, "mcpgate-relay-baseline", "inflight", "calls_per_s")
+    if rate and rate_base:
+        out.append(
+            (
+                "issue 11: relay 16 in flight ≥ the baseline tree's",
+                f"{rate:,.0f} vs {rate_base:,.0f} calls/s = {rate / rate_base:.2f}x",
+                rate >= rate_base,
+            )
+        )
+    modern, modern_rate = (
+        get(relay, "mcpgate-relay-modern", "seq", "p50_ms"),
+        get(relay, "mcpgate-relay-modern", "inflight", "calls_per_s"),
+    )
+    if modern and seq:
+        out.append(
+            (
+                "issue 11 (measured): 2026-07-28 host's relay sequential p50 vs the 2025 host's",
+                f"{modern:.3f} vs {seq:.3f} ms = {modern / seq:.2f}x",
+                None,
+            )
+        )
+    if modern_rate and rate:
+        out.append(
+            (
+                "issue 11 (measured): 2026-07-28 host's relay 16 in flight vs the 2025 host's",
+                f"{modern_rate:,.0f} vs {rate:,.0f} calls/s = {modern_rate / rate:.2f}x",
+                None,
+            )
+        )
+    return out
 
 
 def modern_targets(speed: dict, name: str) -> list[tuple[str, str, bool]]:

@@ -9,6 +9,9 @@
     python bench/run.py --profile         # py-spy profiles of the serve worker (bench/out/serve-*.txt, .svg)
     python bench/run.py --profile --only mcpgate-modern   # the same for 2026-07-28 requests (serve-modern-*)
     python bench/run.py --snapshot        # measure a copy of mcpgate/ taken at the start (edits may go on)
+    python bench/run.py --phases relay --only mcpgate-relay,mcpgate-relay-modern   # the relay's two host eras
+    python bench/run.py --phases relay --only mcpgate-relay,mcpgate-relay-baseline --relay-baseline /tmp/old
+                                          # A/B: today's relay and an older tree's, one upstream, same rounds
     python bench/run.py --worker-classes gateway,gevent_pywsgi,gevent,gevent+fast --rounds 5   # see workers.py
 
 Run it with the venv that has mcpgate installed (`/work/venv/bin/python bench/run.py`). Phases: memory (fresh
@@ -16,7 +19,8 @@ gateway, 1/20/1000 idle sessions), capacity (sessions with open GET streams one 
 (sequential latency, 1/4/16/64 client processes, big results; reference rows: the child over direct pipes and
 the floor; mcpgate-modern and mcpgate-modern-child: mcpgate again, spoken to in MCP 2026-07-28 requests with no
 session, in front of the legacy-only child and of the child run with --modern), relay (mcpgate-relay and the
-peer relays against one mcpgate upstream). Medians over rounds.
+peer relays against one mcpgate upstream; mcpgate-relay-modern: a stdio host sending 2026-07-28 requests through
+`mcpgate-relay --protocol-era modern` to the same upstream). Medians over rounds.
 
 Only --publish (or --out DIR) writes outside bench/out/ (git-ignored); the README's Performance section is
 rewritten only by `python bench/report.py --readme`. SIGTERM or SIGINT ends every gateway, relay and client
@@ -47,7 +51,7 @@ import peers
 import procs
 import report
 import workers
-from mcpclient import CLIENTS, PipeSession
+from mcpclient import CLIENTS, PIPE_CLIENTS, PipeSession
 
 BENCH = gateways.BENCH
 PHASES = ("memory", "capacity", "speed", "relay")
@@ -256,13 +260,16 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
     return raw
 
 
-def phase_relay(cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Spec]) -> dict:
+def phase_relay(
+    cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Spec], only: set[str] | frozenset[str] = frozenset()
+) -> dict:
+    """Each relay (all, or those named in `only`) and the upstream directly, interleaved in rounds."""
     upstream = running.get("mcpgate")
     spec = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
     if upstream is None:
         upstream = running["mcpgate"] = gateways.start(spec, log_dir)
     url = f"http://127.0.0.1:{upstream.port}{spec.path}"
-    relays = {r.name: r for r in gateways.relay_specs()}
+    relays = {r.name: r for r in gateways.relay_specs() if not only or r.name in only}
     raw: dict[str, dict] = {"_missing": {n: r.missing for n, r in relays.items() if r.missing}}
     for name, why in raw["_missing"].items():
         print(f"NOTE: relay {name} skipped: {why}", flush=True)
@@ -294,7 +301,7 @@ def phase_relay(cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Sp
                 continue
             try:
                 began = time.monotonic()
-                relay = PipeSession(
+                relay = PIPE_CLIENTS[relays[name].client](
                     relays[name].argv(url), env=relays[name].env or None, cwd=str(relays[name].cwd or gateways.ROOT)
                 )
             except Exception as exc:  # noqa: BLE001
@@ -559,7 +566,8 @@ def main() -> int:
         "--only",
         default="",
         help="comma-separated gateway names (mcpgate, mcpgate-modern, mcpgate-modern-child, floor, supergateway, "
-        "mcp-proxy-npm, mcp-proxy-py, mcp-stdio); with --profile, the mcpgate row to profile",
+        "mcp-proxy-npm, mcp-proxy-py, mcp-stdio) and relay names (mcpgate-relay, mcpgate-relay-modern, "
+        "mcpgate-relay-baseline, mcp-proxy-py, mcp-stdio, supergateway); with --profile, the mcpgate row to profile",
     )
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
@@ -581,6 +589,12 @@ def main() -> int:
         type=Path,
         help="with --worker-classes: also mcpgate's own worker from the "
         "mcpgate package in this directory, as 'baseline'",
+    )
+    parser.add_argument(
+        "--relay-baseline",
+        type=Path,
+        help="the relay phase also measures mcpgate-relay from the mcpgate package in this directory (e.g. a "
+        "worktree of an older commit) as mcpgate-relay-baseline, against the same upstream in the same rounds",
     )
     parser.add_argument(
         "--profile",
@@ -611,6 +625,8 @@ def main() -> int:
 def run(args: argparse.Namespace) -> int:
     if args.src:
         gateways.SRC = args.src.resolve()
+    if args.relay_baseline:
+        gateways.RELAY_BASELINE = args.relay_baseline.resolve()
     source = gateways.source_state()
     if args.snapshot:
         source["snapshot"] = take_snapshot(BENCH / "out" / "snapshot")
@@ -641,7 +657,9 @@ def run(args: argparse.Namespace) -> int:
     only = {n for n in args.only.split(",") if n}
     specs_all = gateways.serve_specs()
     specs = [s for s in specs_all if (not only or s.name in only) and not s.missing]
-    complete = not args.quick and not only and set(phases) == set(PHASES) and not args.rounds
+    complete = (
+        not args.quick and not only and set(phases) == set(PHASES) and not args.rounds and not args.relay_baseline
+    )
     if args.publish and not complete:
         sys.exit(
             "--publish rewrites the tracked results: only with a full run (no --quick, --only, --phases, --rounds)"
@@ -681,7 +699,7 @@ def run(args: argparse.Namespace) -> int:
             relay_missing = gateways.relay_available()
             if relay_missing:
                 print(f"NOTE: mcpgate-relay rows skipped: {relay_missing}", flush=True)
-            raw = phase_relay(cfg, out_dir / "logs", running, specs)
+            raw = phase_relay(cfg, out_dir / "logs", running, specs, only)
             results["relay_raw"] = raw
             results["relay"] = aggregate(raw, cfg)
             results["relay_missing"] = raw["_missing"]

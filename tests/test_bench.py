@@ -1,6 +1,7 @@
 """The bench: SIGTERM to a running bench ends every process it started (it runs the bench itself, a few seconds);
 its 2026-07-28 client against a real gateway in front of the bench child (legacy-only and --modern); the
-serve table's 2026-07-28 rows and issue 9's ratios."""
+serve table's 2026-07-28 rows and issue 9's ratios; the relay row of a 2026-07-28 stdio host (the bench's row
+against a real gateway) and issue 11's ratios."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from tests.support import Gateway
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))  # the bench's own modules (mcpclient, report), as bench/run.py imports them
 
+import gateways  # noqa: E402
 import mcpclient  # noqa: E402
+import measure  # noqa: E402
 import report  # noqa: E402
 
 CHILD = [sys.executable, "-S", str(BENCH / "child_server.py")]
@@ -176,3 +179,80 @@ def test_the_serve_table_has_the_2026_rows_and_issue_9s_ratios() -> None:
     assert "3,300 vs 3,000 calls/s = 1.10x | yes |" in targets
     assert "0.300 vs 0.400 ms = 0.75x | yes |" in targets
     assert "2,700 vs 3,000 calls/s = 0.90x | no |" in targets
+
+
+def healthz_sessions(port: int) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/healthz")
+        return int(json.loads(conn.getresponse().read())["sessions"])
+    finally:
+        conn.close()
+
+
+def test_the_modern_relay_row_sends_2026_requests_through_the_relay_without_a_session(
+    gateway_factory, tmp_path: Path
+) -> None:
+    gw: Gateway = gateway_factory({"MCPGATE_COMMAND": shlex.join(CHILD)})
+    spec = next(r for r in gateways.relay_specs() if r.name == "mcpgate-relay-modern")
+    assert spec.missing is None, spec.missing
+    argv = spec.argv(gw.url)
+    assert argv[-2:] == ["--protocol-era", "modern"]
+    log = tmp_path / "relay.log"
+    with open(log, "wb") as err:
+        host = mcpclient.PIPE_CLIENTS[spec.client](
+            [*argv, "--log-level", "info"], env=spec.env or None, cwd=str(spec.cwd or gateways.ROOT), stderr=err
+        )
+    try:
+        assert isinstance(host, mcpclient.ModernPipeSession)
+        host.initialize(60.0)
+        for _ in range(3):
+            host.echo("hello")
+        host.blob(65536)
+        figure = measure.pipe_in_flight(host, 4, 0.3)  # the bench's 16-in-flight loop, with the row's bodies
+        assert figure["calls"] >= 4
+        assert healthz_sessions(gw.port) == 0  # every request went stateless: no initialize reached the upstream
+    finally:
+        host.close()
+    # the host itself spoke 2026-07-28 (a 2025 host would be bridged: LegacyHostBridge)
+    assert "host speaks 2026-07-28; bridging: no bridge" in log.read_text(errors="replace"), log.read_text()[-1500:]
+    legacy = next(r for r in gateways.relay_specs() if r.name == "mcpgate-relay")
+    host = mcpclient.PIPE_CLIENTS[legacy.client](legacy.argv(gw.url), env=legacy.env or None)
+    try:
+        host.initialize(60.0).echo("hello")
+        assert healthz_sessions(gw.port) == 1  # the legacy row's host holds a session (the check above can fail)
+    finally:
+        host.close()
+
+
+def test_the_relay_table_has_the_2026_row_and_issue_11s_ratios() -> None:
+    def row(p50: float, rate: float) -> dict:
+        return {
+            "seq": {"p50_ms": p50, "p99_ms": 2 * p50, "cpu_us_per_call": 300.0},
+            "inflight": {"calls_per_s": rate, "p50_ms": 5.0, "p99_ms": 10.0, "cpu_us_per_call": 180.0},
+            "memory": {"rss_kb": 34 * 1024, "pss_kb": 30 * 1024},
+            "startup_s": 0.2,
+        }
+
+    results = {
+        "config": {"relay_inflight": 16, "levels": [1, 16], "memory_counts": [1, 20, 100]},
+        "relay": {
+            "upstream-direct": row(0.3, 4000),
+            "mcpgate-relay-baseline": row(0.64, 3000),
+            "mcpgate-relay-modern": row(0.72, 3300),
+            "mcpgate-relay": row(0.6, 2700),
+        },
+    }
+    table = report.relay_table(results)
+    names = [line.split(" | ")[0].lstrip("| ") for line in table[2:]]
+    assert names[:3] == [
+        "mcpgate-relay",
+        "mcpgate-relay, 2026-07-28 host (--protocol-era modern)",
+        "mcpgate-relay, baseline tree",
+    ]
+    assert table[3].split(" | ")[1:4] == ["0.720", "1.440", "3,300"]
+    targets = "\n".join(report.targets(results))
+    assert "0.600 vs 0.640 ms = 0.94x | yes |" in targets
+    assert "2,700 vs 3,000 calls/s = 0.90x | no |" in targets
+    assert "0.720 vs 0.600 ms = 1.20x | – |" in targets
+    assert "3,300 vs 2,700 calls/s = 1.22x | – |" in targets
