@@ -108,6 +108,7 @@ class PooledChild:
         self.ended: str | None = None
         self.stopping = False  # stopped on purpose (idle, shutdown): its exit is not a crash
         self.on_release: Callable[[], None] = lambda: None  # a call's slot is free again
+        self._stamps: dict[bool, bytes] = {}  # the stamp's members, encoded, for (not) cacheable results
 
     # -- start and probe ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -282,7 +283,7 @@ class PooledChild:
         if call is None:
             log.debug("pooled child %s: dropped a late or unknown response", self.label)
             return
-        data = self._spliced(call, message) if message.partial else None
+        data = self._spliced(call, message) if not message.is_error else None
         if data is not None:
             self._answered(call, data)
             return
@@ -309,17 +310,23 @@ class PooledChild:
         call.stream.deliver(data, done=True)
 
     def _spliced(self, call: Call, message: Response) -> bytes | None:
-        """A large result (classified from its head, not decoded) answered without decoding it: its bytes with
-        the client's id and the stamp's members appended. None when the result names any member the stamp could
-        add (nested or not: a byte search, no parse), so the stamp never duplicates a member."""
+        """A result answered without decoding or encoding it again (a large one was classified from its head and
+        never decoded): its bytes with the client's id and the stamp's members appended. None when the result
+        names any member the stamp could add (nested or not: a byte search, no parse), so the stamp never
+        duplicates a member, or when the message is not laid out as {"jsonrpc", "id", "result"}."""
         result = jsonrpc.result_object(message.raw) if message.raw is not None else None
         if result is None or any(name in result for name in _STAMPED):
             return None
-        stamp = modern.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=self.server_info)
-        members = jsonrpc.encode(stamp)[1:-1]
+        cacheable = call.method in modern.CACHEABLE
+        members = self._stamps.get(cacheable)
+        if members is None:  # the same for every result of its kind from this child: encoded once
+            stamp = modern.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=self.server_info)
+            members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
         inner = result[1:-1].strip()
         body = b"{" + (inner + b"," if inner else b"") + members + b"}"
-        return b'{"jsonrpc":"2.0","id":' + jsonrpc.encode(call.client_id) + b',"result":' + body + b"}"
+        client_id = call.client_id
+        encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
+        return b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":' + body + b"}"
 
     def _on_request(self, message: Request) -> None:
         if message.method == "ping":
