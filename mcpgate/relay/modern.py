@@ -25,7 +25,7 @@ from mcpgate.core import jsonrpc, modern, versions, wire
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
-from mcpgate.relay.transport import OneWay, Sink, decode_upstream, is_reply_to, upstream_messages
+from mcpgate.relay.transport import OneWay, Sink, decode_upstream, is_reply_to, json_reply
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -134,20 +134,7 @@ class ModernTransport:
         raise self.http.error_for(resp, self.url, body)
 
     def _read_json(self, req: jsonrpc.Request, body: bytes) -> jsonrpc.Response:
-        parsed = jsonrpc.parse(body)
-        if isinstance(parsed, jsonrpc.Invalid) and parsed.code == jsonrpc.PARSE_ERROR:
-            raise errors.InvalidUpstream(f"upstream sent invalid JSON in reply to {req.method}: {errors.excerpt(body)}")
-        reply = None
-        for message in upstream_messages(parsed):
-            if reply is None and isinstance(message, jsonrpc.Response) and is_reply_to(message, req.id):
-                reply = message
-            else:
-                self._route(req, message)
-        if reply is None:
-            raise errors.InvalidUpstream(
-                f"upstream's JSON reply was not a response to {req.method}: {errors.excerpt(body)}"
-            )
-        return reply
+        return json_reply(req, body, lambda message: self._route(req, message))
 
     def _read_stream(self, req: jsonrpc.Request, resp: HttpReply) -> jsonrpc.Response:
         decoder = self.http.new_decoder()

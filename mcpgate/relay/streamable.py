@@ -32,8 +32,8 @@ from mcpgate.relay.transport import (
     Upstream,
     decode_upstream,
     is_reply_to,
+    json_reply,
     should_fall_back,
-    upstream_messages,
 )
 
 log = logging.getLogger("mcpgate.relay")
@@ -128,21 +128,7 @@ class StreamableTransport:
             self.http.done(resp)
 
     def _read_json(self, req: jsonrpc.Request, body: bytes) -> jsonrpc.Response:
-        parsed = jsonrpc.parse(body)
-        if isinstance(parsed, jsonrpc.Invalid) and parsed.code == jsonrpc.PARSE_ERROR:
-            raise errors.InvalidUpstream(f"upstream sent invalid JSON in reply to {req.method}: {errors.excerpt(body)}")
-        reply = None
-        for message in upstream_messages(parsed):
-            if reply is None and is_reply_to(message, req.id):
-                assert isinstance(message, jsonrpc.Response)
-                reply = message
-            else:
-                self.route(message)
-        if reply is None:
-            raise errors.InvalidUpstream(
-                f"upstream's JSON reply was not a response to {req.method}: {errors.excerpt(body)}"
-            )
-        return reply
+        return json_reply(req, body, self.route)
 
     def _await_elsewhere(self, req: jsonrpc.Request, waiter: AsyncResult) -> jsonrpc.Response:
         """202 to a request: its reply will come on the GET stream."""

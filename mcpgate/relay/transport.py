@@ -58,6 +58,24 @@ def upstream_messages(parsed: jsonrpc.Message) -> list[Upstream]:
     return out
 
 
+def json_reply(req: jsonrpc.Request, body: bytes, route: Callable[[Upstream], None]) -> jsonrpc.Response:
+    """The response to `req` in a JSON reply body; every other message the body holds goes to `route`.
+    InvalidUpstream when the body is not JSON or holds no response to it."""
+    parsed = jsonrpc.parse(body)
+    if isinstance(parsed, jsonrpc.Invalid) and parsed.code == jsonrpc.PARSE_ERROR:
+        raise errors.InvalidUpstream(f"upstream sent invalid JSON in reply to {req.method}: {errors.excerpt(body)}")
+    reply = None
+    for message in upstream_messages(parsed):
+        if reply is None and isinstance(message, jsonrpc.Response) and is_reply_to(message, req.id):
+            reply = message
+        else:
+            route(message)
+    if reply is None:
+        excerpt = errors.excerpt(body)
+        raise errors.InvalidUpstream(f"upstream's JSON reply was not a response to {req.method}: {excerpt}")
+    return reply
+
+
 class ReplyWaiters:
     """Requests waiting, by id, for a reply that may arrive on another stream than their own."""
 
