@@ -20,9 +20,7 @@ from typing import Any
 from . import jsonrpc, versions, wire
 from .header_values import (
     argument_value,
-    encode_header_value,
     matches_body,
-    mirrored_text,
     plain_header_value,
     show,
 )
@@ -77,7 +75,8 @@ class Failure:
     data: Any = None
 
 
-def _meta(message: Request | Notification) -> dict[str, Any] | None:
+def request_meta(message: Request | Notification) -> dict[str, Any] | None:
+    """The message's params._meta when it is an object."""
     params = message.params
     if isinstance(params, dict):
         meta = params.get("_meta")
@@ -91,7 +90,7 @@ def is_modern(message: Request | Notification) -> bool:
     (whatever their values), or the method is server/discover."""
     if message.method == "server/discover":
         return True
-    meta = _meta(message)
+    meta = request_meta(message)
     return meta is not None and (wire.META_PROTOCOL_VERSION in meta or wire.META_CLIENT_CAPABILITIES in meta)
 
 
@@ -107,7 +106,7 @@ def validate(
     `header(name)` returns the raw value of a request header (looked up case-insensitively) or None;
     `param_headers` maps a tools/call argument (path key) to its Mcp-Param-* header name (tool_header_params).
     A notification needs no _meta and is never refused for its method (no header rules exist for one)."""
-    meta = _meta(message)
+    meta = request_meta(message)
     is_request = isinstance(message, Request)
     if is_request:
         failure = _check_meta(message, meta)
@@ -243,7 +242,7 @@ def _check_params(
 
 def client_capabilities(message: Request | Notification) -> dict[str, Any]:
     """The clientCapabilities the request declares ({} when it declares none)."""
-    meta = _meta(message)
+    meta = request_meta(message)
     capabilities = meta.get(wire.META_CLIENT_CAPABILITIES) if meta is not None else None
     return capabilities if isinstance(capabilities, dict) else {}
 
@@ -380,56 +379,3 @@ def recognised_modern_error(error: object) -> bool:
         return False
     code = error.get("code")
     return isinstance(code, int) and not isinstance(code, bool) and code in MODERN_ERRORS
-
-
-# -- the client side: what a 2026-07-28 POST carries -------------------------------------------------------------
-
-
-def request_headers(message: Request | Notification, param_headers: Mapping[str, str] | None) -> dict[str, str]:
-    """The request-metadata headers of a 2026-07-28 POST for `message` (what validate checks): MCP-Protocol-Version
-    (from _meta, when the body names one), Mcp-Method, Mcp-Name (tools/call, prompts/get: params.name;
-    resources/read: params.uri) and, for tools/call, one Mcp-Param-* header per argument of `param_headers`
-    (tool_header_params of the tool) that is present and not null. Mcp-Name and Mcp-Param-* values that are not
-    plain header-safe text, or that look like the Base64 sentinel, are sent encoded."""
-    headers: dict[str, str] = {}
-    meta = _meta(message)
-    version = meta.get(wire.META_PROTOCOL_VERSION) if meta is not None else None
-    if isinstance(version, str):
-        headers[wire.PROTOCOL_VERSION] = version
-    headers[wire.METHOD] = message.method
-    params = message.params if isinstance(message.params, dict) else {}
-    field = NAME_FIELD.get(message.method)
-    name = params.get(field) if field is not None else None
-    if isinstance(name, str):
-        headers[wire.NAME] = encode_header_value(name)
-    if param_headers and message.method == "tools/call":
-        arguments = params.get("arguments")
-        for key, header in param_headers.items():
-            value = argument_value(arguments, key)
-            if value is not None:
-                headers[header] = encode_header_value(mirrored_text(value))
-    return headers
-
-
-def modern_params(
-    params: object,
-    *,
-    version: str,
-    capabilities: Mapping[str, Any],
-    client_info: Mapping[str, Any] | None,
-    log_level: str | None = None,
-) -> dict[str, Any]:
-    """The params of a request in 2026-07-28 form: `params` (not changed; anything but an object counts as none)
-    with _meta carrying the protocol version, the client capabilities, the client info (when known) and the log
-    level (when the client opted in); the other _meta keys (progressToken, ...) kept."""
-    out = dict(params) if isinstance(params, dict) else {}
-    old = out.get("_meta")
-    meta = dict(old) if isinstance(old, dict) else {}
-    meta[wire.META_PROTOCOL_VERSION] = version
-    meta[wire.META_CLIENT_CAPABILITIES] = dict(capabilities)
-    if client_info is not None:
-        meta[wire.META_CLIENT_INFO] = dict(client_info)
-    if log_level is not None:
-        meta[wire.META_LOG_LEVEL] = log_level
-    out["_meta"] = meta
-    return out

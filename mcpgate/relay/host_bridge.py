@@ -2,7 +2,7 @@
 
 The host's initialize is answered from the upstream's server/discover (its own revision when a handshake
 revision, else the latest); its capabilities, client info and logging/setLevel level are kept and sent on
-every later request in the modern _meta (core.modern.modern_params). ping and logging/setLevel are answered
+every later request in the modern _meta (core.modern_client.modern_params). ping and logging/setLevel are answered
 here. An InputRequiredResult becomes the matching requests to the host (elicitation/create,
 sampling/createMessage, roots/list, under ids the bridge mints; the host's answers are intercepted), then the
 original request is retried under a new id with `inputResponses` and the echoed `requestState`, at most
@@ -27,7 +27,7 @@ from gevent.greenlet import Greenlet
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, mrtr, subscriptions, wire
+from mcpgate.core import jsonrpc, modern, modern_client, mrtr, subscriptions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.subscriptions import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD
 from mcpgate.relay import errors
@@ -145,7 +145,7 @@ class LegacyHostBridge:
         return _result(req.id, {})
 
     def _modern(self, msg_id: Id, method: str, params: Any) -> Request:
-        shaped = modern.modern_params(
+        shaped = modern_client.modern_params(
             params,
             version=self.modern.version,
             capabilities=self.capabilities,

@@ -1,6 +1,6 @@
 """The 2026-07-28 client wire: one stateless POST per request, no session, no GET stream.
 
-Each request goes with the request-metadata headers (core.modern.request_headers): MCP-Protocol-Version,
+Each request goes with the request-metadata headers (core.modern_client.request_headers): MCP-Protocol-Version,
 Mcp-Method, Mcp-Name and the Mcp-Param-* headers mirrored from the arguments a tool's inputSchema annotates
 with x-mcp-header, learned from the tools/list replies that pass through. Tools whose annotations are invalid
 are dropped from the list the host sees (an HTTP client must); a list with nothing dropped is forwarded byte
@@ -21,7 +21,7 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, versions, wire
+from mcpgate.core import jsonrpc, modern, modern_client, versions, wire
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
@@ -104,7 +104,7 @@ class ModernTransport:
         params = req.params if isinstance(req.params, dict) else {}
         name = params.get("name")
         mirrored = self._param_headers.get(name) if isinstance(name, str) else None
-        headers = modern.request_headers(req, mirrored)
+        headers = modern_client.request_headers(req, mirrored)
         headers["Accept"] = ACCEPT_BOTH
         headers["Content-Type"] = JSON_TYPE
         return headers
@@ -229,7 +229,7 @@ class ModernTransport:
     def _with_meta(self, params: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         capabilities = meta.get(wire.META_CLIENT_CAPABILITIES)
         info = meta.get(wire.META_CLIENT_INFO)
-        return modern.modern_params(
+        return modern_client.modern_params(
             params,
             version=meta.get(wire.META_PROTOCOL_VERSION) or self.version,
             capabilities=capabilities if isinstance(capabilities, dict) else {},

@@ -1,4 +1,4 @@
-"""The client side of mcpgate.core.modern: the headers a 2026-07-28 POST carries (request_headers) and the
+"""mcpgate.core.modern_client: the headers a 2026-07-28 POST carries (request_headers) and the
 params of a request in 2026-07-28 form (modern_params). Every header set request_headers builds passes the
 server side's validate."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core import jsonrpc, modern, wire
+from mcpgate.core import jsonrpc, modern, modern_client, wire
 from mcpgate.core.header_values import decode_header_value, tool_header_params
 from mcpgate.core.jsonrpc import Notification, Request
 
@@ -88,7 +88,7 @@ def lookup(headers: dict[str, str]) -> Any:
     ],
 )
 def test_request_headers(message: Request | Notification, expected: dict[str, str]) -> None:
-    assert modern.request_headers(message, PARAM_HEADERS) == expected
+    assert modern_client.request_headers(message, PARAM_HEADERS) == expected
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_request_headers(message: Request | Notification, expected: dict[str, st
     ],
 )
 def test_values_that_need_base64(value: str) -> None:
-    headers = modern.request_headers(call({"region": value}, name=value), PARAM_HEADERS)
+    headers = modern_client.request_headers(call({"region": value}, name=value), PARAM_HEADERS)
     for name in ("Mcp-Name", "Mcp-Param-Region"):
         if value == "":
             assert headers[name] == ""  # an empty value is plain
@@ -118,15 +118,15 @@ def test_values_that_need_base64(value: str) -> None:
 
 @pytest.mark.parametrize("value", ["plain", "a b", "x=?base64?", "?=", "!#$%&'*+-.^_`|~", "42.5"])
 def test_plain_values_stay_plain(value: str) -> None:
-    headers = modern.request_headers(call({"region": value}, name=value), PARAM_HEADERS)
+    headers = modern_client.request_headers(call({"region": value}, name=value), PARAM_HEADERS)
     assert headers["Mcp-Name"] == headers["Mcp-Param-Region"] == value
 
 
 def test_no_param_headers_without_annotations_or_off_tools_call() -> None:
-    assert "Mcp-Param-Region" not in modern.request_headers(call({"region": "x"}), None)
-    assert "Mcp-Param-Region" not in modern.request_headers(call({"region": "x"}), {})
+    assert "Mcp-Param-Region" not in modern_client.request_headers(call({"region": "x"}), None)
+    assert "Mcp-Param-Region" not in modern_client.request_headers(call({"region": "x"}), {})
     prompt = request("prompts/get", {"name": "p", "arguments": {"region": "x"}, "_meta": META})
-    assert "Mcp-Param-Region" not in modern.request_headers(prompt, PARAM_HEADERS)
+    assert "Mcp-Param-Region" not in modern_client.request_headers(prompt, PARAM_HEADERS)
 
 
 ROUND_TRIP = [
@@ -148,21 +148,21 @@ ROUND_TRIP = [
 
 @pytest.mark.parametrize("message", ROUND_TRIP)
 def test_round_trip_through_validate(message: Request | Notification) -> None:
-    headers = modern.request_headers(message, PARAM_HEADERS)
+    headers = modern_client.request_headers(message, PARAM_HEADERS)
     assert modern.validate(message, lookup(headers), param_headers=PARAM_HEADERS) is None
 
 
 @pytest.mark.parametrize("message", ROUND_TRIP[:4])
 def test_round_trip_fails_without_the_param_headers(message: Request | Notification) -> None:
     """The round trip is not vacuous: the same headers without Mcp-Param-* fail validate."""
-    headers = {k: v for k, v in modern.request_headers(message, PARAM_HEADERS).items() if "Param" not in k}
+    headers = {k: v for k, v in modern_client.request_headers(message, PARAM_HEADERS).items() if "Param" not in k}
     failure = modern.validate(message, lookup(headers), param_headers=PARAM_HEADERS)
     assert failure is not None and failure.code == modern.HEADER_MISMATCH
 
 
 def test_modern_params_adds_the_meta() -> None:
     params = {"name": "t", "arguments": {"a": 1}, "_meta": {"progressToken": 7}}
-    out = modern.modern_params(
+    out = modern_client.modern_params(
         params, version=V, capabilities={"sampling": {}}, client_info={"name": "h", "version": "1"}, log_level="info"
     )
     assert out == {
@@ -181,15 +181,15 @@ def test_modern_params_adds_the_meta() -> None:
 
 @pytest.mark.parametrize("params", [None, [], {}])
 def test_modern_params_without_params_or_optional_fields(params: Any) -> None:
-    out = modern.modern_params(params, version=V, capabilities={}, client_info=None)
+    out = modern_client.modern_params(params, version=V, capabilities={}, client_info=None)
     assert out == {"_meta": {wire.META_PROTOCOL_VERSION: V, wire.META_CLIENT_CAPABILITIES: {}}}
 
 
 def test_modern_params_pass_validate_and_round_trip_back() -> None:
     legacy = {"name": "t", "arguments": {"region": "x"}, "_meta": {"progressToken": "p"}}
-    params = modern.modern_params(legacy, version=V, capabilities={}, client_info={"name": "h", "version": "1"})
+    params = modern_client.modern_params(legacy, version=V, capabilities={}, client_info={"name": "h", "version": "1"})
     message = request("tools/call", params)
     assert modern.is_modern(message)
-    headers = modern.request_headers(message, PARAM_HEADERS)
+    headers = modern_client.request_headers(message, PARAM_HEADERS)
     assert modern.validate(message, lookup(headers), param_headers=PARAM_HEADERS) is None
     assert modern.legacy_params(params) == legacy
