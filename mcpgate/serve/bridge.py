@@ -161,8 +161,7 @@ class Bridge:
                 request.id,
             )
         call = cont.call
-        name = params.get("name") if request.method != "resources/read" else params.get("uri")
-        if request.method != call.method or name != call.name:
+        if request.method != call.method or mrtr.call_name(request.method, params) != call.name:
             raise Refusal(
                 400, jsonrpc.INVALID_PARAMS, "Invalid requestState: it belongs to another request", request.id
             )

@@ -21,7 +21,7 @@ import gevent
 import gevent.event
 
 from ..child import ChildProcess
-from ..core import jsonrpc, modern, wire
+from ..core import jsonrpc, modern, mrtr, wire
 from ..core.jsonrpc import Notification, Request
 from ..settings import Settings
 from ..spawn import ChildSpawnError
@@ -330,7 +330,7 @@ class Pool:
 def new_call(request: Request, principal: str, capabilities: dict[str, Any], stream: Any, **kwargs: Any) -> Call:
     """A Call for a client request (its id, name and progress token read once, here)."""
     params = request.params if isinstance(request.params, dict) else {}
-    name = params.get("name") if request.method != "resources/read" else params.get("uri")
+    name = mrtr.call_name(request.method, params)
     return Call(
         client_id=request.id,
         minted=mint(),

@@ -60,19 +60,13 @@ def gateways() -> Iterator[Callable[[str], Gateway]]:
 
 
 @pytest.fixture
-def raw(gateways: Callable[[str], Gateway]) -> Iterator[Callable[..., RawRelay]]:
-    started: list[RawRelay] = []
+def raw(gateways: Callable[[str], Gateway], raw_relay: Callable[..., RawRelay]) -> Callable[..., RawRelay]:
+    """A relay whose bridge is built by LAUNCH, on a gateway of `kind` (raw_relay stops it)."""
 
     def start(kind: str = "demo", ttl: float = 60.0) -> RawRelay:
-        relay = RawRelay(gateways(kind).url, str(ttl), launch=("-c", LAUNCH))
-        started.append(relay)
-        return relay
+        return raw_relay(gateways(kind).url, str(ttl), launch=("-c", LAUNCH))
 
-    try:
-        yield start
-    finally:
-        for relay in started:
-            relay.stop()
+    return start
 
 
 def run_modern_host(gw: Gateway, scenario: Callable[[Client], Any], tmp_path: Path) -> None:
