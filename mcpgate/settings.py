@@ -82,6 +82,92 @@ class Settings:
         "warning at every start). Otherwise a non-loopback bind needs "
         "MCPGATE_AUTH_TOKEN.",
     )
+    auth_mode: str = declare(
+        "",
+        "Who may use the MCP endpoint: none; token (MCPGATE_AUTH_TOKEN); resource-server (OAuth access "
+        "tokens of MCPGATE_OAUTH_ISSUER); embedded (the gateway's own OAuth authorization server, signing in "
+        "MCPGATE_OAUTH_USERS or through MCPGATE_OAUTH_UPSTREAM). Empty: token when MCPGATE_AUTH_TOKEN is set, "
+        "embedded when users or an upstream are, resource-server when an issuer is, else none.",
+        validate=validators.auth_mode,
+        shown_default="(from the others)",
+    )
+    public_url: str = declare(
+        "",
+        "The gateway's public base URL as clients reach it (for example https://myapp.herokuapp.com); the "
+        "OAuth resource is this plus MCPGATE_PATH. Required by the two OAuth modes.",
+        validate=validators.optional_url,
+    )
+    oauth_scopes: tuple[str, ...] = declare(
+        ("mcp",),
+        "OAuth modes: comma-separated scopes an access token must carry to use the endpoint (403 "
+        "insufficient_scope otherwise); the embedded server offers them. Empty: none required.",
+        shown_default="mcp",
+    )
+    oauth_issuer: str = declare(
+        "",
+        "resource-server mode: the authorization server whose access tokens are accepted (their iss); its "
+        "metadata gives the JWKS unless MCPGATE_OAUTH_JWKS_URL is set.",
+        validate=validators.optional_url,
+    )
+    oauth_jwks_url: str = declare(
+        "", "resource-server mode: the issuer's JWKS URL (empty: from its metadata).", validate=validators.optional_url
+    )
+    oauth_audience: str = declare(
+        "",
+        "resource-server mode: the aud a token must name. Empty: the resource URL (MCPGATE_PUBLIC_URL plus "
+        "MCPGATE_PATH); tokens for any other audience are refused.",
+    )
+    oauth_introspection_url: str = declare(
+        "",
+        "resource-server mode: an RFC 7662 introspection endpoint for opaque (non-JWT) access tokens.",
+        validate=validators.optional_url,
+    )
+    oauth_client_id: str = declare("", "resource-server mode: the client id the gateway introspects with.")
+    oauth_client_secret: str = declare(
+        "", "resource-server mode: the secret the gateway introspects with. Never logged.", secret=True
+    )
+    oauth_users: str = declare(
+        "",
+        "embedded mode: who may sign in, as comma-separated name:hash pairs; make a hash with "
+        "python -m mcpgate.serve.oauth.passwords NAME. Plain-text passwords are refused.",
+        secret=True,
+    )
+    oauth_upstream: str = declare(
+        "",
+        "embedded mode: sign in through another identity provider instead of (or beside) users: github, or an "
+        "OpenID Connect issuer URL (for example https://accounts.google.com).",
+    )
+    oauth_upstream_client_id: str = declare("", "embedded mode: the gateway's client id at the upstream.")
+    oauth_upstream_client_secret: str = declare(
+        "", "embedded mode: the gateway's client secret at the upstream. Never logged.", secret=True
+    )
+    oauth_upstream_allowed: tuple[str, ...] = declare(
+        (),
+        "embedded mode with an upstream: comma-separated identities allowed in (GitHub logins, e-mail "
+        "addresses or subjects); * allows anyone the upstream signs in. Required with an upstream.",
+    )
+    oauth_redirect_allowlist: tuple[str, ...] = declare(
+        (),
+        "embedded mode: redirect URIs a client may register besides loopback (any port) and https ones: exact "
+        "URIs, or a scheme such as cursor: for all of its URIs.",
+    )
+    oauth_cimd_allowlist: tuple[str, ...] = declare(
+        (),
+        "embedded mode: Client ID Metadata Document URLs accepted as client ids: exact URLs, or prefixes "
+        "ending in / (for example https://claude.ai/). Empty: client id metadata documents are off.",
+    )
+    oauth_access_ttl: float = declare(3600.0, "embedded mode: access token lifetime, in seconds.", validate=positive)
+    oauth_refresh_ttl: float = declare(
+        30 * 86400.0, "embedded mode: refresh token lifetime, in seconds.", validate=positive
+    )
+    oauth_login_limit: int = declare(
+        10, "embedded mode: sign-in attempts a client address may make per minute.", validate=positive
+    )
+    state_dir: str = declare(
+        "",
+        "Where the embedded authorization server keeps its SQLite state (clients, grants, keys). Empty: "
+        "$XDG_STATE_HOME/mcpgate, else ~/.local/state/mcpgate. Keep it on a persistent disk.",
+    )
     allowed_hosts: tuple[str, ...] = declare(
         (),
         "Comma-separated Host values accepted besides loopback names (for "
@@ -266,9 +352,58 @@ class Settings:
         validate=validators.access_log,
     )
 
+    @property
+    def auth(self) -> str:
+        """The authentication mode in force: MCPGATE_AUTH_MODE, or the one the other settings imply."""
+        if self.auth_mode:
+            return self.auth_mode
+        if self.auth_token:
+            return "token"
+        if self.oauth_users or self.oauth_upstream:
+            return "embedded"
+        if self.oauth_issuer or self.oauth_introspection_url:
+            return "resource-server"
+        return "none"
+
+    @property
+    def resource_url(self) -> str:
+        """The OAuth resource this gateway is (RFC 8707/9728): the public URL plus the endpoint path."""
+        return self.public_url.rstrip("/") + self.path if self.public_url else ""
+
+    def auth_problem(self) -> str | None:
+        """What the authentication mode in force lacks, or None."""
+        mode = self.auth
+        if mode == "token" and not self.auth_token:
+            return "MCPGATE_AUTH_MODE=token needs MCPGATE_AUTH_TOKEN"
+        if mode in ("none", "token"):
+            return None
+        if not self.public_url:
+            return f"MCPGATE_AUTH_MODE={mode} needs MCPGATE_PUBLIC_URL (the gateway's URL as clients reach it)"
+        if mode == "resource-server" and not (self.oauth_issuer or self.oauth_introspection_url):
+            return "MCPGATE_AUTH_MODE=resource-server needs MCPGATE_OAUTH_ISSUER (or MCPGATE_OAUTH_INTROSPECTION_URL)"
+        if self.oauth_introspection_url and not (self.oauth_client_id and self.oauth_client_secret):
+            return "MCPGATE_OAUTH_INTROSPECTION_URL needs MCPGATE_OAUTH_CLIENT_ID and MCPGATE_OAUTH_CLIENT_SECRET"
+        if mode == "embedded":
+            if not (self.oauth_users or self.oauth_upstream):
+                return "MCPGATE_AUTH_MODE=embedded needs MCPGATE_OAUTH_USERS or MCPGATE_OAUTH_UPSTREAM (who may sign in)"
+            if self.oauth_upstream and not (self.oauth_upstream_client_id and self.oauth_upstream_client_secret):
+                return (
+                    "MCPGATE_OAUTH_UPSTREAM needs MCPGATE_OAUTH_UPSTREAM_CLIENT_ID and "
+                    "MCPGATE_OAUTH_UPSTREAM_CLIENT_SECRET (register the gateway with the provider)"
+                )
+            if self.oauth_upstream and not self.oauth_upstream_allowed:
+                return (
+                    "MCPGATE_OAUTH_UPSTREAM needs MCPGATE_OAUTH_UPSTREAM_ALLOWED: the identities allowed in "
+                    "(* for anyone the provider signs in)"
+                )
+        return None
+
     def problem(self) -> str | None:
         """A conflict between settings, or None."""
-        if "*" in self.cors_origins and self.auth_token:
+        auth_problem = self.auth_problem()
+        if auth_problem:
+            return auth_problem
+        if "*" in self.cors_origins and self.auth != "none":
             return (
                 "MCPGATE_CORS_ORIGINS may be * only when authentication is off: list the origins whose pages "
                 "may call the gateway"
@@ -406,6 +541,78 @@ class RelaySettings:
         flag="--shutdown-grace",
         metavar="SECONDS",
         validate=positive,
+    )
+    oauth: bool = declare(
+        False,
+        "Sign in with OAuth before the first request (otherwise only when the server answers 401 naming "
+        "its resource metadata).",
+        env=None,
+        flag="--oauth",
+    )
+    oauth_device: bool = declare(
+        False,
+        "Sign in with the device authorization grant (RFC 8628): a code printed on stderr, no local browser.",
+        env=None,
+        flag="--oauth-device",
+    )
+    oauth_client_id: str = declare(
+        "",
+        "A client id registered with the server's authorization server (skips registration).",
+        env="MCPGATE_OAUTH_CLIENT_ID",
+        flag="--oauth-client-id",
+        metavar="ID",
+    )
+    oauth_client_secret: str = declare(
+        "",
+        "The registered client's secret (a confidential client; with --oauth-client-credentials, for machine "
+        "use). Never logged.",
+        env="MCPGATE_OAUTH_CLIENT_SECRET",
+        secret=True,
+    )
+    oauth_client_credentials: bool = declare(
+        False,
+        "Use the client credentials grant (no user, no browser): needs --oauth-client-id and "
+        "MCPGATE_OAUTH_CLIENT_SECRET.",
+        env=None,
+        flag="--oauth-client-credentials",
+    )
+    oauth_client_metadata_url: str = declare(
+        "",
+        "An https URL of a Client ID Metadata Document describing this relay, used as its client id where the "
+        "authorization server accepts them.",
+        env=None,
+        flag="--oauth-client-metadata-url",
+        metavar="URL",
+        validate=validators.optional_url,
+    )
+    oauth_scope: str = declare(
+        "",
+        "Scopes to ask for (space-separated). Empty: the server's challenge, else its advertised scopes.",
+        env=None,
+        flag="--oauth-scope",
+        metavar="SCOPES",
+    )
+    oauth_timeout: float = declare(
+        300.0,
+        "How long to wait for the browser sign-in to finish, in seconds.",
+        env=None,
+        flag="--oauth-timeout",
+        metavar="SECONDS",
+        validate=positive,
+    )
+    config_dir: str = declare(
+        "",
+        "Where signed-in tokens and registrations are kept (files of mode 0600). Empty: "
+        "$XDG_CONFIG_HOME/mcpgate, else ~/.config/mcpgate.",
+        env=None,
+        flag="--config-dir",
+        metavar="DIR",
+    )
+    logout: bool = declare(
+        False, "Forget the tokens and registration held for URL, then exit.", env=None, flag="--logout"
+    )
+    auth_status: bool = declare(
+        False, "Print what is held for URL (never the tokens), then exit.", env=None, flag="--auth-status"
     )
     bearer_token: str = declare(
         "",

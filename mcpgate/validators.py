@@ -81,6 +81,16 @@ def url(value: str) -> str | None:
     return None if parts.scheme in ("http", "https") and parts.netloc else "must be an http:// or https:// URL"
 
 
+def optional_url(value: str) -> str | None:
+    return None if value == "" else url(value)
+
+
+def auth_mode(value: str) -> str | None:
+    return None if value in ("", "none", "token", "resource-server", "embedded") else (
+        "must be none, token, resource-server or embedded (empty: chosen from the other settings)"
+    )
+
+
 def header(text: str) -> tuple[str, str]:
     name, sep, rest = text.partition(":")
     name = name.strip()
