@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -289,6 +290,31 @@ def lazy_gateways(envs: dict[str, dict[str, str]]) -> Iterator[Callable[[str], G
             return started[kind]
 
         yield get
+
+
+@contextlib.contextmanager
+def oidc_issuer(*args: str, user: str = "alice", timeout: float = 20.0) -> Iterator[str]:
+    """tests/fixtures/oidc_issuer.py on a free loopback port for a `with` block: yields its issuer URL (its
+    docstring lists the endpoints; `args` are its other flags, e.g. "--prefix", "/tenant"), stopped by PID."""
+    proc = subprocess.Popen(
+        [sys.executable, str(FIXTURES / "oidc_issuer.py"), "--user", user, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline() if proc.stdout else ""))
+        reader.start()
+        reader.join(timeout)
+        if not ready or not ready[0].startswith("http://"):
+            raise RuntimeError(f"oidc_issuer did not start (exit {proc.poll()})")
+        yield ready[0].strip()
+    finally:
+        stop_process(proc)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> bool:
