@@ -361,7 +361,7 @@ class Settings:
             return "token"
         if self.oauth_users or self.oauth_upstream:
             return "embedded"
-        if self.oauth_issuer or self.oauth_introspection_url:
+        if self.oauth_issuer:
             return "resource-server"
         return "none"
 
@@ -379,13 +379,13 @@ class Settings:
             return None
         if not self.public_url:
             return f"MCPGATE_AUTH_MODE={mode} needs MCPGATE_PUBLIC_URL (the gateway's URL as clients reach it)"
-        if mode == "resource-server" and not (self.oauth_issuer or self.oauth_introspection_url):
-            return "MCPGATE_AUTH_MODE=resource-server needs MCPGATE_OAUTH_ISSUER (or MCPGATE_OAUTH_INTROSPECTION_URL)"
+        if mode == "resource-server" and not self.oauth_issuer:
+            return "MCPGATE_AUTH_MODE=resource-server needs MCPGATE_OAUTH_ISSUER (the authorization server clients use)"
         if self.oauth_introspection_url and not (self.oauth_client_id and self.oauth_client_secret):
             return "MCPGATE_OAUTH_INTROSPECTION_URL needs MCPGATE_OAUTH_CLIENT_ID and MCPGATE_OAUTH_CLIENT_SECRET"
         if mode == "embedded":
             if not (self.oauth_users or self.oauth_upstream):
-                return "MCPGATE_AUTH_MODE=embedded needs MCPGATE_OAUTH_USERS or MCPGATE_OAUTH_UPSTREAM (who may sign in)"
+                return "MCPGATE_AUTH_MODE=embedded needs MCPGATE_OAUTH_USERS or MCPGATE_OAUTH_UPSTREAM (who signs in)"
             if self.oauth_upstream and not (self.oauth_upstream_client_id and self.oauth_upstream_client_secret):
                 return (
                     "MCPGATE_OAUTH_UPSTREAM needs MCPGATE_OAUTH_UPSTREAM_CLIENT_ID and "

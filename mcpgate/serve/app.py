@@ -10,6 +10,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Flask, Response
 
@@ -19,6 +20,7 @@ from . import auth, legacy_sse, streamable
 from .cors import Cors
 from .gateway import Gateway
 from .http import HttpRequest, HttpResponse, Refusal, StartResponse
+from .oauth.setup import Authenticator, authenticator
 
 log = logging.getLogger("mcpgate.app")
 
@@ -35,17 +37,24 @@ def configure_logging(level: str) -> None:
 
 
 class Guard:
-    """The checks in front of every path: Host and Origin (DNS rebinding), then the bearer token on the MCP
-    endpoint. Each refusal is raised as a Refusal; decisions are cached, bounded."""
+    """The checks in front of every path: Host and Origin (DNS rebinding), then, on the MCP endpoints, the
+    authenticator of the mode in force, which names the request's principal. Each refusal is raised as a
+    Refusal; decisions are cached, bounded."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.token = settings.auth_token
+    def __init__(self, settings: Settings, authenticator: Authenticator | None = None) -> None:
+        self.authenticator = authenticator
+        public = urlsplit(settings.public_url) if settings.public_url else None
+        # the public URL's own Host and Origin need no further setting (its sign-in pages post to themselves)
+        own_host = (public.netloc,) if public else ()
+        own_origin = (f"{public.scheme}://{public.netloc}",) if public else ()
         self.host_kind = functools.lru_cache(maxsize=256)(
-            functools.partial(auth.host_kind, allowed=settings.allowed_hosts)
+            functools.partial(auth.host_kind, allowed=(*settings.allowed_hosts, *own_host))
         )
         self.origin_allowed = functools.lru_cache(maxsize=256)(
             # an origin listed for CORS is allowed by the Origin check too
-            functools.partial(auth.origin_allowed, allowed=(*settings.allowed_origins, *settings.cors_origins))
+            functools.partial(
+                auth.origin_allowed, allowed=(*settings.allowed_origins, *settings.cors_origins, *own_origin)
+            )
         )
         self.peer_trusted = functools.lru_cache(maxsize=256)(
             functools.partial(auth.peer_trusted, trusted=auth.networks(settings.trusted_peers))
@@ -76,13 +85,8 @@ class Guard:
             raise Refusal(
                 403, jsonrpc.INVALID_REQUEST, "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)"
             )
-        if endpoint and not auth.bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
-            raise Refusal(
-                401,
-                jsonrpc.INVALID_REQUEST,
-                "Unauthorized: send Authorization: Bearer <token>",
-                headers={"WWW-Authenticate": 'Bearer realm="mcpgate"'},
-            )
+        if endpoint and self.authenticator is not None:
+            environ[auth.PRINCIPAL] = self.authenticator.authenticate(environ)
 
 
 class Endpoint:
@@ -146,7 +150,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
     gateway = Gateway(settings)
-    guard = Guard(settings)
+    guard = Guard(settings, authenticator(settings, app))
     app.extensions["mcpgate"] = gateway
 
     @app.get("/healthz")

@@ -131,8 +131,9 @@ def exposure_problem(addresses: Collection[str], authenticated: bool, allow_unau
         return None
     return (
         f"refusing to serve {', '.join(exposed)} without authentication: anyone who reaches this address "
-        "could run the MCP server. Set MCPGATE_AUTH_TOKEN (clients then send Authorization: Bearer <token>), "
-        "or set MCPGATE_ALLOW_UNAUTHENTICATED=true to serve it open on purpose"
+        "could run the MCP server. Sign clients in with OAuth (MCPGATE_PUBLIC_URL plus MCPGATE_OAUTH_USERS, "
+        "MCPGATE_OAUTH_UPSTREAM or MCPGATE_OAUTH_ISSUER), or set MCPGATE_AUTH_TOKEN (clients then send "
+        "Authorization: Bearer <token>), or set MCPGATE_ALLOW_UNAUTHENTICATED=true to serve it open on purpose"
     )
 
 

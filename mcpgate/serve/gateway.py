@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -65,9 +66,9 @@ class Gateway:
             return str(exc)
         return None
 
-    def open_session(self) -> Session:
-        """Register a session and start its child (SessionLimitReached, ChildSpawnError)."""
-        session = self.sessions.create(self._new_session, self.clock())
+    def open_session(self, owner: str) -> Session:
+        """Register a session owned by a principal and start its child (SessionLimitReached, ChildSpawnError)."""
+        session = self.sessions.create(functools.partial(self._new_session, owner=owner), self.clock())
         try:
             session.start()
         except BaseException:
@@ -77,10 +78,11 @@ class Gateway:
         self._ensure_reaper()
         return session
 
-    def _new_session(self, session_id: str) -> Session:
+    def _new_session(self, session_id: str, owner: str) -> Session:
         s = self.settings
         return Session(
             session_id,
+            owner,
             self.child_spec,
             buffer_messages=s.buffer_messages,
             buffer_bytes=s.buffer_bytes,
@@ -90,8 +92,12 @@ class Gateway:
             clock=self.clock,
         )
 
-    def get(self, session_id: str) -> Session | None:
+    def get(self, session_id: str, owner: str) -> Session | None:
+        """The session, when it exists and belongs to this principal: another principal's session is answered
+        exactly like an unknown one (no oracle), and is not touched."""
         session = self.sessions.get(session_id)
+        if session is not None and session.owner != owner:
+            return None
         if session is not None:
             self.sessions.touch(session_id, self.clock())
         return session

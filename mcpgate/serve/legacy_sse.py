@@ -18,7 +18,7 @@ from ..core import jsonrpc, versions, wire
 from ..core.jsonrpc import Invalid, Request
 from ..core.routing import DuplicateRequestId
 from ..core.sse import encode_event
-from . import checks, streamable
+from . import auth, checks, streamable
 from .gateway import Gateway
 from .http import HttpRequest, HttpResponse, Refusal
 from .session import Session, Stream
@@ -36,7 +36,7 @@ def open_stream(gw: Gateway, request: HttpRequest) -> HttpResponse:
     require_sse_accept(request.header("Accept"))
     if gw.closing:
         raise Refusal(503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", headers={"Retry-After": "5"})
-    session = streamable.open_session(gw, None)
+    session = streamable.open_session(gw, request, None)
     stream = session.open_event_stream()
     if stream is None:  # a session just made has no stream open; never leave one without its stream
         session.end("could not open its event stream")
@@ -95,7 +95,7 @@ def find_session(gw: Gateway, request: HttpRequest) -> tuple[Session, Stream]:
     values = parse_qs(request.environ.get("QUERY_STRING", "")).get(SESSION_PARAM, [])
     if len(values) != 1:
         raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Bad Request: one {SESSION_PARAM} query parameter is required")
-    session = gw.get(values[0])
+    session = gw.get(values[0], auth.principal(request.environ))
     stream = session.event_stream if session is not None and not session.ended else None
     if session is None or stream is None or stream.closed:
         raise Refusal(404, jsonrpc.INVALID_REQUEST, "Session not found: open a new stream")

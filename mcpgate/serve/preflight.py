@@ -13,11 +13,12 @@ from .gateway import Gateway
 
 def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str | None:
     """Why the gateway must not start, or None (after logging what the operator should know)."""
-    refusal = auth.exposure_problem(binds, bool(settings.auth_token), settings.allow_unauthenticated)
+    authenticated = settings.auth != "none"
+    refusal = auth.exposure_problem(binds, authenticated, settings.allow_unauthenticated)
     if refusal:
         return refusal
     exposed = [address for address in binds if not auth.bind_is_local(address)]
-    if exposed and not settings.auth_token:
+    if exposed and not authenticated:
         log.warning(
             "mcpgate: serving %s WITHOUT authentication (MCPGATE_ALLOW_UNAUTHENTICATED=true): anyone "
             "who reaches it can run the MCP server",

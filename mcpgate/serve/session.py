@@ -66,6 +66,7 @@ class Session:
     def __init__(
         self,
         session_id: str,
+        owner: str,
         child: ChildSpec,
         *,
         buffer_messages: int,
@@ -76,6 +77,7 @@ class Session:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.id = session_id
+        self.owner = owner  # the principal that opened it; only its requests find it
         # What logs show: enough to tell sessions apart, too little to use (the id is a capability).
         self.label = session_id[:8]
         self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=self.label)

@@ -19,7 +19,7 @@ from ..core.routing import DuplicateRequestId
 from ..core.sessions import SessionLimitReached
 from ..core.sse import encode_comment, encode_event, encode_priming
 from ..spawn import ChildSpawnError
-from . import checks, stateless
+from . import auth, checks, stateless
 from .gateway import Gateway
 from .http import HttpRequest, HttpResponse, Refusal, json_response
 from .session import END, Delivery, Session, Stream
@@ -49,7 +49,7 @@ def find_session(gw: Gateway, request: HttpRequest) -> Session:
     session_id = request.header(wire.SESSION_ID)
     if session_id is None:
         raise Refusal(400, jsonrpc.INVALID_REQUEST, f"Bad Request: the {wire.SESSION_ID} header is required")
-    session = gw.get(session_id)
+    session = gw.get(session_id, auth.principal(request.environ))
     if session is None or session.ended:
         raise Refusal(404, jsonrpc.INVALID_REQUEST, "Session not found: initialize a new session")
     check = versions.check_header(request.header(wire.PROTOCOL_VERSION), session.version)
@@ -131,12 +131,12 @@ def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpRespo
         raise Refusal(
             503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", message.id, headers={"Retry-After": "5"}
         )
-    return exchange(gw, open_session(gw, message.id), [message], new_session=True)
+    return exchange(gw, open_session(gw, request, message.id), [message], new_session=True)
 
 
-def open_session(gw: Gateway, request_id: jsonrpc.Id | None) -> Session:
+def open_session(gw: Gateway, request: HttpRequest, request_id: jsonrpc.Id | None) -> Session:
     try:
-        return gw.open_session()
+        return gw.open_session(auth.principal(request.environ))
     except SessionLimitReached as exc:
         raise Refusal(
             503, jsonrpc.INTERNAL_ERROR, f"Service Unavailable: {exc}", request_id, headers={"Retry-After": "30"}
