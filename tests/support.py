@@ -108,7 +108,10 @@ class Gateway:
         self.port = free_port()
         self.ready_headers = {"Host": ready_host} if ready_host else {}  # when 127.0.0.1 is not a trusted peer
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.base = f"http://127.0.0.1:{self.port}"
+        # "{port}" in a value is this gateway's port (MCPGATE_PUBLIC_URL names it before it is known)
+        given = {name: value.replace("{port}", str(self.port)) for name, value in (env or {}).items()}
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **given}
         full_env.pop("PORT", None)
         args = [python, "-m", "gunicorn", "-b", f"127.0.0.1:{self.port}"]
         if config:
