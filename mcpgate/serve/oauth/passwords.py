@@ -1,0 +1,63 @@
+"""Password hashes for MCPGATE_OAUTH_USERS: `python -m mcpgate.serve.oauth.passwords NAME` reads a password
+(twice, without echo, on a terminal; one line from stdin otherwise) and prints NAME:HASH.
+
+The hashes are werkzeug's (scrypt by default; pbkdf2 accepted): the setting holds only these, never a password.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import sys
+from collections.abc import Sequence
+
+from werkzeug.security import check_password_hash, generate_password_hash
+
+# A user name: what may stand before the ":" of a name:hash pair (no ":" or "," of the list's syntax).
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+_HASH = re.compile(r"(?:scrypt|pbkdf2):[A-Za-z0-9:]+\$[^$,\s]+\$[0-9a-f]+")
+
+
+def make_hash(password: str) -> str:
+    """A salted, slow hash of the password (werkzeug's default method)."""
+    return generate_password_hash(password)
+
+
+def is_hash(value: str) -> bool:
+    """Whether the value has the form of a werkzeug password hash (method$salt$digest), not a password."""
+    return _HASH.fullmatch(value) is not None
+
+
+def matches(stored_hash: str, password: str) -> bool:
+    """Whether the password is the one the hash was made from (werkzeug compares in constant time)."""
+    return check_password_hash(stored_hash, password)
+
+
+def _read_password() -> str:
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass("Password: ")
+    if getpass.getpass("Again: ") != first:
+        raise SystemExit("the two passwords differ; nothing printed")
+    return first
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or NAME.fullmatch(args[0]) is None:
+        print(
+            "usage: python -m mcpgate.serve.oauth.passwords NAME   (NAME: letters, digits and ._@+-, "
+            "first a letter or digit)\nreads the password and prints NAME:HASH for MCPGATE_OAUTH_USERS",
+            file=sys.stderr,
+        )
+        return 2
+    password = _read_password()
+    if not password:
+        print("an empty password is refused", file=sys.stderr)
+        return 1
+    print(f"{args[0]}:{make_hash(password)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
