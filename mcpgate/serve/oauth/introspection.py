@@ -1,0 +1,159 @@
+"""Opaque access tokens checked by the issuer's introspection endpoint (RFC 7662), and the verifier that picks
+JWT or introspection per token.
+
+Answers are cached by the token's SHA-256 (never the token itself) until the token's exp, at most CACHE_TTL
+seconds (a revoked token stops working within that), in a bounded LRU; an inactive token is remembered
+briefly too, so a stream of made-up tokens costs the issuer one request each at most once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+
+from .identity import Identity, TokenRejected, Verifier
+from .jwt_verifier import (
+    FETCH_TIMEOUT,
+    LEEWAY,
+    MAX_DOCUMENT_BYTES,
+    MAX_TOKEN_BYTES,
+    IssuerUnavailable,
+    audiences,
+    identity_of,
+    jwt_header,
+)
+
+CACHE_TTL = 60.0
+INACTIVE_TTL = 10.0
+CACHE_ENTRIES = 4096
+
+
+def fingerprint(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def introspection_problem(answer: Any, issuer: str, audience: str, now: float) -> str | None:
+    """Why an introspection answer does not admit the token here, or None. Pure."""
+    if not isinstance(answer, dict) or answer.get("active") is not True:
+        return "the token is not active"
+    if issuer and answer.get("iss", issuer) != issuer:
+        return "the token was issued by another issuer"
+    if audience not in audiences(answer):
+        return "the token is meant for another audience"
+    exp = answer.get("exp")
+    if exp is not None and (not isinstance(exp, (int, float)) or exp + LEEWAY < now):
+        return "the token has expired"
+    subject = answer.get("sub")
+    if not isinstance(subject, str) or not subject:
+        return "the token names no subject"
+    return None
+
+
+class IntrospectionVerifier:
+    """A Verifier asking the introspection endpoint, authenticated with client_secret_basic."""
+
+    def __init__(
+        self,
+        url: str,
+        client_id: str,
+        client_secret: str,
+        audience: str,
+        issuer: str = "",
+        timeout: float = FETCH_TIMEOUT,
+        entries: int = CACHE_ENTRIES,
+    ) -> None:
+        self.url, self.auth = url, (client_id, client_secret)
+        self.audience, self.timeout, self.entries = audience, timeout, entries
+        # the principal's issuer: the configured one, else the introspection endpoint's origin
+        parts = urlsplit(url)
+        self.issuer = issuer or f"{parts.scheme}://{parts.netloc}"
+        self.checked_issuer = issuer
+        self.lock = threading.Lock()
+        self.cache: OrderedDict[str, tuple[float, Identity | TokenRejected]] = OrderedDict()
+        self.requests = 0
+
+    def verify(self, token: str) -> Identity:
+        if len(token) > MAX_TOKEN_BYTES:
+            raise TokenRejected("the token is too large")
+        key = fingerprint(token)
+        outcome = self._cached(key)
+        if outcome is None:
+            outcome, ttl = self._introspect(token)
+            self._remember(key, outcome, ttl)
+        if isinstance(outcome, TokenRejected):
+            raise TokenRejected(str(outcome), outcome.error)
+        return outcome
+
+    def _cached(self, key: str) -> Identity | TokenRejected | None:
+        with self.lock:
+            entry = self.cache.get(key)
+            if entry is None:
+                return None
+            if entry[0] < time.monotonic():
+                del self.cache[key]
+                return None
+            self.cache.move_to_end(key)
+            return entry[1]
+
+    def _remember(self, key: str, outcome: Identity | TokenRejected, ttl: float) -> None:
+        with self.lock:
+            self.cache[key] = (time.monotonic() + ttl, outcome)
+            self.cache.move_to_end(key)
+            while len(self.cache) > self.entries:
+                self.cache.popitem(last=False)
+
+    def _introspect(self, token: str) -> tuple[Identity | TokenRejected, float]:
+        answer = self._post(token)
+        now = time.time()
+        problem = introspection_problem(answer, self.checked_issuer, self.audience, now)
+        if problem is not None:
+            return TokenRejected(problem), INACTIVE_TTL
+        exp = answer.get("exp")
+        ttl = min(CACHE_TTL, float(exp) - now) if isinstance(exp, (int, float)) else CACHE_TTL
+        return identity_of(answer, self.issuer), max(ttl, 0.0)
+
+    def _post(self, token: str) -> Any:
+        self.requests += 1
+        try:
+            with requests.post(
+                self.url,
+                data={"token": token, "token_type_hint": "access_token"},
+                auth=self.auth,
+                headers={"Accept": "application/json"},
+                timeout=self.timeout,
+                allow_redirects=False,
+                stream=True,
+            ) as response:
+                if response.status_code != 200:
+                    raise IssuerUnavailable(f"the introspection endpoint answered HTTP {response.status_code}")
+                body = response.raw.read(MAX_DOCUMENT_BYTES + 1, decode_content=True)
+                if len(body) > MAX_DOCUMENT_BYTES:
+                    raise IssuerUnavailable("the introspection endpoint sent too much")
+                return json.loads(body)
+        except requests.RequestException as exc:
+            raise IssuerUnavailable(f"the introspection endpoint is unreachable ({type(exc).__name__})") from None
+        except ValueError:
+            raise IssuerUnavailable("the introspection endpoint did not answer JSON") from None
+
+
+class EitherVerifier:
+    """JWT-shaped tokens to the JWT verifier when there is one; everything else (and every token when there
+    is no JWT verifier) to introspection when there is one."""
+
+    def __init__(self, jwt: Verifier | None, introspection: Verifier | None) -> None:
+        if jwt is None and introspection is None:
+            raise ValueError("a JWT verifier or an introspection verifier is needed")
+        self.jwt, self.introspection = jwt, introspection
+
+    def verify(self, token: str) -> Identity:
+        if self.jwt is not None and (self.introspection is None or jwt_header(token) is not None):
+            return self.jwt.verify(token)
+        assert self.introspection is not None
+        return self.introspection.verify(token)
