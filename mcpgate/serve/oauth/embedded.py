@@ -1,0 +1,214 @@
+"""The embedded authorization server (MCPGATE_AUTH_MODE=embedded): the gateway signs its users in and issues
+its own access tokens.
+
+    install(app: Flask, settings: Settings) -> tuple[Verifier, str]   # (the token verifier, the issuer URL)
+
+registers on the app:
+
+    GET  /.well-known/oauth-authorization-server   RFC 8414 metadata (issuer = MCPGATE_PUBLIC_URL, no trailing /)
+    POST /token                                    authorization_code (PKCE S256) and refresh_token
+    POST /register                                 RFC 7591 dynamic client registration (open)
+    POST /revoke                                   RFC 7009, refresh and access tokens
+    GET  /jwks                                     the public signing key
+    /authorize (and the upstream sign-in pages)    signin.blueprint(server, settings)
+
+The verifier accepts the access tokens signed here for MCPGATE_PUBLIC_URL plus MCPGATE_PATH (aud) that nobody
+revoked (their jti, looked up in storage).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from authlib.oauth2.rfc6749 import InvalidRequestError, OAuth2Request
+from authlib.oauth2.rfc6749.requests import JsonRequest
+from authlib.oauth2.rfc7009 import RevocationEndpoint
+from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint, InvalidRedirectURIError
+from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
+from flask import Blueprint, Flask, Response, jsonify, request
+
+from ...declarations import SettingsError
+from ...settings import Settings
+from . import redirects, signin
+from .identity import Verifier
+from .jwt_verifier import JwtVerifier
+from .keys import ALGORITHM, EmbeddedKeys
+from .models import AUTH_METHODS, GRANT_TYPES, AccessToken, RefreshToken
+from .server import EmbeddedServer
+from .storage import SqliteStorage
+
+log = logging.getLogger("mcpgate.oauth.embedded")
+
+MAX_BODY_BYTES = 64 * 1024  # a registration or token request is a few hundred bytes
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def transport_problem(public_url: str) -> str | None:
+    """Why the embedded server may not run at this public URL: it must be https, or http on a loopback host."""
+    parts = urlsplit(public_url)
+    if parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS):
+        return None
+    return "MCPGATE_PUBLIC_URL must be https (or http on a loopback host) for MCPGATE_AUTH_MODE=embedded"
+
+
+def metadata(server: EmbeddedServer) -> dict[str, Any]:
+    """RFC 8414 authorization server metadata."""
+    issuer = server.issuer
+    document: dict[str, Any] = {
+        "issuer": issuer,
+        "authorization_endpoint": issuer + "/authorize",
+        "token_endpoint": issuer + "/token",
+        "registration_endpoint": issuer + "/register",
+        "revocation_endpoint": issuer + "/revoke",
+        "jwks_uri": issuer + "/jwks",
+        "scopes_supported": list(server.offered),
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": list(GRANT_TYPES),
+        "token_endpoint_auth_methods_supported": list(AUTH_METHODS),
+        "revocation_endpoint_auth_methods_supported": list(AUTH_METHODS),
+        "code_challenge_methods_supported": ["S256"],
+        "authorization_response_iss_parameter_supported": True,
+    }
+    if server.documents.enabled:
+        document["client_id_metadata_document_supported"] = True
+    return document
+
+
+class Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
+    """Open dynamic registration; redirect URIs by redirects.problem; a secret only for confidential clients
+    (kept as its fingerprint)."""
+
+    server: EmbeddedServer
+
+    def authenticate_token(self, request: JsonRequest) -> str:
+        return "open"  # anyone may register; what a client may do is decided at /authorize, by the user
+
+    def get_server_metadata(self) -> dict[str, Any]:
+        return metadata(self.server)
+
+    def create_registration_response(self, request: JsonRequest) -> tuple[int, dict[str, Any], list[Any]]:
+        if not isinstance(request.payload.data, dict):
+            raise InvalidRequestError("the registration request must be a JSON object")
+        client_metadata = self.extract_client_metadata(request)
+        uris = client_metadata.get("redirect_uris") or []
+        if not uris:
+            raise InvalidRedirectURIError("redirect_uris is required")
+        for uri in uris:
+            problem = redirects.problem(uri, self.server.settings.oauth_redirect_allowlist)
+            if problem:
+                raise InvalidRedirectURIError(safe_description(problem))
+        client_metadata.setdefault("grant_types", list(GRANT_TYPES))
+        client_metadata.setdefault("response_types", ["code"])
+        info = self.generate_client_info(request)
+        if client_metadata["token_endpoint_auth_method"] == "none":
+            info.pop("client_secret")
+            info.pop("client_secret_expires_at")
+        self.server.storage.add_client(info["client_id"], info.get("client_secret"), client_metadata)
+        log.info("registered client %s (%s)", info["client_id"], client_metadata.get("client_name", "no name"))
+        return 201, {**client_metadata, **info}, [("Content-Type", "application/json"), ("Cache-Control", "no-store")]
+
+    def save_client(self, client_info: dict[str, Any], client_metadata: dict[str, Any], request: Any) -> None:
+        raise NotImplementedError  # create_registration_response stores it
+
+
+class Revocation(RevocationEndpoint):  # type: ignore[misc]
+    """RFC 7009: a refresh token revokes its family (its access tokens too); an access token its jti."""
+
+    CLIENT_AUTH_METHODS = list(AUTH_METHODS)  # noqa: RUF012 - Authlib's class attribute
+    server: EmbeddedServer
+
+    def query_token(self, token_string: str, token_type_hint: str | None) -> RefreshToken | AccessToken | None:
+        record = self.server.storage.refresh_record(token_string)
+        if record is not None:
+            return RefreshToken(record)
+        claims = self.server.access_claims(token_string)
+        return AccessToken(claims) if claims is not None else None
+
+    def revoke_token(self, token: RefreshToken | AccessToken, request: OAuth2Request) -> None:
+        if isinstance(token, RefreshToken):
+            self.server.storage.revoke_family(token.record.family)
+        else:
+            self.server.storage.revoke_access(str(token.claims.get("jti")))
+
+
+def safe_description(text: str) -> str:
+    """RFC 6749's error_description alphabet: printable ASCII without " and backslash."""
+    return "".join(ch if " " <= ch <= "~" and ch not in '"\\' else "?" for ch in text)
+
+
+def routes(server: EmbeddedServer) -> Blueprint:
+    bp = Blueprint("oauth_server", __name__)
+
+    @bp.before_request
+    def bounded_body() -> Response | None:
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            return Response("request body too large\n", status=413, mimetype="text/plain")
+        return None
+
+    @bp.get("/.well-known/oauth-authorization-server")
+    def server_metadata() -> Response:
+        response = jsonify(metadata(server))
+        response.headers["Cache-Control"] = "public, max-age=3600"
+        return response
+
+    @bp.get("/jwks")
+    def jwks() -> Response:
+        response = jsonify(server.keys.jwks())
+        response.headers["Cache-Control"] = "public, max-age=3600"
+        return response
+
+    @bp.post("/token")
+    def token() -> Response:
+        response: Response = server.create_token_response(request)
+        return response
+
+    @bp.post("/register")
+    def register() -> Response:
+        response: Response = server.create_endpoint_response("client_registration", request)
+        return response
+
+    @bp.post("/revoke")
+    def revoke() -> Response:
+        response: Response = server.create_endpoint_response("revocation", request)
+        return response
+
+    return bp
+
+
+def revoked_check(server: EmbeddedServer) -> Any:
+    def check(claims: Any) -> str | None:
+        jti = claims.get("jti")
+        if not isinstance(jti, str) or server.storage.access_revoked(jti):
+            return "the token was revoked"
+        return None
+
+    return check
+
+
+def build(settings: Settings) -> EmbeddedServer:
+    problem = transport_problem(settings.public_url)
+    if problem:
+        raise SettingsError(problem)
+    storage = SqliteStorage(settings.state_dir)
+    server = EmbeddedServer(settings, storage, EmbeddedKeys(storage))
+    server.register_endpoint(Registration(server))
+    server.register_endpoint(Revocation(server))
+    AuthorizationServerMetadata(metadata(server)).validate()
+    return server
+
+
+def install(app: Flask, settings: Settings) -> tuple[Verifier, str]:
+    """Register the authorization server's endpoints and pages on `app`; the verifier of its access tokens and
+    its issuer URL."""
+    server = build(settings)
+    app.register_blueprint(routes(server))
+    app.register_blueprint(signin.blueprint(server, settings))
+    app.extensions["mcpgate.oauth"] = server
+    verifier = JwtVerifier(
+        server.issuer, server.resource_url, server.keys, algorithms=(ALGORITHM,), extra_check=revoked_check(server)
+    )
+    log.info("embedded authorization server %s (state in %s)", server.issuer, settings.state_dir or "the default")
+    return verifier, server.issuer

@@ -1,0 +1,366 @@
+"""The embedded authorization server's state, in SQLite under MCPGATE_STATE_DIR: it survives a restart and is
+shared by every gunicorn worker on the host.
+
+Nothing a bearer could replay is stored in the clear: client secrets, authorization codes and refresh tokens are
+kept as SHA-256 fingerprints (they are long random strings, so a fingerprint is as good as a slow hash).
+
+The interface the sign-in pages (signin.py) use:
+
+    storage.consented(subject: str, client_id: str, scopes: Iterable[str]) -> bool
+        # True when `subject` already approved `client_id` for every one of `scopes`
+    storage.record_consent(subject: str, client_id: str, scopes: Iterable[str]) -> None
+        # remember the approval (the union with what was approved before)
+    storage.secret(name: str) -> bytes
+        # 32 random bytes made on first use and kept (for example the Flask session key): the same for every
+        # worker and after a restart
+
+One connection per process, used under a lock (a call never yields to another greenlet inside SQLite), in
+autocommit mode; WAL journal and a busy timeout let several workers write. Single-use rules (codes, refresh
+tokens) are one conditional UPDATE each, so two workers racing for the same code cannot both win.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+BUSY_TIMEOUT_S = 10.0
+PURGE_EVERY_S = 600.0
+DB_NAME = "oauth.sqlite3"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS clients (
+    client_id TEXT PRIMARY KEY, secret_hash TEXT, metadata TEXT NOT NULL, issued_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS codes (
+    code_hash TEXT PRIMARY KEY, client_id TEXT NOT NULL, redirect_uri TEXT NOT NULL, scope TEXT NOT NULL,
+    subject TEXT NOT NULL, resource TEXT NOT NULL, challenge TEXT NOT NULL, challenge_method TEXT NOT NULL,
+    expires_at REAL NOT NULL, family TEXT NOT NULL, used INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS families (
+    family TEXT PRIMARY KEY, revoked INTEGER NOT NULL DEFAULT 0, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS refresh_tokens (
+    token_hash TEXT PRIMARY KEY, family TEXT NOT NULL, client_id TEXT NOT NULL, subject TEXT NOT NULL,
+    scope TEXT NOT NULL, expires_at REAL NOT NULL, used INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS access_tokens (
+    jti TEXT PRIMARY KEY, family TEXT, expires_at REAL NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS access_family ON access_tokens (family);
+CREATE TABLE IF NOT EXISTS consents (
+    subject TEXT NOT NULL, client_id TEXT NOT NULL, scopes TEXT NOT NULL, PRIMARY KEY (subject, client_id));
+CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+"""
+
+
+def fingerprint(value: str) -> str:
+    """What is stored of a code, refresh token or client secret: its SHA-256, hex."""
+    return hashlib.sha256(value.encode()).hexdigest()
+
+
+def default_state_dir() -> str:
+    """$XDG_STATE_HOME/mcpgate, else ~/.local/state/mcpgate (MCPGATE_STATE_DIR empty)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "mcpgate")
+
+
+@dataclass(frozen=True)
+class ClientRecord:
+    client_id: str
+    secret_hash: str | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CodeRecord:
+    """An authorization code's grant. `family` names the tokens it produces (known before they exist, so a
+    reuse racing the first exchange still revokes them)."""
+
+    client_id: str
+    redirect_uri: str
+    scope: str
+    subject: str
+    resource: str
+    challenge: str
+    challenge_method: str
+    expires_at: float
+    family: str
+
+
+@dataclass(frozen=True)
+class RefreshRecord:
+    family: str
+    client_id: str
+    subject: str
+    scope: str
+    expires_at: float
+
+
+class Storage(Protocol):
+    # sign-in (signin.py)
+    def consented(self, subject: str, client_id: str, scopes: Iterable[str]) -> bool: ...
+    def record_consent(self, subject: str, client_id: str, scopes: Iterable[str]) -> None: ...
+    def secret(self, name: str) -> bytes: ...
+    def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes: ...
+    # clients
+    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any]) -> None: ...
+    def client(self, client_id: str) -> ClientRecord | None: ...
+    # codes: single use; a second use revokes what the first produced
+    def add_code(self, code: str, record: CodeRecord) -> None: ...
+    def claim_code(self, code: str) -> CodeRecord | None: ...
+    # tokens
+    def add_refresh(self, token: str, record: RefreshRecord) -> None: ...
+    def claim_refresh(self, token: str) -> RefreshRecord | None: ...
+    def refresh_record(self, token: str) -> RefreshRecord | None: ...
+    def add_access(self, jti: str, family: str | None, expires_at: float) -> None: ...
+    def access_revoked(self, jti: str) -> bool: ...
+    def revoke_access(self, jti: str) -> None: ...
+    def revoke_family(self, family: str) -> None: ...
+
+
+class SqliteStorage:
+    """Storage in one SQLite file: the directory is made 0700, the file 0600."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = Path(directory or default_state_dir()) / DB_NAME
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._purged = 0.0
+        with self._db() as db:
+            db.executescript(SCHEMA)
+
+    # -- connection -------------------------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # the file is never created wider than 0600
+        os.close(fd)
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None or self._pid != os.getpid():  # a forked worker opens its own
+                self._conn, self._pid = self._connect(), os.getpid()
+            yield self._conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- named secrets and keys -------------------------------------------------------------------------------
+
+    def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
+        """The value stored under `name`, made by `make` the first time (the first worker to store it wins)."""
+        with self._db() as db:
+            row = db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                db.execute("INSERT OR IGNORE INTO secrets (name, value) VALUES (?, ?)", (name, make()))
+                row = db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+        return bytes(row[0])
+
+    def secret(self, name: str) -> bytes:
+        return self.stored_once("secret:" + name, lambda: secrets.token_bytes(32))
+
+    # -- consents ---------------------------------------------------------------------------------------------
+
+    def consented(self, subject: str, client_id: str, scopes: Iterable[str]) -> bool:
+        with self._db() as db:
+            row = db.execute(
+                "SELECT scopes FROM consents WHERE subject = ? AND client_id = ?", (subject, client_id)
+            ).fetchone()
+        return row is not None and set(scopes) <= set(json.loads(row[0]))
+
+    def record_consent(self, subject: str, client_id: str, scopes: Iterable[str]) -> None:
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT scopes FROM consents WHERE subject = ? AND client_id = ?", (subject, client_id)
+            ).fetchone()
+            union = sorted(set(scopes) | set(json.loads(row[0]) if row else ()))
+            db.execute(
+                "INSERT OR REPLACE INTO consents (subject, client_id, scopes) VALUES (?, ?, ?)",
+                (subject, client_id, json.dumps(union)),
+            )
+
+    # -- clients ----------------------------------------------------------------------------------------------
+
+    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any]) -> None:
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO clients (client_id, secret_hash, metadata, issued_at) VALUES (?, ?, ?, ?)",
+                (client_id, fingerprint(secret) if secret else None, json.dumps(metadata), int(time.time())),
+            )
+
+    def client(self, client_id: str) -> ClientRecord | None:
+        with self._db() as db:
+            row = db.execute("SELECT secret_hash, metadata FROM clients WHERE client_id = ?", (client_id,)).fetchone()
+        return None if row is None else ClientRecord(client_id, row[0], json.loads(row[1]))
+
+    # -- authorization codes ----------------------------------------------------------------------------------
+
+    def add_code(self, code: str, record: CodeRecord) -> None:
+        self._purge()
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO codes (code_hash, client_id, redirect_uri, scope, subject, resource, challenge, "
+                "challenge_method, expires_at, family) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    fingerprint(code),
+                    record.client_id,
+                    record.redirect_uri,
+                    record.scope,
+                    record.subject,
+                    record.resource,
+                    record.challenge,
+                    record.challenge_method,
+                    record.expires_at,
+                    record.family,
+                ),
+            )
+
+    def claim_code(self, code: str) -> CodeRecord | None:
+        """The code's grant, marked used; None when unknown, expired or used before. A second use revokes
+        the tokens the first one produced (RFC 6749 4.1.2)."""
+        digest = fingerprint(code)
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT client_id, redirect_uri, scope, subject, resource, challenge, challenge_method, "
+                "expires_at, family, used FROM codes WHERE code_hash = ?",
+                (digest,),
+            ).fetchone()
+            if row is None:
+                return None
+            record = CodeRecord(*row[:9])
+            if row[9]:
+                self._revoke_family(db, record.family)
+                return None
+            db.execute("UPDATE codes SET used = 1 WHERE code_hash = ?", (digest,))
+        return record if record.expires_at > time.time() else None
+
+    # -- refresh tokens (rotated; a reused one revokes its family) --------------------------------------------
+
+    def add_refresh(self, token: str, record: RefreshRecord) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO families (family, expires_at) VALUES (?, ?)",
+                (record.family, record.expires_at),
+            )
+            db.execute(
+                "UPDATE families SET expires_at = MAX(expires_at, ?) WHERE family = ?",
+                (record.expires_at, record.family),
+            )
+            db.execute(
+                "INSERT INTO refresh_tokens (token_hash, family, client_id, subject, scope, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (fingerprint(token), record.family, record.client_id, record.subject, record.scope, record.expires_at),
+            )
+
+    def _refresh_row(self, db: sqlite3.Connection, digest: str) -> tuple[RefreshRecord, bool, bool] | None:
+        row = db.execute(
+            "SELECT r.family, r.client_id, r.subject, r.scope, r.expires_at, r.used, f.revoked "
+            "FROM refresh_tokens r JOIN families f ON f.family = r.family WHERE r.token_hash = ?",
+            (digest,),
+        ).fetchone()
+        return None if row is None else (RefreshRecord(*row[:5]), bool(row[5]), bool(row[6]))
+
+    def refresh_record(self, token: str) -> RefreshRecord | None:
+        """The live (unused, unrevoked, unexpired) refresh token's record, left unspent."""
+        with self._db() as db:
+            found = self._refresh_row(db, fingerprint(token))
+        if found is None or found[1] or found[2] or found[0].expires_at <= time.time():
+            return None
+        return found[0]
+
+    def claim_refresh(self, token: str) -> RefreshRecord | None:
+        """The refresh token's record, spent (rotation); None when unknown, expired or revoked. Spending one a
+        second time revokes its whole family and the family's access tokens."""
+        digest = fingerprint(token)
+        with self._transaction() as db:
+            found = self._refresh_row(db, digest)
+            if found is None:
+                return None
+            record, used, revoked = found
+            if used:
+                self._revoke_family(db, record.family)
+                return None
+            if revoked or record.expires_at <= time.time():
+                return None
+            db.execute("UPDATE refresh_tokens SET used = 1 WHERE token_hash = ?", (digest,))
+        return record
+
+    # -- access tokens (JWTs: only their jti, to revoke them) -------------------------------------------------
+
+    def add_access(self, jti: str, family: str | None, expires_at: float) -> None:
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO access_tokens (jti, family, expires_at) VALUES (?, ?, ?)", (jti, family, expires_at)
+            )
+
+    def access_revoked(self, jti: str) -> bool:
+        """True unless `jti` names an access token issued here and neither it nor its family was revoked."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT a.revoked, COALESCE(f.revoked, 0) FROM access_tokens a "
+                "LEFT JOIN families f ON f.family = a.family WHERE a.jti = ?",
+                (jti,),
+            ).fetchone()
+        return row is None or bool(row[0]) or bool(row[1])
+
+    def revoke_access(self, jti: str) -> None:
+        with self._db() as db:
+            db.execute("UPDATE access_tokens SET revoked = 1 WHERE jti = ?", (jti,))
+
+    def revoke_family(self, family: str) -> None:
+        with self._transaction() as db:
+            self._revoke_family(db, family)
+
+    @staticmethod
+    def _revoke_family(db: sqlite3.Connection, family: str) -> None:
+        # the family row may not exist yet (a code reused while its first exchange is under way): made revoked
+        db.execute(
+            "INSERT INTO families (family, revoked, expires_at) VALUES (?, 1, ?) "
+            "ON CONFLICT (family) DO UPDATE SET revoked = 1",
+            (family, time.time() + 86400.0),
+        )
+
+    # -- housekeeping -----------------------------------------------------------------------------------------
+
+    def _purge(self) -> None:
+        """Forget what has expired (at most every PURGE_EVERY_S): used codes are kept until they expire, and
+        a revoked family until its last token would have."""
+        now = time.time()
+        if now - self._purged < PURGE_EVERY_S:
+            return
+        self._purged = now
+        with self._transaction() as db:
+            db.execute("DELETE FROM codes WHERE expires_at < ?", (now,))
+            db.execute("DELETE FROM refresh_tokens WHERE expires_at < ?", (now,))
+            db.execute("DELETE FROM access_tokens WHERE expires_at < ?", (now,))
+            db.execute(
+                "DELETE FROM families WHERE expires_at < ? AND family NOT IN (SELECT family FROM access_tokens "
+                "WHERE family IS NOT NULL) AND family NOT IN (SELECT family FROM codes)",
+                (now,),
+            )
