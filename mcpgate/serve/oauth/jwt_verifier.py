@@ -208,7 +208,7 @@ def claims_problem(
 
 def scopes_of(claims: Mapping[str, Any]) -> frozenset[str]:
     """scope (space-separated, RFC 9068/8693) or scp (a list, or a string, as some issuers send)."""
-    scope = claims.get("scope", claims.get("scp"))
+    scope = claims.get("scope") or claims.get("scp")
     if isinstance(scope, str):
         return frozenset(scope.split())
     if isinstance(scope, list):

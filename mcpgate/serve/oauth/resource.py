@@ -30,14 +30,15 @@ _UNSAFE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
 
 
 def bearer_token(authorization: str | None) -> str | None:
-    """The token of `Authorization: Bearer <token>`; None without a bearer credential; "" when malformed."""
+    """The token of `Authorization: Bearer <token>`; None without a bearer credential (an empty one too, so
+    the client is sent to sign in); "" when malformed."""
     if not authorization:
         return None
     scheme, _, rest = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
     token = rest.strip()
-    return token if token and " " not in token else ""
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return "" if " " in token else token
 
 
 def challenge(metadata_url: str, scopes: list[str], error: str | None = None, description: str | None = None) -> str:
