@@ -15,13 +15,13 @@ import time
 from collections.abc import Collection, Iterable
 from typing import Any, NoReturn, Protocol, cast
 
-from authlib.oauth2 import OAuth2Error
 from flask import Blueprint, Flask, Request, Response, redirect, render_template, request, session
 from flask.blueprints import BlueprintSetupState
 
 from ...settings import Settings
 from .. import auth
 from .ratelimit import FailureLimit, client_key
+from .server import OAuthProblem
 from .upstream import Upstream, UpstreamFailed, permitted
 from .users import Users
 
@@ -59,7 +59,7 @@ class AuthorizationServer(Protocol):
 
     def begin(self, request: Request) -> Pending: ...
     def finish(self, request: Request, subject: str | None) -> Response: ...
-    def problem_response(self, exc: Exception, request: Request) -> Response: ...
+    def problem_response(self, exc: OAuthProblem, request: Request) -> Response: ...
 
 
 class PageRefused(Exception):
@@ -145,7 +145,7 @@ class Pages:
     def begin(self) -> Pending:
         try:
             return self.server.begin(request)
-        except OAuth2Error as exc:
+        except OAuthProblem as exc:
             raise Problem(self.server.problem_response(exc, request)) from exc
 
     def page(self, template: str, pending: Pending, status: int = 200, **values: Any) -> Response:

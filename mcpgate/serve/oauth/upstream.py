@@ -16,7 +16,7 @@ from typing import Any
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.flask_client import OAuth
-from flask import Flask, Response
+from flask import Flask, Response, request
 from joserfc.errors import JoseError
 
 from ...settings import Settings
@@ -129,6 +129,8 @@ class Upstream:
         """Who the provider signed in, from the callback request (state and nonce checked)."""
         client = self._client()
         try:
+            if self.kind == "oidc":
+                self._check_response_iss(client.load_server_metadata(), request.args.get("iss"))
             token = client.authorize_access_token()
             if self.kind == "github":
                 return self._github(client, token)
@@ -143,6 +145,14 @@ class Upstream:
     def _check_issuer(self, metadata: dict[str, Any]) -> None:
         if str(metadata.get("issuer", "")).rstrip("/") != self.issuer:
             raise UpstreamFailed("the provider's metadata names another issuer than MCPGATE_OAUTH_UPSTREAM")
+
+    def _check_response_iss(self, metadata: dict[str, Any], iss: str | None) -> None:
+        """RFC 9207 (mix-up defence): the callback's iss names our issuer; required when the issuer says it
+        sends one."""
+        if iss is None and not metadata.get("authorization_response_iss_parameter_supported"):
+            return
+        if (iss or "").rstrip("/") != self.issuer:
+            raise UpstreamFailed("the sign-in answer came from another issuer (iss)")
 
     def _github(self, client: Any, token: dict[str, Any]) -> UpstreamIdentity:
         user = client.get("user", token=token)
