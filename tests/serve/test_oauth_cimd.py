@@ -561,7 +561,8 @@ def error_of(reply: Any) -> tuple[str, str]:
     if reply.content_type.startswith("application/json"):
         body = reply.json()
         return body.get("error", ""), body.get("error_description", "")
-    return ("invalid_client" if "invalid_client" in text else text), text
+    error, _, description = text.partition("invalid_client: ")
+    return ("invalid_client", description) if description else (error, text)
 
 
 def test_embedded_refuses_a_client_id_off_the_allowlist(embedded: Gateway) -> None:

@@ -26,6 +26,7 @@ REDIRECTS: list[tuple[str, tuple[str, ...], str | None]] = [
     ("com.example.app:/oauth", ALLOW, None),
     ("http://intranet.example/cb", ALLOW, None),
     ("http://intranet.example/other", ALLOW, "loopback host"),
+    ("http://app.example.com/cb", ("http:",), "loopback host"),  # a scheme entry never opens http wholesale
     ("cursor://anything", (), "MCPGATE_OAUTH_REDIRECT_ALLOWLIST"),
     ("com.example.app:/other", ALLOW, "not allowed"),
     ("http://app.example.com/cb", (), "loopback host"),

@@ -2,8 +2,9 @@
 
 Allowed: http on a loopback host (127.0.0.1, [::1], localhost) on any port, RFC 8252's native-app redirect;
 https to any host; anything else only when MCPGATE_OAUTH_REDIRECT_ALLOWLIST names it, as an exact URI or
-as a scheme ("cursor:") for all of that scheme's URIs. Never javascript:, data:, file:, vbscript: or blob:,
-whatever the allowlist says. No fragments, no userinfo, no wildcards, no whitespace or control characters.
+as a scheme ("cursor:") for all of that scheme's URIs (a scheme entry never opens http: a non-loopback http
+URI must be listed exactly). Never javascript:, data:, file:, vbscript: or blob:, whatever the allowlist
+says. No fragments, no userinfo, no wildcards, no whitespace or control characters.
 
 Matching is exact (a simple string comparison), except that a loopback redirect may come back on another port
 than the one registered (RFC 8252 section 7.3: the port is picked when the app starts listening).
