@@ -11,6 +11,8 @@ import ipaddress
 import json
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -337,6 +339,27 @@ def test_silent_server_times_out(plain: DocumentServer) -> None:
         refused(plain.url("/silent"), "timed out", timeout=0.5)
     finally:
         stop.set()
+
+
+GEVENT_SLOW_RESOLVER = """
+from gevent import monkey
+monkey.patch_all()
+import gevent, socket
+from mcpgate.serve.oauth import safe_fetch
+socket.getaddrinfo = lambda *args, **kwargs: gevent.sleep(5)
+try:
+    safe_fetch.get_json("https://slow.example/doc", max_bytes=100, timeout=0.5)
+except safe_fetch.FetchError as exc:
+    print(exc)
+"""
+
+
+def test_deadline_bounds_name_resolution_under_gevent() -> None:
+    """In the serve worker (gevent), a resolver that never answers is cut off by the fetch's deadline too."""
+    done = subprocess.run(
+        [sys.executable, "-c", GEVENT_SLOW_RESOLVER], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert done.stdout.strip() == "fetching from slow.example timed out", done.stderr
 
 
 def _raw(status: int, content_type: str, body: bytes) -> Route:
