@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import OAuthError
@@ -19,7 +20,9 @@ from authlib.integrations.flask_client import OAuth
 from flask import Flask, Response, request
 from joserfc.errors import JoseError
 
+from ...declarations import SettingsError
 from ...settings import Settings
+from ..auth import is_loopback_name
 
 NAME = "upstream"  # the Authlib client's name (its state keys in the Flask session)
 TIMEOUT = 10.0  # seconds for each request to the provider
@@ -80,6 +83,14 @@ def oidc_identity(claims: dict[str, Any]) -> UpstreamIdentity:
     return UpstreamIdentity(subject, label, frozenset({subject, sub}), names)
 
 
+def secure_issuer(url: str) -> bool:
+    """https, or http on a loopback host (tests and local providers)."""
+    parts = urlsplit(url)
+    if not parts.hostname or parts.query or parts.fragment:
+        return False
+    return parts.scheme == "https" or (parts.scheme == "http" and is_loopback_name(parts.hostname))
+
+
 class Upstream:
     """The configured provider: where to send the browser, and who came back."""
 
@@ -90,6 +101,10 @@ class Upstream:
         self.client_secret = settings.oauth_upstream_client_secret
         self.allowed = settings.oauth_upstream_allowed
         self.display = "GitHub" if self.kind == "github" else self.issuer
+        if self.kind == "oidc" and not secure_issuer(self.issuer):
+            raise SettingsError(
+                "MCPGATE_OAUTH_UPSTREAM: github, or an https OpenID Connect issuer URL (http only on loopback)"
+            )
         self.oauth: OAuth | None = None
 
     def register(self, app: Flask) -> None:
