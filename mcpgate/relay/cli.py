@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         args = RelaySettings.from_args(parser.parse_args(argv))
     except SettingsError as exc:
         parser.error(str(exc))
+    if args.logout or args.auth_status:  # act on the token store and exit: nothing is relayed
+        from mcpgate.relay.oauth import status
+
+        return status.run(args)
     import logging
 
     from mcpgate.relay import errors
