@@ -92,14 +92,14 @@ class Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
     def create_registration_response(self, request: JsonRequest) -> tuple[int, dict[str, Any], list[Any]]:
         if not isinstance(request.payload.data, dict):
             raise InvalidRequestError("the registration request must be a JSON object")
-        client_metadata = self.extract_client_metadata(request)
-        uris = client_metadata.get("redirect_uris") or []
-        if not uris:
-            raise InvalidRedirectURIError("redirect_uris is required")
+        uris = request.payload.data.get("redirect_uris")
+        if not isinstance(uris, list) or not uris:
+            raise InvalidRedirectURIError("redirect_uris is required: a list of redirect URIs")
         for uri in uris:
             problem = redirects.problem(uri, self.server.settings.oauth_redirect_allowlist)
             if problem:
                 raise InvalidRedirectURIError(safe_description(problem))
+        client_metadata = self.extract_client_metadata(request)
         client_metadata.setdefault("grant_types", list(GRANT_TYPES))
         client_metadata.setdefault("response_types", ["code"])
         info = self.generate_client_info(request)
