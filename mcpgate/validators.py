@@ -86,8 +86,10 @@ def optional_url(value: str) -> str | None:
 
 
 def auth_mode(value: str) -> str | None:
-    return None if value in ("", "none", "token", "resource-server", "embedded") else (
-        "must be none, token, resource-server or embedded (empty: chosen from the other settings)"
+    return (
+        None
+        if value in ("", "none", "token", "resource-server", "embedded")
+        else ("must be none, token, resource-server or embedded (empty: chosen from the other settings)")
     )
 
 
