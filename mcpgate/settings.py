@@ -569,6 +569,13 @@ class RelaySettings:
         env="MCPGATE_OAUTH_CLIENT_SECRET",
         secret=True,
     )
+    oauth_client_key: str = declare(
+        "",
+        "A private key (PEM or JWK, or the path of a file holding one) the client authenticates with instead "
+        "of a secret (private_key_jwt, RFC 7523), with --oauth-client-credentials. Never logged.",
+        env="MCPGATE_OAUTH_CLIENT_KEY",
+        secret=True,
+    )
     oauth_client_credentials: bool = declare(
         False,
         "Use the client credentials grant (no user, no browser): needs --oauth-client-id and "

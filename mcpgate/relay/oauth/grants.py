@@ -25,6 +25,8 @@ read_timeout); the device grant's `timeout` bounds the whole wait for the user (
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,6 +46,7 @@ DEFAULT_INTERVAL = 5.0  # RFC 8628 3.2: when the server names none
 SLOW_DOWN_STEP = 5.0  # RFC 8628 3.5
 ASSERTION_LIFETIME = 300  # seconds a private_key_jwt assertion is valid
 SECRET_METHODS = ("client_secret_basic", "client_secret_post")
+MAX_KEY_BYTES = 64 * 1024
 EC_ALGORITHMS = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 
 Timeouts = tuple[float, float]
@@ -287,8 +290,16 @@ def _printable(value: Any) -> str:
 
 
 def _private_key(source: str) -> PrivateKey:
+    """The key from MCPGATE_OAUTH_CLIENT_KEY: a PEM, a JWK, or the path of a file holding one."""
+    text = source.strip()
+    if not text.startswith(("-----BEGIN", "{")):
+        try:
+            with open(os.path.expanduser(text), encoding="utf-8") as f:
+                text = f.read(MAX_KEY_BYTES)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GrantError(f"the client's private key file cannot be read ({type(exc).__name__})") from None
     try:
-        key = import_key(source)
+        key = import_key(json.loads(text) if text.lstrip().startswith("{") else text)
     except (JoseError, ValueError, TypeError) as exc:
         raise GrantError(f"the client's private key cannot be read ({type(exc).__name__})") from None
     if not isinstance(key, (RSAKey, ECKey, OKPKey)) or not key.is_private:
