@@ -5,19 +5,25 @@ nonce and iss checked; a refused identity gets a clear page)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import html
 import json
 import re
 import secrets
+import threading
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import requests
+from flask import Flask, redirect
+from flask import request as flask_request
+from werkzeug.serving import make_server
 
 from mcpgate.declarations import SettingsError
+from mcpgate.serve.app import create_app
 from mcpgate.serve.oauth import upstream
 from mcpgate.settings import Settings
 from tests.support import Gateway, oidc_issuer
@@ -262,3 +268,104 @@ def test_an_upstream_denial_is_a_clear_page(site: Site) -> None:
         assert refused.status_code == 400 and "access_denied" in refused.text, refused.text[:300]
     finally:
         requests.post(site.issuer + "/config", json={"deny": False}, timeout=30)
+
+
+# -- the GitHub preset, in process, against a stand-in for GitHub on loopback -------------------------------------
+
+
+@contextlib.contextmanager
+def fake_github(login: str, emails: list[dict[str, Any]]) -> Iterator[str]:
+    """github.com's OAuth endpoints and api.github.com's /user and /user/emails, on a loopback thread."""
+    app = Flask("fake-github")
+    codes: dict[str, str] = {}
+
+    @app.get("/login/oauth/authorize")
+    def authorize() -> Any:
+        assert flask_request.args["code_challenge_method"] == "S256"
+        assert flask_request.args["scope"] == "read:user user:email"
+        code = secrets.token_hex(8)
+        codes[code] = flask_request.args["redirect_uri"]
+        return redirect(
+            flask_request.args["redirect_uri"] + "?" + urlencode({"code": code, "state": flask_request.args["state"]})
+        )
+
+    @app.post("/login/oauth/access_token")
+    def token() -> Any:
+        form = flask_request.form
+        ok = form.get("client_id") == "gh-id" and form.get("client_secret") == "gh-secret" and form["code"] in codes
+        ok = ok and bool(form.get("code_verifier")) and codes.pop(form["code"]) == form.get("redirect_uri")
+        if not ok:
+            return {"error": "bad_verification_code"}, 200  # GitHub answers errors with 200
+        return {"access_token": "gho_fake", "token_type": "bearer", "scope": "read:user,user:email"}
+
+    def authorized() -> bool:
+        return flask_request.headers.get("Authorization") == "Bearer gho_fake"
+
+    @app.get("/user")
+    def user() -> Any:
+        return ({"id": 4242, "login": login}, 200) if authorized() else ({"message": "Bad credentials"}, 401)
+
+    @app.get("/user/emails")
+    def user_emails() -> Any:
+        return (emails, 200) if authorized() else ({"message": "Bad credentials"}, 401)
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(10)
+
+
+@pytest.mark.parametrize(
+    ("allowed", "status"), [("octocat", 303), ("octo@example.com", 303), ("old@example.com", 403), ("github:4242", 303)]
+)
+def test_the_github_preset(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, allowed: str, status: int) -> None:
+    emails = [{"email": "Octo@example.com", "verified": True}, {"email": "old@example.com", "verified": False}]
+    with fake_github("OctoCat", emails) as github:
+        monkeypatch.setitem(upstream.GITHUB, "authorize_url", github + "/login/oauth/authorize")
+        monkeypatch.setitem(upstream.GITHUB, "access_token_url", github + "/login/oauth/access_token")
+        monkeypatch.setitem(upstream.GITHUB, "api_base_url", github + "/")
+        settings = Settings.from_env(
+            environ={
+                "MCPGATE_AUTH_MODE": "embedded",
+                "MCPGATE_PUBLIC_URL": "http://localhost",
+                "MCPGATE_STATE_DIR": str(tmp_path),
+                "MCPGATE_OAUTH_UPSTREAM": "github",
+                "MCPGATE_OAUTH_UPSTREAM_CLIENT_ID": "gh-id",
+                "MCPGATE_OAUTH_UPSTREAM_CLIENT_SECRET": "gh-secret",
+                "MCPGATE_OAUTH_UPSTREAM_ALLOWED": allowed,
+            }
+        )
+        browser = create_app(settings).test_client()
+        body = {"client_name": "GH Test", "redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"}
+        client_id = browser.post("/register", json=body).get_json()["client_id"]
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(b"v" * 50).digest()).rstrip(b"=").decode()
+        query = {
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": CALLBACK,
+            "scope": "mcp",
+            "state": "s",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        login = browser.get("/authorize?" + urlencode(query))
+        assert login.status_code == 200 and "Sign in with GitHub" in login.text, login.text[:300]
+        match = _FORM.search(login.text)
+        assert match
+        hidden = {m["name"]: html.unescape(m["value"]) for m in _HIDDEN.finditer(match["body"])}
+        started = browser.post(html.unescape(match["action"]), data=hidden)
+        assert started.status_code == 302 and started.headers["Location"].startswith(github), started.text
+        back = requests.get(started.headers["Location"], allow_redirects=False, timeout=30)
+        callback = urlsplit(back.headers["Location"])
+        assert callback.path == "/login/callback"
+        done = browser.get(callback.path + "?" + callback.query)
+        assert done.status_code == status, done.text[:400]
+        if status == 303:
+            consent = browser.get(done.headers["Location"])
+            assert "OctoCat" in consent.text and client_id in consent.text
+        else:
+            assert "OctoCat" in done.text and "does not let that account in" in done.text

@@ -114,9 +114,10 @@ class Upstream:
             "client_id": self.client_id,
             "client_secret": self.client_secret,
         }
-        session = {"code_challenge_method": "S256", "default_timeout": TIMEOUT}
-        if self.kind == "github":
-            self.oauth.register(NAME, **common, **GITHUB, client_kwargs={**session, "scope": GITHUB_SCOPE})
+        session: dict[str, Any] = {"code_challenge_method": "S256", "default_timeout": TIMEOUT}
+        if self.kind == "github":  # GitHub takes the client's credentials in the form
+            session.update(scope=GITHUB_SCOPE, token_endpoint_auth_method="client_secret_post")
+            self.oauth.register(NAME, **common, **GITHUB, client_kwargs=session)
         else:
             self.oauth.register(
                 NAME,
