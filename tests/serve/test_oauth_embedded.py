@@ -48,8 +48,8 @@ def claims_of(token: str) -> dict[str, Any]:
 class Site:
     """A gateway in embedded mode, driven like a client and a browser."""
 
-    def __init__(self, base: str, http: Any = None) -> None:
-        self.base = base
+    def __init__(self, base: str, http: Any = None, gw: Gateway | None = None) -> None:
+        self.base, self.gw = base, gw
         self.resource = base + "/mcp"
         self.http = http or requests.Session()
 
@@ -165,7 +165,7 @@ def site(state_dir: Path) -> Iterator[Site]:
     gw = Gateway(embedded_env(state_dir))
     try:
         gw.wait_ready()
-        yield Site(f"http://127.0.0.1:{gw.port}")
+        yield Site(f"http://127.0.0.1:{gw.port}", gw=gw)
     finally:
         gw.stop()
 
@@ -361,6 +361,19 @@ def test_without_a_resource_the_audience_is_still_the_gateway(site: Site, client
     verifier = secrets.token_urlsafe(40)
     reply = site.exchange(client, site.code(client, verifier, resource=""), verifier)
     assert claims_of(reply.json()["access_token"])["aud"] == site.resource
+
+
+def test_no_code_or_token_reaches_the_log(site: Site, client: dict[str, Any]) -> None:
+    verifier = secrets.token_urlsafe(40)
+    code = site.code(client, verifier)
+    tokens = site.exchange(client, code, verifier).json()
+    rotated = site.refresh(client, tokens["refresh_token"]).json()
+    site.refresh(client, tokens["refresh_token"])  # a reuse, refused
+    assert site.gw is not None
+    log = site.gw.log()
+    assert "registered client" in log  # the log is the gateway's
+    for value in (code, verifier, tokens["access_token"], tokens["refresh_token"], rotated["refresh_token"]):
+        assert value not in log
 
 
 # -- revocation --------------------------------------------------------------------------------------------------

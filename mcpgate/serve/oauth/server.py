@@ -4,12 +4,12 @@ The interface the sign-in pages (signin.py, serving /authorize) use:
 
     server.begin(request: flask.Request) -> Pending
         # the authorization request, validated (client, redirect URI, response_type code, scopes, PKCE S256,
-        # resource); raises OAuthProblem
+        # resource); raises OAuthProblem (an Authlib OAuth2Error: .error, .description, .redirect)
     server.finish(request: flask.Request, subject: str | None) -> flask.Response
         # validates the same request again and answers it: a 302 to the client's redirect URI with a code
         # (subject signed in and consenting) or error=access_denied (subject None), always with state and iss
         # (RFC 9207); a request that no longer validates gets problem_response
-    server.problem_response(exc: OAuthProblem, request: flask.Request) -> flask.Response
+    server.problem_response(exc: Exception, request: flask.Request) -> flask.Response   # OAuthProblem, or any
         # a 302 to the client with error, error_description, state and iss when the client and its redirect URI
         # were recognised; otherwise a 400 text/plain page (never a redirect to an unchecked URI)
     server.storage: Storage                 # consented / record_consent / secret (storage.py)
