@@ -230,11 +230,11 @@ class TokenStore:
         path = self.path(server_url)
         with self._lock(path):
             record = self._load(server_url, path, move_aside=True) or Record(server_url=normalized(server_url))
-            before = record.to_json()
+            before = _encoded(record)  # a copy: the block may change the record's dicts in place
             try:
                 yield record
             finally:
-                after = record.to_json()
+                after = _encoded(record)
                 if after != before:
                     self._write(path, after)
 
@@ -292,8 +292,7 @@ class TokenStore:
             aside = path
         log.warning("the sign-in record %s was corrupt (%s); moved to %s and treated as empty", path, why, aside.name)
 
-    def _write(self, path: Path, data: dict[str, Any]) -> None:
-        body = json.dumps(data, indent=1, sort_keys=True).encode()
+    def _write(self, path: Path, body: bytes) -> None:
         fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{path.stem}.", suffix=".tmp")  # mode 0600
         try:
             with os.fdopen(fd, "wb") as f:
@@ -320,6 +319,10 @@ class TokenStore:
                 yield
             finally:
                 _release(f)
+
+
+def _encoded(record: Record) -> bytes:
+    return json.dumps(record.to_json(), indent=1, sort_keys=True).encode()
 
 
 def _first(*values: Any) -> Any:
