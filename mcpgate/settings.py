@@ -163,6 +163,12 @@ class Settings:
     oauth_login_limit: int = declare(
         10, "embedded mode: sign-in attempts a client address may make per minute.", validate=positive
     )
+    oauth_client_limit: int = declare(
+        10000,
+        "embedded mode: most registered clients kept; registrations never used for a day are forgotten, and "
+        "past the limit /register answers 503.",
+        validate=positive,
+    )
     state_dir: str = declare(
         "",
         "Where the embedded authorization server keeps its SQLite state (clients, grants, keys). Empty: "

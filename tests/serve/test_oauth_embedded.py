@@ -27,6 +27,7 @@ from joserfc.jwk import KeySet
 from mcpgate.declarations import SettingsError
 from mcpgate.serve.app import create_app
 from mcpgate.serve.oauth import passwords
+from mcpgate.serve.oauth.cimd import CimdError, ClientDocument
 from mcpgate.settings import Settings
 from tests.support import HEADERS, Gateway, init_body
 
@@ -498,6 +499,53 @@ def test_https_public_url_behind_a_plain_http_router(tmp_path: Path) -> None:
     client = site.register()
     tokens = site.tokens(client)
     assert claims_of(tokens["access_token"])["aud"] == "https://gw.example/mcp"
+
+
+def test_registrations_are_bounded(tmp_path: Path) -> None:
+    site = Site("http://127.0.0.1:8123", AppHttp(in_process(tmp_path, MCPGATE_OAUTH_CLIENT_LIMIT="2"), HOST))
+    used = site.register()
+    site.tokens(used)
+    idle = site.register()
+    full = site.post("/register", json={"redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"})
+    assert full.status_code == 503 and full.json()["error"] == "temporarily_unavailable", full.text
+    db = sqlite3.connect(tmp_path / "oauth.sqlite3")
+    try:
+        with db:  # both a day old: the one that never got a code is forgotten, the used one kept
+            db.execute("UPDATE clients SET issued_at = issued_at - 90000")
+    finally:
+        db.close()
+    site.register()
+    assert site.tokens(used)["access_token"]
+    unknown = site.get("/authorize?" + urlencode(site.query(idle["client_id"], secrets.token_urlsafe(40))))
+    assert unknown.status_code == 400 and "invalid_client" in unknown.text
+
+
+class Documents:
+    """A stand-in for cimd.Resolver (its fetching is tested in test_oauth_cimd.py): one known document URL."""
+
+    enabled = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def client(self, client_id: str) -> ClientDocument:
+        if client_id != self.url:
+            raise CimdError("the client id metadata document could not be fetched")
+        return ClientDocument(client_id=client_id, client_name="Doc client", redirect_uris=(CALLBACK,))
+
+
+def test_a_client_id_metadata_document_client_signs_in_without_registering(tmp_path: Path) -> None:
+    url = "https://apps.example/client.json"
+    app = in_process(tmp_path, MCPGATE_OAUTH_CIMD_ALLOWLIST="https://apps.example/")
+    app.extensions["mcpgate.oauth"].documents = Documents(url)
+    site = Site("http://127.0.0.1:8123", AppHttp(app, HOST))
+    tokens = site.tokens({"client_id": url})
+    claims = claims_of(tokens["access_token"])
+    assert claims["client_id"] == url and claims["aud"] == site.resource
+    assert "refresh_token" not in tokens  # its document names only authorization_code (RFC 7591's default)
+    query = site.query("https://apps.example/other.json", secrets.token_urlsafe(40))
+    reply = site.get("/authorize?" + urlencode(query))
+    assert reply.status_code == 400 and "Location" not in reply.headers and "invalid_client" in reply.text
 
 
 def test_plain_http_off_loopback_is_refused_at_start(tmp_path: Path) -> None:

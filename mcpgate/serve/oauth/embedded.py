@@ -22,7 +22,7 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
-from authlib.oauth2.rfc6749 import InvalidRequestError, OAuth2Request
+from authlib.oauth2.rfc6749 import InvalidRequestError, OAuth2Error, OAuth2Request
 from authlib.oauth2.rfc6749.requests import JsonRequest
 from authlib.oauth2.rfc7009 import RevocationEndpoint
 from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint, InvalidRedirectURIError
@@ -106,7 +106,10 @@ class Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
         if client_metadata["token_endpoint_auth_method"] == "none":
             info.pop("client_secret")
             info.pop("client_secret_expires_at")
-        self.server.storage.add_client(info["client_id"], info.get("client_secret"), client_metadata)
+        limit = self.server.settings.oauth_client_limit
+        if not self.server.storage.add_client(info["client_id"], info.get("client_secret"), client_metadata, limit):
+            log.warning("registration refused: %d clients registered (MCPGATE_OAUTH_CLIENT_LIMIT)", limit)
+            raise TemporarilyUnavailable("too many registered clients: try again later")
         log.info("registered client %s (%s)", info["client_id"], client_metadata.get("client_name", "no name"))
         return 201, {**client_metadata, **info}, [("Content-Type", "application/json"), ("Cache-Control", "no-store")]
 
@@ -132,6 +135,11 @@ class Revocation(RevocationEndpoint):  # type: ignore[misc]
             self.server.storage.revoke_family(token.record.family)
         else:
             self.server.storage.revoke_access(str(token.claims.get("jti")))
+
+
+class TemporarilyUnavailable(OAuth2Error):  # type: ignore[misc]
+    error = "temporarily_unavailable"
+    status_code = 503
 
 
 def safe_description(text: str) -> str:

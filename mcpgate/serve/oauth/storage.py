@@ -36,11 +36,12 @@ from typing import Any, Protocol
 
 BUSY_TIMEOUT_S = 10.0
 PURGE_EVERY_S = 600.0
+UNUSED_CLIENT_TTL_S = 86400.0  # a registration that never got a code is forgotten after this long
 DB_NAME = "oauth.sqlite3"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS clients (
-    client_id TEXT PRIMARY KEY, secret_hash TEXT, metadata TEXT NOT NULL, issued_at INTEGER NOT NULL);
+    client_id TEXT PRIMARY KEY, secret_hash TEXT, metadata TEXT NOT NULL, issued_at REAL NOT NULL, used_at REAL);
 CREATE TABLE IF NOT EXISTS codes (
     code_hash TEXT PRIMARY KEY, client_id TEXT NOT NULL, redirect_uri TEXT NOT NULL, scope TEXT NOT NULL,
     subject TEXT NOT NULL, resource TEXT NOT NULL, challenge TEXT NOT NULL, challenge_method TEXT NOT NULL,
@@ -109,7 +110,7 @@ class Storage(Protocol):
     def secret(self, name: str) -> bytes: ...
     def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes: ...
     # clients
-    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any]) -> None: ...
+    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int) -> bool: ...
     def client(self, client_id: str) -> ClientRecord | None: ...
     # codes: single use; a second use revokes what the first produced
     def add_code(self, code: str, record: CodeRecord) -> None: ...
@@ -207,12 +208,19 @@ class SqliteStorage:
 
     # -- clients ----------------------------------------------------------------------------------------------
 
-    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any]) -> None:
-        with self._db() as db:
+    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int) -> bool:
+        """Store a registration; False (nothing stored) when `limit` clients are kept already. Registrations
+        that never got a code are forgotten after a day (anyone may register: the table stays bounded)."""
+        now = time.time()
+        with self._transaction() as db:
+            db.execute("DELETE FROM clients WHERE used_at IS NULL AND issued_at < ?", (now - UNUSED_CLIENT_TTL_S,))
+            if db.execute("SELECT COUNT(*) FROM clients").fetchone()[0] >= limit:
+                return False
             db.execute(
                 "INSERT INTO clients (client_id, secret_hash, metadata, issued_at) VALUES (?, ?, ?, ?)",
-                (client_id, fingerprint(secret) if secret else None, json.dumps(metadata), int(time.time())),
+                (client_id, fingerprint(secret) if secret else None, json.dumps(metadata), now),
             )
+        return True
 
     def client(self, client_id: str) -> ClientRecord | None:
         with self._db() as db:
@@ -223,7 +231,8 @@ class SqliteStorage:
 
     def add_code(self, code: str, record: CodeRecord) -> None:
         self._purge()
-        with self._db() as db:
+        with self._transaction() as db:
+            db.execute("UPDATE clients SET used_at = ? WHERE client_id = ?", (time.time(), record.client_id))
             db.execute(
                 "INSERT INTO codes (code_hash, client_id, redirect_uri, scope, subject, resource, challenge, "
                 "challenge_method, expires_at, family) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
