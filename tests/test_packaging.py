@@ -95,7 +95,14 @@ def test_wheel_holds_the_package_and_its_metadata(dist: Dist) -> None:
     assert "License-Expression: MIT" in metadata and "License ::" not in metadata
     assert "Requires-Python: >=3.10" in metadata
     requires = re.findall(r"^Requires-Dist: ([^;\n]+)$", metadata, re.MULTILINE)  # runtime ones: no marker
-    assert sorted(requires) == ["flask>=3.0", "gevent>=23.9", "gunicorn[gevent]>=22", "requests>=2.32.2"]
+    assert sorted(requires) == [
+        "authlib>=1.6",
+        "flask>=3.0",
+        "gevent>=23.9",
+        "gunicorn[gevent]>=22",
+        "joserfc>=1.0",
+        "requests>=2.32.2",
+    ]
     assert "mcpgate-relay = mcpgate.relay.cli:main" in entry_points
     assert "mcpgate-demo-server = mcpgate.demo_server:main" in entry_points
 
