@@ -475,6 +475,15 @@ class AppReply:
         return json.loads(self.text)
 
 
+def test_a_wider_state_file_is_narrowed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "oauth.sqlite3").touch(mode=0o644)
+    os.chmod(state / "oauth.sqlite3", 0o644)
+    in_process(state)
+    assert stat.S_IMODE((state / "oauth.sqlite3").stat().st_mode) == 0o600
+
+
 def test_a_restart_keeps_the_key_clients_and_refresh_tokens(tmp_path: Path) -> None:
     first = Site("http://127.0.0.1:8123", AppHttp(in_process(tmp_path), HOST))
     client = first.register()

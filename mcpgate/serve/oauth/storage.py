@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import sqlite3
@@ -33,6 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+log = logging.getLogger("mcpgate.oauth.storage")
 
 BUSY_TIMEOUT_S = 10.0
 PURGE_EVERY_S = 600.0
@@ -131,6 +134,8 @@ class SqliteStorage:
     def __init__(self, directory: str) -> None:
         self.path = Path(directory or default_state_dir()) / DB_NAME
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.path.parent.stat().st_mode & 0o077:
+            log.warning("%s is readable by other users: make it private (chmod 700)", self.path.parent)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
@@ -141,8 +146,11 @@ class SqliteStorage:
     # -- connection -------------------------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # the file is never created wider than 0600
-        os.close(fd)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # an older file made wider (by hand, or a umask) is narrowed
+        finally:
+            os.close(fd)
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
