@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.bearer_token and any(name.lower() == "authorization" for name, _ in args.header):
         log.warning("both %s and an Authorization header were given; using %s", TOKEN_ENV, TOKEN_ENV)
     http = HttpClient(HttpOptions.from_settings(args), args.url)
+    if not args.bearer_token:  # a static token is the user's choice: no OAuth sign-in beside it
+        from mcpgate.relay.oauth.session import OAuthSession
+        from mcpgate.relay.oauth.store import TokenStore
+
+        http.auth = OAuthSession(args, TokenStore(args.config_dir or None))
     pump = PumpOptions.from_settings(args)
 
     def transport(sink: Sink) -> EraTransport:

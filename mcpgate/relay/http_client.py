@@ -21,7 +21,7 @@ import os
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast
 
 import gevent
 import requests
@@ -44,6 +44,17 @@ MAX_ROUTES = 16
 POOL_SPARE = 8  # pooled connections beyond one per request in flight: the GET stream, DELETEs
 # Every failure surfaces at once (the retry policy is HttpClient.send's); redirects are not followed.
 NO_RETRIES = urllib3.Retry(total=False, redirect=False)
+MAX_RENEWALS = 3  # a request is sent again at most this often after a 401/403 renewed its token
+
+
+class Authorizer(Protocol):
+    """Where an exchange's Authorization comes from when the relay signs in (relay/oauth/session.py)."""
+
+    def covers(self, url: str) -> bool: ...
+    def authorization(self) -> str | None: ...
+    def accepted(self, sent: str | None) -> None: ...
+    def on_unauthorized(self, www_authenticate: str | None, sent: str | None = None) -> bool: ...
+    def on_forbidden(self, www_authenticate: str | None, sent: str | None = None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,7 @@ class HttpClient:
             self.session.headers["Authorization"] = f"Bearer {options.bearer_token}"
         self._timeout = urllib3.Timeout(connect=options.connect_timeout, read=options.read_timeout)
         self._routes: dict[str, Route] = {}
+        self.auth: Authorizer | None = None  # set when the relay may sign in (cli.py)
 
     @property
     def token_set(self) -> bool:
@@ -148,7 +160,44 @@ class HttpClient:
         tries: int | None = None,
         timeout: tuple[float, float] | None = None,
     ) -> HttpReply:
-        """One HTTP exchange up to the response headers, retried per the policy; the body is not read."""
+        """One HTTP exchange up to the response headers, retried per the policy; the body is not read.
+        When the relay signs in, the token goes along (to the server's own origin only) and a 401 or
+        a 403 insufficient_scope sends the request again once the token is renewed."""
+        auth = self.auth
+        if auth is None or not auth.covers(url):
+            return self._send(method, url, headers, body, replay_safe, tries, timeout)
+        for renewals in range(MAX_RENEWALS + 1):
+            sent = auth.authorization()
+            resp = self._send(
+                method, url, {**headers, "Authorization": sent} if sent else headers, body, replay_safe, tries, timeout
+            )
+            if resp.status_code not in (401, 403):
+                auth.accepted(sent)
+                return resp
+            if renewals == MAX_RENEWALS:
+                break
+            challenge = resp.headers.get("WWW-Authenticate")
+            renew = auth.on_unauthorized if resp.status_code == 401 else auth.on_forbidden
+            try:
+                retry = renew(challenge, sent)
+            except BaseException:
+                resp.close()
+                raise
+            if not retry:
+                break
+            self.done(resp)
+        return resp
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        replay_safe: bool,
+        tries: int | None,
+        timeout: tuple[float, float] | None,
+    ) -> HttpReply:
         tries = self.options.tries if tries is None else tries
         limits = self._timeout if timeout is None else urllib3.Timeout(connect=timeout[0], read=timeout[1])
         for attempt in range(1, tries + 1):
