@@ -298,13 +298,27 @@ def _private_key(source: str) -> PrivateKey:
                 text = f.read(MAX_KEY_BYTES)
         except (OSError, UnicodeDecodeError) as exc:
             raise GrantError(f"the client's private key file cannot be read ({type(exc).__name__})") from None
-    try:
-        key = import_key(json.loads(text) if text.lstrip().startswith("{") else text)
-    except (JoseError, ValueError, TypeError) as exc:
-        raise GrantError(f"the client's private key cannot be read ({type(exc).__name__})") from None
-    if not isinstance(key, (RSAKey, ECKey, OKPKey)) or not key.is_private:
-        raise GrantError("the client's key is not an RSA, EC or OKP private key")
+    key = _imported(text)
+    if key is None or not key.is_private:
+        raise GrantError("the client's key is not an RSA, EC or OKP private key (PEM or JWK)")
     return key
+
+
+def _imported(text: str) -> PrivateKey | None:
+    """The key of a JWK (its kty names the type) or a PEM (tried as each type: never an implicit guess)."""
+    try:
+        if text.startswith("{"):
+            key = import_key(json.loads(text))
+            return key if isinstance(key, (RSAKey, ECKey, OKPKey)) else None
+    except (JoseError, ValueError, TypeError):
+        return None
+    for kind in (RSAKey, ECKey, OKPKey):
+        try:
+            imported: PrivateKey = kind.import_key(text)
+        except (JoseError, ValueError, TypeError):
+            continue
+        return imported
+    return None
 
 
 def _algorithm(key: PrivateKey, supported: Any) -> str:
