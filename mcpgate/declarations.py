@@ -186,6 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         kwargs: dict[str, Any] = {"help": setting.doc + _default_note(setting)}
         if setting.kind == "bool":
             kwargs["action"] = "store_true"
+            if setting.env:  # unset on the command line: the variable (or the default) decides
+                kwargs["default"] = None
         else:
             kwargs["type"] = _argument_type(setting)
             if setting.choices:
@@ -195,7 +197,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         if setting.kind == "list":
             kwargs.update(action="append", default=[])
         elif setting.flag.startswith("-"):
-            kwargs["default"] = setting.default
+            # a flag that also has a variable: absent (None) unless given, so the variable is read
+            kwargs["default"] = None if setting.env else setting.default
         if setting.flag.startswith("-"):
             kwargs["dest"] = setting.name
         parser.add_argument(*names, **kwargs)

@@ -197,6 +197,62 @@ class Settings:
         validate=validators.networks,
         shown_default="127.0.0.0/8,::1",
     )
+    config: str = declare(
+        "",
+        'A JSON file in the format desktop hosts use ({"mcpServers": {"<name>": {"command", "args", "env", '
+        '"cwd", "mcpgate": {per-server settings}}}}): each server is published at /servers/<name>/mcp. '
+        "Empty: MCPGATE_COMMAND alone, at MCPGATE_PATH.",
+    )
+    config_poll: float = declare(
+        2.0,
+        "Seconds between checks of MCPGATE_CONFIG for changes; a changed file adds, replaces and removes "
+        "servers without touching the sessions of unchanged ones. 0: read it only at start.",
+        validate=non_negative,
+    )
+    tools_allow: tuple[str, ...] = declare(
+        (),
+        "Comma-separated tool names the clients may see and call; empty: all. Others vanish from tools/list "
+        "and a call to one is refused.",
+    )
+    tools_deny: tuple[str, ...] = declare(
+        (),
+        "Comma-separated tool names hidden from clients (after MCPGATE_TOOLS_ALLOW): gone from tools/list, "
+        "a call refused with a JSON-RPC error.",
+    )
+    child_cpu_seconds: int = declare(
+        0, "CPU seconds a child may use (RLIMIT_CPU); past it, it is ended. 0: no limit.", validate=non_negative
+    )
+    child_memory_bytes: int = declare(
+        0,
+        "Address space a child may map (RLIMIT_AS), in bytes; a child past it is ended. 0: no limit.",
+        validate=non_negative,
+    )
+    child_open_files: int = declare(
+        0, "Open files a child may hold (RLIMIT_NOFILE). 0: inherited.", validate=non_negative
+    )
+    child_processes: int = declare(
+        0,
+        "Processes a child's process group may hold (itself included); past it, the child is ended. 0: no limit.",
+        validate=non_negative,
+    )
+    child_no_network: bool = declare(
+        False,
+        "true: children run in a private network namespace with no network at all (refused at start where "
+        "the kernel does not allow it unprivileged).",
+    )
+    request_timeout: float = declare(
+        0.0,
+        "Longest a single request may run, in seconds; past it the child is ended through the stop ladder and "
+        "its waiting requests are answered with an error naming the limit. 0: no limit.",
+        validate=non_negative,
+    )
+    metrics: bool = declare(False, "true: serve Prometheus metrics at /metrics.")
+    metrics_token: str = declare(
+        "",
+        "When set, /metrics needs Authorization: Bearer <this token>. Never logged.",
+        validate=validators.token,
+        secret=True,
+    )
     max_sessions: int = declare(
         100, "Most concurrent sessions (each is one child process); past it, 503.", validate=positive
     )
@@ -639,6 +695,7 @@ class RelaySettings:
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RelaySettings:
         """Settings from parsed flags (see add_arguments) and the environment."""
         given = {s.name: getattr(args, s.name) for s in declared(cls) if s.flag}
+        given = {name: value for name, value in given.items() if value is not None}  # unset: env, then default
         given["header"] = tuple(given.get("header") or ())
         return load(cls, environ, **given)
 
