@@ -230,6 +230,7 @@ def test_tokens_from_a_token_answer() -> None:
         record.tokens["refresh_token"] == "r1" and record.tokens["scope"] == "x" and "expires_at" not in record.tokens
     )
     assert record.newer_than(seen) and record.access_valid(now=10**10)  # no expiry given: valid until refused
+    assert not record.rotated("r1") and record.rotated("r0") and not Record(server_url=SERVER).rotated("r1")
     assert "a2" not in repr(record) and "r1" not in repr(record)
 
 

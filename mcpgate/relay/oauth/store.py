@@ -23,12 +23,13 @@ stay on file under their issuer's name. A corrupt file is logged, moved aside (`
 and read as empty: it never stops the relay.
 
 Refresh coordination: a relay remembers the tokens it used (`record.tokens`, a copy); before
-spending the refresh token it takes the lock and asks `record.newer_than(seen)`: when another relay
+spending the refresh token it takes the lock and asks `record.newer_than(seen)` (or, given only the
+refresh token it read, `record.rotated(refresh_token)`): when another relay
 has already refreshed, the stored tokens differ from the ones seen and are used instead of spending
 the old (rotated, dead) refresh token a second time.
 
 Beyond the design's sketch: `Record.server_url`, `bind`, `set_tokens`, `clear_tokens`,
-`access_valid`, `newer_than`; `TokenStore(directory, lock_timeout=...)`; `StoreLocked` when the
+`access_valid`, `newer_than`, `rotated`; `TokenStore(directory, lock_timeout=...)`; `StoreLocked` when the
 lock is not had in time. The file format is `{"format": 1, "server_url", "issuer", "issuers":
 {issuer: {"client", "tokens"}}, "metadata"}` ("" names the issuer of a server without metadata).
 """
@@ -173,6 +174,12 @@ class Record:
         if not self.tokens.get("access_token"):
             return False
         return any(self.tokens.get(name) != seen.get(name) for name in ("access_token", "refresh_token"))
+
+    def rotated(self, refresh_token: str | None) -> bool:
+        """True when the stored refresh token is not the one read earlier: another relay spent that one
+        (use the stored tokens; spending it again would fail, or revoke the family on a strict server)."""
+        stored = self.tokens.get("refresh_token")
+        return bool(stored) and stored != refresh_token
 
     def to_json(self) -> dict[str, Any]:
         issuers = dict(self.others)
