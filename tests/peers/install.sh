@@ -24,6 +24,9 @@ FILESYSTEM_PKG="@modelcontextprotocol/server-filesystem"
 # The TypeScript SDK, whose SSEClientTransport drives the 2024-11-05 HTTP+SSE transport (tests/fixtures/ts_sse_client.cjs).
 SDK_PKG="@modelcontextprotocol/sdk"
 SDK_VERSION="1.32.2"
+# A third-party OAuth client (stdio in, Streamable HTTP out, signs in through $BROWSER): tests/serve/test_oauth_e2e.py.
+REMOTE_PKG="mcp-remote"
+REMOTE_VERSION="0.15.1"
 
 src="${BASH_SOURCE[0]}"
 [[ "$src" == */* ]] && here="${src%/*}" || here=.
@@ -57,7 +60,8 @@ installed_ok() {
         && [[ -x "$node_bin/node" && -x "$conformance" ]] \
         && [[ "$(pkg_version "$EVERYTHING_PKG")" == "$SERVERS_VERSION" ]] \
         && [[ "$(pkg_version "$FILESYSTEM_PKG")" == "$SERVERS_VERSION" ]] \
-        && [[ "$(pkg_version "$SDK_PKG")" == "$SDK_VERSION" ]]
+        && [[ "$(pkg_version "$SDK_PKG")" == "$SDK_VERSION" ]] \
+        && [[ "$(pkg_version "$REMOTE_PKG")" == "$REMOTE_VERSION" && -x "$mods/.bin/mcp-remote" ]]
 }
 
 if ! installed_ok; then
@@ -67,7 +71,7 @@ if ! installed_ok; then
     if ! npm install --prefix "$peers" --no-audit --no-fund --save-exact --loglevel=error \
             "$NODE_PKG@$NODE_MAJOR" "$CONF_PKG@$CONF_VERSION" \
             "$EVERYTHING_PKG@$SERVERS_VERSION" "$FILESYSTEM_PKG@$SERVERS_VERSION" \
-            "$SDK_PKG@$SDK_VERSION" >"$log" 2>&1; then
+            "$SDK_PKG@$SDK_VERSION" "$REMOTE_PKG@$REMOTE_VERSION" >"$log" 2>&1; then
         cat "$log" >&2
         die "npm install of $NODE_PKG@$NODE_MAJOR and $CONF_PKG@$CONF_VERSION into $peers failed (log: $log)"
     fi
