@@ -38,6 +38,7 @@ _LOG_TEXT = 1000  # stderr characters per log line
 _LOG_BODY = 200  # body bytes in DEBUG / WARNING lines
 _KILL_GRACE = 5.0  # wait after SIGKILL; the kernel needs no longer
 _NEWLINE = b"\n"
+WRITE_QUEUE_FULL = "write queue full"  # the close reason of a child whose stdin queue overflowed
 
 
 class ChildProcess:
@@ -153,7 +154,7 @@ class ChildProcess:
         size = len(data) + 1
         if self._queued + size > self.max_write_queue_bytes:
             self._log.warning("child[%s] write queue full (%d bytes unwritten); closing", self.label, self._queued)
-            self.close("write queue full")
+            self.close(WRITE_QUEUE_FULL)
             return False
         if self._log.isEnabledFor(logging.DEBUG):
             self._log_message("->child", jsonrpc.parse(data), data)
