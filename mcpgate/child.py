@@ -24,7 +24,7 @@ from gevent.hub import get_hub
 from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
-from mcpgate.orphans import preexec_die_with_parent
+from mcpgate.limits import ChildLimits, Usage, exit_limit, limit_reason, memory_limit, mentions_memory_failure, preexec
 from mcpgate.pipes import close_quietly, describe_exit, read_chunks
 from mcpgate.spawn import ChildSpawnError, resolve_executable
 
@@ -60,6 +60,7 @@ class ChildProcess:
         label: str = "",
         max_junk_lines: int = 10,
         logger: logging.Logger | None = None,
+        limits: ChildLimits | None = None,
     ) -> None:
         # The limits and timeouts are required: their defaults are declared once, in mcpgate.settings.
         if not argv:
@@ -73,6 +74,12 @@ class ChildProcess:
         self.pid: int | None = None
         self.returncode: int | None = None
         self.exit_reason: str | None = None
+        # Set before on_exit runs: "clean" (exit 0 not asked for), "crash" (another exit not asked for, or ended
+        # for misbehaving), "stopped" (ended on purpose), "limit" (ended for passing one of `limits`).
+        self.end_cause = ""
+        self.limits = limits
+        self.usage = Usage()  # what the watchdog and the stderr reader saw (for putting an exit down to a limit)
+        self._cause: str | None = None  # the cause given to close(); first one wins
         self._proc: Any = None
         self._reason: str | None = None  # the close reason; first one wins
         self._closing = False
@@ -116,7 +123,7 @@ class ChildProcess:
                 close_fds=True,
                 start_new_session=True,
                 bufsize=0,
-                preexec_fn=preexec_die_with_parent(os.getpid()),
+                preexec_fn=preexec(self.limits, os.getpid()),
             )  # unbuffered: we use the fds
         except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
             close_quietly(self._stderr_file)
@@ -154,7 +161,7 @@ class ChildProcess:
         size = len(data) + 1
         if self._queued + size > self.max_write_queue_bytes:
             self._log.warning("child[%s] write queue full (%d bytes unwritten); closing", self.label, self._queued)
-            self.close(WRITE_QUEUE_FULL)
+            self.close(WRITE_QUEUE_FULL, cause="crash")
             return False
         if self._log.isEnabledFor(logging.DEBUG):
             self._log_message("->child", jsonrpc.parse(data), data)
@@ -172,7 +179,8 @@ class ChildProcess:
         except BlockingIOError:
             written = 0
         except OSError as exc:
-            self.close("stdin closed by child" if isinstance(exc, BrokenPipeError) else f"stdin write failed: {exc}")
+            why = "stdin closed by child" if isinstance(exc, BrokenPipeError) else f"stdin write failed: {exc}"
+            self.close(why, cause="crash")
             return False
         if written < size:
             rest = memoryview(data)[written:] if written < len(data) else b""
@@ -181,22 +189,23 @@ class ChildProcess:
             self._ensure_writer()
         return True
 
-    def close(self, reason: str) -> None:
-        """Begin the shutdown ladder in a greenlet; idempotent, never blocks."""
+    def close(self, reason: str, cause: str = "stopped") -> None:
+        """Begin the shutdown ladder in a greenlet; idempotent, never blocks. `cause` becomes end_cause
+        ("stopped" on purpose, "limit" for a limit passed, "crash" for misbehaviour)."""
         if self._closing:
             return
         self._closing = True
-        self._reason = reason
+        self._reason, self._cause = reason, cause
         if self._proc is None:
-            self.exit_reason = reason
+            self.exit_reason, self.end_cause = reason, cause
             self._done.set()
             return
         self._log.info("child[%s] closing pid=%s: %s", self.label, self.pid, reason)
         gevent.spawn(self._shutdown)
 
-    def stop(self, reason: str, timeout: float | None = None) -> bool:
+    def stop(self, reason: str, timeout: float | None = None, cause: str = "stopped") -> bool:
         """close() and wait until finished; True if the child exited and on_exit ran."""
-        self.close(reason)
+        self.close(reason, cause)
         if timeout is None:  # the ladder, the SIGKILL grace, then draining the readers
             timeout = 2 * self.close_timeout + self.term_timeout + _KILL_GRACE
         return self.join(timeout)
@@ -236,8 +245,7 @@ class ChildProcess:
         except BaseException:  # killed (hub shutdown): take the group down with us
             self._signal_group(signal.SIGKILL)
             raise
-        if self._reason is None:
-            self._reason = describe_exit(returncode)
+        reason = self._reason = self._settle_cause(returncode)
         self._closing = True
         self.returncode = returncode
         self._exited.set()
@@ -245,16 +253,28 @@ class ChildProcess:
             self._signal_group(signal.SIGKILL)  # grandchildren left in the group
             self._finish_pipes()
         finally:
-            self.exit_reason = self._reason
-            self._log.info(
-                "child[%s] pid=%s %s (reason: %s)", self.label, self.pid, describe_exit(returncode), self._reason
-            )
+            self.exit_reason = reason
+            self._log.info("child[%s] pid=%s %s (reason: %s)", self.label, self.pid, describe_exit(returncode), reason)
             try:
-                self._on_exit(self._reason)
+                self._on_exit(reason)
             except Exception:  # noqa: BLE001 - a callback's failure must not stop the exit watcher
                 self._log.exception("child[%s] on_exit callback failed", self.label)
             finally:
                 self._done.set()
+
+    def _settle_cause(self, returncode: int) -> str:
+        """Set end_cause and return the reason: a limit explains an exit not asked for (or a crash) when it can."""
+        passed = None
+        if self.limits is not None and self._cause in (None, "crash"):
+            passed = exit_limit(self.limits, returncode, self.usage)
+        if passed is not None:
+            self.end_cause = "limit"
+            return limit_reason(passed)
+        if self._cause is not None:
+            self.end_cause = self._cause
+        else:
+            self.end_cause = "clean" if returncode == 0 else "crash"
+        return self._reason if self._reason is not None else describe_exit(returncode)
 
     def _finish_pipes(self) -> None:
         """Let the readers deliver what was already written, then stop every pipe greenlet."""
@@ -289,9 +309,9 @@ class ChildProcess:
                     buffers.append(_NEWLINE)
                 self._write_all(fd, buffers, hub, watcher)
         except BrokenPipeError:
-            self.close("stdin closed by child")
+            self.close("stdin closed by child", cause="crash")
         except OSError as exc:
-            self.close(f"stdin write failed: {exc}")
+            self.close(f"stdin write failed: {exc}", cause="crash")
         finally:
             watcher.close()
             self._writing = False
@@ -328,7 +348,7 @@ class ChildProcess:
                     deliver(line)
                 self._log.warning("child[%s] line over %d bytes; closing", self.label, self.max_line_bytes)
                 self._discard = True
-                self.close("message too large")
+                self.close("message too large", cause="crash")
                 continue
             for line in lines:
                 deliver(line)
@@ -336,7 +356,7 @@ class ChildProcess:
         if tail is not None:
             deliver(tail)
         if not self._exited.wait(self.close_timeout):
-            self.close("stdout closed by child")
+            self.close("stdout closed by child", cause="crash")
 
     def _deliver(self, line: bytes) -> None:
         if self._discard:
@@ -368,7 +388,7 @@ class ChildProcess:
         self._log.warning("child[%s] non-JSON-RPC stdout line dropped (%s): %r", self.label, why, line[:_LOG_BODY])
         if self._junk > self.max_junk_lines:
             self._discard = True
-            self.close("junk output")
+            self.close("junk output", cause="crash")
 
     def _log_message(self, direction: str, msg: Message, data: bytes) -> None:
         method = getattr(msg, "method", None)
@@ -389,6 +409,10 @@ class ChildProcess:
             self._emit_stderr([pending])
 
     def _emit_stderr(self, lines: list[bytes]) -> None:
+        limits, usage = self.limits, self.usage  # past RLIMIT_AS (an allocation failed): ended, as documented
+        if limits and limits.memory_bytes and not usage.memory_failure and any(map(mentions_memory_failure, lines)):
+            usage.memory_failure = True
+            self.close(limit_reason(memory_limit(limits)), cause="limit")
         if self._stderr_file is not None:
             prefix = f"[{self.label}] ".encode("utf-8", "replace")
             data = b"".join(prefix + line.rstrip(b"\r") + b"\n" for line in lines)
