@@ -18,11 +18,19 @@ from ..core import jsonrpc
 from ..settings import Settings
 from . import auth, legacy_sse, streamable
 from .cors import Cors
+from .fleet import LISTING, SERVER, Fleet
 from .gateway import Gateway
 from .http import HttpRequest, HttpResponse, Refusal, StartResponse
 from .oauth.setup import Authenticator, authenticator
 
 log = logging.getLogger("mcpgate.app")
+
+Handler = Callable[[Gateway, HttpRequest], HttpResponse]
+HANDLERS: dict[str, Handler] = {
+    "mcp": streamable.handle,
+    "sse": legacy_sse.open_stream,
+    "messages": legacy_sse.post_message,
+}
 
 
 def configure_logging(level: str) -> None:
@@ -90,21 +98,18 @@ class Guard:
 
 
 class Endpoint:
-    """WSGI middleware: the guard in front of every path; the MCP endpoint to streamable.handle, the rest to
-    Flask. A Refusal raised anywhere below becomes its HTTP error here, once; CORS headers are added here."""
+    """WSGI middleware: the guard in front of every path; each server's MCP paths (the fleet routes them) to
+    its gateway's handler, GET /servers to the listing, the rest to Flask. A Refusal raised anywhere below
+    becomes its HTTP error here, once; CORS headers are added here."""
 
-    def __init__(
-        self, app: Callable[..., Iterable[bytes]], gateway: Gateway, guard: Guard, path: str, cors: Cors
-    ) -> None:
-        self.app, self.gateway, self.guard, self.cors = app, gateway, guard, cors
-        settings = gateway.settings
-        served = {path: streamable.handle, settings.sse_path: legacy_sse.open_stream}
-        served[settings.messages_path] = legacy_sse.post_message
-        self.handlers = {**served, **{p + "/": handler for p, handler in served.items()}}
+    def __init__(self, app: Callable[..., Iterable[bytes]], fleet: Fleet, guard: Guard, cors: Cors) -> None:
+        self.app, self.fleet, self.guard, self.cors = app, fleet, guard, cors
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        handler = self.handlers.get(environ.get("PATH_INFO", ""))
-        endpoint = handler is not None
+        path = environ.get("PATH_INFO", "")
+        route = self.fleet.route(path)
+        listing = route is None and path in LISTING
+        endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
         if self.cors.enabled:
             start_response = self._with_cors(environ, start_response)
         try:
@@ -119,12 +124,22 @@ class Endpoint:
                 )
             else:
                 self.guard.check(environ, endpoint)
-                if handler is None:
+                if route is not None:
+                    response = self._serve(environ, *route)
+                elif listing:
+                    response = self.fleet.listing(HttpRequest(environ))
+                else:
                     return self.app(environ, start_response)
-                response = handler(self.gateway, HttpRequest(environ))
         except Refusal as refusal:
             response = refusal.response()
         return response(environ, start_response)
+
+    def _serve(self, environ: dict[str, Any], name: str, kind: str) -> HttpResponse:
+        gateway = self.fleet.get(name)
+        if gateway is None:
+            raise self.fleet.unknown(name)
+        environ[SERVER] = name
+        return HANDLERS[kind](gateway, HttpRequest(environ))
 
     def _preflight(self, environ: dict[str, Any]) -> bool:
         return self.cors.enabled and self.cors.is_preflight(
@@ -149,22 +164,18 @@ def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
-    gateway = Gateway(settings)
+    fleet = Fleet(settings)
     guard = Guard(settings, authenticator(settings, app))
-    app.extensions["mcpgate"] = gateway
+    app.extensions["mcpgate.fleet"] = fleet
+    if not fleet.named:
+        app.extensions["mcpgate"] = fleet.items()[0][1]  # MCPGATE_COMMAND's one gateway
+    fleet.watch()
 
     @app.get("/healthz")
     def healthz() -> Response:
-        problem = gateway.command_problem()  # the details are in the log (preflight), not for every caller
-        body: dict[str, Any] = {
-            "status": "unavailable" if problem else "ok",
-            "sessions": len(gateway.sessions),
-            "children": gateway.live_children(),
-        }
-        if problem:
-            body["error"] = "the MCP server command cannot be started; the gateway's log says why"
-        return Response(jsonrpc.encode(body), status=503 if problem else 200, mimetype="application/json")
+        status, body = fleet.health()  # the details are in the log (preflight), not for every caller
+        return Response(jsonrpc.encode(body), status=status, mimetype="application/json")
 
     cors = Cors(settings.cors_origins)
-    app.wsgi_app = Endpoint(app.wsgi_app, gateway, guard, settings.path, cors)  # type: ignore[method-assign]
+    app.wsgi_app = Endpoint(app.wsgi_app, fleet, guard, cors)  # type: ignore[method-assign]
     return app

@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import gevent
 
@@ -22,24 +22,42 @@ from .stream import StreamLimits
 log = logging.getLogger("mcpgate.gateway")
 
 DEMO_COMMAND = [sys.executable, "-m", "mcpgate.demo_server"]
+DEFAULT_NAME = "default"  # the one server of MCPGATE_COMMAND, at MCPGATE_PATH
 
 
 class Gateway:
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+    """One published server. MCPGATE_COMMAND's is named "default"; a named server of MCPGATE_CONFIG is given
+    its command (argv, env on top of the configured one, cwd) and labels its children "<name>/..."."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        name: str = DEFAULT_NAME,
+        argv: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        self.name = name
         self.sessions: SessionRegistry[Session] = SessionRegistry(settings.max_sessions, settings.session_idle_ttl)
-        self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
-        self.env = child_environment(self._configured_env())
+        if argv is not None:
+            self.argv = list(argv)
+        else:
+            self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
+        self.env = child_environment({**self._configured_env(), **(env or {})})
         self.child_spec = ChildSpec(
             argv=tuple(self.argv),
             env=self.env,
-            cwd=settings.cwd or None,
+            cwd=cwd or settings.cwd or None,
             stderr=settings.stderr,
             max_line_bytes=settings.max_message_bytes,
             max_write_queue_bytes=settings.write_queue_bytes,
             close_timeout=settings.close_timeout,
             term_timeout=settings.term_timeout,
+            label_prefix=f"{name}/" if argv is not None else "",
         )
         self.stream_limits = StreamLimits(
             messages=settings.stream_queue,
@@ -74,7 +92,7 @@ class Gateway:
         except BaseException:
             self.sessions.remove(session.id)
             raise
-        log.info("session %s opened (child pid %s)", session.label, session.child.pid)
+        log.info("session %s opened (child pid %s)", session.child.label, session.child.pid)
         self._ensure_reaper()
         return session
 

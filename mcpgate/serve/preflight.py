@@ -8,7 +8,8 @@ from collections.abc import Collection
 
 from ..settings import Settings
 from . import auth
-from .gateway import Gateway
+from .fleet import Fleet
+from .servers import ConfigError
 
 
 def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str | None:
@@ -24,11 +25,23 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
             "who reaches it can run the MCP server",
             ", ".join(exposed),
         )
-    problem = Gateway(settings).command_problem()
-    if problem:
-        log.error(
-            "mcpgate: MCPGATE_COMMAND cannot be started: %s. Every initialize will fail with 502 and "
-            "/healthz answers 503 until it can.",
-            problem,
-        )
+    try:
+        fleet = Fleet(settings)  # MCPGATE_CONFIG read and checked (nothing is spawned)
+    except ConfigError as exc:
+        return str(exc)
+    for name, gateway in fleet.items():
+        problem = gateway.command_problem()
+        if problem and not fleet.named:
+            log.error(
+                "mcpgate: MCPGATE_COMMAND cannot be started: %s. Every initialize will fail with 502 and "
+                "/healthz answers 503 until it can.",
+                problem,
+            )
+        elif problem:
+            log.error(
+                "mcpgate: server %s of MCPGATE_CONFIG cannot be started: %s. Its initializes will fail with 502 "
+                "until it can.",
+                name,
+                problem,
+            )
     return None

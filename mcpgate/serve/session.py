@@ -42,6 +42,7 @@ class ChildSpec:
     max_write_queue_bytes: int
     close_timeout: float
     term_timeout: float
+    label_prefix: str = ""  # a named server's "<name>/": its children's log lines and stderr carry it
 
     def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
         """A ChildProcess for this spec, not started yet."""
@@ -52,7 +53,7 @@ class ChildSpec:
             env=self.env,
             cwd=self.cwd,
             stderr=self.stderr,
-            label=label,
+            label=self.label_prefix + label,
             max_line_bytes=self.max_line_bytes,
             max_write_queue_bytes=self.max_write_queue_bytes,
             close_timeout=self.close_timeout,

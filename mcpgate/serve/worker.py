@@ -15,9 +15,9 @@ first; when one more would pass MCPGATE_IDLE_CONNECTIONS (at most half of the wo
 longest-waiting one is closed. Sockets that send nothing can so never take the slots of requests in progress.
 
 The worker tracks its client connections, and a graceful shutdown (SIGTERM) starts from its signal handling,
-on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT: every session is ended (children go
-down the shutdown ladder), and reading stops on every client connection so idle keep-alive ones close while
-replies still finish.
+on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT: every session of every server is
+ended (children go down the shutdown ladder), and reading stops on every client connection so idle keep-alive
+ones close while replies still finish.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from .http import PEER_GONE
 from .request_headers import RequestHeaders, parse_request_line, resolve_target
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
-    from .gateway import Gateway
+    from .fleet import Fleet
 
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
 READ_BUFFER = io.DEFAULT_BUFFER_SIZE  # as socket.makefile's, which pywsgi uses
@@ -265,10 +265,10 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         self.connections: set[socket.socket] = set()
         self._shutdown: gevent.Greenlet | None = None
 
-    def gateway(self) -> Gateway | None:
+    def fleet(self) -> Fleet | None:
         extensions = getattr(self.wsgi, "extensions", {})  # the Flask app create_app() built
-        gateway: Gateway | None = extensions.get("mcpgate")
-        return gateway
+        fleet: Fleet | None = extensions.get("mcpgate.fleet")
+        return fleet
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM: gunicorn stops accepting; the gateway starts stopping children now, not after the streams
@@ -279,9 +279,9 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
 
     def shut_down(self, timeout: float) -> None:
         self.release_connections()
-        gateway = self.gateway()
-        if gateway is not None:
-            gateway.shutdown(timeout=timeout)
+        fleet = self.fleet()
+        if fleet is not None:
+            fleet.close(timeout=timeout)
 
     def release_connections(self) -> None:
         """Stop reading from every client connection: idle keep-alive ones close, replies still finish."""
@@ -292,13 +292,13 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
                 pass
 
     def run(self) -> None:
-        gateway = self.gateway()
-        settings = gateway.settings if gateway is not None else Settings.from_env()
+        fleet = self.fleet()
+        settings = fleet.settings if fleet is not None else Settings.from_env()
         limits = Limits.of(settings, self.worker_connections)
         self.server_class = functools.partial(Server, connections=self.connections, limits=limits)
         try:
             super().run()
         finally:
-            gateway = self.gateway()
-            if gateway is not None:  # a last chance for children still alive (bounded)
-                gateway.shutdown(timeout=LAST_CHANCE_TIMEOUT)
+            fleet = self.fleet()
+            if fleet is not None:  # a last chance for children still alive (bounded)
+                fleet.close(timeout=LAST_CHANCE_TIMEOUT)

@@ -1,0 +1,223 @@
+"""The published servers of one worker, by name: MCPGATE_COMMAND's one ("default", at MCPGATE_PATH), or every
+stdio server of MCPGATE_CONFIG (at /servers/<name>/...).
+
+Reloading the file (a greenlet polls its mtime, size and inode every MCPGATE_CONFIG_POLL seconds, or
+`reload()`): the new file is read and checked first, and an invalid one is logged and ignored (every server
+goes on). Then a server whose entry changed is replaced (the old gateway is shut down: its sessions end), a
+removed one is shut down, a new one starts, and an unchanged one is not touched: its sessions go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+
+from ..core import jsonrpc
+from ..settings import Settings
+from . import servers
+from .gateway import DEFAULT_NAME, Gateway
+from .http import HttpRequest, HttpResponse, Refusal, json_response
+from .servers import PREFIX, ConfigError, ServerEntry
+
+log = logging.getLogger("mcpgate.fleet")
+
+SERVER = "mcpgate.server"  # the environ key naming the server a request was routed to (metrics read it)
+KINDS = ("mcp", "sse", "messages")  # a server's paths: Streamable HTTP, HTTP+SSE stream, HTTP+SSE messages
+LISTING = (PREFIX, PREFIX + "/")  # GET: the servers and their endpoints
+Stamp = tuple[int, int, int]  # the file's (mtime_ns, size, inode)
+CLOSE_GRACE = 1.0  # seconds beyond the children's stop ladder a closed gateway is waited for
+
+
+@dataclass(frozen=True)
+class ReloadReport:
+    added: tuple[str, ...] = ()
+    replaced: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    error: str | None = None  # the new file was refused: nothing changed
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.replaced or self.removed)
+
+
+class Fleet:
+    """The gateways by name. `named` is False for MCPGATE_COMMAND's single server."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.named = bool(settings.config)
+        self._gateways: dict[str, Gateway] = {}
+        self._entries: dict[str, ServerEntry] = {}
+        self._stamp: Stamp | None = None
+        self._watcher: gevent.Greenlet | None = None
+        self._fixed: dict[str, tuple[str, str]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
+        if not self.named:
+            self._gateways[DEFAULT_NAME] = Gateway(settings, clock)
+            served = {settings.path: "mcp", settings.sse_path: "sse", settings.messages_path: "messages"}
+            self._fixed = {p: (DEFAULT_NAME, kind) for path, kind in served.items() for p in (path, path + "/")}
+            return
+        if settings.command:
+            raise ConfigError(
+                "MCPGATE_CONFIG and MCPGATE_COMMAND are both set: list the command as a server of the file, "
+                "or unset MCPGATE_CONFIG"
+            )
+        self._stamp = stamp(settings.config)
+        config = servers.load(settings.config)
+        for warning in config.skipped:
+            log.warning("%s", warning)
+        for entry in config.servers:
+            self._entries[entry.name] = entry
+            self._gateways[entry.name] = self._gateway(entry)
+
+    def _gateway(self, entry: ServerEntry) -> Gateway:
+        return Gateway(
+            servers.settings_for(self.settings, entry),
+            self.clock,
+            name=entry.name,
+            argv=entry.argv,
+            env=entry.env,
+            cwd=entry.cwd,
+        )
+
+    # -- lookups (cheap: on every request) --
+
+    def get(self, name: str) -> Gateway | None:
+        return self._gateways.get(name)
+
+    def items(self) -> list[tuple[str, Gateway]]:
+        return list(self._gateways.items())
+
+    def names(self) -> list[str]:
+        return list(self._gateways)
+
+    # -- routing --
+
+    def route(self, path: str) -> tuple[str, str] | None:
+        """(server name, kind) of a request path, or None when it is none of the servers' paths. A named
+        server's path is routed whether or not the name is known (`unknown` answers it)."""
+        if not self.named:
+            return self._fixed.get(path)
+        if not path.startswith(PREFIX + "/"):
+            return None
+        name, _, kind = path[len(PREFIX) + 1 :].partition("/")
+        kind = kind[:-1] if kind.endswith("/") else kind
+        return (name, kind) if name and kind in KINDS else None
+
+    def unknown(self, name: str) -> Refusal:
+        """404 for a server name the file does not list, naming those it does."""
+        known = ", ".join(self.names()) or "(none)"
+        shown = repr(name) if servers.NAME.fullmatch(name) else "by that name"
+        return Refusal(
+            404,
+            jsonrpc.INVALID_REQUEST,
+            f"Not Found: no server {shown}; the servers here are: {known}",
+            data={"servers": self.names()},
+        )
+
+    def listing(self, request: HttpRequest) -> HttpResponse:
+        """GET /servers: each server's name, Streamable HTTP endpoint and HTTP+SSE endpoint (absolute paths)."""
+        if request.method not in ("GET", "HEAD"):
+            raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET"})
+        root = request.environ.get("SCRIPT_NAME", "").rstrip("/")
+        listed = [
+            {"name": name, "endpoint": root + gateway.settings.path, "sse": root + gateway.settings.sse_path}
+            for name, gateway in self.items()
+        ]
+        return json_response(jsonrpc.encode({"servers": listed}))
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """/healthz: sessions and children, and whether the commands can be started (503 when none can; with
+        several servers, "degraded" when some cannot). The reasons are in the log, not for every caller."""
+        states = {}
+        for name, gateway in self.items():
+            state = "unavailable" if gateway.command_problem() else "ok"
+            states[name] = {"status": state, "sessions": len(gateway.sessions), "children": gateway.live_children()}
+        broken = [name for name, state in states.items() if state["status"] != "ok"]
+        status = "unavailable" if len(broken) == len(states) else "degraded" if broken else "ok"
+        body: dict[str, Any] = {
+            "status": status,
+            "sessions": sum(state["sessions"] for state in states.values()),
+            "children": sum(state["children"] for state in states.values()),
+        }
+        if self.named:
+            body["servers"] = states
+        if broken:
+            what = "the MCP server command" if not self.named else f"the commands of {', '.join(broken)}"
+            body["error"] = f"{what} cannot be started; the gateway's log says why"
+        return (503 if status == "unavailable" else 200), body
+
+    # -- reload --
+
+    def reload(self) -> ReloadReport:
+        """Read the file again and apply what changed (see the module's docstring)."""
+        if not self.named:
+            return ReloadReport(unchanged=tuple(self._gateways))
+        self._stamp = stamp(self.settings.config)
+        try:
+            config = servers.load(self.settings.config)
+        except ConfigError as exc:
+            log.error("%s; the servers already running go on unchanged", exc)
+            return ReloadReport(unchanged=tuple(self._gateways), error=str(exc))
+        for warning in config.skipped:
+            log.warning("%s", warning)
+        new = {entry.name: entry for entry in config.servers}
+        added = [name for name in new if name not in self._entries]
+        removed = [name for name in self._entries if name not in new]
+        replaced = [name for name in new if name in self._entries and new[name] != self._entries[name]]
+        unchanged = [name for name in new if name in self._entries and new[name] == self._entries[name]]
+        gateways = {name: self._gateways[name] if name in unchanged else self._gateway(new[name]) for name in new}
+        old = [self._gateways[name] for name in (*replaced, *removed)]
+        self._gateways, self._entries = gateways, new  # swapped at once: a request finds the old or the new
+        for name in added:
+            log.info("server %s added at %s", name, servers.paths(name)[0])
+        for name in replaced:
+            log.info("server %s replaced (its entry changed): its sessions end", name)
+        for name in removed:
+            log.info("server %s removed: its sessions end", name)
+        for gateway in old:
+            gevent.spawn(self._close_one, gateway)
+        return ReloadReport(tuple(added), tuple(replaced), tuple(removed), tuple(unchanged))
+
+    def watch(self) -> None:
+        """Poll the file every MCPGATE_CONFIG_POLL seconds (0: never) on a greenlet of its own."""
+        if self.named and self.settings.config_poll > 0 and self._watcher is None:
+            self._watcher = gevent.spawn(self._watch_forever)
+
+    def _watch_forever(self) -> None:
+        while True:
+            gevent.sleep(self.settings.config_poll)
+            try:
+                if stamp(self.settings.config) != self._stamp:
+                    self.reload()
+            except Exception:  # the watcher must outlive any one bad reload
+                log.exception("reloading MCPGATE_CONFIG failed; the servers already running go on unchanged")
+
+    # -- shutdown --
+
+    def _close_one(self, gateway: Gateway) -> None:
+        settings = gateway.settings
+        gateway.shutdown(timeout=settings.close_timeout + settings.term_timeout + CLOSE_GRACE)
+
+    def close(self, timeout: float) -> None:
+        """Shut every server down at once and wait (bounded) for their children."""
+        if self._watcher is not None:
+            self._watcher.kill(block=False)
+        greenlets = [gevent.spawn(gateway.shutdown, timeout) for gateway in self._gateways.values()]
+        gevent.joinall(greenlets, timeout=timeout + CLOSE_GRACE)
+
+
+def stamp(path: str) -> Stamp | None:
+    """What tells a changed file: (mtime_ns, size, inode); None when it cannot be read."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)

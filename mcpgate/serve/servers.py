@@ -1,0 +1,231 @@
+"""MCPGATE_CONFIG: the `mcpServers` file desktop hosts read, loaded and checked into one ServerEntry per stdio
+server.
+
+The format: `{"mcpServers": {"<name>": {"command": str, "args": [str], "env": {str: str}, "cwd": str,
+"mcpgate": {<per-server settings by field name>}}}}`. Other top-level keys (a desktop host keeps its own
+preferences there) are left alone. An entry of another transport (a `url`, or `type` "sse" / "http") is
+reported and skipped, never guessed at; any other unknown key is an error naming it. Each per-server setting is
+checked with its declaration's validator. Every message names the file, the server and the field.
+
+A server's settings are the gateway's own with its overrides on top (`settings_for`), so the modules that read
+`gateway.settings.<field>` never know whether they serve one server or many.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import validators
+from ..declarations import Setting, SettingsError, check, convert, declared
+from ..settings import Settings
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+PREFIX = "/servers"
+MAX_FILE_BYTES = 4 * 1024 * 1024  # a config file larger than this is refused (it is read whole)
+ENTRY_KEYS = ("command", "args", "env", "cwd", "type", "mcpgate")
+OTHER_TRANSPORTS = ("sse", "http", "streamable-http", "streamableHttp", "streamable_http", "ws", "websocket")
+# The settings an entry's "mcpgate" object may set for its server alone.
+PER_SERVER = (
+    "max_sessions",
+    "session_idle_ttl",
+    "pass_env",
+    "stderr",
+    "tools_allow",
+    "tools_deny",
+    "child_cpu_seconds",
+    "child_memory_bytes",
+    "child_open_files",
+    "child_processes",
+    "child_no_network",
+    "request_timeout",
+    "pool_children",
+    "pool_idle_ttl",
+    "oauth_scopes",
+)
+DECLARED: dict[str, Setting] = {s.name: s for s in declared(Settings) if s.name in PER_SERVER}
+
+
+class ConfigError(SettingsError):
+    """The file cannot be served: the message names the file, and the server and field when it is one of them."""
+
+
+@dataclass(frozen=True)
+class ServerEntry:
+    """One stdio server of the file: what its children are started from, and its own settings."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    servers: tuple[ServerEntry, ...]
+    skipped: tuple[str, ...] = ()  # one warning per entry left out (another transport)
+
+    def names(self) -> list[str]:
+        return [entry.name for entry in self.servers]
+
+
+def paths(name: str) -> tuple[str, str, str]:
+    """A server's Streamable HTTP, HTTP+SSE and messages paths."""
+    base = f"{PREFIX}/{name}"
+    return f"{base}/mcp", f"{base}/sse", f"{base}/messages"
+
+
+def settings_for(base: Settings, entry: ServerEntry) -> Settings:
+    """The server's settings: the gateway's, its overrides on top, its own paths."""
+    mcp, sse, messages = paths(entry.name)
+    return dataclasses.replace(base, **entry.overrides, path=mcp, sse_path=sse, messages_path=messages)
+
+
+def load(path: str) -> Config:
+    """The file read and checked (ConfigError)."""
+    source = f"MCPGATE_CONFIG {path}"
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{source}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{source}: not UTF-8 text") from None
+    return parse(text, source)
+
+
+def parse(text: str, source: str = "MCPGATE_CONFIG") -> Config:
+    """A config from the file's text (ConfigError naming `source`)."""
+    try:
+        document = json.loads(text, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{source}: the key {exc.key!r} appears twice in one object") from None
+    except ValueError as exc:
+        raise ConfigError(f"{source}: not valid JSON ({exc})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("mcpServers"), dict):
+        raise ConfigError(f'{source}: must be a JSON object with an "mcpServers" object')
+    entries, skipped = [], []
+    for name, raw in document["mcpServers"].items():
+        where = f"{source}: server {name!r}"
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise ConfigError(
+                f"{where}: a name must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: must be a JSON object")
+        other = _other_transport(raw)
+        if other:
+            skipped.append(f"{where} skipped: {other}; mcpgate publishes stdio servers (command) only")
+            continue
+        entries.append(_entry(name, raw, where))
+    if not entries:
+        raise ConfigError(f"{source}: lists no stdio server (an entry with a command) to publish")
+    return Config(tuple(entries), tuple(skipped))
+
+
+class DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _other_transport(raw: dict[str, Any]) -> str | None:
+    """Why an entry is of another transport than stdio, or None."""
+    if "url" in raw or "serverUrl" in raw:
+        return "it names a url (a remote server)"
+    kind = raw.get("type")
+    if kind in OTHER_TRANSPORTS:
+        return f"its type is {kind!r}"
+    return None
+
+
+def _entry(name: str, raw: dict[str, Any], where: str) -> ServerEntry:
+    unknown = sorted(set(raw) - set(ENTRY_KEYS))
+    if unknown:
+        allowed = ", ".join(ENTRY_KEYS)
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} (allowed: {allowed}, or url)")
+    if raw.get("type", "stdio") != "stdio":
+        raise ConfigError(f'{where}: type must be "stdio" (got {raw["type"]!r})')
+    command = raw.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise ConfigError(f"{where}: command must name the program to run (a non-empty string)")
+    args = raw.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
+        raise ConfigError(f"{where}: args must be a list of strings")
+    env = raw.get("env", {})
+    problem = validators.env_object(env)
+    if problem:
+        raise ConfigError(f"{where}: env {problem}")
+    cwd = raw.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or validators.directory(cwd)):
+        raise ConfigError(f"{where}: cwd must name an existing directory (got {cwd!r})")
+    return ServerEntry(name, (command, *args), dict(env), cwd or None, _overrides(raw.get("mcpgate", {}), where))
+
+
+def _overrides(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: mcpgate must be a JSON object of per-server settings")
+    unknown = sorted(set(raw) - set(PER_SERVER))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown per-server setting(s) {', '.join(f'mcpgate.{key}' for key in unknown)} "
+            f"(allowed: {', '.join(PER_SERVER)})"
+        )
+    return {key: _value(DECLARED[key], value, f"{where}: mcpgate.{key}") for key, value in raw.items()}
+
+
+def _value(setting: Setting, value: Any, where: str) -> Any:
+    """A per-server value typed as its setting declares, then checked by the setting's validator."""
+    typed = _typed(setting, value)
+    if typed is None:
+        raise ConfigError(f"{where} must be {_KINDS[setting.kind]} (got {value!r})")
+    try:
+        check(setting, typed)
+    except SettingsError as exc:
+        raise ConfigError(f"{where} {str(exc).removeprefix(setting.source + ' ')}") from None
+    return typed
+
+
+_KINDS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "list": "a list of strings (or one comma-separated string)",
+}
+
+
+def _typed(setting: Setting, value: Any) -> Any:
+    kind = setting.kind
+    if isinstance(value, bool) or value is None:
+        return value if kind == "bool" else None
+    if kind == "int":
+        return value if isinstance(value, int) else None
+    if kind == "float":
+        return float(value) if isinstance(value, (int, float)) else None
+    if kind == "str":
+        return value if isinstance(value, str) else None
+    if kind == "list":
+        if isinstance(value, str):
+            return convert(setting, value)
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return tuple(item.strip() for item in value if item.strip())
+    return None
