@@ -34,7 +34,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAu
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser, Outcome
 from tests.interop import conformance
-from tests.support import ROOT, Gateway, oidc_issuer
+from tests.support import MODERN, ROOT, Gateway, oidc_issuer
 
 USER, PASSWORD = "ada", "e2e-password"
 UPSTREAM_USER = "alice"  # the issuer fixture signs in alice@example.test
@@ -123,9 +123,9 @@ class SdkUser:
         )
         return OAuthClientProvider(url, metadata, self.storage, self.open_browser, self.wait_for_callback)
 
-    def call_add(self, url: str, expired: bool = False) -> Any:
+    def call_add(self, url: str, expired: bool = False, mode: str = "legacy") -> Any:
         """Connect with OAuth (signing in when the storage holds no token; refreshing first when `expired`)
-        and call the demo's add."""
+        and call the demo's add, in the era `mode` names ("legacy": initialize; MODERN: 2026-07-28)."""
 
         async def main() -> Any:
             provider = self.provider(url)
@@ -135,7 +135,7 @@ class SdkUser:
             with anyio.fail_after(HANG_GUARD):
                 async with (
                     httpx2.AsyncClient(auth=provider, timeout=timeout) as http,
-                    Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+                    Client(streamable_http_client(url, http_client=http), mode=mode) as client,
                 ):
                     result = await client.call_tool("add", {"a": 2, "b": 3})
                     return result.structured_content
@@ -205,9 +205,12 @@ def visited(outcome: Outcome) -> list[str]:
 # -- the SDK client ----------------------------------------------------------------------------------------------
 
 
-def test_the_sdk_client_signs_in_at_the_embedded_server_and_calls_a_tool(embedded: Gateway, person: SdkUser) -> None:
+@pytest.mark.parametrize("era", ["legacy", MODERN])
+def test_the_sdk_client_signs_in_at_the_embedded_server_and_calls_a_tool(
+    embedded: Gateway, person: SdkUser, era: str
+) -> None:
     assert embedded.request("POST", "/mcp", {}).status == 401  # the endpoint is closed without a token
-    assert person.call_add(embedded.url) == {"result": 5}
+    assert person.call_add(embedded.url, mode=era) == {"result": 5}
     [walk] = person.walks
     assert visited(walk) == ["GET /authorize", "POST /authorize", "GET /authorize", "POST /authorize", "GET /callback"]
     claims = person.claims()
@@ -216,9 +219,9 @@ def test_the_sdk_client_signs_in_at_the_embedded_server_and_calls_a_tool(embedde
     # a second connection reuses the token; an expired one is refreshed (rotated): no browser either time
     assert person.storage.tokens is not None
     first = person.storage.tokens
-    assert person.call_add(embedded.url) == {"result": 5}
+    assert person.call_add(embedded.url, mode=era) == {"result": 5}
     assert person.storage.tokens is first
-    assert person.call_add(embedded.url, expired=True) == {"result": 5}
+    assert person.call_add(embedded.url, expired=True, mode=era) == {"result": 5}
     assert person.storage.tokens is not first and len(person.walks) == 1
     assert person.storage.tokens.refresh_token not in (None, first.refresh_token)
     assert person.claims()["sub"] == f"user:{USER}" and person.claims()["jti"] != claims["jti"]
