@@ -23,6 +23,7 @@ import gevent.event
 from .. import __version__
 from ..core import jsonrpc, modern, mrtr, versions, wire
 from ..core.jsonrpc import Id, Notification, Request, Response
+from ..core.tool_filter import ToolFilter
 from .session import ChildSpec
 from .stream import Stream
 
@@ -67,6 +68,7 @@ class Call:
     input_responses: dict[str, Any] | None = None  # answers the request carried ahead (stateless MRTR)
     child: PooledChild | None = None  # where it runs (set by start_call)
     error_code: int | None = None  # the code of the child's error answer, when it was one
+    tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
 
 
 class PooledChild:
@@ -283,7 +285,8 @@ class PooledChild:
         if call is None:
             log.debug("pooled child %s: dropped a late or unknown response", self.label)
             return
-        data = self._spliced(call, message) if not message.is_error else None
+        spliced = not message.is_error and (call.tools is None or not call.tools.may_hide(message.raw))
+        data = self._spliced(call, message) if spliced else None
         if data is not None:
             self._answered(call, data)
             return
@@ -292,6 +295,8 @@ class PooledChild:
         if isinstance(result, dict):
             if mrtr.is_input_required(result):
                 self._on_input_required(self, result)
+            elif call.tools is not None:
+                result = self._without_hidden_tools(call.tools, result)
             result = modern.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=self.server_info)
             obj = {"jsonrpc": "2.0", "id": call.client_id, "result": result}
         else:
@@ -308,6 +313,12 @@ class PooledChild:
             call.held = data  # the retry that resumes the call gets it
             return
         call.stream.deliver(data, done=True)
+
+    def _without_hidden_tools(self, tools: ToolFilter, result: dict[str, Any]) -> dict[str, Any]:
+        shown = tools.result(result)
+        if shown is None:
+            log.warning("pooled child %s: a tools/list result could not be read; passed unchanged", self.label)
+        return result if shown is None else shown
 
     def _spliced(self, call: Call, message: Response) -> bytes | None:
         """A result answered without decoding or encoding it again (a large one was classified from its head and

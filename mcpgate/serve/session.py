@@ -20,6 +20,7 @@ from ..core.cancel import CancelTracker
 from ..core.jsonrpc import Notification, Request, Response
 from ..core.replay import CannotResume, ReplayLog
 from ..core.routing import BUFFER, DROP, PROGRESS, Router
+from ..core.tool_filter import ToolFilter
 from ..core.versions import initialize_version
 from .stream import END as END
 from .stream import Delivery as Delivery
@@ -106,6 +107,8 @@ class Session:
     def on_child_message(self, message: Request | Notification | Response) -> None:
         if (
             isinstance(message, Response)
+        self.tools: ToolFilter | None = None  # the server's tool lists (serve/streamable.py sets it)
+        self._tool_lists: set[jsonrpc.IdKey] = set()  # tools/list requests in flight, while there is a filter
             and self._init_key is not None
             and message.id is not None
             and jsonrpc.id_key(message.id) == self._init_key
@@ -113,6 +116,8 @@ class Session:
             self._init_key = None
             self.version = initialize_version(message.full().get("result"))
         route = self.router.route(message, self._clock())
+        if self._tool_lists and isinstance(message, Response):
+            message = self._without_hidden_tools(message)
         if route.target is DROP:
             log.debug("session %s: dropped a message from the child: %s", self.label, route.reason)
             return
@@ -179,10 +184,30 @@ class Session:
     event_stream: Stream | None = None
 
     def open_event_stream(self) -> Stream | None:
+                if self.tools is not None:
+                    self._track_tool_list(request)
         """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are
         added (add_requests), so every message of the session goes there; None when a GET stream is open."""
         self.event_stream = self.open_get_stream()
+                self._tool_lists.discard(jsonrpc.id_key(request.id))
         return self.event_stream
+
+    def _track_tool_list(self, request: Request) -> None:
+        """Remember which ids in flight are tools/list requests: their responses lose the hidden tools."""
+        if request.method == "tools/list":
+            self._tool_lists.add(jsonrpc.id_key(request.id))
+        else:  # an id reused for another request since
+            self._tool_lists.discard(jsonrpc.id_key(request.id))
+
+    def _without_hidden_tools(self, message: Response) -> Response:
+        if message.id is None or (key := jsonrpc.id_key(message.id)) not in self._tool_lists:
+            return message
+        self._tool_lists.discard(key)
+        shown = self.tools.response(message) if self.tools is not None else message
+        if shown is None:
+            log.warning("session %s: a tools/list result could not be read; passed unchanged", self.label)
+            return message
+        return shown
 
     def open_get_stream(self) -> Stream | None:
         """The session's GET stream, or None when one is already open."""
@@ -267,10 +292,17 @@ class Session:
         if self.ended is not None:
             return
         self.ended = reason
+        self._tool_lists.discard(jsonrpc.id_key(request_id))
         log.info("session %s ended: %s", self.label, reason)
         for request_id, stream in self.router.abandon_all():
             error = jsonrpc.error_response(request_id, jsonrpc.CONNECTION_CLOSED, f"Session ended: {reason}")
             stream.deliver(jsonrpc.encode(error), done=True, force=True)
+    def answer(self, request_id: jsonrpc.Id, response: dict[str, object]) -> None:
+        """Answer a client's request in the child's stead (it was never forwarded); never waits."""
+        route = self.router.route(Response(request_id, response), self._clock())
+        if isinstance(route.target, Stream):
+            route.target.deliver(jsonrpc.encode(response), done=True, force=True)
+
         if self.router.get_stream is not None:
             self.router.get_stream.end()
         self._resumable.clear()

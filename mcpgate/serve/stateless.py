@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from ..core import jsonrpc, modern, versions
 from ..core.jsonrpc import Notification, Request
 from ..core.sse import encode_comment, encode_event
+from ..core.tool_filter import ToolFilter
 from . import auth
 from .gateway import Gateway
 from .http import PEER_GONE, HttpRequest, HttpResponse, Refusal, json_response
@@ -57,6 +58,10 @@ def serve(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
     pool = gw.pool
     request_id = message.id
     principal = auth.principal(request.environ)
+    s = gw.settings
+    tools = ToolFilter.of(s.tools_allow, s.tools_deny) if s.tools_allow or s.tools_deny else None
+    if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check
+        return json_response(jsonrpc.encode(tools.refusal(request_id, hidden)))
     param_headers = pool.param_headers(principal, message) if message.method == "tools/call" else None
     if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
         refuse_on(modern.validate(message, request.header, param_headers=param_headers), request_id)
@@ -65,7 +70,9 @@ def serve(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
         return discover(gw, pool.acquire(principal), message)
     if message.method == "subscriptions/listen":
         return listen(gw, pool.hub(principal), message, peer_gone)
-    return reply(gw, pool, start(pool, principal, message), peer_gone)
+    return reply(
+        gw, pool, start(pool, principal, message, tools if message.method == "tools/list" else None), peer_gone
+    )
 
 
 def refuse_on(failure: modern.Failure | None, request_id: jsonrpc.Id | None) -> None:
@@ -85,8 +92,9 @@ def discover(gw: Gateway, child: PooledChild, message: Request) -> HttpResponse:
     return json_response(jsonrpc.encode({"jsonrpc": "2.0", "id": message.id, "result": result}))
 
 
-def start(pool: Pool, principal: str, message: Request) -> Call:
-    """The call, on its way to a child: a retry resumes the call its requestState names."""
+def start(pool: Pool, principal: str, message: Request, tools: ToolFilter | None = None) -> Call:
+    """The call, on its way to a child: a retry resumes the call its requestState names; `tools` filters a
+    tools/list call's result."""
     params = message.params if isinstance(message.params, dict) else {}
     capabilities = modern.client_capabilities(message)
     stream = Stream(pool.limits, expected=1)
@@ -106,6 +114,7 @@ def start(pool: Pool, principal: str, message: Request) -> Call:
         stream,
         bridged=bridged and child.era is Era.LEGACY,
         input_responses=responses if isinstance(responses, dict) else None,
+        tools=tools,
     )
     if not child.start_call(message, call):
         raise Refusal(502, jsonrpc.INTERNAL_ERROR, "Bad Gateway: the MCP server is not taking requests", message.id)

@@ -18,6 +18,7 @@ from ..core.replay import MAX_ID_CHARS, CannotResume
 from ..core.routing import DuplicateRequestId
 from ..core.sessions import SessionLimitReached
 from ..core.sse import encode_comment, encode_event, encode_priming
+from ..core.tool_filter import ToolFilter
 from ..spawn import ChildSpawnError
 from . import auth, checks, stateless
 from .gateway import Gateway
@@ -136,7 +137,7 @@ def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpRespo
 
 def open_session(gw: Gateway, request: HttpRequest, request_id: jsonrpc.Id | None) -> Session:
     try:
-        return gw.open_session(auth.principal(request.environ))
+        session = gw.open_session(auth.principal(request.environ))
     except SessionLimitReached as exc:
         raise Refusal(
             503, jsonrpc.INTERNAL_ERROR, f"Service Unavailable: {exc}", request_id, headers={"Retry-After": "30"}
@@ -144,6 +145,8 @@ def open_session(gw: Gateway, request: HttpRequest, request_id: jsonrpc.Id | Non
     except ChildSpawnError as exc:
         log.error("cannot start the MCP server: %s", exc)
         raise Refusal(502, jsonrpc.INTERNAL_ERROR, CANNOT_START, request_id) from exc
+    session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
+    return session
 
 
 def exchange(gw: Gateway, session: Session, items: list[Any], new_session: bool = False) -> HttpResponse:
@@ -168,6 +171,8 @@ def exchange(gw: Gateway, session: Session, items: list[Any], new_session: bool 
 
 
 def forward(session: Session, item: Request | Notification | RpcResponse) -> None:
+    if session.tools is not None and isinstance(item, Request) and answered_hidden(session, session.tools, item):
+        return
     if isinstance(item, Notification) and item.method == "notifications/cancelled":
         params = item.params if isinstance(item.params, dict) else {}
         if jsonrpc.is_valid_id(params.get("requestId")):
@@ -178,6 +183,14 @@ def forward(session: Session, item: Request | Notification | RpcResponse) -> Non
             session.label,
             session.ended or "child not accepting input",
         )
+
+
+def answered_hidden(session: Session, tools: ToolFilter, item: Request) -> bool:
+    """A tools/call of a hidden tool is answered here as a server answers an unknown tool, never forwarded."""
+    hidden = tools.hidden_call(item)
+    if hidden is not None:
+        session.answer(item.id, tools.refusal(item.id, hidden))
+    return hidden is not None
 
 
 def reply(

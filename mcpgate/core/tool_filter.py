@@ -1,0 +1,106 @@
+"""Which tools a published server shows its clients: MCPGATE_TOOLS_ALLOW and MCPGATE_TOOLS_DENY.
+
+A hidden tool is one not on a non-empty allow list, or on the deny list. It vanishes from the result of
+every tools/list request, and a tools/call naming it is answered by the gateway exactly as a server
+answers a tool it does not have (-32602 "Unknown tool: <name>"), never forwarded: nothing tells the
+client it exists. With both lists empty there is no filter at all (`ToolFilter.of` is None), so the
+paths that carry messages do nothing new.
+
+Only tools/list results are ever decoded here. Even those are not, when their bytes surely name no
+hidden tool (`may_hide`: a deny list only, and none of its names in the bytes), so a large listing
+passes as it came.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .jsonrpc import INVALID_PARAMS, Id, Request, Response, error_response
+
+LIST = "tools/list"
+CALL = "tools/call"
+# Names made only of these characters have one JSON spelling apart from \u escapes (no short escape
+# stands for any of them), so a byte search finds every occurrence of such a name.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFilter:
+    allow: frozenset[str]  # empty: every tool not denied
+    deny: frozenset[str]
+    _needles: tuple[bytes, ...] | None  # the deny list's names as JSON strings; None: no byte test is sure
+
+    @classmethod
+    def of(cls, allow: tuple[str, ...], deny: tuple[str, ...]) -> ToolFilter | None:
+        """The filter for these lists (one per distinct pair), or None when both are empty."""
+        return _build(tuple(allow), tuple(deny))
+
+    def visible(self, name: str) -> bool:
+        return (not self.allow or name in self.allow) and name not in self.deny
+
+    def hidden_call(self, message: Request) -> str | None:
+        """The tool's name when `message` is a tools/call of a hidden tool, else None (a call that names no
+        tool goes on to the server, which answers it)."""
+        if message.method != CALL or not isinstance(message.params, dict):
+            return None
+        name = message.params.get("name")
+        return name if isinstance(name, str) and not self.visible(name) else None
+
+    @staticmethod
+    def refusal(request_id: Id, name: str) -> dict[str, Any]:
+        """The answer to a call of a hidden tool: what a server says of a tool it does not have."""
+        return error_response(request_id, INVALID_PARAMS, f"Unknown tool: {name}")
+
+    def may_hide(self, raw: bytes | None) -> bool:
+        """False when these bytes of a tools/list response surely name no hidden tool (they pass as they are,
+        undecoded); True when they must be decoded to tell."""
+        if self._needles is None or raw is None or b"\\u" in raw:
+            return True
+        return any(needle in raw for needle in self._needles)
+
+    def result(self, result: object) -> dict[str, Any] | None:
+        """A tools/list result without its hidden tools (the same object when it hides none), or None when it
+        is not a tools/list result (not an object, or its `tools` not a list). Other members, `nextCursor`
+        among them, are kept."""
+        if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+            return None
+        tools: list[Any] = result["tools"]
+        shown = [tool for tool in tools if self._shows(tool)]
+        return result if len(shown) == len(tools) else {**result, "tools": shown}
+
+    def response(self, message: Response) -> Response | None:
+        """A child's response to a tools/list request without the hidden tools: the message itself when it
+        hides none (or is an error), a new one otherwise; None when its result cannot be read as a listing
+        (the caller passes it unchanged, and logs it)."""
+        if message.is_error or not self.may_hide(message.raw):
+            return message
+        try:
+            obj = message.full()
+        except (ValueError, RecursionError):
+            return None
+        result = self.result(obj.get("result"))
+        if result is None:
+            return None
+        if result is obj["result"]:
+            return message
+        return Response(message.id, {**obj, "result": result})
+
+    def _shows(self, tool: object) -> bool:
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if not isinstance(name, str):
+            return not self.allow  # no name: no allowed tool (and none a deny list names)
+        return self.visible(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _build(allow: tuple[str, ...], deny: tuple[str, ...]) -> ToolFilter | None:
+    allowed = frozenset(name for name in allow if name)
+    denied = frozenset(name for name in deny if name)
+    if not allowed and not denied:
+        return None
+    plain = not allowed and all(_PLAIN_NAME.fullmatch(name) for name in denied)
+    needles = tuple(b'"' + name.encode() + b'"' for name in sorted(denied)) if plain else None
+    return ToolFilter(allowed, denied, needles)
