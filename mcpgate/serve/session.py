@@ -98,6 +98,8 @@ class Session:
         self._init_key: jsonrpc.IdKey | None = None
         self._on_end = on_end
         self._clock = clock
+        self.tools: ToolFilter | None = None  # the server's tool lists (serve/streamable.py sets it)
+        self._tool_lists: set[jsonrpc.IdKey] = set()  # tools/list requests in flight, while there is a filter
 
     def start(self) -> None:
         """Start the child (ChildSpawnError when it cannot be executed)."""
@@ -105,10 +107,10 @@ class Session:
 
     # -- from the child -------------------------------------------------------------------------
     def on_child_message(self, message: Request | Notification | Response) -> None:
+        if self._tool_lists and isinstance(message, Response):
+            message = self._without_hidden_tools(message)
         if (
             isinstance(message, Response)
-        self.tools: ToolFilter | None = None  # the server's tool lists (serve/streamable.py sets it)
-        self._tool_lists: set[jsonrpc.IdKey] = set()  # tools/list requests in flight, while there is a filter
             and self._init_key is not None
             and message.id is not None
             and jsonrpc.id_key(message.id) == self._init_key
@@ -116,8 +118,6 @@ class Session:
             self._init_key = None
             self.version = initialize_version(message.full().get("result"))
         route = self.router.route(message, self._clock())
-        if self._tool_lists and isinstance(message, Response):
-            message = self._without_hidden_tools(message)
         if route.target is DROP:
             log.debug("session %s: dropped a message from the child: %s", self.label, route.reason)
             return
@@ -175,22 +175,13 @@ class Session:
                 opened.append(request)
                 if request.method == "initialize":
                     self._init_key = jsonrpc.id_key(request.id)
+                if self.tools is not None:
+                    self._track_tool_list(request)
         except Exception:
             for request in opened:
                 self.router.cancel(request.id, self._clock())
-            raise
-
-    # The 2024-11-05 HTTP+SSE transport's one stream, when the session is one of that transport's.
-    event_stream: Stream | None = None
-
-    def open_event_stream(self) -> Stream | None:
-                if self.tools is not None:
-                    self._track_tool_list(request)
-        """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are
-        added (add_requests), so every message of the session goes there; None when a GET stream is open."""
-        self.event_stream = self.open_get_stream()
                 self._tool_lists.discard(jsonrpc.id_key(request.id))
-        return self.event_stream
+            raise
 
     def _track_tool_list(self, request: Request) -> None:
         """Remember which ids in flight are tools/list requests: their responses lose the hidden tools."""
@@ -208,6 +199,15 @@ class Session:
             log.warning("session %s: a tools/list result could not be read; passed unchanged", self.label)
             return message
         return shown
+
+    # The 2024-11-05 HTTP+SSE transport's one stream, when the session is one of that transport's.
+    event_stream: Stream | None = None
+
+    def open_event_stream(self) -> Stream | None:
+        """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are
+        added (add_requests), so every message of the session goes there; None when a GET stream is open."""
+        self.event_stream = self.open_get_stream()
+        return self.event_stream
 
     def open_get_stream(self) -> Stream | None:
         """The session's GET stream, or None when one is already open."""
@@ -283,26 +283,26 @@ class Session:
     def cancel(self, request_id: jsonrpc.Id) -> None:
         """The client cancelled a request: answer its HTTP request now; drop the child's late reply."""
         stream = self.router.cancel(request_id, self._clock())
+        self._tool_lists.discard(jsonrpc.id_key(request_id))
         if stream is not None:
             error = jsonrpc.error_response(request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled by the client")
             stream.deliver(jsonrpc.encode(error), done=True)
 
-    def end(self, reason: str) -> None:
-        """End the session once: fail every waiting request, close streams, stop the child."""
-        if self.ended is not None:
-            return
-        self.ended = reason
-        self._tool_lists.discard(jsonrpc.id_key(request_id))
-        log.info("session %s ended: %s", self.label, reason)
-        for request_id, stream in self.router.abandon_all():
-            error = jsonrpc.error_response(request_id, jsonrpc.CONNECTION_CLOSED, f"Session ended: {reason}")
-            stream.deliver(jsonrpc.encode(error), done=True, force=True)
     def answer(self, request_id: jsonrpc.Id, response: dict[str, object]) -> None:
         """Answer a client's request in the child's stead (it was never forwarded); never waits."""
         route = self.router.route(Response(request_id, response), self._clock())
         if isinstance(route.target, Stream):
             route.target.deliver(jsonrpc.encode(response), done=True, force=True)
 
+    def end(self, reason: str) -> None:
+        """End the session once: fail every waiting request, close streams, stop the child."""
+        if self.ended is not None:
+            return
+        self.ended = reason
+        log.info("session %s ended: %s", self.label, reason)
+        for request_id, stream in self.router.abandon_all():
+            error = jsonrpc.error_response(request_id, jsonrpc.CONNECTION_CLOSED, f"Session ended: {reason}")
+            stream.deliver(jsonrpc.encode(error), done=True, force=True)
         if self.router.get_stream is not None:
             self.router.get_stream.end()
         self._resumable.clear()
