@@ -26,10 +26,12 @@ from urllib.parse import parse_qsl, urlsplit
 import anyio
 import httpx2
 import pytest
+from flask import Flask, make_response, redirect, request
 from mcp import Client, StdioServerParameters
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from werkzeug.serving import make_server
 
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser, Outcome
@@ -288,3 +290,52 @@ def test_mcp_remote_signs_in_through_its_browser_and_calls_a_tool(embedded: Gate
     assert urlsplit(walk["url"]).path == "/oauth/callback" and urlsplit(walk["url"]).hostname == "localhost", walk
     assert [step[0] for step in walk["trail"]] == ["GET", "POST", "GET", "POST", "GET"], walk
     assert list((tmp_path / "mcp-auth").rglob("*tokens.json")), "mcp-remote stored no tokens"
+
+
+# -- the stand-in browser itself ---------------------------------------------------------------------------------
+
+
+def test_the_stand_in_browser_submits_forms_it_does_not_know_and_visits_only_loopback() -> None:
+    """A page of two unknown forms (the first one's default button wins, hidden fields kept, a Secure cookie sent
+    back over loopback http), an auto-submitting form without a button, then a redirect to the callback."""
+    app = Flask("unknown")
+    callback = Callback()
+
+    @app.get("/start")
+    def start() -> Any:
+        page = make_response(
+            '<form method="post" action="/step"><input type="hidden" name="ticket" value="t1">'
+            '<select name="tier"><option value="a">A<option value="b" selected>B</select>'
+            '<button name="go" value="first">Continue</button><button name="go" value="second">Other</button></form>'
+            '<form action="/elsewhere"><button>Not this one</button></form>'
+        )
+        page.set_cookie("sid", "s1", secure=True, httponly=True, samesite="Lax")
+        return page
+
+    @app.post("/step")
+    def step() -> Any:
+        seen = (
+            request.form.get("ticket"),
+            request.form.get("tier"),
+            request.form.get("go"),
+            request.cookies.get("sid"),
+        )
+        if seen != ("t1", "b", "first", "s1"):
+            return f"unexpected {seen}", 400
+        return f'<form method="post" action="/done"><input type="hidden" name="k" value="{seen[0]}"></form>'
+
+    @app.post("/done")
+    def done() -> Any:
+        return redirect(f"{callback.url}?code=c&state={request.form['k']}")
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        outcome = Browser().visit(f"http://127.0.0.1:{server.server_port}/start")
+        assert outcome.status == 200 and outcome.params == {"code": "c", "state": "t1"}, outcome.describe()
+        assert callback.queries.get(timeout=5) == {"code": "c", "state": "t1"}
+        with pytest.raises(RuntimeError, match="loopback only"):
+            Browser().visit(f"http://127.0.0.1:{server.server_port}/start".replace("127.0.0.1", "example.com"))
+    finally:
+        server.shutdown()
+        callback.close()
