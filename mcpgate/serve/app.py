@@ -16,7 +16,7 @@ from flask import Flask, Response
 
 from ..core import jsonrpc
 from ..settings import Settings
-from . import auth, legacy_sse, streamable
+from . import auth, legacy_sse, metrics, streamable
 from .cors import Cors
 from .fleet import LISTING, SERVER, Fleet
 from .gateway import Gateway
@@ -178,4 +178,7 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     cors = Cors(settings.cors_origins)
     app.wsgi_app = Endpoint(app.wsgi_app, fleet, guard, cors)  # type: ignore[method-assign]
+    if settings.metrics:  # off: no /metrics route and no wrapper on any request
+        observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, fleet.items))
+        app.wsgi_app = observed  # type: ignore[method-assign]
     return app

@@ -15,6 +15,7 @@ from ..child import ChildProcess
 from ..core.sessions import SessionRegistry
 from ..settings import Settings
 from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
+from .metrics import Tally
 from .pool import Pool
 from .session import ChildSpec, Session
 from .stream import StreamLimits
@@ -42,6 +43,7 @@ class Gateway:
         self.settings = settings
         self.clock = clock
         self.name = name
+        self.tally = Tally() if settings.metrics else None  # child exits, drops, write-queue closes for /metrics
         self.sessions: SessionRegistry[Session] = SessionRegistry(settings.max_sessions, settings.session_idle_ttl)
         if argv is not None:
             self.argv = list(argv)
@@ -57,6 +59,7 @@ class Gateway:
             max_write_queue_bytes=settings.write_queue_bytes,
             close_timeout=settings.close_timeout,
             term_timeout=settings.term_timeout,
+            watch=self.tally.child_ended if self.tally else None,
             label_prefix=f"{name}/" if argv is not None else "",
         )
         self.stream_limits = StreamLimits(
@@ -65,6 +68,7 @@ class Gateway:
             stall_timeout=settings.stream_stall_timeout,
             replay_events=settings.replay_events,
             replay_bytes=settings.replay_bytes,
+            on_drop=self.tally.stream_dropped if self.tally else None,
         )
         self.pool = Pool(settings, self.child_spec, self.stream_limits, clock)
         self._reaper: gevent.Greenlet | None = None

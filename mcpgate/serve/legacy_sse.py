@@ -20,7 +20,7 @@ from ..core.routing import DuplicateRequestId
 from ..core.sse import encode_event
 from . import auth, checks, streamable
 from .gateway import Gateway
-from .http import HttpRequest, HttpResponse, Refusal
+from .http import MESSAGE, HttpRequest, HttpResponse, Refusal
 from .session import Session, Stream
 
 log = logging.getLogger("mcpgate.legacy_sse")
@@ -74,7 +74,7 @@ def post_message(gw: Gateway, request: HttpRequest) -> HttpResponse:
         raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "POST"})
     checks.require_json_content(request.header("Content-Type"))
     session, stream = find_session(gw, request)
-    message = jsonrpc.parse(streamable.read_body(request, gw.settings.max_body_bytes))
+    message = request.environ[MESSAGE] = jsonrpc.parse(streamable.read_body(request, gw.settings.max_body_bytes))
     if isinstance(message, Invalid):
         raise Refusal(400, message.code, message.reason, message.id)
     items = streamable.batch_items(session, message)

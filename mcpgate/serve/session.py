@@ -43,14 +43,15 @@ class ChildSpec:
     max_write_queue_bytes: int
     close_timeout: float
     term_timeout: float
+    watch: Callable[[ChildProcess], None] | None = None  # told of each child once it has ended (metrics)
     label_prefix: str = ""  # a named server's "<name>/": its children's log lines and stderr carry it
 
     def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
         """A ChildProcess for this spec, not started yet."""
-        return ChildProcess(
+        child = ChildProcess(
             list(self.argv),
             on_message=on_message,
-            on_exit=on_exit,
+            on_exit=on_exit if self.watch is None else lambda reason: self._ended(child, on_exit, reason),
             env=self.env,
             cwd=self.cwd,
             stderr=self.stderr,
@@ -60,6 +61,14 @@ class ChildSpec:
             close_timeout=self.close_timeout,
             term_timeout=self.term_timeout,
         )
+        return child
+
+    def _ended(self, child: ChildProcess, on_exit: Callable[[str], None], reason: str) -> None:
+        try:
+            on_exit(reason)
+        finally:
+            if self.watch is not None:
+                self.watch(child)
 
 
 class Session:

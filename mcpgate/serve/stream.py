@@ -7,6 +7,7 @@ import enum
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -44,6 +45,7 @@ class StreamLimits:
     stall_timeout: float
     replay_events: int
     replay_bytes: int
+    on_drop: Callable[[], None] | None = None  # told when a stream is ended for not being read (metrics)
 
 
 class Stream:
@@ -103,6 +105,8 @@ class Stream:
             count, size = self.unread
             log.warning("a client stopped reading its stream (%d messages, %d bytes unread); ending it", count, size)
             self.close()
+            if self.limits.on_drop is not None:
+                self.limits.on_drop()
             return False
         self._pending.append(Delivery(data, done))
         self._bytes += len(data)

@@ -22,7 +22,7 @@ from ..core.tool_filter import ToolFilter
 from ..spawn import ChildSpawnError
 from . import auth, checks, stateless
 from .gateway import Gateway
-from .http import HttpRequest, HttpResponse, Refusal, json_response
+from .http import MESSAGE, HttpRequest, HttpResponse, Refusal, json_response
 from .session import END, Delivery, Session, Stream
 
 log = logging.getLogger("mcpgate.http")
@@ -62,7 +62,7 @@ def find_session(gw: Gateway, request: HttpRequest) -> Session:
 def post(gw: Gateway, request: HttpRequest) -> HttpResponse:
     checks.require_post_accept(request.header("Accept"))
     checks.require_json_content(request.header("Content-Type"))
-    message = jsonrpc.parse(read_body(request, gw.settings.max_body_bytes))
+    message = request.environ[MESSAGE] = jsonrpc.parse(read_body(request, gw.settings.max_body_bytes))
     if isinstance(message, Invalid):
         raise Refusal(400, message.code, message.reason, message.id)
     if gw.settings.modern_only and isinstance(message, Request) and message.method == "initialize":

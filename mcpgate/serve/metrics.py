@@ -1,0 +1,323 @@
+"""Prometheus metrics (MCPGATE_METRICS): what the gateway is doing, at /metrics, in the text format.
+
+Off by default, and then nothing here runs: no route, no wrapper, no counter. When on:
+
+- `Observed` wraps the app's Endpoint: per MCP endpoint request it counts the request (server, method,
+  status), its seconds, the bytes read from its body and the bytes of its reply as they are sent (an SSE
+  stream's too, chunk by chunk), and how many SSE replies are open.
+- the gauges (sessions, children per server) and each gateway's `Tally` (child exits by cause, stream
+  drops, write-queue closes: rare events, plain counts) are read when /metrics is scraped.
+
+Labels are bounded: `server` is a configured name, `method` an MCP method the specification defines (else
+"other"; "batch", "response", the HTTP method of a GET/DELETE), `status` the HTTP status. No session ids.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask, Response, request
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..child import WRITE_QUEUE_FULL, ChildProcess
+from ..core import wire
+from ..core.jsonrpc import Batch, Invalid, Notification, Request
+from ..core.jsonrpc import Response as RpcResponse
+from .http import MESSAGE, StartResponse
+
+if TYPE_CHECKING:
+    from .gateway import Gateway
+
+SERVER = "mcpgate.server"  # the environ key naming the server a request was routed to (fleet.SERVER)
+CAUSES = ("clean", "crash", "stopped", "limit")
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# The request and notification methods of the specification's revisions (2024-11-05 to 2026-07-28).
+METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "server/discover",
+        "subscriptions/listen",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "sampling/createMessage",
+        "elicitation/create",
+        "roots/list",
+        "tasks/get",
+        "tasks/result",
+        "tasks/list",
+        "tasks/cancel",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/message",
+        "notifications/roots/list_changed",
+        "notifications/resources/updated",
+        "notifications/resources/list_changed",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/elicitation/complete",
+        "notifications/tasks/status",
+    }
+)
+
+Servers = Callable[[], Iterable[tuple[str, "Gateway"]]]
+
+
+def exit_cause(child: ChildProcess) -> str:
+    """Why a child ended (its end_cause), one of CAUSES."""
+    return child.end_cause if child.end_cause in CAUSES else "crash"
+
+
+class Tally:
+    """One gateway's rare events, counted when metrics are on and read at scrape time."""
+
+    __slots__ = ("exits", "stream_drops", "write_queue_closes")
+
+    def __init__(self) -> None:
+        self.exits: dict[str, int] = dict.fromkeys(CAUSES, 0)
+        self.stream_drops = 0
+        self.write_queue_closes = 0
+
+    def child_ended(self, child: ChildProcess) -> None:
+        cause = exit_cause(child)
+        self.exits[cause] = self.exits.get(cause, 0) + 1
+        if child.exit_reason == WRITE_QUEUE_FULL:
+            self.write_queue_closes += 1
+
+    def stream_dropped(self) -> None:
+        self.stream_drops += 1
+
+
+def method_label(environ: dict[str, Any]) -> str:
+    """The request's bounded method label, from the message its handler parsed (http.MESSAGE)."""
+    message = environ.get(MESSAGE)
+    if isinstance(message, Request | Notification):
+        return message.method if message.method in METHODS else "other"
+    if isinstance(message, Batch):
+        return "batch"
+    if isinstance(message, RpcResponse):
+        return "response"
+    if isinstance(message, Invalid):
+        return "invalid"
+    verb = str(environ.get("REQUEST_METHOD", ""))
+    if verb != "POST":
+        return verb if verb in ("GET", "DELETE", "HEAD", "OPTIONS") else "other"
+    header = environ.get("HTTP_" + wire.METHOD.upper().replace("-", "_"))  # refused before the body was read
+    return header if header in METHODS else "unknown"
+
+
+class ServerCollector(Collector):
+    """Sessions and children per server, and each gateway's Tally, read from the gateways at scrape time."""
+
+    def __init__(self, servers: Servers) -> None:
+        self.servers = servers
+
+    def collect(self) -> Iterator[Metric]:
+        sessions = GaugeMetricFamily("mcpgate_sessions", "Open sessions.", labels=["server"])
+        children = GaugeMetricFamily(
+            "mcpgate_children", "Live child processes (sessions' and pooled).", labels=["server"]
+        )
+        exits = CounterMetricFamily(
+            "mcpgate_child_exits", "Child processes ended, by cause.", labels=["server", "cause"]
+        )
+        drops = CounterMetricFamily(
+            "mcpgate_stream_queue_drops", "Reply streams ended because their client stopped reading.", labels=["server"]
+        )
+        closes = CounterMetricFamily(
+            "mcpgate_write_queue_closes", "Children closed because their stdin queue was full.", labels=["server"]
+        )
+        for name, gateway in self.servers():
+            sessions.add_metric([name], len(gateway.sessions))
+            children.add_metric([name], gateway.live_children())
+            tally = gateway.tally
+            if tally is None:
+                continue
+            for cause, count in tally.exits.items():
+                exits.add_metric([name, cause], count)
+            drops.add_metric([name], tally.stream_drops)
+            closes.add_metric([name], tally.write_queue_closes)
+        yield from (sessions, children, exits, drops, closes)
+
+
+class Metrics:
+    """The app's own registry (never prometheus_client's global one) and its per-request series."""
+
+    def __init__(self, servers: Servers) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "mcpgate_requests", "MCP endpoint requests.", ("server", "method", "status"), registry=r
+        )
+        self.seconds = Histogram(
+            "mcpgate_request_seconds",
+            "Seconds until an MCP endpoint request's reply ended (a stream's: its lifetime).",
+            ("server", "method"),
+            buckets=BUCKETS,
+            registry=r,
+        )
+        self.bytes_in = Counter("mcpgate_bytes_in", "Request body bytes read.", ("server",), registry=r)
+        self.bytes_out = Counter("mcpgate_bytes_out", "Reply body bytes sent, as sent.", ("server",), registry=r)
+        self.sse_open = Gauge("mcpgate_sse_streams_open", "SSE replies open.", ("server",), registry=r)
+        r.register(ServerCollector(servers))
+        self._cache: dict[tuple[str, ...], Any] = {}  # bound label sets (bounded: servers x methods x statuses)
+
+    def series(self, metric: Any, *labels: str) -> Any:
+        key = (str(id(metric)), *labels)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = metric.labels(*labels)
+        return found
+
+    def scrape(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class CountingInput:
+    """wsgi.input, counting the bytes read from it."""
+
+    __slots__ = ("count", "stream")
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.count = stream, 0
+
+    def read(self, *args: Any) -> bytes:
+        data: bytes = self.stream.read(*args)
+        self.count += len(data)
+        return data
+
+    def readline(self, *args: Any) -> bytes:
+        data: bytes = self.stream.readline(*args)
+        self.count += len(data)
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.readline():
+            yield line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+class Observed:
+    """WSGI middleware around the Endpoint: the per-request figures of the MCP endpoint requests (those the
+    Endpoint routed to a server: it names it in environ[SERVER] before calling the handler)."""
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
+        body = environ["wsgi.input"] = CountingInput(environ.get("wsgi.input"))
+        seen: list[Any] = []
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            seen[:] = [status, headers]
+            return start_response(status, headers, exc_info)
+
+        try:
+            result = self.app(environ, start)
+        except BaseException:
+            self._finish(environ, body, "500", started)
+            raise
+        server = environ.get(SERVER)
+        if server is None:
+            return result
+        status = seen[0][:3] if seen else "500"
+        if isinstance(result, list):  # the whole reply is here: count it now
+            self._count(server, environ, body, status, started, sum(map(len, result)))
+            return result
+        sse = bool(seen) and any(k.lower() == "content-type" and v.startswith("text/event-stream") for k, v in seen[1])
+        method = self._count(server, environ, body, status, None, 0)
+        return Counted(result, self.metrics, server, method, started, sse)
+
+    def _count(
+        self, server: str, environ: dict[str, Any], body: CountingInput, status: str, started: float | None, out: int
+    ) -> str:
+        m = self.metrics
+        method = method_label(environ)
+        m.series(m.requests, server, method, status).inc()
+        if body.count:
+            m.series(m.bytes_in, server).inc(body.count)
+        if out:
+            m.series(m.bytes_out, server).inc(out)
+        if started is not None:
+            m.series(m.seconds, server, method).observe(time.perf_counter() - started)
+        return method
+
+    def _finish(self, environ: dict[str, Any], body: CountingInput, status: str, started: float) -> None:
+        server = environ.get(SERVER)
+        if server is not None:
+            self._count(server, environ, body, status, started, 0)
+
+
+class Counted:
+    """A streamed reply: its bytes counted as they go, its seconds (and the SSE gauge) when it closes."""
+
+    __slots__ = ("_closed", "inner", "method", "metrics", "server", "sse", "started")
+
+    def __init__(
+        self, inner: Iterable[bytes], metrics: Metrics, server: str, method: str, started: float, sse: bool
+    ) -> None:
+        self.inner, self.metrics, self.server, self.method, self.started = inner, metrics, server, method, started
+        self.sse, self._closed = sse, False
+        if sse:
+            metrics.series(metrics.sse_open, server).inc()
+
+    def __iter__(self) -> Iterator[bytes]:
+        out = self.metrics.series(self.metrics.bytes_out, self.server)
+        for chunk in self.inner:
+            out.inc(len(chunk))
+            yield chunk
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        m = self.metrics
+        try:
+            close = getattr(self.inner, "close", None)
+            if close is not None:
+                close()
+        finally:
+            m.series(m.seconds, self.server, self.method).observe(time.perf_counter() - self.started)
+            if self.sse:
+                m.series(m.sse_open, self.server).dec()
+
+
+def bearer_ok(header: str | None, token: str) -> bool:
+    """Authorization: Bearer <token>, compared in constant time."""
+    scheme, _, given = (header or "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def install(app: Flask, token: str, servers: Servers) -> Metrics:
+    """The /metrics route on `app` (behind `token` when set); the Metrics the Endpoint's wrapper feeds."""
+    metrics = Metrics(servers)
+
+    @app.get("/metrics")
+    def scrape() -> Response:
+        if token and not bearer_ok(request.headers.get("Authorization"), token):
+            return Response(
+                "Unauthorized: /metrics needs the bearer token (MCPGATE_METRICS_TOKEN)\n",
+                status=401,
+                mimetype="text/plain",
+                headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+            )
+        return Response(metrics.scrape(), content_type=CONTENT_TYPE_PLAIN_0_0_4)
+
+    return metrics
