@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from mcp import types
 
@@ -395,3 +395,33 @@ async def demo_round_trips(client: Any) -> None:
     assert asked.content[0].text == "Hello, Grace"
     sampled = await client.call_tool("sample", {"prompt": "shout this"})
     assert sampled.content[0].text == "SHOUT THIS"
+
+
+# -- MCPGATE_CONFIG files (named servers) --
+
+DEMO_ENTRY = {"command": sys.executable, "args": ["-m", "mcpgate.demo_server"]}  # the bundled demo server
+NAMED_ENTRY = {"command": sys.executable, "args": [str(FIXTURES / "named_server.py")]}  # an SDK-written one
+
+
+def write_config(path: Path, entries: dict[str, Any]) -> str:
+    """An MCPGATE_CONFIG file of these mcpServers entries, renamed into place (a reload never reads half of
+    it); its path."""
+    staged = path.with_name(path.name + ".new")
+    staged.write_text(json.dumps({"mcpServers": entries}))
+    os.replace(staged, path)
+    return str(path)
+
+
+class NamedServer:
+    """Requests to one named server's endpoint by default: `named(gw, name)` passes for a Gateway to the helpers
+    above (open_session, ...), which post to `request`'s default path."""
+
+    def __init__(self, gw: Gateway, name: str) -> None:
+        self.gw, self.path = gw, f"/servers/{name}/mcp"
+
+    def request(self, method: str, path: str | None = None, **kwargs: Any) -> Reply:
+        return self.gw.request(method, path or self.path, **kwargs)
+
+
+def named(gw: Gateway, name: str) -> Gateway:
+    return cast(Gateway, NamedServer(gw, name))

@@ -183,6 +183,7 @@ class Fleet:
         for name in removed:
             log.info("server %s removed: its sessions end", name)
         for gateway in old:
+            gateway.closing = True  # at once: a request that found it before the swap starts nothing new
             gevent.spawn(self._close_one, gateway)
         return ReloadReport(tuple(added), tuple(replaced), tuple(removed), tuple(unchanged))
 
