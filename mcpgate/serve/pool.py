@@ -121,7 +121,7 @@ class Pool:
     def _pick(self, group: Group, bridged: bool, candidate: bool) -> PooledChild | None:
         best: PooledChild | None = None
         for child in group.children:
-            if not child.ready.is_set() or child.ended or child.stopping:
+            if not child.ready.is_set() or child.ended or child.stopping or not child.child.alive:
                 continue
             if child.problem:  # it cannot serve: it goes, counted as a crash (the next request tries anew)
                 group.children.remove(child)
