@@ -112,11 +112,11 @@ def limit_reason(passed: str) -> str:
     return LIMIT_PREFIX + passed
 
 
-def ended_message(reason: str) -> str:
-    """What the child's waiting requests are answered with when the reason is a limit's, else the reason."""
+def ended_message(reason: str, otherwise: str) -> str:
+    """What a child's waiting requests are told of its end: the limit it passed, else `otherwise` + reason."""
     if reason.startswith(LIMIT_PREFIX):
         return f"The MCP server was ended: it passed {reason[len(LIMIT_PREFIX) :]}"
-    return reason
+    return otherwise + reason
 
 
 def mentions_memory_failure(line: bytes) -> bool:

@@ -13,6 +13,7 @@ import gevent
 
 from ..child import ChildProcess
 from ..core.sessions import SessionRegistry
+from ..limits import ChildLimits
 from ..settings import Settings
 from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 from .metrics import Tally
@@ -61,6 +62,7 @@ class Gateway:
             term_timeout=settings.term_timeout,
             watch=self.tally.child_ended if self.tally else None,
             label_prefix=f"{name}/" if argv is not None else "",
+            limits=ChildLimits.of(settings),
         )
         self.stream_limits = StreamLimits(
             messages=settings.stream_queue,

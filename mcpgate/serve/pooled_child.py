@@ -24,6 +24,8 @@ from .. import __version__
 from ..core import jsonrpc, modern, mrtr, versions, wire
 from ..core.jsonrpc import Id, Notification, Request, Response
 from ..core.tool_filter import ToolFilter
+from ..limits import ended_message
+from . import watchdog
 from .session import ChildSpec
 from .stream import Stream
 
@@ -68,6 +70,7 @@ class Call:
     input_responses: dict[str, Any] | None = None  # answers the request carried ahead (stateless MRTR)
     child: PooledChild | None = None  # where it runs (set by start_call)
     error_code: int | None = None  # the code of the child's error answer, when it was one
+    sent: float = field(default_factory=time.monotonic)  # when it was made (MCPGATE_REQUEST_TIMEOUT)
     tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
 
 
@@ -116,6 +119,7 @@ class PooledChild:
     def start(self) -> None:
         """Start the process (ChildSpawnError) and probe its era on a greenlet; `ready` is set after."""
         self.child.start()
+        watchdog.register(self.child, self.oldest_call)
         gevent.spawn(self._probe)
 
     def _probe(self) -> None:
@@ -196,6 +200,10 @@ class PooledChild:
     @property
     def load(self) -> int:
         return len(self.calls)
+
+    def oldest_call(self) -> float | None:
+        """When the oldest call the child works on was made (a parked call waits for its client, not the child)."""
+        return min((call.sent for call in self.calls.values() if not call.parked), default=None)
 
     def request(self, method: str, params: dict[str, Any], on_response: Callable[[dict[str, Any]], None]) -> str | None:
         """Send a gateway-owned request; `on_response` gets its answer. None when the child is gone."""
@@ -381,10 +389,10 @@ class PooledChild:
         for own in list(self._own.values()):
             own(jsonrpc.error_response(None, jsonrpc.CONNECTION_CLOSED, reason))
         self._own.clear()
-        calls = list(self.calls.values())
+        calls, message = list(self.calls.values()), ended_message(reason, "MCP server ended: ")
         for call in calls:
             self.release(call)
-            error = jsonrpc.error_response(call.client_id, jsonrpc.CONNECTION_CLOSED, f"MCP server ended: {reason}")
+            error = jsonrpc.error_response(call.client_id, jsonrpc.CONNECTION_CLOSED, message)
             if not call.parked:
                 call.stream.deliver(jsonrpc.encode(error), done=True, force=True)
         self._on_exit_cb(self, reason)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
+from ..limits import network_problem
 from ..settings import Settings
 from . import auth
 from .fleet import Fleet
@@ -29,6 +30,9 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
         fleet = Fleet(settings)  # MCPGATE_CONFIG read and checked (nothing is spawned)
     except ConfigError as exc:
         return str(exc)
+    no_network = any(gateway.settings.child_no_network for _, gateway in fleet.items())
+    if no_network and (refusal := network_problem()):  # probed once: the worker inherits the answer
+        return refusal
     for name, gateway in fleet.items():
         problem = gateway.command_problem()
         if problem and not fleet.named:

@@ -22,6 +22,8 @@ from ..core.replay import CannotResume, ReplayLog
 from ..core.routing import BUFFER, DROP, PROGRESS, Router
 from ..core.tool_filter import ToolFilter
 from ..core.versions import initialize_version
+from ..limits import ChildLimits, ended_message
+from . import watchdog
 from .stream import END as END
 from .stream import Delivery as Delivery
 from .stream import End as End
@@ -45,6 +47,7 @@ class ChildSpec:
     term_timeout: float
     watch: Callable[[ChildProcess], None] | None = None  # told of each child once it has ended (metrics)
     label_prefix: str = ""  # a named server's "<name>/": its children's log lines and stderr carry it
+    limits: ChildLimits | None = None  # set in each spawned child (mcpgate/limits.py); None: none
 
     def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
         """A ChildProcess for this spec, not started yet."""
@@ -60,6 +63,7 @@ class ChildSpec:
             max_write_queue_bytes=self.max_write_queue_bytes,
             close_timeout=self.close_timeout,
             term_timeout=self.term_timeout,
+            limits=self.limits,
         )
         return child
 
@@ -92,7 +96,7 @@ class Session:
         # What logs show: enough to tell sessions apart, too little to use (the id is a capability).
         self.label = session_id[:8]
         self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=self.label)
-        self.router: Router[Stream] = Router(CancelTracker(ttl=60.0))
+        self.router: Router[Stream] = watchdog.router(child.limits, CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
         self.buffer_bytes = 0
         self._buffer_limit = buffer_bytes
@@ -113,6 +117,7 @@ class Session:
     def start(self) -> None:
         """Start the child (ChildSpawnError when it cannot be executed)."""
         self.child.start()
+        watchdog.watch_session(self.child, self.router)
 
     # -- from the child -------------------------------------------------------------------------
     def on_child_message(self, message: Request | Notification | Response) -> None:
@@ -163,7 +168,7 @@ class Session:
         self.buffer_bytes += len(data)
 
     def on_child_exit(self, reason: str) -> None:
-        self.end(f"MCP server process ended: {reason}")
+        self.end(ended_message(reason, "MCP server process ended: "))
 
     # -- from the client ------------------------------------------------------------------------
     def open_stream(self, requests: Iterable[Request]) -> Stream:
