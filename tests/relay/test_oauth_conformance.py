@@ -21,8 +21,8 @@ from tests.support import FIXTURES
 pytestmark = pytest.mark.npm
 
 PARALLEL = 4
-# 0.1.16: its 22 auth/* scenarios but two extensions: client-credentials-jwt (no setting names a private
-# key yet) and cross-app-access (an enterprise IdP token exchange the relay does not do).
+# 0.1.16: its 22 auth/* scenarios but one extension: cross-app-access (an enterprise IdP token exchange the
+# relay does not do).
 SCENARIOS_0_1_16 = [
     "auth/metadata-default",
     "auth/metadata-var1",
@@ -44,6 +44,7 @@ SCENARIOS_0_1_16 = [
     "auth/offline-access-scope",
     "auth/offline-access-not-supported",
     "auth/client-credentials-basic",  # extension: relay/oauth/grants.py
+    "auth/client-credentials-jwt",  # extension: private_key_jwt (MCPGATE_OAUTH_CLIENT_KEY)
 ]
 # 0.2.0-alpha.12 at --spec-version 2026-07-28 (a stateless server; the host in --modern mode).
 SCENARIOS_2026 = [

@@ -262,10 +262,11 @@ class OAuthSession:
         )
         scope = " ".join(scopes) or None
         timeouts = (self.settings.connect_timeout, DISCOVERY_TIMEOUT)
+        key = self.settings.oauth_client_key or None  # private_key_jwt instead of a secret
         try:
             if self.settings.oauth_client_credentials:
                 token = grants.client_credentials(
-                    discovery.metadata, client, scope, discovery.resource, timeouts=timeouts
+                    discovery.metadata, client, scope, discovery.resource, timeouts=timeouts, private_key=key
                 )
             else:
                 token = grants.device_code(
@@ -276,6 +277,7 @@ class OAuthSession:
                     _print,
                     timeout=self.settings.oauth_timeout,
                     timeouts=timeouts,
+                    private_key=key,
                 )
         except grants.GrantError as exc:
             raise SignInError(str(exc)) from None
