@@ -14,14 +14,17 @@ Labels are bounded: `server` is a configured name, `method` an MCP method the sp
 
 from __future__ import annotations
 
+import bisect
 import hmac
+import itertools
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response, request
-from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..child import WRITE_QUEUE_FULL, ChildProcess
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from .gateway import Gateway
 
 SERVER = "mcpgate.server"  # the environ key naming the server a request was routed to (fleet.SERVER)
+METHOD_HEADER = "HTTP_" + wire.METHOD.upper().replace("-", "_")  # Mcp-Method in a WSGI environ
 CAUSES = ("clean", "crash", "stopped", "limit")
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # The request and notification methods of the specification's revisions (2024-11-05 to 2026-07-28).
@@ -105,9 +109,11 @@ class Tally:
 
 def method_label(environ: dict[str, Any]) -> str:
     """The request's bounded method label, from the message its handler parsed (http.MESSAGE)."""
-    message = environ.get(MESSAGE)
-    if isinstance(message, Request | Notification):
-        return message.method if message.method in METHODS else "other"
+    message: Any = environ.get(MESSAGE)
+    kind = type(message)
+    if kind is Request or kind is Notification:
+        method: str = message.method
+        return method if method in METHODS else "other"
     if isinstance(message, Batch):
         return "batch"
     if isinstance(message, RpcResponse):
@@ -117,17 +123,64 @@ def method_label(environ: dict[str, Any]) -> str:
     verb = str(environ.get("REQUEST_METHOD", ""))
     if verb != "POST":
         return verb if verb in ("GET", "DELETE", "HEAD", "OPTIONS") else "other"
-    header = environ.get("HTTP_" + wire.METHOD.upper().replace("-", "_"))  # refused before the body was read
+    header = environ.get(METHOD_HEADER)  # a request refused before its body was read
     return header if header in METHODS else "unknown"
 
 
-class ServerCollector(Collector):
-    """Sessions and children per server, and each gateway's Tally, read from the gateways at scrape time."""
+class Figures:
+    """The per-request figures as plain numbers: the gateway is one gevent worker (one thread; a greenlet
+    never switches inside these updates), so they need no lock; prometheus_client reads them at scrape time."""
 
-    def __init__(self, servers: Servers) -> None:
-        self.servers = servers
+    def __init__(self) -> None:
+        self.requests: defaultdict[tuple[str, str, str], int] = defaultdict(int)  # (server, method, status)
+        self.seconds: dict[tuple[str, str], list[float]] = {}  # (server, method): per-bucket counts, then the sum
+        self.bytes_in: defaultdict[str, int] = defaultdict(int)
+        self.bytes_out: defaultdict[str, int] = defaultdict(int)
+        self.sse_open: defaultdict[str, int] = defaultdict(int)
+
+    def observe(self, server: str, method: str, seconds: float) -> None:
+        counts = self.seconds.get((server, method))
+        if counts is None:
+            counts = self.seconds[server, method] = [0.0] * (len(BUCKETS) + 2)
+        counts[bisect.bisect_left(BUCKETS, seconds)] += 1  # the first bucket whose bound is >= seconds
+        counts[-1] += seconds
+
+
+class FiguresCollector(Collector):
+    """Every series, at scrape time: the Figures, and the gateways' sessions, children and Tally."""
+
+    def __init__(self, servers: Servers, figures: Figures) -> None:
+        self.servers, self.figures = servers, figures
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._servers()
+
+    def _requests(self) -> Iterator[Metric]:
+        f = self.figures
+        requests = CounterMetricFamily(
+            "mcpgate_requests", "MCP endpoint requests.", labels=["server", "method", "status"]
+        )
+        for key, count in f.requests.items():
+            requests.add_metric(key, count)
+        seconds = HistogramMetricFamily(
+            "mcpgate_request_seconds",
+            "Seconds until an MCP endpoint request's reply ended (a stream's: its lifetime).",
+            labels=["server", "method"],
+        )
+        for (server, method), counts in f.seconds.items():
+            cumulative = list(itertools.accumulate(counts[:-1]))
+            buckets = [(str(bound), n) for bound, n in zip(BUCKETS, cumulative, strict=False)]
+            seconds.add_metric([server, method], [*buckets, ("+Inf", cumulative[-1])], counts[-1])
+        bytes_in = CounterMetricFamily("mcpgate_bytes_in", "Request body bytes read.", labels=["server"])
+        bytes_out = CounterMetricFamily("mcpgate_bytes_out", "Reply body bytes sent, as sent.", labels=["server"])
+        sse_open = GaugeMetricFamily("mcpgate_sse_streams_open", "SSE replies open.", labels=["server"])
+        for family, values in ((bytes_in, f.bytes_in), (bytes_out, f.bytes_out), (sse_open, f.sse_open)):
+            for server, value in values.items():
+                family.add_metric([server], value)
+        yield from (requests, seconds, bytes_in, bytes_out, sse_open)
+
+    def _servers(self) -> Iterator[Metric]:
         sessions = GaugeMetricFamily("mcpgate_sessions", "Open sessions.", labels=["server"])
         children = GaugeMetricFamily(
             "mcpgate_children", "Live child processes (sessions' and pooled).", labels=["server"]
@@ -155,33 +208,12 @@ class ServerCollector(Collector):
 
 
 class Metrics:
-    """The app's own registry (never prometheus_client's global one) and its per-request series."""
+    """The app's own registry (never prometheus_client's global one) over its Figures and gateways."""
 
     def __init__(self, servers: Servers) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "mcpgate_requests", "MCP endpoint requests.", ("server", "method", "status"), registry=r
-        )
-        self.seconds = Histogram(
-            "mcpgate_request_seconds",
-            "Seconds until an MCP endpoint request's reply ended (a stream's: its lifetime).",
-            ("server", "method"),
-            buckets=BUCKETS,
-            registry=r,
-        )
-        self.bytes_in = Counter("mcpgate_bytes_in", "Request body bytes read.", ("server",), registry=r)
-        self.bytes_out = Counter("mcpgate_bytes_out", "Reply body bytes sent, as sent.", ("server",), registry=r)
-        self.sse_open = Gauge("mcpgate_sse_streams_open", "SSE replies open.", ("server",), registry=r)
-        r.register(ServerCollector(servers))
-        self._cache: dict[tuple[str, ...], Any] = {}  # bound label sets (bounded: servers x methods x statuses)
-
-    def series(self, metric: Any, *labels: str) -> Any:
-        key = (str(id(metric)), *labels)
-        found = self._cache.get(key)
-        if found is None:
-            found = self._cache[key] = metric.labels(*labels)
-        return found
+        self.figures = Figures()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(FiguresCollector(servers, self.figures))
 
     def scrape(self) -> bytes:
         return generate_latest(self.registry)
@@ -218,7 +250,7 @@ class Observed:
     Endpoint routed to a server: it names it in environ[SERVER] before calling the handler)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]], metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
+        self.app, self.figures = app, metrics.figures
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
@@ -232,71 +264,64 @@ class Observed:
         try:
             result = self.app(environ, start)
         except BaseException:
-            self._finish(environ, body, "500", started)
+            if (server := environ.get(SERVER)) is not None:
+                self._count(server, environ, body, "500", started)
             raise
         server = environ.get(SERVER)
         if server is None:
             return result
         status = seen[0][:3] if seen else "500"
         if isinstance(result, list):  # the whole reply is here: count it now
-            self._count(server, environ, body, status, started, sum(map(len, result)))
+            self.figures.bytes_out[server] += sum(map(len, result))
+            self._count(server, environ, body, status, started)
             return result
         sse = bool(seen) and any(k.lower() == "content-type" and v.startswith("text/event-stream") for k, v in seen[1])
-        method = self._count(server, environ, body, status, None, 0)
-        return Counted(result, self.metrics, server, method, started, sse)
+        method = self._count(server, environ, body, status, None)
+        return Counted(result, self.figures, server, method, started, sse)
 
     def _count(
-        self, server: str, environ: dict[str, Any], body: CountingInput, status: str, started: float | None, out: int
+        self, server: str, environ: dict[str, Any], body: CountingInput, status: str, started: float | None
     ) -> str:
-        m = self.metrics
-        method = method_label(environ)
-        m.series(m.requests, server, method, status).inc()
+        figures, method = self.figures, method_label(environ)
+        figures.requests[server, method, status] += 1
         if body.count:
-            m.series(m.bytes_in, server).inc(body.count)
-        if out:
-            m.series(m.bytes_out, server).inc(out)
+            figures.bytes_in[server] += body.count
         if started is not None:
-            m.series(m.seconds, server, method).observe(time.perf_counter() - started)
+            figures.observe(server, method, time.perf_counter() - started)
         return method
-
-    def _finish(self, environ: dict[str, Any], body: CountingInput, status: str, started: float) -> None:
-        server = environ.get(SERVER)
-        if server is not None:
-            self._count(server, environ, body, status, started, 0)
 
 
 class Counted:
     """A streamed reply: its bytes counted as they go, its seconds (and the SSE gauge) when it closes."""
 
-    __slots__ = ("_closed", "inner", "method", "metrics", "server", "sse", "started")
+    __slots__ = ("_closed", "figures", "inner", "method", "server", "sse", "started")
 
     def __init__(
-        self, inner: Iterable[bytes], metrics: Metrics, server: str, method: str, started: float, sse: bool
+        self, inner: Iterable[bytes], figures: Figures, server: str, method: str, started: float, sse: bool
     ) -> None:
-        self.inner, self.metrics, self.server, self.method, self.started = inner, metrics, server, method, started
+        self.inner, self.figures, self.server, self.method, self.started = inner, figures, server, method, started
         self.sse, self._closed = sse, False
         if sse:
-            metrics.series(metrics.sse_open, server).inc()
+            figures.sse_open[server] += 1
 
     def __iter__(self) -> Iterator[bytes]:
-        out = self.metrics.series(self.metrics.bytes_out, self.server)
+        counts, server = self.figures.bytes_out, self.server
         for chunk in self.inner:
-            out.inc(len(chunk))
+            counts[server] += len(chunk)
             yield chunk
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        m = self.metrics
         try:
             close = getattr(self.inner, "close", None)
             if close is not None:
                 close()
         finally:
-            m.series(m.seconds, self.server, self.method).observe(time.perf_counter() - self.started)
+            self.figures.observe(self.server, self.method, time.perf_counter() - self.started)
             if self.sse:
-                m.series(m.sse_open, self.server).dec()
+                self.figures.sse_open[self.server] -= 1
 
 
 def bearer_ok(header: str | None, token: str) -> bool:
