@@ -98,7 +98,7 @@ class Gateway:
         except BaseException:
             self.sessions.remove(session.id)
             raise
-        log.info("session %s opened (child pid %s)", session.child.label, session.child.pid)
+        log.info("session %s opened (child pid %s)", session.label, session.child.pid)
         self._ensure_reaper()
         return session
 

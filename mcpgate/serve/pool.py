@@ -142,7 +142,7 @@ class Pool:
         self._numbers += 1
         child = PooledChild(
             self.spec,
-            label=f"pool-{self._numbers}",
+            label=f"{self.spec.label_prefix}pool-{self._numbers}",
             probe_timeout=self.settings.probe_timeout,
             init_timeout=self.settings.pool_wait,
             ttl_ms=self.settings.cache_ttl_ms,

@@ -46,7 +46,7 @@ class ChildSpec:
     close_timeout: float
     term_timeout: float
     watch: Callable[[ChildProcess], None] | None = None  # told of each child once it has ended (metrics)
-    label_prefix: str = ""  # a named server's "<name>/": its children's log lines and stderr carry it
+    label_prefix: str = ""  # a named server's "<name>/": its sessions' and pooled children's labels start with it
     limits: ChildLimits | None = None  # set in each spawned child (mcpgate/limits.py); None: none
 
     def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
@@ -58,7 +58,7 @@ class ChildSpec:
             env=self.env,
             cwd=self.cwd,
             stderr=self.stderr,
-            label=self.label_prefix + label,
+            label=label,
             max_line_bytes=self.max_line_bytes,
             max_write_queue_bytes=self.max_write_queue_bytes,
             close_timeout=self.close_timeout,
@@ -94,7 +94,7 @@ class Session:
         self.id = session_id
         self.owner = owner  # the principal that opened it; only its requests find it
         # What logs show: enough to tell sessions apart, too little to use (the id is a capability).
-        self.label = session_id[:8]
+        self.label = child.label_prefix + session_id[:8]
         self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=self.label)
         self.router: Router[Stream] = watchdog.router(child.limits, CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)

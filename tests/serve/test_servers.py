@@ -27,10 +27,12 @@ from tests.support import (
     call,
     demo_round_trips,
     init_body,
+    modern_body,
     named,
     on_elicit,
     on_sample,
     open_session,
+    post_modern,
     reply_message,
     wait_for,
     write_config,
@@ -223,6 +225,10 @@ def test_child_stderr_and_log_lines_carry_the_server_name(fleet_gateway: Gateway
         assert f"session other/{label} opened" in fleet_gateway.log()
     finally:
         gw.request("DELETE", headers=headers)
+    modern = post_modern(gw, modern_body(1, "tools/call", {"name": "shout", "arguments": {"text": "pooled"}}))
+    assert reply_message(modern)["result"]["content"][0]["text"] == "POOLED", modern
+    assert re.search(r"pooled child other/pool-\d+ started", fleet_gateway.log()), fleet_gateway.log_tail()
+    assert wait_for(lambda: re.search(r"child\[other/pool-\d+\] stderr: named-fixture: pooled", fleet_gateway.log()))
 
 
 def test_the_sse_endpoint_names_the_servers_messages_path(fleet_gateway: Gateway) -> None:
