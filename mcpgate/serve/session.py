@@ -189,22 +189,17 @@ class Session:
                 opened.append(request)
                 if request.method == "initialize":
                     self._init_key = jsonrpc.id_key(request.id)
-                if self.tools is not None:
-                    self._track_tool_list(request)
+                elif self.tools is not None and request.method == "tools/list":  # its result loses the hidden tools
+                    self._tool_lists.add(jsonrpc.id_key(request.id))
         except Exception:
             for request in opened:
                 self.router.cancel(request.id, self._clock())
                 self._tool_lists.discard(jsonrpc.id_key(request.id))
             raise
 
-    def _track_tool_list(self, request: Request) -> None:
-        """Remember which ids in flight are tools/list requests: their responses lose the hidden tools."""
-        if request.method == "tools/list":
-            self._tool_lists.add(jsonrpc.id_key(request.id))
-        else:  # an id reused for another request since
-            self._tool_lists.discard(jsonrpc.id_key(request.id))
-
     def _without_hidden_tools(self, message: Response) -> Response:
+        """The response to a tools/list request in flight, without the hidden tools (its id is forgotten as the
+        router forgets it: answered here, cancelled in `cancel`, so an id used again is never taken for it)."""
         if message.id is None or (key := jsonrpc.id_key(message.id)) not in self._tool_lists:
             return message
         self._tool_lists.discard(key)
