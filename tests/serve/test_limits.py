@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,12 +125,24 @@ def test_limits_are_set_in_the_child_and_never_on_the_gateway(gateway_factory: F
 
 
 def test_cpu_limit_ends_the_child_and_only_its_session(gateway_factory: Factory) -> None:
-    gw = hog(gateway_factory, MCPGATE_CHILD_CPU_SECONDS="1")
+    gw = hog(gateway_factory, MCPGATE_CHILD_CPU_SECONDS="1", MCPGATE_METRICS="true")
     bystander, spinner = open_session(gw), open_session(gw)
     ended_by(tool(gw, spinner, "spin", {}), "MCPGATE_CHILD_CPU_SECONDS (1 s)")
     assert wait_for(lambda: session_gone(gw, spinner))
     bystander_works(gw, bystander)
     assert "killed by signal SIGXCPU (reason: limit: MCPGATE_CHILD_CPU_SECONDS (1 s))" in gw.log()
+    assert exits(gw) == {"limit": 1.0}  # counted once, as a limit
+
+
+def exits(gw: Gateway) -> dict[str, float]:
+    """mcpgate_child_exits_total by cause, from /metrics."""
+    found = {}
+    for line in gw.request("GET", "/metrics").body.decode().splitlines():
+        if line.startswith("mcpgate_child_exits_total{"):
+            labels, value = line.rsplit(" ", 1)
+            if float(value):
+                found[labels.split('cause="')[1].split('"')[0]] = float(value)
+    return found
 
 
 def test_cpu_spread_over_forks_is_counted_for_the_group(gateway_factory: Factory) -> None:
@@ -217,6 +232,51 @@ def sleeper(child_limits: limits.ChildLimits) -> ChildProcess:
     )  # fmt: skip
     child.start()
     return child
+
+
+def wrapper(tmp_path: Path, name: str, body: str) -> str:
+    """A script Gateway runs instead of Python: `body` then Python with gunicorn's arguments ($PY "$@")."""
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\nPY={shlex.quote(sys.executable)}\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.skipif(not shutil.which("setpriv") or os.geteuid() != 0, reason="needs root and setpriv")
+def test_no_network_for_an_unprivileged_gateway(gateway_factory: Factory, tmp_path: Path) -> None:
+    """Not root: the child gets a user namespace too (CLONE_NEWUSER|CLONE_NEWNET), its ids mapped to its own."""
+    unprivileged = wrapper(tmp_path, "unprivileged", 'exec setpriv --reuid=4242 --regid=4242 --clear-groups "$PY" "$@"')
+    system_python = shutil.which("python3", path="/usr/bin:/bin")  # one uid 4242 may run (the venv's may be root's)
+    if system_python is None:
+        pytest.skip("no python3 in /usr/bin or /bin")
+    command = f"{system_python} {FIXTURES / 'hog_server.py'}"
+    gw = gateway_factory({"MCPGATE_COMMAND": command, "MCPGATE_CHILD_NO_NETWORK": "true"}, python=unprivileged)
+    headers = open_session(gw)
+    seen = tool_json(gw, headers, "limits", {})
+    assert seen["uid"] == 4242 and seen["no_new_privs"] == "1"
+    assert seen["netns"] != os.readlink("/proc/self/ns/net")
+    network = tool_json(gw, headers, "network", {"port": gw.port})
+    assert network["interfaces"] == ["lo"] and network["connect"] != "connected", network
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or os.geteuid() != 0, reason="needs root and unshare")
+def test_no_network_is_refused_at_start_where_the_kernel_forbids_it(tmp_path: Path) -> None:
+    """In a user namespace allowed no new network or user namespace, gunicorn refuses to start, saying why."""
+    zeroed = "echo 0 > /proc/sys/user/max_net_namespaces && echo 0 > /proc/sys/user/max_user_namespaces"
+    run = 'exec "$0" "$@"'
+    forbidding = wrapper(tmp_path, "forbid", f'exec unshare -U -r sh -c \'{zeroed} && {run}\' "$PY" "$@"')
+    gw = Gateway({"MCPGATE_COMMAND": HOG, "MCPGATE_CHILD_NO_NETWORK": "true"}, python=forbidding)
+    try:
+        assert gw.proc.wait(60) != 0
+        assert "mcpgate: MCPGATE_CHILD_NO_NETWORK=true, but this kernel does not let mcpgate give a child" in gw.log()
+        assert "No space left on device" in gw.log()  # the kernel's own reason, passed on
+    finally:
+        gw.stop()
+    allowed = Gateway({"MCPGATE_COMMAND": HOG}, python=forbidding)  # the same place without the setting
+    try:
+        allowed.wait_ready()
+    finally:
+        allowed.stop()
 
 
 # -- units --------------------------------------------------------------------------------------------------
