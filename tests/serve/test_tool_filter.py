@@ -38,6 +38,7 @@ ENVS = {
     "deny": {"MCPGATE_TOOLS_DENY": "add"},
     "deny-sse": {"MCPGATE_TOOLS_DENY": "add", "MCPGATE_SSE_AFTER": "0"},  # every reply an SSE stream
     "allow": {"MCPGATE_TOOLS_ALLOW": "echo,slow,add", "MCPGATE_TOOLS_DENY": "add"},
+    "absent": {"MCPGATE_TOOLS_DENY": "no_such_tool"},  # a listing that names it not passes as it came
     "modern": {"MCPGATE_COMMAND": MODERN_CHILD, "MCPGATE_TOOLS_DENY": "where"},
     "modern-sse": {"MCPGATE_COMMAND": MODERN_CHILD, "MCPGATE_TOOLS_DENY": "where", "MCPGATE_SSE_AFTER": "0"},
 }
@@ -74,9 +75,7 @@ def test_a_denied_tool_vanishes_from_tools_list(gateways: Callable[[str], Gatewa
 
 
 @DENY
-def test_a_call_of_a_denied_tool_is_answered_like_an_unknown_one(
-    gateways: Callable[[str], Gateway], kind: str
-) -> None:
+def test_a_call_of_a_denied_tool_is_answered_like_an_unknown_one(gateways: Callable[[str], Gateway], kind: str) -> None:
     gw = gateways(kind)
     headers = open_session(gw)
     hidden = gw.request("POST", body=call("add", {"a": 1, "b": 2}, msg_id=5), headers=headers)
@@ -167,6 +166,18 @@ def test_modern_requests_to_a_bridged_child(gateways: Callable[[str], Gateway], 
     assert hidden.status == unknown.status == 200, (hidden, unknown)
     unknown_tool(reply_message(hidden), "m-2", "add")
     assert json.dumps(reply_message(unknown)).replace("nosuch", "add") == json.dumps(reply_message(hidden))
+
+
+def test_a_deny_list_naming_no_listed_tool_changes_no_listing(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("absent")
+    result = modern_list(gw, "a-1")
+    assert tool_names(result) == DEMO and result["resultType"] == "complete" and "ttlMs" in result
+    headers = open_session(gw)
+    listed = gw.request("POST", body={"jsonrpc": "2.0", "id": "a-2", "method": "tools/list"}, headers=headers)
+    assert tool_names(reply_message(listed)["result"]) == DEMO
+    unknown_tool(
+        reply_message(gw.request("POST", body=call("no_such_tool", {}, 3), headers=headers)), 3, "no_such_tool"
+    )
 
 
 def test_a_retry_naming_a_hidden_tool_is_refused_before_its_state_is_read(
