@@ -20,16 +20,19 @@ from mcp.shared.exceptions import MCPError
 from mcpgate.demo_tools import TOOLS
 from tests.interop import conformance
 from tests.support import (
+    DEMO_ENTRY,
     MODERN_CHILD,
     Gateway,
     call,
     lazy_gateways,
     modern_body,
     modern_headers,
+    named,
     open_session,
     post_modern,
     reply_message,
     reply_messages,
+    write_config,
 )
 
 HANG_GUARD = 60
@@ -203,6 +206,37 @@ def test_modern_requests_to_a_modern_child(gateways: Callable[[str], Gateway], k
     # (-32020) for a tool that exists; a hidden tool is unknown whatever its headers.
     body = modern_body(2, "tools/call", {"name": "where", "arguments": {"query": "q", "region": "eu"}})
     unknown_tool(reply_message(post_modern(gw, body, modern_headers("tools/call", "where"))), 2, "where")
+
+
+# -- named servers: each server's own lists (a server's settings are the global ones with its overrides) --
+
+
+def test_each_named_server_has_its_own_lists(gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
+    entries = {
+        "ro": {**DEMO_ENTRY, "mcpgate": {"tools_deny": ["add", "bytes"]}},
+        "one": {**DEMO_ENTRY, "mcpgate": {"tools_allow": "echo"}},
+        "all": DEMO_ENTRY,
+    }
+    gw = gateway_factory({"MCPGATE_CONFIG": write_config(tmp_path / "servers.json", entries)})
+    shown = {"ro": [n for n in DEMO if n not in ("add", "bytes")], "one": ["echo"], "all": DEMO}
+    for name, expected in shown.items():
+        server = named(gw, name)
+        assert tool_names(modern_list(server, f"{name}-1")) == expected
+        headers = open_session(server)
+        listed = server.request("POST", body={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers)
+        assert tool_names(reply_message(listed)["result"]) == expected
+        added = reply_message(server.request("POST", body=call("add", {"a": 1, "b": 2}, 3), headers=headers))
+        if name == "all":
+            assert "error" not in added, added
+        else:
+            unknown_tool(added, 3, "add")
+
+    async def main() -> None:
+        with anyio.fail_after(HANG_GUARD):
+            async with Client(sse_client(f"{gw.base}/servers/ro/sse"), mode="legacy") as client:
+                assert sorted(tool.name for tool in (await client.list_tools()).tools) == shown["ro"]
+
+    anyio.run(main)
 
 
 # -- the filesystem server published read-only --
