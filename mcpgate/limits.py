@@ -2,7 +2,8 @@
 
 `preexec(limits, parent_pid)` builds the child's preexec_fn in the parent: it asks for SIGKILL when the parent
 dies (mcpgate.orphans), enters a private network namespace when asked (CLONE_NEWNET as root, CLONE_NEWUSER |
-CLONE_NEWNET otherwise: whichever the start-up probe found to work), sets PR_SET_NO_NEW_PRIVS (always), then
+CLONE_NEWNET otherwise: whichever the start-up probe found to work; its own loopback brought up, nothing else
+there), sets PR_SET_NO_NEW_PRIVS (always), then
 RLIMIT_CPU (soft = the limit: SIGXCPU; hard = the limit + 1: SIGKILL), RLIMIT_AS and RLIMIT_NOFILE. Every libc
 function is looked up and every value computed before the fork; the child only makes system calls.
 
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import functools
 import os
 import re
 import resource
 import signal
+import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +32,8 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 PR_SET_NO_NEW_PRIVS = 38
+SIOCSIFFLAGS = 0x8914
+IFF_UP, IFF_LOOPBACK = 0x1, 0x8
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 LIMIT_PREFIX = "limit: "
@@ -255,6 +261,15 @@ def _write_quietly(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+def _loopback_up(ifreq: bytes) -> None:
+    """Bring the new namespace's lo up (it starts down): the child may talk to itself, and to nothing else."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, ifreq)
+    except OSError:
+        pass
+
+
 def preexec(limits: ChildLimits | None, parent_pid: int) -> Callable[[], None]:
     """The preexec_fn of every child: see the module docstring. An OSError it raises reaches the parent
     (gevent's subprocess pickles it), so a child that cannot get its limits is not started."""
@@ -268,6 +283,7 @@ def preexec(limits: ChildLimits | None, parent_pid: int) -> Callable[[], None]:
             raise OSError(errno.EPERM, f"no private network namespace: {found.problem}")
         flags, unshare = found.flags, _libc_unshare()
     maps = _id_maps() if flags & CLONE_NEWUSER else []
+    ifreq = struct.pack("16sH22x", b"lo", IFF_UP | IFF_LOOPBACK)  # struct ifreq: the name, then the flags
     setrlimit = resource.setrlimit
 
     def child_preexec() -> None:  # runs in the forked child before exec: system calls only
@@ -277,6 +293,8 @@ def preexec(limits: ChildLimits | None, parent_pid: int) -> Callable[[], None]:
             raise OSError(code, f"unshare: {os.strerror(code)}")
         for path, data in maps:
             _write_quietly(path, data)
+        if unshare is not None:
+            _loopback_up(ifreq)
         if prctl is not None:
             prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         for which, pair in rlimits:

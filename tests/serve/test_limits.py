@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -27,11 +28,13 @@ from tests.support import (
     call,
     direct_children,
     modern_body,
+    named,
     open_session,
     post_modern,
     reply_message,
     wait_dead,
     wait_for,
+    write_config,
 )
 
 HOG = f"{sys.executable} {FIXTURES / 'hog_server.py'}"
@@ -111,7 +114,8 @@ def test_limits_are_set_in_the_child_and_never_on_the_gateway(gateway_factory: F
     assert seen["no_new_privs"] == "1" and seen["uid"] == os.getuid()
     assert seen["netns"] != os.readlink("/proc/self/ns/net")
     network = tool_json(gw, headers, "network", {"port": gw.port})
-    assert network["interfaces"] == ["lo"] and network["connect"] != "connected", network
+    assert network["interfaces"] == ["lo"] and network["connect"] == "Connection refused", network
+    assert network["loopback"] == "connected"  # its own loopback, up, reaching only itself
     files = tool_json(gw, headers, "open_files", {"n": 100})
     assert files["opened"] < 64 and files["error"], files
 
@@ -234,6 +238,22 @@ def sleeper(child_limits: limits.ChildLimits) -> ChildProcess:
     return child
 
 
+def test_limits_per_named_server(gateway_factory: Factory, tmp_path: Path) -> None:
+    """A server's own limits (MCPGATE_CONFIG's "mcpgate" block) bind its children only."""
+    entry = {"command": sys.executable, "args": [str(FIXTURES / "hog_server.py")]}
+    config = write_config(
+        tmp_path / "mcp.json",
+        {"timed": {**entry, "mcpgate": {"request_timeout": 1, "child_cpu_seconds": 7}}, "free": entry},
+    )
+    gw = gateway_factory({"MCPGATE_CONFIG": config, **FAST_LADDER})
+    timed, free = named(gw, "timed"), named(gw, "free")
+    timed_headers, free_headers = open_session(timed), open_session(free)
+    assert tool_json(timed, timed_headers, "limits", {})["cpu"] == [7, 8]
+    assert tool_json(free, free_headers, "limits", {})["cpu"] == list(resource.getrlimit(resource.RLIMIT_CPU))
+    ended_by(tool(timed, timed_headers, "sleep", {"seconds": 120}), "MCPGATE_REQUEST_TIMEOUT (1 s)")
+    assert tool_json(free, free_headers, "sleep", {"seconds": 2}) == "slept"  # no timeout of its own
+
+
 def wrapper(tmp_path: Path, name: str, body: str) -> str:
     """A script Gateway runs instead of Python: `body` then Python with gunicorn's arguments ($PY "$@")."""
     path = tmp_path / name
@@ -256,7 +276,8 @@ def test_no_network_for_an_unprivileged_gateway(gateway_factory: Factory, tmp_pa
     assert seen["uid"] == 4242 and seen["no_new_privs"] == "1"
     assert seen["netns"] != os.readlink("/proc/self/ns/net")
     network = tool_json(gw, headers, "network", {"port": gw.port})
-    assert network["interfaces"] == ["lo"] and network["connect"] != "connected", network
+    assert network["interfaces"] == ["lo"] and network["connect"] == "Connection refused", network
+    assert network["loopback"] == "connected"  # its own loopback, up, reaching only itself
 
 
 @pytest.mark.skipif(not shutil.which("unshare") or os.geteuid() != 0, reason="needs root and unshare")
