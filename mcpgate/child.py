@@ -245,7 +245,6 @@ class ChildProcess:
         except BaseException:  # killed (hub shutdown): take the group down with us
             self._signal_group(signal.SIGKILL)
             raise
-        reason = self._reason = self._settle_cause(returncode)
         self._closing = True
         self.returncode = returncode
         self._exited.set()
@@ -253,6 +252,8 @@ class ChildProcess:
             self._signal_group(signal.SIGKILL)  # grandchildren left in the group
             self._finish_pipes()
         finally:
+            # settled once its stderr is read: a failed allocation it reported on the way out is seen
+            reason = self._reason = self._settle_cause(returncode)
             self.exit_reason = reason
             self._log.info("child[%s] pid=%s %s (reason: %s)", self.label, self.pid, describe_exit(returncode), reason)
             try:
