@@ -24,7 +24,7 @@ from gevent.hub import get_hub
 from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
-from mcpgate.limits import ChildLimits, Usage, exit_limit, limit_reason, memory_limit, mentions_memory_failure, preexec
+from mcpgate.limits import ChildLimits, Usage, limit_reason, memory_limit, mentions_memory_failure, preexec, settle
 from mcpgate.pipes import close_quietly, describe_exit, read_chunks
 from mcpgate.spawn import ChildSpawnError, resolve_executable
 
@@ -265,16 +265,9 @@ class ChildProcess:
 
     def _settle_cause(self, returncode: int) -> str:
         """Set end_cause and return the reason: a limit explains an exit not asked for (or a crash) when it can."""
-        passed = None
-        if self.limits is not None and self._cause in (None, "crash"):
-            passed = exit_limit(self.limits, returncode, self.usage)
+        self.end_cause, passed = settle(self.limits, self._cause, returncode, self.usage)
         if passed is not None:
-            self.end_cause = "limit"
             return limit_reason(passed)
-        if self._cause is not None:
-            self.end_cause = self._cause
-        else:
-            self.end_cause = "clean" if returncode == 0 else "crash"
         return self._reason if self._reason is not None else describe_exit(returncode)
 
     def _finish_pipes(self) -> None:

@@ -146,6 +146,17 @@ def exit_limit(limits: ChildLimits, returncode: int, usage: Usage, cpu_now: floa
     return None
 
 
+def settle(limits: ChildLimits | None, asked: str | None, returncode: int, usage: Usage) -> tuple[str, str | None]:
+    """A child's end cause, and the limit it passed (or None): a limit explains an exit nobody asked for (or
+    a crash) when it can; else the cause close() was given; else "clean" for 0 and "crash" for the rest."""
+    passed = exit_limit(limits, returncode, usage) if limits is not None and asked in (None, "crash") else None
+    if passed is not None:
+        return "limit", passed
+    if asked is not None:
+        return asked, None
+    return ("clean" if returncode == 0 else "crash"), None
+
+
 # -- in the spawned process ---------------------------------------------------------------------------------
 
 

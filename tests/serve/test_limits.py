@@ -323,6 +323,29 @@ def test_exit_limit(returncode: int, usage: limits.Usage, passed: str | None) ->
     assert limits.exit_limit(LIMITS, returncode, usage) == passed
 
 
+@pytest.mark.parametrize(
+    ("child_limits", "asked", "returncode", "usage", "settled"),
+    [
+        (None, None, 0, limits.Usage(), ("clean", None)),
+        (None, None, 1, limits.Usage(), ("crash", None)),
+        (None, None, -signal.SIGXCPU, limits.Usage(), ("crash", None)),  # no limit set: nobody's limit
+        (None, "stopped", -signal.SIGTERM, limits.Usage(), ("stopped", None)),
+        (LIMITS, "stopped", -signal.SIGXCPU, limits.Usage(), ("stopped", None)),  # asked to go: on purpose
+        (LIMITS, "crash", -signal.SIGXCPU, limits.Usage(), ("limit", "MCPGATE_CHILD_CPU_SECONDS (2 s)")),
+        (LIMITS, "limit", 0, limits.Usage(), ("limit", None)),  # the watchdog's, told by its close reason
+        (LIMITS, None, 0, limits.Usage(memory_failure=True), ("clean", None)),
+    ],
+)
+def test_settle(
+    child_limits: limits.ChildLimits | None,
+    asked: str | None,
+    returncode: int,
+    usage: limits.Usage,
+    settled: tuple[str, str | None],
+) -> None:
+    assert limits.settle(child_limits, asked, returncode, usage) == settled
+
+
 def test_an_exit_by_sigxcpu_without_a_cpu_limit_is_a_crash() -> None:
     none = limits.ChildLimits(0, 1000, 0, 0, False, 0)
     assert limits.exit_limit(none, -signal.SIGXCPU, limits.Usage(cpu=99)) is None
