@@ -68,7 +68,8 @@ class Guard:
             functools.partial(auth.peer_trusted, trusted=auth.networks(settings.trusted_peers))
         )
 
-    def check(self, environ: dict[str, Any], endpoint: bool) -> None:
+    def check(self, environ: dict[str, Any], endpoint: bool, target: Settings | None = None) -> None:
+        """`target`: the settings of the server the request is for (None: GET /servers, or an unknown name)."""
         host = environ.get("HTTP_HOST")
         kind = self.host_kind(host)
         if kind is auth.HostKind.INVALID:  # RFC 9112 3.2 (the worker refuses it first; this for any server)
@@ -94,7 +95,7 @@ class Guard:
                 403, jsonrpc.INVALID_REQUEST, "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)"
             )
         if endpoint and self.authenticator is not None:
-            environ[auth.PRINCIPAL] = self.authenticator.authenticate(environ)
+            environ[auth.PRINCIPAL] = self.authenticator.authenticate(environ, target)
 
 
 class Endpoint:
@@ -108,6 +109,7 @@ class Endpoint:
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         route = self.fleet.route(path)
+        gateway = self.fleet.get(route[0]) if route is not None else None
         listing = route is None and path in LISTING
         endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
         if self.cors.enabled:
@@ -123,9 +125,9 @@ class Endpoint:
                     ),
                 )
             else:
-                self.guard.check(environ, endpoint)
+                self.guard.check(environ, endpoint, gateway.settings if gateway is not None else None)
                 if route is not None:
-                    response = self._serve(environ, *route)
+                    response = self._serve(environ, route, gateway)
                 elif listing:
                     response = self.fleet.listing(HttpRequest(environ))
                 else:
@@ -134,8 +136,8 @@ class Endpoint:
             response = refusal.response()
         return response(environ, start_response)
 
-    def _serve(self, environ: dict[str, Any], name: str, kind: str) -> HttpResponse:
-        gateway = self.fleet.get(name)
+    def _serve(self, environ: dict[str, Any], route: tuple[str, str], gateway: Gateway | None) -> HttpResponse:
+        name, kind = route
         if gateway is None:
             raise self.fleet.unknown(name)
         environ[SERVER] = name
@@ -165,7 +167,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
     fleet = Fleet(settings)
-    guard = Guard(settings, authenticator(settings, app))
+    guard = Guard(settings, authenticator(settings, app, fleet))
     app.extensions["mcpgate.fleet"] = fleet
     if not fleet.named:
         app.extensions["mcpgate"] = fleet.items()[0][1]  # MCPGATE_COMMAND's one gateway

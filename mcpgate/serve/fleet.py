@@ -98,6 +98,14 @@ class Fleet:
     def names(self) -> list[str]:
         return list(self._gateways)
 
+    def settings_of(self, name: str) -> Settings | None:
+        """A published server's settings (its OAuth resource and scopes), or None."""
+        gateway = self._gateways.get(name)
+        return gateway.settings if gateway is not None else None
+
+    def server_settings(self) -> list[Settings]:
+        return [gateway.settings for gateway in self._gateways.values()]
+
     # -- routing --
 
     def route(self, path: str) -> tuple[str, str] | None:

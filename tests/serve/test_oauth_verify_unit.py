@@ -68,7 +68,7 @@ def rejected(check: Any, token: str) -> str:
 def test_a_valid_token_names_its_issuer_subject_scopes_and_client(issuer: str, key: str) -> None:
     token = mint(issuer, {"scope": "mcp extra", "client_id": "c1"}, key=key)
     identity = verifier(issuer).verify(token)
-    assert identity == Identity(issuer, "alice", frozenset({"mcp", "extra"}), "c1")
+    assert identity == Identity(issuer, "alice", frozenset({"mcp", "extra"}), "c1", frozenset({AUD}))
     assert identity.principal == f"{issuer}#alice"
 
 
@@ -204,7 +204,7 @@ def test_an_active_opaque_token_is_cached_by_its_hash(issuer: str) -> None:
     check = introspector(issuer)
     token = mint(issuer, {"client_id": "c2"}, opaque=True)
     before = stats(issuer)["introspect"]
-    assert check.verify(token) == Identity(issuer, "alice", frozenset({"mcp"}), "c2")
+    assert check.verify(token) == Identity(issuer, "alice", frozenset({"mcp"}), "c2", frozenset({AUD}))
     assert check.verify(token).subject == "alice"
     assert stats(issuer)["introspect"] == before + 1
     assert all(token not in key for key in check.cache)
@@ -293,10 +293,11 @@ def refusal(resource_guard: ResourceGuard, authorization: str | None = None, que
 
 
 PRM = "https://gw.example/.well-known/oauth-protected-resource/base/mcp"
+OURS = frozenset({"https://gw.example/base/mcp"})  # the audience of a token for the guard's resource
 
 
 def test_guard_challenges() -> None:
-    alice = Identity("https://as.example", "alice", frozenset({"mcp"}))
+    alice = Identity("https://as.example", "alice", frozenset({"mcp"}), audiences=OURS)
     missing = refusal(guard(alice))
     assert (missing.status, missing.headers["WWW-Authenticate"]) == (
         401,
@@ -323,9 +324,10 @@ def test_guard_challenges() -> None:
 
 
 def test_guard_admits_and_names_the_principal() -> None:
-    alice = Identity("https://as.example", "alice", frozenset({"mcp", "files", "more"}))
+    alice = Identity("https://as.example", "alice", frozenset({"mcp", "files", "more"}), audiences=OURS)
     assert guard(alice).authenticate({"HTTP_AUTHORIZATION": "bearer tok"}) == "https://as.example#alice"
-    assert guard(Identity("i", "s", frozenset()), scopes="").authenticate({"HTTP_AUTHORIZATION": "Bearer t"}) == "i#s"
+    anyone = Identity("i", "s", frozenset(), audiences=OURS)
+    assert guard(anyone, scopes="").authenticate({"HTTP_AUTHORIZATION": "Bearer t"}) == "i#s"
 
 
 def test_guard_metadata() -> None:

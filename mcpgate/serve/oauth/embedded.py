@@ -1,7 +1,8 @@
 """The embedded authorization server (MCPGATE_AUTH_MODE=embedded): the gateway signs its users in and issues
 its own access tokens.
 
-    install(app: Flask, settings: Settings) -> tuple[Verifier, str]   # (the token verifier, the issuer URL)
+    install(app: Flask, settings: Settings, targets=None, any_audience=False)
+        -> tuple[Verifier, str]   # (the token verifier, the issuer URL)
 
 registers on the app:
 
@@ -12,13 +13,16 @@ registers on the app:
     GET  /jwks                                     the public signing key
     /authorize (and the upstream sign-in pages)    signin.blueprint(server, settings)
 
-The verifier accepts the access tokens signed here for MCPGATE_PUBLIC_URL plus MCPGATE_PATH (aud) that nobody
-revoked (their jti, looked up in storage).
+`targets()` names, at request time, the resources tokens may be asked for and the scopes offered (grants.Targets:
+every published server's URL, a reload changes them; default: MCPGATE_PUBLIC_URL plus MCPGATE_PATH and
+MCPGATE_OAUTH_SCOPES). The verifier accepts the access tokens signed here that nobody revoked (their jti, looked
+up in storage) for the resource URL (any_audience: for any, the guard checking each request's own).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,6 +36,7 @@ from flask import Blueprint, Flask, Response, jsonify, request
 from ...declarations import SettingsError
 from ...settings import Settings
 from . import redirects, signin
+from .grants import Targets
 from .identity import Verifier
 from .jwt_verifier import JwtVerifier
 from .keys import ALGORITHM, EmbeddedKeys
@@ -196,27 +201,39 @@ def revoked_check(server: EmbeddedServer) -> Any:
     return check
 
 
-def build(settings: Settings) -> EmbeddedServer:
+def build(
+    settings: Settings,
+    targets: Callable[[], Targets] | None = None,
+) -> EmbeddedServer:
     problem = transport_problem(settings.public_url)
     if problem:
         raise SettingsError(problem)
     storage = SqliteStorage(settings.state_dir)
-    server = EmbeddedServer(settings, storage, EmbeddedKeys(storage))
+    server = EmbeddedServer(settings, storage, EmbeddedKeys(storage), targets)
     server.register_endpoint(Registration(server))
     server.register_endpoint(Revocation(server))
     AuthorizationServerMetadata(metadata(server)).validate()
     return server
 
 
-def install(app: Flask, settings: Settings) -> tuple[Verifier, str]:
+def install(
+    app: Flask,
+    settings: Settings,
+    targets: Callable[[], Targets] | None = None,
+    any_audience: bool = False,
+) -> tuple[Verifier, str]:
     """Register the authorization server's endpoints and pages on `app`; the verifier of its access tokens and
     its issuer URL."""
-    server = build(settings)
+    server = build(settings, targets)
     app.register_blueprint(routes(server))
     app.register_blueprint(signin.blueprint(server, settings))
     app.extensions["mcpgate.oauth"] = server
     verifier = JwtVerifier(
-        server.issuer, server.resource_url, server.keys, algorithms=(ALGORITHM,), extra_check=revoked_check(server)
+        server.issuer,
+        None if any_audience else settings.resource_url,
+        server.keys,
+        algorithms=(ALGORITHM,),
+        extra_check=revoked_check(server),
     )
     log.info("embedded authorization server %s (state in %s)", server.issuer, settings.state_dir or "the default")
     return verifier, server.issuer

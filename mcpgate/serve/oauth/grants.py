@@ -3,8 +3,11 @@ with rotation.
 
 - PKCE is required of every client, S256 only: a request without code_challenge, or with the method plain or
   none named, is refused at the authorization endpoint (to the client's redirect URI).
-- `resource` (RFC 8707), when sent to either endpoint, must be the gateway's resource URL (invalid_target); the
-  token's aud is that URL either way.
+- `resource` (RFC 8707), when sent to either endpoint, must be one of the published servers' resource URLs
+  (Targets.resources, asked at each request; compared as canonical_resource: scheme and host in any case, a
+  trailing slash or not) and the token's aud is that server's URL as published; a request naming none gets
+  the only server's (Targets.default), else invalid_target. A grant is bound to its resource: the code's
+  exchange, and every refresh of its family, stay with it (a refresh naming none keeps it).
 - A code is spent by its first exchange; a second exchange is refused and revokes the tokens the first one
   produced (storage.claim_code).
 - Each refresh spends its refresh token and issues a new one in the same family; a spent one presented again
@@ -15,11 +18,14 @@ from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from authlib.oauth2.rfc6749 import InvalidGrantError, InvalidRequestError, OAuth2Error, OAuth2Request, grants
 from authlib.oauth2.rfc7636 import CodeChallenge
 
+from ...settings import Settings
+from .identity import canonical_resource
 from .models import AUTH_METHODS, AuthorizationCode, Client, RefreshToken, User
 from .storage import CodeRecord
 
@@ -36,14 +42,79 @@ class InvalidTargetError(OAuth2Error):  # type: ignore[misc]
     error = "invalid_target"
 
 
-def check_resource(request: OAuth2Request, resource_url: str) -> str:
-    """The resource the request names (RFC 8707), which must be ours; the resource URL when it names none."""
+@dataclass(frozen=True)
+class Targets:
+    """What tokens may be asked for now (a reload of MCPGATE_CONFIG changes it): the resources, the one a request
+    naming none gets (None: it must name one), the scopes offered."""
+
+    resources: tuple[str, ...]
+    default: str | None
+    scopes: tuple[str, ...]
+
+    @classmethod
+    def single(cls, settings: Settings) -> Targets:
+        return cls((settings.resource_url,), settings.resource_url, tuple(settings.oauth_scopes))
+
+
+def check_resource(request: OAuth2Request, targets: Targets, bound: str | None = None) -> str:
+    """The resource the request is for (RFC 8707), as published: the one it names, which must be published
+    (and the grant's own when the grant is `bound` to one); else the grant's, else the default one."""
     values = request.payload.datalist.get("resource", [])
     if len(values) > 1:
-        raise InvalidTargetError(description="one resource only: this server issues tokens for one resource")
-    if values and values[0] != resource_url:
-        raise InvalidTargetError(description=f"unknown resource: tokens here are for {resource_url}")
-    return resource_url
+        raise InvalidTargetError(description="one resource only: a token here is for one MCP server")
+    known = {canonical_resource(resource): resource for resource in targets.resources}
+    if bound is not None and canonical_resource(bound) not in known:
+        raise InvalidTargetError(description="the MCP server this grant is for is no longer published here")
+    if not values:
+        resource = bound or targets.default
+        if resource is None:
+            raise InvalidTargetError(description="name the MCP server the token is for: resource=<its endpoint URL>")
+        return resource
+    resource = known.get(canonical_resource(values[0]))
+    if resource is None:
+        only = f"tokens here are for {targets.default}" if len(known) == 1 else "name one of this gateway's endpoints"
+        raise InvalidTargetError(description=f"unknown resource: {only}")
+    if bound is not None and canonical_resource(bound) != canonical_resource(resource):
+        raise InvalidTargetError(description="this grant is for another resource")
+    return known[canonical_resource(bound)] if bound is not None else resource
+
+
+def new_family(resource: str) -> str:
+    """A token family's id (made with its code): random, then the resource its grant is for (a URL holds no
+    space), so every refresh of the family, which carries only its id, keeps that audience."""
+    return f"{secrets.token_urlsafe(16)} {resource}"
+
+
+def family_resource(family: str) -> str | None:
+    """The resource a family is bound to; None for one made before families named it."""
+    return family.partition(" ")[2] or None
+
+
+class ResourceBound:
+    """A grant whose tokens' aud is its resource (the `resource` attribute its validation sets)."""
+
+    resource: str
+    server: EmbeddedServer
+    request: OAuth2Request
+    GRANT_TYPE: str
+
+    def generate_token(
+        self,
+        user: User | None = None,
+        scope: str | None = None,
+        grant_type: str | None = None,
+        expires_in: int | None = None,
+        include_refresh_token: bool = True,
+    ) -> dict[str, Any]:
+        token: dict[str, Any] = self.server.tokens_for(self.resource)(
+            grant_type=grant_type or self.GRANT_TYPE,
+            client=self.request.client,
+            user=user,
+            scope=scope,
+            expires_in=expires_in,
+            include_refresh_token=include_refresh_token,
+        )
+        return token
 
 
 class S256Only(CodeChallenge):  # type: ignore[misc]
@@ -61,14 +132,14 @@ class S256Only(CodeChallenge):  # type: ignore[misc]
         super().validate_code_challenge(grant, redirect_uri)
 
 
-class AuthorizationCodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
+class AuthorizationCodeGrant(ResourceBound, grants.AuthorizationCodeGrant):  # type: ignore[misc]
     TOKEN_ENDPOINT_AUTH_METHODS = list(AUTH_METHODS)  # noqa: RUF012 - Authlib's class attribute
     server: EmbeddedServer
 
     def validate_authorization_request(self) -> str:
         redirect_uri: str = super().validate_authorization_request()
         try:
-            check_resource(self.request, self.server.resource_url)
+            self.resource = check_resource(self.request, self.server.targets())
         except OAuth2Error as error:
             error.redirect_uri = redirect_uri
             raise
@@ -79,16 +150,17 @@ class AuthorizationCodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[mis
 
     def save_authorization_code(self, code: str, request: OAuth2Request) -> None:
         data = request.payload.data
+        resource = check_resource(request, self.server.targets())
         record = CodeRecord(
             client_id=request.client.get_client_id(),
             redirect_uri=str(request.payload.redirect_uri or ""),
             scope=str(request.scope or ""),
             subject=request.user.get_user_id(),
-            resource=self.server.resource_url,
+            resource=resource,
             challenge=str(data.get("code_challenge")),
             challenge_method=str(data.get("code_challenge_method")),
             expires_at=time.time() + CODE_TTL_S,
-            family=secrets.token_urlsafe(16),
+            family=new_family(resource),
         )
         self.server.storage.add_code(code, record)
 
@@ -100,7 +172,8 @@ class AuthorizationCodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[mis
 
     def validate_token_request(self) -> None:
         super().validate_token_request()  # then PKCE (the after_validate_token_request hook)
-        check_resource(self.request, self.server.resource_url)
+        code: AuthorizationCode = self.request.authorization_code
+        self.resource = check_resource(self.request, self.server.targets(), code.record.resource)
 
     def delete_authorization_code(self, authorization_code: AuthorizationCode) -> None:
         pass  # spent when claimed; kept (used) until it expires so a reuse is recognised
@@ -109,7 +182,7 @@ class AuthorizationCodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[mis
         return User(authorization_code.record.subject)
 
 
-class RefreshTokenGrant(grants.RefreshTokenGrant):  # type: ignore[misc]
+class RefreshTokenGrant(ResourceBound, grants.RefreshTokenGrant):  # type: ignore[misc]
     TOKEN_ENDPOINT_AUTH_METHODS = list(AUTH_METHODS)  # noqa: RUF012 - Authlib's class attribute
     INCLUDE_NEW_REFRESH_TOKEN = True
     server: EmbeddedServer
@@ -124,7 +197,8 @@ class RefreshTokenGrant(grants.RefreshTokenGrant):  # type: ignore[misc]
 
     def validate_token_request(self) -> None:
         super().validate_token_request()
-        check_resource(self.request, self.server.resource_url)
+        refresh: RefreshToken = self.request.refresh_token
+        self.resource = check_resource(self.request, self.server.targets(), family_resource(refresh.record.family))
 
     def create_token_response(self) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
         # spend it now, atomically: of two concurrent refreshes one wins, the other revokes the family

@@ -4,22 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 
 @dataclass(frozen=True)
 class Identity:
-    """A verified caller: the issuer that vouched for it, the subject it names, the scopes it was granted."""
+    """A verified caller: the issuer that vouched for it, the subject it names, the scopes it was granted, and
+    the audiences its token names (canonical_resource of each: the guard checks the request's own resource)."""
 
     issuer: str
     subject: str
     scopes: frozenset[str]
     client_id: str | None = None
+    audiences: frozenset[str] = frozenset()
 
     @property
     def principal(self) -> str:
         """The owner of what the caller creates (sessions, pooled children): issuer and subject together, so
         two issuers' subjects never meet."""
         return f"{self.issuer}#{self.subject}"
+
+
+def canonical_resource(uri: str) -> str:
+    """A resource URI (or audience) as compared: scheme and host lowercased, no trailing slash (RFC 3986 6.2.2;
+    MCP 2026-07-28: servers SHOULD accept an uppercase scheme or host). Not a URL: as it is."""
+    parts = urlsplit(uri)
+    if not parts.scheme or not parts.netloc:
+        return uri
+    path = parts.path[:-1] if parts.path.endswith("/") else parts.path
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, parts.fragment))
 
 
 class TokenRejected(Exception):

@@ -28,6 +28,7 @@ from .jwt_verifier import (
     audiences,
     identity_of,
     jwt_header,
+    names_audience,
 )
 
 CACHE_TTL = 60.0
@@ -39,13 +40,14 @@ def fingerprint(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def introspection_problem(answer: Any, issuer: str, audience: str, now: float) -> str | None:
-    """Why an introspection answer does not admit the token here, or None. Pure."""
+def introspection_problem(answer: Any, issuer: str, audience: str | None, now: float) -> str | None:
+    """Why an introspection answer does not admit the token here, or None. Pure. `audience` None: any (the
+    guard checks the request's own), but one is needed."""
     if not isinstance(answer, dict) or answer.get("active") is not True:
         return "the token is not active"
     if issuer and answer.get("iss", issuer) != issuer:
         return "the token was issued by another issuer"
-    if audience not in audiences(answer):
+    if not (names_audience(answer, audience) if audience is not None else audiences(answer)):
         return "the token is meant for another audience"
     exp = answer.get("exp")
     if exp is not None and (not isinstance(exp, (int, float)) or exp + LEEWAY < now):
@@ -64,7 +66,7 @@ class IntrospectionVerifier:
         url: str,
         client_id: str,
         client_secret: str,
-        audience: str,
+        audience: str | None,
         issuer: str = "",
         timeout: float = FETCH_TIMEOUT,
         entries: int = CACHE_ENTRIES,

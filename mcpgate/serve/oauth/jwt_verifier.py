@@ -22,7 +22,7 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import Key, KeySet
 
-from .identity import Identity, TokenRejected
+from .identity import Identity, TokenRejected, canonical_resource
 
 log = logging.getLogger("mcpgate.oauth")
 
@@ -183,13 +183,20 @@ def audiences(claims: Mapping[str, Any]) -> list[str]:
     return [entry for entry in aud if isinstance(entry, str)] if isinstance(aud, list) else []
 
 
+def names_audience(claims: Mapping[str, Any], audience: str) -> bool:
+    """Whether the token's aud names `audience` (compared as canonical_resource)."""
+    wanted = canonical_resource(audience)
+    return any(canonical_resource(entry) == wanted for entry in audiences(claims))
+
+
 def claims_problem(
-    claims: Mapping[str, Any], issuer: str, audience: str, now: float, leeway: float = LEEWAY
+    claims: Mapping[str, Any], issuer: str, audience: str | None, now: float, leeway: float = LEEWAY
 ) -> str | None:
-    """Why these (signature-checked) claims do not admit their bearer here, or None. Pure."""
+    """Why these (signature-checked) claims do not admit their bearer here, or None. Pure. `audience` None:
+    any audience (the caller checks Identity.audiences against the request's resource), but one is needed."""
     if claims.get("iss") != issuer:
         return "the token was issued by another issuer"
-    if audience not in audiences(claims):
+    if not (names_audience(claims, audience) if audience is not None else audiences(claims)):
         return "the token is meant for another audience"
     exp = claims.get("exp")
     if not isinstance(exp, (int, float)) or isinstance(exp, bool):
@@ -223,16 +230,18 @@ def identity_of(claims: Mapping[str, Any], issuer: str) -> Identity:
         subject=str(claims["sub"]),
         scopes=scopes_of(claims),
         client_id=client_id if isinstance(client_id, str) else None,
+        audiences=frozenset(canonical_resource(entry) for entry in audiences(claims)),
     )
 
 
 class JwtVerifier:
-    """A Verifier for JWT access tokens of one issuer and one audience."""
+    """A Verifier for JWT access tokens of one issuer and one audience (None: of any, named in the Identity for
+    the guard to check against the request's resource: several servers, one verifier)."""
 
     def __init__(
         self,
         issuer: str,
-        audience: str,
+        audience: str | None,
         keys: KeySource,
         algorithms: tuple[str, ...] = ALGORITHMS,
         extra_check: ExtraCheck | None = None,

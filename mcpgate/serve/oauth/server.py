@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,7 @@ from joserfc.jwk import KeySet
 
 from ...settings import Settings
 from . import cimd
-from .grants import AuthorizationCodeGrant, RefreshTokenGrant, S256Only
+from .grants import AuthorizationCodeGrant, RefreshTokenGrant, S256Only, Targets
 from .keys import ALGORITHM, EmbeddedKeys
 from .models import Client, User
 from .storage import RefreshRecord, Storage
@@ -109,7 +110,8 @@ class GatewayIssuer(IssuerParameter):  # type: ignore[misc]
 
 
 class TokenGenerator(JWTBearerTokenGenerator):  # type: ignore[misc]
-    """RFC 9068 access tokens: iss, sub, aud (the resource URL), client_id, scope, exp, iat, jti; RS256."""
+    """RFC 9068 access tokens: iss, sub, aud (the resource they are for), client_id, scope, exp, iat, jti; RS256.
+    One per token (EmbeddedServer.tokens_for): the audience is the grant's resource."""
 
     def __init__(self, issuer: str, audience: str, keys: EmbeddedKeys, access_ttl: int) -> None:
         super().__init__(issuer, alg=ALGORITHM, refresh_token_generator=refresh_token, expires_generator=access_ttl)
@@ -127,20 +129,34 @@ def refresh_token(**_: Any) -> str:
 
 
 class EmbeddedServer(AuthorizationServer):  # type: ignore[misc]
-    def __init__(self, settings: Settings, storage: Storage, keys: EmbeddedKeys) -> None:
+    """`targets()`: the resources tokens may be for and the scopes offered, now (asked at each request: a
+    reload of MCPGATE_CONFIG changes them; default: the one resource URL and MCPGATE_OAUTH_SCOPES). No token
+    generator is registered: the grants ask tokens_for(the grant's resource)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        storage: Storage,
+        keys: EmbeddedKeys,
+        targets: Callable[[], Targets] | None = None,
+    ) -> None:
         super().__init__()
         self.settings, self.storage, self.keys = settings, storage, keys
         self.issuer = settings.public_url.rstrip("/")
-        self.resource_url = settings.resource_url
-        self.offered = tuple(settings.oauth_scopes)
-        self.scopes_supported = list(self.offered)
+        self.targets: Callable[[], Targets] = targets or (lambda: Targets.single(settings))
         self.documents = cimd.Resolver(settings)
-        self.register_token_generator(
-            "default", TokenGenerator(self.issuer, self.resource_url, keys, int(settings.oauth_access_ttl))
-        )
         self.register_grant(AuthorizationCodeGrant, [S256Only(required=True)])
         self.register_grant(RefreshTokenGrant)
         self.register_extension(GatewayIssuer(self.issuer))
+
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """The scopes offered (the union of the published servers')."""
+        return self.targets().scopes
+
+    def tokens_for(self, resource: str) -> TokenGenerator:
+        """The generator of tokens whose aud is `resource`."""
+        return TokenGenerator(self.issuer, resource, self.keys, int(self.settings.oauth_access_ttl))
 
     # -- what Authlib asks of the integration ------------------------------------------------------------------
 
@@ -204,7 +220,7 @@ class EmbeddedServer(AuthorizationServer):  # type: ignore[misc]
             client_name=client.client_name,
             redirect_uri=grant.redirect_uri,
             scopes=tuple(scope_to_list(oauth_request.scope) or ()),
-            resource=self.resource_url,
+            resource=grant.resource,
             state=oauth_request.payload.state,
         )
 

@@ -6,7 +6,7 @@ Each authenticator answers one question for the guard: whose request is this (th
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask
 
@@ -15,9 +15,15 @@ from ...settings import Settings
 from .. import auth
 from ..http import Refusal
 
+if TYPE_CHECKING:
+    from .resource import Published
+
 
 class Authenticator(Protocol):
-    def authenticate(self, environ: dict[str, Any]) -> str: ...
+    def authenticate(self, environ: dict[str, Any], target: Settings | None = None) -> str:
+        """The principal of a request to the server whose settings are `target` (None: GET /servers, or a
+        server name not published), or a Refusal."""
+        ...
 
 
 class StaticToken:
@@ -26,7 +32,7 @@ class StaticToken:
     def __init__(self, token: str) -> None:
         self.token = token
 
-    def authenticate(self, environ: dict[str, Any]) -> str:
+    def authenticate(self, environ: dict[str, Any], target: Settings | None = None) -> str:
         if not auth.bearer_ok(environ.get("HTTP_AUTHORIZATION"), self.token):
             raise Refusal(
                 401,
@@ -37,22 +43,31 @@ class StaticToken:
         return auth.STATIC_PRINCIPAL
 
 
-def authenticator(settings: Settings, app: Flask) -> Authenticator | None:
+def authenticator(settings: Settings, app: Flask, published: Published | None = None) -> Authenticator | None:
     """The mode in force (Settings.auth); the OAuth modes also register their metadata (and the embedded
-    server its endpoints and pages) on the app. None: the endpoint is open."""
+    server its endpoints and pages) on the app. None: the endpoint is open. `published`: the servers (the
+    fleet, read at request time), each its own protected resource; None: MCPGATE_COMMAND's one."""
     mode = settings.auth
     if mode == "none":
         return None
     if mode == "token":
         return StaticToken(settings.auth_token)
-    from .resource import ResourceGuard, verifier_for  # the OAuth modes only: Authlib is imported on demand
+    # the OAuth modes only: Authlib is imported on demand
+    from .resource import ResourceGuard, Single, offered_scopes, published_resources, verifier_for
 
+    servers = published or Single(settings)
     if mode == "resource-server":
-        guard = ResourceGuard(settings, verifier_for(settings), [settings.oauth_issuer])
+        guard = ResourceGuard(settings, verifier_for(settings, servers.named), [settings.oauth_issuer], servers)
     else:
         from . import embedded
+        from .grants import Targets
 
-        verifier, issuer = embedded.install(app, settings)
-        guard = ResourceGuard(settings, verifier, [issuer])
+        def targets() -> Targets:  # asked at each request: a reload changes the servers
+            own = [server.resource_url for server in servers.server_settings()]
+            default = own[0] if len(own) == 1 else None  # one server: a request naming no resource is for it
+            return Targets(tuple(published_resources(settings, servers)), default, offered_scopes(servers))
+
+        verifier, issuer = embedded.install(app, settings, targets, any_audience=servers.named)
+        guard = ResourceGuard(settings, verifier, [issuer], servers)
     guard.register(app)
     return guard
