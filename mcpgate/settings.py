@@ -253,6 +253,38 @@ class Settings:
         validate=validators.token,
         secret=True,
     )
+    instance_id: str = declare(
+        "",
+        "This instance's name in the session ids it mints and in the shared directory (letters, digits, - and "
+        "_; unique across the fleet). Empty: a random one, chosen in the worker after the fork.",
+        validate=validators.instance_id,
+    )
+    redis_url: str = declare(
+        "",
+        "Redis shared by several instances (redis://, rediss://): the OAuth server's state, the instance "
+        "directory, per-principal session caps, forwarding to a session's owner. Empty: one instance, "
+        "state on local disk.",
+        env="REDIS_URL",
+        secret=True,
+    )
+    cluster_secret: str = declare(
+        "",
+        "The key that authenticates session ids and requests forwarded between instances (HMAC). Empty: one "
+        "made once and kept in Redis (or a random one per process without Redis). Never logged.",
+        secret=True,
+    )
+    internal_url: str = declare(
+        "",
+        "How the other instances reach this one for forwarded requests (for example http://10.0.0.5:8001). "
+        "Empty: the bind address when it names one host (with 0.0.0.0: this host's name).",
+        validate=validators.optional_url,
+    )
+    principal_sessions: int = declare(
+        0,
+        "Most 2025 sessions one principal may hold across every instance (counted in Redis; on one instance, "
+        "in memory); past it, 503. 0: no cap beyond MCPGATE_MAX_SESSIONS.",
+        validate=non_negative,
+    )
     max_sessions: int = declare(
         100, "Most concurrent sessions (each is one child process); past it, 503.", validate=positive
     )

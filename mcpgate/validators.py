@@ -93,6 +93,11 @@ def auth_mode(value: str) -> str | None:
     )
 
 
+def instance_id(value: str) -> str | None:
+    ok = len(value) <= 32 and all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in value)
+    return None if ok else "must be at most 32 letters, digits, - or _"
+
+
 def header(text: str) -> tuple[str, str]:
     name, sep, rest = text.partition(":")
     name = name.strip()

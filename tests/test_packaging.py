@@ -102,6 +102,7 @@ def test_wheel_holds_the_package_and_its_metadata(dist: Dist) -> None:
         "gunicorn[gevent]>=22",
         "joserfc>=1.0",
         "prometheus-client>=0.20",
+        "redis>=5",
         "requests>=2.32.2",
     ]
     assert "mcpgate-relay = mcpgate.relay.cli:main" in entry_points
