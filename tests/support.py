@@ -521,16 +521,20 @@ def haproxy(config_text: str, env: dict[str, str] | None = None) -> Iterator[Bal
     """HAProxy in the foreground for a `with` block, run on `config_text` in which "{port}" is replaced by a free
     loopback port (bind the frontend there) and "{admin}" by a unix socket path (`stats socket {admin} level
     admin` for Balancer.admin); `env` is added to its environment (for a config's "${NAME}"s, e.g. the
-    deploy/haproxy.cfg recipe's). The config is checked first (a bad one raises with haproxy's words);
-    stopped by PID at the end."""
+    deploy/haproxy.cfg recipe's; "{port}" and "{admin}" are replaced in its values too). The config is checked
+    first (a bad one raises with haproxy's words); stopped by PID at the end."""
     binary = installed("haproxy", HAPROXY)
     port = free_port()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     admin_path = tmp / f"mcpgate-test-haproxy-{port}.sock"
     cfg = tmp / f"mcpgate-test-haproxy-{port}.cfg"
     log = tmp / f"mcpgate-test-haproxy-{port}.log"
-    cfg.write_text(config_text.replace("{port}", str(port)).replace("{admin}", str(admin_path)))
-    full_env = {**os.environ, **(env or {})}
+
+    def fill(text: str) -> str:
+        return text.replace("{port}", str(port)).replace("{admin}", str(admin_path))
+
+    cfg.write_text(fill(config_text))
+    full_env = {**os.environ, **{name: fill(value) for name, value in (env or {}).items()}}
     check = subprocess.run([binary, "-c", "-f", str(cfg)], env=full_env, capture_output=True, text=True)
     if check.returncode != 0:
         raise RuntimeError(f"haproxy refused its config {cfg}:\n{check.stdout}{check.stderr}")
