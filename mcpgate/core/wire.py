@@ -8,6 +8,8 @@ from __future__ import annotations
 SESSION_ID = "Mcp-Session-Id"
 PROTOCOL_VERSION = "MCP-Protocol-Version"
 LAST_EVENT_ID = "Last-Event-ID"
+# a request one instance of a fleet forwards to the session's owner: the signed principal (serve/cluster.py)
+FORWARDED = "Mcpgate-Forwarded"
 # 2026-07-28 request-metadata headers (and the prefix of the headers mirrored from tool arguments)
 METHOD = "Mcp-Method"
 NAME = "Mcp-Name"

@@ -1,0 +1,271 @@
+"""The instances of a fleet together (REDIS_URL set): this instance's id, the cluster key, the Redis client,
+the directory of live instances, and the route of a request naming another instance's session to its owner.
+
+Built once per worker (after the fork: the id and the heartbeat are the worker's own) by create_app, and only
+when settings.redis_url is set; without it nothing here runs and redis is never imported.
+
+- The id: MCPGATE_INSTANCE_ID, or a random one. Session ids name it (core/session_ids).
+- The key: MCPGATE_CLUSTER_SECRET, or one made once and kept in Redis (SET NX: the first instance's wins).
+- The directory: `mcpgate:instance:<id>` -> this instance's internal URL, with a TTL, refreshed by one
+  greenlet; withdrawn when the process exits. `lookup` reads another instance's entry, cached briefly.
+- `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose
+  session id names another instance is forwarded (serve/forward.py); so is one whose handler raises Forward.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import gevent
+
+from ..core import jsonrpc, session_ids
+from ..core.sessions import new_session_id
+from ..settings import Settings
+from . import auth
+from .http import HttpRequest, HttpResponse, Refusal
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from .forward import Forwarder
+
+log = logging.getLogger("mcpgate.cluster")
+
+KEY_NAME = "mcpgate:cluster-key"  # the cluster key made once, when MCPGATE_CLUSTER_SECRET is not set
+INSTANCE_PREFIX = "mcpgate:instance:"  # + instance id -> its internal URL
+HEARTBEAT_TTL = 15  # seconds an entry outlives its instance's last heartbeat
+HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
+FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
+MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
+REDIS_TIMEOUT = 5.0  # seconds for connecting to Redis and for each command
+FORWARDED_ENV = "mcpgate.forwarded"  # set by the guard on a request another instance forwarded
+SESSION_PARAM = "session_id"  # the HTTP+SSE messages path's query parameter (legacy_sse.SESSION_PARAM)
+NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
+
+Handler = Callable[[HttpRequest], HttpResponse]
+
+
+class Forward(Exception):
+    """Raised by a handler that finds its request belongs to another instance (`owner`): the Endpoint
+    forwards it there. `body`: the request body the handler already read (None: the raw bytes of the message
+    it parsed, environ[http.MESSAGE], are sent)."""
+
+    def __init__(self, owner: str, body: bytes | None = None) -> None:
+        super().__init__(f"forward to instance {owner}")
+        self.owner = owner
+        self.body = body
+
+
+class Directory:
+    """The live instances in Redis: this one's entry kept fresh by one greenlet; others' looked up, cached."""
+
+    def __init__(self, redis: Redis, instance: str, url: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.redis, self.instance, self.url, self.clock = redis, instance, url, clock
+        self._cache: dict[str, tuple[str | None, float]] = {}
+        self._greenlet: gevent.Greenlet | None = None
+        from redis.exceptions import RedisError
+
+        self.errors = (RedisError, OSError)  # what a command may raise while Redis is away
+
+    def start(self) -> None:
+        self.publish()
+        self._greenlet = gevent.spawn(self._beat_forever)
+
+    def publish(self) -> None:
+        self.redis.set(INSTANCE_PREFIX + self.instance, self.url, ex=HEARTBEAT_TTL)
+
+    def _beat_forever(self) -> None:
+        while True:
+            gevent.sleep(HEARTBEAT_EVERY)
+            try:
+                self.publish()
+            except self.errors as exc:  # Redis away for a moment: the next beat tries again
+                log.warning("instance %s: heartbeat failed: %s", self.instance, exc)
+
+    def stop(self) -> None:
+        """Stop the heartbeat and withdraw this instance's entry (when it is still ours)."""
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+        try:
+            key = INSTANCE_PREFIX + self.instance
+            if self.redis.get(key) == self.url.encode():
+                self.redis.delete(key)
+        except self.errors as exc:
+            log.warning("instance %s: could not withdraw from the directory: %s", self.instance, exc)
+
+    def lookup(self, instance: str) -> str | None:
+        """The internal URL of a live instance, None when the directory does not know it (or Redis fails)."""
+        if instance == self.instance:
+            return self.url
+        now = self.clock()
+        cached = self._cache.get(instance)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        try:
+            value = self.redis.get(INSTANCE_PREFIX + instance)
+        except self.errors as exc:
+            log.warning("instance directory unreachable: %s", exc)
+            return None
+        url = value.decode() if isinstance(value, bytes) else None
+        if len(self._cache) > 1024:  # bounded: ids of instances long gone go
+            self._cache.clear()
+        self._cache[instance] = (url, now + (FOUND_CACHE if url else MISSING_CACHE))
+        return url
+
+
+class Cluster:
+    """This instance among the others: `instance`, `key`, `redis`, `directory`; `draining` (a graceful stop)."""
+
+    def __init__(self, instance: str, key: bytes, redis: Redis, directory: Directory, forwarder: Forwarder) -> None:
+        self.instance, self.key, self.redis = instance, key, redis
+        self.directory = directory
+        self.forwarder = forwarder
+        self.draining = False
+
+    def mint(self) -> str:
+        """A session id naming this instance."""
+        return session_ids.mint(self.instance, self.key)
+
+    def owner(self, session_id: str) -> str | None:
+        return session_ids.owner(session_id, self.key)
+
+    def lookup(self, instance: str) -> str | None:
+        return self.directory.lookup(instance)
+
+    def start(self) -> None:
+        self.directory.start()
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        self.directory.stop()
+        self.forwarder.close()
+
+    def forwarded_principal(self, environ: dict[str, Any]) -> str:
+        """The principal of a request another instance forwarded (its Mcpgate-Forwarded header checks), or a
+        403 Refusal. Marks the request as forwarded: it is never forwarded again."""
+        value = environ.get("HTTP_MCPGATE_FORWARDED", "")
+        principal = session_ids.forwarded_principal(
+            value,
+            time.time(),
+            environ["REQUEST_METHOD"],
+            environ.get("PATH_INFO", ""),
+            named_session(environ) or "",
+            self.key,
+        )
+        if principal is None:
+            log.warning("refused a forwarded request: its Mcpgate-Forwarded header does not check")
+            raise Refusal(403, jsonrpc.INVALID_REQUEST, "Forbidden: invalid forwarded request")
+        environ[FORWARDED_ENV] = True
+        return principal
+
+    def serve(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
+        """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names."""
+        if kind != "sse":  # the HTTP+SSE stream opens a new session: always here
+            session_id = named_session(environ)
+            owner = self.owner(session_id) if session_id else None
+            if owner is not None and owner != self.instance:
+                return self.forward(environ, None, owner, session_id or "", kind)
+        try:
+            return handler(HttpRequest(environ))
+        except Forward as forward:
+            return self.forward(environ, forward.body, forward.owner, named_session(environ) or "", kind)
+
+    def forward(
+        self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str = "", kind: str = "mcp"
+    ) -> HttpResponse:
+        """The owner's reply to this request; 404 when the owner is gone (or the request was forwarded here)."""
+        not_found = Refusal(404, jsonrpc.INVALID_REQUEST, NOT_FOUND.get(kind, NOT_FOUND["mcp"]))
+        if environ.get(FORWARDED_ENV):  # a forwarded request is never forwarded again
+            log.warning("refused a request forwarded here for instance %s", owner)
+            raise not_found
+        url = self.lookup(owner)
+        if url is None:
+            self.forwarder.report_gone(owner, "not in the directory")
+            raise not_found
+        response = self.forwarder.forward(environ, body, url, owner, session_id, auth.principal(environ))
+        if response is None:
+            raise not_found
+        return response
+
+
+def named_session(environ: dict[str, Any]) -> str | None:
+    """The session a request names: its Mcp-Session-Id header, else the HTTP+SSE `session_id` query."""
+    value = environ.get("HTTP_MCP_SESSION_ID")
+    if value is not None:
+        return str(value)
+    query = environ.get("QUERY_STRING")
+    if query:
+        values = parse_qs(query).get(SESSION_PARAM)
+        if values and len(values) == 1:
+            return str(values[0])
+    return None
+
+
+_current: Cluster | None = None
+
+
+def current() -> Cluster | None:
+    """This worker's cluster (None: no REDIS_URL, one instance)."""
+    return _current
+
+
+def session_minter() -> Callable[[], str]:
+    """What a session registry mints ids with: this instance's self-routing ids in a cluster, else plain ones."""
+    return _current.mint if _current is not None else new_session_id
+
+
+def create(settings: Settings) -> Cluster | None:
+    """This worker's Cluster, built and started (the directory heartbeat) when settings.redis_url is set."""
+    global _current
+    if not settings.redis_url:
+        return None
+    from redis import Redis
+
+    from .forward import Forwarder
+
+    client = Redis.from_url(
+        settings.redis_url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT, health_check_interval=30
+    )
+    instance = settings.instance_id or secrets.token_hex(4)
+    key = cluster_key(settings, client)
+    url = internal_url(settings)
+    forwarder = Forwarder(key, settings)
+    cluster = Cluster(instance, key, client, Directory(client, instance, url), forwarder)
+    cluster.start()
+    _current = cluster
+    log.info("instance %s in the cluster, reached at %s", instance, url)
+    return cluster
+
+
+def cluster_key(settings: Settings, client: Redis) -> bytes:
+    """MCPGATE_CLUSTER_SECRET, or the key the first instance made and kept in Redis."""
+    if settings.cluster_secret:
+        return settings.cluster_secret.encode()
+    client.set(KEY_NAME, secrets.token_urlsafe(32), nx=True)
+    value = client.get(KEY_NAME)
+    if not isinstance(value, bytes):
+        raise RuntimeError("the cluster key vanished from Redis")
+    return value
+
+
+def internal_url(settings: Settings) -> str:
+    """MCPGATE_INTERNAL_URL, else the first bind address (0.0.0.0 or :: read as this host's name)."""
+    if settings.internal_url:
+        return settings.internal_url.rstrip("/")
+    address = settings.addresses[0]
+    if address.startswith("unix:"):
+        log.warning("bound to %s: set MCPGATE_INTERNAL_URL so other instances can forward here", address)
+        return "http://unix-socket.invalid"
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

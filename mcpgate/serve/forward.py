@@ -1,0 +1,205 @@
+"""The forwarder: a request for another instance's session, sent to that instance's internal URL over a
+kept-alive connection, and its reply streamed back as it comes.
+
+The request goes as it came (method, path, query, body, end-to-end headers, the client's Host and Origin for
+the owner's own checks) without its Authorization (the token does not travel) and with Mcpgate-Forwarded: the
+principal this instance authenticated, signed with the cluster key for this method, path and session.
+
+A reply with a length is read whole and its connection goes back to the pool at once; any other (an SSE
+stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes it, and its connection is
+pooled again only once it was read to its end. Connecting has a timeout; a reply may pause no longer than the
+owner's SSE switch and two keepalives (the owner writes keepalive comments on every live stream).
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from ..core import jsonrpc, session_ids, wire
+from ..settings import Settings
+from .http import MESSAGE, HttpRequest, HttpResponse, Refusal
+
+log = logging.getLogger("mcpgate.forward")
+
+CONNECT_TIMEOUT = 5.0  # seconds to reach an owner
+READ_CHUNK = 64 * 1024  # most bytes read from an owner's reply at once
+# RFC 9110 7.6.1: meaningful for one connection only, never forwarded
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
+    | {"transfer-encoding", "upgrade"}
+)
+NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-length"}
+NOT_RETURNED = HOP_BY_HOP | {"content-length"}
+GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
+
+
+class Forwarder:
+    """One per worker: idle connections per owner (at most MCPGATE_WORKER_CONNECTIONS each, newest first)."""
+
+    def __init__(self, key: bytes, settings: Settings) -> None:
+        self.key = key
+        self.idle_per_owner = settings.worker_connections
+        self.max_body = settings.max_body_bytes
+        self.read_timeout = settings.sse_after + 2 * settings.keepalive + CONNECT_TIMEOUT
+        self._idle: dict[str, list[http.client.HTTPConnection]] = {}
+        self._gone: set[str] = set()
+
+    def forward(
+        self, environ: dict[str, Any], body: bytes | None, url: str, owner: str, session_id: str, principal: str
+    ) -> HttpResponse | None:
+        """The owner's reply; None when the owner cannot be reached (logged once per owner)."""
+        method = environ["REQUEST_METHOD"]
+        path = environ.get("PATH_INFO", "")
+        if body is None:
+            body = read_body(environ, self.max_body)
+        headers = end_to_end(environ)
+        headers.append(
+            (wire.FORWARDED, session_ids.forwarded(principal, time.time(), method, path, session_id, self.key))
+        )
+        if body or method in ("POST", "PUT", "PATCH"):
+            headers.append(("Content-Length", str(len(body))))
+        target = quote(environ.get("SCRIPT_NAME", "") + path, safe="/%:@!$&'()*+,;=-._~")
+        if environ.get("QUERY_STRING"):
+            target += "?" + environ["QUERY_STRING"]
+        origin = urlsplit(url).netloc
+        try:
+            conn, reply = self._exchange(origin, method, target, headers, body)
+        except OSError as exc:
+            self.report_gone(owner, f"unreachable at {url}: {exc}")
+            return None
+        self._gone.discard(owner)
+        return self._relay(origin, conn, reply, method)
+
+    def _exchange(
+        self, origin: str, method: str, target: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send the request on an idle connection (once more on a new one when the owner had closed it)."""
+        while True:
+            conn, reused = self._connection(origin)
+            try:
+                conn.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+                for name, value in headers:
+                    conn.putheader(name, value)
+                conn.endheaders(body or None)
+                if conn.sock is not None:
+                    conn.sock.settimeout(self.read_timeout)
+                return conn, conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+                if not reused:
+                    raise
+            except BaseException:
+                conn.close()
+                raise
+
+    def _connection(self, origin: str) -> tuple[http.client.HTTPConnection, bool]:
+        idle = self._idle.get(origin)
+        if idle:
+            return idle.pop(), True
+        host, _, port = origin.rpartition(":")
+        conn = http.client.HTTPConnection(host.strip("[]"), int(port) if port else 80, timeout=CONNECT_TIMEOUT)
+        return conn, False
+
+    def _release(self, origin: str, conn: http.client.HTTPConnection, reply: http.client.HTTPResponse) -> None:
+        idle = self._idle.setdefault(origin, [])
+        if reply.will_close or len(idle) >= self.idle_per_owner:
+            conn.close()
+        else:
+            idle.append(conn)
+
+    def _relay(
+        self, origin: str, conn: http.client.HTTPConnection, reply: http.client.HTTPResponse, method: str
+    ) -> HttpResponse:
+        headers = {}
+        extra: list[tuple[str, str]] = []
+        for name, value in reply.getheaders():
+            if name.lower() in NOT_RETURNED:
+                continue
+            if name in headers:  # a repeated header (Set-Cookie) stays repeated
+                extra.append((name, value))
+            else:
+                headers[name] = value
+        if reply.length is not None or method == "HEAD" or reply.status in (204, 304):
+            try:
+                data = reply.read()
+            except OSError:
+                conn.close()
+                raise
+            self._release(origin, conn, reply)
+            response = HttpResponse(reply.status, data, headers=headers)
+        else:
+            response = HttpResponse(reply.status, self._stream(origin, conn, reply), headers=headers)
+        response.headers.extend(extra)
+        return response
+
+    def _stream(
+        self, origin: str, conn: http.client.HTTPConnection, reply: http.client.HTTPResponse
+    ) -> Iterator[bytes]:
+        """The reply's body as the owner writes it; closing it (the client went away) closes the connection."""
+        done = False
+        try:
+            while True:
+                chunk = reply.read1(READ_CHUNK)
+                if not chunk:
+                    done = True
+                    return
+                yield chunk
+        except OSError as exc:
+            log.info("a forwarded stream ended: %s", exc)
+        finally:
+            if done:
+                self._release(origin, conn, reply)
+            else:
+                conn.close()
+
+    def report_gone(self, owner: str, reason: str) -> None:
+        """An owner that cannot be reached: its sessions are lost (404, the client starts again); said once."""
+        if owner in self._gone:
+            return
+        if len(self._gone) >= GONE_REPORTS:
+            self._gone.clear()
+        self._gone.add(owner)
+        log.warning("instance %s is gone (%s): its sessions are answered 404", owner, reason)
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+
+def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:
+    """The request's headers a forward carries: all but hop-by-hop ones (and those Connection names), the
+    token and any Mcpgate-Forwarded."""
+    named = {token.strip().lower() for token in str(environ.get("HTTP_CONNECTION", "")).split(",")}
+    headers: list[tuple[str, str]] = []
+    for key, value in environ.items():
+        if key.startswith("HTTP_"):
+            name = key[5:].replace("_", "-")
+        elif key == "CONTENT_TYPE":
+            name = "Content-Type"
+        else:
+            continue
+        lowered = name.lower()
+        if lowered in NOT_SENT or lowered in named or not value:
+            continue
+        headers.append((name.title(), str(value)))
+    return headers
+
+
+def read_body(environ: dict[str, Any], limit: int) -> bytes:
+    """The body of a request no handler has read (a forward is decided before one runs), at most `limit`
+    bytes (413 past it, as the owner would answer); the raw message a handler parsed when one already read it."""
+    message = environ.get(MESSAGE)
+    if message is not None:
+        raw = getattr(message, "raw", None)
+        return raw if isinstance(raw, bytes) else b""
+    body = HttpRequest(environ).read_body(limit)
+    if body is None:
+        raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
+    return body
