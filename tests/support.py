@@ -517,14 +517,15 @@ class Balancer:
 
 
 @contextlib.contextmanager
-def haproxy(config_text: str, env: dict[str, str] | None = None) -> Iterator[Balancer]:
+def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Balancer]:
     """HAProxy in the foreground for a `with` block, run on `config_text` in which "{port}" is replaced by a free
     loopback port (bind the frontend there) and "{admin}" by a unix socket path (`stats socket {admin} level
     admin` for Balancer.admin); `env` is added to its environment (for a config's "${NAME}"s, e.g. the
     deploy/haproxy.cfg recipe's; "{port}" and "{admin}" are replaced in its values too). The config is checked
-    first (a bad one raises with haproxy's words); stopped by PID at the end."""
+    first (a bad one raises with haproxy's words); stopped by PID at the end. `port`: the frontend's port when
+    it must be known before (a gateway's MCPGATE_PUBLIC_URL naming it); default a free one."""
     binary = installed("haproxy", HAPROXY)
-    port = free_port()
+    port = port or free_port()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     admin_path = tmp / f"mcpgate-test-haproxy-{port}.sock"
     cfg = tmp / f"mcpgate-test-haproxy-{port}.cfg"
