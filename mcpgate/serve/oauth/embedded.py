@@ -17,6 +17,9 @@ registers on the app:
 every published server's URL, a reload changes them; default: MCPGATE_PUBLIC_URL plus MCPGATE_PATH and
 MCPGATE_OAUTH_SCOPES). The verifier accepts the access tokens signed here that nobody revoked (their jti, looked
 up in storage) for the resource URL (any_audience: for any, the guard checking each request's own).
+
+The state (storage.py) is in SQLite under MCPGATE_STATE_DIR, or in Redis when REDIS_URL is set (redis_storage.py:
+every instance of a fleet shares it); while Redis fails, the endpoints and pages answer 503.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from .jwt_verifier import JwtVerifier
 from .keys import ALGORITHM, EmbeddedKeys
 from .models import AUTH_METHODS, GRANT_TYPES, AccessToken, RefreshToken
 from .server import EmbeddedServer
-from .storage import SqliteStorage
+from .storage import SqliteStorage, Storage
 
 log = logging.getLogger("mcpgate.oauth.embedded")
 
@@ -201,14 +204,44 @@ def revoked_check(server: EmbeddedServer) -> Any:
     return check
 
 
+def storage_for(settings: Settings, app: Flask | None = None) -> Storage:
+    """SQLite under MCPGATE_STATE_DIR; with REDIS_URL, Redis (the cluster's client when the app has one), waited
+    for briefly: an instance that cannot reach it does not start."""
+    if not settings.redis_url:
+        return SqliteStorage(settings.state_dir)
+    from .redis_storage import RedisStorage, StorageUnavailable
+
+    client = getattr(app.extensions.get("mcpgate.cluster") if app else None, "redis", None)
+    storage = RedisStorage(client) if client is not None else RedisStorage.from_url(settings.redis_url)
+    try:
+        storage.wait_ready()
+    except StorageUnavailable as exc:
+        raise SettingsError(str(exc)) from None
+    return storage
+
+
+def unavailable(exc: Exception) -> Response:
+    """The answer of an OAuth endpoint or page while the state store (Redis) fails: 503, never a traceback."""
+    log.warning("OAuth request refused: %s", exc)
+    description = safe_description(str(exc)) + "; try again shortly"
+    if request.path in ("/token", "/register", "/revoke"):
+        response = jsonify({"error": "temporarily_unavailable", "error_description": description})
+    else:
+        response = Response(f"Service unavailable: {description}\n", mimetype="text/plain")
+    response.status_code = 503
+    response.headers.update({"Retry-After": "5", "Cache-Control": "no-store"})
+    return response
+
+
 def build(
     settings: Settings,
     targets: Callable[[], Targets] | None = None,
+    storage: Storage | None = None,
 ) -> EmbeddedServer:
     problem = transport_problem(settings.public_url)
     if problem:
         raise SettingsError(problem)
-    storage = SqliteStorage(settings.state_dir)
+    storage = storage or SqliteStorage(settings.state_dir)
     server = EmbeddedServer(settings, storage, EmbeddedKeys(storage), targets)
     server.register_endpoint(Registration(server))
     server.register_endpoint(Revocation(server))
@@ -224,7 +257,11 @@ def install(
 ) -> tuple[Verifier, str]:
     """Register the authorization server's endpoints and pages on `app`; the verifier of its access tokens and
     its issuer URL."""
-    server = build(settings, targets)
+    server = build(settings, targets, storage_for(settings, app))
+    if settings.redis_url:
+        from .redis_storage import StorageUnavailable
+
+        app.register_error_handler(StorageUnavailable, unavailable)
     app.register_blueprint(routes(server))
     app.register_blueprint(signin.blueprint(server, settings))
     app.extensions["mcpgate.oauth"] = server
@@ -235,5 +272,6 @@ def install(
         algorithms=(ALGORITHM,),
         extra_check=revoked_check(server),
     )
-    log.info("embedded authorization server %s (state in %s)", server.issuer, settings.state_dir or "the default")
+    where = "Redis" if settings.redis_url else settings.state_dir or "the default directory"  # never the URL
+    log.info("embedded authorization server %s (state in %s)", server.issuer, where)
     return verifier, server.issuer

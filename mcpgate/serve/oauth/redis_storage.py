@@ -1,0 +1,406 @@
+"""The embedded authorization server's state in Redis (REDIS_URL set): every instance of a fleet sees the same
+clients, grants, refresh tokens, revocations, consents, signing key and sign-in cookie key, so a client that
+registered and signed in on one instance goes on working on any other.
+
+The same `Storage` interface (storage.py) and the same rules as SqliteStorage:
+
+- client secrets, authorization codes and refresh tokens are kept as SHA-256 fingerprints, never in the clear;
+- codes and refresh tokens are single use, claimed by one Lua script each (atomic in Redis: of two instances
+  racing for the same code or refresh token, one wins); a second use revokes the token family, which revokes
+  its refresh tokens and, through their jti, its access tokens;
+- everything that can pile up expires by itself: a code when it would, a refresh token when it would, an access
+  token's jti a little after its exp (the verifier's leeway), a token family once its last token has, a
+  registration that never got a code after a day; registrations are counted against the limit in one sorted set;
+- named secrets and the signing key are made once (SET NX: the first instance to store one wins, the others
+  read it back) and never expire; consents are kept (a union of scopes per subject and client), as in SQLite.
+
+Keys (prefix mcpgate:oauth:):
+    client:<client_id>          JSON {"secret_hash", "metadata"}; EX 1 day until its first code, then kept
+    clients                     sorted set client_id -> issued at (+inf once used): the registration count
+    code:<sha256>               hash record (JSON), family, used; EX until the code expires
+    refresh:<sha256>            hash record (JSON), family, expires_at, used; EX until it expires
+    family:<family>             "0" live, "1" revoked; EX at least as long as any of its tokens
+    access:<jti>                hash family, revoked; EX until exp plus the verifier's leeway
+    consent:<sha256 of [subject, client_id]>   set of scopes ("" marks a consent to none)
+    secret:<name>               base64 of the value
+
+A standalone Redis (or a primary with replicas, as Heroku's), not Redis Cluster: the scripts name the family key
+they touch from what they read. Use a maxmemory-policy that never evicts keys without a TTL (noeviction or a
+volatile-* one): the keys and secrets have none.
+
+Every Redis failure (unreachable, timed out, refused) surfaces as StorageUnavailable, an IssuerUnavailable: the
+MCP endpoint's guard answers 503 for it and the OAuth endpoints 503 temporarily_unavailable (embedded.py); its
+message names the kind of failure only, never the Redis URL (it may hold a password).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import math
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from typing import Any, ParamSpec, TypeVar
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from .jwt_verifier import LEEWAY, IssuerUnavailable
+from .storage import UNUSED_CLIENT_TTL_S, ClientRecord, CodeRecord, RefreshRecord, fingerprint
+
+PREFIX = "mcpgate:oauth:"
+REVOKED_FAMILY_TTL_S = 86400  # at least this long a revoked family is remembered (as SqliteStorage does)
+ACCESS_MARGIN_S = LEEWAY + 60  # an access token's jti outlives its exp by the verifier's leeway, and some
+POOL_SIZE = 32  # connections per process at most; a request waits up to POOL_WAIT_S for one
+POOL_WAIT_S = 5.0
+CONNECT_TIMEOUT_S = 2.0
+COMMAND_TIMEOUT_S = 3.0
+RETRIES = 2  # a dropped connection is tried again this many times (quickly) before the caller gets a 503
+STARTUP_WAIT_S = 10.0  # how long an instance starting waits for Redis before it gives up
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class StorageUnavailable(IssuerUnavailable):
+    """Redis cannot be reached or refused the command: not the caller's fault (503). Safe to show and log."""
+
+
+def guarded(method: Callable[P, R]) -> Callable[P, R]:
+    """`method` with every Redis error turned into StorageUnavailable (the kind of error only)."""
+
+    @functools.wraps(method)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except RedisError as exc:
+            raise StorageUnavailable(
+                f"the authorization server's state store (Redis) is unavailable ({type(exc).__name__})"
+            ) from None
+
+    return call
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for `url` with a bounded pool, short timeouts and few retries (a failing Redis gives a prompt
+    503, not a request hanging for seconds)."""
+    pool = redis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=POOL_SIZE,
+        timeout=POOL_WAIT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=COMMAND_TIMEOUT_S,
+        retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.02), RETRIES),
+        health_check_interval=30,
+    )
+    return redis.Redis(connection_pool=pool)
+
+
+def text(value: Any) -> str:
+    """A reply as text, whether the client decodes responses or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def seconds_until(when: float, now: float) -> int:
+    """A TTL for something that expires at `when` (at least 1 s: EXPIRE 0 would delete it at once)."""
+    return max(1, math.ceil(when - now))
+
+
+# -- the scripts: each runs atomically in Redis ------------------------------------------------------------------
+
+HELPERS = """
+local function extend(key, ttl)
+  if redis.call('TTL', key) < ttl then redis.call('EXPIRE', key, ttl) end
+end
+local function revoke(key, ttl)
+  redis.call('SET', key, '1', 'KEEPTTL')
+  extend(key, ttl)
+end
+"""
+
+# KEYS: clients, client:<id>; ARGV: now, unused ttl, limit, client id, value
+ADD_CLIENT = """
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[5], 'EX', ttl)
+redis.call('ZADD', KEYS[1], now, ARGV[4])
+return 1
+"""
+
+# KEYS: code:<hash>, clients, client:<id>; ARGV: record, family, ttl, client id
+ADD_CODE = """
+if redis.call('ZSCORE', KEYS[2], ARGV[4]) then
+  redis.call('ZADD', KEYS[2], '+inf', ARGV[4])
+  redis.call('PERSIST', KEYS[3])
+end
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'family', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS: code:<hash>; ARGV: family prefix, revoked ttl. The record, or false (unknown, or used: revoked now)
+CLAIM_CODE = (
+    HELPERS
+    + """
+local found = redis.call('HMGET', KEYS[1], 'record', 'family')
+if not found[1] then return false end
+if redis.call('HSETNX', KEYS[1], 'used', '1') == 0 then
+  revoke(ARGV[1] .. found[2], tonumber(ARGV[2]))
+  return false
+end
+return found[1]
+"""
+)
+
+# KEYS: refresh:<hash>, family:<family>; ARGV: record, family, expires at, ttl
+ADD_REFRESH = (
+    HELPERS
+    + """
+redis.call('SET', KEYS[2], '0', 'NX', 'EX', ARGV[4])
+extend(KEYS[2], tonumber(ARGV[4]))
+redis.call('HSET', KEYS[1], 'record', ARGV[1], 'family', ARGV[2], 'expires_at', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+)
+
+# KEYS: refresh:<hash>; ARGV: family prefix. {record, used, family state} or false
+READ_REFRESH = """
+local found = redis.call('HMGET', KEYS[1], 'record', 'family', 'used')
+if not found[1] then return false end
+return {found[1], found[3] or '0', redis.call('GET', ARGV[1] .. found[2]) or '1'}
+"""
+
+# KEYS: refresh:<hash>; ARGV: family prefix, now, revoked ttl. The record, spent now, or false
+CLAIM_REFRESH = (
+    HELPERS
+    + """
+local found = redis.call('HMGET', KEYS[1], 'record', 'family', 'used', 'expires_at')
+if not found[1] then return false end
+local family = ARGV[1] .. found[2]
+if found[3] == '1' then
+  revoke(family, tonumber(ARGV[3]))
+  return false
+end
+if redis.call('GET', family) ~= '0' or tonumber(found[4]) <= tonumber(ARGV[2]) then return false end
+redis.call('HSET', KEYS[1], 'used', '1')
+return found[1]
+"""
+)
+
+# KEYS: access:<jti>, family:<family> (or the access key again when none); ARGV: family or "", ttl
+ADD_ACCESS = (
+    HELPERS
+    + """
+redis.call('HSET', KEYS[1], 'family', ARGV[1], 'revoked', '0')
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[1] ~= '' then
+  redis.call('SET', KEYS[2], '0', 'NX', 'EX', ARGV[2])
+  extend(KEYS[2], tonumber(ARGV[2]))
+end
+return 1
+"""
+)
+
+# KEYS: access:<jti>; ARGV: family prefix. 1 when revoked or unknown, else 0
+ACCESS_REVOKED = """
+local found = redis.call('HMGET', KEYS[1], 'family', 'revoked')
+if not found[2] or found[2] == '1' then return 1 end
+if found[1] ~= '' and redis.call('GET', ARGV[1] .. found[1]) == '1' then return 1 end
+return 0
+"""
+
+# KEYS: access:<jti>
+REVOKE_ACCESS = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'revoked', '1') end
+return 1
+"""
+
+# KEYS: family:<family>; ARGV: revoked ttl (the family may not exist yet: made revoked)
+REVOKE_FAMILY = (
+    HELPERS
+    + """
+revoke(KEYS[1], tonumber(ARGV[1]))
+return 1
+"""
+)
+
+
+class RedisStorage:
+    """Storage (storage.py) in Redis. `client` may be shared (the cluster's); `prefix` namespaces the keys."""
+
+    def __init__(self, client: redis.Redis, prefix: str = PREFIX, owned: bool = False) -> None:
+        self.redis, self.prefix, self._owned = client, prefix, owned
+        self._scripts = {
+            name: client.register_script(source)
+            for name, source in {
+                "add_client": ADD_CLIENT,
+                "add_code": ADD_CODE,
+                "claim_code": CLAIM_CODE,
+                "add_refresh": ADD_REFRESH,
+                "read_refresh": READ_REFRESH,
+                "claim_refresh": CLAIM_REFRESH,
+                "add_access": ADD_ACCESS,
+                "access_revoked": ACCESS_REVOKED,
+                "revoke_access": REVOKE_ACCESS,
+                "revoke_family": REVOKE_FAMILY,
+            }.items()
+        }
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = PREFIX) -> RedisStorage:
+        return cls(connect(url), prefix, owned=True)
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        return self._scripts[script](keys=keys, args=args)
+
+    def _key(self, kind: str, name: str) -> str:
+        return f"{self.prefix}{kind}:{name}"
+
+    def wait_ready(self, timeout: float = STARTUP_WAIT_S) -> None:
+        """Return once Redis answers a PING; StorageUnavailable after `timeout` seconds of failures."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.redis.ping()
+                return
+            except RedisError as exc:
+                if time.monotonic() >= deadline:
+                    raise StorageUnavailable(f"Redis (REDIS_URL) cannot be reached ({type(exc).__name__})") from None
+                time.sleep(0.5)
+
+    def close(self) -> None:
+        if self._owned:
+            self.redis.close()
+            self.redis.connection_pool.disconnect()
+
+    # -- named secrets and keys -------------------------------------------------------------------------------
+
+    @guarded
+    def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
+        """The value stored under `name`, made by `make` the first time (the first instance to store it wins)."""
+        key = self._key("secret", name)
+        value = self.redis.get(key)
+        if value is None:
+            self.redis.set(key, base64.b64encode(make()), nx=True)
+            value = self.redis.get(key)
+        return base64.b64decode(text(value))
+
+    def secret(self, name: str) -> bytes:
+        return self.stored_once("secret:" + name, lambda: secrets.token_bytes(32))
+
+    # -- consents ---------------------------------------------------------------------------------------------
+
+    def _consent_key(self, subject: str, client_id: str) -> str:
+        return self._key("consent", hashlib.sha256(json.dumps([subject, client_id]).encode()).hexdigest())
+
+    @guarded
+    def consented(self, subject: str, client_id: str, scopes: Iterable[str]) -> bool:
+        approved = {text(scope) for scope in self.redis.smembers(self._consent_key(subject, client_id))}
+        return bool(approved) and set(scopes) <= approved
+
+    @guarded
+    def record_consent(self, subject: str, client_id: str, scopes: Iterable[str]) -> None:
+        self.redis.sadd(self._consent_key(subject, client_id), "", *scopes)  # "": consented, to none maybe
+
+    # -- clients ----------------------------------------------------------------------------------------------
+
+    @guarded
+    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int) -> bool:
+        """Store a registration; False (nothing stored) when `limit` clients are kept already. Registrations
+        that never got a code are forgotten after a day."""
+        value = json.dumps({"secret_hash": fingerprint(secret) if secret else None, "metadata": metadata})
+        keys = [self.prefix + "clients", self._key("client", client_id)]
+        args = [repr(time.time()), int(UNUSED_CLIENT_TTL_S), limit, client_id, value]
+        return bool(self._run("add_client", keys, args))
+
+    @guarded
+    def client(self, client_id: str) -> ClientRecord | None:
+        value = self.redis.get(self._key("client", client_id))
+        if value is None:
+            return None
+        stored = json.loads(text(value))
+        return ClientRecord(client_id, stored["secret_hash"], stored["metadata"])
+
+    # -- authorization codes ----------------------------------------------------------------------------------
+
+    @guarded
+    def add_code(self, code: str, record: CodeRecord) -> None:
+        keys = [
+            self._key("code", fingerprint(code)),
+            self.prefix + "clients",
+            self._key("client", record.client_id),
+        ]
+        ttl = seconds_until(record.expires_at, time.time())
+        self._run("add_code", keys, [json.dumps(asdict(record)), record.family, ttl, record.client_id])
+
+    @guarded
+    def claim_code(self, code: str) -> CodeRecord | None:
+        """The code's grant, marked used; None when unknown, expired or used before. A second use revokes
+        the tokens the first one produced (RFC 6749 4.1.2)."""
+        found = self._run(
+            "claim_code", [self._key("code", fingerprint(code))], [self._key("family", ""), REVOKED_FAMILY_TTL_S]
+        )
+        if found is None:
+            return None
+        record = CodeRecord(**json.loads(text(found)))
+        return record if record.expires_at > time.time() else None
+
+    # -- refresh tokens (rotated; a reused one revokes its family) --------------------------------------------
+
+    @guarded
+    def add_refresh(self, token: str, record: RefreshRecord) -> None:
+        keys = [self._key("refresh", fingerprint(token)), self._key("family", record.family)]
+        ttl = seconds_until(record.expires_at, time.time())
+        self._run("add_refresh", keys, [json.dumps(asdict(record)), record.family, repr(record.expires_at), ttl])
+
+    @guarded
+    def refresh_record(self, token: str) -> RefreshRecord | None:
+        """The live (unused, unrevoked, unexpired) refresh token's record, left unspent."""
+        found = self._run("read_refresh", [self._key("refresh", fingerprint(token))], [self._key("family", "")])
+        if found is None:
+            return None
+        record, used, family = RefreshRecord(**json.loads(text(found[0]))), text(found[1]), text(found[2])
+        if used == "1" or family != "0" or record.expires_at <= time.time():
+            return None
+        return record
+
+    @guarded
+    def claim_refresh(self, token: str) -> RefreshRecord | None:
+        """The refresh token's record, spent (rotation); None when unknown, expired or revoked. Spending one a
+        second time revokes its whole family and the family's access tokens."""
+        found = self._run(
+            "claim_refresh",
+            [self._key("refresh", fingerprint(token))],
+            [self._key("family", ""), repr(time.time()), REVOKED_FAMILY_TTL_S],
+        )
+        return None if found is None else RefreshRecord(**json.loads(text(found)))
+
+    # -- access tokens (JWTs: only their jti, to revoke them) -------------------------------------------------
+
+    @guarded
+    def add_access(self, jti: str, family: str | None, expires_at: float) -> None:
+        access = self._key("access", jti)
+        keys = [access, self._key("family", family) if family else access]
+        ttl = seconds_until(expires_at, time.time()) + ACCESS_MARGIN_S
+        self._run("add_access", keys, [family or "", ttl])
+
+    @guarded
+    def access_revoked(self, jti: str) -> bool:
+        """True unless `jti` names an access token issued here and neither it nor its family was revoked."""
+        return bool(self._run("access_revoked", [self._key("access", jti)], [self._key("family", "")]))
+
+    @guarded
+    def revoke_access(self, jti: str) -> None:
+        self._run("revoke_access", [self._key("access", jti)], [])
+
+    @guarded
+    def revoke_family(self, family: str) -> None:
+        self._run("revoke_family", [self._key("family", family)], [REVOKED_FAMILY_TTL_S])
