@@ -46,6 +46,13 @@ def mint(instance: str, key: bytes) -> str:
     return f"{instance}.{random}.{_mac(key, instance + '.' + random)}"
 
 
+def short(session_id: str) -> str:
+    """What logs name a session by, never the whole id: 8 random characters, after the instance when the id
+    names one (`<instance>.<8>`)."""
+    instance, sep, rest = session_id.partition(".")
+    return f"{instance}.{rest[:8]}" if sep and valid_instance(instance) else session_id[:8]
+
+
 def owner(value: str, key: bytes) -> str | None:
     """The instance a session id names when its MAC checks; None for any other value (a plain or forged id)."""
     instance, sep, rest = value.partition(".")

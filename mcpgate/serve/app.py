@@ -17,6 +17,8 @@ from flask import Flask, Response
 from ..core import jsonrpc
 from ..settings import Settings
 from . import auth, legacy_sse, metrics, streamable
+from .cluster import Cluster
+from .cluster import create as create_cluster
 from .cors import Cors
 from .fleet import LISTING, SERVER, Fleet
 from .gateway import Gateway
@@ -49,8 +51,11 @@ class Guard:
     authenticator of the mode in force, which names the request's principal. Each refusal is raised as a
     Refusal; decisions are cached, bounded."""
 
-    def __init__(self, settings: Settings, authenticator: Authenticator | None = None) -> None:
+    def __init__(
+        self, settings: Settings, authenticator: Authenticator | None = None, cluster: Cluster | None = None
+    ) -> None:
         self.authenticator = authenticator
+        self.cluster = cluster  # in a fleet: a request another instance forwarded carries its principal, signed
         public = urlsplit(settings.public_url) if settings.public_url else None
         # the public URL's own Host and Origin need no further setting (its sign-in pages post to themselves)
         own_host = (public.netloc,) if public else ()
@@ -94,7 +99,9 @@ class Guard:
             raise Refusal(
                 403, jsonrpc.INVALID_REQUEST, "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)"
             )
-        if endpoint and self.authenticator is not None:
+        if endpoint and self.cluster is not None and "HTTP_MCPGATE_FORWARDED" in environ:
+            environ[auth.PRINCIPAL] = self.cluster.forwarded_principal(environ)  # instead of the token (403)
+        elif endpoint and self.authenticator is not None:
             environ[auth.PRINCIPAL] = self.authenticator.authenticate(environ, target)
 
 
@@ -105,6 +112,7 @@ class Endpoint:
 
     def __init__(self, app: Callable[..., Iterable[bytes]], fleet: Fleet, guard: Guard, cors: Cors) -> None:
         self.app, self.fleet, self.guard, self.cors = app, fleet, guard, cors
+        self.cluster = guard.cluster
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -141,6 +149,8 @@ class Endpoint:
         if gateway is None:
             raise self.fleet.unknown(name)
         environ[SERVER] = name
+        if self.cluster is not None:  # here, or forwarded to the instance owning the session it names
+            return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], gateway))
         return HANDLERS[kind](gateway, HttpRequest(environ))
 
     def _preflight(self, environ: dict[str, Any]) -> bool:
@@ -166,8 +176,11 @@ def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
+    cluster = create_cluster(settings)  # None without REDIS_URL; before the fleet: its sessions' ids name it
     fleet = Fleet(settings)
-    guard = Guard(settings, authenticator(settings, app, fleet))
+    guard = Guard(settings, authenticator(settings, app, fleet), cluster)
+    if cluster is not None:
+        app.extensions["mcpgate.cluster"] = cluster
     app.extensions["mcpgate.fleet"] = fleet
     if not fleet.named:
         app.extensions["mcpgate"] = fleet.items()[0][1]  # MCPGATE_COMMAND's one gateway

@@ -225,6 +225,7 @@ def session_minter() -> Callable[[], str]:
 def create(settings: Settings) -> Cluster | None:
     """This worker's Cluster, built and started (the directory heartbeat) when settings.redis_url is set."""
     global _current
+    _current = None
     if not settings.redis_url:
         return None
     from redis import Redis

@@ -16,6 +16,7 @@ from ..core.sessions import SessionRegistry
 from ..limits import ChildLimits
 from ..settings import Settings
 from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
+from .cluster import session_minter
 from .metrics import Tally
 from .pool import Pool
 from .session import ChildSpec, Session
@@ -45,7 +46,10 @@ class Gateway:
         self.clock = clock
         self.name = name
         self.tally = Tally() if settings.metrics else None  # child exits, drops, write-queue closes for /metrics
-        self.sessions: SessionRegistry[Session] = SessionRegistry(settings.max_sessions, settings.session_idle_ttl)
+        # in a fleet (REDIS_URL) the ids name this instance (serve/cluster.py); else plain random ones
+        self.sessions: SessionRegistry[Session] = SessionRegistry(
+            settings.max_sessions, settings.session_idle_ttl, session_minter()
+        )
         if argv is not None:
             self.argv = list(argv)
         else:

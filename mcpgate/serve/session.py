@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..child import ChildProcess, OnMessage
-from ..core import jsonrpc, replay
+from ..core import jsonrpc, replay, session_ids
 from ..core.cancel import CancelTracker
 from ..core.jsonrpc import Notification, Request, Response
 from ..core.replay import CannotResume, ReplayLog
@@ -94,7 +94,7 @@ class Session:
         self.id = session_id
         self.owner = owner  # the principal that opened it; only its requests find it
         # What logs show: enough to tell sessions apart, too little to use (the id is a capability).
-        self.label = child.label_prefix + session_id[:8]
+        self.label = child.label_prefix + session_ids.short(session_id)
         self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=self.label)
         self.router: Router[Stream] = watchdog.router(child.limits, CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
