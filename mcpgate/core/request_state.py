@@ -7,7 +7,11 @@ rejected when it fails verification. A token here is
     "mg1." + base64url(payload + HMAC-SHA256(mac_key, "mg1." + payload))         (no padding)
 
     payload = round (uint32) | expiry (uint64, ms) | principal tag (16 bytes) | binding tag (16 bytes)
-              | continuation (UTF-8)
+              | instance length (uint8) | instance (ASCII) | continuation (UTF-8)
+
+The instance names the gateway instance holding the continuation (empty: one instance, or the relay). Any
+instance with the key opens the token and reads it, so a retry landing elsewhere in a fleet finds its owner;
+it sits inside the MAC'd payload like the rest, so it cannot be changed to point a retry somewhere else.
 
 The principal tag and the binding tag are keyed hashes (HMAC with keys derived from the sealer's key), so
 the token names neither the principal nor the binding in a form anyone without the key can read or test
@@ -34,11 +38,13 @@ VERSION: Final = "mg1."
 # Longest token open() will look at; seal() refuses a continuation that would not fit.
 MAX_TOKEN_CHARS: Final = 8192
 MAX_ROUND: Final = 2**32 - 1
+MAX_INSTANCE_CHARS: Final = 64
 
 _HEAD = struct.Struct(">IQ16s16s")  # round, expiry in ms, principal tag, binding tag
 _MAC_SIZE = hashlib.sha256().digest_size
 _TAG_SIZE = 16
 _BODY = re.compile(r"[A-Za-z0-9_-]+")
+_INSTANCE = re.compile(r"[A-Za-z0-9_-]*")
 
 Reason = Literal["malformed", "tampered", "expired", "foreign"]
 
@@ -57,6 +63,7 @@ class Opened:
 
     continuation: str
     round: int
+    instance: str = ""  # the instance that sealed it ("" when none was named)
 
 
 class StateSealer:
@@ -82,13 +89,16 @@ class StateSealer:
         self._principal_key = _derive(key, b"principal")
         self._binding_key = _derive(key, b"binding")
 
-    def seal(self, principal: str, continuation: str, round: int, *, binding: str = "") -> str:
-        """A url-safe ASCII token for this principal's `continuation` at `round`, valid for `ttl` seconds."""
+    def seal(self, principal: str, continuation: str, round: int, *, binding: str = "", instance: str = "") -> str:
+        """A url-safe ASCII token for this principal's `continuation` at `round`, valid for `ttl` seconds;
+        `instance`: the one holding the continuation (letters, digits, - and _)."""
         if not 0 <= round <= MAX_ROUND:
             raise ValueError(f"round must be within 0..{MAX_ROUND}")
+        if len(instance) > MAX_INSTANCE_CHARS or not _INSTANCE.fullmatch(instance):
+            raise ValueError(f"an instance is at most {MAX_INSTANCE_CHARS} letters, digits, - or _")
         expiry = int((self._clock() + self.ttl) * 1000)
         head = _HEAD.pack(round, expiry, self._principal_tag(principal), self._binding_tag(binding))
-        payload = head + continuation.encode("utf-8")
+        payload = head + bytes([len(instance)]) + instance.encode("ascii") + continuation.encode("utf-8")
         token = VERSION + _b64(payload + self._mac(payload))
         if len(token) > MAX_TOKEN_CHARS:
             raise ValueError(f"the continuation is too long for a requestState of {MAX_TOKEN_CHARS} characters")
@@ -110,11 +120,15 @@ class StateSealer:
             return StateError("foreign", "requestState was issued for another request")
         if self._clock() * 1000 >= expiry:
             return StateError("expired", "requestState has expired; send the original request again")
+        named = body[_HEAD.size]
+        instance = body[_HEAD.size + 1 : _HEAD.size + 1 + named].decode("ascii", "replace")
+        if len(instance) != named or not _INSTANCE.fullmatch(instance):
+            return StateError("malformed", "requestState is not valid")  # only a token of another implementation
         try:
-            continuation = body[_HEAD.size :].decode("utf-8")
+            continuation = body[_HEAD.size + 1 + named :].decode("utf-8")
         except UnicodeDecodeError:  # only a token sealed by another implementation with this key
             return StateError("malformed", "requestState is not valid")
-        return Opened(continuation, round_)
+        return Opened(continuation, round_, instance)
 
     def _mac(self, payload: bytes) -> bytes:
         return hmac.new(self._mac_key, VERSION.encode("ascii") + payload, hashlib.sha256).digest()
@@ -147,6 +161,6 @@ def _payload(token: object) -> bytes | StateError:
     if not _BODY.fullmatch(body) or len(body) % 4 == 1:
         return bad
     data = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-    if len(data) < _HEAD.size + _MAC_SIZE or _b64(data) != body:  # short, or a non-canonical encoding
+    if len(data) < _HEAD.size + 1 + _MAC_SIZE or _b64(data) != body:  # short, or a non-canonical encoding
         return bad
     return data

@@ -188,3 +188,36 @@ def test_seal_refuses_what_open_could_not_take() -> None:
 def test_bad_construction(key: bytes, ttl: float) -> None:
     with pytest.raises(ValueError):
         StateSealer(key, ttl=ttl)
+
+
+# -- a fleet: the token names the instance holding the continuation ---------------------------------------
+
+
+def test_the_instance_travels_and_any_sealer_with_the_key_reads_it() -> None:
+    clock = FakeClock()
+    here, there = sealer(clock), sealer(clock)  # two instances, one cluster key
+    token = here.seal(PRINCIPAL, "c-9", 2, instance="inst-a")
+    assert there.open(token, PRINCIPAL) == Opened("c-9", 2, "inst-a")
+    assert here.open(here.seal(PRINCIPAL, "c-9", 2), PRINCIPAL) == Opened("c-9", 2, "")  # none named
+
+
+def test_the_instance_is_under_the_mac() -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, "c", 0, instance="inst-a")
+    raw = base64.urlsafe_b64decode(token[4:] + "=" * (-len(token[4:]) % 4))
+    start = raw.index(b"inst-a")
+    retargeted = raw[:start] + b"inst-b" + raw[start + 6 :]  # another instance of the same length
+    altered = "mg1." + base64.urlsafe_b64encode(retargeted).rstrip(b"=").decode()
+    assert reason(s.open(altered, PRINCIPAL)) == "tampered"
+
+
+@pytest.mark.parametrize("instance", ["a.b", "a b", "é", "x" * 65, "a/b"])
+def test_seal_refuses_an_instance_that_is_not_an_id(instance: str) -> None:
+    with pytest.raises(ValueError, match="instance"):
+        sealer().seal(PRINCIPAL, "c", 0, instance=instance)
+
+
+def test_the_longest_instance_round_trips() -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, "c", 1, instance="i" * 64)
+    assert s.open(token, PRINCIPAL) == Opened("c", 1, "i" * 64)
