@@ -1,0 +1,429 @@
+"""Instances of a fleet on one Redis (REDIS_URL), through gunicorn: a session opened on one instance and driven
+entirely through another (Streamable HTTP's POST, GET stream and DELETE; HTTP+SSE's messages), named servers'
+paths kept, the principal carried in a signed Mcpgate-Forwarded header (the token never travels; an invalid
+or expired one refused 403; a forged session id 404), the owner gone (404, the client starts again on a live
+instance). Without REDIS_URL the header means nothing."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import requests
+from mcp import Client, types
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from mcpgate.core import session_ids
+from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
+from tests.support import (
+    DEMO_ENTRY,
+    HEADERS,
+    NAMED_ENTRY,
+    Gateway,
+    call,
+    demo_round_trips,
+    direct_children,
+    init_body,
+    named,
+    oidc_issuer,
+    on_elicit,
+    on_sample,
+    open_session,
+    redis_server,
+    reply_message,
+    wait_dead,
+    write_config,
+)
+
+HANG_GUARD = 60
+SECRET = "test-cluster-secret-0123456789abcdef"
+TOKEN = "static-token-for-the-cluster-tests"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+def cluster_env(redis_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "REDIS_URL": redis_url,
+        "MCPGATE_CLUSTER_SECRET": SECRET,
+        "MCPGATE_INTERNAL_URL": "http://127.0.0.1:{port}",
+        "MCPGATE_KEEPALIVE": "0.5",
+        "MCPGATE_SSE_AFTER": "0.2",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def pair(redis_url: str) -> Iterator[tuple[Gateway, Gateway]]:
+    """Two instances with a static token; A closes idle keep-alive connections soon (B's pooled ones go stale)."""
+    a = Gateway(cluster_env(redis_url, MCPGATE_AUTH_TOKEN=TOKEN, MCPGATE_KEEPALIVE_TIMEOUT="0.5"))
+    b = Gateway(cluster_env(redis_url, MCPGATE_AUTH_TOKEN=TOKEN))
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+def session_on(gw: Gateway, headers: dict[str, str] | None = None, path: str = "/mcp") -> dict[str, str]:
+    """A session opened on `gw` (initialize and initialized): the headers naming it."""
+    reply = gw.request("POST", path, body=init_body(), headers={**HEADERS, **(headers or {})})
+    assert reply.status == 200, reply
+    session = {**HEADERS, **(headers or {}), SESSION_ID: reply.headers[SESSION_ID.lower()]}
+    session[PROTOCOL_VERSION] = "2025-11-25"
+    assert gw.request("POST", path, body=INITIALIZED, headers=session).status == 202
+    return session
+
+
+def instance(headers: dict[str, str]) -> str:
+    return headers[SESSION_ID].split(".", 1)[0]
+
+
+def test_session_ids_name_their_instance(pair: tuple[Gateway, Gateway]) -> None:
+    a, b = pair
+    on_a, on_b = session_on(a, BEARER), session_on(b, BEARER)
+    assert session_ids.owner(on_a[SESSION_ID], SECRET.encode()) == instance(on_a)
+    assert instance(on_a) != instance(on_b)
+    for gw, session in ((a, on_a), (b, on_b)):
+        assert gw.request("DELETE", headers=session).status == 204
+
+
+def test_a_session_of_a_is_driven_entirely_through_b(pair: tuple[Gateway, Gateway]) -> None:
+    a, b = pair
+    session = session_on(a, BEARER)
+    echoed = reply_message(b.request("POST", body=call("echo", {"message": "via b"}), headers=session))
+    assert echoed["result"]["content"][0]["text"] == "via b", echoed
+    slow = b.request("POST", body=call("slow", {"seconds": 0.6, "steps": 2}, msg_id=3), headers=session)
+    assert slow.content_type.startswith("text/event-stream"), slow  # switched to SSE on A, streamed by B
+    assert reply_message(slow)["result"]["content"][0]["text"].startswith("done"), slow
+    stream = EventStream(b, session)  # the session's GET stream, through B
+    assert stream.status == 200 and stream.content_type.startswith("text/event-stream")
+    assert b.request("POST", body=call("notify_change", {}, msg_id=4), headers=session).status == 200
+    assert stream.message()["method"] == "notifications/tools/list_changed"
+    stream.close()
+    time.sleep(1.0)  # longer than A's keep-alive timeout: B's pooled connection to A is closed by now
+    again = reply_message(b.request("POST", body=call("add", {"a": 2, "b": 3}, msg_id=5), headers=session))
+    assert again["result"]["structuredContent"] == {"result": 5}, again
+    assert b.request("DELETE", headers=session).status == 204
+    gone = b.request("POST", body=call("echo", {"message": "x"}, msg_id=6), headers=session)
+    assert gone.status == 404 and a.request("POST", body=call("echo", {"message": "x"}), headers=session).status == 404
+
+
+def test_the_token_is_checked_before_forwarding_and_never_travels(pair: tuple[Gateway, Gateway]) -> None:
+    a, b = pair
+    session = session_on(a, BEARER)
+    anonymous = {k: v for k, v in session.items() if k != "Authorization"}
+    assert b.request("POST", body=call("echo", {"message": "x"}), headers=anonymous).status == 401
+    wrong = {**session, "Authorization": "Bearer not-the-token"}
+    assert b.request("POST", body=call("echo", {"message": "x"}), headers=wrong).status == 401
+    assert TOKEN not in a.log() + b.log()
+    assert b.request("DELETE", headers=session).status == 204
+
+
+def signed(principal: str, session: dict[str, str], when: float, method: str = "POST", path: str = "/mcp") -> str:
+    return session_ids.forwarded(principal, when, method, path, session[SESSION_ID], SECRET.encode())
+
+
+def test_the_owner_takes_a_valid_forwarded_principal_instead_of_the_token(pair: tuple[Gateway, Gateway]) -> None:
+    a, _ = pair
+    session = session_on(a, BEARER)
+    tokenless = {k: v for k, v in session.items() if k != "Authorization"}
+    now = time.time()
+    ok = a.request(
+        "POST", body=call("echo", {"message": "fwd"}), headers={**tokenless, FORWARDED: signed("static", session, now)}
+    )
+    assert reply_message(ok)["result"]["content"][0]["text"] == "fwd", ok
+    other_key = session_ids.forwarded("static", now, "POST", "/mcp", session[SESSION_ID], b"another key")
+    refused = {
+        "expired": signed("static", session, now - 60),
+        "from the future": signed("static", session, now + 60),
+        "another method": signed("static", session, now, method="DELETE"),
+        "another path": signed("static", session, now, path="/sse"),
+        "another key": other_key,
+        "malformed": "not-a-signature",
+    }
+    for case, value in refused.items():
+        reply = a.request("POST", body=call("echo", {"message": "x"}), headers={**tokenless, FORWARDED: value})
+        assert reply.status == 403, (case, reply)
+    # the token is not a way around an invalid forwarded header either
+    reply = a.request("POST", body=call("echo", {"message": "x"}), headers={**session, FORWARDED: "bad"})
+    assert reply.status == 403, reply
+    # a valid header for another principal finds no session (the session is the principal's)
+    other = a.request(
+        "POST", body=call("echo", {"message": "x"}), headers={**tokenless, FORWARDED: signed("mallory", session, now)}
+    )
+    assert other.status == 404, other
+    assert a.request("DELETE", headers=session).status == 204
+
+
+def test_a_forged_session_id_is_unknown(pair: tuple[Gateway, Gateway]) -> None:
+    a, b = pair
+    session = session_on(a, BEARER)
+    owner, random, mac = session[SESSION_ID].split(".")
+    flipped = "A" if mac[0] != "A" else "B"
+    for forged in (f"{owner}.{random}.{flipped}{mac[1:]}", f"{owner}.{random[::-1]}.{mac}"):
+        reply = b.request("POST", body=call("echo", {"message": "x"}), headers={**session, SESSION_ID: forged})
+        assert reply.status == 404, reply
+    assert reply_message(b.request("POST", body=call("echo", {"message": "real"}), headers=session))["result"]
+    assert b.request("DELETE", headers=session).status == 204
+
+
+def test_http_sse_messages_reach_the_owner_through_b(pair: tuple[Gateway, Gateway]) -> None:
+    a, b = pair
+    stream = EventStream(a, None, path="/sse", headers=BEARER)
+    assert stream.status == 200
+    name, endpoint = stream.event()
+    assert name == "endpoint" and "session_id=" in endpoint
+    posted = b.request("POST", endpoint, body=init_body(), headers={"Content-Type": "application/json", **BEARER})
+    assert posted.status == 202, posted
+    assert stream.message()["result"]["serverInfo"], "the initialize reply comes on A's stream"
+    assert (
+        b.request("POST", endpoint, body=INITIALIZED, headers={"Content-Type": "application/json", **BEARER}).status
+        == 202
+    )
+    b.request(
+        "POST",
+        endpoint,
+        body=call("echo", {"message": "sse via b"}),
+        headers={"Content-Type": "application/json", **BEARER},
+    )
+    assert stream.message()["result"]["content"][0]["text"] == "sse via b"
+    stream.close()
+
+
+# -- the official SDK client, its session opened on A, every later request sent to B -------------------------
+
+
+class Steer(httpx2.AsyncHTTPTransport):
+    """Sends the first request as asked (to A), every later one to `port` (B)."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        self.port, self.seen = port, 0
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.seen += 1
+        if self.seen > 1:
+            request.url = request.url.copy_with(port=self.port)
+        return await super().handle_async_request(request)
+
+
+def run_sdk(transport: Any, body: Callable[[Client, list[Any]], Any]) -> None:
+    notifications: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        notifications.append(message)
+
+    async def main() -> None:
+        with anyio.fail_after(HANG_GUARD):
+            async with Client(
+                transport(),
+                mode="legacy",
+                elicitation_callback=on_elicit,
+                sampling_callback=on_sample,
+                message_handler=on_message,
+            ) as client:
+                await body(client, notifications)
+
+    anyio.run(main)
+
+
+async def list_changed_arrives(client: Client, notifications: list[Any]) -> None:
+    await client.call_tool("notify_change", {})
+    with anyio.fail_after(10):
+        while not any(isinstance(n, types.ToolListChangedNotification) for n in notifications):
+            await anyio.sleep(0.05)
+
+
+def test_the_sdk_client_through_b(pair: tuple[Gateway, Gateway]) -> None:
+    a, b = pair
+    steer = Steer(b.port)
+
+    def transport() -> Any:
+        http = httpx2.AsyncClient(transport=steer, headers=BEARER, timeout=httpx2.Timeout(30, read=HANG_GUARD))
+        return streamable_http_client(a.url, http_client=http)
+
+    async def body(client: Client, notifications: list[Any]) -> None:
+        await demo_round_trips(client)
+        await list_changed_arrives(client, notifications)
+
+    run_sdk(transport, body)
+    assert steer.seen > 5  # initialize on A, the rest (the GET stream too) through B
+
+
+def test_the_sdk_sse_client_through_b(pair: tuple[Gateway, Gateway]) -> None:
+    a, b = pair
+    steer = Steer(b.port)
+
+    def factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=steer, headers=headers, timeout=timeout, auth=auth)
+
+    def transport() -> Any:
+        return sse_client(f"{a.base}/sse", headers=BEARER, httpx_client_factory=factory)
+
+    async def body(client: Client, _: list[Any]) -> None:
+        await demo_round_trips(client)
+
+    run_sdk(transport, body)
+    assert steer.seen > 3  # the stream on A, every message POSTed through B
+
+
+# -- named servers ------------------------------------------------------------------------------------------------
+
+
+def test_named_servers_keep_their_paths(redis_url: str, tmp_path: Path, gateway_factory: Any) -> None:
+    config = write_config(tmp_path / "servers.json", {"demo": DEMO_ENTRY, "other": NAMED_ENTRY})
+    a = gateway_factory(cluster_env(redis_url, MCPGATE_CONFIG=config))
+    b = gateway_factory(cluster_env(redis_url, MCPGATE_CONFIG=config))
+    session = open_session(named(a, "demo"))
+    echoed = reply_message(named(b, "demo").request("POST", body=call("echo", {"message": "named"}), headers=session))
+    assert echoed["result"]["content"][0]["text"] == "named", echoed
+    elsewhere = named(b, "other").request("POST", body=call("echo", {"message": "x"}), headers=session)
+    assert elsewhere.status == 404, elsewhere  # forwarded to /servers/other/mcp on A: not that server's session
+    assert named(b, "demo").request("DELETE", headers=session).status == 204
+
+
+# -- OAuth principals ---------------------------------------------------------------------------------------------
+
+PUBLIC = "http://127.0.0.1:9"  # one public URL for the fleet (the balancer's): one resource for every instance
+
+
+def test_an_oauth_principal_travels_with_the_forward(redis_url: str, gateway_factory: Any) -> None:
+    with oidc_issuer(user="alice") as issuer:
+        env = cluster_env(
+            redis_url,
+            MCPGATE_PUBLIC_URL=PUBLIC,
+            MCPGATE_OAUTH_ISSUER=issuer,
+            MCPGATE_OAUTH_INTROSPECTION_URL=issuer + "/introspect",
+            MCPGATE_OAUTH_CLIENT_ID="test-client",
+            MCPGATE_OAUTH_CLIENT_SECRET="test-secret",
+        )
+        a, b = gateway_factory(env), gateway_factory(env)
+
+        def bearer(sub: str, **claims: Any) -> dict[str, str]:
+            body = {"claims": {"aud": PUBLIC + "/mcp", "scope": "mcp", "sub": sub, **claims}}
+            return {"Authorization": "Bearer " + requests.post(issuer + "/mint", json=body, timeout=10).json()["token"]}
+
+        session = session_on(a, bearer("alice"))
+        echoed = reply_message(b.request("POST", body=call("echo", {"message": "alice"}), headers=session))
+        assert echoed["result"]["content"][0]["text"] == "alice", echoed
+        as_bob = {**session, **bearer("bob")}
+        assert b.request("POST", body=call("echo", {"message": "x"}), headers=as_bob).status == 404
+        expired = {**session, **bearer("alice", exp=int(time.time()) - 120, iat=int(time.time()) - 600)}
+        assert b.request("POST", body=call("echo", {"message": "x"}), headers=expired).status == 401
+        assert b.request("DELETE", headers=session).status == 204
+
+
+# -- the owner gone -----------------------------------------------------------------------------------------------
+
+
+def test_the_owner_gone_is_404_and_the_client_starts_again(redis_url: str, gateway_factory: Any) -> None:
+    a = Gateway(cluster_env(redis_url))
+    try:
+        a.wait_ready()
+        b = gateway_factory(cluster_env(redis_url))
+        session = session_on(a)
+        assert reply_message(b.request("POST", body=call("echo", {"message": "x"}), headers=session))["result"]
+        workers = direct_children(a.proc.pid)
+        sessions_children = [pid for worker in workers for pid in direct_children(worker)]
+        os.kill(a.proc.pid, signal.SIGKILL)
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        a.proc.wait(10)
+        gone = b.request("POST", body=call("echo", {"message": "x"}, msg_id=3), headers=session)
+        assert gone.status == 404 and "Session not found" in gone.json()["error"]["message"], gone
+        assert "is gone" in b.log()
+        again = session_on(b)
+        assert reply_message(b.request("POST", body=call("echo", {"message": "y"}), headers=again))["result"]
+        assert wait_dead(sessions_children) == [], "the dead instance's children end (their stdin closed)"
+    finally:
+        a.stop()
+
+
+# -- without REDIS_URL --------------------------------------------------------------------------------------------
+
+
+def test_without_redis_the_header_means_nothing(gateway_factory: Any) -> None:
+    gw = gateway_factory({"MCPGATE_AUTH_TOKEN": TOKEN})
+    session = session_on(gw, BEARER)
+    assert "." not in session[SESSION_ID]  # plain ids
+    tokenless = {k: v for k, v in session.items() if k != "Authorization"}
+    header = signed("static", session, time.time())
+    assert (
+        gw.request("POST", body=call("echo", {"message": "x"}), headers={**tokenless, FORWARDED: header}).status == 401
+    )
+
+
+def test_without_redis_nothing_imports_redis() -> None:
+    code = (
+        "import sys; from mcpgate.settings import Settings; from mcpgate.serve.app import create_app; "
+        "create_app(Settings.from_env({})); assert 'redis' not in sys.modules, 'redis imported'"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+# -- raw event streams --------------------------------------------------------------------------------------------
+
+
+class EventStream:
+    """A raw GET of an SSE stream (a session's GET stream, or the HTTP+SSE path), read event by event."""
+
+    def __init__(
+        self, gw: Gateway, session: dict[str, str] | None, path: str = "/mcp", headers: dict[str, str] | None = None
+    ) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=15)
+        sent = {**(session or {}), **(headers or {}), "Accept": "text/event-stream"}
+        sent.pop("Content-Type", None)
+        self.conn.request("GET", path, headers=sent)
+        self.response = self.conn.getresponse()
+        self.status = self.response.status
+        self.content_type = self.response.getheader("Content-Type", "")
+
+    def event(self) -> tuple[str, str]:
+        name, data = "message", []
+        while True:
+            line = self.response.readline()
+            if not line:
+                raise EOFError("the stream ended")
+            text = line.decode().rstrip("\r\n")
+            if not text:
+                if data and "".join(data):
+                    return name, "\n".join(data)
+                name, data = "message", []
+                continue
+            field, _, value = text.partition(":")
+            if field == "event":
+                name = value.strip()
+            elif field == "data":
+                data.append(value.removeprefix(" "))
+
+    def message(self) -> Any:
+        while True:
+            name, data = self.event()
+            if name == "message":
+                return json.loads(data)
+
+    def close(self) -> None:
+        self.conn.close()
