@@ -1,0 +1,443 @@
+"""The fleet end to end (issue 15): Redis, HAProxy on deploy/haproxy.cfg (the recipe itself) and three gunicorn
+instances (i1-i3) on loopback, driven by the official SDK client in both eras.
+
+- 50 sessions spread over the instances, every call of each answered by the instance its id names: with the
+  recipe's stick table, with its id-prefix routing, and with plain round-robin (every request after the
+  initialize lands anywhere and the instance that does not own the session forwards it);
+- 2026-07-28 calls round-robin over every instance, an MRTR round trip whose retry lands on another instance;
+- an OAuth sign-in on one instance whose tokens another accepts (two instances, their own HAProxy);
+- an instance SIGKILLed mid-run: its clients start again elsewhere, the others' sessions go on, its children
+  are gone; a graceful drain: new sessions refused, in-flight calls finished, HAProxy routing around it.
+
+Instance i4 of the recipe is a port nothing listens on (down throughout) except in the kill and drain tests,
+which start it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support import (
+    HEADERS,
+    MODERN,
+    ROOT,
+    Balancer,
+    Gateway,
+    direct_children,
+    free_port,
+    haproxy,
+    init_body,
+    modern_body,
+    on_elicit,
+    on_sample,
+    post_modern,
+    redis_server,
+    reply_message,
+    wait_dead,
+    wait_for,
+)
+
+RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()
+NAMES = ("i1", "i2", "i3")
+SECRET = "cluster-test-secret-0123456789abcdef"
+SESSIONS = 50
+HANG_GUARD = 60
+
+
+def instance_env(redis_url: str, name: str, **extra: str) -> dict[str, str]:
+    return {
+        "REDIS_URL": redis_url,
+        "MCPGATE_INSTANCE_ID": name,
+        "MCPGATE_CLUSTER_SECRET": SECRET,
+        "MCPGATE_INTERNAL_URL": "http://127.0.0.1:{port}",  # the tests bind with gunicorn's -b, not MCPGATE_BIND
+        "MCPGATE_KEEPALIVE": "1",
+        **extra,
+    }
+
+
+class Cluster:
+    """Redis and the instances (by instance id); `front(routing)` puts the recipe's HAProxy before them."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+        self.instances: dict[str, Gateway] = {}
+        self.dead_port = free_port()  # where a recipe server without an instance points
+
+    def start(self, name: str, **extra: str) -> Gateway:
+        gw = Gateway(instance_env(self.redis_url, name, **extra))
+        self.instances[name] = gw
+        gw.wait_ready()
+        return gw
+
+    @contextlib.contextmanager
+    def front(self, routing: str, port: int | None = None) -> Iterator[Balancer]:
+        env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
+        for index in range(1, 5):
+            gw = self.instances.get(f"i{index}")
+            env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else self.dead_port}"
+        with haproxy(RECIPE, env, port) as lb:
+            up = {f"sticky/{name}" for name in self.instances}
+            if not wait_for(lambda: up == {srv for srv, ok in lb.servers_up().items() if ok and "sticky/" in srv}):
+                raise RuntimeError(f"instances not up behind haproxy: {lb.servers_up()}\n{lb.log()}")
+            yield lb
+
+    def sessions(self) -> dict[str, int]:
+        """Each live instance's open 2025 sessions, from its /healthz."""
+        return {name: int(gw.request("GET", "/healthz").json()["sessions"]) for name, gw in self.live().items()}
+
+    def live(self) -> dict[str, Gateway]:
+        return {name: gw for name, gw in self.instances.items() if gw.proc.poll() is None}
+
+    def stop(self) -> None:
+        for gw in self.instances.values():
+            gw.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with redis_server() as url:
+        fleet = Cluster(url)
+        try:
+            for name in NAMES:
+                fleet.start(name)
+            yield fleet
+        finally:
+            fleet.stop()
+
+
+def run(body: Callable[[], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        with anyio.fail_after(HANG_GUARD):
+            return await body()
+
+    return anyio.run(main)
+
+
+def owner(session_id: str) -> str:
+    """The instance a cluster session id names (its first part)."""
+    return session_id.split(".", 1)[0]
+
+
+# -- 2025 sessions through the SDK client ------------------------------------------------------------------------
+
+
+class LegacyUser:
+    """One SDK client in legacy mode (Streamable HTTP, or HTTP+SSE when `sse`), its session id recorded."""
+
+    def __init__(self, base: str, index: int, sse: bool = False) -> None:
+        self.base, self.index, self.sse = base, index, sse
+        self.session_id = ""
+        self.answers: list[Any] = []
+
+    def transport(self) -> Any:
+        if self.sse:
+            return sse_client(f"{self.base}/sse", on_session_created=self.created)
+
+        async def seen(response: httpx2.Response) -> None:
+            self.session_id = self.session_id or response.headers.get("mcp-session-id", "")
+
+        http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=HANG_GUARD), event_hooks={"response": [seen]})
+        return streamable_http_client(f"{self.base}/mcp", http_client=http)
+
+    def created(self, session_id: str) -> None:
+        self.session_id = session_id
+
+    def client(self) -> Client:
+        return Client(self.transport(), mode="legacy", elicitation_callback=on_elicit, sampling_callback=on_sample)
+
+    async def calls(self, client: Client) -> None:
+        echoed = await client.call_tool("echo", {"message": f"user {self.index}"})
+        added = await client.call_tool("add", {"a": self.index, "b": 1})
+        self.answers += [echoed.content[0].text, added.structured_content]  # type: ignore[union-attr]
+
+
+async def many_sessions(base: str, count: int, opened: Callable[[list[LegacyUser]], None]) -> list[LegacyUser]:
+    """`count` SDK clients at once (every fifth over HTTP+SSE): each opens its session and makes one call, then
+    `opened(users)` runs while all are open, then each makes its other calls and closes."""
+    users = [LegacyUser(base, index, sse=index % 5 == 4) for index in range(count)]
+    ready = anyio.Semaphore(0)
+    go = anyio.Event()
+
+    async def one(user: LegacyUser) -> None:
+        async with user.client() as client:
+            await user.calls(client)
+            ready.release()
+            await go.wait()
+            await user.calls(client)
+            tools = await client.list_tools()
+            assert "echo" in {tool.name for tool in tools.tools}
+
+    async with anyio.create_task_group() as group:
+        for user in users:
+            group.start_soon(one, user)
+        for _ in users:
+            await ready.acquire()
+        await anyio.to_thread.run_sync(opened, users)
+        go.set()
+    return users
+
+
+def check_answers(users: list[LegacyUser]) -> None:
+    for user in users:
+        expected = [f"user {user.index}", {"result": user.index + 1}]
+        assert user.answers == expected * 2, (user.index, user.answers)
+
+
+def check_owners(cluster: Cluster, users: list[LegacyUser]) -> Counter[str]:
+    """While every session is open: each id names a live instance, and each instance holds exactly the sessions
+    whose ids name it (so every call of a session was answered by its owner: no other instance has it)."""
+    owners = Counter(owner(user.session_id) for user in users)
+    assert set(owners) <= set(cluster.live()), owners
+    held = cluster.sessions()
+    assert held == {name: owners.get(name, 0) for name in held}, (held, owners)
+    assert len(owners) == len(cluster.live()), owners  # round-robin initializes reached every instance
+    return owners
+
+
+@pytest.mark.parametrize("routing", ["sticky", "by_prefix", "roundrobin"])
+def test_50_sessions_each_answered_by_its_owner(cluster: Cluster, routing: str) -> None:
+    with cluster.front(routing) as lb:
+        table: dict[str, str] = {}
+
+        def opened(users: list[LegacyUser]) -> None:
+            check_owners(cluster, users)
+            table.update(stick_table(lb))
+
+        users = run(lambda: many_sessions(lb.base, SESSIONS, opened))
+        check_answers(users)
+        if routing == "sticky":  # HAProxy learnt each Streamable HTTP session from its initialize response
+            streamable = {user.session_id for user in users if not user.sse}
+            assert streamable <= set(table), (len(streamable), len(table))
+            assert all(table[sid] == owner(sid) for sid in streamable), table
+    requests = routed(lb)  # read once HAProxy has stopped: every request logged
+    if routing == "roundrobin":  # every request after the initialize went to any instance: most were forwarded
+        assert requests["forwarded"] > SESSIONS, requests
+    else:  # every request naming a session went straight to its owner
+        assert requests["forwarded"] == 0 and requests["owner"] > SESSIONS * 5, requests
+    assert wait_for(lambda: sum(cluster.sessions().values()) == 0), cluster.sessions()
+
+
+def stick_table(lb: Balancer) -> dict[str, str]:
+    """The sticky backend's table: session id -> the name of the server it is pinned to."""
+    rows = [line.split() for line in lb.admin("show servers state sticky").splitlines()[1:]]
+    ids = {row[2]: row[3] for row in rows if len(row) > 3 and not row[0].startswith("#")}
+    table = {}
+    for line in lb.admin("show table sticky").splitlines()[1:]:
+        fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+        if "key" in fields and "server_id" in fields:
+            table[fields["key"]] = ids.get(fields["server_id"], fields["server_id"])
+    return table
+
+
+def routed(lb: Balancer) -> Counter[str]:
+    """From HAProxy's request log (the recipe's log-format): requests naming a session that went to the
+    instance the id names ("owner"), that went to another one, which forwarded them ("forwarded"), and
+    those naming none ("none")."""
+    seen: Counter[str] = Counter()
+    for line in lb.log().splitlines():
+        words = line.split()
+        where = next((word for word in words if word.startswith("owner=")), None)
+        server = next((word.split("/", 1)[1] for word in words if "/" in word and not word.startswith("/")), "")
+        if where is None:
+            continue
+        named = where.removeprefix("owner=")
+        seen["none" if named == "-" else "owner" if named == server else "forwarded"] += 1
+    return seen
+
+
+# -- 2026-07-28 through the SDK client: round-robin, MRTR across instances ------------------------------------
+
+
+def served_requests(lb: Balancer, backend: str) -> dict[str, int]:
+    """Requests each server of a backend has been sent so far (HAProxy's stats)."""
+    lines = [line.split(",") for line in lb.admin("show stat").splitlines()]
+    header = [name.lstrip("# ") for name in lines[0]]
+    rows = [dict(zip(header, row, strict=True)) for row in lines[1:] if len(row) == len(header)]
+    return {row["svname"]: int(row["stot"] or 0) for row in rows if row["pxname"] == backend}
+
+
+def test_2026_calls_go_round_robin_over_every_instance(cluster: Cluster) -> None:
+    with cluster.front("sticky") as lb:
+
+        async def body() -> None:
+            async def one(index: int) -> None:
+                async with Client(lb.url, mode=MODERN) as client:
+                    assert client.protocol_version == MODERN
+                    for _ in range(3):
+                        echoed = await client.call_tool("echo", {"message": f"m{index}"})
+                        assert echoed.content[0].text == f"m{index}"  # type: ignore[union-attr]
+
+            async with anyio.create_task_group() as group:
+                for index in range(SESSIONS):
+                    group.start_soon(one, index)
+
+        run(body)
+        served = served_requests(lb, "sticky")
+        assert all(served[name] > 0 for name in NAMES), served
+    assert cluster.sessions() == dict.fromkeys(NAMES, 0)  # stateless: no session anywhere
+
+
+def ask_name(msg_id: Any, responses: dict[str, Any] | None = None, state: str | None = None) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": "ask_name", "arguments": {}}
+    if responses is not None:
+        params |= {"inputResponses": responses, "requestState": state}
+    return modern_body(msg_id, "tools/call", params, caps={"elicitation": {}})
+
+
+def test_an_mrtr_retry_on_another_instance_completes(cluster: Cluster) -> None:
+    """By raw HTTP: the call on i1, its retry (the elicitation's answer) on i2, which sends it to i1."""
+    first_gw, other_gw = cluster.instances["i1"], cluster.instances["i2"]
+    first = reply_message(post_modern(first_gw, ask_name("x-1")))["result"]
+    assert first["resultType"] == "input_required", first
+    ((key, _),) = first["inputRequests"].items()
+    answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
+    done = reply_message(post_modern(other_gw, ask_name("x-2", answer, first["requestState"])))
+    assert done["id"] == "x-2" and done["result"]["content"][0]["text"] == "Hello, Ada", done
+
+
+def test_an_mrtr_round_trip_through_haproxy_with_the_sdk(cluster: Cluster) -> None:
+    """Round-robin sends the SDK's retry to the next instance: each of a few calls' retries lands elsewhere."""
+    with cluster.front("roundrobin") as lb:
+
+        async def body() -> list[str]:
+            async with Client(lb.url, mode=MODERN, elicitation_callback=on_elicit) as client:
+                return [(await client.call_tool("ask_name", {})).content[0].text for _ in range(3)]  # type: ignore[union-attr]
+
+        assert run(body) == ["Hello, Grace"] * 3
+
+
+def test_a_continuation_whose_owner_is_gone_asks_the_client_to_start_again(cluster: Cluster) -> None:
+    """An MRTR call started on an instance that then dies: its retry elsewhere gets the spec's error, and the
+    call started again completes."""
+    gw = cluster.start("i5")
+    try:
+        first = reply_message(post_modern(gw, ask_name("g-1")))["result"]
+        ((key, _),) = first["inputRequests"].items()
+    finally:
+        kill_instance(gw)
+    answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
+    retried = reply_message(post_modern(cluster.instances["i1"], ask_name("g-2", answer, first["requestState"])))
+    assert retried["id"] == "g-2" and "error" in retried, retried
+    again = reply_message(post_modern(cluster.instances["i1"], ask_name("g-3")))["result"]
+    assert again["resultType"] == "input_required", again
+
+
+# -- an instance SIGKILLed, a graceful drain -----------------------------------------------------------------
+
+
+def worker_of(gw: Gateway) -> int:
+    [worker] = direct_children(gw.proc.pid)
+    return worker
+
+
+def kill_instance(gw: Gateway) -> list[int]:
+    """SIGKILL the instance's master and worker (a crash, the OOM killer); the PIDs of the children it had."""
+    worker = worker_of(gw)
+    kids = direct_children(worker)
+    os.kill(gw.proc.pid, signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)
+    gw.proc.wait(10)
+    return kids
+
+
+def test_an_instance_killed_mid_run(cluster: Cluster) -> None:
+    victim = cluster.start("i4")
+    try:
+        with cluster.front("sticky") as lb:
+            outcome: dict[str, Any] = {}
+
+            async def body() -> None:
+                users = [LegacyUser(lb.base, index) for index in range(16)]
+                ready = anyio.Semaphore(0)
+                killed = anyio.Event()
+
+                async def one(user: LegacyUser) -> None:
+                    async with user.client() as client:
+                        await user.calls(client)
+                        ready.release()
+                        await killed.wait()
+                        if owner(user.session_id) == "i4":
+                            with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a 404 session
+                                await user.calls(client)
+                            outcome.setdefault("failed", []).append(user.index)
+                        else:
+                            await user.calls(client)
+                    if owner(user.session_id) == "i4":  # a new session: through HAProxy to a live instance
+                        again = LegacyUser(lb.base, user.index)
+                        async with again.client() as client:
+                            await again.calls(client)
+                        outcome.setdefault("again", []).append(owner(again.session_id))
+
+                async with anyio.create_task_group() as group:
+                    for user in users:
+                        group.start_soon(one, user)
+                    for _ in users:
+                        await ready.acquire()
+                    outcome["owners"] = Counter(owner(user.session_id) for user in users)
+                    outcome["children"] = await anyio.to_thread.run_sync(kill_instance, victim)
+                    killed.set()
+                check_answers([user for user in users if owner(user.session_id) != "i4"])
+
+            run(body)
+            assert outcome["owners"]["i4"] > 0 and len(outcome["failed"]) == outcome["owners"]["i4"], outcome
+            assert outcome["again"] and "i4" not in outcome["again"], outcome
+            assert outcome["children"] and wait_dead(outcome["children"]) == [], outcome  # no orphan left
+            assert wait_for(lambda: not lb.servers_up()["sticky/i4"]), lb.servers_up()  # its health check failed
+    finally:
+        cluster.instances.pop("i4", None)
+        victim.stop()
+
+
+def test_a_graceful_drain(cluster: Cluster) -> None:
+    """SIGTERM to an instance: /healthz says draining (HAProxy routes new sessions elsewhere), a new session
+    there is refused 503 + Retry-After, a call in flight and its open session's next call finish."""
+    drained = cluster.start("i4", MCPGATE_GRACEFUL_TIMEOUT="8")
+    try:
+        with cluster.front("sticky") as lb:
+
+            async def body() -> dict[str, Any]:
+                async with Client(drained.url, mode="legacy") as client:
+                    slow = None
+
+                    async def in_flight() -> None:
+                        nonlocal slow
+                        slow = await client.call_tool("slow", {"seconds": 2, "steps": 2})
+
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(in_flight)
+                        await anyio.sleep(0.5)
+                        drained.proc.send_signal(signal.SIGTERM)
+                        healthz = await anyio.to_thread.run_sync(
+                            lambda: wait_for(lambda: drained.request("GET", "/healthz").status == 503)
+                        )
+                        refused = await anyio.to_thread.run_sync(
+                            lambda: drained.request("POST", body=init_body(), headers=HEADERS)
+                        )
+                        routed = await anyio.to_thread.run_sync(
+                            lambda: lb.request("POST", body=init_body(), headers=HEADERS)
+                        )
+                    after = await client.call_tool("echo", {"message": "still here"})
+                    return {"slow": slow, "healthz": healthz, "refused": refused, "routed": routed, "after": after}
+
+            out = run(body)
+            assert out["healthz"], "no 503 draining on /healthz"
+            assert out["refused"].status == 503 and "retry-after" in out["refused"].headers, out["refused"]
+            assert out["routed"].status == 200, out["routed"]
+            assert owner(out["routed"].headers["mcp-session-id"]) != "i4", out["routed"].headers
+            assert out["slow"] is not None and out["slow"].content[0].text.startswith("done"), out["slow"]
+            assert out["after"].content[0].text == "still here", out["after"]
+        assert drained.proc.wait(30) == 0, drained.log_tail()
+    finally:
+        cluster.instances.pop("i4", None)
+        drained.stop()
