@@ -9,21 +9,30 @@ round, short-lived). The client's retry (a new id, `inputResponses`, the echoed 
 and the original call's result streams on the retry's response. A continuation nobody resumes within
 `input_ttl` ends the child's call (cancelled). A client that did not declare the capability is never
 asked: the child's request is refused instead.
+
+In a fleet (REDIS_URL) the state is sealed with a key every instance derives from the cluster key and names
+the instance holding the continuation: a retry landing on another instance is forwarded to its owner (raise
+Forward: the Endpoint sends it there); when the owner has left the directory the call cannot be resumed, and,
+as the 2026-07-28 MRTR rules would have it (no error code: the server asks again for what it needs), the
+retry is served as the original request, started afresh here, its input requests asked anew.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import gevent
 
 from ..core import jsonrpc, modern, mrtr
 from ..core.jsonrpc import Id, Request
-from ..core.request_state import Opened, StateSealer
+from ..core.request_state import Opened, StateError, StateSealer
+from . import cluster
 from .http import Refusal
 from .pooled_child import Call, PooledChild
 
@@ -34,6 +43,7 @@ log = logging.getLogger("mcpgate.bridge")
 
 GATHER = 0.05  # seconds to wait for more input requests of the same round (a child may ask several at once)
 MAX_PENDING = 16  # input requests one call may have pending; past it the child's next ones are refused
+Home = Literal["here", "forward", "restart"]
 
 
 @dataclass(eq=False)
@@ -54,8 +64,11 @@ class Bridge:
     def __init__(self, pool: Pool, input_ttl: float, clock: Callable[[], float]) -> None:
         self.pool, self.clock = pool, clock
         self.ttl = input_ttl
-        self.sealer = StateSealer(ttl=input_ttl)
         self.continuations: dict[str, Continuation] = {}
+        fleet = cluster.current()
+        self.instance = fleet.instance if fleet is not None else ""  # named in the state: where to resume it
+        self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
+        self.sealer = StateSealer(state_key(fleet.key) if fleet is not None else None, ttl=input_ttl)
 
     # -- from the child ---------------------------------------------------------------------------------
     def on_input_request(self, child: PooledChild, request: Request) -> None:
@@ -94,7 +107,9 @@ class Bridge:
         if call.finished or call.parked or not cont.pending:
             return
         cont.round += 1
-        result = mrtr.input_required_result(cont.pending, self.sealer.seal(cont.principal, cont.id, cont.round))
+        result = mrtr.input_required_result(
+            cont.pending, self.sealer.seal(cont.principal, cont.id, cont.round, instance=self.instance)
+        )
         result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
         call.parked = True
         cont.parked_at = self.clock()
@@ -144,14 +159,36 @@ class Bridge:
             cont.expiry.kill(block=False)
 
     # -- from the client's retry ----------------------------------------------------------------------------
-    def resume(self, principal: str, request: Request, stream: Any) -> Call:
+    def issued(self, state: object, principal: str) -> bool:
+        """Whether `state` is a requestState this bridge's key sealed (here or, in a fleet, on another instance)."""
+        opened = self.sealer.open(state, principal)
+        return not isinstance(opened, StateError) or opened.reason not in ("malformed", "tampered")
+
+    def refusal(self, principal: str, request: Request) -> Refusal:
+        """Why the state a request carries is refused (for a state this bridge did not seal)."""
+        params = request.params if isinstance(request.params, dict) else {}
+        opened = self.sealer.open(params.get("requestState"), principal)
+        return invalid_state(opened if isinstance(opened, StateError) else StateError("foreign", "not here"), request)
+
+    def resume(self, principal: str, request: Request, stream: Any) -> Call | None:
         """Take a retry: answer the child's input requests and make the retry's stream the call's reply.
 
-        A Refusal when the state is not one of ours, tampered, expired, used already or for another request."""
+        A Refusal when the state is not one of ours, tampered, expired, used already or for another request;
+        Forward when another live instance holds it; None when its instance is gone (start the call again)."""
         params = request.params if isinstance(request.params, dict) else {}
         opened = self.sealer.open(params.get("requestState"), principal)
         if not isinstance(opened, Opened):
-            raise Refusal(400, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {opened.message}", request.id)
+            raise invalid_state(opened, request)
+        home = where(opened.instance, self.instance, self.lookup)
+        if home == "forward":
+            raise cluster.Forward(opened.instance)
+        if home == "restart":
+            log.info(
+                "a bridged %s's input request was held by instance %s, gone: starting it again",
+                request.method,
+                opened.instance,
+            )
+            return None
         cont = self.continuations.get(opened.continuation)
         if cont is None or cont.round != opened.round or not cont.call.parked:
             raise Refusal(
@@ -187,6 +224,23 @@ class Bridge:
         elif cont.pending:  # still unanswered (or asked meanwhile): ask again, at once
             self._emit(cont)
         return call
+
+
+def invalid_state(error: StateError, request: Request) -> Refusal:
+    return Refusal(400, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {error.message}", request.id)
+
+
+def where(issuer: str, here: str, lookup: Callable[[str], str | None]) -> Home:
+    """Where a retry's continuation is: on this instance, on another live one (forward the retry), or on one
+    gone from the directory (its pending input request died with it: start the call again)."""
+    if issuer == here:
+        return "here"
+    return "forward" if lookup(issuer) is not None else "restart"
+
+
+def state_key(cluster_key: bytes) -> bytes:
+    """The requestState key every instance of a fleet derives from the cluster key (its own purpose)."""
+    return hmac.new(cluster_key, b"mcpgate bridge requestState", hashlib.sha256).digest()
 
 
 def _with_id(data: bytes, request_id: Id) -> bytes:

@@ -9,11 +9,12 @@ client closes is the request's cancellation: the child is told, and what it send
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
 
-from ..core import jsonrpc, modern, versions
+from ..core import jsonrpc, modern, mrtr, versions
 from ..core.jsonrpc import Notification, Request
 from ..core.sse import encode_comment, encode_event
 from ..core.tool_filter import ToolFilter
@@ -42,10 +43,8 @@ def post(gw: Gateway, request: HttpRequest, message: Request | Notification) -> 
     refuse_on(modern.validate(message, request.header), request_id)
     if not isinstance(message, Request):
         return HttpResponse(202)  # 2026-07-28 defines no client notification over HTTP: accepted, dropped
-    if gw.closing:
-        raise Refusal(
-            503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", request_id, headers={"Retry-After": "5"}
-        )
+    if gw.closing and not is_retry(message):  # draining: a retry may still resume the call it names here
+        raise shutting_down(request_id)
     try:
         return serve(gw, request, message)
     except Refusal as refusal:  # the pool's refusals (busy, crashing, cannot start) carry the request's id too
@@ -70,8 +69,17 @@ def serve(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
         return discover(gw, pool.acquire(principal), message)
     if message.method == "subscriptions/listen":
         return listen(gw, pool.hub(principal), message, peer_gone)
-    return reply(
-        gw, pool, start(pool, principal, message, tools if message.method == "tools/list" else None), peer_gone
+    listed = tools if message.method == "tools/list" else None
+    return reply(gw, pool, start(pool, principal, message, listed, closing=gw.closing), peer_gone)
+
+
+def is_retry(message: Request) -> bool:
+    return isinstance(message.params, dict) and message.params.get("requestState") is not None
+
+
+def shutting_down(request_id: jsonrpc.Id | None) -> Refusal:
+    return Refusal(
+        503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", request_id, headers={"Retry-After": "5"}
     )
 
 
@@ -92,20 +100,30 @@ def discover(gw: Gateway, child: PooledChild, message: Request) -> HttpResponse:
     return json_response(jsonrpc.encode({"jsonrpc": "2.0", "id": message.id, "result": result}))
 
 
-def start(pool: Pool, principal: str, message: Request, tools: ToolFilter | None = None) -> Call:
-    """The call, on its way to a child: a retry resumes the call its requestState names; `tools` filters a
-    tools/list call's result."""
+def start(
+    pool: Pool, principal: str, message: Request, tools: ToolFilter | None = None, *, closing: bool = False
+) -> Call:
+    """The call, on its way to a child: a retry resumes the call its requestState names (here, or at the
+    instance holding it: Forward), or starts again when that instance is gone; `tools` filters a tools/list
+    call's result. `closing`: the gateway drains, and takes no new call."""
     params = message.params if isinstance(message.params, dict) else {}
     capabilities = modern.client_capabilities(message)
     stream = Stream(pool.limits, expected=1)
     state = params.get("requestState")
-    if state is not None and pool.group(principal).era is Era.LEGACY:
-        return pool.bridge.resume(principal, message, stream)
+    if state is not None and (pool.group(principal).era is Era.LEGACY or pool.bridge.issued(state, principal)):
+        resumed = pool.bridge.resume(principal, message, stream)
+        if resumed is not None:
+            return resumed
+        params = mrtr.without_mrtr(params)  # its instance is gone: the original request, afresh
+        message = dataclasses.replace(message, params=params, obj={**message.obj, "params": params}, raw=None)
+        state = None
+    if closing:
+        raise shutting_down(message.id)
     bridged = message.method in modern.MRTR_METHODS
     candidate = bridged and any(cap in capabilities for cap in modern.INPUT_CAPABILITY.values())
     child = pool.child_for_state(state) or pool.acquire(principal, bridged=bridged, candidate=candidate)
-    if state is not None and child.era is Era.LEGACY:  # the first request since this worker started
-        return pool.bridge.resume(principal, message, stream)
+    if state is not None and child.era is Era.LEGACY:  # a state the bridge did not seal (its own went above)
+        raise pool.bridge.refusal(principal, message)
     responses = params.get("inputResponses")
     call = new_call(
         message,
