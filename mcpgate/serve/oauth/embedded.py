@@ -205,14 +205,15 @@ def revoked_check(server: EmbeddedServer) -> Any:
 
 
 def storage_for(settings: Settings, app: Flask | None = None) -> Storage:
-    """SQLite under MCPGATE_STATE_DIR; with REDIS_URL, Redis (the cluster's client when the app has one), waited
-    for briefly: an instance that cannot reach it does not start."""
+    """SQLite under MCPGATE_STATE_DIR; with REDIS_URL, Redis (through this worker's cluster's client when there
+    is one), waited for briefly: an instance that cannot reach it does not start."""
     if not settings.redis_url:
         return SqliteStorage(settings.state_dir)
+    from ..cluster import current
     from .redis_storage import RedisStorage, StorageUnavailable
 
-    client = getattr(app.extensions.get("mcpgate.cluster") if app else None, "redis", None)
-    storage = RedisStorage(client) if client is not None else RedisStorage.from_url(settings.redis_url)
+    cluster = (app.extensions.get("mcpgate.cluster") if app else None) or current()
+    storage = RedisStorage(cluster.redis) if cluster is not None else RedisStorage.from_url(settings.redis_url)
     try:
         storage.wait_ready()
     except StorageUnavailable as exc:
