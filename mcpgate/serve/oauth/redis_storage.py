@@ -24,9 +24,9 @@ Keys (prefix mcpgate:oauth:):
     consent:<sha256 of [subject, client_id]>   set of scopes ("" marks a consent to none)
     secret:<name>               base64 of the value
 
-A standalone Redis (or a primary with replicas, as Heroku's), not Redis Cluster: the scripts name the family key
-they touch from what they read. Use a maxmemory-policy that never evicts keys without a TTL (noeviction or a
-volatile-* one): the keys and secrets have none.
+Redis 6.0 or later, standalone (or a primary with replicas, as Heroku's), not Redis Cluster: the scripts name
+the family key they touch from what they read. Use a maxmemory-policy that never evicts keys without a TTL
+(noeviction or a volatile-* one): the keys and secrets have none.
 
 Every Redis failure (unreachable, timed out, refused) surfaces as StorageUnavailable, an IssuerUnavailable: the
 MCP endpoint's guard answers 503 for it and the OAuth endpoints 503 temporarily_unavailable (embedded.py); its
