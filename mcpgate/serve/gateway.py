@@ -16,6 +16,7 @@ from ..core.sessions import SessionRegistry
 from ..limits import ChildLimits
 from ..settings import Settings
 from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
+from . import cluster_caps
 from .cluster import session_minter
 from .metrics import Tally
 from .pool import Pool
@@ -80,6 +81,7 @@ class Gateway:
         self._reaper: gevent.Greenlet | None = None
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
+        self.caps = cluster_caps.for_server(settings, name)
 
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}
@@ -96,11 +98,16 @@ class Gateway:
 
     def open_session(self, owner: str) -> Session:
         """Register a session owned by a principal and start its child (SessionLimitReached, ChildSpawnError)."""
-        session = self.sessions.create(functools.partial(self._new_session, owner=owner), self.clock())
+        self.caps.acquire(owner)  # MCPGATE_PRINCIPAL_SESSIONS, across the fleet (PrincipalLimitReached)
         try:
-            session.start()
+            session = self.sessions.create(functools.partial(self._new_session, owner=owner), self.clock())
+            try:
+                session.start()
+            except BaseException:
+                self.sessions.remove(session.id)
+                raise
         except BaseException:
-            self.sessions.remove(session.id)
+            self.caps.release(owner)
             raise
         log.info("session %s opened (child pid %s)", session.label, session.child.pid)
         self._ensure_reaper()
@@ -143,6 +150,7 @@ class Gateway:
 
     def _forget(self, session: Session, reason: str) -> None:
         self.sessions.remove(session.id)
+        self.caps.release(session.owner)
         self._stopping = {child for child in self._stopping if not child.join(0)}
         self._stopping.add(session.child)
 
