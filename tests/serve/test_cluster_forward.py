@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import redis
 import requests
 from mcp import Client, types
 from mcp.client.sse import sse_client
@@ -358,6 +359,26 @@ def test_the_owner_gone_is_404_and_the_client_starts_again(redis_url: str, gatew
         assert wait_dead(sessions_children) == [], "the dead instance's children end (their stdin closed)"
     finally:
         a.stop()
+
+
+def test_a_made_key_a_fixed_id_and_a_graceful_stop(redis_url: str, gateway_factory: Any) -> None:
+    """No MCPGATE_CLUSTER_SECRET: the instances share the key the first one kept in Redis; MCPGATE_INSTANCE_ID
+    names the ids; a graceful stop withdraws the instance from the directory."""
+    made = {k: v for k, v in cluster_env(redis_url).items() if k != "MCPGATE_CLUSTER_SECRET"}
+    a = Gateway({**made, "MCPGATE_INSTANCE_ID": "alpha"})
+    try:
+        a.wait_ready()
+        b = gateway_factory(made)
+        session = session_on(a)
+        assert instance(session) == "alpha"
+        assert reply_message(b.request("POST", body=call("echo", {"message": "x"}), headers=session))["result"]
+        directory = redis.Redis.from_url(redis_url)
+        assert directory.get("mcpgate:instance:alpha") == f"http://127.0.0.1:{a.port}".encode()
+        assert directory.get("mcpgate:cluster-key") not in (None, SECRET.encode())
+    finally:
+        a.stop()
+    assert directory.get("mcpgate:instance:alpha") is None
+    assert b.request("POST", body=call("echo", {"message": "x"}), headers=session).status == 404
 
 
 # -- without REDIS_URL --------------------------------------------------------------------------------------------
