@@ -33,7 +33,8 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
     | {"transfer-encoding", "upgrade"}
 )
-NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-length"}
+# the token stays here; the body is whole (read here), so nothing to expect
+NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-length", "expect"}
 NOT_RETURNED = HOP_BY_HOP | {"content-length"}
 GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
 
