@@ -1,0 +1,284 @@
+"""A fleet on this machine: mcpgate instances behind HAProxy (deploy/haproxy.cfg) sharing one Redis.
+
+    python bench/cluster.py                    # ~2 min: the table below, bench/out/cluster.json
+    python bench/cluster.py --rounds 1 --duration 1 --levels 16   # a quick look
+    python bench/cluster.py --instances 1,2    # fewer fleet sizes
+
+What it measures, each figure the median over rounds (configurations interleaved within a round):
+
+- throughput (echo calls/s) at 16 and 64 client processes, each with its own 2025 session and connection:
+  one instance spoken to directly (no HAProxy), then 1, 2 and 4 instances behind HAProxy (the recipe's sticky
+  routing: each session pinned to its owner);
+- the latency HAProxy adds: sequential echo calls on one session, direct vs through HAProxy to the same
+  instance (p50 difference);
+- the forwarded path: sequential calls on a session of instance i1 sent to instance i2, which forwards each to
+  i1 over its pooled internal connection (p50 difference against sending them to i1).
+
+Every instance is `gunicorn mcpgate.wsgi` with one worker (as deploy/Procfile.fleet runs them) in front of the
+bench child (bench/child_server.py); Redis and HAProxy are the distribution's (redis-server, haproxy). This is
+not part of bench/run.py's default run (it starts a fleet and takes the machine's cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gateways
+import measure
+import procs
+from mcpclient import HttpSession, stop_group
+
+BENCH = gateways.BENCH
+RECIPE = gateways.ROOT / "deploy" / "haproxy.cfg"
+SECRET = "bench-cluster-secret-0123456789abcdef"
+RECIPE_SERVERS = 4  # i1..i4 in deploy/haproxy.cfg
+
+
+def binary(name: str, usual: str) -> str:
+    found = shutil.which(name) or (usual if os.access(usual, os.X_OK) else None)
+    if found is None:
+        raise SystemExit(f"{name} is not installed (apt-get install {name}; .ci/run installs it)")
+    return found
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited {proc.returncode}: {log.read_text(errors='replace')[-800:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"{what} did not listen on {port} within {timeout} s")
+
+
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return procs.register(
+            subprocess.Popen(
+                argv,
+                cwd=gateways.ROOT,
+                env={**os.environ, **(env or {})},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        )
+
+
+class Process:
+    def __init__(self, name: str, port: int, proc: subprocess.Popen[bytes]) -> None:
+        self.name, self.port, self.proc = name, port, proc
+
+    def stop(self) -> None:
+        stop_group(self.proc, timeout=20.0)
+        procs.forget(self.proc)
+
+
+def start_redis(out: Path) -> Process:
+    port = gateways.free_port()
+    log = out / "cluster-redis.log"
+    argv = [binary("redis-server", "/usr/bin/redis-server"), "--port", str(port), "--bind", "127.0.0.1"]
+    proc = spawn([*argv, "--save", "", "--appendonly", "no"], log)
+    wait_port(port, proc, "redis-server", log)
+    return Process("redis", port, proc)
+
+
+def start_instance(name: str, redis_port: int | None, out: Path) -> Process:
+    """One `gunicorn mcpgate.wsgi` (one worker) on its own port, in the fleet when `redis_port` is given."""
+    port = gateways.free_port()
+    env = gateways.mcpgate_env(MCPGATE_BIND=f"127.0.0.1:{port}")
+    if redis_port is not None:
+        env |= {
+            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "MCPGATE_INSTANCE_ID": name,
+            "MCPGATE_CLUSTER_SECRET": SECRET,
+            "MCPGATE_INTERNAL_URL": f"http://127.0.0.1:{port}",
+        }
+    log = out / f"cluster-{name}.log"
+    argv = [str(Path(sys.executable).parent / "gunicorn"), "-c", "python:mcpgate.gunicorn_config", "mcpgate.wsgi"]
+    proc = spawn(argv, log, env)
+    wait_port(port, proc, name, log)
+    return Process(name, port, proc)
+
+
+def start_haproxy(instances: list[Process], out: Path) -> Process:
+    """The recipe, its servers i1..iN pointed at `instances` and the rest at a port nothing listens on; returns
+    once HAProxy's health checks have marked exactly those up."""
+    port, dead = gateways.free_port(), gateways.free_port()
+    admin = out / f"cluster-haproxy-{port}.sock"
+    env = {"HAPROXY_BIND": f"127.0.0.1:{port}", "HAPROXY_ADMIN": str(admin), "MCPGATE_ROUTING": "sticky"}
+    for index in range(1, RECIPE_SERVERS + 1):
+        target = instances[index - 1].port if index <= len(instances) else dead
+        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{target}"
+    log = out / f"cluster-haproxy-{len(instances)}.log"
+    proc = spawn([binary("haproxy", "/usr/sbin/haproxy"), "-db", "-f", str(RECIPE)], log, env)
+    wait_port(port, proc, "haproxy", log)
+    want = {f"i{index}" for index in range(1, len(instances) + 1)}
+    deadline = time.monotonic() + 30
+    while servers_up(admin) != want:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"haproxy servers up: {servers_up(admin)}, wanted {want}")
+        time.sleep(0.2)
+    return Process(f"haproxy-{len(instances)}", port, proc)
+
+
+def servers_up(admin: Path) -> set[str]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(admin))
+        sock.sendall(b"show servers state sticky\n")
+        text = b"".join(iter(lambda: sock.recv(65536), b"")).decode()
+    rows = [line.split() for line in text.splitlines()[1:] if line and not line.startswith("#")]
+    return {row[3] for row in rows if len(row) > 5 and row[5] == "2"}
+
+
+# -- the figures -------------------------------------------------------------------------------------------
+
+
+def sequential_p50(port: int, count: int, time_cap_s: float) -> float:
+    return float(measure.sequential_http(port, "/mcp", count, time_cap_s)["p50_ms"])
+
+
+class Steered(HttpSession):
+    """A session opened on one instance whose calls go to another (which forwards them to the owner)."""
+
+    def __init__(self, owner_port: int, other_port: int) -> None:
+        super().__init__(owner_port)
+        self.other_port = other_port
+
+    def initialize(self) -> Steered:
+        super().initialize()
+        self.conn.close()
+        self.conn = HttpSession(self.other_port).conn
+        return self
+
+
+def forwarded_p50(owner_port: int, other_port: int, count: int, time_cap_s: float) -> float:
+    session = Steered(owner_port, other_port).initialize()
+    try:
+        return float(measure.timed_loop(session.echo, count, time_cap_s)["p50_ms"])
+    finally:
+        session.delete()
+        session.close()
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    out = BENCH / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    started: list[Process] = []
+    throughput: dict[str, dict[int, list[float]]] = {}
+    errors: dict[str, int] = {}
+    latency: dict[str, list[float]] = {"direct": [], "haproxy": [], "owner": [], "forwarded": []}
+    try:
+        redis = start_redis(out)
+        started.append(redis)
+        solo = start_instance("solo", None, out)  # one instance as today: no Redis, no HAProxy
+        started.append(solo)
+        fleet = [start_instance(f"i{index}", redis.port, out) for index in range(1, max(args.instances) + 1)]
+        started += fleet
+        fronts = {size: start_haproxy(fleet[:size], out) for size in args.instances}
+        started += fronts.values()
+        targets = {"1 instance, direct": solo.port} | {
+            f"{size} instance{'s' if size > 1 else ''}, HAProxy": front.port for size, front in fronts.items()
+        }
+        for round_no in range(args.rounds):
+            order = list(targets.items())
+            order = order[round_no % len(order) :] + order[: round_no % len(order)]
+            for label, port in order:
+                for level in args.levels:
+                    result = measure.concurrent_http(port, "/mcp", level, args.duration)
+                    throughput.setdefault(label, {}).setdefault(level, []).append(result["calls_per_s"])
+                    errors[label] = errors.get(label, 0) + int(result["errors"])
+                    print(f"round {round_no + 1}: {label}, {level} clients: {result['calls_per_s']:.0f} calls/s")
+            if 1 in fronts:
+                latency["direct"].append(sequential_p50(fleet[0].port, args.calls, 10.0))
+                latency["haproxy"].append(sequential_p50(fronts[1].port, args.calls, 10.0))
+            if len(fleet) >= 2:
+                latency["owner"].append(sequential_p50(fleet[0].port, args.calls, 10.0))
+                latency["forwarded"].append(forwarded_p50(fleet[0].port, fleet[1].port, args.calls, 10.0))
+    finally:
+        for proc in reversed(started):
+            proc.stop()
+    return {
+        "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "settings": dict(vars(args)),
+        "throughput": {label: {level: median(v) for level, v in by.items()} for label, by in throughput.items()},
+        "errors": errors,
+        "latency_p50_ms": {name: median(values) for name, values in latency.items()},
+    }
+
+
+def table(results: dict[str, Any]) -> str:
+    levels = sorted({level for by in results["throughput"].values() for level in by})
+    base = results["throughput"].get("1 instance, direct", {})
+    lines = [
+        "| calls/s | " + " | ".join(f"{level} clients" for level in levels) + " |",
+        "|---|" + "---:|" * len(levels),
+    ]
+    for label, by in results["throughput"].items():
+        cells = []
+        for level in levels:
+            value, ref = by.get(level, float("nan")), base.get(level)
+            ratio = f" ({value / ref:.2f}×)" if ref and label != "1 instance, direct" else ""
+            cells.append(f"{value:,.0f}{ratio}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lat = results["latency_p50_ms"]
+    lines += [
+        "",
+        "| sequential echo, p50 | ms |",
+        "|---|---:|",
+        f"| direct to an instance | {lat['direct']:.3f} |",
+        f"| through HAProxy (1 instance) | {lat['haproxy']:.3f} (+{lat['haproxy'] - lat['direct']:.3f}) |",
+        f"| to the session's owner | {lat['owner']:.3f} |",
+        f"| to another instance (forwarded) | {lat['forwarded']:.3f} (+{lat['forwarded'] - lat['owner']:.3f}) |",
+    ]
+    if any(results["errors"].values()):
+        lines += ["", f"errors: {results['errors']}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds each throughput window lasts")
+    parser.add_argument("--levels", type=lambda text: [int(v) for v in text.split(",")], default=[16, 64])
+    parser.add_argument("--instances", type=lambda text: [int(v) for v in text.split(",")], default=[1, 2, 4])
+    parser.add_argument("--calls", type=int, default=1000, help="sequential calls per latency figure")
+    args = parser.parse_args(argv)
+    if max(args.instances) > RECIPE_SERVERS or min(args.instances) < 1:
+        raise SystemExit(f"--instances: 1 to {RECIPE_SERVERS} (the recipe's servers)")
+    procs.install_handlers()
+    results = run(args)
+    (BENCH / "out" / "cluster.json").write_text(json.dumps(results, indent=2))
+    print()
+    print(f"{results['machine']['cpus']} CPUs, {args.rounds} rounds of {args.duration} s; medians")
+    print(table(results))
+    print(f"\n(python bench/cluster.py {shlex.join(argv)}; bench/out/cluster.json)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
