@@ -28,6 +28,7 @@ from .oauth.setup import Authenticator, authenticator
 log = logging.getLogger("mcpgate.app")
 
 Handler = Callable[[Gateway, HttpRequest], HttpResponse]
+DRAINING = "mcpgate.draining"  # app.extensions: True from a graceful stop's start (serve/worker.py)
 HANDLERS: dict[str, Handler] = {
     "mcp": streamable.handle,
     "sse": legacy_sse.open_stream,
@@ -189,6 +190,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     @app.get("/healthz")
     def healthz() -> Response:
         status, body = fleet.health()  # the details are in the log (preflight), not for every caller
+        if app.extensions.get(DRAINING):  # a graceful stop: balancers send new sessions elsewhere
+            status, body = 503, {**body, "status": "draining"}
         return Response(jsonrpc.encode(body), status=status, mimetype="application/json")
 
     cors = Cors(settings.cors_origins)

@@ -148,6 +148,16 @@ class Gateway:
                 count += 1
         return count
 
+    def in_flight(self) -> int:
+        """Requests being answered: sessions' requests the child has not answered yet, and pooled children's
+        calls (one parked for its client's input included). A graceful stop drains them first."""
+        count = sum(child.load for group in self.pool.groups.values() for child in group.children)
+        for session_id in self.sessions:
+            session = self.sessions.get(session_id)
+            if session is not None:
+                count += session.router.in_flight
+        return count
+
     def _forget(self, session: Session, reason: str) -> None:
         self.sessions.remove(session.id)
         self.caps.release(session.owner)

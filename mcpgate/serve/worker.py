@@ -15,9 +15,14 @@ first; when one more would pass MCPGATE_IDLE_CONNECTIONS (at most half of the wo
 longest-waiting one is closed. Sockets that send nothing can so never take the slots of requests in progress.
 
 The worker tracks its client connections, and a graceful shutdown (SIGTERM) starts from its signal handling,
-on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT: every session of every server is
-ended (children go down the shutdown ladder), and reading stops on every client connection so idle keep-alive
-ones close while replies still finish.
+on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT. It drains first: the listener stays
+open, /healthz answers 503 "draining" (balancers stop sending new sessions), every server refuses new sessions
+and new 2026-07-28 calls with 503 + Retry-After, and in a fleet this instance leaves the directory (no new
+work is forwarded here). Requests already being answered (sessions' requests, pooled calls, a call parked for
+its client's input whose retry still comes here) go on, and open sessions' next requests are served, until
+none is in flight or the drain's time is up: MCPGATE_GRACEFUL_TIMEOUT less the children's stop ladder. Then
+gunicorn stops accepting, every session of every server is ended (children go down the shutdown ladder), and
+reading stops on every client connection so idle keep-alive ones close while replies still finish.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in 
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
 READ_BUFFER = io.DEFAULT_BUFFER_SIZE  # as socket.makefile's, which pywsgi uses
 SWEEP_INTERVAL = 0.5  # seconds between checks of the read deadlines (how late a timeout may fire)
+DRAIN_POLL = 0.1  # seconds between checks that nothing is in flight any more while draining
+LADDER_GRACE = 2.0  # seconds kept beyond the children's stop ladder (close + term timeouts) after a drain
 
 
 @dataclass(frozen=True)
@@ -255,6 +262,12 @@ class Server(PyWSGIServer):  # type: ignore[misc]
         super().close()
 
 
+def drain_budget(graceful: float, ladder: float) -> float:
+    """Seconds a graceful stop may drain: what gunicorn's graceful timeout leaves once the children's stop
+    ladder (and a margin, in `ladder`) is kept for after it; never negative."""
+    return max(0.0, graceful - ladder)
+
+
 class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     """gunicorn's gevent_pywsgi worker with the header parser above and the gateway's shutdown."""
 
@@ -271,11 +284,44 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         return fleet
 
     def handle_exit(self, sig: int, frame: Any) -> None:
-        """SIGTERM: gunicorn stops accepting; the gateway starts stopping children now, not after the streams
-        time out. Out of the signal handler, so the shutdown may block."""
-        super().handle_exit(sig, frame)
+        """SIGTERM: drain, then gunicorn stops accepting and the gateway stops the children (the module's
+        docstring). Out of the signal handler, so the shutdown may block."""
         if self._shutdown is None:
-            self._shutdown = gevent.spawn(self.shut_down, max(1.0, self.cfg.graceful_timeout - 2.0))
+            self._shutdown = gevent.spawn(self.drain_then_stop, sig, frame)
+
+    def drain_then_stop(self, sig: int, frame: Any) -> None:
+        graceful = float(self.cfg.graceful_timeout)
+        started = time.monotonic()
+        fleet = self.fleet()
+        try:
+            if fleet is not None:
+                s = fleet.settings
+                self.drain(fleet, drain_budget(graceful, s.close_timeout + s.term_timeout + LADDER_GRACE))
+        finally:
+            super().handle_exit(sig, frame)  # gunicorn stops accepting
+            self.shut_down(max(1.0, graceful - 2.0 - (time.monotonic() - started)))
+
+    def drain(self, fleet: Fleet, budget: float) -> None:
+        """Refuse new work and wait (at most `budget` seconds) until no request is in flight."""
+        from .app import DRAINING
+
+        extensions = getattr(self.wsgi, "extensions", {})
+        extensions[DRAINING] = True
+        gateways = [gateway for _name, gateway in fleet.items()]
+        for gateway in gateways:
+            gateway.closing = True
+        cluster = extensions.get("mcpgate.cluster")
+        if cluster is not None:
+            cluster.draining = True
+            cluster.directory.stop()  # out of the directory: no more work is forwarded here
+        busy = sum(gateway.in_flight() for gateway in gateways)
+        self.log.info("mcpgate: draining (%d requests in flight, at most %.1f s)", busy, budget)
+        deadline = time.monotonic() + budget
+        while busy and time.monotonic() < deadline:
+            gevent.sleep(DRAIN_POLL)
+            busy = sum(gateway.in_flight() for gateway in gateways)
+        if busy:
+            self.log.warning("mcpgate: drain time is up with %d requests in flight; stopping", busy)
 
     def shut_down(self, timeout: float) -> None:
         self.release_connections()
