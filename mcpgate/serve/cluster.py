@@ -15,6 +15,7 @@ when settings.redis_url is set; without it nothing here runs and redis is never 
 from __future__ import annotations
 
 import atexit
+import io
 import logging
 import secrets
 import socket
@@ -29,12 +30,11 @@ from ..core import jsonrpc, session_ids
 from ..core.sessions import new_session_id
 from ..settings import Settings
 from . import auth
-from .http import HttpRequest, HttpResponse, Refusal
+from .forward import Forwarder, read_body
+from .http import MESSAGE, HttpRequest, HttpResponse, Refusal
 
 if TYPE_CHECKING:
     from redis import Redis
-
-    from .forward import Forwarder
 
 log = logging.getLogger("mcpgate.cluster")
 
@@ -100,6 +100,10 @@ class Directory:
                 self.redis.delete(key)
         except self.errors as exc:
             log.warning("instance %s: could not withdraw from the directory: %s", self.instance, exc)
+
+    def forget(self, instance: str) -> None:
+        """An instance found unreachable: gone for as long as its entry could still outlive it."""
+        self._cache[instance] = (None, self.clock() + HEARTBEAT_TTL)
 
     def lookup(self, instance: str) -> str | None:
         """The internal URL of a live instance, None when the directory does not know it (or Redis fails)."""
@@ -167,7 +171,10 @@ class Cluster:
         return principal
 
     def serve(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
-        """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names."""
+        """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names.
+
+        A handler raising Forward for an owner that cannot be reached is run once more with the same body,
+        the owner now gone from `lookup` (so it can answer as for a lost owner: a new call, not a 404)."""
         if kind != "sse":  # the HTTP+SSE stream opens a new session: always here
             session_id = named_session(environ)
             owner = self.owner(session_id) if session_id else None
@@ -176,24 +183,45 @@ class Cluster:
         try:
             return handler(HttpRequest(environ))
         except Forward as forward:
-            return self.forward(environ, forward.body, forward.owner, named_session(environ) or "", kind)
+            body = forward.body if forward.body is not None else read_body(environ, self.forwarder.max_body)
+            response = self._forward(environ, body, forward.owner, named_session(environ) or "")
+            if response is not None:
+                return response
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        environ.pop(MESSAGE, None)
+        try:
+            return handler(HttpRequest(environ))
+        except Forward as again:
+            log.warning("instance %s asked again for a request forwarded to %s", self.instance, again.owner)
+            raise self.not_found(kind) from None
 
     def forward(
         self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str = "", kind: str = "mcp"
     ) -> HttpResponse:
         """The owner's reply to this request; 404 when the owner is gone (or the request was forwarded here)."""
-        not_found = Refusal(404, jsonrpc.INVALID_REQUEST, NOT_FOUND.get(kind, NOT_FOUND["mcp"]))
+        response = self._forward(environ, body, owner, session_id)
+        if response is None:
+            raise self.not_found(kind)
+        return response
+
+    def _forward(self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str) -> HttpResponse | None:
+        """The owner's reply; None when it is not in the directory or cannot be reached (then it is taken for
+        gone until its directory entry would have expired), or when this request was itself forwarded here."""
         if environ.get(FORWARDED_ENV):  # a forwarded request is never forwarded again
             log.warning("refused a request forwarded here for instance %s", owner)
-            raise not_found
+            return None
         url = self.lookup(owner)
         if url is None:
             self.forwarder.report_gone(owner, "not in the directory")
-            raise not_found
+            return None
         response = self.forwarder.forward(environ, body, url, owner, session_id, auth.principal(environ))
         if response is None:
-            raise not_found
+            self.directory.forget(owner)
         return response
+
+    @staticmethod
+    def not_found(kind: str) -> Refusal:
+        return Refusal(404, jsonrpc.INVALID_REQUEST, NOT_FOUND.get(kind, NOT_FOUND["mcp"]))
 
 
 def named_session(environ: dict[str, Any]) -> str | None:
@@ -229,8 +257,6 @@ def create(settings: Settings) -> Cluster | None:
     if not settings.redis_url:
         return None
     from redis import Redis
-
-    from .forward import Forwarder
 
     client = Redis.from_url(
         settings.redis_url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT, health_check_interval=30

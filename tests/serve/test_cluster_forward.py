@@ -7,6 +7,7 @@ instance). Without REDIS_URL the header means nothing."""
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import signal
@@ -26,8 +27,12 @@ from mcp import Client, types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpgate.core import session_ids
+from mcpgate.core import jsonrpc, session_ids
 from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
+from mcpgate.serve.cluster import Cluster, Directory, Forward
+from mcpgate.serve.forward import Forwarder
+from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse
+from mcpgate.settings import Settings
 from tests.support import (
     DEMO_ENTRY,
     HEADERS,
@@ -36,6 +41,7 @@ from tests.support import (
     call,
     demo_round_trips,
     direct_children,
+    free_port,
     init_body,
     named,
     oidc_issuer,
@@ -379,6 +385,41 @@ def test_a_made_key_a_fixed_id_and_a_graceful_stop(redis_url: str, gateway_facto
         a.stop()
     assert directory.get("mcpgate:instance:alpha") is None
     assert b.request("POST", body=call("echo", {"message": "x"}), headers=session).status == 404
+
+
+class FakeRedis:
+    """The one Redis command a lookup sends, answered from a dict."""
+
+    def __init__(self, entries: dict[str, bytes]) -> None:
+        self.entries = entries
+
+    def get(self, key: str) -> bytes | None:
+        return self.entries.get(key)
+
+
+def test_a_handler_forwarding_to_an_unreachable_owner_runs_again_with_its_body() -> None:
+    """In process: Forward raised for an owner whose directory entry outlives it (SIGKILL); the connection is
+    refused, the owner is taken for gone, and the handler runs once more on the same body, seeing it gone."""
+    dead = free_port()
+    directory = Directory(FakeRedis({"mcpgate:instance:b": f"http://127.0.0.1:{dead}".encode()}), "a", "http://x")
+    settings = Settings.from_env({})
+    fleet_member = Cluster("a", SECRET.encode(), FakeRedis({}), directory, Forwarder(SECRET.encode(), settings))  # type: ignore[arg-type]
+    seen: list[tuple[str | None, bytes]] = []
+
+    def handler(request: HttpRequest) -> HttpResponse:
+        body = request.read_body(1000) or b""
+        request.environ[MESSAGE] = jsonrpc.parse(body)  # as the endpoint's handlers do (Forward sends its raw bytes)
+        seen.append((fleet_member.lookup("b"), body))
+        if fleet_member.lookup("b") is not None:
+            raise Forward("b")
+        return HttpResponse(200, b"served here")
+
+    body = json.dumps(call("echo", {"message": "x"})).encode()
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/mcp", "CONTENT_LENGTH": str(len(body))}
+    environ["wsgi.input"] = io.BytesIO(body)
+    response = fleet_member.serve(environ, "mcp", handler)
+    assert (response.status, response.body) == (200, b"served here")
+    assert seen == [(f"http://127.0.0.1:{dead}", body), (None, body)]
 
 
 # -- without REDIS_URL --------------------------------------------------------------------------------------------
