@@ -94,7 +94,8 @@ class Settings:
     public_url: str = declare(
         "",
         "The gateway's public base URL as clients reach it (for example https://myapp.herokuapp.com); the "
-        "OAuth resource is this plus MCPGATE_PATH. Required by the two OAuth modes.",
+        "OAuth resource is this plus MCPGATE_PATH (named servers: plus /servers/<name>/mcp). Required by the "
+        "two OAuth modes.",
         validate=validators.optional_url,
     )
     oauth_scopes: tuple[str, ...] = declare(
@@ -114,8 +115,8 @@ class Settings:
     )
     oauth_audience: str = declare(
         "",
-        "resource-server mode: the aud a token must name. Empty: the resource URL (MCPGATE_PUBLIC_URL plus "
-        "MCPGATE_PATH); tokens for any other audience are refused.",
+        "resource-server mode: the aud a token must name, for every server. Empty: the resource URL of the "
+        "server asked (MCPGATE_PUBLIC_URL plus its path); tokens for any other audience are refused.",
     )
     oauth_introspection_url: str = declare(
         "",
