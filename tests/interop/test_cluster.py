@@ -40,7 +40,9 @@ from tests.browser import Browser
 from tests.support import (
     HEADERS,
     MODERN,
+    PROTOCOL_VERSION,
     ROOT,
+    SESSION_ID,
     Balancer,
     Gateway,
     direct_children,
@@ -150,6 +152,7 @@ class LegacyUser:
         self.base, self.index, self.sse = base, index, sse
         self.session_id = ""
         self.answers: list[Any] = []
+        self.stage = ""
 
     def transport(self) -> Any:
         if self.sse:
@@ -181,21 +184,30 @@ async def many_sessions(base: str, count: int, opened: Callable[[list[LegacyUser
     go = anyio.Event()
 
     async def one(user: LegacyUser) -> None:
+        user.stage = "connecting"
         async with user.client() as client:
+            user.stage = "first calls"
             await user.calls(client)
             ready.release()
+            user.stage = "waiting"
             await go.wait()
+            user.stage = "second calls"
             await user.calls(client)
             tools = await client.list_tools()
             assert "echo" in {tool.name for tool in tools.tools}
+            user.stage = "closing"
+        user.stage = "done"
 
-    async with anyio.create_task_group() as group:
-        for user in users:
-            group.start_soon(one, user)
-        for _ in users:
-            await ready.acquire()
-        await anyio.to_thread.run_sync(opened, users)
-        go.set()
+    with anyio.move_on_after(HANG_GUARD - 10) as scope:
+        async with anyio.create_task_group() as group:
+            for user in users:
+                group.start_soon(one, user)
+            for _ in users:
+                await ready.acquire()
+            await anyio.to_thread.run_sync(opened, users)
+            go.set()
+    stuck = [(user.index, user.sse, user.session_id[:12], user.stage) for user in users if user.stage != "done"]
+    assert not scope.cancelled_caught and not stuck, stuck
     return users
 
 
@@ -477,6 +489,11 @@ def test_signed_in_through_one_instance_the_tokens_work_on_another(tmp_path: Pat
 # -- an instance SIGKILLed, a graceful drain -----------------------------------------------------------------
 
 
+def gone(error: str) -> bool:
+    """The SDK client's words for a session the server answered 404 for."""
+    return "Session terminated" in error or "Session not found" in error
+
+
 def worker_of(gw: Gateway) -> int:
     [worker] = direct_children(gw.proc.pid)
     return worker
@@ -504,16 +521,18 @@ def test_an_instance_killed_mid_run(cluster: Cluster) -> None:
                 killed = anyio.Event()
 
                 async def one(user: LegacyUser) -> None:
-                    async with user.client() as client:
-                        await user.calls(client)
-                        ready.release()
-                        await killed.wait()
-                        if owner(user.session_id) == "i4":
-                            with pytest.raises(Exception):  # noqa: B017 - the SDK's error for a 404 session
-                                await user.calls(client)
-                            outcome.setdefault("failed", []).append(user.index)
-                        else:
+                    opened = False
+                    try:
+                        async with user.client() as client:
                             await user.calls(client)
+                            opened = True
+                            ready.release()
+                            await killed.wait()
+                            await user.calls(client)
+                    except Exception as exc:  # the SDK's error for a 404 session, or its GET stream's end
+                        if not opened or owner(user.session_id) != "i4":
+                            raise
+                        outcome.setdefault("failed", []).append(str(exc))
                     if owner(user.session_id) == "i4":  # a new session: through HAProxy to a live instance
                         again = LegacyUser(lb.base, user.index)
                         async with again.client() as client:
@@ -526,6 +545,7 @@ def test_an_instance_killed_mid_run(cluster: Cluster) -> None:
                     for _ in users:
                         await ready.acquire()
                     outcome["owners"] = Counter(owner(user.session_id) for user in users)
+                    outcome["users"] = users
                     outcome["children"] = await anyio.to_thread.run_sync(kill_instance, victim)
                     killed.set()
                 check_answers([user for user in users if owner(user.session_id) != "i4"])
@@ -534,6 +554,10 @@ def test_an_instance_killed_mid_run(cluster: Cluster) -> None:
             assert outcome["owners"]["i4"] > 0 and len(outcome["failed"]) == outcome["owners"]["i4"], outcome
             assert outcome["again"] and "i4" not in outcome["again"], outcome
             assert outcome["children"] and wait_dead(outcome["children"]) == [], outcome  # no orphan left
+            lost = next(user.session_id for user in outcome["users"] if owner(user.session_id) == "i4")
+            ping = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
+            headers = {**HEADERS, SESSION_ID: lost, PROTOCOL_VERSION: "2025-11-25"}
+            assert lb.request("POST", body=ping, headers=headers).status == 404  # HAProxy and i1-i3 agree
             assert wait_for(lambda: not lb.servers_up()["sticky/i4"]), lb.servers_up()  # its health check failed
     finally:
         cluster.instances.pop("i4", None)
@@ -541,44 +565,62 @@ def test_an_instance_killed_mid_run(cluster: Cluster) -> None:
 
 
 def test_a_graceful_drain(cluster: Cluster) -> None:
-    """SIGTERM to an instance: /healthz says draining (HAProxy routes new sessions elsewhere), a new session
-    there is refused 503 + Retry-After, a call in flight and its open session's next call finish."""
-    drained = cluster.start("i4", MCPGATE_GRACEFUL_TIMEOUT="8")
+    """SIGTERM to an instance while a call of a session opened through HAProxy waits for the client's answer to
+    an elicitation: /healthz says draining and HAProxy marks the instance down (new sessions go elsewhere), a
+    new session there is refused 503 + Retry-After, and the answer, still sent through HAProxy, reaches the
+    draining owner, so the call completes. Then the instance stops: the session's next call is refused and the
+    client's new session is on another instance."""
+    drained = cluster.start("i4", MCPGATE_GRACEFUL_TIMEOUT="10")
     try:
         with cluster.front("sticky") as lb:
+            others = [name for name in cluster.live() if name != "i4"]
+            out: dict[str, Any] = {}
 
-            async def body() -> dict[str, Any]:
-                async with Client(drained.url, mode="legacy") as client:
-                    slow = None
+            def drain() -> None:
+                drained.proc.send_signal(signal.SIGTERM)
+                out["healthz"] = wait_for(lambda: drained.request("GET", "/healthz").status == 503)
+                out["down"] = wait_for(lambda: not lb.servers_up()["sticky/i4"])
+                out["refused"] = drained.request("POST", body=init_body(), headers=HEADERS)
+                out["routed"] = lb.request("POST", body=init_body(), headers=HEADERS)
 
-                    async def in_flight() -> None:
-                        nonlocal slow
-                        slow = await client.call_tool("slow", {"seconds": 2, "steps": 2})
+            async def answer_while_draining(context: Any, params: Any) -> Any:
+                await anyio.to_thread.run_sync(drain)
+                return await on_elicit(context, params)
 
-                    async with anyio.create_task_group() as group:
-                        group.start_soon(in_flight)
-                        await anyio.sleep(0.5)
-                        drained.proc.send_signal(signal.SIGTERM)
-                        healthz = await anyio.to_thread.run_sync(
-                            lambda: wait_for(lambda: drained.request("GET", "/healthz").status == 503)
-                        )
-                        refused = await anyio.to_thread.run_sync(
-                            lambda: drained.request("POST", body=init_body(), headers=HEADERS)
-                        )
-                        routed = await anyio.to_thread.run_sync(
-                            lambda: lb.request("POST", body=init_body(), headers=HEADERS)
-                        )
-                    after = await client.call_tool("echo", {"message": "still here"})
-                    return {"slow": slow, "healthz": healthz, "refused": refused, "routed": routed, "after": after}
+            async def body() -> None:
+                user = LegacyUser(lb.base, 0)
+                for name in others:  # the session is made on i4
+                    lb.admin(f"set server sticky/{name} state maint")
+                client = Client(user.transport(), mode="legacy", elicitation_callback=answer_while_draining)
+                try:
+                    async with client:
+                        for name in others:
+                            lb.admin(f"set server sticky/{name} state ready")
+                        out["owner"] = owner(user.session_id)
+                        out["asked"] = (await client.call_tool("ask_name", {})).content[0].text  # type: ignore[union-attr]
+                        await anyio.to_thread.run_sync(lambda: drained.proc.wait(30))
+                        try:
+                            await user.calls(client)
+                        except Exception as exc:  # noqa: BLE001 - the SDK's error for a 404 session
+                            out["after"] = str(exc)
+                except Exception as exc:  # the session ended with the instance: closing it (its GET stream) fails
+                    if "after" not in out:
+                        raise
+                    out["closed"] = repr(exc)
+                again = LegacyUser(lb.base, 1)
+                async with again.client() as fresh:
+                    await again.calls(fresh)
+                out["again"] = owner(again.session_id)
 
-            out = run(body)
-            assert out["healthz"], "no 503 draining on /healthz"
+            run(body)
+            assert out["owner"] == "i4" and out["healthz"] and out["down"], out
             assert out["refused"].status == 503 and "retry-after" in out["refused"].headers, out["refused"]
             assert out["routed"].status == 200, out["routed"]
             assert owner(out["routed"].headers["mcp-session-id"]) != "i4", out["routed"].headers
-            assert out["slow"] is not None and out["slow"].content[0].text.startswith("done"), out["slow"]
-            assert out["after"].content[0].text == "still here", out["after"]
-        assert drained.proc.wait(30) == 0, drained.log_tail()
+            assert out["asked"] == "Hello, Grace", out
+            assert gone(out.get("after", "")), out
+            assert out["again"] in others, out
+        assert drained.proc.returncode == 0, drained.log_tail()
     finally:
         cluster.instances.pop("i4", None)
         drained.stop()
