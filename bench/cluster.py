@@ -276,7 +276,7 @@ def main(argv: list[str]) -> int:
     print()
     print(f"{results['machine']['cpus']} CPUs, {args.rounds} rounds of {args.duration} s; medians")
     print(table(results))
-    print(f"\n(python bench/cluster.py {shlex.join(argv)}; bench/out/cluster.json)")
+    print(f"\n({shlex.join(['python', 'bench/cluster.py', *argv])}; bench/out/cluster.json)")
     return 0
 
 
