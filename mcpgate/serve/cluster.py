@@ -44,7 +44,6 @@ HEARTBEAT_TTL = 15  # seconds an entry outlives its instance's last heartbeat
 HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
 FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
 MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
-REDIS_TIMEOUT = 5.0  # seconds for connecting to Redis and for each command
 FORWARDED_ENV = "mcpgate.forwarded"  # set by the guard on a request another instance forwarded
 SESSION_PARAM = "session_id"  # the HTTP+SSE messages path's query parameter (legacy_sse.SESSION_PARAM)
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
@@ -256,11 +255,9 @@ def create(settings: Settings) -> Cluster | None:
     _current = None
     if not settings.redis_url:
         return None
-    from redis import Redis
+    from .redis_client import connect
 
-    client = Redis.from_url(
-        settings.redis_url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT, health_check_interval=30
-    )
+    client = connect(settings.redis_url)
     instance = settings.instance_id or secrets.token_hex(4)
     key = cluster_key(settings, client)
     url = internal_url(settings)
@@ -283,11 +280,15 @@ def cluster_key(settings: Settings, client: Redis) -> bytes:
     return value
 
 
+LISTENING: list[str] = []  # the worker's listening addresses ("host:port"), noted by the worker before the app loads
+
+
 def internal_url(settings: Settings) -> str:
-    """MCPGATE_INTERNAL_URL, else the first bind address (0.0.0.0 or :: read as this host's name)."""
+    """MCPGATE_INTERNAL_URL, else the address the worker listens on (gunicorn's -b included; 0.0.0.0 or :: read
+    as this host's name), else the configured bind."""
     if settings.internal_url:
         return settings.internal_url.rstrip("/")
-    address = settings.addresses[0]
+    address = LISTENING[0] if LISTENING else settings.addresses[0]
     if address.startswith("unix:"):
         log.warning("bound to %s: set MCPGATE_INTERNAL_URL so other instances can forward here", address)
         return "http://unix-socket.invalid"

@@ -276,6 +276,9 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connections: set[socket.socket] = set()
+        from . import cluster  # where other instances reach this one, when it joins a cluster (-b included)
+
+        cluster.LISTENING[:] = [listening_address(listener) for listener in self.sockets]
         self._shutdown: gevent.Greenlet | None = None
 
     def fleet(self) -> Fleet | None:
@@ -312,8 +315,9 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             gateway.closing = True
         cluster = extensions.get("mcpgate.cluster")
         if cluster is not None:
+            # it stays in the directory while it drains: its sessions' requests and its parked calls' retries
+            # are still forwarded here (new sessions are refused); it leaves when the drain ends
             cluster.draining = True
-            cluster.directory.stop()  # out of the directory: no more work is forwarded here
         busy = sum(gateway.in_flight() for gateway in gateways)
         self.log.info("mcpgate: draining (%d requests in flight, at most %.1f s)", busy, budget)
         deadline = time.monotonic() + budget
@@ -322,6 +326,8 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             busy = sum(gateway.in_flight() for gateway in gateways)
         if busy:
             self.log.warning("mcpgate: drain time is up with %d requests in flight; stopping", busy)
+        if cluster is not None:
+            cluster.directory.stop()  # out of the directory: nothing more is forwarded here
 
     def shut_down(self, timeout: float) -> None:
         self.release_connections()
@@ -348,3 +354,12 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             fleet = self.fleet()
             if fleet is not None:  # a last chance for children still alive (bounded)
                 fleet.close(timeout=LAST_CHANCE_TIMEOUT)
+
+
+def listening_address(listener: Any) -> str:
+    """A gunicorn listener as "host:port" ("unix:/path" for a Unix socket)."""
+    name = listener.sock.getsockname()
+    if isinstance(name, str):
+        return f"unix:{name}"
+    host, port = name[0], name[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

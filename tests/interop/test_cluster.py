@@ -20,6 +20,7 @@ import queue
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -644,6 +645,8 @@ def test_the_procfile_fleet_runs(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("redis", "i1", "i2", "i3", "i4", "front")}
     env = {
         **{key: value for key, value in os.environ.items() if key != "REDIS_URL"},
+        # the runner finds gunicorn on PATH: this Python's scripts first (an activated virtual environment)
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "MCPGATE_REDIS_PORT": str(ports["redis"]),
         "MCPGATE_REDIS_DIR": str(tmp_path),
         "HAPROXY_BIND": f"127.0.0.1:{ports['front']}",

@@ -47,21 +47,15 @@ from dataclasses import asdict
 from typing import Any, ParamSpec, TypeVar
 
 import redis
-from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
+from ..redis_client import connect
 from .jwt_verifier import LEEWAY, IssuerUnavailable
 from .storage import UNUSED_CLIENT_TTL_S, ClientRecord, CodeRecord, RefreshRecord, fingerprint
 
 PREFIX = "mcpgate:oauth:"
 REVOKED_FAMILY_TTL_S = 86400  # at least this long a revoked family is remembered (as SqliteStorage does)
 ACCESS_MARGIN_S = LEEWAY + 60  # an access token's jti outlives its exp by the verifier's leeway, and some
-POOL_SIZE = 32  # connections per process at most; a request waits up to POOL_WAIT_S for one
-POOL_WAIT_S = 5.0
-CONNECT_TIMEOUT_S = 2.0
-COMMAND_TIMEOUT_S = 3.0
-RETRIES = 2  # a dropped connection is tried again this many times (quickly) before the caller gets a 503
 STARTUP_WAIT_S = 10.0  # how long an instance starting waits for Redis before it gives up
 
 P = ParamSpec("P")
@@ -85,21 +79,6 @@ def guarded(method: Callable[P, R]) -> Callable[P, R]:
             ) from None
 
     return call
-
-
-def connect(url: str) -> redis.Redis:
-    """A client for `url` with a bounded pool, short timeouts and few retries (a failing Redis gives a prompt
-    503, not a request hanging for seconds)."""
-    pool = redis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=POOL_SIZE,
-        timeout=POOL_WAIT_S,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        socket_timeout=COMMAND_TIMEOUT_S,
-        retry=Retry(ExponentialWithJitterBackoff(cap=0.2, base=0.02), RETRIES),
-        health_check_interval=30,
-    )
-    return redis.Redis(connection_pool=pool)
 
 
 def text(value: Any) -> str:
