@@ -17,8 +17,8 @@ longest-waiting one is closed. Sockets that send nothing can so never take the s
 The worker tracks its client connections, and a graceful shutdown (SIGTERM) starts from its signal handling,
 on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT. It drains first: the listener stays
 open, /healthz answers 503 "draining" (balancers stop sending new sessions), every server refuses new sessions
-and new 2026-07-28 calls with 503 + Retry-After, and in a fleet this instance leaves the directory (no new
-work is forwarded here). Requests already being answered (sessions' requests, pooled calls, a call parked for
+and new 2026-07-28 calls with 503 + Retry-After; in a fleet this instance stays in the directory until the
+drain ends (its sessions' requests are still forwarded here). Requests already being answered (sessions' requests, pooled calls, a call parked for
 its client's input whose retry still comes here) go on, and open sessions' next requests are served, until
 none is in flight or the drain's time is up: MCPGATE_GRACEFUL_TIMEOUT less the children's stop ladder. Then
 gunicorn stops accepting, every session of every server is ended (children go down the shutdown ladder), and

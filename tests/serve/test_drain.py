@@ -1,7 +1,7 @@
 """A graceful stop drains (issue 15): on SIGTERM the instance keeps its listener, answers /healthz 503
 "draining", refuses new sessions and new 2026-07-28 calls with 503 + Retry-After, serves the open sessions'
-requests and lets in-flight calls (and a call parked for its client's input) finish, leaves the fleet's
-directory at once; then, with nothing in flight or when the drain's time is up, its children stop."""
+requests and lets in-flight calls (and a call parked for its client's input) finish, stays in the fleet's
+directory until the drain ends; then, with nothing in flight or when the drain's time is up, its children stop."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
-def test_a_draining_instance_leaves_the_directory_at_once(redis_url: str) -> None:
+def test_a_draining_instance_stays_in_the_directory_until_its_drain_ends(redis_url: str) -> None:
     env = {
         "REDIS_URL": redis_url,
         "MCPGATE_CLUSTER_SECRET": "test-cluster-secret-0123456789abcdef",
@@ -171,9 +171,11 @@ def test_a_draining_instance_leaves_the_directory_at_once(redis_url: str) -> Non
         slow = SlowCall(gw, headers, seconds=4, steps=8)
         children = direct_children(worker)
         gw.proc.send_signal(signal.SIGTERM)
-        assert wait_for(lambda: client.get("mcpgate:instance:drain-a") is None), gw.log_tail()
-        assert draining(gw)  # withdrawn while still serving what it holds
+        assert wait_for(lambda: draining(gw)), gw.log_tail()
+        # still listed while it drains: its sessions' requests and its parked calls' retries are forwarded here
+        assert client.get("mcpgate:instance:drain-a") is not None
         assert slow.outcome().get("result", {}).get("content", [{}])[0].get("text") == "done after 4 s"
+        assert wait_for(lambda: client.get("mcpgate:instance:drain-a") is None), gw.log_tail()  # gone once drained
         stopped_cleanly(gw, [worker, *children])
     finally:
         gw.stop()
