@@ -3,10 +3,12 @@ requests, and process checks. Test modules import from here, never from each oth
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -14,10 +16,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, cast
+from urllib.parse import parse_qsl, urlsplit
 
-from mcp import types
+import anyio
+import httpx2
+import requests
+from mcp import Client, types
+from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from mcpgate.core.wire import (
     META_CLIENT_CAPABILITIES,
@@ -28,6 +38,7 @@ from mcpgate.core.wire import (
     PROTOCOL_VERSION,
     SESSION_ID,
 )
+from tests.browser import Browser, Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -547,3 +558,140 @@ def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | Non
     finally:
         stop_process(proc)
         admin_path.unlink(missing_ok=True)
+
+
+# -- the official SDK client signing in with OAuth (its loopback callback, token storage, provider) -------------
+
+
+SDK_HANG_GUARD = 60.0
+
+
+class Callback:
+    """A client's loopback redirect target: answers 200 and hands each query it receives to the client."""
+
+    def __init__(self) -> None:
+        self.queries: queue.Queue[dict[str, str]] = queue.Queue()
+        received = self.queries
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                received.put(dict(parse_qsl(urlsplit(self.path).query)))
+                body = b"Signed in. You can close this page."
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/callback"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class TokenMemory:
+    """The SDK's TokenStorage in memory: what the client registered and was issued, for the test to look at."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+class SdkUser:
+    """One person at one official-SDK client: a stand-in browser (`browser`, replaceable between calls), the
+    client's loopback callback and token storage, every sign-in walk the browser made (`walks`). close() at the
+    end (stops the callback)."""
+
+    def __init__(self, browser: Browser, client_name: str = "mcpgate tests (SDK)") -> None:
+        self.browser = browser
+        self.client_name = client_name
+        self.callback = Callback()
+        self.storage = TokenMemory()
+        self.walks: list[Outcome] = []
+
+    def close(self) -> None:
+        self.callback.close()
+
+    async def open_browser(self, authorization_url: str) -> None:
+        outcome = await anyio.to_thread.run_sync(self.browser.visit, authorization_url)
+        self.walks.append(outcome)
+        assert outcome.status == 200 and outcome.url.startswith(self.callback.url + "?"), outcome.describe()
+
+    async def wait_for_callback(self) -> AuthorizationCodeResult:
+        query = await anyio.to_thread.run_sync(lambda: self.callback.queries.get(timeout=SDK_HANG_GUARD))
+        assert "code" in query, query
+        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+
+    def provider(self, url: str) -> OAuthClientProvider:
+        metadata = OAuthClientMetadata(
+            client_name=self.client_name,
+            redirect_uris=[self.callback.url],  # type: ignore[list-item]  # pydantic validates the string
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        )
+        return OAuthClientProvider(url, metadata, self.storage, self.open_browser, self.wait_for_callback)
+
+    def call_add(self, url: str, expired: bool = False, mode: str = "legacy") -> Any:
+        """Connect with OAuth (signing in when the storage holds no token; refreshing first when `expired`)
+        and call the demo's add, in the era `mode` names ("legacy": initialize; MODERN: 2026-07-28)."""
+
+        async def main() -> Any:
+            provider = self.provider(url)
+            if expired:
+                provider.context.token_expiry_time = 1.0  # as if the stored token's lifetime had run out
+            timeout = httpx2.Timeout(30, read=SDK_HANG_GUARD)
+            with anyio.fail_after(SDK_HANG_GUARD):
+                async with (
+                    httpx2.AsyncClient(auth=provider, timeout=timeout) as http,
+                    Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+                ):
+                    result = await client.call_tool("add", {"a": 2, "b": 3})
+                    return result.structured_content
+
+        return anyio.run(main)
+
+    def claims(self) -> dict[str, Any]:
+        """The access token's claims (read, not verified: the gateway verified it)."""
+        assert self.storage.tokens is not None
+        return jwt_claims(self.storage.tokens.access_token)
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    """A JWT's claims, read and not verified (the gateway that issued or admitted it verified it)."""
+    payload = token.split(".")[1]
+    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+
+
+def redeem_code(
+    base: str, code: str, verifier: str, client_id: str, redirect_uri: str, **extra: str
+) -> requests.Response:
+    """The token endpoint's answer for an authorization code, its PKCE verifier included; `extra`: more form
+    fields (resource, ...)."""
+    data = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": redirect_uri,
+        "client_id": client_id,
+        "code_verifier": verifier,
+        **extra,
+    }
+    return requests.post(base + "/token", data=data, timeout=30)

@@ -16,27 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser
@@ -48,6 +42,7 @@ from tests.support import (
     SESSION_ID,
     Balancer,
     Gateway,
+    SdkUser,
     direct_children,
     free_port,
     haproxy,
@@ -369,85 +364,6 @@ def test_a_continuation_whose_owner_is_gone_is_asked_again(cluster: Cluster) -> 
 # -- OAuth: signed in through one instance, the tokens used on another ------------------------------------
 
 
-class Callback:
-    """The SDK client's loopback redirect target: answers 200 and hands each query to the client."""
-
-    def __init__(self) -> None:
-        self.queries: queue.Queue[dict[str, str]] = queue.Queue()
-        received = self.queries
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                received.put(dict(parse_qsl(urlsplit(self.path).query)))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/callback"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Tokens:
-    """The SDK's TokenStorage, in memory."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-def oauth_add(url: str, callback: Callback, storage: Tokens, browser: Browser, expired: bool = False) -> Any:
-    """The SDK client with OAuth (signing in through `browser` when `storage` holds no token, refreshing first
-    when `expired`) calls the demo's add in legacy mode."""
-
-    async def open_browser(authorization_url: str) -> None:
-        outcome = await anyio.to_thread.run_sync(browser.visit, authorization_url)
-        assert outcome.status == 200 and outcome.url.startswith(callback.url), outcome.describe()
-
-    async def wait_for_callback() -> AuthorizationCodeResult:
-        query = await anyio.to_thread.run_sync(lambda: callback.queries.get(timeout=HANG_GUARD))
-        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
-
-    metadata = OAuthClientMetadata(
-        client_name="mcpgate cluster test",
-        redirect_uris=[callback.url],  # type: ignore[list-item]  # pydantic validates the string
-        grant_types=["authorization_code", "refresh_token"],
-        response_types=["code"],
-        token_endpoint_auth_method="none",
-    )
-    provider = OAuthClientProvider(url, metadata, storage, open_browser, wait_for_callback)
-    if expired:
-        provider.context.token_expiry_time = 1.0  # as if the stored token's lifetime had run out
-
-    async def body() -> Any:
-        async with (
-            httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30, read=HANG_GUARD)) as http,
-            Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
-        ):
-            return (await client.call_tool("add", {"a": 2, "b": 3})).structured_content
-
-    return run(body)
-
-
 def only(lb: Balancer, name: str, names: tuple[str, ...]) -> None:
     """HAProxy sends everything to instance `name`: the others in maintenance."""
     for other in names:
@@ -466,7 +382,8 @@ def test_signed_in_through_one_instance_the_tokens_work_on_another(tmp_path: Pat
         "MCPGATE_PUBLIC_URL": f"http://127.0.0.1:{port}",
         "MCPGATE_OAUTH_USERS": f"{USER}:{passwords.make_hash(PASSWORD)}",
     }
-    callback, storage = Callback(), Tokens()
+    person = SdkUser(Browser(USER, PASSWORD), "mcpgate cluster test")
+    storage = person.storage
     with redis_server() as url:
         pair = Cluster(url)
         try:
@@ -474,19 +391,20 @@ def test_signed_in_through_one_instance_the_tokens_work_on_another(tmp_path: Pat
                 pair.start(name, MCPGATE_STATE_DIR=str(tmp_path / name), **env)
             with pair.front("sticky", port) as lb:
                 only(lb, "i1", ("i1", "i2"))
-                assert oauth_add(lb.url, callback, storage, Browser(USER, PASSWORD)) == {"result": 5}
+                assert person.call_add(lb.url) == {"result": 5}
                 assert storage.tokens is not None and storage.tokens.refresh_token
                 first = storage.tokens
                 only(lb, "i2", ("i1", "i2"))
-                refuse = Browser()  # no credentials: a sign-in asked for now would fail
-                assert oauth_add(lb.url, callback, storage, refuse) == {"result": 5}
+                person.browser = Browser()  # no credentials: a sign-in asked for now would fail
+                assert person.call_add(lb.url) == {"result": 5}
                 assert storage.tokens is first  # the access token i1 issued, accepted by i2
-                assert oauth_add(lb.url, callback, storage, refuse, expired=True) == {"result": 5}
+                assert person.call_add(lb.url, expired=True) == {"result": 5}
                 assert storage.tokens is not first and storage.tokens.refresh_token != first.refresh_token
+                assert len(person.walks) == 1  # signed in once, through i1
                 served = routed(lb)
             assert served["forwarded"] == 0, served
         finally:
-            callback.close()
+            person.close()
             pair.stop()
 
 

@@ -12,31 +12,24 @@ One issuer, one embedded gateway (local users and the upstream) and one resource
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import queue
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 import anyio
-import httpx2
 import pytest
 from flask import Flask, make_response, redirect, request
 from mcp import Client, StdioServerParameters
-from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from werkzeug.serving import make_server
 
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser, Outcome
 from tests.interop import conformance
-from tests.support import MODERN, ROOT, Gateway, oidc_issuer
+from tests.support import MODERN, ROOT, Callback, Gateway, SdkUser, oidc_issuer
 
 USER, PASSWORD = "ada", "e2e-password"
 UPSTREAM_USER = "alice"  # the issuer fixture signs in alice@example.test
@@ -44,120 +37,16 @@ HANG_GUARD = 60
 BROWSER_SCRIPT = ROOT / "tests" / "browser.py"
 
 
-# -- the client's side: a loopback callback, token storage, the SDK's provider ----------------------------------
-
-
-class Callback:
-    """The client's loopback redirect target: answers 200 and hands each query it receives to the client."""
-
-    def __init__(self) -> None:
-        self.queries: queue.Queue[dict[str, str]] = queue.Queue()
-        received = self.queries
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                received.put(dict(parse_qsl(urlsplit(self.path).query)))
-                body = b"Signed in. You can close this page."
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/callback"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Memory:
-    """TokenStorage in memory: what the SDK registered and was issued, for the test to look at."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-class SdkUser:
-    """One person at one SDK client: a browser profile, the client's callback and token storage."""
-
-    def __init__(self, browser: Browser) -> None:
-        self.browser = browser
-        self.callback = Callback()
-        self.storage = Memory()
-        self.walks: list[Outcome] = []
-
-    async def open_browser(self, authorization_url: str) -> None:
-        outcome = await anyio.to_thread.run_sync(self.browser.visit, authorization_url)
-        self.walks.append(outcome)
-        assert outcome.status == 200 and outcome.url.startswith(self.callback.url + "?"), outcome.describe()
-
-    async def wait_for_callback(self) -> AuthorizationCodeResult:
-        query = await anyio.to_thread.run_sync(lambda: self.callback.queries.get(timeout=HANG_GUARD))
-        assert "code" in query, query
-        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
-
-    def provider(self, url: str) -> OAuthClientProvider:
-        metadata = OAuthClientMetadata(
-            client_name="mcpgate e2e (SDK)",
-            redirect_uris=[self.callback.url],  # type: ignore[list-item]  # pydantic validates the string
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="none",
-        )
-        return OAuthClientProvider(url, metadata, self.storage, self.open_browser, self.wait_for_callback)
-
-    def call_add(self, url: str, expired: bool = False, mode: str = "legacy") -> Any:
-        """Connect with OAuth (signing in when the storage holds no token; refreshing first when `expired`)
-        and call the demo's add, in the era `mode` names ("legacy": initialize; MODERN: 2026-07-28)."""
-
-        async def main() -> Any:
-            provider = self.provider(url)
-            if expired:
-                provider.context.token_expiry_time = 1.0  # as if the stored token's lifetime had run out
-            timeout = httpx2.Timeout(30, read=HANG_GUARD)
-            with anyio.fail_after(HANG_GUARD):
-                async with (
-                    httpx2.AsyncClient(auth=provider, timeout=timeout) as http,
-                    Client(streamable_http_client(url, http_client=http), mode=mode) as client,
-                ):
-                    result = await client.call_tool("add", {"a": 2, "b": 3})
-                    return result.structured_content
-
-        return anyio.run(main)
-
-    def claims(self) -> dict[str, Any]:
-        """The access token's claims (read, not verified: the gateway verified it)."""
-        assert self.storage.tokens is not None
-        payload = self.storage.tokens.access_token.split(".")[1]
-        return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+# -- the client's side: the official SDK client (tests/support.py's SdkUser) ----------------------------------
 
 
 @pytest.fixture
 def person() -> Iterator[SdkUser]:
-    user = SdkUser(Browser(USER, PASSWORD))
+    user = SdkUser(Browser(USER, PASSWORD), "mcpgate e2e (SDK)")
     try:
         yield user
     finally:
-        user.callback.close()
+        user.close()
 
 
 # -- the gateways ------------------------------------------------------------------------------------------------
@@ -234,7 +123,7 @@ def test_upstream_oidc_sign_in_end_to_end(embedded: Gateway, issuer: str) -> Non
     try:
         assert person.call_add(embedded.url) == {"result": 5}
     finally:
-        person.callback.close()
+        person.close()
     [walk] = person.walks
     hosts = {urlsplit(url).netloc for _, url, _ in walk.trail}
     assert urlsplit(issuer).netloc in hosts, walk.describe()  # it went through the issuer's /authorize

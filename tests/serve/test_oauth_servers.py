@@ -14,25 +14,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import json
-import queue
 import secrets
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlencode
 
-import anyio
-import httpx2
 import pytest
 import requests
-from mcp import Client
-from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from mcpgate.serve.http import Refusal
 from mcpgate.serve.oauth import passwords
@@ -48,9 +38,12 @@ from tests.support import (
     SESSION_ID,
     Gateway,
     Reply,
+    SdkUser,
     call,
     init_body,
+    jwt_claims,
     oidc_issuer,
+    redeem_code,
     reply_message,
     serving,
     wait_for,
@@ -60,17 +53,11 @@ from tests.support import (
 USER, PASSWORD = "ada", "servers-password"
 CALLBACK = "http://127.0.0.1:47112/callback"  # never fetched: the browser stops there
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
-HANG_GUARD = 60
 SERVERS = {
     "files": {**DEMO_ENTRY, "mcpgate": {"oauth_scopes": ["mcp", "files"]}},
     "notes": {**DEMO_ENTRY, "mcpgate": {"oauth_scopes": ["notes"]}},
 }
 SEEN: list[str] = []  # every token this module sent: none may reach a gateway's log
-
-
-def claims_of(token: str) -> dict[str, Any]:
-    payload = token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
 def resource(gw: Gateway, name: str) -> str:
@@ -299,15 +286,7 @@ class Signer:
         verifier = secrets.token_urlsafe(40)
         params = self.authorize(verifier, scope, target)
         assert "code" in params, params
-        data = {
-            "grant_type": "authorization_code",
-            "code": params["code"],
-            "redirect_uri": CALLBACK,
-            "client_id": self.client_id,
-            "code_verifier": verifier,
-            **exchange,
-        }
-        return requests.post(self.gw.base + "/token", data=data, timeout=30)
+        return redeem_code(self.gw.base, params["code"], verifier, self.client_id, CALLBACK, **exchange)
 
     def tokens(self, scope: str, target: str | None, **exchange: str) -> dict[str, Any]:
         reply = self.token(scope, target, **exchange)
@@ -335,18 +314,18 @@ def test_the_embedded_server_offers_every_servers_scopes(embedded: Gateway) -> N
 def test_the_embedded_server_issues_a_token_for_the_server_asked_for(embedded: Gateway, signer: Signer) -> None:
     shouted = resource(embedded, "notes").replace("http://127.0.0.1", "HTTP://127.0.0.1") + "/"
     tokens = signer.tokens("notes", shouted)
-    claims = claims_of(tokens["access_token"])
+    claims = jwt_claims(tokens["access_token"])
     assert claims["aud"] == resource(embedded, "notes") and claims["scope"] == "notes", claims  # as published
     assert admitted(embedded, "notes", tokens["access_token"]) == 400
     assert admitted(embedded, "files", tokens["access_token"]) == 401
     # a refresh naming no resource keeps the grant's; naming another server is refused
     again = signer.refresh(tokens["refresh_token"])
     assert again.status_code == 200, again.text
-    assert claims_of(again.json()["access_token"])["aud"] == resource(embedded, "notes")
+    assert jwt_claims(again.json()["access_token"])["aud"] == resource(embedded, "notes")
     other = signer.refresh(again.json()["refresh_token"], resource=resource(embedded, "files"))
     assert other.status_code == 400 and other.json()["error"] == "invalid_target", other.text
     files = signer.tokens("mcp files", resource(embedded, "files"))
-    assert claims_of(files["access_token"])["aud"] == resource(embedded, "files")
+    assert jwt_claims(files["access_token"])["aud"] == resource(embedded, "files")
     assert admitted(embedded, "files", files["access_token"]) == 400
     assert admitted(embedded, "notes", files["access_token"]) == 401
 
@@ -397,99 +376,25 @@ def test_one_named_server_is_the_default_resource(tmp_path: Path) -> None:
     }
     with serving(env) as gw:
         tokens = Signer(gw).tokens("mcp", None)
-        assert claims_of(tokens["access_token"])["aud"] == resource(gw, "solo")
+        assert jwt_claims(tokens["access_token"])["aud"] == resource(gw, "solo")
         assert admitted(gw, "solo", tokens["access_token"]) == 400
 
 
 # -- the official SDK client -------------------------------------------------------------------------------------
 
 
-class Callback:
-    """The client's loopback redirect target: answers 200 and hands each query it receives to the client."""
-
-    def __init__(self) -> None:
-        self.queries: queue.Queue[dict[str, str]] = queue.Queue()
-        received = self.queries
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                received.put(dict(parse_qsl(urlsplit(self.path).query)))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/callback"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Memory:
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-def sdk_call_add(url: str, browser: Browser, callback: Callback, storage: Memory) -> Any:
-    async def open_browser(authorization_url: str) -> None:
-        outcome = await anyio.to_thread.run_sync(browser.visit, authorization_url)
-        assert outcome.url.startswith(callback.url + "?"), outcome.describe()
-
-    async def wait_for_callback() -> AuthorizationCodeResult:
-        query = await anyio.to_thread.run_sync(lambda: callback.queries.get(timeout=HANG_GUARD))
-        assert "code" in query, query
-        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
-
-    metadata = OAuthClientMetadata(
-        client_name="mcpgate servers (SDK)",
-        redirect_uris=[callback.url],  # type: ignore[list-item]  # pydantic validates the string
-        grant_types=["authorization_code", "refresh_token"],
-        response_types=["code"],
-        token_endpoint_auth_method="none",
-    )
-    provider = OAuthClientProvider(url, metadata, storage, open_browser, wait_for_callback)
-
-    async def main() -> Any:
-        with anyio.fail_after(HANG_GUARD):
-            async with (
-                httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30, read=HANG_GUARD)) as http,
-                Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
-            ):
-                return (await client.call_tool("add", {"a": 2, "b": 3})).structured_content
-
-    return anyio.run(main)
-
-
 def test_the_sdk_client_signs_in_to_a_named_server(embedded: Gateway) -> None:
-    callback, storage = Callback(), Memory()
+    person = SdkUser(Browser(USER, PASSWORD), "mcpgate servers (SDK)")
     try:
         url = resource(embedded, "notes")
-        assert sdk_call_add(url, Browser(USER, PASSWORD), callback, storage) == {"result": 5}
-        assert storage.tokens is not None
-        claims = claims_of(storage.tokens.access_token)
-        SEEN.append(storage.tokens.access_token)
+        assert person.call_add(url) == {"result": 5}
+        assert person.storage.tokens is not None and len(person.walks) == 1
+        claims = person.claims()
+        SEEN.append(person.storage.tokens.access_token)
         assert claims["aud"] == url and claims["scope"] == "notes" and claims["sub"] == f"user:{USER}", claims
-        assert admitted(embedded, "files", storage.tokens.access_token) == 401
+        assert admitted(embedded, "files", person.storage.tokens.access_token) == 401
     finally:
-        callback.close()
+        person.close()
 
 
 # -- the pure parts, in process ----------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
-import json
 import re
 import secrets
 import subprocess
@@ -22,7 +21,7 @@ import requests
 from mcpgate.declarations import SettingsError
 from mcpgate.serve import auth
 from mcpgate.serve.oauth import passwords, ratelimit, signin, users
-from tests.support import Gateway, wait_for
+from tests.support import Gateway, jwt_claims, redeem_code, wait_for
 
 PASSWORD = "correct horse battery staple"
 CALLBACK = "http://127.0.0.1:9/callback"
@@ -255,21 +254,9 @@ def test_sign_in_then_consent_then_a_code_for_the_user(site: Site) -> None:
         assert shown in consent.text, shown
     granted = code_of(browser.submit(consent, action="allow"))
     assert granted["state"] == ["st-1"] and granted["iss"] == [site.base] and granted["code"]
-    token = requests.post(
-        site.base + "/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": granted["code"][0],
-            "redirect_uri": CALLBACK,
-            "client_id": site.client_id,
-            "code_verifier": site.verifier,
-            "resource": site.resource,
-        },
-        timeout=30,
-    )
+    token = redeem_code(site.base, granted["code"][0], site.verifier, site.client_id, CALLBACK, resource=site.resource)
     assert token.status_code == 200, token.text
-    payload = token.json()["access_token"].split(".")[1]
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims = jwt_claims(token.json()["access_token"])
     assert claims["sub"] == "user:alice" and claims["aud"] == site.resource
     again = browser.get(site.path)  # consented before: straight back to the client
     assert code_of(again)["code"] != granted["code"]

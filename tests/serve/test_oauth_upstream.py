@@ -8,7 +8,6 @@ import base64
 import contextlib
 import hashlib
 import html
-import json
 import re
 import secrets
 import threading
@@ -26,7 +25,7 @@ from mcpgate.declarations import SettingsError
 from mcpgate.serve.app import create_app
 from mcpgate.serve.oauth import upstream
 from mcpgate.settings import Settings
-from tests.support import Gateway, oidc_issuer
+from tests.support import Gateway, jwt_claims, oidc_issuer, redeem_code
 
 CALLBACK = "http://127.0.0.1:9/callback"
 ALLOWED = "alice@example.test,carol"
@@ -198,20 +197,9 @@ def test_an_allowed_upstream_identity_signs_in_and_consents(site: Site) -> None:
     consent = flow.get(site.base + site.path)
     assert consent.status_code == 200 and "alice@example.test" in consent.text and site.client_id in consent.text
     granted = code_of(flow.submit(consent, action="allow"))
-    token = requests.post(
-        site.base + "/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": granted["code"][0],
-            "redirect_uri": CALLBACK,
-            "client_id": site.client_id,
-            "code_verifier": site.verifier,
-        },
-        timeout=30,
-    )
+    token = redeem_code(site.base, granted["code"][0], site.verifier, site.client_id, CALLBACK)
     assert token.status_code == 200, token.text
-    payload = token.json()["access_token"].split(".")[1]
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims = jwt_claims(token.json()["access_token"])
     assert claims["sub"] == "oidc:alice"
     assert "test-secret" not in site.gw.log()
 
