@@ -212,28 +212,44 @@ def authorization_code(
     return client, token_record(token, scopes)
 
 
-def exchange(session: Any, url: str, code: str, verifier: str, redirect_uri: str, resource: str) -> dict[str, Any]:
+def _token_call(
+    session: Any, url: str, kind: str, refused: type[SignInError], subject: str, call: Callable[[], Any]
+) -> dict[str, Any]:
+    """The token `call` (a `kind` request to the token endpoint `url`) answers, `session` closed after it:
+    `refused` when the authorization server refuses `subject` or answers without an access token,
+    SignInError when it cannot be reached."""
     from authlib.common.errors import AuthlibBaseError
     from requests import RequestException
 
     try:
-        token: dict[str, Any] = session.fetch_token(
+        token: dict[str, Any] = call()
+    except AuthlibBaseError as exc:
+        raise refused(f"the {subject} was refused: {exc.description or exc.error}") from None
+    except (RequestException, ValueError) as exc:
+        raise SignInError(f"the {kind} request to {errors.redact(url)} failed: {type(exc).__name__}") from None
+    finally:
+        session.close()
+    if not token.get("access_token"):
+        raise refused(f"the {kind} response carries no access_token")
+    return token
+
+
+def exchange(session: Any, url: str, code: str, verifier: str, redirect_uri: str, resource: str) -> dict[str, Any]:
+    return _token_call(
+        session,
+        url,
+        "token",
+        SignInError,
+        "token request",
+        lambda: session.fetch_token(
             url,
             grant_type="authorization_code",
             code=code,
             code_verifier=verifier,
             redirect_uri=redirect_uri,
             resource=resource,
-        )
-    except AuthlibBaseError as exc:
-        raise SignInError(f"the token request was refused: {exc.description or exc.error}") from None
-    except (RequestException, ValueError) as exc:
-        raise SignInError(f"the token request to {errors.redact(url)} failed: {type(exc).__name__}") from None
-    finally:
-        session.close()
-    if not token.get("access_token"):
-        raise SignInError("the token response carries no access_token")
-    return token
+        ),
+    )
 
 
 class RefreshRejected(SignInError):
@@ -243,20 +259,15 @@ class RefreshRejected(SignInError):
 def refresh(client: dict[str, Any], url: str, refresh_token: str, resource: str, scope: str | None) -> dict[str, Any]:
     """A new token for the refresh token; raises RefreshRejected when it is dead, SignInError when
     the authorization server cannot be reached."""
-    from authlib.common.errors import AuthlibBaseError
-    from requests import RequestException
-
     session = oauth_client(client)
-    try:
-        token: dict[str, Any] = session.refresh_token(url, refresh_token=refresh_token, resource=resource)
-    except AuthlibBaseError as exc:
-        raise RefreshRejected(f"the refresh token was refused: {exc.description or exc.error}") from None
-    except (RequestException, ValueError) as exc:
-        raise SignInError(f"the refresh request to {errors.redact(url)} failed: {type(exc).__name__}") from None
-    finally:
-        session.close()
-    if not token.get("access_token"):
-        raise RefreshRejected("the refresh response carries no access_token")
+    token = _token_call(
+        session,
+        url,
+        "refresh",
+        RefreshRejected,
+        "refresh token",
+        lambda: session.refresh_token(url, refresh_token=refresh_token, resource=resource),
+    )
     record = token_record(token, tuple((scope or "").split()))
     record["refresh_token"] = record["refresh_token"] or refresh_token
     return record
