@@ -168,9 +168,9 @@ def secure(tls: Tls) -> Iterator[DocumentServer]:
 
 
 def get(url: str, **kwargs: Any) -> Any:
-    """safe_fetch.get_json with the unit tests' wide policy and http allowed, unless a test says otherwise."""
+    """safe_fetch.fetch's document, with the unit tests' wide policy and http allowed unless a test says otherwise."""
     options: dict[str, Any] = {"max_bytes": 4096, "timeout": 5.0, "allow_address": ANY_ADDRESS, "allow_http": True}
-    return safe_fetch.get_json(url, **{**options, **kwargs})
+    return safe_fetch.fetch(url, **{**options, **kwargs}).data
 
 
 def refused(url: str, words: str, **kwargs: Any) -> str:
@@ -348,7 +348,7 @@ import gevent, socket
 from mcpgate.serve.oauth import safe_fetch
 socket.getaddrinfo = lambda *args, **kwargs: gevent.sleep(5)
 try:
-    safe_fetch.get_json("https://slow.example/doc", max_bytes=100, timeout=0.5)
+    safe_fetch.fetch("https://slow.example/doc", max_bytes=100, timeout=0.5)
 except safe_fetch.FetchError as exc:
     print(exc)
 """

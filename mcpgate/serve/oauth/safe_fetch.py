@@ -99,26 +99,6 @@ def _public_v4(address: ipaddress.IPv4Address) -> bool:
     return not any(address in net for net in _V4_DENIED) and address.is_global
 
 
-def get_json(
-    url: str,
-    *,
-    max_bytes: int,
-    timeout: float,
-    allow_address: AddressPolicy = public_only,
-    allow_http: bool = False,
-    ssl_context: ssl.SSLContext | None = None,
-) -> Any:
-    """The JSON document at `url` (see `fetch`)."""
-    return fetch(
-        url,
-        max_bytes=max_bytes,
-        timeout=timeout,
-        allow_address=allow_address,
-        allow_http=allow_http,
-        ssl_context=ssl_context,
-    ).data
-
-
 def fetch(
     url: str,
     *,
