@@ -29,7 +29,7 @@ from cryptography.x509.oid import NameOID
 
 from mcpgate.serve.oauth import cimd, safe_fetch
 from mcpgate.settings import Settings
-from tests.support import Gateway
+from tests.support import Gateway, serving
 
 ANY_ADDRESS: safe_fetch.AddressPolicy = lambda address: True  # noqa: E731 - the unit tests' wide policy
 
@@ -553,12 +553,8 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         # On the allowlist, but localhost resolves to loopback: the fetcher must refuse it.
         "MCPGATE_OAUTH_CIMD_ALLOWLIST": "https://localhost/clients/",
     }
-    gw = Gateway(env)
-    try:
-        gw.wait_ready()
+    with serving(env) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def authorize(gw: Gateway, client_id: str) -> Any:

@@ -29,7 +29,7 @@ from werkzeug.serving import make_server
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser, Outcome
 from tests.interop import conformance
-from tests.support import MODERN, ROOT, Callback, Gateway, SdkUser, oidc_issuer
+from tests.support import MODERN, ROOT, Callback, Gateway, SdkUser, oidc_issuer, serving
 
 USER, PASSWORD = "ada", "e2e-password"
 UPSTREAM_USER = "alice"  # the issuer fixture signs in alice@example.test
@@ -59,12 +59,8 @@ def issuer() -> Iterator[str]:
 
 
 def started(env: dict[str, str]) -> Iterator[Gateway]:
-    gw = Gateway({"MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}", **env})
-    try:
-        gw.wait_ready()
+    with serving({"MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}", **env}) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 @pytest.fixture(scope="module")

@@ -34,6 +34,7 @@ from tests.support import (
     open_session,
     post_modern,
     reply_message,
+    serving,
     wait_for,
     write_config,
 )
@@ -132,12 +133,8 @@ def fleet_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "PASSED_ON": "passed-value",
         "GATEWAY_SECRET": "must-not-leak",
     }
-    gw = Gateway(env)
-    try:
-        gw.wait_ready()
+    with serving(env) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def test_the_listing_and_the_health_of_the_fleet(fleet_gateway: Gateway) -> None:
