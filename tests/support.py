@@ -1,33 +1,23 @@
 """Helpers shared by every test module: a real gunicorn (gevent worker) on a free loopback port, raw MCP
-requests, and process checks. Test modules import from here, never from each other."""
+requests, and process checks. Test modules import from here, never from each other (the OAuth helpers are in
+tests/oauth_support.py, Redis and HAProxy for the fleet tests in tests/fleet_support.py)."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import http.client
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, cast
-from urllib.parse import parse_qsl, urlsplit
 
-import anyio
-import httpx2
-import requests
-from mcp import Client, types
-from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp import types
 
 from mcpgate.core.wire import (
     META_CLIENT_CAPABILITIES,
@@ -38,7 +28,6 @@ from mcpgate.core.wire import (
     PROTOCOL_VERSION,
     SESSION_ID,
 )
-from tests.browser import Browser, Outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -306,31 +295,6 @@ def lazy_gateways(envs: dict[str, dict[str, str]]) -> Iterator[Callable[[str], G
         yield get
 
 
-@contextlib.contextmanager
-def oidc_issuer(*args: str, user: str = "alice", timeout: float = 20.0) -> Iterator[str]:
-    """tests/fixtures/oidc_issuer.py on a free loopback port for a `with` block: yields its issuer URL (its
-    docstring lists the endpoints; `args` are its other flags, e.g. "--prefix", "/tenant"), stopped by PID."""
-    proc = subprocess.Popen(
-        [sys.executable, str(FIXTURES / "oidc_issuer.py"), "--user", user, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        ready: list[str] = []
-        reader = threading.Thread(target=lambda: ready.append(proc.stdout.readline() if proc.stdout else ""))
-        reader.start()
-        reader.join(timeout)
-        if not ready or not ready[0].startswith("http://"):
-            raise RuntimeError(f"oidc_issuer did not start (exit {proc.poll()})")
-        yield ready[0].strip()
-    finally:
-        stop_process(proc)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
 def wait_for(predicate: Callable[[], bool], timeout: float = 15.0) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout
@@ -436,262 +400,3 @@ class NamedServer:
 
 def named(gw: Gateway, name: str) -> Gateway:
     return cast(Gateway, NamedServer(gw, name))
-
-
-# -- Redis and HAProxy for the cluster tests (the distribution's binaries; .ci/run installs them) --
-
-REDIS_SERVER = "/usr/bin/redis-server"
-HAPROXY = "/usr/sbin/haproxy"
-
-
-def installed(name: str, usual: str) -> str:
-    """The path of a server binary (on PATH, else its usual place); a clear error when it is missing."""
-    import shutil
-
-    found = shutil.which(name) or (usual if os.access(usual, os.X_OK) else None)
-    if found is None:
-        raise RuntimeError(f"{name} is not installed (looked on PATH and at {usual}); .ci/run installs it")
-    return found
-
-
-def wait_listening(port: int, proc: subprocess.Popen[Any], what: str, log: Path, timeout: float = 15.0) -> None:
-    """Wait until 127.0.0.1:port accepts a connection; the process exiting first raises with its log."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on port {port} within {timeout} s:\n{log.read_text(errors='replace')}")
-
-
-@contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A private redis-server on a free loopback port (no persistence) for a `with` block: yields its
-    REDIS_URL (redis://127.0.0.1:<port>/0); stopped by PID at the end."""
-    port = free_port()
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-redis-{port}.log"
-    args = [installed("redis-server", REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1"]
-    args += ["--save", "", "--appendonly", "no", "--logfile", str(log), "--dir", str(log.parent)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        wait_listening(port, proc, "redis-server", log)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        stop_process(proc)
-
-
-class Balancer:
-    """A running HAProxy: `request` as Gateway's (so open_session and the others take it), `url` its /mcp,
-    `admin(command)` a line to its runtime API when the config opened one at "{admin}"."""
-
-    def __init__(self, port: int, proc: subprocess.Popen[Any], admin_path: Path, log_path: Path) -> None:
-        self.port, self.proc, self.admin_path, self.log_path = port, proc, admin_path, log_path
-        self.base = f"http://127.0.0.1:{port}"
-        self.url = f"{self.base}/mcp"
-
-    def request(
-        self,
-        method: str,
-        path: str = "/mcp",
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 30.0,
-    ) -> Reply:
-        return Gateway.request(cast(Gateway, self), method, path, body, headers, timeout)
-
-    def admin(self, command: str, timeout: float = 5.0) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(str(self.admin_path))
-            sock.sendall(command.encode() + b"\n")
-            chunks = []
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode(errors="replace")
-
-    def servers_up(self) -> dict[str, bool]:
-        """Each backend server ("backend/server") and whether HAProxy routes to it (its health checks pass)."""
-        rows = [line.split() for line in self.admin("show servers state").splitlines()[2:] if line.strip()]
-        return {f"{row[1]}/{row[3]}": row[5] == "2" for row in rows}  # srv_op_state 2: running
-
-    def wait_up(self, timeout: float = 15.0) -> None:
-        """Wait until every server is up (HAProxy starts them down until a first check passes)."""
-        if not wait_for(lambda: all(self.servers_up().values()), timeout):
-            raise RuntimeError(f"haproxy servers not up: {self.servers_up()}\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-@contextlib.contextmanager
-def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Balancer]:
-    """HAProxy in the foreground for a `with` block, run on `config_text` in which "{port}" is replaced by a free
-    loopback port (bind the frontend there) and "{admin}" by a unix socket path (`stats socket {admin} level
-    admin` for Balancer.admin); `env` is added to its environment (for a config's "${NAME}"s, e.g. the
-    deploy/haproxy.cfg recipe's; "{port}" and "{admin}" are replaced in its values too). The config is checked
-    first (a bad one raises with haproxy's words); stopped by PID at the end. `port`: the frontend's port when
-    it must be known before (a gateway's MCPGATE_PUBLIC_URL naming it); default a free one."""
-    binary = installed("haproxy", HAPROXY)
-    port = port or free_port()
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    admin_path = tmp / f"mcpgate-test-haproxy-{port}.sock"
-    cfg = tmp / f"mcpgate-test-haproxy-{port}.cfg"
-    log = tmp / f"mcpgate-test-haproxy-{port}.log"
-
-    def fill(text: str) -> str:
-        return text.replace("{port}", str(port)).replace("{admin}", str(admin_path))
-
-    cfg.write_text(fill(config_text))
-    full_env = {**os.environ, **{name: fill(value) for name, value in (env or {}).items()}}
-    check = subprocess.run([binary, "-c", "-f", str(cfg)], env=full_env, capture_output=True, text=True)
-    if check.returncode != 0:
-        raise RuntimeError(f"haproxy refused its config {cfg}:\n{check.stdout}{check.stderr}")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([binary, "-db", "-f", str(cfg)], env=full_env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_listening(port, proc, "haproxy", log)
-        yield Balancer(port, proc, admin_path, log)
-    finally:
-        stop_process(proc)
-        admin_path.unlink(missing_ok=True)
-
-
-# -- the official SDK client signing in with OAuth (its loopback callback, token storage, provider) -------------
-
-
-SDK_HANG_GUARD = 60.0
-
-
-class Callback:
-    """A client's loopback redirect target: answers 200 and hands each query it receives to the client."""
-
-    def __init__(self) -> None:
-        self.queries: queue.Queue[dict[str, str]] = queue.Queue()
-        received = self.queries
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                received.put(dict(parse_qsl(urlsplit(self.path).query)))
-                body = b"Signed in. You can close this page."
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/callback"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class TokenMemory:
-    """The SDK's TokenStorage in memory: what the client registered and was issued, for the test to look at."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
-class SdkUser:
-    """One person at one official-SDK client: a stand-in browser (`browser`, replaceable between calls), the
-    client's loopback callback and token storage, every sign-in walk the browser made (`walks`). close() at the
-    end (stops the callback)."""
-
-    def __init__(self, browser: Browser, client_name: str = "mcpgate tests (SDK)") -> None:
-        self.browser = browser
-        self.client_name = client_name
-        self.callback = Callback()
-        self.storage = TokenMemory()
-        self.walks: list[Outcome] = []
-
-    def close(self) -> None:
-        self.callback.close()
-
-    async def open_browser(self, authorization_url: str) -> None:
-        outcome = await anyio.to_thread.run_sync(self.browser.visit, authorization_url)
-        self.walks.append(outcome)
-        assert outcome.status == 200 and outcome.url.startswith(self.callback.url + "?"), outcome.describe()
-
-    async def wait_for_callback(self) -> AuthorizationCodeResult:
-        query = await anyio.to_thread.run_sync(lambda: self.callback.queries.get(timeout=SDK_HANG_GUARD))
-        assert "code" in query, query
-        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
-
-    def provider(self, url: str) -> OAuthClientProvider:
-        metadata = OAuthClientMetadata(
-            client_name=self.client_name,
-            redirect_uris=[self.callback.url],  # type: ignore[list-item]  # pydantic validates the string
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="none",
-        )
-        return OAuthClientProvider(url, metadata, self.storage, self.open_browser, self.wait_for_callback)
-
-    def call_add(self, url: str, expired: bool = False, mode: str = "legacy") -> Any:
-        """Connect with OAuth (signing in when the storage holds no token; refreshing first when `expired`)
-        and call the demo's add, in the era `mode` names ("legacy": initialize; MODERN: 2026-07-28)."""
-
-        async def main() -> Any:
-            provider = self.provider(url)
-            if expired:
-                provider.context.token_expiry_time = 1.0  # as if the stored token's lifetime had run out
-            timeout = httpx2.Timeout(30, read=SDK_HANG_GUARD)
-            with anyio.fail_after(SDK_HANG_GUARD):
-                async with (
-                    httpx2.AsyncClient(auth=provider, timeout=timeout) as http,
-                    Client(streamable_http_client(url, http_client=http), mode=mode) as client,
-                ):
-                    result = await client.call_tool("add", {"a": 2, "b": 3})
-                    return result.structured_content
-
-        return anyio.run(main)
-
-    def claims(self) -> dict[str, Any]:
-        """The access token's claims (read, not verified: the gateway verified it)."""
-        assert self.storage.tokens is not None
-        return jwt_claims(self.storage.tokens.access_token)
-
-
-def jwt_claims(token: str) -> dict[str, Any]:
-    """A JWT's claims, read and not verified (the gateway that issued or admitted it verified it)."""
-    payload = token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
-
-
-def redeem_code(
-    base: str, code: str, verifier: str, client_id: str, redirect_uri: str, **extra: str
-) -> requests.Response:
-    """The token endpoint's answer for an authorization code, its PKCE verifier included; `extra`: more form
-    fields (resource, ...)."""
-    data = {
-        "grant_type": "authorization_code",
-        "code": code,
-        "redirect_uri": redirect_uri,
-        "client_id": client_id,
-        "code_verifier": verifier,
-        **extra,
-    }
-    return requests.post(base + "/token", data=data, timeout=30)

@@ -34,24 +34,22 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser
+from tests.fleet_support import Balancer, haproxy, redis_server
+from tests.oauth_support import SdkUser
 from tests.support import (
     HEADERS,
     MODERN,
     PROTOCOL_VERSION,
     ROOT,
     SESSION_ID,
-    Balancer,
     Gateway,
-    SdkUser,
     direct_children,
     free_port,
-    haproxy,
     init_body,
     modern_body,
     on_elicit,
     on_sample,
     post_modern,
-    redis_server,
     reply_message,
     stop_process,
     wait_dead,

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from mcp import Client
 
+from tests.fleet_support import Balancer, haproxy
 from tests.relay.support import run_host
-from tests.support import HEADERS, SESSION_ID, Balancer, haproxy, init_body, serving
+from tests.support import HEADERS, SESSION_ID, init_body, serving
 
 COOKIE_AFFINITY = """
 global

@@ -24,7 +24,8 @@ from joserfc.jwk import ECKey, RSAKey
 
 from mcpgate.relay.oauth import grants
 from mcpgate.relay.oauth.grants import GrantError
-from tests.support import free_port, oidc_issuer
+from tests.oauth_support import jwt_claims, oidc_issuer
+from tests.support import free_port
 
 RESOURCE = "https://mcp.example.com/mcp"
 TIMEOUTS = (5.0, 10.0)
@@ -315,8 +316,7 @@ def test_client_credentials_against_the_oidc_issuer() -> None:
         wrong = {"client_id": "test-client", "client_secret": "not-it"}
         with pytest.raises(GrantError) as failed:
             grants.client_credentials(metadata, wrong, None, RESOURCE, timeouts=TIMEOUTS)
-    payload = answer["access_token"].split(".")[1]
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims = jwt_claims(answer["access_token"])
     assert claims["aud"] == RESOURCE and claims["client_id"] == "test-client" and answer["scope"] == "mcp:read"
     assert failed.value.error == "invalid_client" and "not-it" not in str(failed.value)
 

@@ -12,16 +12,8 @@ import pytest
 import redis
 
 from mcpgate.serve.cluster_caps import LocalCaps, NoCaps, PrincipalLimitReached, RedisCaps
-from tests.support import (
-    HEADERS,
-    Gateway,
-    Reply,
-    direct_children,
-    init_body,
-    open_session,
-    redis_server,
-    wait_dead,
-)
+from tests.fleet_support import redis_server
+from tests.support import HEADERS, Gateway, Reply, direct_children, init_body, open_session, wait_dead
 
 SECRET = "test-cluster-secret-0123456789abcdef"
 ERRORS = (redis.RedisError, OSError)

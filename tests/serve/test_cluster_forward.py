@@ -33,6 +33,8 @@ from mcpgate.serve.cluster import Cluster, Directory, Forward
 from mcpgate.serve.forward import Forwarder
 from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse
 from mcpgate.settings import Settings
+from tests.fleet_support import redis_server
+from tests.oauth_support import oidc_issuer
 from tests.support import (
     DEMO_ENTRY,
     HEADERS,
@@ -44,11 +46,9 @@ from tests.support import (
     free_port,
     init_body,
     named,
-    oidc_issuer,
     on_elicit,
     on_sample,
     open_session,
-    redis_server,
     reply_message,
     wait_dead,
     write_config,

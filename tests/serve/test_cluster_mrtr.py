@@ -16,16 +16,8 @@ import redis
 
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.serve.bridge import state_key, where
-from tests.support import (
-    Gateway,
-    Reply,
-    direct_children,
-    modern_body,
-    post_modern,
-    redis_server,
-    reply_message,
-    wait_dead,
-)
+from tests.fleet_support import redis_server
+from tests.support import Gateway, Reply, direct_children, modern_body, post_modern, reply_message, wait_dead
 
 SECRET = "test-cluster-secret-0123456789abcdef"
 ELICIT = {"elicitation": {}}

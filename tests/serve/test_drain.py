@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from mcpgate.serve.worker import drain_budget
+from tests.fleet_support import redis_server
 from tests.support import (
     HEADERS,
     Gateway,
@@ -24,7 +25,6 @@ from tests.support import (
     modern_body,
     open_session,
     post_modern,
-    redis_server,
     reply_message,
     wait_dead,
     wait_for,

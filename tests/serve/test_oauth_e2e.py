@@ -29,7 +29,8 @@ from werkzeug.serving import make_server
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser, Outcome
 from tests.interop import conformance
-from tests.support import MODERN, ROOT, Callback, Gateway, SdkUser, oidc_issuer, serving
+from tests.oauth_support import Callback, SdkUser, oidc_issuer
+from tests.support import MODERN, ROOT, Gateway, serving
 
 USER, PASSWORD = "ada", "e2e-password"
 UPSTREAM_USER = "alice"  # the issuer fixture signs in alice@example.test
@@ -37,7 +38,7 @@ HANG_GUARD = 60
 BROWSER_SCRIPT = ROOT / "tests" / "browser.py"
 
 
-# -- the client's side: the official SDK client (tests/support.py's SdkUser) ----------------------------------
+# -- the client's side: the official SDK client (tests/oauth_support.py's SdkUser) -------------------------------
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from mcpgate.serve.app import create_app
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.cimd import CimdError, ClientDocument
 from mcpgate.settings import Settings
+from tests.oauth_support import jwt_claims
 from tests.support import HEADERS, Gateway, init_body
 
 PASSWORD = "correct horse battery staple"
@@ -39,11 +40,6 @@ HIDDEN = re.compile(r'<input type="hidden" name="(?P<name>[^"]+)" value="(?P<val
 
 def challenge_of(verifier: str) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-
-
-def claims_of(token: str) -> dict[str, Any]:
-    payload = token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
 class Site:
@@ -266,7 +262,7 @@ def test_a_reused_refresh_token_revokes_its_family(site: Site, client: dict[str,
     assert rotated.status_code == 200, rotated.text
     newer = rotated.json()
     assert newer["refresh_token"] != tokens["refresh_token"]
-    assert claims_of(newer["access_token"])["aud"] == site.resource
+    assert jwt_claims(newer["access_token"])["aud"] == site.resource
     assert site.admitted(newer["access_token"])
     reused = site.refresh(client, tokens["refresh_token"])
     assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant"
@@ -361,7 +357,7 @@ def test_another_resource_is_refused_at_both_endpoints(site: Site, client: dict[
 def test_without_a_resource_the_audience_is_still_the_gateway(site: Site, client: dict[str, Any]) -> None:
     verifier = secrets.token_urlsafe(40)
     reply = site.exchange(client, site.code(client, verifier, resource=""), verifier)
-    assert claims_of(reply.json()["access_token"])["aud"] == site.resource
+    assert jwt_claims(reply.json()["access_token"])["aud"] == site.resource
 
 
 def test_no_code_or_token_reaches_the_log(site: Site, client: dict[str, Any]) -> None:
@@ -507,7 +503,7 @@ def test_https_public_url_behind_a_plain_http_router(tmp_path: Path) -> None:
     assert meta["issuer"] == "https://gw.example" and meta["token_endpoint"] == "https://gw.example/token"
     client = site.register()
     tokens = site.tokens(client)
-    assert claims_of(tokens["access_token"])["aud"] == "https://gw.example/mcp"
+    assert jwt_claims(tokens["access_token"])["aud"] == "https://gw.example/mcp"
 
 
 def test_registrations_are_bounded(tmp_path: Path) -> None:
@@ -549,7 +545,7 @@ def test_a_client_id_metadata_document_client_signs_in_without_registering(tmp_p
     app.extensions["mcpgate.oauth"].documents = Documents(url)
     site = Site("http://127.0.0.1:8123", AppHttp(app, HOST))
     tokens = site.tokens({"client_id": url})
-    claims = claims_of(tokens["access_token"])
+    claims = jwt_claims(tokens["access_token"])
     assert claims["client_id"] == url and claims["aud"] == site.resource
     assert "refresh_token" not in tokens  # its document names only authorization_code (RFC 7591's default)
     query = site.query("https://apps.example/other.json", secrets.token_urlsafe(40))

@@ -31,7 +31,8 @@ from mcpgate.serve.oauth import passwords, redis_storage, storage
 from mcpgate.serve.oauth.redis_storage import RedisStorage, StorageUnavailable
 from mcpgate.serve.oauth.storage import CodeRecord, RefreshRecord, SqliteStorage
 from tests.browser import Browser
-from tests.support import HEADERS, Gateway, call, free_port, init_body, redis_server, reply_message
+from tests.fleet_support import redis_server
+from tests.support import HEADERS, Gateway, call, free_port, init_body, reply_message
 
 USER, PASSWORD = "ada", "redis-password"
 CALLBACK = "http://127.0.0.1:47112/callback"  # never fetched: the browser stops there

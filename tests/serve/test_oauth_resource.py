@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.oauth_support import oidc_issuer
 from tests.support import (
     HEADERS,
     PROTOCOL_VERSION,
@@ -21,7 +22,6 @@ from tests.support import (
     call,
     free_port,
     init_body,
-    oidc_issuer,
     reply_message,
     serving,
 )

@@ -32,18 +32,15 @@ from mcpgate.serve.oauth.jwt_verifier import claims_problem
 from mcpgate.serve.oauth.resource import ResourceGuard
 from mcpgate.settings import Settings
 from tests.browser import Browser
+from tests.oauth_support import SdkUser, jwt_claims, oidc_issuer, redeem_code
 from tests.support import (
     DEMO_ENTRY,
     HEADERS,
     SESSION_ID,
     Gateway,
     Reply,
-    SdkUser,
     call,
     init_body,
-    jwt_claims,
-    oidc_issuer,
-    redeem_code,
     reply_message,
     serving,
     wait_for,

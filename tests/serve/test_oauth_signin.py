@@ -21,7 +21,8 @@ import requests
 from mcpgate.declarations import SettingsError
 from mcpgate.serve import auth
 from mcpgate.serve.oauth import passwords, ratelimit, signin, users
-from tests.support import Gateway, jwt_claims, redeem_code, wait_for
+from tests.oauth_support import jwt_claims, redeem_code
+from tests.support import Gateway, wait_for
 
 PASSWORD = "correct horse battery staple"
 CALLBACK = "http://127.0.0.1:9/callback"

@@ -25,7 +25,8 @@ from mcpgate.declarations import SettingsError
 from mcpgate.serve.app import create_app
 from mcpgate.serve.oauth import upstream
 from mcpgate.settings import Settings
-from tests.support import Gateway, jwt_claims, oidc_issuer, redeem_code
+from tests.oauth_support import jwt_claims, oidc_issuer, redeem_code
+from tests.support import Gateway
 
 CALLBACK = "http://127.0.0.1:9/callback"
 ALLOWED = "alice@example.test,carol"

@@ -28,7 +28,8 @@ from mcpgate.serve.oauth.jwt_verifier import (
 )
 from mcpgate.serve.oauth.resource import ResourceGuard, bearer_token, challenge, token_in_query, verifier_for
 from mcpgate.settings import Settings
-from tests.support import free_port, oidc_issuer
+from tests.oauth_support import oidc_issuer
+from tests.support import free_port
 
 AUD = "https://gw.example/mcp"
 
