@@ -18,8 +18,9 @@ The worker tracks its client connections, and a graceful shutdown (SIGTERM) star
 on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT. It drains first: the listener stays
 open, /healthz answers 503 "draining" (balancers stop sending new sessions), every server refuses new sessions
 and new 2026-07-28 calls with 503 + Retry-After; in a fleet this instance stays in the directory until the
-drain ends (its sessions' requests are still forwarded here). Requests already being answered (sessions' requests, pooled calls, a call parked for
-its client's input whose retry still comes here) go on, and open sessions' next requests are served, until
+drain ends (its sessions' requests are still forwarded here). Requests already being answered (sessions'
+requests, pooled calls, a call parked for its client's input whose retry still comes here) go on, and open
+sessions' next requests are served, until
 none is in flight or the drain's time is up: MCPGATE_GRACEFUL_TIMEOUT less the children's stop ladder. Then
 gunicorn stops accepting, every session of every server is ended (children go down the shutdown ladder), and
 reading stops on every client connection so idle keep-alive ones close while replies still finish.
