@@ -6,6 +6,7 @@ HTTP header names are case-insensitive; these are the spellings mcpgate sends.
 from __future__ import annotations
 
 SESSION_ID = "Mcp-Session-Id"
+SESSION_PARAM = "session_id"  # the HTTP+SSE messages path's query parameter (the Python SDK's spelling)
 PROTOCOL_VERSION = "MCP-Protocol-Version"
 LAST_EVENT_ID = "Last-Event-ID"
 # a request one instance of a fleet forwards to the session's owner: the signed principal (serve/cluster.py)

@@ -137,16 +137,24 @@ def exposure_problem(addresses: Collection[str], authenticated: bool, allow_unau
     )
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of `Authorization: Bearer <token>`; None without a bearer credential (an empty one too, so
+    the client is sent to sign in); "" when malformed."""
+    if not authorization:
+        return None
+    scheme, _, rest = authorization.strip().partition(" ")
+    token = rest.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return "" if " " in token else token
+
+
 def bearer_ok(authorization: str | None, token: str) -> bool:
     """No token configured: everyone. Else `Authorization: Bearer <token>`, compared in constant time."""
     if not token:
         return True
-    if not authorization:
-        return False
-    scheme, _, presented = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(presented.strip().encode(), token.encode())
+    presented = bearer_token(authorization)
+    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
 
 
 PRINCIPAL = "mcpgate.principal"  # the environ key the guard sets

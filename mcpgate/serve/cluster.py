@@ -26,7 +26,7 @@ from urllib.parse import parse_qs
 
 import gevent
 
-from ..core import jsonrpc, session_ids
+from ..core import jsonrpc, session_ids, wire
 from ..core.sessions import new_session_id
 from ..settings import Settings
 from . import auth
@@ -45,7 +45,6 @@ HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
 FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
 MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
 FORWARDED_ENV = "mcpgate.forwarded"  # set by the guard on a request another instance forwarded
-SESSION_PARAM = "session_id"  # the HTTP+SSE messages path's query parameter (legacy_sse.SESSION_PARAM)
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -230,7 +229,7 @@ def named_session(environ: dict[str, Any]) -> str | None:
         return str(value)
     query = environ.get("QUERY_STRING")
     if query:
-        values = parse_qs(query).get(SESSION_PARAM)
+        values = parse_qs(query).get(wire.SESSION_PARAM)
         if values and len(values) == 1:
             return str(values[0])
     return None

@@ -25,7 +25,7 @@ from .session import Session, Stream
 
 log = logging.getLogger("mcpgate.legacy_sse")
 
-SESSION_PARAM = "session_id"  # the query parameter of the endpoint URL (the Python SDK's spelling)
+SESSION_PARAM = wire.SESSION_PARAM
 ENDPOINT_EVENT = "endpoint"
 
 

@@ -15,6 +15,7 @@ import pytest
 import requests
 from joserfc.jwk import KeySet
 
+from mcpgate.serve.auth import bearer_token
 from mcpgate.serve.http import Refusal
 from mcpgate.serve.oauth.identity import Identity, TokenRejected
 from mcpgate.serve.oauth.introspection import EitherVerifier, IntrospectionVerifier, introspection_problem
@@ -26,7 +27,7 @@ from mcpgate.serve.oauth.jwt_verifier import (
     metadata_urls,
     scopes_of,
 )
-from mcpgate.serve.oauth.resource import ResourceGuard, bearer_token, challenge, token_in_query, verifier_for
+from mcpgate.serve.oauth.resource import ResourceGuard, challenge, token_in_query, verifier_for
 from mcpgate.settings import Settings
 from tests.oauth_support import oidc_issuer
 from tests.support import free_port

@@ -18,6 +18,7 @@ from flask import Flask, Response
 
 from ...core import jsonrpc
 from ...settings import Settings
+from .. import auth
 from ..http import Refusal
 from ..servers import PREFIX
 from .identity import Identity, TokenRejected, Verifier, canonical_resource
@@ -30,18 +31,6 @@ WELL_KNOWN = "/.well-known/oauth-protected-resource"
 RETRY_AFTER = "5"  # seconds, when the issuer cannot be reached
 # RFC 6750 3: error_description is %x20-21 / %x23-5B / %x5D-7E (no quote, no backslash)
 _UNSAFE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of `Authorization: Bearer <token>`; None without a bearer credential (an empty one too, so
-    the client is sent to sign in); "" when malformed."""
-    if not authorization:
-        return None
-    scheme, _, rest = authorization.strip().partition(" ")
-    token = rest.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    return "" if " " in token else token
 
 
 def challenge(metadata_url: str, scopes: list[str], error: str | None = None, description: str | None = None) -> str:
@@ -219,7 +208,7 @@ class ResourceGuard:
         resource = self.server(target) if target is not None else self.gateway()
         if token_in_query(environ.get("QUERY_STRING", "")):
             raise refusal(resource, 400, "invalid_request", "send the access token in the Authorization header")
-        token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
+        token = auth.bearer_token(environ.get("HTTP_AUTHORIZATION"))
         if token is None:
             raise Refusal(
                 401,
