@@ -1,8 +1,9 @@
 """HTTP+SSE client transport (2024-11-05).
 
 A GET opens the event stream; its first `endpoint` event names (relative URLs
-resolved, same origin only) where every client message is POSTed. Replies come
-back on the stream and are matched to waiting requests by id. When the stream
+resolved, same origin only, as requests reads the URL: see `same_origin`) where
+every client message is POSTed. Replies come back on the stream and are matched
+to waiting requests by id. When the stream
 drops, every request still waiting gets a JSON-RPC error, the stream is opened
 again with backoff (honouring `retry`), and because a new stream is a new server
 session, the host's initialize and initialized are replayed before anything else
@@ -13,12 +14,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-from urllib.parse import urljoin, urlsplit
+import re
+from urllib.parse import urljoin
 
 import gevent
+import requests
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 from gevent.pool import Group
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
 
 from mcpgate.core import jsonrpc, wire
 from mcpgate.core.sse import SseDecoder
@@ -32,9 +37,45 @@ log = logging.getLogger("mcpgate.relay")
 REINIT_ID_PREFIX = "mcpgate-relay-reinit-"
 
 
-def same_origin(a: str, b: str) -> bool:
-    pa, pb = urlsplit(a), urlsplit(b)
-    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# What URL parsers read differently: a backslash (WHATWG and urllib3 end the authority there, RFC 3986's
+# urlsplit keeps it in the userinfo), control characters and spaces (stripped by some, kept by others).
+_AMBIGUOUS = re.compile(r"[\\\x00-\x20\x7f]")
+Origin = tuple[str, str, int]
+
+
+def request_origin(url: str) -> tuple[Origin, bool] | None:
+    """(scheme, host, port) of where requests sends a request for `url` (requests' own preparation, then
+    urllib3's parser, the one the connection is made with), and whether the URL carries userinfo; None when
+    it cannot be sent."""
+    try:
+        prepared = requests.models.PreparedRequest()
+        prepared.prepare_url(url, None)
+        parts = parse_url(prepared.url or "")
+    except (requests.RequestException, LocationParseError, ValueError):
+        return None
+    scheme, host = (parts.scheme or "").lower(), (parts.host or "").lower()
+    if scheme not in DEFAULT_PORTS or not host:
+        return None
+    return (scheme, host, parts.port or DEFAULT_PORTS[scheme]), parts.auth is not None
+
+
+def same_origin(endpoint: str, base: str) -> bool:
+    """Whether a request for `endpoint` goes where one for `base` goes, as the HTTP stack reads both URLs;
+    an endpoint that parsers may read differently (a backslash, a control character, a space) or that
+    carries userinfo is never the same origin (the static token and -H headers are sent to it)."""
+    if _AMBIGUOUS.search(endpoint):
+        return False
+    ours, theirs = request_origin(base), request_origin(endpoint)
+    return ours is not None and theirs is not None and not theirs[1] and theirs[0] == ours[0]
+
+
+def described_origin(url: str) -> str:
+    """Where a request for `url` would go, for a message: never its userinfo, path or query."""
+    found = request_origin(url)
+    shown = "a URL requests cannot send" if found is None else "{}://{}:{}".format(*found[0])
+    suspect = _AMBIGUOUS.search(url) or (found is not None and found[1])
+    return shown + (" (the URL has userinfo, a backslash, a control character or a space)" if suspect else "")
 
 
 class LegacySseTransport:
@@ -167,9 +208,12 @@ class LegacySseTransport:
         return resp
 
     def _on_endpoint(self, data: str, attempt: AsyncResult) -> None:
-        endpoint = urljoin(self.url, data)
+        try:
+            endpoint = urljoin(self.url, data)
+        except ValueError:
+            endpoint = data
         if not same_origin(endpoint, self.url):
-            raise errors.InvalidUpstream(f"upstream endpoint event names another origin: {errors.redact(endpoint)}")
+            raise errors.InvalidUpstream(f"upstream endpoint event names another origin: {described_origin(endpoint)}")
         if attempt.ready():
             log.warning("ignored a second endpoint event")
             return
