@@ -39,6 +39,14 @@ class SignInError(errors.ConfigError):
     """OAuth sign-in could not complete; the message says why and what to configure (never a secret)."""
 
 
+def printable(value: Any) -> str:
+    """A server's string fit for a terminal: control characters (escape sequences) and other unprintable
+    characters (bidirectional overrides among them) dropped. Whatever a sign-in prints from a server (the
+    authorization URL, a user code, an error description) goes through this."""
+    text = value if isinstance(value, str) else ""
+    return "".join(ch for ch in text if ch.isprintable())
+
+
 @dataclass(frozen=True)
 class Challenge:
     """The parameters of a Bearer challenge (WWW-Authenticate), as far as sign-in needs them."""

@@ -28,7 +28,7 @@ from gevent.pywsgi import WSGIServer
 
 from mcpgate.relay import errors
 from mcpgate.relay.oauth import registration
-from mcpgate.relay.oauth.discovery import Discovery, SignInError
+from mcpgate.relay.oauth.discovery import Discovery, SignInError, printable
 from mcpgate.settings import RelaySettings
 
 log = logging.getLogger("mcpgate.relay")
@@ -102,7 +102,10 @@ def saved_port(client: dict[str, Any] | None) -> int | None:
 
 def open_browser(url: str) -> None:
     """Print the URL (always) and hand it to a browser where one can be shown (in a native thread:
-    a BROWSER command is waited for, which must not stop the relay)."""
+    a BROWSER command is waited for, which must not stop the relay). The URL is built from the
+    authorization server's metadata: its control characters (terminal escapes) are dropped first, and
+    the browser gets the URL the user was shown."""
+    url = printable(url)
     print(f"mcpgate-relay: to sign in, open this URL in a browser:\n  {url}", file=sys.stderr, flush=True)
     if urlsplit(url).scheme not in ("http", "https") or not _can_show_browser():
         return
@@ -130,7 +133,7 @@ def _launch(url: str) -> None:
 def check_response(params: dict[str, str], discovery: Discovery) -> str:
     """The code from the redirect, once its error and issuer are checked; raises SignInError."""
     if "error" in params:
-        detail = params.get("error_description") or params["error"]
+        detail = printable(params.get("error_description") or params["error"])
         raise SignInError(f"the authorization server refused the sign-in: {detail[:200]}")
     advertised = discovery.metadata.get("authorization_response_iss_parameter_supported") is True
     iss = params.get("iss")

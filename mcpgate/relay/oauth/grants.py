@@ -40,6 +40,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, OKPKey, RSAKey, import_key
 
 from mcpgate.relay import errors
+from mcpgate.relay.oauth.discovery import printable
 
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 DEFAULT_INTERVAL = 5.0  # RFC 8628 3.2: when the server names none
@@ -168,9 +169,9 @@ def device_code(
 
 def instructions(answer: Mapping[str, Any]) -> str:
     """What the user is told (on stderr): the page to open and the code to enter."""
-    code = _printable(answer.get("user_code"))
-    complete = _printable(answer.get("verification_uri_complete"))
-    uri = _printable(answer.get("verification_uri"))
+    code = printable(answer.get("user_code"))
+    complete = printable(answer.get("verification_uri_complete"))
+    uri = printable(answer.get("verification_uri"))
     if complete:
         return f"mcpgate-relay: to sign in, open {complete} (or {uri} and enter the code {code})"
     return f"mcpgate-relay: to sign in, open {uri} and enter the code {code}"
@@ -258,19 +259,19 @@ def _checked(answer: dict[str, Any]) -> dict[str, Any]:
         raise GrantError("the token endpoint answered without an access_token")
     kind = str(answer.get("token_type") or "Bearer")
     if kind.lower() != "bearer":
-        raise GrantError(f"the token endpoint issued a {_printable(kind)!r} token; only Bearer tokens are supported")
+        raise GrantError(f"the token endpoint issued a {printable(kind)!r} token; only Bearer tokens are supported")
     return answer
 
 
 def _described(who: str, body: Mapping[str, Any], status: int | None = None) -> str:
     code = _code(body) or (f"HTTP {status}" if status else "an error")
-    description = _printable(body.get("error_description"))[:300]
+    description = printable(body.get("error_description"))[:300]
     return f"{who} answered {code}" + (f": {description}" if description else "")
 
 
 def _code(body: Mapping[str, Any]) -> str | None:
     error = body.get("error")
-    return _printable(error) or None if isinstance(error, str) else None
+    return printable(error) or None if isinstance(error, str) else None
 
 
 def _params(**values: str | None) -> dict[str, str]:
@@ -281,12 +282,6 @@ def _number(value: Any, fallback: float) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
     return fallback
-
-
-def _printable(value: Any) -> str:
-    """A server's string fit for a terminal: control characters (escape sequences) dropped."""
-    text = value if isinstance(value, str) else ""
-    return "".join(ch for ch in text if ch.isprintable())
 
 
 def _private_key(source: str) -> PrivateKey:
