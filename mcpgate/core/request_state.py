@@ -1,4 +1,5 @@
-"""The gateway's own MRTR `requestState` for bridged legacy children: sealed, opened, never trusted.
+"""The gateway's own MRTR `requestState`: sealed, opened, never trusted. It is the bridge's for a legacy child, and
+the envelope around a modern child's own state (carry/carried), so that state too is bound to its principal.
 
 A 2026-07-28 client echoes `requestState` back verbatim on its retry, and the spec asks a server to treat
 it as attacker-controlled: integrity-protected, bound to the authenticated principal, short-lived, and
@@ -19,6 +20,10 @@ guesses against; because the tags sit inside the MAC'd payload, another principa
 ("foreign") from state that was altered ("tampered"). Parsing is a fixed binary layout after a length
 bound and a strict alphabet check (no pickle, no eval, no JSON), and the base64 must be canonical, so no
 two token strings open to the same state.
+
+A modern child's own requestState travels as the continuation of an envelope: `carry(holder, state)` names the
+child holding it and keeps the state byte for byte, `carried` takes them apart again; such a sealer is made with
+its own key and a larger `max_chars` (the child's state is as long as the child makes it).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 VERSION: Final = "mg1."
-# Longest token open() will look at; seal() refuses a continuation that would not fit.
+# Longest token open() will look at (a sealer's default max_chars); seal() refuses a continuation that would not fit.
 MAX_TOKEN_CHARS: Final = 8192
 MAX_ROUND: Final = 2**32 - 1
 MAX_INSTANCE_CHARS: Final = 64
@@ -74,16 +79,23 @@ class StateSealer:
     state presented on a request with another binding is refused as foreign.
     """
 
-    __slots__ = ("_binding_key", "_clock", "_mac_key", "_principal_key", "ttl")
+    __slots__ = ("_binding_key", "_clock", "_mac_key", "_principal_key", "max_chars", "ttl")
 
-    def __init__(self, key: bytes | None = None, ttl: float = 120.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        key: bytes | None = None,
+        ttl: float = 120.0,
+        clock: Callable[[], float] = time.time,
+        *,
+        max_chars: int = MAX_TOKEN_CHARS,
+    ) -> None:
         if key is None:
             key = secrets.token_bytes(32)
         if len(key) < 16:
             raise ValueError("the requestState key must have at least 16 bytes")
         if not ttl > 0:
             raise ValueError("ttl must be positive")
-        self.ttl = ttl
+        self.ttl, self.max_chars = ttl, max_chars
         self._clock = clock
         self._mac_key = _derive(key, b"mac")
         self._principal_key = _derive(key, b"principal")
@@ -100,14 +112,14 @@ class StateSealer:
         head = _HEAD.pack(round, expiry, self._principal_tag(principal), self._binding_tag(binding))
         payload = head + bytes([len(instance)]) + instance.encode("ascii") + continuation.encode("utf-8")
         token = VERSION + _b64(payload + self._mac(payload))
-        if len(token) > MAX_TOKEN_CHARS:
-            raise ValueError(f"the continuation is too long for a requestState of {MAX_TOKEN_CHARS} characters")
+        if len(token) > self.max_chars:
+            raise ValueError(f"the continuation is too long for a requestState of {self.max_chars} characters")
         return token
 
     def open(self, token: object, principal: str, *, binding: str = "") -> Opened | StateError:
         """The sealed state, or why it is refused (checked in this order: shape, integrity, principal and
         binding, expiry)."""
-        payload = _payload(token)
+        payload = _payload(token, self.max_chars)
         if isinstance(payload, StateError):
             return payload
         body, mac = payload[:-_MAC_SIZE], payload[-_MAC_SIZE:]
@@ -152,10 +164,23 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def _payload(token: object) -> bytes | StateError:
+def carry(holder: str, state: str) -> str:
+    """The continuation of an envelope around another party's `state`: the `holder` (no NUL in it), then the state."""
+    if "\x00" in holder:
+        raise ValueError("a holder has no NUL character")
+    return holder + "\x00" + state
+
+
+def carried(continuation: str) -> tuple[str, str] | None:
+    """(holder, state) from a continuation `carry` made; None for any other continuation."""
+    holder, sep, state = continuation.partition("\x00")
+    return (holder, state) if sep else None
+
+
+def _payload(token: object, max_chars: int) -> bytes | StateError:
     """The decoded bytes of a well-shaped token (payload + MAC), or malformed."""
     bad = StateError("malformed", "requestState is not valid")
-    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or not token.startswith(VERSION):
+    if not isinstance(token, str) or len(token) > max_chars or not token.startswith(VERSION):
         return bad
     body = token[len(VERSION) :]
     if not _BODY.fullmatch(body) or len(body) % 4 == 1:

@@ -13,7 +13,7 @@ children stop after `pool_idle_ttl`.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +26,7 @@ from ..core.jsonrpc import Notification, Request
 from ..settings import Settings
 from ..spawn import ChildSpawnError
 from .bridge import Bridge
+from .child_state import ChildStates
 from .http import Refusal
 from .listen import ListenHub
 from .pooled_child import Call, Era, PooledChild, mint
@@ -37,7 +38,6 @@ log = logging.getLogger("mcpgate.pool")
 CRASH_WINDOW = 60.0
 EVICT_AFTER = 1.0  # seconds a bridged call waits for a full pool before the oldest parked call is evicted
 TOOL_PAGES = 20  # tools/list pages read for the annotations
-AFFINITY_ENTRIES = 10_000  # modern children's requestState -> the child that issued it
 
 
 class Group:
@@ -69,7 +69,7 @@ class Pool:
         self.settings, self.spec, self.limits, self.clock = settings, spec, limits, clock
         self.groups: dict[str, Group] = {}
         self.bridge = Bridge(self, settings.input_ttl, clock)
-        self._affinity: OrderedDict[str, PooledChild] = OrderedDict()
+        self.states = ChildStates(spec.label_prefix, settings.input_ttl, settings.max_body_bytes)
         self._reaper: gevent.Greenlet | None = None
         self._numbers = 0
         self.closing = False
@@ -149,7 +149,7 @@ class Pool:
             on_exit=lambda c, reason: self._on_exit(group, c, reason),
             on_input_request=self.bridge.on_input_request,
             on_listen_message=lambda c, message: self._on_listen_message(group, c, message),
-            on_input_required=self._remember_state,
+            on_input_required=self._wrap_state,
             clock=self.clock,
         )
         child.on_release = group.wake
@@ -221,20 +221,21 @@ class Pool:
             group.hub, group.hub_child = None, None
         group.wake()
 
-    # -- modern children's requestState: the retry goes back to the child that issued it ---------------
-    def _remember_state(self, child: PooledChild, result: dict[str, Any]) -> None:
-        state = result.get("requestState")
-        if isinstance(state, str):
-            self._affinity[state] = child
-            self._affinity.move_to_end(state)
-            while len(self._affinity) > AFFINITY_ENTRIES:
-                self._affinity.popitem(last=False)
+    # -- modern children's requestState: sealed for the principal, the retry back to the child that issued it ----
+    def _wrap_state(self, child: PooledChild, call: Call, result: dict[str, Any]) -> dict[str, Any] | None:
+        """The child's InputRequiredResult as the client gets it: its requestState in the gateway's envelope
+        (serve/child_state.py); None when the state cannot be carried."""
+        if "requestState" not in result:
+            return result
+        wrapped = self.states.wrap(call.principal, child.label, call.method, call.name, result["requestState"])
+        return None if wrapped is None else {**result, "requestState": wrapped}
 
-    def child_for_state(self, state: object) -> PooledChild | None:
-        child = self._affinity.get(state) if isinstance(state, str) else None
-        if child is None or child.ended or child.stopping:
-            return None
-        return child
+    def holder(self, principal: str, label: str) -> PooledChild | None:
+        """The principal's child named `label`, while it still serves (a retry goes back to the child that asked)."""
+        for child in self.group(principal).children:
+            if child.label == label and not (child.ended or child.stopping or child.problem):
+                return child
+        return None
 
     # -- the tools' x-mcp-header annotations (Mcp-Param-* headers are checked against them) -------------------
     def param_headers(self, principal: str, message: Request) -> dict[str, str] | None:

@@ -36,6 +36,7 @@ log = logging.getLogger("mcpgate.pool")
 
 # The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
 _STAMPED = (b'"resultType"', b'"_meta"', b'"ttlMs"', b'"cacheScope"')
+UNCARRIED = "Bad Gateway: the MCP server's requestState cannot be passed on (not a string, or too long)"
 _minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
 
 
@@ -88,7 +89,7 @@ class PooledChild:
         on_exit: Callable[[PooledChild, str], None],
         on_input_request: Callable[[PooledChild, Request], None],
         on_listen_message: Callable[[PooledChild, Notification], bool],
-        on_input_required: Callable[[PooledChild, dict[str, Any]], None],
+        on_input_required: Callable[[PooledChild, Call, dict[str, Any]], dict[str, Any] | None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.label = label
@@ -300,10 +301,12 @@ class PooledChild:
             return
         obj = message.full()
         result = obj.get("result")
+        if isinstance(result, dict) and mrtr.is_input_required(result):
+            result = self._on_input_required(self, call, result)  # its requestState sealed for the principal
+            if result is None:
+                obj = jsonrpc.error_response(call.client_id, jsonrpc.INTERNAL_ERROR, UNCARRIED)
         if isinstance(result, dict):
-            if mrtr.is_input_required(result):
-                self._on_input_required(self, result)
-            elif call.tools is not None:
+            if call.tools is not None and not mrtr.is_input_required(result):
                 result = self._without_hidden_tools(call.tools, result)
             result = modern.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=self.server_info)
             obj = {"jsonrpc": "2.0", "id": call.client_id, "result": result}

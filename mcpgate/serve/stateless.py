@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..core import jsonrpc, modern, mrtr, versions
 from ..core.jsonrpc import Notification, Request
@@ -104,24 +105,29 @@ def start(
     pool: Pool, principal: str, message: Request, tools: ToolFilter | None = None, *, closing: bool = False
 ) -> Call:
     """The call, on its way to a child: a retry resumes the call its requestState names (here, or at the
-    instance holding it: Forward), or starts again when that instance is gone; `tools` filters a tools/list
-    call's result. `closing`: the gateway drains, and takes no new call."""
+    instance holding it: Forward), or starts again when that instance is gone; a modern child's state (in the
+    gateway's envelope) goes back to the child that issued it; `tools` filters a tools/list call's result.
+    `closing`: the gateway drains, and takes no new call."""
     params = message.params if isinstance(message.params, dict) else {}
     capabilities = modern.client_capabilities(message)
     stream = Stream(pool.limits, expected=1)
     state = params.get("requestState")
+    holder: PooledChild | None = None
     if state is not None and (pool.group(principal).era is Era.LEGACY or pool.bridge.issued(state, principal)):
         resumed = pool.bridge.resume(principal, message, stream)
         if resumed is not None:
             return resumed
-        params = mrtr.without_mrtr(params)  # its instance is gone: the original request, afresh
-        message = dataclasses.replace(message, params=params, obj={**message.obj, "params": params}, raw=None)
-        state = None
+        params, state = mrtr.without_mrtr(params), None  # its instance is gone: the original request, afresh
+        message = with_params(message, params)
+    elif state is not None:  # a modern child's: opened (refused unless this principal's, for this request)
+        carried = pool.states.unwrap(principal, message)
+        params = {**params, "requestState": carried.state}  # the child's own state, untouched
+        message, holder = with_params(message, params), pool.holder(principal, carried.holder)
     if closing:
         raise shutting_down(message.id)
     bridged = message.method in modern.MRTR_METHODS
     candidate = bridged and any(cap in capabilities for cap in modern.INPUT_CAPABILITY.values())
-    child = pool.child_for_state(state) or pool.acquire(principal, bridged=bridged, candidate=candidate)
+    child = holder or pool.acquire(principal, bridged=bridged, candidate=candidate)
     if state is not None and child.era is Era.LEGACY:  # a state the bridge did not seal (its own went above)
         raise pool.bridge.refusal(principal, message)
     responses = params.get("inputResponses")
@@ -140,6 +146,10 @@ def start(
         child.candidate = call
         pool.prewarm(principal)
     return call
+
+
+def with_params(message: Request, params: dict[str, Any]) -> Request:
+    return dataclasses.replace(message, params=params, obj={**message.obj, "params": params}, raw=None)
 
 
 def reply(gw: Gateway, pool: Pool, call: Call, peer_gone: PeerGone) -> HttpResponse:

@@ -1,5 +1,5 @@
 """StateSealer: the gateway's MRTR requestState round-trips, and every altered, foreign, expired or
-oversized token is refused with its reason."""
+oversized token is refused with its reason; a modern child's own state carried inside one comes back whole."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from mcpgate.core.request_state import MAX_TOKEN_CHARS, Opened, StateError, StateSealer
+from mcpgate.core.request_state import MAX_TOKEN_CHARS, Opened, StateError, StateSealer, carried, carry
 
 KEY = bytes(range(32))
 PRINCIPAL = "alice@example.test"
@@ -221,3 +221,46 @@ def test_the_longest_instance_round_trips() -> None:
     s = sealer()
     token = s.seal(PRINCIPAL, "c", 1, instance="i" * 64)
     assert s.open(token, PRINCIPAL) == Opened("c", 1, "i" * 64)
+
+
+# -- a modern child's own requestState, carried in the envelope ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("holder", "state"),
+    [
+        pytest.param("pool-1", "opaque-state", id="plain"),
+        pytest.param("github/pool-12", "", id="named-server-empty-state"),
+        pytest.param("pool-2", "a\x00b\x00", id="nul-in-the-state"),
+        pytest.param("pool-3", 'ünïcødé ☃ {"json": [1, 2]}', id="unicode-json"),
+        pytest.param("", "s", id="no-holder"),
+    ],
+)
+def test_a_carried_state_comes_back_byte_for_byte(holder: str, state: str) -> None:
+    s = sealer()
+    token = s.seal(PRINCIPAL, carry(holder, state), 0, binding="b", instance="inst-a")
+    opened = s.open(token, PRINCIPAL, binding="b")
+    assert isinstance(opened, Opened) and opened.instance == "inst-a"
+    assert carried(opened.continuation) == (holder, state)
+
+
+@pytest.mark.parametrize("continuation", ["", "no-separator", "bridge-continuation-id"])
+def test_a_continuation_carry_did_not_make_is_not_carried(continuation: str) -> None:
+    assert carried(continuation) is None
+
+
+def test_a_holder_with_nul_is_refused() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        carry("pool\x00-1", "s")
+
+
+def test_a_larger_max_chars_carries_a_long_state_and_still_bounds_open() -> None:
+    long_state = "s" * 100_000
+    big = StateSealer(KEY, clock=FakeClock(), max_chars=200_000)
+    token = big.seal(PRINCIPAL, carry("pool-1", long_state), 0)
+    opened = big.open(token, PRINCIPAL)
+    assert isinstance(opened, Opened) and carried(opened.continuation) == ("pool-1", long_state)
+    assert reason(sealer().open(token, PRINCIPAL)) == "malformed"  # past the default bound: never decoded
+    assert reason(big.open("mg1." + "A" * 200_001, PRINCIPAL)) == "malformed"
+    with pytest.raises(ValueError, match="too long"):
+        big.seal(PRINCIPAL, "x" * 200_000, 0)
