@@ -26,7 +26,7 @@ from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
 from mcpgate.limits import ChildLimits, Usage, limit_reason, memory_limit, mentions_memory_failure, preexec, settle
 from mcpgate.pipes import close_quietly, describe_exit, read_chunks
-from mcpgate.spawn import ChildSpawnError, resolve_executable
+from mcpgate.spawn import ChildSpawnError, ChildUser, resolve_executable, run_as
 
 __all__ = ["ChildProcess"]
 
@@ -61,6 +61,7 @@ class ChildProcess:
         max_junk_lines: int = 10,
         logger: logging.Logger | None = None,
         limits: ChildLimits | None = None,
+        user: ChildUser | None = None,
     ) -> None:
         # The limits and timeouts are required: their defaults are declared once, in mcpgate.settings.
         if not argv:
@@ -78,6 +79,7 @@ class ChildProcess:
         # for misbehaving), "stopped" (ended on purpose), "limit" (ended for passing one of `limits`).
         self.end_cause = ""
         self.limits = limits
+        self.user = user  # who it runs as (MCPGATE_CHILD_USER); None: the gateway's user
         self.usage = Usage()  # what the watchdog and the stderr reader saw (for putting an exit down to a limit)
         self._cause: str | None = None  # the cause given to close(); first one wins
         self._proc: Any = None
@@ -123,7 +125,7 @@ class ChildProcess:
                 close_fds=True,
                 start_new_session=True,
                 bufsize=0,
-                preexec_fn=preexec(self.limits, os.getpid()),
+                preexec_fn=run_as(self.user, preexec(self.limits, os.getpid()), os.getpid()),
             )  # unbuffered: we use the fds
         except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
             close_quietly(self._stderr_file)

@@ -8,18 +8,23 @@ module loads: an invalid one stops gunicorn with one line naming the variable.
 One worker: sessions and their children live in the worker's memory, so a second
 worker would not know the first one's sessions. The gevent worker carries every
 SSE stream on a greenlet; it also owns the gateway's part of a shutdown
-(mcpgate.serve.worker). The hooks here are the master's.
+(mcpgate.serve.worker). The hooks here are the master's, but for the child boundary (mcpgate.boundary): the
+master is made non-dumpable as this module loads (before it reads a secret), each worker again after its fork,
+and a worker takes the secret settings out of its environment once its app has read them (the master keeps
+them, non-dumpable, for the workers it starts later).
 """
 
 from __future__ import annotations
 
+import os
 import resource
 from typing import Any
 
-from mcpgate import orphans
+from mcpgate import boundary, orphans
 from mcpgate.serve import preflight
 from mcpgate.settings import Settings, SettingsError
 
+boundary.undumpable()  # the master: no same-user process (a child) reads its environment or memory
 try:
     _settings = Settings.from_env()
 except SettingsError as _exc:
@@ -46,9 +51,12 @@ control_socket_disable = True
 def on_starting(server: Any) -> None:
     """Before any socket is bound or worker started: refuse an unsafe or broken configuration; adopt orphans
     so a dead worker's children can be found."""
-    refusal = preflight.run(_settings, list(server.cfg.bind), server.log)
+    refusal = boundary.start_problem(_settings) or preflight.run(_settings, list(server.cfg.bind), server.log)
     if refusal:
         raise SystemExit(f"mcpgate: {refusal}")
+    exposure = boundary.state_exposure(_settings)
+    if exposure:
+        server.log.warning("mcpgate: %s", exposure)
     # Each session holds three pipes and each stream a socket: take every descriptor the system allows.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
@@ -60,3 +68,13 @@ def on_starting(server: Any) -> None:
 def child_exit(server: Any, worker: Any) -> None:
     """A worker exited (maybe by SIGKILL): end whatever it left running."""
     orphans.reap_orphans(set(server.WORKERS) - {worker.pid})
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """In the worker, just forked: non-dumpable (inherited from the master; asked again, to be sure)."""
+    boundary.undumpable()
+
+
+def post_worker_init(worker: Any) -> None:
+    """In the worker, its app loaded (its settings read): the secret settings leave its environment."""
+    boundary.scrub(os.environ, worker.cfg.env_orig)

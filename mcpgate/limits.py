@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4  # the worker is not dumpable (mcpgate.boundary); its forked child neither, until its exec
 SIOCSIFFLAGS = 0x8914
 IFF_UP, IFF_LOOPBACK = 0x1, 0x8
 CLONE_NEWUSER = 0x10000000
@@ -302,8 +303,12 @@ def preexec(limits: ChildLimits | None, parent_pid: int) -> Callable[[], None]:
         if unshare is not None and unshare(flags) != 0:
             code = ctypes.get_errno()
             raise OSError(code, f"unshare: {os.strerror(code)}")
+        if maps and prctl is not None:  # a non-dumpable process's /proc/self files are root's: open for the maps
+            prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         for path, data in maps:
             _write_quietly(path, data)
+        if maps and prctl is not None:
+            prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
         if unshare is not None:
             _loopback_up(ifreq)
         if prctl is not None:

@@ -175,6 +175,15 @@ class Settings:
         "Where the embedded authorization server keeps its SQLite state (clients, grants, keys). Empty: "
         "$XDG_STATE_HOME/mcpgate, else ~/.local/state/mcpgate. Keep it on a persistent disk.",
     )
+    state_key: str = declare(
+        "",
+        "embedded mode: a key (at least 32 characters, e.g. python -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))') that encrypts the signing key and the sign-in cookie key where they "
+        "are kept (MCPGATE_STATE_DIR or Redis), so a child running as the gateway's user learns nothing from "
+        "them. Plain ones are replaced by new sealed ones at the first start with it. Never logged.",
+        validate=validators.state_key,
+        secret=True,
+    )
     allowed_hosts: tuple[str, ...] = declare(
         (),
         "Comma-separated Host values accepted besides loopback names (for "
@@ -240,6 +249,15 @@ class Settings:
         False,
         "true: children run in a private network namespace with no network at all (refused at start where "
         "the kernel does not allow it unprivileged).",
+    )
+    child_user: str = declare(
+        "",
+        "Run every child as this user (a name or uid; not root), so it cannot read the gateway's memory, "
+        "environment or state directory. Needs the gateway to run as root (checked at start); the state "
+        "directory must then be 0700 and the gateway's. Empty: children run as the gateway's user.",
+    )
+    child_group: str = declare(
+        "", "With MCPGATE_CHILD_USER: the children's group (a name or gid; not root). Empty: the user's own."
     )
     request_timeout: float = declare(
         0.0,

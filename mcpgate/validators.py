@@ -116,3 +116,13 @@ def token(value: str) -> str | None:
         if all(0x21 <= ord(ch) <= 0x7E for ch in value)
         else "holds characters a bearer token cannot have (whitespace or control characters)"
     )
+
+
+STATE_KEY_CHARS = 32
+
+
+def state_key(value: str) -> str | None:
+    """Empty, or long enough to be a key (the value itself is never shown)."""
+    if not value or len(value) >= STATE_KEY_CHARS:
+        return None
+    return f"must be at least {STATE_KEY_CHARS} characters (secrets.token_urlsafe(32) makes one)"

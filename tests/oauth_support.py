@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import queue
+import secrets
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import anyio
 import httpx2
@@ -188,3 +190,33 @@ def redeem_code(
         **extra,
     }
     return requests.post(base + "/token", data=data, timeout=30)
+
+
+SIGN_IN_CALLBACK = "http://127.0.0.1:9/callback"  # never fetched: the browser stops there
+
+
+def sign_in(base: str, user: str, password: str) -> dict[str, Any]:
+    """The token endpoint's answer (plus the client_id) for `user` signing in to the embedded server at `base`
+    (whose resource is base + "/mcp"): a public client registered with a loopback redirect URI, the stand-in
+    browser through login and consent, the code redeemed with its PKCE verifier."""
+    body = {"client_name": "sign_in", "redirect_uris": [SIGN_IN_CALLBACK], "token_endpoint_auth_method": "none"}
+    registered = requests.post(base + "/register", json=body, timeout=30)
+    assert registered.status_code == 201, registered.text
+    client_id = registered.json()["client_id"]
+    verifier = secrets.token_urlsafe(40)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": SIGN_IN_CALLBACK,
+        "scope": "mcp",
+        "state": secrets.token_hex(4),
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "resource": base + "/mcp",
+    }
+    outcome = Browser(user, password).visit(f"{base}/authorize?{urlencode(query)}", stop_at=SIGN_IN_CALLBACK)
+    assert "code" in outcome.params, outcome.describe()
+    issued = redeem_code(base, outcome.params["code"], verifier, client_id, SIGN_IN_CALLBACK, resource=base + "/mcp")
+    assert issued.status_code == 200, issued.text
+    return {**issued.json(), "client_id": client_id}

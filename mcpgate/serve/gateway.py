@@ -15,7 +15,7 @@ from ..child import ChildProcess
 from ..core.sessions import SessionRegistry
 from ..limits import ChildLimits
 from ..settings import Settings
-from ..spawn import ChildSpawnError, child_environment, resolve_executable, split_command
+from ..spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
 from . import cluster_caps
 from .cluster import session_minter
 from .metrics import Tally
@@ -55,7 +55,8 @@ class Gateway:
             self.argv = list(argv)
         else:
             self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
-        self.env = child_environment({**self._configured_env(), **(env or {})})
+        self.user = child_user(settings.child_user, settings.child_group)  # checked at start (mcpgate.boundary)
+        self.env = child_environment({**self._configured_env(), **(env or {})}, user=self.user)
         self.child_spec = ChildSpec(
             argv=tuple(self.argv),
             env=self.env,
@@ -68,6 +69,7 @@ class Gateway:
             watch=self.tally.child_ended if self.tally else None,
             label_prefix=f"{name}/" if argv is not None else "",
             limits=ChildLimits.of(settings),
+            user=self.user,
         )
         self.stream_limits = StreamLimits(
             messages=settings.stream_queue,

@@ -23,6 +23,7 @@ from ..core.routing import BUFFER, DROP, PROGRESS, Router
 from ..core.tool_filter import ToolFilter
 from ..core.versions import initialize_version
 from ..limits import ChildLimits, ended_message
+from ..spawn import ChildUser
 from . import watchdog
 from .stream import END as END
 from .stream import Delivery as Delivery
@@ -48,6 +49,7 @@ class ChildSpec:
     watch: Callable[[ChildProcess], None] | None = None  # told of each child once it has ended (metrics)
     label_prefix: str = ""  # a named server's "<name>/": its sessions' and pooled children's labels start with it
     limits: ChildLimits | None = None  # set in each spawned child (mcpgate/limits.py); None: none
+    user: ChildUser | None = None  # who the children run as (MCPGATE_CHILD_USER); None: the gateway's user
 
     def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
         """A ChildProcess for this spec, not started yet."""
@@ -64,6 +66,7 @@ class ChildSpec:
             close_timeout=self.close_timeout,
             term_timeout=self.term_timeout,
             limits=self.limits,
+            user=self.user,
         )
         return child
 

@@ -44,8 +44,9 @@ from .identity import Verifier
 from .jwt_verifier import JwtVerifier
 from .keys import ALGORITHM, EmbeddedKeys
 from .models import AUTH_METHODS, GRANT_TYPES, AccessToken, RefreshToken
+from .sealing import sealer_of
 from .server import EmbeddedServer
-from .storage import SqliteStorage, Storage
+from .storage import SqliteStorage, Storage, access_binding
 
 log = logging.getLogger("mcpgate.oauth.embedded")
 
@@ -136,7 +137,9 @@ class Revocation(RevocationEndpoint):  # type: ignore[misc]
         if record is not None:
             return RefreshToken(record)
         claims = self.server.access_claims(token_string)
-        return AccessToken(claims) if claims is not None else None
+        if claims is None or self.server.storage.access_revoked(str(claims.get("jti")), access_binding(claims)):
+            return None  # only the token issued under its jti may revoke it
+        return AccessToken(claims)
 
     def revoke_token(self, token: RefreshToken | AccessToken, request: OAuth2Request) -> None:
         if isinstance(token, RefreshToken):
@@ -196,8 +199,8 @@ def routes(server: EmbeddedServer) -> Blueprint:
 
 def revoked_check(server: EmbeddedServer) -> Any:
     def check(claims: Any) -> str | None:
-        jti = claims.get("jti")
-        if not isinstance(jti, str) or server.storage.access_revoked(jti):
+        jti = claims.get("jti")  # its row binds every claim: one signed later with any claim changed is refused
+        if not isinstance(jti, str) or server.storage.access_revoked(jti, access_binding(claims)):
             return "the token was revoked"
         return None
 
@@ -207,13 +210,17 @@ def revoked_check(server: EmbeddedServer) -> Any:
 def storage_for(settings: Settings, app: Flask | None = None) -> Storage:
     """SQLite under MCPGATE_STATE_DIR; with REDIS_URL, Redis (through this worker's cluster's client when there
     is one), waited for briefly: an instance that cannot reach it does not start."""
+    sealer = sealer_of(settings.state_key)
     if not settings.redis_url:
-        return SqliteStorage(settings.state_dir)
+        return SqliteStorage(settings.state_dir, sealer)
     from ..cluster import current
     from .redis_storage import RedisStorage, StorageUnavailable
 
     cluster = (app.extensions.get("mcpgate.cluster") if app else None) or current()
-    storage = RedisStorage(cluster.redis) if cluster is not None else RedisStorage.from_url(settings.redis_url)
+    if cluster is not None:
+        storage = RedisStorage(cluster.redis, sealer=sealer)
+    else:
+        storage = RedisStorage.from_url(settings.redis_url, sealer=sealer)
     try:
         storage.wait_ready()
     except StorageUnavailable as exc:
@@ -242,7 +249,7 @@ def build(
     problem = transport_problem(settings.public_url)
     if problem:
         raise SettingsError(problem)
-    storage = storage or SqliteStorage(settings.state_dir)
+    storage = storage or SqliteStorage(settings.state_dir, sealer_of(settings.state_key))
     server = EmbeddedServer(settings, storage, EmbeddedKeys(storage), targets)
     server.register_endpoint(Registration(server))
     server.register_endpoint(Revocation(server))

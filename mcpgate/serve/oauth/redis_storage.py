@@ -20,9 +20,9 @@ Keys (prefix mcpgate:oauth:):
     code:<sha256>               hash record (JSON), family, used; EX until the code expires
     refresh:<sha256>            hash record (JSON), family, expires_at, used; EX until it expires
     family:<family>             "0" live, "1" revoked; EX at least as long as any of its tokens
-    access:<jti>                hash family, revoked; EX until exp plus the verifier's leeway
+    access:<jti>                hash family, revoked, binding (storage.access_binding); EX until exp plus leeway
     consent:<sha256 of [subject, client_id]>   set of scopes ("" marks a consent to none)
-    secret:<name>               base64 of the value
+    secret:<name>               base64 of the value (sealed with MCPGATE_STATE_KEY when it is set: sealing.py)
 
 Redis 6.0 or later, standalone (or a primary with replicas, as Heroku's), not Redis Cluster: the scripts name
 the family key they touch from what they read. Use a maxmemory-policy that never evicts keys without a TTL
@@ -51,6 +51,7 @@ from redis.exceptions import RedisError
 
 from ..redis_client import connect
 from .jwt_verifier import LEEWAY, IssuerUnavailable
+from .sealing import Sealer, kept
 from .storage import UNUSED_CLIENT_TTL_S, ClientRecord, CodeRecord, RefreshRecord, fingerprint
 
 PREFIX = "mcpgate:oauth:"
@@ -174,11 +175,11 @@ return found[1]
 """
 )
 
-# KEYS: access:<jti>, family:<family> (or the access key again when none); ARGV: family or "", ttl
+# KEYS: access:<jti>, family:<family> (or the access key again when none); ARGV: family or "", ttl, binding
 ADD_ACCESS = (
     HELPERS
     + """
-redis.call('HSET', KEYS[1], 'family', ARGV[1], 'revoked', '0')
+redis.call('HSET', KEYS[1], 'family', ARGV[1], 'revoked', '0', 'binding', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 if ARGV[1] ~= '' then
   redis.call('SET', KEYS[2], '0', 'NX', 'EX', ARGV[2])
@@ -188,10 +189,10 @@ return 1
 """
 )
 
-# KEYS: access:<jti>; ARGV: family prefix. 1 when revoked or unknown, else 0
+# KEYS: access:<jti>; ARGV: family prefix, binding. 1 when revoked, unknown or bound to other claims, else 0
 ACCESS_REVOKED = """
-local found = redis.call('HMGET', KEYS[1], 'family', 'revoked')
-if not found[2] or found[2] == '1' then return 1 end
+local found = redis.call('HMGET', KEYS[1], 'family', 'revoked', 'binding')
+if not found[2] or found[2] == '1' or (found[3] or '') ~= ARGV[2] then return 1 end
 if found[1] ~= '' and redis.call('GET', ARGV[1] .. found[1]) == '1' then return 1 end
 return 0
 """
@@ -199,6 +200,12 @@ return 0
 # KEYS: access:<jti>
 REVOKE_ACCESS = """
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'revoked', '1') end
+return 1
+"""
+
+# KEYS: secret:<name>; ARGV: the value seen, its replacement (set only while the value is still the one seen)
+REPLACE_SECRET = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) end
 return 1
 """
 
@@ -215,8 +222,11 @@ return 1
 class RedisStorage:
     """Storage (storage.py) in Redis. `client` may be shared (the cluster's); `prefix` namespaces the keys."""
 
-    def __init__(self, client: redis.Redis, prefix: str = PREFIX, owned: bool = False) -> None:
+    def __init__(
+        self, client: redis.Redis, prefix: str = PREFIX, owned: bool = False, sealer: Sealer | None = None
+    ) -> None:
         self.redis, self.prefix, self._owned = client, prefix, owned
+        self.sealer = sealer  # MCPGATE_STATE_KEY's: the secret:<name> values are sealed with it (sealing.py)
         self._scripts = {
             name: client.register_script(source)
             for name, source in {
@@ -230,12 +240,13 @@ class RedisStorage:
                 "access_revoked": ACCESS_REVOKED,
                 "revoke_access": REVOKE_ACCESS,
                 "revoke_family": REVOKE_FAMILY,
+                "replace_secret": REPLACE_SECRET,
             }.items()
         }
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = PREFIX) -> RedisStorage:
-        return cls(connect(url), prefix, owned=True)
+    def from_url(cls, url: str, prefix: str = PREFIX, sealer: Sealer | None = None) -> RedisStorage:
+        return cls(connect(url), prefix, owned=True, sealer=sealer)
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
         return self._scripts[script](keys=keys, args=args)
@@ -264,13 +275,20 @@ class RedisStorage:
 
     @guarded
     def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
-        """The value stored under `name`, made by `make` the first time (the first instance to store it wins)."""
+        """The value stored under `name`, made by `make` the first time (the first instance to store it wins);
+        sealed with the sealer when there is one."""
+        return kept(self._stored_once, self._replace_stored, self.sealer, name, make)
+
+    def _stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
         key = self._key("secret", name)
         value = self.redis.get(key)
         if value is None:
             self.redis.set(key, base64.b64encode(make()), nx=True)
             value = self.redis.get(key)
         return base64.b64decode(text(value))
+
+    def _replace_stored(self, name: str, seen: bytes, value: bytes) -> None:
+        self._run("replace_secret", [self._key("secret", name)], [base64.b64encode(seen), base64.b64encode(value)])
 
     def secret(self, name: str) -> bytes:
         return self.stored_once("secret:" + name, lambda: secrets.token_bytes(32))
@@ -365,16 +383,18 @@ class RedisStorage:
     # -- access tokens (JWTs: only their jti, to revoke them) -------------------------------------------------
 
     @guarded
-    def add_access(self, jti: str, family: str | None, expires_at: float) -> None:
+    def add_access(self, jti: str, family: str | None, expires_at: float, binding: str = "") -> None:
         access = self._key("access", jti)
         keys = [access, self._key("family", family) if family else access]
         ttl = seconds_until(expires_at, time.time()) + ACCESS_MARGIN_S
-        self._run("add_access", keys, [family or "", ttl])
+        self._run("add_access", keys, [family or "", ttl, binding])
 
     @guarded
-    def access_revoked(self, jti: str) -> bool:
-        """True unless `jti` names an access token issued here and neither it nor its family was revoked."""
-        return bool(self._run("access_revoked", [self._key("access", jti)], [self._key("family", "")]))
+    def access_revoked(self, jti: str, binding: str = "") -> bool:
+        """True unless `jti` names an access token issued here with this `binding` (storage.access_binding) and
+        neither it nor its family was revoked."""
+        args = [self._key("family", ""), binding]
+        return bool(self._run("access_revoked", [self._key("access", jti)], args))
 
     @guarded
     def revoke_access(self, jti: str) -> None:

@@ -54,7 +54,7 @@ from . import cimd
 from .grants import AuthorizationCodeGrant, RefreshTokenGrant, S256Only, Targets
 from .keys import ALGORITHM, EmbeddedKeys
 from .models import Client, User
-from .storage import RefreshRecord, Storage
+from .storage import RefreshRecord, Storage, access_binding
 
 REFRESH_BYTES = 32
 
@@ -190,7 +190,7 @@ class EmbeddedServer(AuthorizationServer):  # type: ignore[misc]
             family = request.authorization_code.record.family
         else:
             family = request.refresh_token.record.family
-        self.storage.add_access(str(claims["jti"]), family, float(claims["exp"]))
+        self.storage.add_access(str(claims["jti"]), family, float(claims["exp"]), access_binding(claims))
         if token.get("refresh_token"):
             record = RefreshRecord(
                 family=family,

@@ -29,11 +29,13 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from .sealing import Sealer, kept
 
 log = logging.getLogger("mcpgate.oauth.storage")
 
@@ -55,7 +57,7 @@ CREATE TABLE IF NOT EXISTS refresh_tokens (
     token_hash TEXT PRIMARY KEY, family TEXT NOT NULL, client_id TEXT NOT NULL, subject TEXT NOT NULL,
     scope TEXT NOT NULL, expires_at REAL NOT NULL, used INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS access_tokens (
-    jti TEXT PRIMARY KEY, family TEXT, expires_at REAL NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+    jti TEXT PRIMARY KEY, family TEXT, expires_at REAL NOT NULL, revoked INTEGER NOT NULL DEFAULT 0, binding TEXT);
 CREATE INDEX IF NOT EXISTS access_family ON access_tokens (family);
 CREATE TABLE IF NOT EXISTS consents (
     subject TEXT NOT NULL, client_id TEXT NOT NULL, scopes TEXT NOT NULL, PRIMARY KEY (subject, client_id));
@@ -66,6 +68,13 @@ CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 def fingerprint(value: str) -> str:
     """What is stored of a code, refresh token or client secret: its SHA-256, hex."""
     return hashlib.sha256(value.encode()).hexdigest()
+
+
+def access_binding(claims: Mapping[str, Any]) -> str:
+    """What an access token's jti is stored with: the fingerprint of every claim it was issued with (sub,
+    client_id, exp, aud, scope, ...), so a token signed later under the same jti with any claim changed is
+    refused (access_revoked)."""
+    return fingerprint(json.dumps(claims, sort_keys=True, separators=(",", ":")))
 
 
 def default_state_dir() -> str:
@@ -122,8 +131,8 @@ class Storage(Protocol):
     def add_refresh(self, token: str, record: RefreshRecord) -> None: ...
     def claim_refresh(self, token: str) -> RefreshRecord | None: ...
     def refresh_record(self, token: str) -> RefreshRecord | None: ...
-    def add_access(self, jti: str, family: str | None, expires_at: float) -> None: ...
-    def access_revoked(self, jti: str) -> bool: ...
+    def add_access(self, jti: str, family: str | None, expires_at: float, binding: str = "") -> None: ...
+    def access_revoked(self, jti: str, binding: str = "") -> bool: ...
     def revoke_access(self, jti: str) -> None: ...
     def revoke_family(self, family: str) -> None: ...
 
@@ -131,7 +140,8 @@ class Storage(Protocol):
 class SqliteStorage:
     """Storage in one SQLite file: the directory is made 0700, the file 0600."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, sealer: Sealer | None = None) -> None:
+        self.sealer = sealer  # MCPGATE_STATE_KEY's: the secrets table is sealed with it (sealing.py)
         self.path = Path(directory or default_state_dir()) / DB_NAME
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.path.parent.stat().st_mode & 0o077:
@@ -142,6 +152,9 @@ class SqliteStorage:
         self._purged = 0.0
         with self._db() as db:
             db.executescript(SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(access_tokens)")}
+            if "binding" not in columns:  # a state made before jti rows were bound: their tokens are refused
+                db.execute("ALTER TABLE access_tokens ADD COLUMN binding TEXT")
 
     # -- connection -------------------------------------------------------------------------------------------
 
@@ -183,13 +196,21 @@ class SqliteStorage:
     # -- named secrets and keys -------------------------------------------------------------------------------
 
     def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
-        """The value stored under `name`, made by `make` the first time (the first worker to store it wins)."""
+        """The value stored under `name`, made by `make` the first time (the first worker to store it wins);
+        sealed with the sealer when there is one."""
+        return kept(self._stored_once, self._replace_stored, self.sealer, name, make)
+
+    def _stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
         with self._db() as db:
             row = db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
             if row is None:
                 db.execute("INSERT OR IGNORE INTO secrets (name, value) VALUES (?, ?)", (name, make()))
                 row = db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
         return bytes(row[0])
+
+    def _replace_stored(self, name: str, seen: bytes, value: bytes) -> None:
+        with self._db() as db:
+            db.execute("UPDATE secrets SET value = ? WHERE name = ? AND value = ?", (value, name, seen))
 
     def secret(self, name: str) -> bytes:
         return self.stored_once("secret:" + name, lambda: secrets.token_bytes(32))
@@ -330,21 +351,23 @@ class SqliteStorage:
 
     # -- access tokens (JWTs: only their jti, to revoke them) -------------------------------------------------
 
-    def add_access(self, jti: str, family: str | None, expires_at: float) -> None:
+    def add_access(self, jti: str, family: str | None, expires_at: float, binding: str = "") -> None:
         with self._db() as db:
             db.execute(
-                "INSERT INTO access_tokens (jti, family, expires_at) VALUES (?, ?, ?)", (jti, family, expires_at)
+                "INSERT INTO access_tokens (jti, family, expires_at, binding) VALUES (?, ?, ?, ?)",
+                (jti, family, expires_at, binding),
             )
 
-    def access_revoked(self, jti: str) -> bool:
-        """True unless `jti` names an access token issued here and neither it nor its family was revoked."""
+    def access_revoked(self, jti: str, binding: str = "") -> bool:
+        """True unless `jti` names an access token issued here with this `binding` (access_binding of its
+        claims) and neither it nor its family was revoked."""
         with self._db() as db:
             row = db.execute(
-                "SELECT a.revoked, COALESCE(f.revoked, 0) FROM access_tokens a "
+                "SELECT a.revoked, COALESCE(f.revoked, 0), a.binding FROM access_tokens a "
                 "LEFT JOIN families f ON f.family = a.family WHERE a.jti = ?",
                 (jti,),
             ).fetchone()
-        return row is None or bool(row[0]) or bool(row[1])
+        return row is None or bool(row[0]) or bool(row[1]) or row[2] != binding
 
     def revoke_access(self, jti: str) -> None:
         with self._db() as db:
