@@ -136,6 +136,12 @@ class Settings:
     oauth_upstream: str = declare(
         "",
         "embedded mode: sign in through another identity provider instead of (or beside) users: github, or an "
+    oauth_introspection_limit: int = declare(
+        60,
+        "resource-server mode: introspection requests a client address may cause per minute (tokens not "
+        "answered from the cache); 429 past it.",
+        validate=positive,
+    )
         "OpenID Connect issuer URL (for example https://accounts.google.com).",
     )
     oauth_upstream_client_id: str = declare("", "embedded mode: the gateway's client id at the upstream.")
@@ -166,8 +172,20 @@ class Settings:
     )
     oauth_client_limit: int = declare(
         10000,
-        "embedded mode: most registered clients kept; registrations never used for a day are forgotten, and "
-        "past the limit /register answers 503.",
+        "embedded mode: most registered clients kept; past it a registration forgets the oldest one never used "
+        "(503 only when every client kept was used).",
+        validate=positive,
+    )
+    oauth_unused_client_ttl: float = declare(
+        3600.0, "embedded mode: seconds a registration that never got a code is kept.", validate=positive
+    )
+    oauth_register_limit: int = declare(
+        10, "embedded mode: registrations a client address may make per minute (429 past it).", validate=positive
+    )
+    oauth_client_metadata_bytes: int = declare(
+        8192,
+        "embedded mode: most bytes of a registration's metadata as stored (JSON; each field has its own cap "
+        "too); a larger one is invalid_client_metadata.",
         validate=positive,
     )
     state_dir: str = declare(

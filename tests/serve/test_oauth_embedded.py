@@ -511,18 +511,19 @@ def test_registrations_are_bounded(tmp_path: Path) -> None:
     used = site.register()
     site.tokens(used)
     idle = site.register()
+    newer = site.register()  # the table is full: the oldest registration never used makes room
+    unknown = site.get("/authorize?" + urlencode(site.query(idle["client_id"], secrets.token_urlsafe(40))))
+    assert unknown.status_code == 400 and "invalid_client" in unknown.text
+    site.tokens(newer)
     full = site.post("/register", json={"redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"})
     assert full.status_code == 503 and full.json()["error"] == "temporarily_unavailable", full.text
     db = sqlite3.connect(tmp_path / "oauth.sqlite3")
     try:
-        with db:  # both a day old: the one that never got a code is forgotten, the used one kept
+        with db:  # used clients are kept however old
             db.execute("UPDATE clients SET issued_at = issued_at - 90000")
     finally:
         db.close()
-    site.register()
-    assert site.tokens(used)["access_token"]
-    unknown = site.get("/authorize?" + urlencode(site.query(idle["client_id"], secrets.token_urlsafe(40))))
-    assert unknown.status_code == 400 and "invalid_client" in unknown.text
+    assert site.tokens(used)["access_token"] and site.tokens(newer)["access_token"]
 
 
 class Documents:

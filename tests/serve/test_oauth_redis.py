@@ -147,12 +147,22 @@ def test_clients_keep_only_their_secrets_fingerprint(store: Backend) -> None:
 def test_registrations_are_bounded_and_unused_ones_forgotten(store: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     assert store.a.add_client("c1", None, {}, 2) and store.b.add_client("c2", None, {}, 2)
     store.a.add_code("code", code_record("c1"))  # c1 is used now: kept
-    assert not store.b.add_client("c3", None, {}, 2)
-    later = types.SimpleNamespace(time=lambda: time.time() + storage.UNUSED_CLIENT_TTL_S + 5)
+    assert store.b.add_client("c3", None, {}, 2)  # full: c2, never used, makes room
+    assert store.a.client("c2") is None and store.b.client("c1").used and not store.a.client("c3").used
+    store.b.add_code("code3", code_record("c3"))
+    assert not store.a.add_client("c4", None, {}, 2)  # every client kept was used
+    assert store.a.add_client("c5", None, {}, 10, unused_ttl=60)
+    later = types.SimpleNamespace(time=lambda: time.time() + 65)
     for module in (storage, redis_storage):
         monkeypatch.setattr(module, "time", later)
-    assert store.b.add_client("c3", None, {}, 2)  # c2 never got a code: forgotten, its place free
-    assert not store.a.add_client("c4", None, {}, 2)
+    assert store.b.add_client("c6", None, {}, 10, unused_ttl=60)  # c5 never got a code in 60 s: forgotten
+    if store.kind == "sqlite":
+        assert store.a.client("c5") is None
+    else:  # its key expires in Redis's own time; it no longer counts
+        client = store.a.redis
+        assert 0 < client.ttl(store.a.prefix + "client:c5") <= 60
+        assert client.zscore(store.a.prefix + "clients", "c5") is None
+    assert store.a.client("c1").used and store.a.client("c3").used
 
 
 def test_a_code_is_claimed_once_and_a_second_claim_revokes_its_family(store: Backend) -> None:

@@ -447,7 +447,7 @@ class Stub:
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
 
-    def verify(self, token: str) -> Identity:
+    def verify(self, token: str, client: str | None = None) -> Identity:
         return self.identity
 
 

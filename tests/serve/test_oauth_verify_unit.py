@@ -209,7 +209,7 @@ def test_an_active_opaque_token_is_cached_by_its_hash(issuer: str) -> None:
     assert check.verify(token) == Identity(issuer, "alice", frozenset({"mcp"}), "c2", frozenset({AUD}))
     assert check.verify(token).subject == "alice"
     assert stats(issuer)["introspect"] == before + 1
-    assert all(token not in key for key in check.cache)
+    assert all(token not in key for key in check.admitted.items)
 
 
 def test_inactive_foreign_and_expired_opaque_tokens_are_rejected(issuer: str) -> None:
@@ -222,11 +222,14 @@ def test_inactive_foreign_and_expired_opaque_tokens_are_rejected(issuer: str) ->
     assert "not active" in rejected(check, token)
 
 
-def test_the_cache_is_bounded(issuer: str) -> None:
-    check = IntrospectionVerifier(issuer + "/introspect", "test-client", "test-secret", AUD, issuer, entries=3)
+def test_the_caches_are_bounded(issuer: str) -> None:
+    check = IntrospectionVerifier(
+        issuer + "/introspect", "test-client", "test-secret", AUD, issuer, entries=3, negative_entries=3
+    )
     for index in range(6):
         rejected(check, f"made-up-{index}")
-    assert len(check.cache) == 3
+        check.verify(mint(issuer, opaque=True))
+    assert len(check.refused.items) == 3 and len(check.admitted.items) == 3
 
 
 def test_wrong_introspection_credentials_are_the_gateways_problem(issuer: str) -> None:
@@ -274,7 +277,7 @@ class Stub:
     def __init__(self, outcome: Identity | Exception) -> None:
         self.outcome = outcome
 
-    def verify(self, token: str) -> Identity:
+    def verify(self, token: str, client: str | None = None) -> Identity:
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome

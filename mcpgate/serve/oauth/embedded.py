@@ -32,18 +32,20 @@ from urllib.parse import urlsplit
 from authlib.oauth2.rfc6749 import InvalidRequestError, OAuth2Error, OAuth2Request
 from authlib.oauth2.rfc6749.requests import JsonRequest
 from authlib.oauth2.rfc7009 import RevocationEndpoint
-from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint, InvalidRedirectURIError
+from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint, InvalidClientMetadataError, InvalidRedirectURIError
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from flask import Blueprint, Flask, Response, jsonify, request
 
 from ...declarations import SettingsError
 from ...settings import Settings
-from . import redirects, signin
+from .. import auth
+from . import client_metadata, redirects, signin
 from .grants import Targets
 from .identity import Verifier
 from .jwt_verifier import JwtVerifier
 from .keys import ALGORITHM, EmbeddedKeys
 from .models import AUTH_METHODS, GRANT_TYPES, AccessToken, RefreshToken
+from .ratelimit import FailureLimit, client_key
 from .sealing import sealer_of
 from .server import EmbeddedServer
 from .storage import SqliteStorage, Storage, access_binding
@@ -87,8 +89,9 @@ def metadata(server: EmbeddedServer) -> dict[str, Any]:
 
 
 class Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
-    """Open dynamic registration; redirect URIs by redirects.problem; a secret only for confidential clients
-    (kept as its fingerprint)."""
+    """Open dynamic registration; redirect URIs by redirects.problem; every field and the whole record bounded
+    (client_metadata.py); a secret only for confidential clients (kept as its fingerprint). When the table is
+    full the oldest registration never used is forgotten (storage.add_client)."""
 
     server: EmbeddedServer
 
@@ -99,28 +102,40 @@ class Registration(ClientRegistrationEndpoint):  # type: ignore[misc]
         return metadata(self.server)
 
     def create_registration_response(self, request: JsonRequest) -> tuple[int, dict[str, Any], list[Any]]:
+        settings = self.server.settings
         if not isinstance(request.payload.data, dict):
             raise InvalidRequestError("the registration request must be a JSON object")
         uris = request.payload.data.get("redirect_uris")
         if not isinstance(uris, list) or not uris:
             raise InvalidRedirectURIError("redirect_uris is required: a list of redirect URIs")
+        problem = client_metadata.fields_problem(request.payload.data)
+        if problem:
+            raise InvalidClientMetadataError(safe_description(problem))
         for uri in uris:
-            problem = redirects.problem(uri, self.server.settings.oauth_redirect_allowlist)
+            problem = redirects.problem(uri, settings.oauth_redirect_allowlist)
             if problem:
                 raise InvalidRedirectURIError(safe_description(problem))
-        client_metadata = self.extract_client_metadata(request)
-        client_metadata.setdefault("grant_types", list(GRANT_TYPES))
-        client_metadata.setdefault("response_types", ["code"])
+        registered = self.extract_client_metadata(request)
+        registered.setdefault("grant_types", list(GRANT_TYPES))
+        registered.setdefault("response_types", ["code"])
+        problem = client_metadata.size_problem(registered, settings.oauth_client_metadata_bytes)
+        if problem:
+            raise InvalidClientMetadataError(safe_description(problem))
+        return self.store(request, registered)
+
+    def store(self, request: JsonRequest, registered: dict[str, Any]) -> tuple[int, dict[str, Any], list[Any]]:
         info = self.generate_client_info(request)
-        if client_metadata["token_endpoint_auth_method"] == "none":
+        if registered["token_endpoint_auth_method"] == "none":
             info.pop("client_secret")
             info.pop("client_secret_expires_at")
-        limit = self.server.settings.oauth_client_limit
-        if not self.server.storage.add_client(info["client_id"], info.get("client_secret"), client_metadata, limit):
-            log.warning("registration refused: %d clients registered (MCPGATE_OAUTH_CLIENT_LIMIT)", limit)
+        settings = self.server.settings
+        limit, unused_ttl = settings.oauth_client_limit, settings.oauth_unused_client_ttl
+        secret = info.get("client_secret")
+        if not self.server.storage.add_client(info["client_id"], secret, registered, limit, unused_ttl):
+            log.warning("registration refused: %d clients registered, all used (MCPGATE_OAUTH_CLIENT_LIMIT)", limit)
             raise TemporarilyUnavailable("too many registered clients: try again later")
-        log.info("registered client %s (%s)", info["client_id"], client_metadata.get("client_name", "no name"))
-        return 201, {**client_metadata, **info}, [("Content-Type", "application/json"), ("Cache-Control", "no-store")]
+        log.info("registered client %s (%r)", info["client_id"], registered.get("client_name", "no name"))
+        return 201, {**registered, **info}, [("Content-Type", "application/json"), ("Cache-Control", "no-store")]
 
     def save_client(self, client_info: dict[str, Any], client_metadata: dict[str, Any], request: Any) -> None:
         raise NotImplementedError  # create_registration_response stores it
@@ -158,8 +173,31 @@ def safe_description(text: str) -> str:
     return "".join(ch if " " <= ch <= "~" and ch not in '"\\' else "?" for ch in text)
 
 
+def registration_limit(settings: Settings) -> Callable[[], Response | None]:
+    """The before-request check of POST /register: at most MCPGATE_OAUTH_REGISTER_LIMIT registrations per client
+    address a minute (per worker), each attempt counted; past it 429 with Retry-After."""
+    limit = FailureLimit(settings.oauth_register_limit)
+    proxies = auth.networks(settings.forwarded_for_proxies)
+
+    def check() -> Response | None:
+        key = client_key(request.environ, proxies)
+        wait = limit.retry_after(key)
+        if wait:
+            log.warning("registration from %s refused: more than %d a minute", key, limit.limit)
+            description = f"too many registrations from this address: try again in {wait} seconds"
+            response = jsonify({"error": "temporarily_unavailable", "error_description": description})
+            response.status_code = 429
+            response.headers.update({"Retry-After": str(wait), "Cache-Control": "no-store"})
+            return response
+        limit.failed(key)  # counts the attempt
+        return None
+
+    return check
+
+
 def routes(server: EmbeddedServer) -> Blueprint:
     bp = Blueprint("oauth_server", __name__)
+    registration_allowed = registration_limit(server.settings)
 
     @bp.before_request
     def bounded_body() -> Response | None:
@@ -186,6 +224,9 @@ def routes(server: EmbeddedServer) -> Blueprint:
 
     @bp.post("/register")
     def register() -> Response:
+        refused = registration_allowed()
+        if refused is not None:
+            return refused
         response: Response = server.create_endpoint_response("client_registration", request)
         return response
 

@@ -44,6 +44,7 @@ class TokenRejected(Exception):
 
 
 class Verifier(Protocol):
-    """Checks one access token (signature or introspection, issuer, audience, lifetime)."""
+    """Checks one access token (signature or introspection, issuer, audience, lifetime). `client`: the address
+    the token came from, which a check that asks someone else (introspection) limits; None: not limited."""
 
-    def verify(self, token: str) -> Identity: ...
+    def verify(self, token: str, client: str | None = None) -> Identity: ...

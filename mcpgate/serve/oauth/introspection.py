@@ -2,8 +2,14 @@
 JWT or introspection per token.
 
 Answers are cached by the token's SHA-256 (never the token itself) until the token's exp, at most CACHE_TTL
-seconds (a revoked token stops working within that), in a bounded LRU; an inactive token is remembered
-briefly too, so a stream of made-up tokens costs the issuer one request each at most once.
+seconds (a revoked token stops working within that), in a bounded LRU. A refused token is remembered for
+INACTIVE_TTL seconds in an LRU of its own (NEGATIVE_ENTRIES), so a repeated bad token costs the issuer one
+request, and a stream of made-up tokens cannot push the admitted ones out of their cache.
+
+What the cache does not answer costs the issuer a request, so those are limited per client address: at most
+MCPGATE_OAUTH_INTROSPECTION_LIMIT a minute (ratelimit.FailureLimit, per worker); past it the caller is refused
+(IntrospectionLimited: 429 with Retry-After) without asking the issuer. A token answered from the cache is never
+limited.
 """
 
 from __future__ import annotations
@@ -30,10 +36,22 @@ from .jwt_verifier import (
     jwt_header,
     names_audience,
 )
+from .ratelimit import FailureLimit
 
 CACHE_TTL = 60.0
 INACTIVE_TTL = 10.0
-CACHE_ENTRIES = 4096
+CACHE_ENTRIES = 4096  # admitted tokens remembered
+NEGATIVE_ENTRIES = 1024  # refused tokens remembered (apart: they never push an admitted one out)
+LOOKUPS_PER_MINUTE = 60  # the default of MCPGATE_OAUTH_INTROSPECTION_LIMIT
+
+
+class IntrospectionLimited(Exception):
+    """This client address asked the issuer about too many tokens in the last minute; `retry_after` seconds
+    until it may again. The message is safe to show."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"too many unknown tokens from this address: try again in {retry_after} seconds")
+        self.retry_after = retry_after
 
 
 def fingerprint(token: str) -> str:
@@ -58,6 +76,34 @@ def introspection_problem(answer: Any, issuer: str, audience: str | None, now: f
     return None
 
 
+Outcome = Identity | TokenRejected
+
+
+class Lru:
+    """At most `entries` outcomes by token fingerprint, each until its deadline; the least recently used goes
+    first. Not locked: its owner holds a lock."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self.items: OrderedDict[str, tuple[float, Outcome]] = OrderedDict()
+
+    def get(self, key: str) -> Outcome | None:
+        entry = self.items.get(key)
+        if entry is None:
+            return None
+        if entry[0] < time.monotonic():
+            del self.items[key]
+            return None
+        self.items.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: str, value: Outcome, ttl: float) -> None:
+        self.items[key] = (time.monotonic() + ttl, value)
+        self.items.move_to_end(key)
+        while len(self.items) > self.entries:
+            self.items.popitem(last=False)
+
+
 class IntrospectionVerifier:
     """A Verifier asking the introspection endpoint, authenticated with client_secret_basic."""
 
@@ -70,46 +116,43 @@ class IntrospectionVerifier:
         issuer: str = "",
         timeout: float = FETCH_TIMEOUT,
         entries: int = CACHE_ENTRIES,
+        per_address: int = LOOKUPS_PER_MINUTE,
+        negative_entries: int = NEGATIVE_ENTRIES,
     ) -> None:
         self.url, self.auth = url, (client_id, client_secret)
-        self.audience, self.timeout, self.entries = audience, timeout, entries
+        self.audience, self.timeout = audience, timeout
         # the principal's issuer: the configured one, else the introspection endpoint's origin
         parts = urlsplit(url)
         self.issuer = issuer or f"{parts.scheme}://{parts.netloc}"
         self.checked_issuer = issuer
         self.lock = threading.Lock()
-        self.cache: OrderedDict[str, tuple[float, Identity | TokenRejected]] = OrderedDict()
+        self.admitted = Lru(entries)
+        self.refused = Lru(negative_entries)
+        self.lookups = FailureLimit(per_address)
         self.requests = 0
 
-    def verify(self, token: str) -> Identity:
+    def verify(self, token: str, client: str | None = None) -> Identity:
+        """The token's identity; `client`: the address it came from, whose lookups are limited (None: not
+        limited)."""
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenRejected("the token is too large")
         key = fingerprint(token)
-        outcome = self._cached(key)
+        with self.lock:
+            outcome = self.admitted.get(key)
+            if outcome is None:
+                outcome = self.refused.get(key)
+            if outcome is None and client is not None:
+                wait = self.lookups.retry_after(client)
+                if wait:
+                    raise IntrospectionLimited(wait)
+                self.lookups.failed(client)  # counts the lookup
         if outcome is None:
             outcome, ttl = self._introspect(token)
-            self._remember(key, outcome, ttl)
+            with self.lock:
+                (self.refused if isinstance(outcome, TokenRejected) else self.admitted).put(key, outcome, ttl)
         if isinstance(outcome, TokenRejected):
             raise TokenRejected(str(outcome), outcome.error)
         return outcome
-
-    def _cached(self, key: str) -> Identity | TokenRejected | None:
-        with self.lock:
-            entry = self.cache.get(key)
-            if entry is None:
-                return None
-            if entry[0] < time.monotonic():
-                del self.cache[key]
-                return None
-            self.cache.move_to_end(key)
-            return entry[1]
-
-    def _remember(self, key: str, outcome: Identity | TokenRejected, ttl: float) -> None:
-        with self.lock:
-            self.cache[key] = (time.monotonic() + ttl, outcome)
-            self.cache.move_to_end(key)
-            while len(self.cache) > self.entries:
-                self.cache.popitem(last=False)
 
     def _introspect(self, token: str) -> tuple[Identity | TokenRejected, float]:
         answer = self._post(token)
@@ -154,8 +197,8 @@ class EitherVerifier:
             raise ValueError("a JWT verifier or an introspection verifier is needed")
         self.jwt, self.introspection = jwt, introspection
 
-    def verify(self, token: str) -> Identity:
+    def verify(self, token: str, client: str | None = None) -> Identity:
         if self.jwt is not None and (self.introspection is None or jwt_header(token) is not None):
-            return self.jwt.verify(token)
+            return self.jwt.verify(token, client)
         assert self.introspection is not None
-        return self.introspection.verify(token)
+        return self.introspection.verify(token, client)

@@ -253,7 +253,7 @@ class JwtVerifier:
         self.issuer, self.audience, self.key_source = issuer, audience, keys
         self.algorithms, self.extra_check, self.leeway = algorithms, extra_check, leeway
 
-    def verify(self, token: str) -> Identity:
+    def verify(self, token: str, client: str | None = None) -> Identity:
         if len(token) > MAX_TOKEN_BYTES:
             raise TokenRejected("the token is too large")
         header = jwt_header(token)

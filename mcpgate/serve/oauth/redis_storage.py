@@ -10,12 +10,13 @@ The same `Storage` interface (storage.py) and the same rules as SqliteStorage:
   its refresh tokens and, through their jti, its access tokens;
 - everything that can pile up expires by itself: a code when it would, a refresh token when it would, an access
   token's jti a little after its exp (the verifier's leeway), a token family once its last token has, a
-  registration that never got a code after a day; registrations are counted against the limit in one sorted set;
+  registration that never got a code after MCPGATE_OAUTH_UNUSED_CLIENT_TTL; registrations are counted against the
+  limit in one sorted set, and a full one forgets its oldest never used;
 - named secrets and the signing key are made once (SET NX: the first instance to store one wins, the others
   read it back) and never expire; consents are kept (a union of scopes per subject and client), as in SQLite.
 
 Keys (prefix mcpgate:oauth:):
-    client:<client_id>          JSON {"secret_hash", "metadata"}; EX 1 day until its first code, then kept
+    client:<client_id>          JSON {"secret_hash", "metadata"}; EX the unused TTL until its first code, then kept
     clients                     sorted set client_id -> issued at (+inf once used): the registration count
     code:<sha256>               hash record (JSON), family, used; EX until the code expires
     refresh:<sha256>            hash record (JSON), family, expires_at, used; EX until it expires
@@ -104,11 +105,19 @@ local function revoke(key, ttl)
 end
 """
 
-# KEYS: clients, client:<id>; ARGV: now, unused ttl, limit, client id, value
+# KEYS: clients, client:<id>; ARGV: now, unused ttl, limit, client id, value, client key prefix. Full: the
+# oldest never used (a finite score; a used one's is +inf) make room; 0 when every one kept was used
 ADD_CLIENT = """
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, ttl, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl))
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+local excess = redis.call('ZCARD', KEYS[1]) + 1 - limit
+if excess > 0 then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(+inf', 'LIMIT', 0, excess)) do
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('DEL', ARGV[6] .. id)
+  end
+  if redis.call('ZCARD', KEYS[1]) >= limit then return 0 end
+end
 redis.call('SET', KEYS[2], ARGV[5], 'EX', ttl)
 redis.call('ZADD', KEYS[1], now, ARGV[4])
 return 1
@@ -310,21 +319,32 @@ class RedisStorage:
     # -- clients ----------------------------------------------------------------------------------------------
 
     @guarded
-    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int) -> bool:
-        """Store a registration; False (nothing stored) when `limit` clients are kept already. Registrations
-        that never got a code are forgotten after a day."""
+    def add_client(
+        self,
+        client_id: str,
+        secret: str | None,
+        metadata: dict[str, Any],
+        limit: int,
+        unused_ttl: float = UNUSED_CLIENT_TTL_S,
+    ) -> bool:
+        """Store a registration (SqliteStorage.add_client's rules): unused ones forgotten after `unused_ttl`
+        seconds, the oldest unused evicted when `limit` are kept; False only when every client kept was used."""
         value = json.dumps({"secret_hash": fingerprint(secret) if secret else None, "metadata": metadata})
         keys = [self.prefix + "clients", self._key("client", client_id)]
-        args = [repr(time.time()), int(UNUSED_CLIENT_TTL_S), limit, client_id, value]
+        args = [repr(time.time()), max(1, math.ceil(unused_ttl)), limit, client_id, value, self._key("client", "")]
         return bool(self._run("add_client", keys, args))
 
     @guarded
     def client(self, client_id: str) -> ClientRecord | None:
-        value = self.redis.get(self._key("client", client_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self._key("client", client_id))
+        pipe.zscore(self.prefix + "clients", client_id)
+        value, score = pipe.execute()
         if value is None:
             return None
         stored = json.loads(text(value))
-        return ClientRecord(client_id, stored["secret_hash"], stored["metadata"])
+        used = score is not None and math.isinf(float(score))
+        return ClientRecord(client_id, stored["secret_hash"], stored["metadata"], used)
 
     # -- authorization codes ----------------------------------------------------------------------------------
 

@@ -22,8 +22,9 @@ from .. import auth
 from ..http import Refusal
 from ..servers import PREFIX
 from .identity import Identity, TokenRejected, Verifier, canonical_resource
-from .introspection import EitherVerifier, IntrospectionVerifier
+from .introspection import EitherVerifier, IntrospectionLimited, IntrospectionVerifier
 from .jwt_verifier import IssuerUnavailable, JwksCache, JwtVerifier
+from .ratelimit import client_key
 
 log = logging.getLogger("mcpgate.oauth")
 
@@ -123,6 +124,7 @@ class ResourceGuard:
         published: Published | None = None,
     ) -> None:
         self.settings, self.verifier = settings, verifier
+        self.proxies = auth.networks(settings.forwarded_for_proxies)  # whose X-Forwarded-For names the client
         self.published = published or Single(settings)
         self.named = self.published.named
         # with named servers the root form describes the gateway as a whole (the listing's resource)
@@ -218,7 +220,7 @@ class ResourceGuard:
             )
         if not token:
             raise refusal(resource, 400, "invalid_request", "the Authorization header is malformed")
-        identity = self._verify(token, resource)
+        identity = self._verify(token, resource, client_key(environ, self.proxies))
         if not identity.audiences & resource.audiences:
             log.info("refused an access token: %s", ANOTHER_AUDIENCE)
             raise refusal(resource, 401, "invalid_token", ANOTHER_AUDIENCE)
@@ -227,9 +229,17 @@ class ResourceGuard:
             raise refusal(resource, 403, "insufficient_scope", f"the token lacks the scope {' '.join(missing)}")
         return identity.principal
 
-    def _verify(self, token: str, resource: Protected) -> Identity:
+    def _verify(self, token: str, resource: Protected, client: str) -> Identity:
         try:
-            return self.verifier.verify(token)
+            return self.verifier.verify(token, client)
+        except IntrospectionLimited as limited:
+            log.warning("refused an access token from %s: %s", client, limited)
+            raise Refusal(
+                429,
+                jsonrpc.INVALID_REQUEST,
+                f"Too Many Requests: {limited}",
+                headers={"Retry-After": str(limited.retry_after)},
+            ) from None
         except TokenRejected as rejected:
             log.info("refused an access token: %s", rejected)
             raise refusal(resource, 401, rejected.error, str(rejected)) from None
@@ -286,5 +296,6 @@ def verifier_for(settings: Settings, named: bool = False) -> Verifier:
         return EitherVerifier(jwt, introspection)
     verifier = jwt or introspection
     if verifier is None:
+            per_address=settings.oauth_introspection_limit,
         raise ValueError("resource-server mode needs MCPGATE_OAUTH_ISSUER or MCPGATE_OAUTH_INTROSPECTION_URL")
     return verifier

@@ -11,12 +11,20 @@ The interface the sign-in pages (signin.py, serving /authorize) use:
         # (RFC 9207); a request that no longer validates gets problem_response
     server.problem_response(exc: Exception, request: flask.Request) -> flask.Response   # OAuthProblem, or any
         # a 302 to the client with error, error_description, state and iss when the client and its redirect URI
-        # were recognised; otherwise a 400 text/plain page (never a redirect to an unchecked URI)
+        # were recognised and the redirect URI is trusted (redirect_trusted); otherwise a 400 HTML page (never a
+        # redirect to an unchecked URI, nor to a web site no one has approved)
     server.storage: Storage                 # consented / record_consent / secret (storage.py)
     server.issuer: str
 
 `request` is read for its method, query string and form (Authlib's request.values): the pages may POST the
 login and consent forms back to /authorize?<the original query>.
+
+Errors before anyone approved the client stay on this server's page (RFC 9700 4.11.2): registration is open, so
+an https redirect URI may be anyone's web site, and sending a browser there with an error, no user interaction
+needed, would make this server an open redirector that lends its name to a phishing page. An error goes back to
+the client only when its redirect URI is one no web site can be (loopback http, a non-web scheme, an exact URI
+the operator listed) or the client is trusted (a user approved it: it got a code; or a client id metadata
+document on the operator's allowlist). A user's own "Deny" always goes back (access_denied).
 
 Transport security is decided once, from MCPGATE_PUBLIC_URL (https, or http on a loopback host: checked by
 embedded.install), never from the request: Authlib's OAuth2Request checks the URL it is given, so it is given
@@ -50,7 +58,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
 from ...settings import Settings
-from . import cimd
+from . import cimd, redirects
 from .grants import AuthorizationCodeGrant, RefreshTokenGrant, S256Only, Targets
 from .keys import ALGORITHM, EmbeddedKeys
 from .models import Client, User
@@ -242,10 +250,24 @@ class EmbeddedServer(AuthorizationServer):  # type: ignore[misc]
             )
         if exc.redirect:
             return flask.Response(status=302, headers={"Location": exc.redirect, "Cache-Control": "no-store"})
-        text = f"This sign-in request cannot go on: {exc.error}: {exc.description}\n"
-        response = flask.Response(text, status=400, mimetype="text/plain")
+        page = flask.render_template("authorize_error.html", error=exc.error, description=exc.description)
+        response = flask.Response(page, status=400, mimetype="text/html")
         response.headers["Cache-Control"] = "no-store"
         return response
+
+    def redirect_trusted(self, client_id: Any, redirect_uri: str) -> bool:
+        """Whether an error may be sent to `redirect_uri`, a redirect URI of `client_id`'s, before the user did
+        anything (the module's docstring says why)."""
+        if redirects.is_loopback(redirect_uri) or redirect_uri in self.settings.oauth_redirect_allowlist:
+            return True
+        if redirect_uri.partition(":")[0].lower() not in ("http", "https"):
+            return True  # a non-web scheme is registered only when the operator's allowlist names it
+        if not isinstance(client_id, str):
+            return False
+        if cimd.is_document_url(client_id):
+            return True  # query_client found it on the operator's allowlist
+        record = self.storage.client(client_id)
+        return record is not None and record.used
 
     def _grant(self, request: flask.Request, user: User | None) -> AuthorizationCodeGrant:
         try:
@@ -259,7 +281,7 @@ class EmbeddedServer(AuthorizationServer):  # type: ignore[misc]
             return error
         description = str(error.description or error.error)
         redirect = None
-        if error.redirect_uri:
+        if error.redirect_uri and self.redirect_trusted(request.values.get("client_id"), error.redirect_uri):
             params = [(name, value) for name, value in error.get_body() if name != "state"]
             state = request.values.get("state")
             if state:

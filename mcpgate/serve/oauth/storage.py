@@ -41,7 +41,8 @@ log = logging.getLogger("mcpgate.oauth.storage")
 
 BUSY_TIMEOUT_S = 10.0
 PURGE_EVERY_S = 600.0
-UNUSED_CLIENT_TTL_S = 86400.0  # a registration that never got a code is forgotten after this long
+UNUSED_CLIENT_TTL_S = 3600.0  # a registration that never got a code is forgotten after this long (the default of
+# MCPGATE_OAUTH_UNUSED_CLIENT_TTL, which the server passes)
 DB_NAME = "oauth.sqlite3"
 
 SCHEMA = """
@@ -85,9 +86,12 @@ def default_state_dir() -> str:
 
 @dataclass(frozen=True)
 class ClientRecord:
+    """A registration; `used` once it got a code (a user approved it): never forgotten or evicted then."""
+
     client_id: str
     secret_hash: str | None
     metadata: dict[str, Any]
+    used: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,9 @@ class Storage(Protocol):
     def secret(self, name: str) -> bytes: ...
     def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes: ...
     # clients
-    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int) -> bool: ...
+    def add_client(
+        self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int, unused_ttl: float = ...
+    ) -> bool: ...
     def client(self, client_id: str) -> ClientRecord | None: ...
     # codes: single use; a second use revokes what the first produced
     def add_code(self, code: str, record: CodeRecord) -> None: ...
@@ -237,14 +243,29 @@ class SqliteStorage:
 
     # -- clients ----------------------------------------------------------------------------------------------
 
-    def add_client(self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int) -> bool:
-        """Store a registration; False (nothing stored) when `limit` clients are kept already. Registrations
-        that never got a code are forgotten after a day (anyone may register: the table stays bounded)."""
+    def add_client(
+        self,
+        client_id: str,
+        secret: str | None,
+        metadata: dict[str, Any],
+        limit: int,
+        unused_ttl: float = UNUSED_CLIENT_TTL_S,
+    ) -> bool:
+        """Store a registration. Anyone may register, so the table stays bounded without locking anyone out:
+        registrations that never got a code are forgotten after `unused_ttl` seconds, and with `limit` clients
+        kept the oldest never used makes room. False (nothing stored) only when every client kept was used."""
         now = time.time()
         with self._transaction() as db:
-            db.execute("DELETE FROM clients WHERE used_at IS NULL AND issued_at < ?", (now - UNUSED_CLIENT_TTL_S,))
-            if db.execute("SELECT COUNT(*) FROM clients").fetchone()[0] >= limit:
-                return False
+            db.execute("DELETE FROM clients WHERE used_at IS NULL AND issued_at < ?", (now - unused_ttl,))
+            excess = db.execute("SELECT COUNT(*) FROM clients").fetchone()[0] + 1 - limit
+            if excess > 0:
+                db.execute(
+                    "DELETE FROM clients WHERE client_id IN "
+                    "(SELECT client_id FROM clients WHERE used_at IS NULL ORDER BY issued_at LIMIT ?)",
+                    (excess,),
+                )
+                if db.execute("SELECT COUNT(*) FROM clients").fetchone()[0] >= limit:
+                    return False
             db.execute(
                 "INSERT INTO clients (client_id, secret_hash, metadata, issued_at) VALUES (?, ?, ?, ?)",
                 (client_id, fingerprint(secret) if secret else None, json.dumps(metadata), now),
@@ -253,8 +274,10 @@ class SqliteStorage:
 
     def client(self, client_id: str) -> ClientRecord | None:
         with self._db() as db:
-            row = db.execute("SELECT secret_hash, metadata FROM clients WHERE client_id = ?", (client_id,)).fetchone()
-        return None if row is None else ClientRecord(client_id, row[0], json.loads(row[1]))
+            row = db.execute(
+                "SELECT secret_hash, metadata, used_at FROM clients WHERE client_id = ?", (client_id,)
+            ).fetchone()
+        return None if row is None else ClientRecord(client_id, row[0], json.loads(row[1]), row[2] is not None)
 
     # -- authorization codes ----------------------------------------------------------------------------------
 
