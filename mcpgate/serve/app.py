@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Flask, Response
+from flask import Flask, Response, request
 
 from ..core import jsonrpc
 from ..settings import Settings
-from . import auth, legacy_sse, metrics, streamable
+from . import auth, checks, legacy_sse, metrics, streamable
 from .cluster import Cluster
 from .cluster import create as create_cluster
 from .cors import Cors
@@ -73,6 +73,9 @@ class Guard:
         self.peer_trusted = functools.lru_cache(maxsize=256)(
             functools.partial(auth.peer_trusted, trusted=auth.networks(settings.trusted_peers))
         )
+        # the pages that may call the endpoints from another site (Sec-Fetch-Site: cross-site)
+        listed = (*settings.allowed_origins, *settings.cors_origins, *own_origin)
+        self.cross_site_origins = frozenset(checks.normalized_origin(origin) for origin in listed)
 
     def check(self, environ: dict[str, Any], endpoint: bool, target: Settings | None = None) -> None:
         """`target`: the settings of the server the request is for (None: GET /servers, or an unknown name)."""
@@ -100,10 +103,33 @@ class Guard:
             raise Refusal(
                 403, jsonrpc.INVALID_REQUEST, "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)"
             )
+        if endpoint:
+            self.check_cross_site(environ)
         if endpoint and self.cluster is not None and "HTTP_MCPGATE_FORWARDED" in environ:
             environ[auth.PRINCIPAL] = self.cluster.forwarded_principal(environ)  # instead of the token (403)
         elif endpoint and self.authenticator is not None:
             environ[auth.PRINCIPAL] = self.authenticator.authenticate(environ, target)
+
+
+    def check_cross_site(self, environ: dict[str, Any]) -> None:
+        try:
+            checks.require_not_cross_site(
+                environ.get("HTTP_SEC_FETCH_SITE"), environ.get("HTTP_ORIGIN"), self.cross_site_origins
+            )
+        except Refusal:
+            log.warning("refused a cross-site browser request to %s (Sec-Fetch-Site)", environ.get("PATH_INFO"))
+            raise
+
+    def may_know(self, environ: dict[str, Any]) -> bool:
+        """Whether the caller may be told what is served (server names, sessions, children): anyone when the
+        endpoints are open, else who could list the servers (GET /servers' credentials)."""
+        if self.authenticator is None:
+            return True
+        try:
+            self.authenticator.authenticate(environ, None)
+        except Refusal:
+            return False
+        return True
 
 
 class Endpoint:
@@ -192,6 +218,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         status, body = fleet.health()  # the details are in the log (preflight), not for every caller
         if app.extensions.get(DRAINING):  # a graceful stop: balancers send new sessions elsewhere
             status, body = 503, {**body, "status": "draining"}
+        if not guard.may_know(request.environ):  # a balancer needs the status; names and counts are not its
+            body = {"status": body["status"]}
         return Response(jsonrpc.encode(body), status=status, mimetype="application/json")
 
     cors = Cors(settings.cors_origins)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ..core.jsonrpc import INVALID_REQUEST
 from .http import Refusal
 
@@ -30,6 +32,34 @@ def require_post_accept(header: str | None) -> None:
 def require_get_accept(header: str | None) -> None:
     if not accepts(header, SSE):
         raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list {SSE}")
+
+
+def require_event_stream_accept(header: str | None) -> None:
+    """The HTTP+SSE stream's GET must name text/event-stream itself (every SSE client does): a browser's <img>,
+    <script> or link sends */* and must not open a session."""
+    if SSE not in media_types(header):
+        raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list {SSE}")
+
+
+def normalized_origin(origin: str) -> str:
+    return origin.strip().rstrip("/").lower()
+
+
+def require_not_cross_site(fetch_site: str | None, origin: str | None, listed: Collection[str]) -> None:
+    """Sec-Fetch-Site: cross-site is a page of another site making the browser send this request. An <img>, a
+    link or a form needs no CORS to do that, and would start a child with the user's own reach (a gateway on
+    loopback without authentication); refused unless the page's Origin is `listed` (normalized_origin: the
+    CORS origins, MCPGATE_ALLOWED_ORIGINS, the public URL's; "*" lists every page that sends an Origin)."""
+    if (fetch_site or "").strip().lower() != "cross-site":
+        return
+    if origin is not None and ("*" in listed or normalized_origin(origin) in listed):
+        return
+    raise Refusal(
+        403,
+        INVALID_REQUEST,
+        "Forbidden: a cross-site browser request (Sec-Fetch-Site: cross-site) from a page whose Origin is not "
+        "listed (MCPGATE_CORS_ORIGINS)",
+    )
 
 
 def require_json_content(header: str | None) -> None:

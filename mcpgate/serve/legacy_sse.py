@@ -47,9 +47,9 @@ def open_stream(gw: Gateway, request: HttpRequest) -> HttpResponse:
 
 
 def require_sse_accept(header: str | None) -> None:
-    """Clients of this transport need not send Accept (the revision asks for none); one that does must take SSE."""
-    if header is not None:
-        checks.require_get_accept(header)
+    """The revision asks for no Accept, but every client of it sends text/event-stream (an EventSource, the
+    SDKs): a GET without it (an <img> of another site's page, whose */* would pass) opens no session."""
+    checks.require_event_stream_accept(header)
 
 
 def endpoint_url(script_name: str, messages_path: str, session_id: str) -> str:

@@ -1,6 +1,8 @@
 """Prometheus metrics (MCPGATE_METRICS): what the gateway is doing, at /metrics, in the text format.
 
-Off by default, and then nothing here runs: no route, no wrapper, no counter. When on:
+Off by default, and then nothing here runs: no route, no wrapper, no counter. Served beyond loopback (a
+non-loopback bind, or MCPGATE_PUBLIC_FRONT), it needs MCPGATE_METRICS_TOKEN: the gateway refuses to start
+without it (`exposure_problem`), since the labels name every server. When on:
 
 - `Observed` wraps the app's Endpoint: per MCP endpoint request it counts the request (server, method,
   status), its seconds, the bytes read from its body and the bytes of its reply as they are sent (an SSE
@@ -19,7 +21,7 @@ import hmac
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response, request
@@ -328,6 +330,18 @@ def bearer_ok(header: str | None, token: str) -> bool:
     """Authorization: Bearer <token>, compared in constant time."""
     scheme, _, given = (header or "").strip().partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def exposure_problem(exposed: Collection[str], token: str) -> str | None:
+    """Why /metrics must not be served, or None: reachable beyond loopback (`exposed`: the binds, or a public
+    front) without MCPGATE_METRICS_TOKEN, its series would tell anyone every server's name and traffic."""
+    if not exposed or token:
+        return None
+    return (
+        f"refusing to serve /metrics beyond loopback ({', '.join(exposed)}) without MCPGATE_METRICS_TOKEN: its "
+        "series name every server and count its traffic for anyone who asks. Set MCPGATE_METRICS_TOKEN (the "
+        "scraper sends Authorization: Bearer <token>), or serve on loopback only, or set MCPGATE_METRICS=false"
+    )
 
 
 def install(app: Flask, token: str, servers: Servers) -> Metrics:

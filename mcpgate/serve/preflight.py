@@ -8,7 +8,7 @@ from collections.abc import Collection
 
 from ..limits import network_problem
 from ..settings import Settings
-from . import auth
+from . import auth, metrics
 from .fleet import Fleet
 from .servers import ConfigError
 
@@ -20,6 +20,8 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
     if refusal:
         return refusal
     exposed = [address for address in binds if not auth.bind_is_local(address)]
+    if settings.metrics and (refusal := metrics.exposure_problem(exposed, settings.metrics_token)):
+        return refusal
     if exposed and not authenticated:
         log.warning(
             "mcpgate: serving %s WITHOUT authentication (MCPGATE_ALLOW_UNAUTHENTICATED=true): anyone "

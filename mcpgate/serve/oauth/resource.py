@@ -196,8 +196,13 @@ class ResourceGuard:
         return metadata_response(self.metadata())
 
     def _serve_server_metadata(self, name: str) -> Response:
+        """A published server's metadata, without credentials: an OAuth client discovers sign-in here (as
+        from its endpoint's challenge, which names this URL). So whether one name is published can be asked
+        one guess at a time; the list of names is told only to who may know it (GET /servers, /healthz,
+        /metrics). An unknown name gets 404, not a made-up document: a client would sign in for a resource
+        that does not exist, and a server's own scopes would tell it apart anyway."""
         settings = self.published.settings_of(name)
-        if settings is None:  # names are told only to who may know them (GET /servers)
+        if settings is None:
             body = {"error": "not_found", "error_description": "no such protected resource"}
             return Response(jsonrpc.encode(body), status=404, mimetype="application/json")
         return metadata_response(self.metadata(self.server(settings), name))
@@ -291,11 +296,11 @@ def verifier_for(settings: Settings, named: bool = False) -> Verifier:
             settings.oauth_client_secret,
             audience,
             settings.oauth_issuer,
+            per_address=settings.oauth_introspection_limit,
         )
     if jwt is not None and introspection is not None:
         return EitherVerifier(jwt, introspection)
     verifier = jwt or introspection
     if verifier is None:
-            per_address=settings.oauth_introspection_limit,
         raise ValueError("resource-server mode needs MCPGATE_OAUTH_ISSUER or MCPGATE_OAUTH_INTROSPECTION_URL")
     return verifier
