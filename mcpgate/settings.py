@@ -82,6 +82,13 @@ class Settings:
         "warning at every start). Otherwise a non-loopback bind needs "
         "MCPGATE_AUTH_TOKEN.",
     )
+    public_front: bool = declare(
+        False,
+        "true: a balancer or proxy on this machine serves this instance beyond loopback (deploy/Procfile.fleet "
+        "sets it). The start then needs authentication as a public bind does (or MCPGATE_ALLOW_UNAUTHENTICATED), "
+        "and a request the proxy passed on (it carries X-Forwarded-For or Forwarded) may not use a loopback Host "
+        "name: the proxy's loopback address says nothing about where its client is.",
+    )
     auth_mode: str = declare(
         "",
         "Who may use the MCP endpoint: none; token (MCPGATE_AUTH_TOKEN); resource-server (OAuth access "
@@ -316,6 +323,13 @@ class Settings:
         "Empty: the bind address when it names one host (with 0.0.0.0: this host's name).",
         validate=validators.optional_url,
     )
+    cluster_peers: tuple[str, ...] = declare(
+        (),
+        "Comma-separated addresses or networks the other instances connect from: only they may send a forwarded "
+        "request (Mcpgate-Forwarded). Empty: the forwarding instance's own address in the directory (the host of "
+        "its MCPGATE_INTERNAL_URL; for an instance on this machine, any address of this machine).",
+        validate=validators.networks,
+    )
     principal_sessions: int = declare(
         0,
         "Most 2025 sessions one principal may hold across every instance (counted in Redis; on one instance, "
@@ -541,8 +555,9 @@ class Settings:
             )
         if self.port and self.bind:
             return (
-                "PORT and MCPGATE_BIND are both set: PORT (set by platforms such as Heroku) binds "
-                "0.0.0.0:$PORT; unset one of them"
+                "PORT and MCPGATE_BIND are both set: PORT binds 0.0.0.0:$PORT; unset one of them. Platforms such "
+                "as Heroku set PORT, and so do Procfile runners (honcho, foreman) for every process: a Procfile "
+                "line that sets MCPGATE_BIND starts with `unset PORT;`"
             )
         return None
 

@@ -5,10 +5,13 @@ A cluster session id is `<instance>.<random>.<mac>`: the instance that owns the 
 (22 characters). Any instance reads the owner from the id; nobody without the key can make an id that names
 an instance, so a forged id is simply unknown (404 like any).
 
-A request one instance forwards to another carries `Mcpgate-Forwarded: <principal>.<time>.<mac>`: the
-principal the first instance authenticated (base64url), the unix time it was signed and an HMAC over both and
-the request's method, path and session id. The owner takes the principal from it instead of authenticating
-again (the token never travels), within a short window.
+A request one instance forwards to another carries
+`Mcpgate-Forwarded: <principal>.<sender>.<time>.<nonce>.<mac>`: the principal the first instance authenticated
+(base64url), the sending instance, the unix time it was signed, a fresh random nonce and an HMAC over these and
+the request as sent (method, path, query string, session id and the SHA-256 of its body). The owner takes the
+principal from it instead of authenticating again (the token never travels) within a window of a few seconds,
+once: the caller remembers each nonce for the window (serve/cluster.py), so a captured value cannot be replayed,
+not even with the same body, and is worth nothing for any other request.
 
 Pure: the key and the clock are passed in.
 """
@@ -19,12 +22,15 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import secrets
+from dataclasses import dataclass
 
 RANDOM_CHARS = 43  # secrets.token_urlsafe(32)
 MAC_BYTES = 16  # 22 base64url characters
-FORWARDED_WINDOW = 30  # seconds a signed Mcpgate-Forwarded value is accepted for, either side of now
-_FORWARDED_DOMAIN = "mcpgate-forwarded"  # a session id's MAC input never holds a newline: the two never meet
+FORWARDED_WINDOW = 5  # seconds a signed Mcpgate-Forwarded value is accepted for, either side of now
+NONCE_BYTES = 16  # a forwarded value's nonce: 22 base64url characters
+_FORWARDED_DOMAIN = "mcpgate-forwarded-2"  # a JSON array: never the input of a session id's MAC
 
 
 def _b64(data: bytes) -> str:
@@ -64,33 +70,69 @@ def owner(value: str, key: bytes) -> str | None:
     return instance
 
 
-def _forwarded_mac(key: bytes, principal_b64: str, stamp: str, method: str, path: str, session_id: str) -> str:
-    return _mac(key, "\n".join((_FORWARDED_DOMAIN, principal_b64, stamp, method, path, session_id)))
+@dataclass(frozen=True)
+class ForwardedRequest:
+    """What a Mcpgate-Forwarded value is signed for: the request as the owner receives it."""
+
+    method: str
+    path: str  # PATH_INFO
+    query: str  # QUERY_STRING, as sent
+    session_id: str  # the session the request names ("" for none)
+    body: bytes
 
 
-def forwarded(principal: str, now: float, method: str, path: str, session_id: str, key: bytes) -> str:
-    """The Mcpgate-Forwarded value for a request the caller has authenticated as `principal`."""
-    principal_b64 = _b64(principal.encode())
-    stamp = str(int(now))
-    return f"{principal_b64}.{stamp}.{_forwarded_mac(key, principal_b64, stamp, method, path, session_id)}"
+@dataclass(frozen=True)
+class Forwarded:
+    """A Mcpgate-Forwarded value that checked: who the caller authenticated, which instance sent it, its nonce
+    (the caller refuses a nonce it has seen within the window)."""
+
+    principal: str
+    sender: str
+    nonce: str
 
 
-def forwarded_principal(
-    value: str, now: float, method: str, path: str, session_id: str, key: bytes, window: int = FORWARDED_WINDOW
-) -> str | None:
-    """The principal of a valid Mcpgate-Forwarded value for this request; None when it is malformed, signed
-    for another request, by another key, or outside the window."""
+def _forwarded_mac(key: bytes, fields: tuple[str, str, str, str], request: ForwardedRequest) -> str:
+    digest = _b64(hashlib.sha256(request.body).digest())
+    text = json.dumps(
+        [_FORWARDED_DOMAIN, *fields, request.method, request.path, request.query, request.session_id, digest],
+        separators=(",", ":"),
+    )
+    return _mac(key, text)
+
+
+def forwarded(principal: str, sender: str, now: float, request: ForwardedRequest, key: bytes) -> str:
+    """The Mcpgate-Forwarded value for a request instance `sender` has authenticated as `principal` (a fresh
+    nonce each time)."""
+    fields = (_b64(principal.encode()), sender, str(int(now)), _b64(secrets.token_bytes(NONCE_BYTES)))
+    return ".".join((*fields, _forwarded_mac(key, fields, request)))
+
+
+def forwarded_sender(value: str) -> str | None:
+    """The instance a well-formed Mcpgate-Forwarded value names as its sender, not yet checked (the caller may
+    look at the connection before reading the body the MAC covers)."""
     parts = value.split(".")
-    if len(parts) != 3 or not parts[1].isdigit() or len(parts[1]) > 12:
+    return parts[1] if len(parts) == 5 and valid_instance(parts[1]) else None
+
+
+def forwarded_check(
+    value: str, now: float, request: ForwardedRequest, key: bytes, window: int = FORWARDED_WINDOW
+) -> Forwarded | None:
+    """What a valid Mcpgate-Forwarded value for this request says; None when it is malformed, signed for
+    another request (another body, query, path, method or session), by another key, or outside the window.
+    Whether its nonce was seen before is the caller's to check."""
+    parts = value.split(".")
+    if len(parts) != 5:
         return None
-    principal_b64, stamp, mac = parts
+    principal_b64, sender, stamp, nonce, mac = parts
+    if not (stamp.isdigit() and len(stamp) <= 12 and valid_instance(sender) and 0 < len(nonce) <= 64):
+        return None
     if abs(now - int(stamp)) > window:
         return None
-    if not hmac.compare_digest(
-        mac.encode(), _forwarded_mac(key, principal_b64, stamp, method, path, session_id).encode()
-    ):
+    expected = _forwarded_mac(key, (principal_b64, sender, stamp, nonce), request)
+    if not hmac.compare_digest(mac.encode(), expected.encode()):
         return None
     try:
-        return base64.urlsafe_b64decode(principal_b64 + "=" * (-len(principal_b64) % 4)).decode()
+        principal = base64.urlsafe_b64decode(principal_b64 + "=" * (-len(principal_b64) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError):
         return None
+    return Forwarded(principal, sender, nonce)

@@ -76,6 +76,7 @@ class Guard:
         # the pages that may call the endpoints from another site (Sec-Fetch-Site: cross-site)
         listed = (*settings.allowed_origins, *settings.cors_origins, *own_origin)
         self.cross_site_origins = frozenset(checks.normalized_origin(origin) for origin in listed)
+        self.public_front = settings.public_front  # a proxy's loopback connection carries remote clients
 
     def check(self, environ: dict[str, Any], endpoint: bool, target: Settings | None = None) -> None:
         """`target`: the settings of the server the request is for (None: GET /servers, or an unknown name)."""
@@ -96,6 +97,13 @@ class Guard:
             )
             raise Refusal(
                 421, jsonrpc.INVALID_REQUEST, "Misdirected Request: a loopback Host name from a non-loopback peer"
+            )
+        if kind is auth.HostKind.LOOPBACK and self.public_front and auth.passed_on(environ):
+            log.warning("refused loopback Host %r passed on by the public front (MCPGATE_ALLOWED_HOSTS)", host)
+            raise Refusal(
+                421,
+                jsonrpc.INVALID_REQUEST,
+                "Misdirected Request: a loopback Host name through the public front (MCPGATE_ALLOWED_HOSTS)",
             )
         origin = environ.get("HTTP_ORIGIN")
         if not self.origin_allowed(origin):

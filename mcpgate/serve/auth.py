@@ -99,6 +99,13 @@ def peer_trusted(peer: str | None, trusted: Networks) -> bool:
     return any(address in network for network in trusted)
 
 
+def passed_on(environ: dict[str, Any]) -> bool:
+    """Whether a proxy says it passed this request on from a client (X-Forwarded-For or Forwarded). Behind a
+    public front (MCPGATE_PUBLIC_FRONT) such a request is not local whatever its peer: a client cannot remove
+    what the proxy adds, and one that adds it itself only loses the loopback Host name."""
+    return "HTTP_X_FORWARDED_FOR" in environ or "HTTP_FORWARDED" in environ
+
+
 def origin_allowed(origin: str | None, allowed: Collection[str]) -> bool:
     """No Origin (not a browser) passes; else a loopback origin or a configured one; * allows all."""
     if origin is None:
@@ -124,9 +131,17 @@ def bind_is_local(address: str) -> bool:
     return bool(host) and is_loopback_name(host)
 
 
-def exposure_problem(addresses: Collection[str], authenticated: bool, allow_unauthenticated: bool) -> str | None:
-    """Why the gateway must not start on these addresses, or None: beyond loopback needs authentication."""
+PUBLIC_FRONT = "through a public front (MCPGATE_PUBLIC_FRONT=true: a balancer passes requests on from the network)"
+
+
+def exposure_problem(
+    addresses: Collection[str], authenticated: bool, allow_unauthenticated: bool, public_front: bool = False
+) -> str | None:
+    """Why the gateway must not start on these addresses, or None: beyond loopback needs authentication, and so
+    does serving behind a public front (a balancer on loopback exposes what it reaches)."""
     exposed = [address for address in addresses if not bind_is_local(address)]
+    if public_front:
+        exposed.append(PUBLIC_FRONT)
     if not exposed or authenticated or allow_unauthenticated:
         return None
     return (

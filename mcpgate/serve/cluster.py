@@ -10,6 +10,10 @@ when settings.redis_url is set; without it nothing here runs and redis is never 
   greenlet; withdrawn when the process exits. `lookup` reads another instance's entry, cached briefly.
 - `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose
   session id names another instance is forwarded (serve/forward.py); so is one whose handler raises Forward.
+- `forwarded_principal`: the guard's check of a request another instance forwarded. Its Mcpgate-Forwarded
+  value must be signed for this very request (body included), within a few seconds, by an instance of the
+  directory connecting from that instance's address (or from MCPGATE_CLUSTER_PEERS), and seen for the first
+  time: its nonce is kept in Redis for the window (SET NX), so a captured value is refused when replayed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import parse_qs
 
 import gevent
@@ -30,6 +34,7 @@ from ..core import jsonrpc, session_ids, wire
 from ..core.sessions import new_session_id
 from ..settings import Settings
 from . import auth
+from .cluster_peers import ForwardingPeers
 from .forward import Forwarder, read_body
 from .http import MESSAGE, HttpRequest, HttpResponse, Refusal
 
@@ -45,6 +50,8 @@ HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
 FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
 MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
 FORWARDED_ENV = "mcpgate.forwarded"  # set by the guard on a request another instance forwarded
+NONCE_PREFIX = "mcpgate:forwarded:"  # + the nonce of an accepted Mcpgate-Forwarded value, kept past its window
+NONCE_TTL = 2 * session_ids.FORWARDED_WINDOW + 1  # seconds: a value is valid that long at most, from any clock
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -126,10 +133,20 @@ class Directory:
 class Cluster:
     """This instance among the others: `instance`, `key`, `redis`, `directory`; `draining` (a graceful stop)."""
 
-    def __init__(self, instance: str, key: bytes, redis: Redis, directory: Directory, forwarder: Forwarder) -> None:
+    def __init__(
+        self,
+        instance: str,
+        key: bytes,
+        redis: Redis,
+        directory: Directory,
+        forwarder: Forwarder,
+        peers: auth.Networks = (),
+    ) -> None:
         self.instance, self.key, self.redis = instance, key, redis
         self.directory = directory
         self.forwarder = forwarder
+        # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
+        self.peers = ForwardingPeers(self.lookup, peers)
         self.draining = False
 
     def mint(self) -> str:
@@ -151,22 +168,44 @@ class Cluster:
         self.forwarder.close()
 
     def forwarded_principal(self, environ: dict[str, Any]) -> str:
-        """The principal of a request another instance forwarded (its Mcpgate-Forwarded header checks), or a
-        403 Refusal. Marks the request as forwarded: it is never forwarded again."""
-        value = environ.get("HTTP_MCPGATE_FORWARDED", "")
-        principal = session_ids.forwarded_principal(
-            value,
-            time.time(),
+        """The principal of a request another instance forwarded, or a 403 Refusal (503: Redis unreachable).
+        Checked in this order: the connection comes from the sender it names (before any body is read); the
+        MAC covers this request, its body included (read here, bounded, and put back for the handler); the
+        value is recent; its nonce is new. Marks the request as forwarded: it is never forwarded again."""
+        value = str(environ.get("HTTP_MCPGATE_FORWARDED", ""))
+        peer = environ.get("REMOTE_ADDR")
+        sender = session_ids.forwarded_sender(value)
+        if sender is None or not self.peers.allowed(peer, sender):
+            self.refuse_forwarded(peer, f"it does not come from the address of the instance it names ({sender})")
+        body = read_body(environ, self.forwarder.max_body)
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        request = session_ids.ForwardedRequest(
             environ["REQUEST_METHOD"],
             environ.get("PATH_INFO", ""),
+            environ.get("QUERY_STRING", ""),
             named_session(environ) or "",
-            self.key,
+            body,
         )
-        if principal is None:
-            log.warning("refused a forwarded request: its Mcpgate-Forwarded header does not check")
-            raise Refusal(403, jsonrpc.INVALID_REQUEST, "Forbidden: invalid forwarded request")
+        claim = session_ids.forwarded_check(value, time.time(), request, self.key)
+        if claim is None:
+            self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
+        elif not self.first_use(claim.nonce):
+            self.refuse_forwarded(peer, "its Mcpgate-Forwarded value was used before (a replay)")
         environ[FORWARDED_ENV] = True
-        return principal
+        return claim.principal
+
+    @staticmethod
+    def refuse_forwarded(peer: str | None, problem: str) -> NoReturn:
+        log.warning("refused a forwarded request from %s: %s", peer, problem)
+        raise Refusal(403, jsonrpc.INVALID_REQUEST, "Forbidden: invalid forwarded request")
+
+    def first_use(self, nonce: str) -> bool:
+        """Whether no forwarded value with this nonce was accepted within the window (remembered in Redis)."""
+        try:
+            return bool(self.redis.set(NONCE_PREFIX + nonce, b"1", nx=True, ex=NONCE_TTL))
+        except self.directory.errors as exc:
+            log.warning("could not record a forwarded request's nonce: %s", exc)
+            raise Refusal(503, jsonrpc.INTERNAL_ERROR, "Service Unavailable: the fleet's Redis is unreachable") from None
 
     def serve(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
         """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names.
@@ -260,8 +299,9 @@ def create(settings: Settings) -> Cluster | None:
     instance = settings.instance_id or secrets.token_hex(4)
     key = cluster_key(settings, client)
     url = internal_url(settings)
-    forwarder = Forwarder(key, settings)
-    cluster = Cluster(instance, key, client, Directory(client, instance, url), forwarder)
+    forwarder = Forwarder(key, settings, instance)
+    directory = Directory(client, instance, url)
+    cluster = Cluster(instance, key, client, directory, forwarder, auth.networks(settings.cluster_peers))
     cluster.start()
     _current = cluster
     log.info("instance %s in the cluster, reached at %s", instance, url)

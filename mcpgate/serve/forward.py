@@ -3,7 +3,8 @@ kept-alive connection, and its reply streamed back as it comes.
 
 The request goes as it came (method, path, query, body, end-to-end headers, the client's Host and Origin for
 the owner's own checks) without its Authorization (the token does not travel) and with Mcpgate-Forwarded: the
-principal this instance authenticated, signed with the cluster key for this method, path and session.
+principal this instance authenticated and this instance's id, signed with the cluster key for this method,
+path, query, session and body, with a fresh nonce (core/session_ids; the owner accepts each value once).
 
 A reply with a length is read whole and its connection goes back to the pool at once; any other (an SSE
 stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes it, and its connection is
@@ -42,8 +43,8 @@ GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many r
 class Forwarder:
     """One per worker: idle connections per owner (at most MCPGATE_WORKER_CONNECTIONS each, newest first)."""
 
-    def __init__(self, key: bytes, settings: Settings) -> None:
-        self.key = key
+    def __init__(self, key: bytes, settings: Settings, instance: str) -> None:
+        self.key, self.instance = key, instance  # the sender its Mcpgate-Forwarded values name
         self.idle_per_owner = settings.worker_connections
         self.max_body = settings.max_body_bytes
         self.read_timeout = settings.sse_after + 2 * settings.keepalive + CONNECT_TIMEOUT
@@ -59,9 +60,8 @@ class Forwarder:
         if body is None:
             body = read_body(environ, self.max_body)
         headers = end_to_end(environ)
-        headers.append(
-            (wire.FORWARDED, session_ids.forwarded(principal, time.time(), method, path, session_id, self.key))
-        )
+        signed = session_ids.ForwardedRequest(method, path, environ.get("QUERY_STRING", ""), session_id, body)
+        headers.append((wire.FORWARDED, session_ids.forwarded(principal, self.instance, time.time(), signed, self.key)))
         if body or method in ("POST", "PUT", "PATCH"):
             headers.append(("Content-Length", str(len(body))))
         target = quote(environ.get("SCRIPT_NAME", "") + path, safe="/%:@!$&'()*+,;=-._~")

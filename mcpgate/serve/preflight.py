@@ -16,10 +16,11 @@ from .servers import ConfigError
 def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str | None:
     """Why the gateway must not start, or None (after logging what the operator should know)."""
     authenticated = settings.auth != "none"
-    refusal = auth.exposure_problem(binds, authenticated, settings.allow_unauthenticated)
+    refusal = auth.exposure_problem(binds, authenticated, settings.allow_unauthenticated, settings.public_front)
     if refusal:
         return refusal
     exposed = [address for address in binds if not auth.bind_is_local(address)]
+    exposed += [auth.PUBLIC_FRONT] if settings.public_front else []
     if settings.metrics and (refusal := metrics.exposure_problem(exposed, settings.metrics_token)):
         return refusal
     if exposed and not authenticated:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mcpgate.core import session_ids
@@ -64,43 +66,80 @@ def test_short_names_a_session_without_its_secret_part() -> None:
     assert session_ids.short(plain) == plain[:8]
 
 
-REQUEST = ("POST", "/mcp", "a.sid.mac")
+REQUEST = session_ids.ForwardedRequest("POST", "/mcp", "", "a.sid.mac", b'{"jsonrpc":"2.0"}')
+WINDOW = session_ids.FORWARDED_WINDOW
 
 
-def test_a_forwarded_value_carries_its_principal() -> None:
+def test_a_forwarded_value_carries_its_principal_and_sender() -> None:
     for principal in ("static", "alice@example.com", "sub:ü/1.2"):
-        value = session_ids.forwarded(principal, NOW, *REQUEST, KEY)
-        assert session_ids.forwarded_principal(value, NOW + 1, *REQUEST, KEY) == principal
+        value = session_ids.forwarded(principal, "i1", NOW, REQUEST, KEY)
+        assert session_ids.forwarded_sender(value) == "i1"
+        checked = session_ids.forwarded_check(value, NOW + 1, REQUEST, KEY)
+        assert checked is not None and (checked.principal, checked.sender) == (principal, "i1")
+
+
+def test_each_forwarded_value_has_a_fresh_nonce() -> None:
+    values = [session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY) for _ in range(50)]
+    nonces = {session_ids.forwarded_check(value, NOW, REQUEST, KEY).nonce for value in values}  # type: ignore[union-attr]
+    assert len(nonces) == 50
+
+
+def _other(**change: object) -> session_ids.ForwardedRequest:
+    return dataclasses.replace(REQUEST, **change)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     ("case", "now", "request_", "key"),
     [
-        ("expired", NOW + 31, REQUEST, KEY),
-        ("from the future", NOW - 31, REQUEST, KEY),
-        ("another method", NOW, ("DELETE", "/mcp", "a.sid.mac"), KEY),
-        ("another path", NOW, ("POST", "/servers/x/mcp", "a.sid.mac"), KEY),
-        ("another session", NOW, ("POST", "/mcp", "a.other.mac"), KEY),
+        ("expired", NOW + WINDOW + 1, REQUEST, KEY),
+        ("from the future", NOW - WINDOW - 1, REQUEST, KEY),
+        ("another method", NOW, _other(method="DELETE"), KEY),
+        ("another path", NOW, _other(path="/servers/x/mcp"), KEY),
+        ("another query", NOW, _other(query="session_id=a.sid.mac"), KEY),
+        ("another session", NOW, _other(session_id="a.other.mac"), KEY),
+        ("another body", NOW, _other(body=b'{"jsonrpc":"2.0","id":1}'), KEY),
+        ("no body", NOW, _other(body=b""), KEY),
         ("another key", NOW, REQUEST, OTHER_KEY),
     ],
 )
 def test_a_forwarded_value_checks_only_for_its_request_in_its_window(
-    case: str, now: float, request_: tuple[str, str, str], key: bytes
+    case: str, now: float, request_: session_ids.ForwardedRequest, key: bytes
 ) -> None:
-    value = session_ids.forwarded("alice", NOW, *REQUEST, KEY)
-    assert session_ids.forwarded_principal(value, now, *request_, key) is None
-    assert session_ids.forwarded_principal(value, NOW + 30, *REQUEST, KEY) == "alice"
+    value = session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY)
+    assert session_ids.forwarded_check(value, now, request_, key) is None
+    assert session_ids.forwarded_check(value, NOW + WINDOW, REQUEST, KEY) is not None
+
+
+def test_the_window_is_a_few_seconds() -> None:
+    assert WINDOW <= 5
 
 
 @pytest.mark.parametrize(
-    "value", ["", "a.b", "a.b.c.d", "YWxpY2U.x.mac", "YWxpY2U.99999999999999.mac", "YWxpY2U.1.mac"]
+    "value",
+    [
+        "",
+        "a.b",
+        "a.i1.1.n",
+        "a.i1.1.n.mac.x",
+        "YWxpY2U.i1.x.nonce.mac",
+        "YWxpY2U.i1.99999999999999.nonce.mac",
+        "YWxpY2U.i1.1800000000.nonce.mac",
+        "YWxpY2U.i/1.1800000000.nonce.mac",
+        "YWxpY2U.i1.1800000000..mac",
+    ],
 )
 def test_malformed_forwarded_values_are_refused(value: str) -> None:
-    assert session_ids.forwarded_principal(value, NOW, *REQUEST, KEY) is None
+    assert session_ids.forwarded_check(value, NOW, REQUEST, KEY) is None
 
 
-def test_a_forwarded_principal_cannot_be_swapped() -> None:
-    value = session_ids.forwarded("alice", NOW, *REQUEST, KEY)
-    _, stamp, mac = value.split(".")
-    bob = session_ids.forwarded("bob", NOW, *REQUEST, KEY).split(".")[0]
-    assert session_ids.forwarded_principal(f"{bob}.{stamp}.{mac}", NOW, *REQUEST, KEY) is None
+def test_a_forwarded_principal_sender_or_nonce_cannot_be_swapped() -> None:
+    value = session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY)
+    principal, sender, stamp, nonce, mac = value.split(".")
+    bob = session_ids.forwarded("bob", "i1", NOW, REQUEST, KEY).split(".")[0]
+    other_nonce = session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY).split(".")[3]
+    for forged in (
+        f"{bob}.{sender}.{stamp}.{nonce}.{mac}",
+        f"{principal}.i2.{stamp}.{nonce}.{mac}",
+        f"{principal}.{sender}.{stamp}.{other_nonce}.{mac}",
+    ):
+        assert session_ids.forwarded_check(forged, NOW, REQUEST, KEY) is None

@@ -17,9 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -51,7 +48,6 @@ from tests.support import (
     on_sample,
     post_modern,
     reply_message,
-    stop_process,
     wait_dead,
     wait_for,
 )
@@ -547,62 +543,3 @@ def test_a_graceful_drain(cluster: Cluster) -> None:
     finally:
         cluster.instances.pop("i4", None)
         drained.stop()
-
-
-# -- deploy/Procfile.fleet as written: Redis, four instances, HAProxy ---------------------------------------
-
-
-def procfile() -> dict[str, str]:
-    """deploy/Procfile.fleet's processes: name -> command line."""
-    lines = (ROOT / "deploy" / "Procfile.fleet").read_text().splitlines()
-    return dict(line.split(": ", 1) for line in lines if line and not line.startswith("#"))
-
-
-def test_the_procfile_fleet_runs(tmp_path: Path) -> None:
-    """Each line run as a Procfile runner does (sh, from the project root), on free ports given through the
-    variables the file reads; then both eras through its HAProxy."""
-    ports = {name: free_port() for name in ("redis", "i1", "i2", "i3", "i4", "front")}
-    env = {
-        **{key: value for key, value in os.environ.items() if key != "REDIS_URL"},
-        # the runner finds gunicorn on PATH: this Python's scripts first (an activated virtual environment)
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "MCPGATE_REDIS_PORT": str(ports["redis"]),
-        "MCPGATE_REDIS_DIR": str(tmp_path),
-        "HAPROXY_BIND": f"127.0.0.1:{ports['front']}",
-        "HAPROXY_ADMIN": str(tmp_path / "admin.sock"),
-        **{f"MCPGATE_I{n}": f"127.0.0.1:{ports[f'i{n}']}" for n in range(1, 5)},
-    }
-    started: list[subprocess.Popen[bytes]] = []
-    try:
-        for name, command in procfile().items():
-            with open(tmp_path / f"{name}.log", "wb") as log:
-                started.append(
-                    subprocess.Popen(["sh", "-c", f"exec {command}"], cwd=ROOT, env=env, stdout=log, stderr=log)
-                )
-        for name in ("redis", "i1", "i2", "i3", "i4", "front"):
-            assert wait_for(lambda name=name: listening(ports[name]), 30), (tmp_path / f"{name}.log").read_text()
-        balancer = Balancer(ports["front"], started[-1], tmp_path / "admin.sock", tmp_path / "haproxy.log")
-        assert wait_for(lambda: all(up for srv, up in balancer.servers_up().items() if srv.startswith("sticky/")))
-
-        async def body() -> list[str]:
-            owners = []
-            for _ in range(4):
-                user = LegacyUser(balancer.base, 7)
-                async with user.client() as client:
-                    await user.calls(client)
-                owners.append(owner(user.session_id))
-            async with Client(balancer.url, mode=MODERN) as client:
-                assert (await client.call_tool("echo", {"message": "m"})).content[0].text == "m"  # type: ignore[union-attr]
-            return owners
-
-        assert sorted(run(body)) == ["i1", "i2", "i3", "i4"]  # round-robin initializes, one session each
-    finally:
-        for proc in reversed(started):
-            stop_process(proc, timeout=30)
-    assert all(proc.returncode is not None for proc in started)
-
-
-def listening(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1.0):
-        return True
-    return False

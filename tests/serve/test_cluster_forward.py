@@ -147,8 +147,18 @@ def test_the_token_is_checked_before_forwarding_and_never_travels(pair: tuple[Ga
     assert b.request("DELETE", headers=session).status == 204
 
 
-def signed(principal: str, session: dict[str, str], when: float, method: str = "POST", path: str = "/mcp") -> str:
-    return session_ids.forwarded(principal, when, method, path, session[SESSION_ID], SECRET.encode())
+def signed(
+    principal: str,
+    session: dict[str, str],
+    when: float,
+    body: bytes = b"",
+    method: str = "POST",
+    path: str = "/mcp",
+    sender: str = "",
+) -> str:
+    """A Mcpgate-Forwarded value as an instance would sign it (`sender`: default the session's own instance)."""
+    request = session_ids.ForwardedRequest(method, path, "", session[SESSION_ID], body)
+    return session_ids.forwarded(principal, sender or instance(session), when, request, SECRET.encode())
 
 
 def test_the_owner_takes_a_valid_forwarded_principal_instead_of_the_token(pair: tuple[Gateway, Gateway]) -> None:
@@ -156,29 +166,31 @@ def test_the_owner_takes_a_valid_forwarded_principal_instead_of_the_token(pair: 
     session = session_on(a, BEARER)
     tokenless = {k: v for k, v in session.items() if k != "Authorization"}
     now = time.time()
-    ok = a.request(
-        "POST", body=call("echo", {"message": "fwd"}), headers={**tokenless, FORWARDED: signed("static", session, now)}
-    )
+    body = json.dumps(call("echo", {"message": "fwd"})).encode()
+    ok = a.request("POST", body=body, headers={**tokenless, FORWARDED: signed("static", session, now, body)})
     assert reply_message(ok)["result"]["content"][0]["text"] == "fwd", ok
-    other_key = session_ids.forwarded("static", now, "POST", "/mcp", session[SESSION_ID], b"another key")
+    x = json.dumps(call("echo", {"message": "x"})).encode()
+    other_key = session_ids.forwarded(
+        "static", instance(session), now, session_ids.ForwardedRequest("POST", "/mcp", "", session[SESSION_ID], x), b"k"
+    )
     refused = {
-        "expired": signed("static", session, now - 60),
-        "from the future": signed("static", session, now + 60),
-        "another method": signed("static", session, now, method="DELETE"),
-        "another path": signed("static", session, now, path="/sse"),
+        "expired": signed("static", session, now - 60, x),
+        "from the future": signed("static", session, now + 60, x),
+        "another method": signed("static", session, now, x, method="DELETE"),
+        "another path": signed("static", session, now, x, path="/sse"),
+        "another body": signed("static", session, now, body),
+        "an instance not in the directory": signed("static", session, now, x, sender="nowhere"),
         "another key": other_key,
         "malformed": "not-a-signature",
     }
     for case, value in refused.items():
-        reply = a.request("POST", body=call("echo", {"message": "x"}), headers={**tokenless, FORWARDED: value})
+        reply = a.request("POST", body=x, headers={**tokenless, FORWARDED: value})
         assert reply.status == 403, (case, reply)
     # the token is not a way around an invalid forwarded header either
-    reply = a.request("POST", body=call("echo", {"message": "x"}), headers={**session, FORWARDED: "bad"})
+    reply = a.request("POST", body=x, headers={**session, FORWARDED: "bad"})
     assert reply.status == 403, reply
     # a valid header for another principal finds no session (the session is the principal's)
-    other = a.request(
-        "POST", body=call("echo", {"message": "x"}), headers={**tokenless, FORWARDED: signed("mallory", session, now)}
-    )
+    other = a.request("POST", body=x, headers={**tokenless, FORWARDED: signed("mallory", session, now, x)})
     assert other.status == 404, other
     assert a.request("DELETE", headers=session).status == 204
 
@@ -403,7 +415,8 @@ def test_a_handler_forwarding_to_an_unreachable_owner_runs_again_with_its_body()
     dead = free_port()
     directory = Directory(FakeRedis({"mcpgate:instance:b": f"http://127.0.0.1:{dead}".encode()}), "a", "http://x")
     settings = Settings.from_env({})
-    fleet_member = Cluster("a", SECRET.encode(), FakeRedis({}), directory, Forwarder(SECRET.encode(), settings))  # type: ignore[arg-type]
+    forwarder = Forwarder(SECRET.encode(), settings, "a")
+    fleet_member = Cluster("a", SECRET.encode(), FakeRedis({}), directory, forwarder)  # type: ignore[arg-type]
     seen: list[tuple[str | None, bytes]] = []
 
     def handler(request: HttpRequest) -> HttpResponse:
@@ -430,10 +443,9 @@ def test_without_redis_the_header_means_nothing(gateway_factory: Any) -> None:
     session = session_on(gw, BEARER)
     assert "." not in session[SESSION_ID]  # plain ids
     tokenless = {k: v for k, v in session.items() if k != "Authorization"}
-    header = signed("static", session, time.time())
-    assert (
-        gw.request("POST", body=call("echo", {"message": "x"}), headers={**tokenless, FORWARDED: header}).status == 401
-    )
+    body = json.dumps(call("echo", {"message": "x"})).encode()
+    header = signed("static", session, time.time(), body, sender="i1")
+    assert gw.request("POST", body=body, headers={**tokenless, FORWARDED: header}).status == 401
 
 
 def test_without_redis_nothing_imports_redis() -> None:
