@@ -205,7 +205,9 @@ class Cluster:
             return bool(self.redis.set(NONCE_PREFIX + nonce, b"1", nx=True, ex=NONCE_TTL))
         except self.directory.errors as exc:
             log.warning("could not record a forwarded request's nonce: %s", exc)
-            raise Refusal(503, jsonrpc.INTERNAL_ERROR, "Service Unavailable: the fleet's Redis is unreachable") from None
+            raise Refusal(
+                503, jsonrpc.INTERNAL_ERROR, "Service Unavailable: the fleet's Redis is unreachable"
+            ) from None
 
     def serve(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
         """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names.
