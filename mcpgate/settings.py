@@ -360,6 +360,12 @@ class Settings:
     pool_children: int = declare(
         4, "Most pooled children per principal serving 2026-07-28 requests; past it, requests wait.", validate=positive
     )
+    pool_children_total: int = declare(
+        32,
+        "Most pooled children of all principals together (those still stopping included); past it, the least "
+        "recently used idle child of another principal is stopped to make room, or requests wait.",
+        validate=positive,
+    )
     pool_child_requests: int = declare(
         16, "Requests in flight per pooled child before the pool starts another.", validate=positive
     )
@@ -386,7 +392,8 @@ class Settings:
     input_ttl: float = declare(
         120.0,
         "Seconds a bridged input request (elicitation, sampling, roots for a legacy child) waits for the "
-        "client's retry; then the child's call is cancelled and its requestState expires.",
+        "client's retry; then the child's call is cancelled and its requestState expires. A modern child's "
+        "requestState is accepted back for as long.",
         validate=positive,
     )
     max_body_bytes: int = declare(8 * MiB, "Largest POST body accepted (413 past it).", validate=positive)

@@ -5,9 +5,11 @@ A principal (the static-token or no-auth case is one; each OAuth subject will be
 (`pool_child_requests`); a call on a legacy child whose client may be asked for input needs that child
 to itself (stdio ties no child request to the call that caused it, so there must be only one candidate),
 and other calls that could ask for input stay off such a child. Past the limit a request waits
-(`pool_wait`) for room, then 503. A crashed child is replaced on demand, after a backoff; past
-`pool_restarts` crashes in a minute the principal's requests get 503 naming the last reason. Idle
-children stop after `pool_idle_ttl`.
+(`pool_wait`) for room, then 503. All principals together have up to `pool_children_total` children (those
+still stopping counted, so it bounds processes): past it, the least recently used idle child of another
+principal is stopped to make room, and when none is idle the request waits as above. A crashed child is
+replaced on demand, after a backoff; past `pool_restarts` crashes in a minute the principal's requests get 503
+naming the last reason. Idle children stop after `pool_idle_ttl`.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class Pool:
         self.states = ChildStates(spec.label_prefix, settings.input_ttl, settings.max_body_bytes)
         self._reaper: gevent.Greenlet | None = None
         self._numbers = 0
+        self._stopping: set[PooledChild] = set()  # stopped on purpose, not yet exited: still processes
+        self._waiters: list[gevent.event.Event] = []  # requests waiting for room under pool_children_total
         self.closing = False
 
     def group(self, principal: str) -> Group:
@@ -82,6 +86,10 @@ class Pool:
 
     def live_children(self) -> int:
         return sum(1 for group in self.groups.values() for child in group.children if child.child.alive)
+
+    def total(self) -> int:
+        """Children counted against pool_children_total: every principal's, and those still stopping."""
+        return sum(len(group.children) for group in self.groups.values()) + len(self._stopping)
 
     # -- taking a child -----------------------------------------------------------------------------
     def acquire(self, principal: str, *, bridged: bool = False, candidate: bool = False) -> PooledChild:
@@ -96,27 +104,69 @@ class Pool:
             if child is not None:
                 return child
             starting = [c for c in group.children if not c.ready.is_set()]
-            if starting or len(group.children) < self.settings.pool_children:
+            grows = len(group.children) < self.settings.pool_children  # within the principal's own limit
+            if starting or (grows and self._room(group)):
                 # a starting child is waited for until its probe ends (bounded by the probe's own timeouts),
                 # then picked or refused with the reason it cannot serve
                 child = starting[0] if starting else self._spawn(group)
                 child.ready.wait(self.settings.probe_timeout + self.settings.pool_wait + 1.0)
                 deadline = max(deadline, self.clock() + 0.1)
                 continue
-            else:
-                event = gevent.event.Event()
-                group.waiters.append(event)
-                if not event.wait(max(0.0, min(EVICT_AFTER, deadline - self.clock()))) and bridged:
-                    # every child is taken; one held only by a call parked for its client's input gives way
-                    self.bridge.evict_oldest(principal)
+            event = gevent.event.Event()
+            group.waiters.append(event)
+            if grows:  # the pool as a whole is full: a child's exit or a freed slot anywhere wakes it
+                self._waiters.append(event)
+            if not event.wait(max(0.0, min(EVICT_AFTER, deadline - self.clock()))) and bridged:
+                # every child is taken; one held only by a call parked for its client's input gives way
+                self.bridge.evict_oldest(principal)
             if self.clock() >= deadline:
-                raise Refusal(
-                    503,
-                    jsonrpc.INTERNAL_ERROR,
-                    f"Service Unavailable: all {len(group.children)} pooled MCP server processes are busy "
-                    "(MCPGATE_POOL_CHILDREN, MCPGATE_POOL_CHILD_REQUESTS)",
-                    headers={"Retry-After": "5"},
-                )
+                raise self._busy(group, whole_pool=grows)
+
+    def _busy(self, group: Group, *, whole_pool: bool) -> Refusal:
+        if whole_pool:
+            what = f"all {self.total()} pooled MCP server processes (MCPGATE_POOL_CHILDREN_TOTAL) are busy"
+        else:
+            what = f"all {len(group.children)} pooled MCP server processes are busy (MCPGATE_POOL_CHILDREN, "
+            what += "MCPGATE_POOL_CHILD_REQUESTS)"
+        return Refusal(503, jsonrpc.INTERNAL_ERROR, f"Service Unavailable: {what}", headers={"Retry-After": "5"})
+
+    def _room(self, group: Group) -> bool:
+        """Whether a child may start now under pool_children_total; when not, and no child is already on its way
+        out, the least recently used idle child of another principal is stopped (its exit wakes the waiters)."""
+        if self.total() < self.settings.pool_children_total:
+            return True
+        if self._stopping:  # room is coming: one eviction at a time, never more than the waiters need
+            return False
+        idle = [
+            (child.last_used, other, child)
+            for other in self.groups.values()
+            if other is not group
+            for child in other.children
+            if child.ready.is_set() and not child.load and not self._listened(other, child)
+        ]
+        if idle:
+            _, other, child = min(idle, key=lambda entry: entry[0])
+            log.info("pooled child %s stopped to make room (MCPGATE_POOL_CHILDREN_TOTAL)", child.label)
+            self._stop(other, child, "stopped to make room for another principal (MCPGATE_POOL_CHILDREN_TOTAL)")
+        return False
+
+    @staticmethod
+    def _listened(group: Group, child: PooledChild) -> bool:
+        return group.hub_child is child and group.hub is not None and len(group.hub) > 0
+
+    def _stop(self, group: Group, child: PooledChild, reason: str) -> None:
+        """Stop a child on purpose: out of its group now, counted (as stopping) until it has exited."""
+        if child in group.children:
+            group.children.remove(child)
+        self._stopping.add(child)
+        child.close(reason)
+
+    def _wake(self, group: Group) -> None:
+        """A slot of `group` is free, or a child has gone: its waiters, and every request waiting for room."""
+        group.wake()
+        waiters, self._waiters = self._waiters, []
+        for event in waiters:
+            event.set()
 
     def _pick(self, group: Group, bridged: bool, candidate: bool) -> PooledChild | None:
         best: PooledChild | None = None
@@ -124,9 +174,8 @@ class Pool:
             if not child.ready.is_set() or child.ended or child.stopping or not child.child.alive:
                 continue
             if child.problem:  # it cannot serve: it goes, counted as a crash (the next request tries anew)
-                group.children.remove(child)
                 group.crashes.append((self.clock(), child.problem))
-                child.close(child.problem)
+                self._stop(group, child, child.problem)
                 raise Refusal(502, jsonrpc.INTERNAL_ERROR, f"Bad Gateway: {child.problem}")
             if child.load >= self.settings.pool_child_requests:
                 continue
@@ -152,7 +201,7 @@ class Pool:
             on_input_required=self._wrap_state,
             clock=self.clock,
         )
-        child.on_release = group.wake
+        child.on_release = lambda: self._wake(group)
         group.children.append(child)  # counted (and waited for by others) from now on
         backoff = self._backoff(group)
         if backoff:
@@ -175,7 +224,8 @@ class Pool:
         pool's limit: a call that may ask its client for input holds its child (parked, until the retry), and a
         cold start is a process and an initialize away."""
         group = self.group(principal)
-        if self.closing or group.era is not Era.LEGACY or len(group.children) >= self.settings.pool_children:
+        full = len(group.children) >= self.settings.pool_children or self.total() >= self.settings.pool_children_total
+        if self.closing or group.era is not Era.LEGACY or full:  # a spare never makes others' children stop
             return
         idle = [c for c in group.children if not c.ready.is_set() or not (c.candidate or c.bridged_calls or c.ended)]
         if len(idle) <= self.settings.pool_spares:
@@ -210,6 +260,7 @@ class Pool:
             )
 
     def _on_exit(self, group: Group, child: PooledChild, reason: str) -> None:
+        self._stopping.discard(child)
         if child in group.children:
             group.children.remove(child)
         if not child.stopping and not self.closing:
@@ -219,7 +270,7 @@ class Pool:
         if group.hub_child is child and group.hub is not None:
             group.hub.end_all(f"MCP server ended: {reason}", graceful=False)
             group.hub, group.hub_child = None, None
-        group.wake()
+        self._wake(group)
 
     # -- modern children's requestState: sealed for the principal, the retry back to the child that issued it ----
     def _wrap_state(self, child: PooledChild, call: Call, result: dict[str, Any]) -> dict[str, Any] | None:
@@ -307,12 +358,10 @@ class Pool:
         now = self.clock()
         for group in self.groups.values():
             for child in list(group.children):
-                listening = group.hub_child is child and group.hub is not None and len(group.hub)
-                if child.load or listening or now - child.last_used < self.settings.pool_idle_ttl:
+                if child.load or self._listened(group, child) or now - child.last_used < self.settings.pool_idle_ttl:
                     continue
                 log.info("pooled child %s idle for longer than MCPGATE_POOL_IDLE_TTL", child.label)
-                child.close("idle for longer than MCPGATE_POOL_IDLE_TTL")
-                group.children.remove(child)
+                self._stop(group, child, "idle for longer than MCPGATE_POOL_IDLE_TTL")
 
     def shutdown(self) -> list[ChildProcess]:
         """End every listen stream with its final result and start stopping every child (the caller waits)."""
@@ -322,10 +371,10 @@ class Pool:
             if group.hub is not None:
                 group.hub.end_all("the gateway is shutting down", graceful=True)
             children.extend(group.children)
-            group.wake()
+            self._wake(group)
         for child in children:
             child.close("the gateway is shutting down")
-        return [child.child for child in children]
+        return [child.child for child in [*children, *self._stopping]]
 
 
 def new_call(request: Request, principal: str, capabilities: dict[str, Any], stream: Any, **kwargs: Any) -> Call:
