@@ -26,7 +26,7 @@ from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
 from mcpgate.limits import ChildLimits, Usage, limit_reason, memory_limit, mentions_memory_failure, preexec, settle
 from mcpgate.pipes import close_quietly, describe_exit, read_chunks
-from mcpgate.spawn import ChildSpawnError, ChildUser, resolve_executable, run_as
+from mcpgate.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resolve_executable, run_as
 
 __all__ = ["ChildProcess"]
 
@@ -39,6 +39,13 @@ _LOG_BODY = 200  # body bytes in DEBUG / WARNING lines
 _KILL_GRACE = 5.0  # wait after SIGKILL; the kernel needs no longer
 _NEWLINE = b"\n"
 WRITE_QUEUE_FULL = "write queue full"  # the close reason of a child whose stdin queue overflowed
+_PIPE_GONE = ("stdin closed by child", "stdout closed by child", "stdin write failed")  # close() reasons of a pipe
+# Added to the reason of a child that ended, not asked to, before its first message: most often a variable it
+# needs is missing (the log has its stderr).
+FIRST_START_HINT = (
+    f" before its first message; it inherits only {', '.join(INHERITED_ENV)} from the gateway's environment: "
+    "name the variables it needs in MCPGATE_PASS_ENV (a named server: its pass_env) or set them in MCPGATE_CHILD_ENV"
+)
 
 
 class ChildProcess:
@@ -87,6 +94,7 @@ class ChildProcess:
         self._closing = False
         self._discard = False  # stop delivering stdout (after junk / oversized line)
         self._junk = 0
+        self._spoke = False  # it sent a message (its start went through)
         self._queue: deque[bytes | memoryview] = deque()
         self._writing = False  # a writer greenlet is draining the queue
         self._stdin_fd = -1
@@ -270,6 +278,9 @@ class ChildProcess:
         self.end_cause, passed = settle(self.limits, self._cause, returncode, self.usage)
         if passed is not None:
             return limit_reason(passed)
+        pipe_or_none = self._reason is None or self._reason.startswith(_PIPE_GONE)
+        if self.end_cause in ("clean", "crash") and not self._spoke and pipe_or_none:
+            return describe_exit(returncode) + FIRST_START_HINT  # its exit, not the pipes closed with it, tells why
         return self._reason if self._reason is not None else describe_exit(returncode)
 
     def _finish_pipes(self) -> None:
@@ -370,6 +381,7 @@ class ChildProcess:
         else:
             members = [msg]
         self._junk = 0
+        self._spoke = True
         debug = self._log.isEnabledFor(logging.DEBUG)
         for member in members:
             if debug:

@@ -171,6 +171,10 @@ class PooledChild:
         result = answer.get("result") if answer is not None else None
         if not isinstance(result, dict):
             error = answer.get("error") if answer is not None else None
+            if modern.recognised_modern_error(error):  # a modern server slower to start than the probe's timeout
+                again = self.ask("server/discover", {"_meta": self.request_meta()}, self.init_timeout)
+                if again is not None and self._modern_answer(again):
+                    return
             why = error.get("message", "an error") if isinstance(error, dict) else "no answer"
             self.problem = f"the MCP server answered neither server/discover nor initialize ({why})"
             return
