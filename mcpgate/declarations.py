@@ -1,18 +1,19 @@
 """How mcpgate declares a setting: once, as a dataclass field carrying its type, default, environment variable
 or command-line flag, one-line doc and validator (gunicorn's `Setting` declares its options the same way).
 
-From the declarations come the values (`load`: the environment, checked, one message naming the variable),
-the relay's argument parser (`add_arguments`) and the README's tables (`markdown_table`). The settings
-themselves are declared in mcpgate.settings.
+From the declarations come the values (`load`: the environment, checked, one message naming the variable;
+`unknown_variables`: what looks like a setting and is none), the relay's argument parser (`add_arguments`) and
+the README's tables (`markdown_table`). The settings themselves are declared in mcpgate.settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -161,6 +162,18 @@ def load(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: An
     if problem:
         raise SettingsError(problem)
     return made
+
+
+def unknown_variables(environ: Mapping[str, str], known: Collection[str], prefix: str) -> list[str]:
+    """One line per variable named like a setting (it starts with `prefix`) that no declaration reads, with the
+    nearest known name when one is close: a mistyped setting is otherwise silently ignored."""
+    lines = []
+    # compared without the prefix, which every candidate shares (PORT and REDIS_URL, which lack it, as they are)
+    by_stem = {name.removeprefix(prefix): name for name in known}
+    for name in sorted(name for name in environ if name.startswith(prefix) and name not in known):
+        near = difflib.get_close_matches(name.removeprefix(prefix), sorted(by_stem), n=1)
+        lines.append(f"{name} is not a setting" + (f" (did you mean {by_stem[near[0]]}?)" if near else ""))
+    return lines
 
 
 # -- validators ---------------------------------------------------------------------------------------------

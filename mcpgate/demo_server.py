@@ -330,10 +330,25 @@ class DemoServer:
         return True
 
 
+USAGE = """\
+usage: mcpgate-demo-server   (or: python -m mcpgate.demo_server)
+
+mcpgate's bundled demo MCP server: it speaks MCP as newline-delimited JSON-RPC on stdin and stdout, so a host or
+a gateway starts it and talks to it; typed in a terminal it waits for JSON-RPC on stdin (Ctrl-D ends it).
+`gunicorn mcpgate.wsgi` serves it over HTTP when MCPGATE_COMMAND is empty. Its tools: echo, add, slow, bytes,
+ask_name (elicitation), sample (sampling), notify_change, log; a resource, a resource template and a prompt.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Serve the demo on stdin/stdout until stdin EOF; returns the exit code (0)."""
-    del argv  # no options
+    """Serve the demo on stdin/stdout until stdin EOF; returns the exit code (0; 2 for an unknown argument)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args:  # no options: --help (or anything) prints the usage instead of waiting for input
+        print(USAGE, end="", file=sys.stdout if args[0] in ("-h", "--help") else sys.stderr)
+        return 0 if args[0] in ("-h", "--help") else 2
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="mcpgate-demo %(levelname)s: %(message)s")
+    if sys.stdin.isatty():
+        logging.info("waiting for JSON-RPC messages on stdin, one per line (Ctrl-D ends; --help says more)")
     if not DemoServer(sys.stdout.buffer).serve(sys.stdin.buffer):
         sys.stderr.flush()  # a thread is stuck writing stdout: skip interpreter cleanup, which would wait on it
         os._exit(0)

@@ -18,16 +18,21 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 from typing import Any
 
-from mcpgate import boundary, orphans
-from mcpgate.serve import preflight
+from mcpgate import boundary, orphans, settings
+from mcpgate.serve import preflight, starting
+from mcpgate.serve.oauth import users
 from mcpgate.settings import Settings, SettingsError
 
 boundary.undumpable()  # the master: no same-user process (a child) reads its environment or memory
 try:
     _settings = Settings.from_env()
+    users.parse(_settings.oauth_users)  # checked here too: a bad one stops the start before anything listens
 except SettingsError as _exc:
+    for _line in settings.unknown():  # a mistyped name may be why
+        print(f"mcpgate: warning: {_line}", file=sys.stderr)
     raise SystemExit(f"mcpgate: invalid setting: {_exc}") from None
 
 worker_class = "mcpgate.serve.worker.GatewayWorker"  # gevent_pywsgi with a lighter header parser
@@ -51,9 +56,13 @@ control_socket_disable = True
 def on_starting(server: Any) -> None:
     """Before any socket is bound or worker started: refuse an unsafe or broken configuration; adopt orphans
     so a dead worker's children can be found."""
-    refusal = boundary.start_problem(_settings) or preflight.run(_settings, list(server.cfg.bind), server.log)
+    for line in settings.unknown():
+        server.log.warning("mcpgate: %s; every setting: mcpgate settings", line)
+    binds = list(server.cfg.bind)
+    refusal = boundary.start_problem(_settings) or preflight.run(_settings, binds, server.log) or starting.taken(binds)
     if refusal:
         raise SystemExit(f"mcpgate: {refusal}")
+    server.log.info("mcpgate: %s", starting.describe(_settings, binds))
     exposure = boundary.state_exposure(_settings)
     if exposure:
         server.log.warning("mcpgate: %s", exposure)

@@ -11,12 +11,14 @@ argument parser and both README tables are generated from these declarations
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from . import validators
-from .declarations import MiB, declare, load, non_negative, positive
+from .declarations import MiB, declare, load, non_negative, positive, unknown_variables
 from .declarations import SettingsError as SettingsError  # the error every caller of the settings catches
 from .declarations import add_arguments as add_arguments
 from .declarations import declared as declared
@@ -789,6 +791,21 @@ class RelaySettings:
         given = {name: value for name, value in given.items() if value is not None}  # unset: env, then default
         given["header"] = tuple(given.get("header") or ())
         return load(cls, environ, **given)
+
+
+# MCPGATE_* variables that are no setting but known all the same: deploy/Procfile.fleet's own (Redis's port and
+# directory, HAProxy's routing; MCPGATE_I<n>: where instance i<n> listens), which its runner gives every process.
+RECIPE_VARIABLES = ("MCPGATE_REDIS_PORT", "MCPGATE_REDIS_DIR", "MCPGATE_ROUTING")
+_INSTANCE_ADDRESS = re.compile(r"MCPGATE_I[0-9]+")
+
+
+def unknown(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The MCPGATE_* variables neither the gateway, the relay nor the fleet recipe reads, each with the nearest
+    known name (reported at start: a mistyped setting would be silently ignored)."""
+    environ = os.environ if environ is None else environ
+    known = {s.env for cls in (Settings, RelaySettings) for s in declared(cls) if s.env}
+    known.update(RECIPE_VARIABLES, (name for name in environ if _INSTANCE_ADDRESS.fullmatch(name)))
+    return unknown_variables(environ, known, "MCPGATE_")
 
 
 def markdown_table() -> str:

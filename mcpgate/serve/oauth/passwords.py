@@ -28,6 +28,12 @@ def is_hash(value: str) -> bool:
     return _HASH.fullmatch(value) is not None
 
 
+def shell_expanded(value: str) -> bool:
+    """Whether the value is what a shell leaves of a hash given unquoted or in double quotes: its method and
+    parameters without the $salt$digest, which the shell took for variables."""
+    return value.startswith(("scrypt:", "pbkdf2:")) and "$" not in value
+
+
 def matches(stored_hash: str, password: str) -> bool:
     """Whether the password is the one the hash was made from (werkzeug compares in constant time)."""
     return check_password_hash(stored_hash, password)

@@ -26,6 +26,11 @@ def parse(value: str) -> dict[str, str]:
             raise SettingsError(f"{SETTING}: entry {position} is not name:hash (name: letters, digits, ._@+-)")
         if name in users:
             raise SettingsError(f"{SETTING}: user {name!r} is listed twice")
+        if passwords.shell_expanded(stored.strip()):
+            raise SettingsError(
+                f"{SETTING}: user {name!r} has what looks like a password hash whose $-parts the shell expanded "
+                f"(it holds no $): quote the value in single quotes, {SETTING}='{name}:scrypt:...$...$...'"
+            )
         if not passwords.is_hash(stored.strip()):
             raise SettingsError(
                 f"{SETTING}: user {name!r} has no password hash (a plain-text password is refused); make one "
