@@ -13,10 +13,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
 
 from ..core import jsonrpc
 from ..settings import Settings
-from . import auth, checks, legacy_sse, metrics, streamable
+from . import auth, checks, legacy_sse, metrics, servers, streamable
 from .cluster import Cluster
 from .cluster import create as create_cluster
 from .cors import Cors
@@ -207,6 +208,27 @@ class Endpoint:
         return start
 
 
+def not_here(fleet: Fleet, guard: Guard) -> Callable[[HTTPException], Response]:
+    """Flask's 404 and 405 as JSON-RPC errors (a client, or a relay passing the body to its host, may land on any
+    path); a 404 says where the MCP endpoints are: the named servers' path shape (their names from GET /servers,
+    behind its authentication), MCPGATE_PATH to a caller who may know what is served."""
+
+    def answer(error: HTTPException) -> Response:
+        where = ""
+        if error.code == 404 and fleet.named:
+            where = f": the MCP endpoints here are {servers.paths('<name>')[0]} (GET {servers.PREFIX} lists them)"
+        elif error.code == 404 and guard.may_know(request.environ):
+            where = f": the MCP endpoint here is {fleet.settings.path}"
+        body = jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, f"{error.name}{where}")
+        response = Response(jsonrpc.encode(body), status=error.code or 404, mimetype="application/json")
+        allowed = getattr(error, "valid_methods", None)
+        if allowed:
+            response.headers["Allow"] = ", ".join(allowed)
+        return response
+
+    return answer
+
+
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
@@ -230,6 +252,8 @@ def create_app(settings: Settings | None = None) -> Flask:
             body = {"status": body["status"]}
         return Response(jsonrpc.encode(body), status=status, mimetype="application/json")
 
+    app.register_error_handler(404, not_here(fleet, guard))
+    app.register_error_handler(405, not_here(fleet, guard))
     cors = Cors(settings.cors_origins)
     app.wsgi_app = Endpoint(app.wsgi_app, fleet, guard, cors)  # type: ignore[method-assign]
     if settings.metrics:  # off: no /metrics route and no wrapper on any request
