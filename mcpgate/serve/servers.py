@@ -44,6 +44,7 @@ PER_SERVER = (
     "child_no_network",
     "request_timeout",
     "pool_children",
+    "pool_children_total",
     "pool_idle_ttl",
     "oauth_scopes",
 )
