@@ -96,14 +96,18 @@ def test_wheel_holds_the_package_and_its_metadata(dist: Dist) -> None:
     assert "Requires-Python: >=3.10" in metadata
     requires = re.findall(r"^Requires-Dist: ([^;\n]+)$", metadata, re.MULTILINE)  # runtime ones: no marker
     assert sorted(requires) == [
-        "authlib>=1.6",
-        "flask>=3.0",
+        "authlib>=1.9.0",
+        "cryptography>=47.0.0",
+        "flask>=3.1.3",
         "gevent>=23.9",
-        "gunicorn[gevent]>=22",
-        "joserfc>=1.0",
+        "gunicorn[gevent]>=23.0",
+        "jinja2>=3.1.6",
+        "joserfc>=1.7.6",
         "prometheus-client>=0.20",
         "redis>=5",
-        "requests>=2.32.2",
+        "requests>=2.33.0",
+        "urllib3>=2.7.0",
+        "werkzeug>=3.1.6",
     ]
     assert "mcpgate-relay = mcpgate.relay.cli:main" in entry_points
     assert "mcpgate-demo-server = mcpgate.demo_server:main" in entry_points
