@@ -136,6 +136,12 @@ class Settings:
     oauth_client_secret: str = declare(
         "", "resource-server mode: the secret the gateway introspects with. Never logged.", secret=True
     )
+    oauth_introspection_limit: int = declare(
+        60,
+        "resource-server mode: introspection requests a client address may cause per minute (tokens not "
+        "answered from the cache); 429 past it.",
+        validate=positive,
+    )
     oauth_users: str = declare(
         "",
         "embedded mode: who may sign in, as comma-separated name:hash pairs; make a hash with "
@@ -145,12 +151,6 @@ class Settings:
     oauth_upstream: str = declare(
         "",
         "embedded mode: sign in through another identity provider instead of (or beside) users: github, or an "
-    oauth_introspection_limit: int = declare(
-        60,
-        "resource-server mode: introspection requests a client address may cause per minute (tokens not "
-        "answered from the cache); 429 past it.",
-        validate=positive,
-    )
         "OpenID Connect issuer URL (for example https://accounts.google.com).",
     )
     oauth_upstream_client_id: str = declare("", "embedded mode: the gateway's client id at the upstream.")
@@ -160,7 +160,8 @@ class Settings:
     oauth_upstream_allowed: tuple[str, ...] = declare(
         (),
         "embedded mode with an upstream: comma-separated identities allowed in (GitHub logins, e-mail "
-        "addresses or subjects); * allows anyone the upstream signs in. Required with an upstream.",
+        "addresses or subjects: a GitHub account id as github:<id>); * allows anyone the upstream signs in. "
+        "Required with an upstream.",
     )
     oauth_redirect_allowlist: tuple[str, ...] = declare(
         (),
@@ -177,7 +178,25 @@ class Settings:
         30 * 86400.0, "embedded mode: refresh token lifetime, in seconds.", validate=positive
     )
     oauth_login_limit: int = declare(
-        10, "embedded mode: sign-in attempts a client address may make per minute.", validate=positive
+        10, "embedded mode: failed sign-ins a client address may make per minute (429 past it).", validate=positive
+    )
+    oauth_account_limit: int = declare(
+        20,
+        "embedded mode: failed sign-ins one user name may have per minute, from all addresses together (429 "
+        "past it, whoever asks).",
+        validate=positive,
+    )
+    oauth_signin_threads: int = declare(
+        1,
+        "embedded mode: threads per worker that check passwords, off the event loop and at low priority (an "
+        "scrypt check takes about 0.2-0.5 s of one core and 32 MiB).",
+        validate=positive,
+    )
+    oauth_signin_concurrency: int = declare(
+        8,
+        "embedded mode: most password checks a worker runs or queues at once; past it a sign-in is answered "
+        "503 with Retry-After at once.",
+        validate=positive,
     )
     oauth_client_limit: int = declare(
         10000,
@@ -233,6 +252,13 @@ class Settings:
         "loopback, plus a reverse proxy on another machine if you run one.",
         validate=validators.networks,
         shown_default="127.0.0.0/8,::1",
+    )
+    forwarded_for_proxies: tuple[str, ...] = declare(
+        (),
+        "Comma-separated addresses or networks your reverse proxies or platform router connect from (for "
+        "example 10.0.0.0/8): from these peers X-Forwarded-For names the client, whose address the sign-in "
+        "limit counts (the rightmost entry not in these networks). Empty: X-Forwarded-For is ignored.",
+        validate=validators.networks,
     )
     config: str = declare(
         "",

@@ -103,14 +103,33 @@ def test_the_failure_table_is_bounded() -> None:
 
 
 def test_the_address_counted() -> None:
-    trusted = auth.networks(("127.0.0.0/8",))
+    proxies = auth.networks(("127.0.0.0/8", "10.0.0.0/8"))
     forwarded = {"HTTP_X_FORWARDED_FOR": "1.1.1.1, 203.0.113.7"}
-    assert ratelimit.client_key({"REMOTE_ADDR": "198.51.100.2", **forwarded}, trusted) == "198.51.100.2"
-    assert ratelimit.client_key({"REMOTE_ADDR": "127.0.0.1", **forwarded}, trusted) == "203.0.113.7"
-    assert ratelimit.client_key({"REMOTE_ADDR": "127.0.0.1"}, trusted) == "127.0.0.1"
-    v6 = ratelimit.client_key({"REMOTE_ADDR": "2001:db8:1:2:aaaa::1"}, trusted)
-    assert v6 == ratelimit.client_key({"REMOTE_ADDR": "2001:db8:1:2:bbbb::9"}, trusted) == "2001:db8:1:2::/64"
-    assert ratelimit.client_key({"REMOTE_ADDR": "::ffff:192.0.2.1"}, trusted) == "192.0.2.1"
+    key = ratelimit.client_key
+    assert key({"REMOTE_ADDR": "198.51.100.2", **forwarded}, proxies) == "198.51.100.2"  # not a proxy
+    assert key({"REMOTE_ADDR": "127.0.0.1", **forwarded}, ()) == "127.0.0.1"  # no proxies named: header ignored
+    assert key({"REMOTE_ADDR": "127.0.0.1", **forwarded}, proxies) == "203.0.113.7"
+    # the rightmost entry outside the proxies; what the client wrote to its left never counts
+    for chain in ("9.9.9.9, 203.0.113.7, 10.1.1.1", "203.0.113.7 , 10.1.1.1,10.2.2.2", "203.0.113.7:4711, 10.0.0.3"):
+        assert key({"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": chain}, proxies) == "203.0.113.7", chain
+    assert key({"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "junk, 10.9.9.9"}, proxies) == "10.9.9.9"
+    assert key({"REMOTE_ADDR": "127.0.0.1"}, proxies) == "127.0.0.1"
+    v6 = key({"REMOTE_ADDR": "2001:db8:1:2:aaaa::1"}, proxies)
+    assert v6 == key({"REMOTE_ADDR": "2001:db8:1:2:bbbb::9"}, proxies) == "2001:db8:1:2::/64"
+    assert key({"REMOTE_ADDR": "::ffff:192.0.2.1"}, proxies) == "192.0.2.1"
+    assert key({"REMOTE_ADDR": "127.0.0.1", "HTTP_X_FORWARDED_FOR": "[2001:db8::5]:80"}, proxies) == "2001:db8::/64"
+
+
+def test_a_forgiven_failure_no_longer_counts() -> None:
+    limit = ratelimit.FailureLimit(2)
+    stamp = limit.failed("a")
+    limit.failed("a")
+    assert limit.retry_after("a") > 0
+    limit.forgive("a", stamp)
+    assert limit.retry_after("a") == 0 and len(limit.failures["a"]) == 1
+    limit.forgive("a", stamp)  # twice: nothing more
+    limit.forgive("b", stamp)
+    assert len(limit.failures["a"]) == 1 and "b" not in limit.failures
 
 
 def test_the_cookie_is_host_only_and_secure_on_https() -> None:
@@ -139,7 +158,8 @@ def forms(page: str) -> list[tuple[str, dict[str, str]]]:
 
 
 class Browser:
-    """A cookie jar and a client address (X-Forwarded-For, honoured from the loopback peer, a trusted one)."""
+    """A cookie jar and a client address (X-Forwarded-For, honoured from the loopback peer: the site's gateway
+    names loopback in MCPGATE_FORWARDED_FOR_PROXIES)."""
 
     def __init__(self, base: str, address: str, host: str | None = None) -> None:
         self.base, self.http = base, requests.Session()
@@ -222,6 +242,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         tmp_path_factory.mktemp("state"),
         f"alice:{passwords.make_hash(PASSWORD)}",
         MCPGATE_OAUTH_LOGIN_LIMIT="3",
+        MCPGATE_FORWARDED_FOR_PROXIES="127.0.0.0/8",
     )
     gw = Gateway(env)
     try:

@@ -44,13 +44,13 @@ def test_github_identity_counts_only_verified_addresses() -> None:
     ]
     who = upstream.github_identity(user, emails)
     assert who.subject == "github:583231" and who.label == "Octocat"
-    assert who.names == {"octocat", "octo@example.com"} and who.subjects == {"github:583231", "583231"}
+    assert who.names == {"octocat", "octo@example.com"} and who.subjects == {"github:583231"}
     for entry, allowed in [
         ("octocat", True),
         ("OCTOCAT", True),
         ("octo@example.com", True),
         ("old@example.com", False),
-        ("583231", True),
+        ("583231", False),  # a bare entry is a login; the id counts only as github:583231
         ("github:583231", True),
         ("someone", False),
         ("*", True),

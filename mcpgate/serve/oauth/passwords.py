@@ -7,20 +7,41 @@ The hashes are werkzeug's (scrypt by default; pbkdf2 accepted): the setting hold
 from __future__ import annotations
 
 import getpass
+import hashlib
 import re
 import sys
 from collections.abc import Sequence
 
-from werkzeug.security import check_password_hash, generate_password_hash
+from werkzeug.security import DEFAULT_PBKDF2_ITERATIONS, check_password_hash, generate_password_hash
 
 # A user name: what may stand before the ":" of a name:hash pair (no ":" or "," of the list's syntax).
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 _HASH = re.compile(r"(?:scrypt|pbkdf2):[A-Za-z0-9:]+\$[^$,\s]+\$[0-9a-f]+")
 
 
-def make_hash(password: str) -> str:
-    """A salted, slow hash of the password (werkzeug's default method)."""
-    return generate_password_hash(password)
+def make_hash(password: str, method: str = "scrypt") -> str:
+    """A salted, slow hash of the password (werkzeug's default method unless `method` names another, as the
+    part of a hash before its first "$" does)."""
+    return generate_password_hash(password, method=method)
+
+
+def cost(stored_hash: str) -> str:
+    """What checking a password against the hash costs, as the method with every parameter spelled out
+    (scrypt:N:r:p or pbkdf2:HASH:ITERATIONS, werkzeug's defaults filled in): two hashes with the same cost take
+    the same time to check. ValueError for a method werkzeug cannot check."""
+    method, *args = stored_hash.split("$", 1)[0].split(":")
+    if method == "scrypt" and len(args) in (0, 3):
+        n, r, p = (int(arg) for arg in args) if args else (2**15, 8, 1)
+        if n < 2 or n & (n - 1) or r < 1 or p < 1:
+            raise ValueError("scrypt's N must be a power of 2 above 1, r and p positive")
+        return f"scrypt:{n}:{r}:{p}"
+    if method == "pbkdf2" and len(args) <= 2:
+        name = args[0] if args else "sha256"
+        iterations = int(args[1]) if len(args) == 2 else DEFAULT_PBKDF2_ITERATIONS
+        if name not in hashlib.algorithms_available or iterations < 1:
+            raise ValueError(f"pbkdf2 needs a known hash and a positive iteration count, not {name}:{iterations}")
+        return f"pbkdf2:{name}:{iterations}"
+    raise ValueError("not scrypt[:N:r:p] or pbkdf2[:HASH[:ITERATIONS]]")
 
 
 def is_hash(value: str) -> bool:

@@ -3,7 +3,8 @@ upstream identity provider (/login/upstream, /login/callback).
 
 The authorization request itself is the server's (server.begin validates it, server.finish answers the client);
 this module decides who the browser is and whether they agree. Every form carries a CSRF token bound to the
-browser's signed session cookie; every answer forbids framing; failed sign-ins are rate-limited per address.
+browser's signed session cookie; every answer forbids framing; failed sign-ins are rate-limited per address and
+per user name; passwords are checked on a small thread pool (hashing.py), never on the worker's event loop.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from flask.blueprints import BlueprintSetupState
 
 from ...settings import Settings
 from .. import auth
+from .hashing import BUSY_RETRY_AFTER, Busy, HashPool
+from .passwords import NAME
 from .ratelimit import FailureLimit, client_key
 from .server import OAuthProblem
 from .upstream import Upstream, UpstreamFailed, permitted
@@ -124,6 +127,12 @@ def sign_in(subject: str, label: str) -> None:
     csrf_token()
 
 
+def forgive(charged: Iterable[tuple[FailureLimit, str, float]]) -> None:
+    """Take back failures counted before a password check (it succeeded, or never ran)."""
+    for limit, key, stamp in charged:
+        limit.forgive(key, stamp)
+
+
 class Pages:
     """The views, with what they need from the settings."""
 
@@ -131,8 +140,10 @@ class Pages:
         self.server, self.settings = server, settings
         self.users = Users(settings.oauth_users)
         self.upstream = Upstream(settings) if settings.oauth_upstream else None
-        self.limit = FailureLimit(settings.oauth_login_limit)
-        self.trusted = auth.networks(settings.trusted_peers)
+        self.by_address = FailureLimit(settings.oauth_login_limit)
+        self.by_account = FailureLimit(settings.oauth_account_limit)
+        self.proxies = auth.networks(settings.forwarded_for_proxies)
+        self.hashing = HashPool(settings.oauth_signin_threads, settings.oauth_signin_concurrency)
         self.callback_url = settings.public_url.rstrip("/") + "/login/callback"
 
     def setup(self, state: BlueprintSetupState) -> None:
@@ -187,25 +198,49 @@ class Pages:
         return self.page("consent.html", pending, label=label)
 
     def login(self, pending: Pending) -> Response:
-        key = client_key(request.environ, self.trusted)
-        wait = self.limit.retry_after(key)
-        if wait:
-            log.warning("sign-in from %s refused: too many failures", key)
-            refuse(
-                429,
-                "Too many failed sign-ins",
-                f"Too many wrong passwords from your address. Wait {wait} seconds, then try again.",
-                {"Retry-After": str(wait)},
-            )
         name = request.form.get("username", "").strip()
-        subject = self.users.subject(name, request.form.get("password", "")) if self.users else None
+        subject = self.check_password(name, request.form.get("password", ""))
         if subject is None:
-            self.limit.failed(key)
-            log.warning("failed sign-in from %s", key)
             return self.page("login.html", pending, error="Wrong user name or password.")
         sign_in(subject, name)
         log.info("%s signed in", subject)
         return redirect("/authorize?" + request.query_string.decode("latin-1"), 303)  # type: ignore[return-value]
+
+    def check_password(self, name: str, password: str) -> str | None:
+        """The subject the name and password sign in, or None. Refused (429) past the failures allowed to the
+        client's address or to the user name, and (503) when every password check slot is taken."""
+        address = client_key(request.environ, self.proxies)
+        account = name if NAME.fullmatch(name) else "(not a user name)"  # a bounded key
+        shown = account if account in self.users.hashes else "an unknown name"  # a password typed as a name
+        wait = max(self.by_address.retry_after(address), self.by_account.retry_after(account))
+        if wait:
+            log.warning("sign-in from %s as %s refused: too many failures", address, shown)
+            refuse(
+                429,
+                "Too many failed sign-ins",
+                f"Too many wrong passwords from your address or for this user name. Wait {wait} seconds, then "
+                "try again.",
+                {"Retry-After": str(wait)},
+            )
+        # counted before the check, so that attempts checked at the same time count too; forgiven below
+        limits = ((self.by_address, address), (self.by_account, account))
+        charged = [(limit, key, limit.failed(key)) for limit, key in limits]
+        try:
+            subject = self.hashing.run(lambda: self.users.subject(name, password)) if self.users else None
+        except Busy:
+            forgive(charged)
+            log.warning("sign-in from %s refused: %d password checks running or waiting", address, self.hashing.ceiling)
+            refuse(
+                503,
+                "Sign-in is busy",
+                f"Too many sign-ins are being checked right now. Wait {BUSY_RETRY_AFTER} second, then try again.",
+                {"Retry-After": str(BUSY_RETRY_AFTER)},
+            )
+        if subject is None:
+            log.warning("failed sign-in from %s as %s", address, shown)
+        else:
+            forgive(charged)
+        return subject
 
     def start_upstream(self) -> Response:
         check_csrf()

@@ -4,11 +4,14 @@ or the "github" preset (OAuth 2 plus its REST API: the user and its verified e-m
 
 The identity is then checked against MCPGATE_OAUTH_UPSTREAM_ALLOWED: a GitHub login, a verified e-mail address
 or a subject (the provider's sub, or the gateway's form github:<id> / oidc:<sub>); * allows anyone.
-Subjects: "github:<numeric user id>" (stable across renames), "oidc:<sub>".
+Subjects: "github:<numeric user id>" (stable across renames), "oidc:<sub>". A GitHub account id counts only in the
+github:<id> form: a bare entry is a login, and logins may be all digits (the entry "12345" lets in the login
+12345, never the account whose id is 12345).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +26,8 @@ from joserfc.errors import JoseError
 from ...declarations import SettingsError
 from ...settings import Settings
 from ..auth import is_loopback_name
+
+log = logging.getLogger("mcpgate.oauth.signin")
 
 NAME = "upstream"  # the Authlib client's name (its state keys in the Flask session)
 TIMEOUT = 10.0  # seconds for each request to the provider
@@ -65,8 +70,8 @@ def github_identity(user: dict[str, Any], emails: list[Any]) -> UpstreamIdentity
         for item in emails
         if isinstance(item, dict) and item.get("verified") is True and isinstance(item.get("email"), str)
     }
-    subject = f"github:{user_id}"
-    return UpstreamIdentity(subject, login, frozenset({subject, str(user_id)}), frozenset({login.lower(), *verified}))
+    subject = f"github:{user_id}"  # the only form the numeric id is matched in
+    return UpstreamIdentity(subject, login, frozenset({subject}), frozenset({login.lower(), *verified}))
 
 
 def oidc_identity(claims: dict[str, Any]) -> UpstreamIdentity:
@@ -106,6 +111,15 @@ class Upstream:
                 "MCPGATE_OAUTH_UPSTREAM: github, or an https OpenID Connect issuer URL (http only on loopback)"
             )
         self.oauth: OAuth | None = None
+        if self.kind == "github":
+            for entry in self.allowed:
+                if entry.strip().isdigit():
+                    log.warning(
+                        "MCPGATE_OAUTH_UPSTREAM_ALLOWED: %s is matched as a GitHub login; an account id is written "
+                        "github:%s",
+                        entry.strip(),
+                        entry.strip(),
+                    )
 
     def register(self, app: Flask) -> None:
         """Register the Authlib client on the app (its state goes in the app's signed session)."""
