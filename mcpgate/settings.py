@@ -208,7 +208,11 @@ class Settings:
         3600.0, "embedded mode: seconds a registration that never got a code is kept.", validate=positive
     )
     oauth_register_limit: int = declare(
-        10, "embedded mode: registrations a client address may make per minute (429 past it).", validate=positive
+        30,
+        "embedded mode: registrations a client address may make per minute (429 past it). Keep it times "
+        "MCPGATE_OAUTH_UNUSED_CLIENT_TTL in minutes well under MCPGATE_OAUTH_CLIENT_LIMIT (30 x 60 = 1,800): "
+        "then no one address fills the table.",
+        validate=positive,
     )
     oauth_client_metadata_bytes: int = declare(
         8192,
