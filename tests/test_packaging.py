@@ -1,6 +1,11 @@
 """The sdist and wheel build cleanly, and the wheel alone, in a fresh virtual environment, runs both commands and
 serves the demo with gunicorn from that environment (the end user's route: `python -m build`, then
-`pipx install dist/mcpgate-*.whl` or `pip install dist/mcpgate-*.whl`)."""
+`pipx install dist/mcpgate-*.whl` or `pip install dist/mcpgate-*.whl`).
+
+pyproject.toml is the one source of metadata; setup.py (a shim) and setup.cfg (no section) stay for the tools that
+look for them. `pip install .`, `pip install -e .` (each into a throwaway virtual environment, without the
+dependencies: what is checked is what the build takes from pyproject.toml) and `pip wheel` all get the name,
+version, scripts and the sign-in pages' templates from it."""
 
 from __future__ import annotations
 
@@ -17,7 +22,27 @@ from pathlib import Path
 
 import pytest
 
+import mcpgate
 from tests.support import ROOT, assert_serves_the_demo, init_body
+
+SCRIPTS = {  # [project.scripts]
+    "mcpgate": "mcpgate.cli:main",
+    "mcpgate-relay": "mcpgate.relay.cli:main",
+    "mcpgate-demo-server": "mcpgate.demo_server:main",
+}
+TEMPLATES = "mcpgate/serve/oauth/templates"  # [tool.setuptools.package-data]: the sign-in and consent pages
+# what the installed distribution says about itself, printed by its own Python
+DESCRIBE = """
+import importlib.metadata as m, importlib.util as u, json, os
+d = m.distribution("mcpgate")
+root = os.path.dirname(u.find_spec("mcpgate").origin)
+print(json.dumps({
+    "name": d.metadata["Name"], "version": d.version, "requires_python": d.metadata["Requires-Python"],
+    "scripts": {e.name: e.value for e in d.entry_points if e.group == "console_scripts"},
+    "templates": sorted(os.listdir(os.path.join(root, "serve", "oauth", "templates"))),
+    "package": root,
+}))
+"""
 
 # setuptools' "WARNING `project.license` ..." with its "!!" banner, "SetuptoolsDeprecationWarning: ...",
 # distutils' "warning: ..."
@@ -78,7 +103,7 @@ def test_build_prints_no_warning(dist: Dist) -> None:
 def test_sdist_carries_what_a_build_needs_and_no_tests(dist: Dist) -> None:
     with tarfile.open(dist.sdist) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
-    assert {"pyproject.toml", "README.md", "LICENSE", "PKG-INFO"} <= names
+    assert {"pyproject.toml", "README.md", "LICENSE", "PKG-INFO", "setup.py", "setup.cfg"} <= names
     package = {str(path.relative_to(ROOT)) for path in (ROOT / "mcpgate").rglob("*.py")}
     assert package <= names, package - names
     assert not [name for name in names if name.startswith("tests/")]
@@ -129,6 +154,15 @@ def test_relay_help_from_the_script_and_the_module(installed: Installed) -> None
         assert result.returncode == 0 and "usage:" in result.stdout, result.stdout + result.stderr
 
 
+def test_mcpgate_and_demo_server_scripts_print_their_help(installed: Installed) -> None:
+    shown = _run([installed.bin / "mcpgate", "--help"], cwd=installed.cwd)
+    assert shown.returncode == 0 and "gunicorn mcpgate.wsgi" in shown.stdout, shown.stdout + shown.stderr
+    listed = _run([installed.bin / "mcpgate", "settings"], cwd=installed.cwd)
+    assert listed.returncode == 0 and "| `MCPGATE_COMMAND` |" in listed.stdout, listed.stdout + listed.stderr
+    demo = _run([installed.bin / "mcpgate-demo-server", "--help"], cwd=installed.cwd, stdin="")
+    assert demo.returncode == 0 and "usage: mcpgate-demo-server" in demo.stdout, demo.stdout + demo.stderr
+
+
 def test_demo_server_script_answers_initialize(installed: Installed) -> None:
     result = _run([installed.bin / "mcpgate-demo-server"], cwd=installed.cwd, stdin=json.dumps(init_body()) + "\n")
     assert result.returncode == 0, result.stderr
@@ -139,3 +173,49 @@ def test_demo_server_script_answers_initialize(installed: Installed) -> None:
 def test_gunicorn_from_the_wheel_venv_serves_the_demo(installed: Installed) -> None:
     # outside the checkout there is no gunicorn.conf.py: the settings are named, as the README says
     assert_serves_the_demo(str(installed.python), installed.cwd, config="python:mcpgate.gunicorn_config")
+
+
+def templates_in_the_tree() -> list[str]:
+    return sorted(path.name for path in (ROOT / TEMPLATES).glob("*.html"))
+
+
+@pytest.mark.parametrize("editable", [False, True], ids=["pip install .", "pip install -e ."])
+def test_pip_install_takes_everything_from_pyproject(tmp_path: Path, editable: bool) -> None:
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    args: list[str | Path] = [python, "-m", "pip", "install", "--quiet", "--no-deps", *(["-e"] if editable else [])]
+    result = _run([*args, ROOT], cwd=ROOT, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    described = _run([python, "-c", DESCRIBE], cwd=tmp_path)
+    assert described.returncode == 0, described.stderr
+    got = json.loads(described.stdout)
+    assert (got["name"], got["version"], got["requires_python"]) == ("mcpgate", mcpgate.__version__, ">=3.10")
+    assert got["scripts"] == SCRIPTS and all((python.parent / name).is_file() for name in SCRIPTS)
+    assert got["templates"] == templates_in_the_tree() and "login.html" in got["templates"]
+    in_checkout = Path(got["package"]).resolve() == (ROOT / "mcpgate").resolve()
+    assert in_checkout == editable, got["package"]  # -e: the checkout itself; otherwise a copy in the venv
+
+
+def test_pip_wheel_takes_everything_from_pyproject(tmp_path: Path) -> None:
+    result = _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp_path, ROOT], ROOT, 600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [wheel_path] = tmp_path.glob("mcpgate-*-py3-none-any.whl")
+    assert wheel_path.name.startswith(f"mcpgate-{mcpgate.__version__}-"), wheel_path.name
+    with zipfile.ZipFile(wheel_path) as wheel:
+        names = wheel.namelist()
+        info = next(name.split("/")[0] for name in names if name.endswith(".dist-info/METADATA"))
+        metadata = wheel.read(f"{info}/METADATA").decode()
+        entry_points = wheel.read(f"{info}/entry_points.txt").decode()
+    assert f"Name: mcpgate\nVersion: {mcpgate.__version__}\n" in metadata
+    scripts = dict(line.split(" = ", 1) for line in entry_points.splitlines() if " = " in line)
+    assert scripts == SCRIPTS, entry_points
+    shipped = sorted(name.rsplit("/", 1)[1] for name in names if name.startswith(TEMPLATES + "/"))
+    assert shipped == templates_in_the_tree(), shipped
+
+
+def test_setup_py_and_setup_cfg_hold_no_metadata_of_their_own() -> None:
+    """pyproject.toml stays the one source: the shim only calls setup(), and setup.cfg has no section."""
+    shim = (ROOT / "setup.py").read_text()
+    assert "setup()" in shim and "setup(" not in shim.replace("setup()", ""), shim
+    config = (ROOT / "setup.cfg").read_text()
+    assert not [line for line in config.splitlines() if line.strip() and not line.lstrip().startswith("#")], config
