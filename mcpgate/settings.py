@@ -428,7 +428,15 @@ class Settings:
         "requestState is accepted back for as long.",
         validate=positive,
     )
-    max_body_bytes: int = declare(8 * MiB, "Largest POST body accepted (413 past it).", validate=positive)
+    max_body_bytes: int = declare(
+        8 * MiB, "Largest request body of the MCP endpoints (413 and closed past it).", validate=positive
+    )
+    max_form_bytes: int = declare(
+        64 * 1024,
+        "Largest request body of every other path: OAuth registration, token and revocation, the sign-in pages "
+        "(413 and closed past it, chunked bodies included).",
+        validate=positive,
+    )
     max_message_bytes: int = declare(
         8 * MiB, "Largest message line a child may write; past it the session closes.", validate=positive
     )
@@ -518,13 +526,22 @@ class Settings:
         validate=positive,
     )
     body_timeout: float = declare(
-        30.0, "Seconds a request body may go without a byte arriving; past it 400 and closed.", validate=positive
+        30.0,
+        "Seconds a request body may go without a byte arriving, and its time before MCPGATE_BODY_MIN_RATE "
+        "counts; past either, 400 and closed.",
+        validate=positive,
+    )
+    body_min_rate: int = declare(
+        1024,
+        "Bytes a second a request body must average: it has MCPGATE_BODY_TIMEOUT seconds plus one more per "
+        "this many bytes received to arrive whole.",
+        validate=positive,
     )
     idle_connections: int = declare(
         500,
-        "Most connections waiting for a request (idle keep-alive or headers not complete), at most half of "
-        "MCPGATE_WORKER_CONNECTIONS; past it the longest-waiting one is closed, so such sockets never take "
-        "the slots of requests and streams.",
+        "Most connections waiting for a request (idle keep-alive, headers not complete, or a body still "
+        "arriving), at most half of MCPGATE_WORKER_CONNECTIONS; past it the longest-waiting one is closed, so "
+        "such sockets never take the slots of requests and streams.",
         validate=positive,
     )
     graceful_timeout: int = declare(

@@ -23,7 +23,7 @@ from .cluster import create as create_cluster
 from .cors import Cors
 from .fleet import LISTING, SERVER, Fleet
 from .gateway import Gateway
-from .http import HttpRequest, HttpResponse, Refusal, StartResponse
+from .http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
 from .oauth.setup import Authenticator, authenticator
 
 log = logging.getLogger("mcpgate.app")
@@ -149,6 +149,7 @@ class Endpoint:
     def __init__(self, app: Callable[..., Iterable[bytes]], fleet: Fleet, guard: Guard, cors: Cors) -> None:
         self.app, self.fleet, self.guard, self.cors = app, fleet, guard, cors
         self.cluster = guard.cluster
+        self.page_body_limit = fleet.settings.max_form_bytes  # the pages' bodies (the endpoints have their own)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -175,6 +176,7 @@ class Endpoint:
                 elif listing:
                     response = self.fleet.listing(HttpRequest(environ))
                 else:
+                    buffer_body(environ, self.page_body_limit)  # a bounded body, chunked or not (413)
                     return self.app(environ, start_response)
         except Refusal as refusal:
             response = refusal.response()

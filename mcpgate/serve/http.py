@@ -7,6 +7,7 @@ endpoint speaks WSGI through these two small types and Flask serves the rest.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -135,3 +136,28 @@ class Refusal(Exception):
     def response(self) -> HttpResponse:
         """The HTTP error: the status, the extra headers, a JSON-RPC error response as the body."""
         return rpc_error(self.status, self.code, self.message, self.id, self.data, self.headers)
+
+
+class PageRefusal(Refusal):
+    """A refusal on a path other than the MCP endpoints (the OAuth endpoints, the sign-in pages): its body is an
+    OAuth error response (RFC 6749 5.2) rather than a JSON-RPC one."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status, jsonrpc.INVALID_REQUEST, message, headers=headers)
+
+    def response(self) -> HttpResponse:
+        body = {"error": "invalid_request", "error_description": self.message}
+        return json_response(jsonrpc.encode(body), self.status, self.headers)
+
+
+def buffer_body(environ: dict[str, Any], limit: int) -> None:
+    """Read the body of a request for a page (any path but the MCP endpoints) before the page runs: at most
+    `limit` bytes, chunked or not, else a 413 PageRefusal (the worker closes the connection on the unread rest).
+    The page then reads it from memory, so no page can read more, whatever its parser does."""
+    if not environ.get("CONTENT_LENGTH") and "HTTP_TRANSFER_ENCODING" not in environ:
+        return  # no body
+    body = HttpRequest(environ).read_body(limit)
+    if body is None:
+        raise PageRefusal(413, f"Payload Too Large: the body exceeds {limit} bytes")
+    environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+    environ.pop("HTTP_TRANSFER_ENCODING", None)

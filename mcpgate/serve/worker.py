@@ -2,17 +2,22 @@
 connection timeouts and budget pywsgi lacks, and the gateway's part of a shutdown.
 
 Reading a request: the request line and header block are checked as request_headers says (a refusal is 400
-and a closed connection, so nothing framed two ways is ever answered); an absolute-form target's authority
-is the effective Host; a HEAD reply carries headers only (RFC 9110 9.3.2), whatever the app returns.
+and a closed connection, so nothing framed two ways is ever answered, and one line in the error log and the
+access log); an absolute-form target's authority is the effective Host; a HEAD reply carries headers only (RFC
+9110 9.3.2), whatever the app returns. The body is the app's to read (HttpRequest.read_body on the endpoints,
+http.buffer_body before any other path, both bounded); one the app did not read whole is never drained: the
+reply says Connection: close and the connection closes after it.
 
 Timeouts, on the read side only (a reply or a stream being written is never cut): a connection has
 MCPGATE_HEADER_TIMEOUT seconds from its start, or from the first byte of its next request, to send a whole
 head; an idle keep-alive connection is closed after MCPGATE_KEEPALIVE_TIMEOUT; a request body may pause
-MCPGATE_BODY_TIMEOUT between bytes (past it, 400 and closed).
+MCPGATE_BODY_TIMEOUT between bytes and must average MCPGATE_BODY_MIN_RATE bytes a second after its first
+MCPGATE_BODY_TIMEOUT seconds (past either, 400 and closed).
 
-The budget: connections waiting for a head (new, idle keep-alive, or still sending headers) are counted, oldest
-first; when one more would pass MCPGATE_IDLE_CONNECTIONS (at most half of the worker's connections) the
-longest-waiting one is closed. Sockets that send nothing can so never take the slots of requests in progress.
+The budget: connections waiting on their client (new, idle keep-alive, still sending headers, or still sending a
+body) are counted, oldest first; when one more would pass MCPGATE_IDLE_CONNECTIONS (at most half of the worker's
+connections) the longest-waiting one is closed. Sockets that send slowly or nothing can so never take the slots
+of requests in progress. (mcpgate.serve.reading holds the deadlines, the body and the budget.)
 
 The worker tracks its client connections, and a graceful shutdown (SIGTERM) starts from its signal handling,
 on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT. It drains first: the listener stays
@@ -42,11 +47,13 @@ from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGISe
 
 from ..settings import Settings
 from .http import PEER_GONE
+from .reading import Body, TimedReader, Waiting
 from .request_headers import RequestHeaders, parse_request_line, resolve_target
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
     from .fleet import Fleet
 
+BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-length: 0\r\n\r\n"  # as pywsgi's
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
 READ_BUFFER = io.DEFAULT_BUFFER_SIZE  # as socket.makefile's, which pywsgi uses
 SWEEP_INTERVAL = 0.5  # seconds between checks of the read deadlines (how late a timeout may fire)
@@ -58,91 +65,24 @@ LADDER_GRACE = 2.0  # seconds kept beyond the children's stop ladder (close + te
 class Limits:
     keepalive: float  # seconds an idle keep-alive connection waits for its next request
     header: float  # seconds to send a whole head
-    body: float  # seconds a body may pause between bytes
-    waiting: int  # connections waiting for a head before the oldest is closed
+    body: float  # seconds a body may pause between bytes, and its time before the rate counts
+    body_rate: float  # bytes a second a body must average (each one received gives it 1/rate s more)
+    waiting: int  # connections waiting on their client (a head, a body) before the oldest is closed
 
     @classmethod
     def of(cls, settings: Settings, worker_connections: int) -> Limits:
         waiting = min(settings.idle_connections, max(1, worker_connections // 2))
-        return cls(settings.keepalive_timeout, settings.header_timeout, settings.body_timeout, waiting)
-
-
-class ReadTimeout(_InvalidClientInput):  # type: ignore[misc]
-    """A client too slow to read from: pywsgi closes the connection (with 400 when nothing was sent yet)."""
-
-
-class TimedReader(io.RawIOBase):
-    """A connection's read side, with a deadline on each wait: a head must arrive by its deadline (`within`), a
-    body or an idle connection may pause `pausing` seconds. No timer per read: a read records when its wait
-    must end, and the server's sweeper (`Server.sweep`, twice a second) ends the waits that overran by
-    shutting the socket's read side; the read then fails, and every later one at once."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__()
-        self.sock = sock
-        self.pause: float | None = None
-        self.deadline: float | None = None
-        self.waiting_until: float | None = None  # while a read waits: when it must have ended
-        self.failed = False
-
-    def within(self, seconds: float) -> None:
-        self.pause, self.deadline = None, time.monotonic() + seconds
-
-    def pausing(self, seconds: float) -> None:
-        self.pause, self.deadline = seconds, None
-
-    def readable(self) -> bool:
-        return True
-
-    def overran(self, now: float) -> bool:
-        """Called by the sweeper: a wait past its end is ended (True when this one was)."""
-        if self.waiting_until is None or now < self.waiting_until or self.failed:
-            return False
-        self.failed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RD)
-        except OSError:
-            pass
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self.failed:
-            raise ReadTimeout("timed out")
-        until = self.deadline if self.pause is None else time.monotonic() + self.pause
-        if until is not None and until <= time.monotonic():
-            self.failed = True
-            raise ReadTimeout("timed out")
-        self.waiting_until = until
-        try:
-            count = self.sock.recv_into(buffer)
-        finally:
-            self.waiting_until = None
-        if self.failed:
-            raise ReadTimeout("timed out")
-        return count
-
-
-class Waiting:
-    """The connections waiting for a request head, longest-waiting first, at most `budget` of them."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.handlers: dict[Handler, None] = {}
-
-    def enter(self, handler: Handler) -> None:
-        self.handlers.pop(handler, None)
-        while len(self.handlers) >= self.budget:
-            oldest = next(iter(self.handlers))
-            del self.handlers[oldest]
-            oldest.evict()
-        self.handlers[handler] = None
-
-    def leave(self, handler: Handler) -> None:
-        self.handlers.pop(handler, None)
+        return cls(
+            settings.keepalive_timeout, settings.header_timeout, settings.body_timeout, settings.body_min_rate, waiting
+        )
 
 
 class Handler(PyWSGIHandler):  # type: ignore[misc]
-    """One client connection: read with deadlines and RequestHeaders, known to the server while it is open."""
+    """One client connection: read with deadlines and RequestHeaders, known to the server while it is open,
+    counted in the server's budget while it waits on its client (reading: the module's docstring)."""
+
+    environ: dict[str, Any] | None  # pywsgi's, for the request being answered
+    response_headers: list[tuple[bytes, bytes]]
 
     def __init__(self, sock: socket.socket, address: Any, server: Server) -> None:
         self.reader = TimedReader(sock)
@@ -167,13 +107,16 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
             server.connections.discard(sock)
 
     def evict(self) -> None:
-        """Close a connection that waits for a request while newer ones need its place."""
+        """Close a connection that waits on its client while newer ones need its place: a read in progress (a
+        body's) fails as a timeout does."""
+        self.reader.fail()
         try:
             self.socket.shutdown(socket.SHUT_RDWR)
         except (AttributeError, OSError):  # already closed (pywsgi clears self.socket)
             pass
 
     def read_requestline(self) -> str:
+        self.environ, self.response_headers = None, []  # the access log of a request refused before it has them
         if self.requests:  # keep-alive: wait for the next request's first byte, then give it a whole head
             self.reader.pausing(self.limits.keepalive)
             self.server.waiting.enter(self)
@@ -202,14 +145,53 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
             return RequestHeaders.read(fp)
         except OSError:  # the head's deadline passed
             return RequestHeaders([], "Request header timeout")
-        finally:
-            self.server.waiting.leave(self)
-            self.reader.pausing(self.limits.body)
 
     def get_environ(self) -> dict[str, Any]:
         environ: dict[str, Any] = super().get_environ()
+        expect = self.socket if environ.get("HTTP_EXPECT") == "100-continue" else None  # as pywsgi's Input
+        chunked = "HTTP_TRANSFER_ENCODING" in environ  # RequestHeaders admits only "chunked"
+        body = self.wsgi_input = Body(self, self.rfile, self.content_length, expect, chunked)
+        environ["wsgi.input"], environ["wsgi.input_terminated"] = body, True  # no upgrade reads the raw socket
         environ[PEER_GONE] = functools.partial(peer_gone, self.socket)
+        if body.whole:  # no body: nothing more to wait for from the client
+            self.body_read()
+        else:
+            self.reader.body(self.limits.body, self.limits.body_rate)
         return environ
+
+    def body_read(self) -> None:
+        """The request's body, if any, is read whole: the connection waits on its client no more."""
+        self.server.waiting.leave(self)
+        self.reader.pausing(self.limits.body)
+
+    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        body: Body | None = getattr(self, "wsgi_input", None)
+        if body is not None and not body.whole:  # answered before its body was read: closed after this reply
+            self.server.waiting.leave(self)
+            self.close_connection = True
+            if not any(name.lower() == "connection" for name, _ in headers):
+                headers = [*headers, ("Connection", "close")]
+        return super().start_response(status, headers, exc_info)
+
+    def _handle_client_error(self, ex: Exception) -> Any:  # pywsgi's hook for a request it refuses
+        """A request refused by the worker (its head, or a body too slow or cut short): one line in gunicorn's error
+        log, and 400 with a closed connection."""
+        if not isinstance(ex, ValueError | _InvalidClientInput):  # not the client's doing: pywsgi's traceback
+            return super()._handle_client_error(ex)
+        self.log_refusal(getattr(ex, "formatted_message", None) or str(ex) or type(ex).__name__)
+        return "400", BAD_REQUEST
+
+    def log_request(self) -> None:
+        if self.environ is None:  # refused before the application: the access log's fields from the request line
+            if str(self.status).startswith("414"):  # pywsgi's own refusal, which it does not log
+                self.log_refusal("Request line too long")
+            self.environ = refused_environ(self.requestline or "", self.client_address)
+        super().log_request()
+
+    def log_refusal(self, reason: str) -> None:
+        """One line in gunicorn's error log (as gunicorn's own workers word it)."""
+        address = self.client_address[0] if isinstance(self.client_address, tuple) else self.client_address
+        self.server.log.warning("Invalid request from ip=%s: %s", address or "-", printable(reason))
 
     def finalize_headers(self) -> None:
         super().finalize_headers()
@@ -219,6 +201,31 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
     def _write(self, data: bytes) -> None:  # pywsgi writes every piece of a body through it
         if self.command != "HEAD":
             super()._write(data)
+
+
+LOGGED_CHARS = 200  # of a refused request line or error message in a log line
+
+
+def printable(text: str) -> str:
+    """`text` for a log line: control characters and non-ASCII escaped, at most LOGGED_CHARS characters."""
+    escaped = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return escaped if len(escaped) <= LOGGED_CHARS else escaped[:LOGGED_CHARS] + "..."
+
+
+def refused_environ(requestline: str, address: Any) -> dict[str, str]:
+    """What gunicorn's access log reads of a request refused before it had an environ."""
+    parts = printable(requestline.rstrip("\r\n")).split(" ")
+    method, target, version = parts if len(parts) == 3 else ("-", " ".join(parts) or "-", "-")
+    path, _, query = target.partition("?")
+    remote = str(address[0]) if isinstance(address, tuple) else str(address or "-")
+    return {
+        "REMOTE_ADDR": remote,
+        "REQUEST_METHOD": method,
+        "RAW_URI": target,
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "SERVER_PROTOCOL": version,
+    }
 
 
 def peer_gone(sock: socket.socket) -> bool:

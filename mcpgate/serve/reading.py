@@ -1,0 +1,178 @@
+"""A client connection's read side in the gateway's worker (mcpgate.serve.worker): the read deadlines, the
+request body, and the budget of connections that wait on their client.
+
+Deadlines (TimedReader): a head must arrive whole by its deadline; an idle keep-alive connection may pause so
+long; a body may pause MCPGATE_BODY_TIMEOUT between bytes and must arrive whole within MCPGATE_BODY_TIMEOUT
+plus a second per MCPGATE_BODY_MIN_RATE bytes received (so a body trickled a byte at a time ends, whatever its
+declared length). A read past its deadline fails with ReadTimeout, which pywsgi answers with 400 (when nothing
+was sent yet) and a closed connection.
+
+The body (Body, the environ's wsgi.input): pywsgi's reader of a Content-Length or chunked body, which tells
+its connection when the body has been read whole, and never drains one the application left unread: that
+connection is closed after its reply instead (a refusal is never held open by the body it refused).
+
+The budget (Waiting): the connections waiting on their client (for a head, or for the rest of a body) are
+counted, longest-waiting first; one more past the budget closes the longest-waiting one, so sockets that send
+slowly or nothing never take the slots of requests being answered and streams.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import time
+from typing import Any, Protocol
+
+from gevent.pywsgi import Input, _InvalidClientInput
+
+
+class ReadTimeout(_InvalidClientInput):  # type: ignore[misc]
+    """A client too slow to read from: pywsgi closes the connection (with 400 when nothing was sent yet)."""
+
+
+class BodyEnded(_InvalidClientInput):  # type: ignore[misc]
+    """The client closed its connection (or was closed) before its body was whole: one log line, not a trace."""
+
+
+class TimedReader(io.RawIOBase):
+    """A connection's read side, with a deadline on each wait: a head must arrive by its deadline (`within`), an
+    idle connection may pause `pausing` seconds, a body both (`body`). No timer per read: a read records when its
+    wait must end, and the server's sweeper (twice a second) ends the waits that overran by shutting the
+    socket's read side; the read then fails, and every later one at once."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__()
+        self.sock = sock
+        self.pause: float | None = None
+        self.deadline: float | None = None
+        self.rate = 0.0  # bytes a second: each byte received moves the deadline 1/rate s later (0: it stays)
+        self.waiting_until: float | None = None  # while a read waits: when it must have ended
+        self.failed = False
+
+    def within(self, seconds: float) -> None:
+        self.pause, self.deadline, self.rate = None, time.monotonic() + seconds, 0.0
+
+    def pausing(self, seconds: float) -> None:
+        self.pause, self.deadline, self.rate = seconds, None, 0.0
+
+    def body(self, pause: float, rate: float) -> None:
+        """A body: `pause` seconds between bytes, and whole within `pause` plus a second per `rate` bytes."""
+        self.pause, self.deadline, self.rate = pause, time.monotonic() + pause, rate
+
+    def readable(self) -> bool:
+        return True
+
+    def fail(self) -> None:
+        """End the current wait and every later read (a timeout, or the connection evicted)."""
+        self.failed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+
+    def overran(self, now: float) -> bool:
+        """Called by the sweeper: a wait past its end is ended (True when this one was)."""
+        if self.waiting_until is None or now < self.waiting_until or self.failed:
+            return False
+        self.fail()
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.failed:
+            raise ReadTimeout("timed out")
+        now = time.monotonic()
+        until = self.deadline
+        if self.pause is not None and (until is None or now + self.pause < until):
+            until = now + self.pause
+        if until is not None and until <= now:
+            self.failed = True
+            raise ReadTimeout("timed out")
+        self.waiting_until = until
+        try:
+            count = self.sock.recv_into(buffer)
+        finally:
+            self.waiting_until = None
+        if self.failed:
+            raise ReadTimeout("timed out")
+        if self.rate and self.deadline is not None:
+            self.deadline += count / self.rate
+        return count
+
+
+class Reading(Protocol):
+    """What a Body tells its connection (the worker's Handler)."""
+
+    close_connection: bool
+
+    def body_read(self) -> None: ...
+
+
+class Body(Input):  # type: ignore[misc]
+    """wsgi.input: pywsgi's body reader (Content-Length or chunked, 100-continue on the first read) that tells its
+    connection once the body is whole, and leaves a body the application did not read whole unread: pywsgi's
+    drain (`_discard`) closes the connection after the reply instead."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Reading, rfile: Any, length: int | None, sock: Any, chunked: bool) -> None:
+        super().__init__(rfile, length, socket=sock, chunked_input=chunked)
+        self.connection = connection
+
+    @property
+    def whole(self) -> bool:
+        """Whether every byte of the body has been read (a request without one: at once)."""
+        if self.chunked_input:  # the last chunk and its trailer are read (an error ends at 0 too)
+            return bool(self.chunk_length == 0 and not self._chunked_input_error)
+        return bool(self.position >= (self.content_length or 0))
+
+    def read(self, length: int | None = None) -> bytes:
+        try:
+            data: bytes = super().read(length)
+        except _InvalidClientInput:
+            raise
+        except OSError as exc:  # pywsgi's "unexpected end of file": the client went away mid-body
+            raise BodyEnded(str(exc)) from None
+        if self.whole:
+            self.connection.body_read()
+        return data
+
+    def readline(self, size: int | None = None) -> bytes:
+        try:
+            data: bytes = super().readline(size)
+        except _InvalidClientInput:
+            raise
+        except OSError as exc:
+            raise BodyEnded(str(exc)) from None
+        if self.whole:
+            self.connection.body_read()
+        return data
+
+    def _discard(self) -> None:
+        """After the reply: a body not read whole is never read on (pywsgi would read it to its end, at the
+        client's pace); the connection closes instead."""
+        if not self.whole:
+            self.connection.close_connection = True
+
+
+class Evictable(Protocol):
+    def evict(self) -> None: ...
+
+
+class Waiting:
+    """The connections waiting on their client (a head, or the rest of a body), longest-waiting first, at most
+    `budget` of them: one more closes the longest-waiting."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.connections: dict[Evictable, None] = {}
+
+    def enter(self, connection: Evictable) -> None:
+        self.connections.pop(connection, None)
+        while len(self.connections) >= self.budget:
+            oldest = next(iter(self.connections))
+            del self.connections[oldest]
+            oldest.evict()
+        self.connections[connection] = None
+
+    def leave(self, connection: Evictable) -> None:
+        self.connections.pop(connection, None)
