@@ -125,7 +125,7 @@ def state_exposure(settings: Settings) -> str | None:
     else:
         return None
     return (
-        f"the embedded authorization server's signing key and cookie key are kept unencrypted in {where} and {why}: "
-        "a child could read them and sign tokens for any user. Set MCPGATE_STATE_KEY (or run as root with "
-        "MCPGATE_CHILD_USER)"
+        f"MCPGATE_STATE_KEY is not set, so the embedded authorization server's signing key and cookie key are not "
+        f"sealed where they are kept ({where}), and {why}: a child that reads them can sign tokens for any user. "
+        "Set MCPGATE_STATE_KEY (or run as root with MCPGATE_CHILD_USER)"
     )

@@ -1,6 +1,6 @@
 """The embedded authorization server's signing key: an RSA key (RS256: the cheapest signature to verify, and
 every MCP request verifies one) made once, kept in storage, so a restart or another worker signs and verifies
-with the same key and everyone stays signed in.
+with the same key and everyone stays signed in. With MCPGATE_STATE_KEY the storage keeps it sealed (sealing.py).
 
     EmbeddedKeys(storage).keys(refresh: bool) -> joserfc KeySet   # the public keys (jwt_verifier.KeySource)
     EmbeddedKeys(storage).signing() -> joserfc KeySet              # the private key(s), for signing

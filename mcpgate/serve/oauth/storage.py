@@ -12,7 +12,8 @@ The interface the sign-in pages (signin.py) use:
         # remember the approval (the union with what was approved before)
     storage.secret(name: str) -> bytes
         # 32 random bytes made on first use and kept (for example the Flask session key): the same for every
-        # worker and after a restart
+        # worker and after a restart; kept sealed with MCPGATE_STATE_KEY when it is set (sealing.py), as the
+        # signing key is (stored_once)
 
 One connection per process, used under a lock (a call never yields to another greenlet inside SQLite), in
 autocommit mode; WAL journal and a busy timeout let several workers write. Single-use rules (codes, refresh
