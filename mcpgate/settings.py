@@ -227,10 +227,11 @@ class Settings:
     )
     state_key: str = declare(
         "",
-        "embedded mode: a key (at least 32 characters, e.g. python -c 'import secrets; "
-        "print(secrets.token_urlsafe(32))') that encrypts the signing key and the sign-in cookie key where they "
-        "are kept (MCPGATE_STATE_DIR or Redis), so a child running as the gateway's user learns nothing from "
-        "them. Plain ones are replaced by new sealed ones at the first start with it. Never logged.",
+        "A key (at least 32 characters, e.g. python -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))') that encrypts the signing key, the sign-in cookie key and a fleet's "
+        "cluster key where they are kept (MCPGATE_STATE_DIR or Redis), so a child running as the gateway's user "
+        "learns nothing from them. Plain ones are replaced by new sealed ones at the first start with it. Never "
+        "logged.",
         validate=validators.state_key,
         secret=True,
     )

@@ -311,9 +311,16 @@ def create(settings: Settings) -> Cluster | None:
 
 
 def cluster_key(settings: Settings, client: Redis) -> bytes:
-    """MCPGATE_CLUSTER_SECRET, or the key the first instance made and kept in Redis."""
+    """MCPGATE_CLUSTER_SECRET, or the key the first instance made and kept in Redis (sealed with MCPGATE_STATE_KEY
+    when it is set, under another name: oauth/sealing.py)."""
     if settings.cluster_secret:
         return settings.cluster_secret.encode()
+    if settings.state_key:
+        from .oauth.redis_storage import RedisStorage
+        from .oauth.sealing import sealer_of
+
+        sealed = RedisStorage(client, prefix="mcpgate:", sealer=sealer_of(settings.state_key))
+        return sealed.stored_once("cluster-key", lambda: secrets.token_urlsafe(32).encode())
     client.set(KEY_NAME, secrets.token_urlsafe(32), nx=True)
     value = client.get(KEY_NAME)
     if not isinstance(value, bytes):

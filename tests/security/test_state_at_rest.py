@@ -127,7 +127,7 @@ def test_a_sealed_state_does_not_start_without_its_key(users: str, tmp_path: Pat
     assert len(lines) == 1 and "invalid setting" in lines[0] and "Traceback" not in log, log
 
 
-def test_in_redis_the_keys_are_sealed_too(users: str, tmp_path: Path) -> None:
+def test_in_redis_the_keys_and_the_cluster_key_are_sealed_too(users: str, tmp_path: Path) -> None:
     with redis_server() as url:
         env = {**embedded_env(users, tmp_path / "unused", KEY), "REDIS_URL": url}
         with serving(env) as gw:
@@ -138,4 +138,6 @@ def test_in_redis_the_keys_are_sealed_too(users: str, tmp_path: Path) -> None:
         values = [base64.b64decode(store.get(name)) for name in names]
         assert len(values) == 2 and all(value.startswith(MAGIC) for value in values), names
         assert not any(n.encode() in value for value in values)
+        assert store.get("mcpgate:cluster-key") is None  # the fleet's key is sealed too, under its own name
+        assert base64.b64decode(store.get("mcpgate:secret:cluster-key")).startswith(MAGIC)
         store.close()
