@@ -45,6 +45,7 @@ SECRETS = {
     "MCPGATE_METRICS_TOKEN": "met-" + secrets.token_hex(16),
     "MCPGATE_CLUSTER_SECRET": "clu-" + secrets.token_hex(16),
     "MCPGATE_OAUTH_CLIENT_SECRET": "ocs-" + secrets.token_hex(16),
+    "MCPGATE_STATE_KEY": "key-" + secrets.token_hex(16),
 }
 PASSWORD = "correct horse battery staple"
 
@@ -217,13 +218,16 @@ def test_children_run_as_the_child_user_and_read_neither_process_nor_the_state(
         "MCPGATE_STATE_DIR": str(state),
         "MCPGATE_COMMAND": (tools / "probe").read_text(),
         "MCPGATE_CHILD_USER": stranger.pw_name,
+        "MCPGATE_CHILD_NO_NETWORK": "true",  # the namespace is made as root, before the user changes
     }
     with serving(env) as gw:
         token = sign_in(gw.base, "alice", PASSWORD)["access_token"]
         paths = ["/proc/{ppid}/environ", f"/proc/{gw.proc.pid}/environ", f"{state}/oauth.sqlite3", f"{state}/"]
-        found = probe(gw, {"Authorization": f"Bearer {token}"}, paths)
+        found = probe(gw, {"Authorization": f"Bearer {token}"}, [*paths, "/proc/self/net/dev"])
     assert (found["uid"], found["gid"]) == (stranger.pw_uid, stranger.pw_gid)
     assert 0 not in found["groups"] and found["home"] == stranger.pw_dir
+    interfaces = [line.split(":")[0].strip() for line in found["reads"].pop("/proc/self/net/dev").splitlines()[2:]]
+    assert interfaces == ["lo"]
     assert all(text == "errno:EACCES" for text in found["reads"].values()), found["reads"]
     assert oct(state.stat().st_mode & 0o777) == oct(0o700)
 
