@@ -7,8 +7,10 @@ such a token cannot revoke the real one either. A real gunicorn, the real sign-i
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,9 @@ from joserfc import jwt
 from joserfc.jwk import RSAKey
 
 from mcpgate.serve.oauth import passwords
+from mcpgate.serve.oauth.redis_storage import RedisStorage
+from mcpgate.serve.oauth.storage import SqliteStorage, access_binding
+from tests.fleet_support import redis_server
 from tests.oauth_support import jwt_claims, sign_in
 from tests.support import HEADERS, Gateway, serving
 
@@ -105,3 +110,15 @@ def test_a_token_resigned_for_another_subject_cannot_revoke_the_real_one(site: t
     data = {"token": as_bob, "token_type_hint": "access_token", "client_id": tokens["client_id"]}
     assert requests.post(gw.base + "/revoke", data=data, timeout=30).status_code == 200
     assert admitted(gw, tokens["access_token"])
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_both_stores_bind_the_jti_to_its_claims(kind: str, tmp_path: Path) -> None:
+    claims = {"sub": "user:alice", "client_id": "c1", "exp": int(time.time()) + 600, "jti": "j1", "scope": "mcp"}
+    with redis_server() if kind == "redis" else contextlib.nullcontext("") as url:
+        store: Any = RedisStorage.from_url(url, "binding-test:") if url else SqliteStorage(str(tmp_path))
+        store.add_access("j1", "family-1", claims["exp"], access_binding(claims))
+        assert not store.access_revoked("j1", access_binding(claims))
+        assert store.access_revoked("j1", access_binding({**claims, "sub": "user:bob"}))
+        assert store.access_revoked("j1", access_binding({**claims, "exp": claims["exp"] + 1}))
+        store.close()
