@@ -110,27 +110,27 @@ class Reading(Protocol):
 class Body(Input):  # type: ignore[misc]
     """wsgi.input: pywsgi's body reader (Content-Length or chunked, 100-continue on the first read) that tells its
     connection once the body is whole, and leaves a body the application did not read whole unread: pywsgi's
-    drain (`_discard`) closes the connection after the reply instead."""
+    drain (`_discard`) closes the connection after the reply instead. Built as pywsgi's Input is; its
+    `connection` is set right after."""
 
     __slots__ = ("connection",)
-
-    def __init__(self, connection: Reading, rfile: Any, length: int | None, sock: Any, chunked: bool) -> None:
-        super().__init__(rfile, length, socket=sock, chunked_input=chunked)
-        self.connection = connection
+    connection: Reading
 
     @property
     def whole(self) -> bool:
         """Whether every byte of the body has been read (a request without one: at once)."""
         if self.chunked_input:  # the last chunk and its trailer are read (an error ends at 0 too)
-            return bool(self.chunk_length == 0 and not self._chunked_input_error)
-        return bool(self.position >= (self.content_length or 0))
+            return self.chunk_length == 0 and not self._chunked_input_error
+        return self.position >= (self.content_length or 0)  # type: ignore[no-any-return]
 
     def read(self, length: int | None = None) -> bytes:
         try:
             data: bytes = super().read(length)
         except _InvalidClientInput:
             raise
-        except OSError as exc:  # pywsgi's "unexpected end of file": the client went away mid-body
+        except OSError as exc:  # pywsgi's "unexpected end of file" (no errno): the client went away mid-body
+            if exc.errno is not None:  # a socket's own error: pywsgi knows those
+                raise
             raise BodyEnded(str(exc)) from None
         if self.whole:
             self.connection.body_read()
@@ -142,6 +142,8 @@ class Body(Input):  # type: ignore[misc]
         except _InvalidClientInput:
             raise
         except OSError as exc:
+            if exc.errno is not None:
+                raise
             raise BodyEnded(str(exc)) from None
         if self.whole:
             self.connection.body_read()

@@ -150,7 +150,8 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
         environ: dict[str, Any] = super().get_environ()
         expect = self.socket if environ.get("HTTP_EXPECT") == "100-continue" else None  # as pywsgi's Input
         chunked = "HTTP_TRANSFER_ENCODING" in environ  # RequestHeaders admits only "chunked"
-        body = self.wsgi_input = Body(self, self.rfile, self.content_length, expect, chunked)
+        body = self.wsgi_input = Body(self.rfile, self.content_length, expect, chunked)
+        body.connection = self
         environ["wsgi.input"], environ["wsgi.input_terminated"] = body, True  # no upgrade reads the raw socket
         environ[PEER_GONE] = functools.partial(peer_gone, self.socket)
         if body.whole:  # no body: nothing more to wait for from the client
