@@ -387,7 +387,15 @@ class Settings:
     )
     probe_timeout: float = declare(
         3.0,
-        "Seconds a pooled child has to answer server/discover before it is taken for a legacy (initialize) server.",
+        "Seconds a pooled child has to answer server/discover before it is also sent a ping; one that answers the "
+        "ping but not server/discover within as long again is restarted and sent initialize alone (silence is "
+        "never taken for an era: MCPGATE_START_TIMEOUT).",
+        validate=positive,
+    )
+    start_timeout: float = declare(
+        60.0,
+        "Seconds a pooled child has, from its start, to give its first answer (to server/discover, or to "
+        "initialize for a server known to speak only that); none within it is a failed start.",
         validate=positive,
     )
     pool_children: int = declare(

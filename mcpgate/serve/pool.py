@@ -109,7 +109,8 @@ class Pool:
                 # a starting child is waited for until its probe ends (bounded by the probe's own timeouts),
                 # then picked or refused with the reason it cannot serve
                 child = starting[0] if starting else self._spawn(group)
-                child.ready.wait(self.settings.probe_timeout + self.settings.pool_wait + 1.0)
+                s = self.settings
+                child.ready.wait(s.start_timeout + s.probe_timeout + s.pool_wait + 1.0)
                 deadline = max(deadline, self.clock() + 0.1)
                 continue
             event = gevent.event.Event()
@@ -170,8 +171,11 @@ class Pool:
 
     def _pick(self, group: Group, bridged: bool, candidate: bool) -> PooledChild | None:
         best: PooledChild | None = None
-        for child in group.children:
+        for child in list(group.children):
             if not child.ready.is_set() or child.ended or child.stopping or not child.child.alive:
+                continue
+            if child.redo:  # its era was in doubt: it goes, not as a crash, and a new one is asked afresh
+                self._stop(group, child, "restarted to ask its era again")
                 continue
             if child.problem:  # it cannot serve: it goes, counted as a crash (the next request tries anew)
                 group.crashes.append((self.clock(), child.problem))
@@ -193,6 +197,7 @@ class Pool:
             self.spec,
             label=f"{self.spec.label_prefix}pool-{self._numbers}",
             probe_timeout=self.settings.probe_timeout,
+            start_timeout=self.settings.start_timeout,
             init_timeout=self.settings.pool_wait,
             ttl_ms=self.settings.cache_ttl_ms,
             on_exit=lambda c, reason: self._on_exit(group, c, reason),
@@ -358,7 +363,9 @@ class Pool:
         now = self.clock()
         for group in self.groups.values():
             for child in list(group.children):
-                if child.load or self._listened(group, child) or now - child.last_used < self.settings.pool_idle_ttl:
+                if not child.ready.is_set() or child.load or self._listened(group, child):
+                    continue  # a child still starting is not idle
+                if now - child.last_used < self.settings.pool_idle_ttl:
                     continue
                 log.info("pooled child %s idle for longer than MCPGATE_POOL_IDLE_TTL", child.label)
                 self._stop(group, child, "idle for longer than MCPGATE_POOL_IDLE_TTL")

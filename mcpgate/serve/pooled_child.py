@@ -1,6 +1,6 @@
 """One pooled child: a stdio MCP server shared by the 2026-07-28 requests of one principal.
 
-Its era is probed once (server/discover; a legacy child then gets the gateway's own initialize). Every
+Its era is probed once (era_probe.py: server/discover; a legacy child then gets the gateway's own initialize). Every
 client request is rewritten to a gateway-minted id (and progress token) on the way in and mapped back
 on the way out, so clients that use the same ids never collide. What the child sends is routed here:
 responses and progress to the call they belong to, input requests (a legacy child's elicitation,
@@ -9,7 +9,7 @@ sampling, roots) to the MRTR bridge, list-changed and resource updates to the li
 
 from __future__ import annotations
 
-import enum
+import hashlib
 import itertools
 import logging
 import time
@@ -25,7 +25,8 @@ from ..core import jsonrpc, modern, mrtr, versions, wire
 from ..core.jsonrpc import Id, Notification, Request, Response
 from ..core.tool_filter import ToolFilter
 from ..limits import ended_message
-from . import watchdog
+from . import era_probe, watchdog
+from .era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
 from .session import ChildSpec
 from .stream import Stream
 
@@ -42,11 +43,6 @@ _minted = itertools.count(1)  # unique in the worker: a minted id is never reuse
 
 def mint(kind: str = "") -> str:
     return f"mcpgate-{kind}{next(_minted)}"
-
-
-class Era(enum.Enum):
-    MODERN = "2026-07-28"
-    LEGACY = "initialize"
 
 
 @dataclass(eq=False, slots=True)
@@ -84,6 +80,7 @@ class PooledChild:
         *,
         label: str,
         probe_timeout: float,
+        start_timeout: float,
         init_timeout: float,
         ttl_ms: int,
         on_exit: Callable[[PooledChild, str], None],
@@ -95,6 +92,8 @@ class PooledChild:
         self.label = label
         self.child = spec.process(on_message=self._on_message, on_exit=self._on_exit, label=label)
         self.probe_timeout, self.init_timeout, self.ttl_ms = probe_timeout, init_timeout, ttl_ms
+        self.start_timeout = start_timeout
+        self.key = verdict_key(spec)  # its era is remembered per server command
         self._on_exit_cb, self._on_input_request = on_exit, on_input_request
         self._on_listen_message, self._on_input_required = on_listen_message, on_input_required
         self.clock = clock
@@ -102,6 +101,7 @@ class PooledChild:
         self.era: Era | None = None
         self.modern = False  # the era is MODERN (the listen hub's ChildLink reads it)
         self.problem: str | None = None  # why the child cannot serve (set with ready)
+        self.redo = False  # its era is in doubt: it is replaced (not a crash) by one started to be asked again
         self.discover: dict[str, Any] = {}  # the DiscoverResult the gateway serves for it
         self.capabilities: dict[str, Any] = {}  # the child's server capabilities
         self.server_info: dict[str, Any] | None = None
@@ -125,14 +125,12 @@ class PooledChild:
 
     def _probe(self) -> None:
         try:
-            discovered = self.ask("server/discover", {"_meta": self.request_meta()}, self.probe_timeout)
-            if discovered is not None and self._modern_answer(discovered):
-                return
-            self._initialize()
+            era_probe.run(self, self.key)
         except Exception as exc:  # the probe must always end in `ready`
             log.exception("pooled child %s: probe failed", self.label)
             self.problem = f"probe failed: {exc}"
         finally:
+            self.last_used = self.clock()  # idle from now on, not from its start
             self.ready.set()
 
     @staticmethod
@@ -143,7 +141,8 @@ class PooledChild:
             wire.META_CLIENT_INFO: {"name": "mcpgate", "version": __version__},
         }
 
-    def _modern_answer(self, message: dict[str, Any]) -> bool:
+    def take_modern(self, message: dict[str, Any]) -> bool:
+        """Whether `message` (an answer to server/discover) makes the child modern; if so, what it serves is kept."""
         result = message.get("result")
         if modern.is_discover_result(result):
             assert isinstance(result, dict)
@@ -161,23 +160,16 @@ class PooledChild:
             return True
         return False
 
-    def _initialize(self) -> None:
-        params = {
+    @staticmethod
+    def initialize_params() -> dict[str, Any]:
+        return {
             "protocolVersion": versions.LATEST_HANDSHAKE,
             "capabilities": dict(mrtr.BRIDGED_CAPABILITIES),
             "clientInfo": {"name": "mcpgate", "version": __version__},
         }
-        answer = self.ask("initialize", params, self.init_timeout)
-        result = answer.get("result") if answer is not None else None
-        if not isinstance(result, dict):
-            error = answer.get("error") if answer is not None else None
-            if modern.recognised_modern_error(error):  # a modern server slower to start than the probe's timeout
-                again = self.ask("server/discover", {"_meta": self.request_meta()}, self.init_timeout)
-                if again is not None and self._modern_answer(again):
-                    return
-            why = error.get("message", "an error") if isinstance(error, dict) else "no answer"
-            self.problem = f"the MCP server answered neither server/discover nor initialize ({why})"
-            return
+
+    def take_legacy(self, result: dict[str, Any]) -> None:
+        """The child answered initialize with `result`: it is legacy, and told it is initialized."""
         self.era = Era.LEGACY
         self.capabilities = dict(result.get("capabilities") or {})
         info = result.get("serverInfo")
@@ -200,6 +192,11 @@ class PooledChild:
         except gevent.Timeout:
             self._own.pop(minted, None)
             return None
+
+    def forget_requests(self, minted: list[str]) -> None:
+        """Drop what may still come for these gateway-owned requests."""
+        for key in minted:
+            self._own.pop(key, None)
 
     # -- the link the pool, the bridge and the listen hub use ----------------------------------------
     @property
@@ -407,3 +404,9 @@ class PooledChild:
     def close(self, reason: str) -> None:
         self.stopping = True
         self.child.close(reason)
+
+
+def verdict_key(spec: ChildSpec) -> era_probe.Key:
+    """What a remembered era belongs to: the server's command, where it runs and its environment."""
+    env = sorted(spec.env.items()) if spec.env is not None else None
+    return (hashlib.sha256(repr((spec.argv, spec.cwd, env, spec.user)).encode()).hexdigest(),)  # no copy of its env

@@ -182,16 +182,20 @@ def test_a_legacy_child_is_bridged_and_discover_comes_from_its_initialize(gatewa
     assert "(bridged)" in gw.log(), gw.log_tail()
 
 
-def test_a_child_answering_nothing_is_taken_for_legacy_then_refused_with_the_reason(
+def test_a_child_answering_nothing_is_a_failed_start_never_taken_for_legacy(
     gateway_factory: Callable[..., Gateway],
 ) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": SILENT, "MCPGATE_PROBE_TIMEOUT": "0.3", "MCPGATE_POOL_WAIT": "1"})
+    """Silence means "still starting": after MCPGATE_PROBE_TIMEOUT the child is also pinged, and with no answer
+    to either within MCPGATE_START_TIMEOUT the start has failed; initialize is never sent on that connection."""
+    env = {"MCPGATE_COMMAND": SILENT, "MCPGATE_PROBE_TIMEOUT": "0.3", "MCPGATE_START_TIMEOUT": "1.5"}
+    gw = gateway_factory({**env, "MCPGATE_POOL_WAIT": "1"})
     reply = post_modern(gw, modern_body("s-1", "tools/list"))
     error, refused_id = refused(reply, 502)
-    assert "answered neither server/discover nor initialize" in error["message"], reply
+    assert "no answer within MCPGATE_START_TIMEOUT (1.5 s)" in error["message"], reply
     log = gw.log()
-    assert "silent got server/discover" in log and "silent got initialize" in log, gw.log_tail()
-    assert log.index("silent got server/discover") < log.index("silent got initialize"), gw.log_tail()
+    assert "silent got server/discover" in log and "silent got ping" in log, gw.log_tail()
+    assert log.index("silent got server/discover") < log.index("silent got ping"), gw.log_tail()
+    assert "silent got initialize" not in log, gw.log_tail()
     assert refused_id == "s-1", reply
 
 
