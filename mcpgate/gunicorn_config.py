@@ -59,7 +59,8 @@ def on_starting(server: Any) -> None:
     for line in settings.unknown():
         server.log.warning("mcpgate: %s; every setting: mcpgate settings", line)
     binds = list(server.cfg.bind)
-    refusal = boundary.start_problem(_settings) or preflight.run(_settings, binds, server.log) or starting.taken(binds)
+    refusal = boundary.start_problem(_settings) or preflight.run(_settings, binds, server.log)
+    refusal = refusal or starting.taken(binds, reuse_port=server.cfg.reuse_port)
     if refusal:
         raise SystemExit(f"mcpgate: {refusal}")
     server.log.info("mcpgate: %s", starting.describe(_settings, binds))

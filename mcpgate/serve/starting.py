@@ -61,9 +61,10 @@ def _auth(settings: Settings) -> str:
     return "none" + (" (MCPGATE_ALLOW_UNAUTHENTICATED)" if settings.allow_unauthenticated else "")
 
 
-def taken(binds: Sequence[str]) -> str | None:
+def taken(binds: Sequence[str], reuse_port: bool = False) -> str | None:
     """Why the gateway cannot listen where it is told to (an address in use), or None. Only TCP addresses are
-    tried (gunicorn replaces a stale unix socket itself)."""
+    tried (gunicorn replaces a stale unix socket itself), with the options gunicorn binds them with (`reuse_port`:
+    its SO_REUSEPORT, which lets instances share a port on purpose)."""
     for address in binds:
         if address.startswith(("unix:", "fd:")):
             continue
@@ -75,6 +76,8 @@ def taken(binds: Sequence[str]) -> str | None:
         for family, kind, proto, _name, sockaddr in candidates:
             with socket.socket(family, kind, proto) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn binds
+                if reuse_port:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 try:
                     probe.bind(sockaddr)
                 except OSError as exc:
