@@ -2,12 +2,12 @@
 clients, grants, refresh tokens, revocations, consents, signing key and sign-in cookie key, so a client that
 registered and signed in on one instance goes on working on any other.
 
-The same `Storage` interface (storage.py) and the same rules as SqliteStorage:
+The same `Storage` interface (records.py) and the same rules as SqliteStorage:
 
 - client secrets, authorization codes and refresh tokens are kept as SHA-256 fingerprints, never in the clear;
-- codes and refresh tokens are single use, claimed by one Lua script each (atomic in Redis: of two instances
-  racing for the same code or refresh token, one wins); a second use revokes the token family, which revokes
-  its refresh tokens and, through their jti, its access tokens;
+- codes and refresh tokens are single use, claimed by one Lua script each (redis_scripts.py; atomic in Redis:
+  of two instances racing for the same code or refresh token, one wins); a second use revokes the token family,
+  which revokes its refresh tokens and, through their jti, its access tokens;
 - everything that can pile up expires by itself: a code when it would, a refresh token when it would, an access
   token's jti a little after its exp (the verifier's leeway), a token family once its last token has, a
   registration that never got a code after MCPGATE_OAUTH_UNUSED_CLIENT_TTL; registrations are counted against the
@@ -21,7 +21,7 @@ Keys (prefix mcpgate:oauth:):
     code:<sha256>               hash record (JSON), family, used; EX until the code expires
     refresh:<sha256>            hash record (JSON), family, expires_at, used; EX until it expires
     family:<family>             "0" live, "1" revoked; EX at least as long as any of its tokens
-    access:<jti>                hash family, revoked, binding (storage.access_binding); EX until exp plus leeway
+    access:<jti>                hash family, revoked, binding (records.access_binding); EX until exp plus leeway
     consent:<sha256 of [subject, client_id]>   set of scopes ("" marks a consent to none)
     secret:<name>               base64 of the value (sealed with MCPGATE_STATE_KEY when it is set: sealing.py)
 
@@ -41,7 +41,6 @@ import functools
 import hashlib
 import json
 import math
-import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
@@ -52,11 +51,12 @@ from redis.exceptions import RedisError
 
 from ..redis_client import connect
 from .jwt_verifier import LEEWAY, IssuerUnavailable
-from .sealing import Sealer, kept
-from .storage import UNUSED_CLIENT_TTL_S, ClientRecord, CodeRecord, RefreshRecord, fingerprint
+from .records import REVOKED_FAMILY_TTL_S as REVOKED_FAMILY_TTL_S  # re-exported: shared with SqliteStorage
+from .records import UNUSED_CLIENT_TTL_S, ClientRecord, CodeRecord, NamedSecrets, RefreshRecord, fingerprint
+from .redis_scripts import SCRIPTS
+from .sealing import Sealer
 
 PREFIX = "mcpgate:oauth:"
-REVOKED_FAMILY_TTL_S = 86400  # at least this long a revoked family is remembered (as SqliteStorage does)
 ACCESS_MARGIN_S = LEEWAY + 60  # an access token's jti outlives its exp by the verifier's leeway, and some
 STARTUP_WAIT_S = 10.0  # how long an instance starting waits for Redis before it gives up
 
@@ -93,165 +93,15 @@ def seconds_until(when: float, now: float) -> int:
     return max(1, math.ceil(when - now))
 
 
-# -- the scripts: each runs atomically in Redis ------------------------------------------------------------------
-
-HELPERS = """
-local function extend(key, ttl)
-  if redis.call('TTL', key) < ttl then redis.call('EXPIRE', key, ttl) end
-end
-local function revoke(key, ttl)
-  redis.call('SET', key, '1', 'KEEPTTL')
-  extend(key, ttl)
-end
-"""
-
-# KEYS: clients, client:<id>; ARGV: now, unused ttl, limit, client id, value, client key prefix. Full: the
-# oldest never used (a finite score; a used one's is +inf) make room; 0 when every one kept was used
-ADD_CLIENT = """
-local now, ttl, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl))
-local excess = redis.call('ZCARD', KEYS[1]) + 1 - limit
-if excess > 0 then
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(+inf', 'LIMIT', 0, excess)) do
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('DEL', ARGV[6] .. id)
-  end
-  if redis.call('ZCARD', KEYS[1]) >= limit then return 0 end
-end
-redis.call('SET', KEYS[2], ARGV[5], 'EX', ttl)
-redis.call('ZADD', KEYS[1], now, ARGV[4])
-return 1
-"""
-
-# KEYS: code:<hash>, clients, client:<id>; ARGV: record, family, ttl, client id
-ADD_CODE = """
-if redis.call('ZSCORE', KEYS[2], ARGV[4]) then
-  redis.call('ZADD', KEYS[2], '+inf', ARGV[4])
-  redis.call('PERSIST', KEYS[3])
-end
-redis.call('HSET', KEYS[1], 'record', ARGV[1], 'family', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return 1
-"""
-
-# KEYS: code:<hash>; ARGV: family prefix, revoked ttl. The record, or false (unknown, or used: revoked now)
-CLAIM_CODE = (
-    HELPERS
-    + """
-local found = redis.call('HMGET', KEYS[1], 'record', 'family')
-if not found[1] then return false end
-if redis.call('HSETNX', KEYS[1], 'used', '1') == 0 then
-  revoke(ARGV[1] .. found[2], tonumber(ARGV[2]))
-  return false
-end
-return found[1]
-"""
-)
-
-# KEYS: refresh:<hash>, family:<family>; ARGV: record, family, expires at, ttl
-ADD_REFRESH = (
-    HELPERS
-    + """
-redis.call('SET', KEYS[2], '0', 'NX', 'EX', ARGV[4])
-extend(KEYS[2], tonumber(ARGV[4]))
-redis.call('HSET', KEYS[1], 'record', ARGV[1], 'family', ARGV[2], 'expires_at', ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 1
-"""
-)
-
-# KEYS: refresh:<hash>; ARGV: family prefix. {record, used, family state} or false
-READ_REFRESH = """
-local found = redis.call('HMGET', KEYS[1], 'record', 'family', 'used')
-if not found[1] then return false end
-return {found[1], found[3] or '0', redis.call('GET', ARGV[1] .. found[2]) or '1'}
-"""
-
-# KEYS: refresh:<hash>; ARGV: family prefix, now, revoked ttl. The record, spent now, or false
-CLAIM_REFRESH = (
-    HELPERS
-    + """
-local found = redis.call('HMGET', KEYS[1], 'record', 'family', 'used', 'expires_at')
-if not found[1] then return false end
-local family = ARGV[1] .. found[2]
-if found[3] == '1' then
-  revoke(family, tonumber(ARGV[3]))
-  return false
-end
-if redis.call('GET', family) ~= '0' or tonumber(found[4]) <= tonumber(ARGV[2]) then return false end
-redis.call('HSET', KEYS[1], 'used', '1')
-return found[1]
-"""
-)
-
-# KEYS: access:<jti>, family:<family> (or the access key again when none); ARGV: family or "", ttl, binding
-ADD_ACCESS = (
-    HELPERS
-    + """
-redis.call('HSET', KEYS[1], 'family', ARGV[1], 'revoked', '0', 'binding', ARGV[3])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-if ARGV[1] ~= '' then
-  redis.call('SET', KEYS[2], '0', 'NX', 'EX', ARGV[2])
-  extend(KEYS[2], tonumber(ARGV[2]))
-end
-return 1
-"""
-)
-
-# KEYS: access:<jti>; ARGV: family prefix, binding. 1 when revoked, unknown or bound to other claims, else 0
-ACCESS_REVOKED = """
-local found = redis.call('HMGET', KEYS[1], 'family', 'revoked', 'binding')
-if not found[2] or found[2] == '1' or (found[3] or '') ~= ARGV[2] then return 1 end
-if found[1] ~= '' and redis.call('GET', ARGV[1] .. found[1]) == '1' then return 1 end
-return 0
-"""
-
-# KEYS: access:<jti>
-REVOKE_ACCESS = """
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'revoked', '1') end
-return 1
-"""
-
-# KEYS: secret:<name>; ARGV: the value seen, its replacement (set only while the value is still the one seen)
-REPLACE_SECRET = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) end
-return 1
-"""
-
-# KEYS: family:<family>; ARGV: revoked ttl (the family may not exist yet: made revoked)
-REVOKE_FAMILY = (
-    HELPERS
-    + """
-revoke(KEYS[1], tonumber(ARGV[1]))
-return 1
-"""
-)
-
-
-class RedisStorage:
-    """Storage (storage.py) in Redis. `client` may be shared (the cluster's); `prefix` namespaces the keys."""
+class RedisStorage(NamedSecrets):
+    """Storage (records.py) in Redis. `client` may be shared (the cluster's); `prefix` namespaces the keys."""
 
     def __init__(
         self, client: redis.Redis, prefix: str = PREFIX, owned: bool = False, sealer: Sealer | None = None
     ) -> None:
         self.redis, self.prefix, self._owned = client, prefix, owned
         self.sealer = sealer  # MCPGATE_STATE_KEY's: the secret:<name> values are sealed with it (sealing.py)
-        self._scripts = {
-            name: client.register_script(source)
-            for name, source in {
-                "add_client": ADD_CLIENT,
-                "add_code": ADD_CODE,
-                "claim_code": CLAIM_CODE,
-                "add_refresh": ADD_REFRESH,
-                "read_refresh": READ_REFRESH,
-                "claim_refresh": CLAIM_REFRESH,
-                "add_access": ADD_ACCESS,
-                "access_revoked": ACCESS_REVOKED,
-                "revoke_access": REVOKE_ACCESS,
-                "revoke_family": REVOKE_FAMILY,
-                "replace_secret": REPLACE_SECRET,
-            }.items()
-        }
+        self._scripts = {name: client.register_script(source) for name, source in SCRIPTS.items()}
 
     @classmethod
     def from_url(cls, url: str, prefix: str = PREFIX, sealer: Sealer | None = None) -> RedisStorage:
@@ -283,11 +133,6 @@ class RedisStorage:
     # -- named secrets and keys -------------------------------------------------------------------------------
 
     @guarded
-    def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
-        """The value stored under `name`, made by `make` the first time (the first instance to store it wins);
-        sealed with the sealer when there is one."""
-        return kept(self._stored_once, self._replace_stored, self.sealer, name, make)
-
     def _stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
         key = self._key("secret", name)
         value = self.redis.get(key)
@@ -296,11 +141,9 @@ class RedisStorage:
             value = self.redis.get(key)
         return base64.b64decode(text(value))
 
+    @guarded
     def _replace_stored(self, name: str, seen: bytes, value: bytes) -> None:
         self._run("replace_secret", [self._key("secret", name)], [base64.b64encode(seen), base64.b64encode(value)])
-
-    def secret(self, name: str) -> bytes:
-        return self.stored_once("secret:" + name, lambda: secrets.token_bytes(32))
 
     # -- consents ---------------------------------------------------------------------------------------------
 
@@ -411,7 +254,7 @@ class RedisStorage:
 
     @guarded
     def access_revoked(self, jti: str, binding: str = "") -> bool:
-        """True unless `jti` names an access token issued here with this `binding` (storage.access_binding) and
+        """True unless `jti` names an access token issued here with this `binding` (records.access_binding) and
         neither it nor its family was revoked."""
         args = [self._key("family", ""), binding]
         return bool(self._run("access_revoked", [self._key("access", jti)], args))

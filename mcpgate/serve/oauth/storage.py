@@ -17,33 +17,37 @@ The interface the sign-in pages (signin.py) use:
 
 One connection per process, used under a lock (a call never yields to another greenlet inside SQLite), in
 autocommit mode; WAL journal and a busy timeout let several workers write. Single-use rules (codes, refresh
-tokens) are one conditional UPDATE each, so two workers racing for the same code cannot both win.
+tokens) are one conditional UPDATE each, so two workers racing for the same code cannot both win. The records,
+the interface and the named secrets (sealed or not) are shared with redis_storage.py: records.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from .sealing import Sealer, kept
+from .records import REVOKED_FAMILY_TTL_S, NamedSecrets
+from .records import UNUSED_CLIENT_TTL_S as UNUSED_CLIENT_TTL_S  # re-exported: what both storages share
+from .records import ClientRecord as ClientRecord
+from .records import CodeRecord as CodeRecord
+from .records import RefreshRecord as RefreshRecord
+from .records import Storage as Storage
+from .records import access_binding as access_binding
+from .records import fingerprint as fingerprint
+from .sealing import Sealer
 
 log = logging.getLogger("mcpgate.oauth.storage")
 
 BUSY_TIMEOUT_S = 10.0
 PURGE_EVERY_S = 600.0
-UNUSED_CLIENT_TTL_S = 3600.0  # a registration that never got a code is forgotten after this long (the default of
-# MCPGATE_OAUTH_UNUSED_CLIENT_TTL, which the server passes)
 DB_NAME = "oauth.sqlite3"
 
 SCHEMA = """
@@ -67,84 +71,13 @@ CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
-def fingerprint(value: str) -> str:
-    """What is stored of a code, refresh token or client secret: its SHA-256, hex."""
-    return hashlib.sha256(value.encode()).hexdigest()
-
-
-def access_binding(claims: Mapping[str, Any]) -> str:
-    """What an access token's jti is stored with: the fingerprint of every claim it was issued with (sub,
-    client_id, exp, aud, scope, ...), so a token signed later under the same jti with any claim changed is
-    refused (access_revoked)."""
-    return fingerprint(json.dumps(claims, sort_keys=True, separators=(",", ":")))
-
-
 def default_state_dir() -> str:
     """$XDG_STATE_HOME/mcpgate, else ~/.local/state/mcpgate (MCPGATE_STATE_DIR empty)."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "mcpgate")
 
 
-@dataclass(frozen=True)
-class ClientRecord:
-    """A registration; `used` once it got a code (a user approved it): never forgotten or evicted then."""
-
-    client_id: str
-    secret_hash: str | None
-    metadata: dict[str, Any]
-    used: bool = False
-
-
-@dataclass(frozen=True)
-class CodeRecord:
-    """An authorization code's grant. `family` names the tokens it produces (known before they exist, so a
-    reuse racing the first exchange still revokes them)."""
-
-    client_id: str
-    redirect_uri: str
-    scope: str
-    subject: str
-    resource: str
-    challenge: str
-    challenge_method: str
-    expires_at: float
-    family: str
-
-
-@dataclass(frozen=True)
-class RefreshRecord:
-    family: str
-    client_id: str
-    subject: str
-    scope: str
-    expires_at: float
-
-
-class Storage(Protocol):
-    # sign-in (signin.py)
-    def consented(self, subject: str, client_id: str, scopes: Iterable[str]) -> bool: ...
-    def record_consent(self, subject: str, client_id: str, scopes: Iterable[str]) -> None: ...
-    def secret(self, name: str) -> bytes: ...
-    def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes: ...
-    # clients
-    def add_client(
-        self, client_id: str, secret: str | None, metadata: dict[str, Any], limit: int, unused_ttl: float = ...
-    ) -> bool: ...
-    def client(self, client_id: str) -> ClientRecord | None: ...
-    # codes: single use; a second use revokes what the first produced
-    def add_code(self, code: str, record: CodeRecord) -> None: ...
-    def claim_code(self, code: str) -> CodeRecord | None: ...
-    # tokens
-    def add_refresh(self, token: str, record: RefreshRecord) -> None: ...
-    def claim_refresh(self, token: str) -> RefreshRecord | None: ...
-    def refresh_record(self, token: str) -> RefreshRecord | None: ...
-    def add_access(self, jti: str, family: str | None, expires_at: float, binding: str = "") -> None: ...
-    def access_revoked(self, jti: str, binding: str = "") -> bool: ...
-    def revoke_access(self, jti: str) -> None: ...
-    def revoke_family(self, family: str) -> None: ...
-
-
-class SqliteStorage:
+class SqliteStorage(NamedSecrets):
     """Storage in one SQLite file: the directory is made 0700, the file 0600."""
 
     def __init__(self, directory: str, sealer: Sealer | None = None) -> None:
@@ -202,11 +135,6 @@ class SqliteStorage:
 
     # -- named secrets and keys -------------------------------------------------------------------------------
 
-    def stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
-        """The value stored under `name`, made by `make` the first time (the first worker to store it wins);
-        sealed with the sealer when there is one."""
-        return kept(self._stored_once, self._replace_stored, self.sealer, name, make)
-
     def _stored_once(self, name: str, make: Callable[[], bytes]) -> bytes:
         with self._db() as db:
             row = db.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
@@ -218,9 +146,6 @@ class SqliteStorage:
     def _replace_stored(self, name: str, seen: bytes, value: bytes) -> None:
         with self._db() as db:
             db.execute("UPDATE secrets SET value = ? WHERE name = ? AND value = ?", (value, name, seen))
-
-    def secret(self, name: str) -> bytes:
-        return self.stored_once("secret:" + name, lambda: secrets.token_bytes(32))
 
     # -- consents ---------------------------------------------------------------------------------------------
 
@@ -407,7 +332,7 @@ class SqliteStorage:
         db.execute(
             "INSERT INTO families (family, revoked, expires_at) VALUES (?, 1, ?) "
             "ON CONFLICT (family) DO UPDATE SET revoked = 1",
-            (family, time.time() + 86400.0),
+            (family, time.time() + REVOKED_FAMILY_TTL_S),
         )
 
     # -- housekeeping -----------------------------------------------------------------------------------------
