@@ -33,6 +33,7 @@ from ..core import jsonrpc, modern, mrtr
 from ..core.jsonrpc import Id, Request
 from ..core.request_state import Opened, StateError, StateSealer
 from . import cluster
+from .calls import resume as resume_call
 from .http import Refusal
 from .pooled_child import Call, PooledChild
 
@@ -215,7 +216,7 @@ class Bridge:
                     cont.child.refuse(child_request.id, jsonrpc.INVALID_PARAMS, "the client's answer is not an object")
         if cont.expiry is not None:
             cont.expiry.kill(block=False)
-        call.client_id, call.stream, call.parked = request.id, stream, False
+        resume_call(call, request, stream)  # what the child sent meanwhile first, then its result
         call.input_responses = None  # answers given once are not reused for a later ask
         if call.held is not None:  # the child answered while the call was parked
             held, call.held = call.held, None

@@ -56,6 +56,7 @@ class Group:
         # tool name -> {argument: Mcp-Param header} from the tools' x-mcp-header annotations (None: not read yet)
         self.tool_headers: dict[str, dict[str, str]] | None = None
         self.tool_headers_at = 0.0
+        self.spares_coming = 0  # spares prewarm has scheduled that _spawn has not yet counted among the children
 
     def wake(self) -> None:
         waiters, self.waiters = self.waiters, []
@@ -229,11 +230,13 @@ class Pool:
         pool's limit: a call that may ask its client for input holds its child (parked, until the retry), and a
         cold start is a process and an initialize away."""
         group = self.group(principal)
-        full = len(group.children) >= self.settings.pool_children or self.total() >= self.settings.pool_children_total
+        coming, s = group.spares_coming, self.settings  # spares on their way, not yet among the children: counted
+        full = len(group.children) + coming >= s.pool_children or self.total() + coming >= s.pool_children_total
         if self.closing or group.era is not Era.LEGACY or full:  # a spare never makes others' children stop
             return
         idle = [c for c in group.children if not c.ready.is_set() or not (c.candidate or c.bridged_calls or c.ended)]
-        if len(idle) <= self.settings.pool_spares:
+        if len(idle) + coming <= self.settings.pool_spares:
+            group.spares_coming += 1
             gevent.spawn(self._spawn_spare, group)
 
     def _spawn_spare(self, group: Group) -> None:
@@ -241,6 +244,8 @@ class Pool:
             self._spawn(group)
         except Refusal as refusal:
             log.warning("could not start a spare pooled child: %s", refusal.message)
+        finally:
+            group.spares_coming -= 1
 
     def _on_ready(self, group: Group, child: PooledChild) -> None:
         if child.era is not None:

@@ -14,8 +14,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gevent
 import gevent.event
@@ -25,13 +24,10 @@ from ..core import jsonrpc, modern, mrtr, versions, wire
 from ..core.jsonrpc import Id, Notification, Request, Response
 from ..core.tool_filter import ToolFilter
 from ..limits import ended_message
-from . import era_probe, watchdog
+from . import calls, era_probe, watchdog
+from .calls import Call as Call  # re-exported: the pool, the bridge and the endpoint name it from here
 from .era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
 from .session import ChildSpec
-from .stream import Stream
-
-if TYPE_CHECKING:
-    from .bridge import Continuation
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -43,32 +39,6 @@ _minted = itertools.count(1)  # unique in the worker: a minted id is never reuse
 
 def mint(kind: str = "") -> str:
     return f"mcpgate-{kind}{next(_minted)}"
-
-
-@dataclass(eq=False, slots=True)
-class Call:
-    """One client request in flight on a child (or parked, answered with input_required, awaiting a retry)."""
-
-    client_id: Id
-    minted: str
-    method: str
-    name: str | None  # params.name or params.uri: a retry must name the same
-    stream: Stream
-    principal: str
-    capabilities: dict[str, Any]
-    log_level: str | None
-    client_token: Id | None = None
-    minted_token: str | None = None
-    bridged: bool = False  # an MRTR method on a legacy child (its input requests are bridged or refused)
-    continuation: Continuation | None = None
-    parked: bool = False  # its HTTP reply was an input_required result: the child still works on it
-    finished: bool = False  # answered by the child, cancelled or abandoned
-    held: bytes | None = field(default=None)  # the child's answer that arrived while the call was parked
-    input_responses: dict[str, Any] | None = None  # answers the request carried ahead (stateless MRTR)
-    child: PooledChild | None = None  # where it runs (set by start_call)
-    error_code: int | None = None  # the code of the child's error answer, when it was one
-    sent: float = field(default_factory=time.monotonic)  # when it was made (MCPGATE_REQUEST_TIMEOUT)
-    tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
 
 
 class PooledChild:
@@ -371,10 +341,8 @@ class PooledChild:
         params = message.params if isinstance(message.params, dict) else {}
         token = params.get("progressToken")
         call = self._tokens.get(token) if isinstance(token, str) else None
-        if call is None or call.parked:
-            return
-        out = {"jsonrpc": "2.0", "method": message.method, "params": {**params, "progressToken": call.client_token}}
-        call.stream.deliver(jsonrpc.encode(out))
+        if call is not None:
+            self._for_call(call, message)
 
     def _on_log(self, message: Notification) -> None:
         """stdio ties a log message to no request: it goes to the one call in flight, when there is one
@@ -383,9 +351,12 @@ class PooledChild:
             return
         call = next(iter(self.calls.values()))
         params = message.params if isinstance(message.params, dict) else {}
-        if call.parked or not mrtr.level_allows(call.log_level, params.get("level")):
-            return
-        call.stream.deliver(jsonrpc.raw_bytes(message))
+        if mrtr.level_allows(call.log_level, params.get("level")):
+            self._for_call(call, message)
+
+    def _for_call(self, call: Call, message: Notification) -> None:
+        if not calls.to_client(call, message):
+            log.warning("pooled child %s: a parked call's oldest message dropped (too many kept)", self.label)
 
     def _on_exit(self, reason: str) -> None:
         self.ended = reason

@@ -4,16 +4,22 @@ The ladder (core/modern.validate) refuses what is malformed; server/discover and
 are answered by the gateway; every other request goes to a pooled child of the caller's principal
 under a minted id. The reply is JSON when the child answers first and within MCPGATE_SSE_AFTER, else
 an SSE stream scoped to the request (its progress and log messages, then the response). A stream the
-client closes is the request's cancellation: the child is told, and what it sends later is dropped.
+client closes is the request's cancellation: the child is told as soon as the connection reads as ended (a
+watcher on the socket, PeerWatch; the once-a-second probe is left for a connection with a pipelined request
+waiting), and what it sends later is dropped.
 """
 
 from __future__ import annotations
 
+import _socket
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from gevent.hub import get_hub
 
 from ..core import jsonrpc, modern, mrtr, versions
 from ..core.jsonrpc import Notification, Request
@@ -36,6 +42,7 @@ ERROR_STATUS = {jsonrpc.METHOD_NOT_FOUND: 404, modern.HEADER_MISMATCH: 400, mode
 ERROR_STATUS[jsonrpc.UNSUPPORTED_PROTOCOL_VERSION] = 400
 
 PeerGone = Callable[[], bool] | None
+SOCKET = "gunicorn.sock"  # the environ key of the client's connection (gunicorn's gevent handler sets it)
 
 
 def post(gw: Gateway, request: HttpRequest, message: Request | Notification) -> HttpResponse:
@@ -71,7 +78,8 @@ def serve(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
     if message.method == "subscriptions/listen":
         return listen(gw, pool.hub(principal), message, peer_gone)
     listed = tools if message.method == "tools/list" else None
-    return reply(gw, pool, start(pool, principal, message, listed, closing=gw.closing), peer_gone)
+    call = start(pool, principal, message, listed, closing=gw.closing)
+    return reply(gw, pool, call, peer_gone, request.environ.get(SOCKET))
 
 
 def is_retry(message: Request) -> bool:
@@ -152,20 +160,73 @@ def with_params(message: Request, params: dict[str, Any]) -> Request:
     return dataclasses.replace(message, params=params, obj={**message.obj, "params": params}, raw=None)
 
 
-def reply(gw: Gateway, pool: Pool, call: Call, peer_gone: PeerGone) -> HttpResponse:
-    """JSON when the child answers first and in time; otherwise SSE from the first other message."""
+def reply(gw: Gateway, pool: Pool, call: Call, peer_gone: PeerGone, sock: Any = None) -> HttpResponse:
+    """JSON when the child answers first and in time; otherwise SSE from the first other message. `sock`, the
+    client's connection, is watched all along: its close cancels the call at once."""
     stream = call.stream
+    watch = PeerWatch(sock, lambda: finish(pool, call, stream))
+
+    def done() -> None:
+        watch.stop()
+        finish(pool, call, stream)
+
     first = wait_first(stream, gw.settings.sse_after, peer_gone)
     if first is None or first is END:  # the client went away (or the stream ended) before anything came
-        finish(pool, call, stream)
+        done()
         return HttpResponse(204)
     if isinstance(first, Delivery) and first.done:
-        finish(pool, call, stream)
+        done()
         return json_response(first.data, ERROR_STATUS.get(call.error_code or 0, 200))
     if isinstance(first, Delivery):
         stream.requeue([first])
-    events = sse(gw, stream, peer_gone, lambda: finish(pool, call, stream))
+    events = sse(gw, stream, peer_gone, done)
     return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
+
+
+class PeerWatch:
+    """Runs `on_gone` as soon as the client's connection reads as ended (its FIN or a reset): an I/O watcher on the
+    socket, not a periodic probe, and `on_gone` runs in the watcher's callback (it must not block), so a client
+    that closes its stream and at once sends another request has its call cancelled before that request is
+    read. Data waiting instead (a pipelined request) ends the watch: the probe of wait_first and sse covers that
+    rare case. A TLS socket is not watched (its bytes cannot be peeked)."""
+
+    __slots__ = ("_fd", "_on_gone", "_watcher")
+
+    def __init__(self, sock: Any, on_gone: Callable[[], None]) -> None:
+        self._on_gone, self._watcher = on_gone, None
+        fileno = getattr(sock, "fileno", None)
+        self._fd = fileno() if fileno is not None and not isinstance(sock, ssl.SSLSocket) else -1
+        if self._fd >= 0:
+            self._watcher = get_hub().loop.io(self._fd, 1)
+            self._watcher.start(self._readable)
+
+    def _readable(self) -> None:  # in the hub: a peek and the cancellation, neither of which blocks
+        self.stop()
+        if not ended(self._fd):
+            return
+        try:
+            self._on_gone()
+        except Exception:
+            log.exception("cancelling a call whose client has gone failed")
+
+    def stop(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+            watcher.close()
+
+
+def ended(fd: int) -> bool:
+    """Whether the connection on `fd` reads as ended, without waiting (data waiting: not ended)."""
+    raw = _socket.socket(fileno=fd)  # the fd's own socket object, detached below (never closed here)
+    try:
+        return raw.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+    finally:
+        raw.detach()
 
 
 def wait_first(stream: Stream, within: float, peer_gone: PeerGone) -> Delivery | object | None:
@@ -215,7 +276,7 @@ def finish(pool: Pool, call: Call, stream: Stream) -> None:
     if not call.finished and not call.parked and call.child is not None:
         log.info("pooled child %s: the client closed its stream; cancelling %s", call.child.label, call.method)
         call.child.cancel(call, "the client closed the stream")
-    if call.finished:
+    if call.finished and not call.parked:  # a parked call's result, held, waits for the retry with its state
         pool.bridge.call_ended(call)
 
 
