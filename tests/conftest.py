@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway
+from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway, serving
 
 NPM_MARKER = (
     "npm: needs the npm registry or what it installed into tests/.peers (Node 22, the MCP conformance "
@@ -52,9 +52,5 @@ def gateway_factory() -> Iterator[Callable[..., Gateway]]:
 @pytest.fixture(scope="module")
 def demo_gateway() -> Iterator[Gateway]:
     """One gateway serving the bundled demo server, shared by a test module."""
-    gw = Gateway({"MCPGATE_SSE_AFTER": "1", "MCPGATE_KEEPALIVE": "0.5"})
-    try:
-        gw.wait_ready()
+    with serving({"MCPGATE_SSE_AFTER": "1", "MCPGATE_KEEPALIVE": "0.5"}) as gw:
         yield gw
-    finally:
-        gw.stop()

@@ -11,11 +11,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from tests.support import Gateway, Reply, free_port, stop_process, wait_for
+from tests.support import Reply, free_port, send, stop_process, wait_for
 
 # -- Redis and HAProxy for the cluster tests (the distribution's binaries; .ci/run installs them) --
 
@@ -85,7 +85,7 @@ class Balancer:
         headers: dict[str, str] | None = None,
         timeout: float = 30.0,
     ) -> Reply:
-        return Gateway.request(cast(Gateway, self), method, path, body, headers, timeout)
+        return send("127.0.0.1", self.port, method, path, body, headers, timeout)
 
     def admin(self, command: str, timeout: float = 5.0) -> str:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests.fleet_support import Balancer
-from tests.support import ROOT, Reply, free_port, pid_gone, stop_process, wait_for
+from tests.support import ROOT, Reply, free_port, pid_gone, send, stop_process, wait_for
 
 PROCFILE = "deploy/Procfile.fleet"
 INSTANCES = ("i1", "i2", "i3", "i4")
@@ -148,25 +147,6 @@ def listening(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
         return True
     return False
-
-
-def send(
-    host: str,
-    port: int,
-    method: str,
-    path: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-    timeout: float = 30.0,
-) -> Reply:
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers=headers or {})
-        resp = conn.getresponse()
-        return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
-    finally:
-        conn.close()
 
 
 # -- a remote peer: a network namespace whose only route is a veth pair to this one ---------------------------

@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import http.server
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
+import pytest
 from mcp import types
 
 from mcpgate.core.wire import (
@@ -91,11 +95,40 @@ class Reply(NamedTuple):
         return f"<Reply {self.status} {self.content_type or '(no content-type)'} body={excerpt!r}>"
 
 
+def send(
+    host: str,
+    port: int,
+    method: str,
+    path: str = "/mcp",
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+    source: str | None = None,
+    chunked: bool = False,
+) -> Reply:
+    """One HTTP request on a new connection to host:port; `body` bytes as they are, anything else but None as
+    JSON. `source`: the local address to send from (127.0.0.0/8 is all loopback: each address is another
+    client); `chunked`: the body in 4 KiB chunks with no Content-Length (a streamed upload)."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout, source_address=(source, 0) if source else None)
+    try:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        if chunked and data is not None:
+            pieces = (data[start : start + 4096] for start in range(0, len(data), 4096))
+            conn.request(method, path, body=pieces, headers=headers or {}, encode_chunked=True)
+        else:
+            conn.request(method, path, body=data, headers=headers or {})
+        resp = conn.getresponse()
+        return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+    finally:
+        conn.close()
+
+
 GATEWAYS: list[Gateway] = []  # every gateway started and not yet reported on: see tests/conftest.py
 
 
 class Gateway:
-    """A running `gunicorn mcpgate.wsgi`; its log goes to a file whose tail a failing test's report shows."""
+    """A running `gunicorn mcpgate.wsgi`; its log goes to a file whose tail a failing test's report shows. It binds
+    on `host` (loopback unless a test's own address, e.g. a veth pair's), on a free port."""
 
     def __init__(
         self,
@@ -104,16 +137,17 @@ class Gateway:
         config: str | None = None,
         python: str = sys.executable,
         ready_host: str | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
-        self.port = free_port()
+        self.host, self.port = host, free_port()
         self.ready_headers = {"Host": ready_host} if ready_host else {}  # when 127.0.0.1 is not a trusted peer
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}/mcp"
+        self.base = f"http://{host}:{self.port}"
         # "{port}" in a value is this gateway's port (MCPGATE_PUBLIC_URL names it before it is known)
         given = {name: value.replace("{port}", str(self.port)) for name, value in (env or {}).items()}
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **given}
         full_env.pop("PORT", None)
-        args = [python, "-m", "gunicorn", "-b", f"127.0.0.1:{self.port}"]
+        args = [python, "-m", "gunicorn", "-b", f"{host}:{self.port}"]
         if config:
             args += ["-c", config]
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
@@ -158,14 +192,7 @@ class Gateway:
         headers: dict[str, str] | None = None,
         timeout: float = 30.0,
     ) -> Reply:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-            conn.request(method, path, body=data, headers=headers or {})
-            resp = conn.getresponse()
-            return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
-        finally:
-            conn.close()
+        return send(self.host, self.port, method, path, body, headers, timeout)
 
     def stop(self) -> None:
         try:
@@ -270,9 +297,9 @@ MODERN_CHILD = f"{sys.executable} {FIXTURES / 'modern_server.py'}"  # MCPGATE_CO
 
 
 @contextlib.contextmanager
-def serving(env: dict[str, str] | None = None) -> Iterator[Gateway]:
-    """A ready gateway for a `with` block (e.g. one per test module), stopped at its end."""
-    gw = Gateway(env)
+def serving(env: dict[str, str] | None = None, **kwargs: Any) -> Iterator[Gateway]:
+    """A ready gateway for a `with` block (e.g. one per test module), stopped at its end; `kwargs`: Gateway's."""
+    gw = Gateway(env, **kwargs)
     try:
         gw.wait_ready()
         yield gw
@@ -340,6 +367,62 @@ def direct_children(pid: int) -> list[int]:
     from mcpgate.orphans import children_of
 
     return children_of(pid)
+
+
+def worker_children(gw: Gateway) -> list[int]:
+    """The child processes of the gateway's one worker (the MCP servers it started)."""
+    [worker] = direct_children(gw.proc.pid)
+    return direct_children(worker)
+
+
+def gunicorn_refusal(env: dict[str, str], *args: str) -> str:
+    """What gunicorn started as a user would (from the project root; `args` before the app, e.g. "-b", "HOST:PORT";
+    `env` over this environment less any MCPGATE_* or PORT of the developer's) printed: it must stop by itself
+    with a non-zero status (a gateway that started is a failure, ended by its PID)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MCPGATE_") and k != "PORT"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", *args, "mcpgate.wsgi"],
+        cwd=ROOT,
+        env={**full_env, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)  # only if it did not exit
+    assert proc.returncode not in (0, None), out
+    return out
+
+
+# -- a real browser: Debian's Chromium, and a page of another origin for it ---------------------------------------
+
+
+def chromium() -> str:
+    """Chromium's path; missing, the test is skipped naming the package (or fails under CI: .ci/run installs it)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium package)")
+        pytest.skip("needs Debian's chromium package (apt-get install chromium)")
+    return found
+
+
+@contextlib.contextmanager
+def static_site(directory: Path) -> Iterator[int]:
+    """A static file server of `directory` on a free loopback port (another origin, for a browser's page) for a
+    `with` block: yields its port."""
+    handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(directory))  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 # -- the official SDK client's answers to a server's requests (elicitation: a name; sampling: the prompt, loud) --

@@ -5,7 +5,6 @@ in use is named, and the commands print their help."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import socket
 import subprocess
@@ -23,6 +22,7 @@ from tests.support import (
     HEADERS,
     ROOT,
     free_port,
+    gunicorn_refusal,
     init_body,
     modern_body,
     post_modern,
@@ -93,7 +93,7 @@ def test_a_mistyped_setting_is_reported_with_the_nearest_name(gateway_factory: A
 
 
 def test_an_invalid_setting_beside_a_mistyped_one_names_both(tmp_path: Path) -> None:
-    out = gunicorn_refusal({"MCPGATE_MAX_SESSIONS": "lots", "MCPGATE_MAX_SESION": "3"})
+    out = refusal({"MCPGATE_MAX_SESSIONS": "lots", "MCPGATE_MAX_SESION": "3"})
     assert "MCPGATE_MAX_SESSIONS" in out and "MCPGATE_MAX_SESION is not a setting" in out, out
 
 
@@ -119,10 +119,10 @@ def test_the_start_log_says_in_one_line_what_is_served(gateway_factory: Any, tmp
 def test_a_password_hash_the_shell_expanded_stops_the_start_before_listening() -> None:
     made = passwords.make_hash("correct horse")  # scrypt:32768:8:1$<salt>$<digest>
     expanded = made.split("$")[0]  # what `MCPGATE_OAUTH_USERS=alice:scrypt...$salt$digest` leaves: no $-parts
-    out = gunicorn_refusal({"MCPGATE_OAUTH_USERS": f"alice:{expanded}", "MCPGATE_PUBLIC_URL": "http://127.0.0.1:8000"})
+    out = refusal({"MCPGATE_OAUTH_USERS": f"alice:{expanded}", "MCPGATE_PUBLIC_URL": "http://127.0.0.1:8000"})
     assert "MCPGATE_OAUTH_USERS" in out and "'alice'" in out and "single quotes" in out, out
     assert "plain-text" not in out and "Listening at" not in out and "Booting worker" not in out, out
-    plain = gunicorn_refusal({"MCPGATE_OAUTH_USERS": "alice:hunter2", "MCPGATE_PUBLIC_URL": "http://127.0.0.1:8000"})
+    plain = refusal({"MCPGATE_OAUTH_USERS": "alice:hunter2", "MCPGATE_PUBLIC_URL": "http://127.0.0.1:8000"})
     assert "plain-text password is refused" in plain and "hunter2" not in plain, plain
     assert "Listening at" not in plain, plain
 
@@ -183,7 +183,7 @@ def test_a_port_in_use_is_named_with_mcpgate_bind_at_once() -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        out = gunicorn_refusal({"MCPGATE_BIND": f"127.0.0.1:{port}"})
+        out = refusal({"MCPGATE_BIND": f"127.0.0.1:{port}"})
     assert f"cannot listen on 127.0.0.1:{port}" in out and "MCPGATE_BIND" in out and "PORT" in out, out
     assert "Retrying in 1 second" not in out and "Connection in use" not in out, out  # gunicorn's five tries
     assert len([line for line in out.splitlines() if "cannot listen" in line]) == 1, out
@@ -240,22 +240,7 @@ def run_python(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def gunicorn_refusal(env: dict[str, str]) -> str:
-    """gunicorn started as a user would (from the project root, on a free port unless `env` names one); it must
-    stop by itself with a non-zero status. What it printed."""
-    full_env = {**os.environ, "MCPGATE_BIND": f"127.0.0.1:{free_port()}", **env}
-    full_env.pop("PORT", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "mcpgate.wsgi"],
-        cwd=ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        stop_process(proc)  # only if it did not stop: a gateway that started is a failure, ended by its PID
-    assert proc.returncode not in (0, None), out
-    return out
+def refusal(env: dict[str, str]) -> str:
+    """What gunicorn started as a user would printed, on a free port unless `env` names one (MCPGATE_BIND); it
+    must stop by itself with a non-zero status (support.gunicorn_refusal)."""
+    return gunicorn_refusal({"MCPGATE_BIND": f"127.0.0.1:{free_port()}", **env})

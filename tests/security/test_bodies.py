@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mcpgate.serve.oauth import passwords
-from tests.support import Gateway
+from tests.support import Gateway, serving
 
 WAIT = 15.0  # seconds a test waits for what the worker must do (only so a broken worker fails, not hangs)
 CAP = 64 * 1024  # MCPGATE_MAX_FORM_BYTES's default
@@ -47,12 +47,8 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "MCPGATE_STATE_DIR": str(state),
         "MCPGATE_BODY_TIMEOUT": "600",  # only the cap may end a body here
     }
-    gw = Gateway(env)
-    try:
-        gw.wait_ready()
+    with serving(env) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 def answer_and_close(sock: socket.socket, timeout: float = WAIT) -> tuple[bytes, bool]:

@@ -156,12 +156,9 @@ def assert_nothing_secret(reads: dict[str, str], *secret_values: str) -> None:
 
 @pytest.fixture(scope="module")
 def same_user(tools: Path) -> Iterator[Gateway]:
-    gw = Gateway({**SECRETS, "MCPGATE_COMMAND": (tools / "probe").read_text()}, python=str(tools / "as-stranger"))
-    try:
-        gw.wait_ready()
+    env = {**SECRETS, "MCPGATE_COMMAND": (tools / "probe").read_text()}
+    with serving(env, python=str(tools / "as-stranger")) as gw:
         yield gw
-    finally:
-        gw.stop()
 
 
 TOKEN = {"Authorization": f"Bearer {SECRETS['MCPGATE_AUTH_TOKEN']}"}

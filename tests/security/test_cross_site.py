@@ -12,17 +12,14 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
-import os
-import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import HEADERS, Gateway, direct_children, init_body, serving, wait_for
+from tests.support import HEADERS, Gateway, chromium, init_body, serving, static_site, wait_for, worker_children
 
 LISTED = "https://app.example"
 IMG_ACCEPT = "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8"  # Chromium's, for an <img>
@@ -49,12 +46,6 @@ def answer(gw: Gateway, method: str, path: str, headers: dict[str, str], body: A
         conn.close()
 
 
-def children(gw: Gateway) -> list[int]:
-    """The worker's child processes (the MCP servers it started)."""
-    [worker] = direct_children(gw.proc.pid)
-    return direct_children(worker)
-
-
 @pytest.mark.parametrize(
     ("method", "path", "headers", "status"),
     [
@@ -73,11 +64,11 @@ def children(gw: Gateway) -> list[int]:
 def test_a_cross_site_or_non_sse_request_starts_nothing(
     gw: Gateway, method: str, path: str, headers: dict[str, str], status: int
 ) -> None:
-    before = children(gw)
+    before = worker_children(gw)
     got, body = answer(gw, method, path, headers, init_body() if method == "POST" else None)
     assert got == status, (got, body)
     assert isinstance(body, dict) and body["jsonrpc"] == "2.0" and body["error"]["code"] == -32600, body
-    assert children(gw) == before == []
+    assert worker_children(gw) == before == []
 
 
 def test_what_legitimate_clients_send_still_works(gw: Gateway) -> None:
@@ -101,27 +92,8 @@ PAGE = '<!doctype html><html><body><img id="probe" src="http://127.0.0.1:GATEWAY
 
 @pytest.fixture
 def page(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    port_holder: list[int] = []
-    handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(tmp_path))  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    port_holder.append(server.server_address[1])
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield port_holder[0], tmp_path
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium package)")
-        pytest.skip("needs Debian's chromium package (apt-get install chromium)")
-    return found
+    with static_site(tmp_path) as port:
+        yield port, tmp_path
 
 
 def test_a_real_browser_page_of_another_site_starts_nothing(gw: Gateway, page: tuple[int, Path]) -> None:

@@ -12,24 +12,19 @@ instance of the fleet.
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from mcpgate.core import session_ids
 from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
 from tests.fleet_support import haproxy, redis_server
-from tests.recipe_support import PeerRequest, from_peer, remote_peer, send
-from tests.support import HEADERS, ROOT, Gateway, call, free_port, init_body, reply_message, stop_process, wait_for
+from tests.recipe_support import PeerRequest, from_peer, remote_peer
+from tests.support import HEADERS, ROOT, Gateway, call, free_port, init_body, reply_message, wait_for
 
 SECRET = "replay-test-cluster-secret-0123456789"
 TOKEN = "replay-test-token-0123456789"
@@ -209,52 +204,30 @@ def test_forwarded_requests_only_from_the_listed_peers(fleet: Fleet) -> None:
 # -- another machine: a network namespace ---------------------------------------------------------------------
 
 
-def test_a_forward_from_another_machine_is_refused(fleet: Fleet, tmp_path: Path) -> None:
+def test_a_forward_from_another_machine_is_refused(fleet: Fleet) -> None:
     """Instance C listens on a veth address (so the namespace reaches it); B (loopback) forwards to it fine, from
     an address of this machine. The namespace sends C a request signed as B's, with the key: refused (403),
     since it does not come from B's address."""
     b = fleet.b
     with remote_peer() as remote:
-        port = free_port()
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            **instance_env(fleet.redis_url, f"http://{remote.local}:{port}", MCPGATE_INSTANCE_ID="c"),
-        }
-        env.pop("PORT", None)
-        log_path = tmp_path / "c.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "-b", f"{remote.local}:{port}", "mcpgate.wsgi"],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        env = instance_env(fleet.redis_url, f"http://{remote.local}:{{port}}", MCPGATE_INSTANCE_ID="c")
+        c = Gateway(env, ready_host=HOST, host=remote.local)
         try:
-            ready = lambda: proc.poll() is None and _healthy(remote.local, port)  # noqa: E731
-            assert wait_for(ready, 60), log_path.read_text()
+            c.wait_ready(60)
             headers = {**HEADERS, **BEARER, "Host": HOST}
-            opened = send(remote.local, port, "POST", "/mcp", init_body(), headers)
+            opened = c.request("POST", "/mcp", init_body(), headers)
             assert opened.status == 200, opened
             session = {**headers, SESSION_ID: opened.headers[SESSION_ID.lower()], PROTOCOL_VERSION: "2025-11-25"}
             initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-            assert send(remote.local, port, "POST", "/mcp", initialized, session).status == 202
+            assert c.request("POST", "/mcp", initialized, session).status == 202
             via_b = b.request("POST", body=echo("b to c"), headers=session)  # B forwards from 10.x (this machine)
-            assert reply_message(via_b)["result"]["content"][0]["text"] == "b to c", (via_b, log_path.read_text())
+            assert reply_message(via_b)["result"]["content"][0]["text"] == "b to c", (via_b, c.log_tail())
 
             tokenless = {name: value for name, value in session.items() if name != "Authorization"}
             body = echo("from the namespace")
-            forged = PeerRequest(port, "POST", "/mcp", {**tokenless, FORWARDED: signed_by("b", session, body)}, body)
+            forged = PeerRequest(c.port, "POST", "/mcp", {**tokenless, FORWARDED: signed_by("b", session, body)}, body)
             (reply,) = from_peer(remote, remote.local, forged)
             assert reply.status == 403, reply
-            assert f"from {remote.peer}" in log_path.read_text()
+            assert f"from {remote.peer}" in c.log()
         finally:
-            stop_process(proc, timeout=30)
-
-
-def _healthy(host: str, port: int) -> Any:
-    try:
-        return send(host, port, "GET", "/healthz", headers={"Host": HOST}).status in (200, 503)
-    except OSError:
-        return False
+            c.stop()

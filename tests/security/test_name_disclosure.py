@@ -12,9 +12,6 @@ discovers sign-in, as from the endpoint's own challenge. See ResourceGuard._serv
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import pytest
 
 from mcpgate.serve import preflight
 from mcpgate.settings import Settings
-from tests.support import DEMO_ENTRY, ROOT, Gateway, free_port, serving, stop_process, write_config
+from tests.support import DEMO_ENTRY, Gateway, free_port, gunicorn_refusal, serving, write_config
 
 TOKEN = "disclosure-t0ken"
 NAMES = ("payroll-db", "hr-files", "broken-secret")
@@ -109,20 +106,6 @@ def test_metrics_beyond_loopback_need_their_token(environ: dict[str, str], binds
 
 def test_gunicorn_refuses_to_serve_metrics_beyond_loopback_without_their_token(tmp_path: Path) -> None:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MCPGATE_") and k != "PORT"}
-    env.update({"MCPGATE_AUTH_TOKEN": TOKEN, "MCPGATE_METRICS": "true"})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-b", f"0.0.0.0:{port}", "mcpgate.wsgi"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        stop_process(proc)  # only if it did not exit: a started gateway is a failure, ended by PID
-    assert proc.returncode not in (0, None), out
+    out = gunicorn_refusal({"MCPGATE_AUTH_TOKEN": TOKEN, "MCPGATE_METRICS": "true"}, "-b", f"0.0.0.0:{port}")
     assert f"refusing to serve /metrics beyond loopback (0.0.0.0:{port}) without MCPGATE_METRICS_TOKEN" in out, out
     assert "Booting worker" not in out and "Traceback" not in out

@@ -3,11 +3,7 @@ a headless Chromium running a page of another origin that calls the endpoint wit
 
 from __future__ import annotations
 
-import http.server
-import os
-import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +12,7 @@ import pytest
 
 from mcpgate.serve.cors import Cors
 from mcpgate.settings import Settings, SettingsError
-from tests.support import HEADERS, Gateway, free_port, init_body
+from tests.support import HEADERS, Gateway, chromium, init_body, static_site
 
 PAGE_ORIGIN = "https://app.example"
 TOKEN = "cors-t0ken"
@@ -107,26 +103,8 @@ run().catch(error => { document.getElementById("out").textContent = "failed " + 
 @pytest.fixture
 def page_server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     """A static file server on another port: the page's origin."""
-    port = free_port()
-    handler = lambda *args: http.server.SimpleHTTPRequestHandler(*args, directory=str(tmp_path))  # noqa: E731
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with static_site(tmp_path) as port:
         yield port, tmp_path
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium package)")
-        pytest.skip("needs Debian's chromium package (apt-get install chromium)")
-    return found
 
 
 def page_text(browser: str, url: str, profile: Path) -> str:

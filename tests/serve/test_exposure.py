@@ -8,43 +8,16 @@ reached over a veth pair); settings that cannot work stop gunicorn with one line
 from __future__ import annotations
 
 import http.client
-import json
 import logging
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from mcpgate.serve import preflight
 from mcpgate.settings import Settings
-from tests.support import HEADERS, ROOT, Gateway, call, free_port, init_body, open_session, stop_process
-
-
-def gunicorn_refusal(env: dict[str, str], *args: str) -> str:
-    """Start gunicorn as a user would and return what it printed; it must exit non-zero by itself."""
-    full_env = {**os.environ, **env}
-    if "PORT" not in env:
-        full_env.pop("PORT", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", *args, "mcpgate.wsgi"],
-        cwd=ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        stop_process(proc)  # only if it did not exit: a started gateway is a failure, ended by PID
-    assert proc.returncode not in (0, None), out
-    return out
+from tests.recipe_support import PeerRequest, from_peer, remote_peer
+from tests.support import HEADERS, Gateway, call, free_port, gunicorn_refusal, init_body, open_session, send
 
 
 @pytest.mark.parametrize(
@@ -107,14 +80,9 @@ def test_the_exposure_decision(environ: dict[str, str], binds: list[str], refuse
 def request_from(
     source: str, port: int, host: str, path: str = "/mcp", headers: dict[str, str] | None = None, body: Any = None
 ) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        conn.request("POST" if data else "GET", path, body=data, headers={"Host": host, **(headers or {})})
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+    method = "GET" if body is None else "POST"
+    reply = send("127.0.0.1", port, method, path, body, {"Host": host, **(headers or {})}, source=source)
+    return reply.status, reply.body
 
 
 def test_a_loopback_host_name_counts_only_from_a_trusted_peer(gateway_factory: Any) -> None:
@@ -151,100 +119,29 @@ def test_bad_settings_stop_gunicorn_with_one_line(tmp_path: Any) -> None:
     assert "PORT and MCPGATE_BIND are both set" in out
 
 
-# -- a real remote peer: a network namespace joined to this one by a veth pair --------------------------------
-
-NETNS_CLIENT = textwrap.dedent("""
-    import http.client, json, sys
-    address, port, host, token = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    conn = http.client.HTTPConnection(address, port, timeout=20)
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
-    headers = {"Host": host, "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = "Bearer " + token
-    conn.request("POST", "/mcp", body=body, headers=headers)
-    print(conn.getresponse().status)
-""")
+# -- a real remote peer: a network namespace joined to this one by a veth pair (tests/recipe_support.py) ----------
 
 
-def netns_available() -> bool:
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        return False
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
-    return probe.returncode == 0
+def test_a_remote_peer_cannot_forge_a_loopback_host() -> None:
+    with remote_peer() as remote:
+        env = {"MCPGATE_AUTH_TOKEN": "veth-t0ken", "MCPGATE_ALLOWED_HOSTS": f"{remote.local}:{{port}}"}
+        gw = Gateway(env, host=remote.local)
+        try:
+            gw.wait_ready()
 
+            def from_the_peer(host: str, token: str) -> int:
+                headers = {**HEADERS, "Host": host, **({"Authorization": "Bearer " + token} if token else {})}
+                (reply,) = from_peer(remote, remote.local, PeerRequest(gw.port, "POST", "/mcp", headers, init_body()))
+                return reply.status
 
-@pytest.fixture
-def remote_peer() -> Iterator[tuple[str, str, str]]:
-    """(namespace, gateway-side address, peer address): a namespace whose only route is a veth to this one."""
-    if not netns_available():
-        pytest.skip("needs root and iproute2 network namespaces (ip netns) to play a remote peer")
-    tag = f"{os.getpid() % 10000}{free_port() % 100}"
-    ns, here, there = f"mcpgate-t{tag}", f"mgh{tag}", f"mgp{tag}"
-    octet = 1 + int(tag) % 250
-    local, peer = f"10.231.{octet}.1", f"10.231.{octet}.2"
-
-    def ip(*args: str) -> None:
-        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
-
-    try:
-        ip("netns", "add", ns)
-        ip("link", "add", here, "type", "veth", "peer", "name", there)
-        ip("link", "set", there, "netns", ns)
-        ip("addr", "add", f"{local}/30", "dev", here)
-        ip("link", "set", here, "up")
-        ip("-n", ns, "addr", "add", f"{peer}/30", "dev", there)
-        ip("-n", ns, "link", "set", there, "up")
-        ip("-n", ns, "link", "set", "lo", "up")
-        yield ns, local, peer
-    finally:
-        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=10)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
-
-
-def test_a_remote_peer_cannot_forge_a_loopback_host(remote_peer: tuple[str, str, str], tmp_path: Any) -> None:
-    ns, local, _ = remote_peer
-    port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "MCPGATE_AUTH_TOKEN": "veth-t0ken",
-        "MCPGATE_ALLOWED_HOSTS": f"{local}:{port}",
-    }
-    env.pop("PORT", None)
-    log_path = tmp_path / "gateway.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-b", f"{local}:{port}", "mcpgate.wsgi"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while b"Booting worker" not in log_path.read_bytes() and time.monotonic() < deadline:
-            assert proc.poll() is None, log_path.read_text()
-            time.sleep(0.1)
-        time.sleep(0.5)
-
-        def from_peer(host: str, token: str) -> str:
-            out = subprocess.run(
-                ["ip", "netns", "exec", ns, sys.executable, "-c", NETNS_CLIENT, local, str(port), host, token],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert out.returncode == 0, out.stderr
-            return out.stdout.strip()
-
-        assert from_peer(f"{local}:{port}", "") == "401"  # reachable, and authentication is required
-        assert from_peer(f"localhost:{port}", "veth-t0ken") == "421"  # the forged Host is refused
-        assert from_peer("127.0.0.1", "veth-t0ken") == "421"
-        assert from_peer(f"{local}:{port}", "veth-t0ken") == "200"
-        assert "veth-t0ken" not in log_path.read_text()
-    finally:
-        stop_process(proc, timeout=30)
+            port = gw.port
+            assert from_the_peer(f"{remote.local}:{port}", "") == 401  # reachable, and authentication is required
+            assert from_the_peer(f"localhost:{port}", "veth-t0ken") == 421  # the forged Host is refused
+            assert from_the_peer("127.0.0.1", "veth-t0ken") == 421
+            assert from_the_peer(f"{remote.local}:{port}", "veth-t0ken") == 200
+            assert "veth-t0ken" not in gw.log()
+        finally:
+            gw.stop()
 
 
 def test_logs_never_hold_a_whole_session_id(gateway_factory: Any) -> None:

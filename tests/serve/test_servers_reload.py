@@ -17,13 +17,13 @@ from tests.support import (
     Gateway,
     alive,
     call,
-    direct_children,
     init_body,
     named,
     open_session,
     reply_message,
     wait_dead,
     wait_for,
+    worker_children,
     write_config,
 )
 
@@ -41,12 +41,6 @@ def child_pid(gw: Gateway, headers: dict[str, str]) -> int:
     return int(reply_message(reply)["result"]["content"][0]["text"])
 
 
-def children_pids(gw: Gateway) -> list[int]:
-    """The worker's child processes (the servers' children)."""
-    [worker] = direct_children(gw.proc.pid)
-    return direct_children(worker)
-
-
 def test_reload_adds_and_removes_servers_while_a_session_on_a_third_stays_alive(
     gateway_factory: Any, tmp_path: Path
 ) -> None:
@@ -56,7 +50,7 @@ def test_reload_adds_and_removes_servers_while_a_session_on_a_third_stays_alive(
     a_headers = open_session(named(gw, "a"))
     b_headers = open_session(named(gw, "b"))
     b_pid = child_pid(named(gw, "b"), b_headers)
-    a_children = [pid for pid in children_pids(gw) if pid != b_pid]
+    a_children = [pid for pid in worker_children(gw) if pid != b_pid]
 
     def rewrite() -> None:
         changed_b = {**NAMED_ENTRY, "env": {"CHANGED": "1"}}
