@@ -2,7 +2,9 @@
 through gunicorn mcpgate.wsgi, wrapping (a) tests/fixtures/conformance_server.py, an SDK-written child that speaks
 2026-07-28 itself (its MRTR tools answer input_required on their own), and (b) the same fixture as a legacy-only
 child (conformance_server_legacy.py: initialize only; its MRTR tools send real requests, which the gateway's bridge
-turns into InputRequiredResults). Every scored check passes; no expected-failures file.
+turns into InputRequiredResults), and (c) the SDK-written child started through `sh -c "sleep 5; exec ..."`, slower
+to start than MCPGATE_PROBE_TIMEOUT, as a server run through `npx -y` or `uvx` may be. Every scored check passes; no
+expected-failures file.
 
 Also, without npm: the fixture itself through the official SDK client over stdio, in both eras, so a failing
 conformance run can be told apart from a broken fixture."""
@@ -10,6 +12,7 @@ conformance run can be told apart from a broken fixture."""
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,12 @@ from tests.support import FIXTURES, MODERN, Gateway, modern_body, post_modern, w
 
 REVISION = "2026-07-28"
 SCORED = 37  # scenarios `conformance list --server --requirements 2026-07-28` names
-CHILDREN = {"modern": "conformance_server.py", "legacy": "conformance_server_legacy.py"}
+CHILDREN = {
+    "modern": "conformance_server.py",
+    "legacy": "conformance_server_legacy.py",
+    "slow": "conformance_server.py",
+}
+SLOW_START = 5  # seconds the "slow" child sleeps before the server starts (as `npx -y` or `uvx` may on a first run)
 INPUT_KEY = "dev.mcpgate/inputKey"  # how the legacy fixture names its input requests for the bridge
 HANG_GUARD = 60
 READY = re.compile(r"pooled child \S+ speaks ")  # the log line of a pooled child whose probe has ended
@@ -40,6 +48,8 @@ def not_scored(stdout: str) -> set[str]:
 def test_every_scored_2026_check_passes(gateway_factory: Any, tmp_path: Path, child: str) -> None:
     conformance.ensure_installed()
     env = {"MCPGATE_COMMAND": f"{sys.executable} {FIXTURES / CHILDREN[child]}"}
+    if child == "slow":  # longer than MCPGATE_PROBE_TIMEOUT: still served as the 2026-07-28 server it is
+        env["MCPGATE_COMMAND"] = shlex.join(["sh", "-c", f"sleep {SLOW_START}; exec {env['MCPGATE_COMMAND']}"])
     if child == "legacy":
         # The suite leaves MRTR calls unanswered on purpose (missing input, tampered state); on a legacy child each
         # parks its child until a full pool evicts it after a second, so with the default 4 children a later check
