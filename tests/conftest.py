@@ -1,5 +1,5 @@
-"""Shared fixtures (a real gunicorn with the gevent worker on a free loopback port), the `npm` marker, and the
-tail of every gunicorn log a failing test ran beside, added to its report."""
+"""Shared fixtures (a real gunicorn with the gevent worker on a free loopback port, an OpenID issuer), the `npm`
+marker, and the tail of every gunicorn log a failing test ran beside, added to its report."""
 
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ def gateway_factory() -> Iterator[Callable[..., Gateway]]:
     finally:
         for gw in started:
             gw.stop()
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[str]:
+    """tests/fixtures/oidc_issuer.py (its user alice) for a test module: its issuer URL (tests/oauth_support.py)."""
+    from tests.oauth_support import oidc_issuer  # the SDK client's imports, only where a module asks for an issuer
+
+    with oidc_issuer(user="alice") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
-"""Helpers for the OAuth tests: tests/fixtures/oidc_issuer.py as a running issuer, and the official SDK client
-signing in (its loopback callback, token storage, provider), JWT claims and a code redemption. The generic
-pieces (gateways, processes, requests) are tests/support.py's."""
+"""Helpers for the OAuth tests: tests/fixtures/oidc_issuer.py as a running issuer (tokens it mints, a gateway in
+resource-server mode against it), a gateway in embedded mode, and the official SDK client signing in (its
+loopback callback, token storage, provider), JWT claims, a client's /authorize query, a code redemption and a
+whole sign-in. The generic pieces (gateways, processes, requests) are tests/support.py's; the `issuer` fixture
+(an oidc_issuer per test module) is tests/conftest.py's."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import secrets
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -27,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.browser import Browser, Outcome
-from tests.support import FIXTURES, stop_process
+from tests.support import FIXTURES, HEADERS, Gateway, stop_process
 
 
 @contextlib.contextmanager
@@ -53,6 +56,87 @@ def oidc_issuer(*args: str, user: str = "alice", timeout: float = 20.0) -> Itera
         stop_process(proc)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def mint_token(issuer: str, claims: dict[str, Any], **options: Any) -> str:
+    """A token the issuer at `issuer` makes with these claims (`options`: its /mint's, e.g. opaque=True)."""
+    reply = requests.post(issuer + "/mint", json={"claims": claims, **options}, timeout=10)
+    reply.raise_for_status()
+    return str(reply.json()["token"])
+
+
+def resource_server_env(issuer: str, **extra: str) -> dict[str, str]:
+    """A gateway in resource-server mode against oidc_issuer.py at `issuer` (its JWTs, and opaque tokens by
+    introspection as its preregistered client) on its own loopback address; `extra`: more settings."""
+    return {
+        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
+        "MCPGATE_OAUTH_ISSUER": issuer,
+        "MCPGATE_OAUTH_INTROSPECTION_URL": issuer + "/introspect",
+        "MCPGATE_OAUTH_CLIENT_ID": "test-client",
+        "MCPGATE_OAUTH_CLIENT_SECRET": "test-secret",
+        **extra,
+    }
+
+
+def principal_tokens(issuer: str, gw: Gateway, subjects: Iterable[str]) -> dict[str, str]:
+    """An access token for `gw`'s endpoint (scope mcp) per subject: one principal each."""
+    audience = f"http://127.0.0.1:{gw.port}/mcp"
+    return {sub: mint_token(issuer, {"sub": sub, "aud": audience, "scope": "mcp"}) for sub in subjects}
+
+
+# -- the embedded authorization server ----------------------------------------------------------------------------
+
+
+def embedded_env(state_dir: Path | str, users: str, **extra: str) -> dict[str, str]:
+    """A gateway in embedded mode on its own loopback address: who may sign in (`users`, MCPGATE_OAUTH_USERS's
+    name:hash pairs), its state under `state_dir`; `extra`: more settings."""
+    return {
+        "MCPGATE_AUTH_MODE": "embedded",
+        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
+        "MCPGATE_OAUTH_USERS": users,
+        "MCPGATE_STATE_DIR": str(state_dir),
+        **extra,
+    }
+
+
+def admitted(gw: Gateway, token: str) -> bool:
+    """Whether the MCP endpoint lets the token in (a ping without a session: 400 past the guard, 401 not)."""
+    headers = {**HEADERS, "Authorization": f"Bearer {token}"}
+    reply = gw.request("POST", body={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers)
+    assert reply.status in (400, 401), reply
+    return reply.status == 400
+
+
+def pkce_challenge(verifier: str) -> str:
+    """The S256 code_challenge of a PKCE verifier."""
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+
+
+def authorize_query(
+    client_id: str, redirect_uri: str, resource: str, verifier: str, state: str, /, **extra: str
+) -> dict[str, str]:
+    """The /authorize parameters a public client sends (a code for scope mcp, PKCE S256 of `verifier`, the
+    resource); `extra` overrides or adds parameters, these among them ("" drops one)."""
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "scope": "mcp",
+        "state": state,
+        "code_challenge": pkce_challenge(verifier),
+        "code_challenge_method": "S256",
+        "resource": resource,
+        **extra,
+    }
+    return {name: value for name, value in query.items() if value != ""}
+
+
+def register_public_client(base: str, redirect_uri: str, client_name: str) -> str:
+    """The client_id of a public client registered now at the embedded server at `base`."""
+    body = {"client_name": client_name, "redirect_uris": [redirect_uri], "token_endpoint_auth_method": "none"}
+    registered = requests.post(base + "/register", json=body, timeout=30)
+    assert registered.status_code == 201, registered.text
+    return str(registered.json()["client_id"])
 
 
 # -- the official SDK client signing in with OAuth (its loopback callback, token storage, provider) -------------
@@ -199,22 +283,9 @@ def sign_in(base: str, user: str, password: str) -> dict[str, Any]:
     """The token endpoint's answer (plus the client_id) for `user` signing in to the embedded server at `base`
     (whose resource is base + "/mcp"): a public client registered with a loopback redirect URI, the stand-in
     browser through login and consent, the code redeemed with its PKCE verifier."""
-    body = {"client_name": "sign_in", "redirect_uris": [SIGN_IN_CALLBACK], "token_endpoint_auth_method": "none"}
-    registered = requests.post(base + "/register", json=body, timeout=30)
-    assert registered.status_code == 201, registered.text
-    client_id = registered.json()["client_id"]
+    client_id = register_public_client(base, SIGN_IN_CALLBACK, "sign_in")
     verifier = secrets.token_urlsafe(40)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    query = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": SIGN_IN_CALLBACK,
-        "scope": "mcp",
-        "state": secrets.token_hex(4),
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "resource": base + "/mcp",
-    }
+    query = authorize_query(client_id, SIGN_IN_CALLBACK, base + "/mcp", verifier, secrets.token_hex(4))
     outcome = Browser(user, password).visit(f"{base}/authorize?{urlencode(query)}", stop_at=SIGN_IN_CALLBACK)
     assert "code" in outcome.params, outcome.describe()
     issued = redeem_code(base, outcome.params["code"], verifier, client_id, SIGN_IN_CALLBACK, resource=base + "/mcp")

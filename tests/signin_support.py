@@ -5,13 +5,13 @@ tests/oauth_support.sign_in's."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import re
 import secrets
 from urllib.parse import urlencode
 
 import requests
+
+from tests.oauth_support import authorize_query, register_public_client
 
 CALLBACK = "http://127.0.0.1:9/callback"  # never fetched
 _CSRF = re.compile(r'<input type="hidden" name="csrf_token" value="([^"]+)">')
@@ -19,21 +19,8 @@ _CSRF = re.compile(r'<input type="hidden" name="csrf_token" value="([^"]+)">')
 
 def authorization_path(base: str) -> str:
     """/authorize?... for a public client registered now at `base` (resource base + "/mcp")."""
-    body = {"client_name": "sign-in tests", "redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"}
-    registered = requests.post(base + "/register", json=body, timeout=30)
-    assert registered.status_code == 201, registered.text
-    verifier = secrets.token_urlsafe(40)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    query = {
-        "response_type": "code",
-        "client_id": registered.json()["client_id"],
-        "redirect_uri": CALLBACK,
-        "scope": "mcp",
-        "state": "st",
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "resource": base + "/mcp",
-    }
+    client_id = register_public_client(base, CALLBACK, "sign-in tests")
+    query = authorize_query(client_id, CALLBACK, base + "/mcp", secrets.token_urlsafe(40), "st")
     return "/authorize?" + urlencode(query)
 
 

@@ -5,32 +5,19 @@ tests/browser.py's stand-in browser."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.client
 import json
 import secrets
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from mcpgate.serve.oauth import passwords
+from tests.oauth_support import authorize_query
 from tests.support import Reply
 
 USER, PASSWORD = "ada", "security-password"
-_HASH = passwords.make_hash(PASSWORD)  # scrypt: made once per test run
-
-
-def embedded_env(state_dir: Path, **extra: str) -> dict[str, str]:
-    """A gateway in embedded mode on its own loopback address, with one user (USER, PASSWORD)."""
-    return {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": f"{USER}:{_HASH}",
-        "MCPGATE_STATE_DIR": str(state_dir),
-        **extra,
-    }
+USERS = f"{USER}:{passwords.make_hash(PASSWORD)}"  # MCPGATE_OAUTH_USERS of the one user (scrypt: made once per run)
 
 
 def request(
@@ -85,17 +72,6 @@ def public_client(redirect_uri: str, **extra: Any) -> dict[str, Any]:
 def authorize_url(port: int, client_id: str, redirect_uri: str, **extra: str) -> str:
     """The /authorize URL a client opens (PKCE S256, the gateway's resource); `extra` overrides or adds
     parameters ("" drops one)."""
-    verifier = secrets.token_urlsafe(40)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    query = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": redirect_uri,
-        "scope": "mcp",
-        "state": "st-" + secrets.token_hex(4),
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "resource": f"http://127.0.0.1:{port}/mcp",
-        **extra,
-    }
-    return f"http://127.0.0.1:{port}/authorize?" + urlencode({k: v for k, v in query.items() if v != ""})
+    resource, state = f"http://127.0.0.1:{port}/mcp", "st-" + secrets.token_hex(4)
+    query = authorize_query(client_id, redirect_uri, resource, secrets.token_urlsafe(40), state, **extra)
+    return f"http://127.0.0.1:{port}/authorize?" + urlencode(query)

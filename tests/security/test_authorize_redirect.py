@@ -13,7 +13,8 @@ import pytest
 import requests
 
 from tests.browser import Browser
-from tests.security.embedded_oauth import PASSWORD, USER, authorize_url, embedded_env, public_client, register
+from tests.oauth_support import embedded_env
+from tests.security.embedded_oauth import PASSWORD, USER, USERS, authorize_url, public_client, register
 from tests.support import Gateway, serving
 
 SITE = "https://phish.example/callback"  # never fetched: the stand-in browser visits loopback only
@@ -30,7 +31,7 @@ WRONG_ON_PURPOSE = {  # what is wrong: (the request's parameters, the error it g
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     state: Path = tmp_path_factory.mktemp("authorize-redirect")
-    with serving(embedded_env(state, MCPGATE_OAUTH_REGISTER_LIMIT="1000")) as gateway:
+    with serving(embedded_env(state, USERS, MCPGATE_OAUTH_REGISTER_LIMIT="1000")) as gateway:
         yield gateway
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from mcpgate.serve.oauth import passwords
+from tests.oauth_support import embedded_env
 from tests.support import Gateway, serving
 
 WAIT = 15.0  # seconds a test waits for what the worker must do (only so a broken worker fails, not hangs)
@@ -40,14 +41,8 @@ PAGES = {  # path: the content type its clients send
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     state: Path = tmp_path_factory.mktemp("bodies") / "state"
-    env = {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": f"alice:{passwords.make_hash('correct horse battery staple')}",
-        "MCPGATE_STATE_DIR": str(state),
-        "MCPGATE_BODY_TIMEOUT": "600",  # only the cap may end a body here
-    }
-    with serving(env) as gw:
+    users = f"alice:{passwords.make_hash('correct horse battery staple')}"
+    with serving(embedded_env(state, users, MCPGATE_BODY_TIMEOUT="600")) as gw:  # only the cap may end a body here
         yield gw
 
 

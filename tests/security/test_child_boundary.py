@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from mcpgate.serve.oauth import passwords
-from tests.oauth_support import sign_in
+from tests.oauth_support import embedded_env, sign_in
 from tests.support import HEADERS, ROOT, Gateway, call, direct_children, init_body, reply_message, serving, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -208,11 +208,7 @@ def test_children_run_as_the_child_user_and_read_neither_process_nor_the_state(
     state = tmp_path / "state"
     env = {
         **SECRETS,
-        "MCPGATE_AUTH_TOKEN": "",
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": f"alice:{passwords.make_hash(PASSWORD)}",
-        "MCPGATE_STATE_DIR": str(state),
+        **embedded_env(state, f"alice:{passwords.make_hash(PASSWORD)}", MCPGATE_AUTH_TOKEN=""),
         "MCPGATE_COMMAND": (tools / "probe").read_text(),
         "MCPGATE_CHILD_USER": stranger.pw_name,
         "MCPGATE_CHILD_NO_NETWORK": "true",  # the namespace is made as root, before the user changes
@@ -266,12 +262,6 @@ def test_the_start_refuses_a_state_directory_others_may_read(stranger: pwd.struc
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
     state.chmod(0o755)
-    env = {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": f"alice:{passwords.make_hash(PASSWORD)}",
-        "MCPGATE_STATE_DIR": str(state),
-        "MCPGATE_CHILD_USER": stranger.pw_name,
-    }
+    env = embedded_env(state, f"alice:{passwords.make_hash(PASSWORD)}", MCPGATE_CHILD_USER=stranger.pw_name)
     log = refusal(env)
     assert f"chmod 700 {state}" in log and "Traceback" not in log, log

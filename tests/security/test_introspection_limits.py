@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import requests
 
 from mcpgate.serve.oauth.identity import TokenRejected
 from mcpgate.serve.oauth.introspection import IntrospectionVerifier
-from tests.oauth_support import oidc_issuer
+from tests.oauth_support import mint_token, resource_server_env
 from tests.security.embedded_oauth import request
 from tests.support import HEADERS, Gateway, Reply, init_body, serving
 
@@ -26,22 +25,8 @@ ATTACKER, BYSTANDER = "127.0.0.5", "127.0.0.6"
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[str]:
-    with oidc_issuer(user="alice") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def gw(issuer: str) -> Iterator[Gateway]:
-    env = {
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_INTROSPECTION_URL": issuer + "/introspect",
-        "MCPGATE_OAUTH_CLIENT_ID": "test-client",
-        "MCPGATE_OAUTH_CLIENT_SECRET": "test-secret",
-        "MCPGATE_OAUTH_INTROSPECTION_LIMIT": str(LIMIT),
-    }
-    with serving(env) as gateway:
+    with serving(resource_server_env(issuer, MCPGATE_OAUTH_INTROSPECTION_LIMIT=str(LIMIT))) as gateway:
         yield gateway
 
 
@@ -50,8 +35,7 @@ def introspections(issuer: str) -> int:
 
 
 def opaque_token(issuer: str, audience: str) -> str:
-    body: dict[str, Any] = {"claims": {"aud": audience, "scope": "mcp"}, "opaque": True}
-    return str(requests.post(issuer + "/mint", json=body, timeout=10).json()["token"])
+    return mint_token(issuer, {"aud": audience, "scope": "mcp"}, opaque=True)
 
 
 def initialize(gw: Gateway, token: str, source: str) -> Reply:

@@ -19,10 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import requests
 
 from tests.fleet_support import redis_server
-from tests.oauth_support import oidc_issuer
+from tests.oauth_support import principal_tokens, resource_server_env
 from tests.support import FIXTURES, Gateway, Reply, modern_body, modern_headers, reply_message, serving
 
 CHILD = f"{sys.executable} {FIXTURES / 'confirm_server.py'}"
@@ -74,35 +73,15 @@ def text_of(reply: Reply, msg_id: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[str]:
-    with oidc_issuer(user="alice") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def gw(issuer: str) -> Iterator[Gateway]:
-    env = {
-        "MCPGATE_COMMAND": CHILD,
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_INTROSPECTION_URL": issuer + "/introspect",
-        "MCPGATE_OAUTH_CLIENT_ID": "test-client",
-        "MCPGATE_OAUTH_CLIENT_SECRET": "test-secret",
-        "MCPGATE_POOL_SPARES": "0",
-    }
-    with serving(env) as gateway:
+    with serving(resource_server_env(issuer, MCPGATE_COMMAND=CHILD, MCPGATE_POOL_SPARES="0")) as gateway:
         yield gateway
 
 
 @pytest.fixture(scope="module")
 def tokens(issuer: str, gw: Gateway) -> dict[str, str]:
     """Alice's and Bob's access tokens for the gateway."""
-
-    def mint(sub: str) -> str:
-        claims = {"sub": sub, "aud": f"http://127.0.0.1:{gw.port}/mcp", "scope": "mcp"}
-        return str(requests.post(issuer + "/mint", json={"claims": claims}, timeout=10).json()["token"])
-
-    return {"alice": mint("alice"), "bob": mint("bob")}
+    return principal_tokens(issuer, gw, ("alice", "bob"))
 
 
 def confirmed_lines(gw: Gateway) -> list[tuple[str, str, str]]:

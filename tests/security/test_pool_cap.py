@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
 
-from tests.oauth_support import oidc_issuer
+from tests.oauth_support import principal_tokens, resource_server_env
 from tests.support import Gateway, Reply, direct_children, modern_body, modern_headers, reply_message, serving
 
 TOTAL = 2
@@ -29,36 +28,21 @@ FOR_PRINCIPAL = re.compile(r"pooled child (\S+) started for principal \S+#(\w+) 
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[str]:
-    with oidc_issuer() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def gw(issuer: str) -> Iterator[Gateway]:
-    env = {
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_INTROSPECTION_URL": issuer + "/introspect",
-        "MCPGATE_OAUTH_CLIENT_ID": "test-client",
-        "MCPGATE_OAUTH_CLIENT_SECRET": "test-secret",
+    pool = {
         "MCPGATE_POOL_CHILDREN": "2",
         "MCPGATE_POOL_CHILDREN_TOTAL": str(TOTAL),
         "MCPGATE_POOL_CHILD_REQUESTS": "1",
         "MCPGATE_POOL_SPARES": "0",
         "MCPGATE_POOL_WAIT": "2",
     }
-    with serving(env) as gateway:
+    with serving(resource_server_env(issuer, **pool)) as gateway:
         yield gateway
 
 
 @pytest.fixture(scope="module")
 def tokens(issuer: str, gw: Gateway) -> dict[str, str]:
-    def mint(sub: str) -> str:
-        claims = {"sub": sub, "aud": f"http://127.0.0.1:{gw.port}/mcp", "scope": "mcp"}
-        return str(requests.post(issuer + "/mint", json={"claims": claims}, timeout=10).json()["token"])
-
-    return {name: mint(name) for name in PRINCIPALS}
+    return principal_tokens(issuer, gw, PRINCIPALS)
 
 
 class ProcessCount:

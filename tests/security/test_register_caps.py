@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.security.embedded_oauth import embedded_env, public_client, register
+from tests.oauth_support import embedded_env
+from tests.security.embedded_oauth import USERS, public_client, register
 from tests.support import Gateway, serving
 
 CALLBACK = "http://127.0.0.1:47311/callback"
@@ -27,7 +28,9 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def gw(state_dir: Path) -> Iterator[Gateway]:
-    env = embedded_env(state_dir, MCPGATE_OAUTH_REGISTER_LIMIT="1000", MCPGATE_OAUTH_CLIENT_METADATA_BYTES="8192")
+    env = embedded_env(
+        state_dir, USERS, MCPGATE_OAUTH_REGISTER_LIMIT="1000", MCPGATE_OAUTH_CLIENT_METADATA_BYTES="8192"
+    )
     with serving(env) as gateway:
         yield gateway
 

@@ -16,7 +16,8 @@ import requests
 
 from tests.browser import Browser
 from tests.fleet_support import redis_server
-from tests.security.embedded_oauth import PASSWORD, USER, authorize_url, embedded_env, public_client, register
+from tests.oauth_support import embedded_env
+from tests.security.embedded_oauth import PASSWORD, USER, USERS, authorize_url, public_client, register
 from tests.support import Gateway, serving
 
 CALLBACK = "http://127.0.0.1:47313/callback"  # never fetched: the browser stops there
@@ -44,7 +45,7 @@ def sign_in(gw: Gateway, browser: Browser, client_id: str) -> None:
 
 
 def test_registrations_are_limited_per_address(tmp_path: Path) -> None:
-    with serving(embedded_env(tmp_path, MCPGATE_OAUTH_REGISTER_LIMIT="3")) as gw:
+    with serving(embedded_env(tmp_path, USERS, MCPGATE_OAUTH_REGISTER_LIMIT="3")) as gw:
         for _ in range(3):
             new_client(gw, source="127.0.0.3")
         refused = register(gw.port, public_client(CALLBACK), source="127.0.0.3")
@@ -59,7 +60,7 @@ def test_registrations_are_limited_per_address(tmp_path: Path) -> None:
 @pytest.fixture(params=["sqlite", "redis"])
 def full_table(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gateway]:
     """A gateway keeping at most 3 clients, its state in SQLite or in a Redis of its own."""
-    env = embedded_env(tmp_path, MCPGATE_OAUTH_CLIENT_LIMIT="3", MCPGATE_OAUTH_REGISTER_LIMIT="1000")
+    env = embedded_env(tmp_path, USERS, MCPGATE_OAUTH_CLIENT_LIMIT="3", MCPGATE_OAUTH_REGISTER_LIMIT="1000")
     with contextlib.ExitStack() as stack:
         if request.param == "redis":
             env["REDIS_URL"] = stack.enter_context(redis_server())

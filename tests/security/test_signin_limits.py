@@ -14,22 +14,14 @@ from pathlib import Path
 import requests
 
 from mcpgate.serve.oauth import passwords
+from tests.oauth_support import embedded_env
 from tests.signin_support import LoginPage, authorization_path
 from tests.support import serving
 
 PASSWORD = "correct horse battery staple"
 HASH = passwords.make_hash(PASSWORD, "scrypt:1024:8:1")  # cheap: these tests count failures, they do not time them
+USERS = f"alice:{HASH},bob:{HASH}"
 WRONG = "Wrong user name or password."
-
-
-def embedded(state: Path, **extra: str) -> dict[str, str]:
-    return {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": f"alice:{HASH},bob:{HASH}",
-        "MCPGATE_STATE_DIR": str(state),
-        **extra,
-    }
 
 
 def from_address(address: str) -> dict[str, str]:
@@ -42,7 +34,7 @@ def assert_limited(reply: requests.Response) -> None:
 
 
 def test_a_spoofed_forwarded_for_from_loopback_does_not_reset_the_limit(tmp_path: Path) -> None:
-    env = embedded(tmp_path, MCPGATE_OAUTH_LOGIN_LIMIT="3", MCPGATE_OAUTH_ACCOUNT_LIMIT="1000")
+    env = embedded_env(tmp_path, USERS, MCPGATE_OAUTH_LOGIN_LIMIT="3", MCPGATE_OAUTH_ACCOUNT_LIMIT="1000")
     with serving(env) as gw:
         page = LoginPage(gw.base, authorization_path(gw.base))
         for n in range(3):  # another name and another claimed address each time
@@ -53,8 +45,9 @@ def test_a_spoofed_forwarded_for_from_loopback_does_not_reset_the_limit(tmp_path
 
 
 def test_failures_are_limited_per_account_across_addresses(tmp_path: Path) -> None:
-    env = embedded(
+    env = embedded_env(
         tmp_path,
+        USERS,
         MCPGATE_OAUTH_LOGIN_LIMIT="3",
         MCPGATE_OAUTH_ACCOUNT_LIMIT="4",
         MCPGATE_FORWARDED_FOR_PROXIES="127.0.0.0/8",  # the test's requests stand for a proxy's, each client its own

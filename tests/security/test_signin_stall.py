@@ -24,6 +24,7 @@ from pathlib import Path
 import requests
 
 from mcpgate.serve.oauth import passwords
+from tests.oauth_support import embedded_env
 from tests.signin_support import LoginPage, authorization_path
 from tests.support import Gateway, serving
 
@@ -36,15 +37,9 @@ HANG_GUARD = 120.0  # seconds: a wait that long means the attack never got going
 
 
 def embedded(state: Path, **extra: str) -> dict[str, str]:
-    return {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": f"alice:{HASH}",
-        "MCPGATE_STATE_DIR": str(state),
-        "MCPGATE_OAUTH_LOGIN_LIMIT": "1000000",
-        "MCPGATE_OAUTH_ACCOUNT_LIMIT": "1000000",
-        **extra,
-    }
+    """Alice's gateway, the address and account limits lifted."""
+    unlimited = {"MCPGATE_OAUTH_LOGIN_LIMIT": "1000000", "MCPGATE_OAUTH_ACCOUNT_LIMIT": "1000000"}
+    return embedded_env(state, f"alice:{HASH}", **{**unlimited, **extra})
 
 
 class Attack:

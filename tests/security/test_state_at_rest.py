@@ -21,8 +21,8 @@ from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.sealing import MAGIC
 from tests import support
 from tests.fleet_support import redis_server
-from tests.oauth_support import sign_in
-from tests.support import HEADERS, Gateway, serving
+from tests.oauth_support import admitted, embedded_env, sign_in
+from tests.support import Gateway, serving
 
 PASSWORD = "correct horse battery staple"
 KEY = secrets.token_urlsafe(32)
@@ -34,22 +34,9 @@ def users() -> str:
     return f"alice:{passwords.make_hash(PASSWORD)}"
 
 
-def embedded_env(users: str, state: Path, key: str | None) -> dict[str, str]:
-    env = {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": users,
-        "MCPGATE_STATE_DIR": str(state),
-    }
-    return env if key is None else {**env, "MCPGATE_STATE_KEY": key}
-
-
-def admitted(gw: Gateway, token: str) -> bool:
-    """Whether the MCP endpoint lets the token in (a ping without a session: 400 past the guard, 401 not)."""
-    headers = {**HEADERS, "Authorization": f"Bearer {token}"}
-    reply = gw.request("POST", body={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers)
-    assert reply.status in (400, 401), reply
-    return reply.status == 400
+def keyed_env(users: str, state: Path, key: str | None) -> dict[str, str]:
+    """An embedded gateway's settings, with MCPGATE_STATE_KEY `key` (None: not set)."""
+    return embedded_env(state, users) if key is None else embedded_env(state, users, MCPGATE_STATE_KEY=key)
 
 
 def public_n(gw: Gateway) -> str:
@@ -90,14 +77,14 @@ def test_a_state_key_seals_the_state_and_retires_what_was_kept_in_the_clear(
     users: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state = tmp_path / "state"
-    with serving(embedded_env(users, state, None)) as gw:
+    with serving(keyed_env(users, state, None)) as gw:
         assert len(warnings_naming_the_key(gw.log())) == 1, gw.log()  # children run as the gateway's user
         plain = sign_in(gw.base, "alice", PASSWORD)
         plain_n = public_n(gw)
     assert plain_n.encode() in state_bytes(state)  # what a child read before: the private JWK in the clear
     monkeypatch.setattr(support, "free_port", lambda: gw.port)  # the same public URL: the grants stay valid
 
-    with serving(embedded_env(users, state, KEY)) as gw:
+    with serving(keyed_env(users, state, KEY)) as gw:
         assert warnings_naming_the_key(gw.log()) == []
         sealed_n = public_n(gw)
         assert sealed_n != plain_n  # the key kept in the clear was retired, not sealed: it may have been read
@@ -111,16 +98,16 @@ def test_a_state_key_seals_the_state_and_retires_what_was_kept_in_the_clear(
     assert kept and all(value.startswith(MAGIC) for value in kept.values()), kept.keys()
     assert sealed_n.encode() not in state_bytes(state)
 
-    with serving(embedded_env(users, state, KEY)) as gw:
+    with serving(keyed_env(users, state, KEY)) as gw:
         assert public_n(gw) == sealed_n  # the sealed key opens again with its key
 
 
 @pytest.mark.parametrize("key", [OTHER_KEY, None], ids=["wrong-key", "no-key"])
 def test_a_sealed_state_does_not_start_without_its_key(users: str, tmp_path: Path, key: str | None) -> None:
     state = tmp_path / "state"
-    with serving(embedded_env(users, state, KEY)):
+    with serving(keyed_env(users, state, KEY)):
         pass
-    log = refused_start(embedded_env(users, state, key))
+    log = refused_start(keyed_env(users, state, key))
     lines = [
         line for line in log.splitlines() if "MCPGATE_STATE_KEY" in line and line not in warnings_naming_the_key(log)
     ]
@@ -129,7 +116,7 @@ def test_a_sealed_state_does_not_start_without_its_key(users: str, tmp_path: Pat
 
 def test_in_redis_the_keys_and_the_cluster_key_are_sealed_too(users: str, tmp_path: Path) -> None:
     with redis_server() as url:
-        env = {**embedded_env(users, tmp_path / "unused", KEY), "REDIS_URL": url}
+        env = {**keyed_env(users, tmp_path / "unused", KEY), "REDIS_URL": url}
         with serving(env) as gw:
             assert admitted(gw, sign_in(gw.base, "alice", PASSWORD)["access_token"])
             n = public_n(gw)

@@ -24,7 +24,7 @@ from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.redis_storage import RedisStorage
 from mcpgate.serve.oauth.storage import SqliteStorage, access_binding
 from tests.fleet_support import redis_server
-from tests.oauth_support import jwt_claims, sign_in
+from tests.oauth_support import admitted, embedded_env, jwt_claims, sign_in
 from tests.support import HEADERS, Gateway, serving
 
 PASSWORD = "correct horse battery staple"
@@ -34,13 +34,7 @@ PASSWORD = "correct horse battery staple"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Path]]:
     state = tmp_path_factory.mktemp("binding") / "state"
     users = ",".join(f"{name}:{passwords.make_hash(PASSWORD)}" for name in ("alice", "bob"))
-    env = {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": users,
-        "MCPGATE_STATE_DIR": str(state),
-    }
-    with serving(env) as gw:
+    with serving(embedded_env(state, users)) as gw:
         yield gw, state
 
 
@@ -64,13 +58,6 @@ def resigned(token: str, key: RSAKey, **changes: Any) -> str:
     segment = token.split(".")[0]
     header = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
     return jwt.encode(header, {**jwt_claims(token), **changes}, key, algorithms=["RS256"])
-
-
-def admitted(gw: Gateway, token: str) -> bool:
-    """Whether the MCP endpoint lets the token in (a ping without a session: 400 past the guard, 401 not)."""
-    reply = gw.request("POST", body={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=auth(token))
-    assert reply.status in (400, 401), reply
-    return reply.status == 400
 
 
 def auth(token: str) -> dict[str, str]:

@@ -22,7 +22,6 @@ import anyio
 import httpx2
 import pytest
 import redis
-import requests
 from mcp import Client, types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
@@ -34,7 +33,7 @@ from mcpgate.serve.forward import Forwarder
 from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse
 from mcpgate.settings import Settings
 from tests.fleet_support import redis_server
-from tests.oauth_support import oidc_issuer
+from tests.oauth_support import mint_token, oidc_issuer, resource_server_env
 from tests.support import (
     DEMO_ENTRY,
     HEADERS,
@@ -329,19 +328,12 @@ PUBLIC = "http://127.0.0.1:9"  # one public URL for the fleet (the balancer's): 
 
 def test_an_oauth_principal_travels_with_the_forward(redis_url: str, gateway_factory: Any) -> None:
     with oidc_issuer(user="alice") as issuer:
-        env = cluster_env(
-            redis_url,
-            MCPGATE_PUBLIC_URL=PUBLIC,
-            MCPGATE_OAUTH_ISSUER=issuer,
-            MCPGATE_OAUTH_INTROSPECTION_URL=issuer + "/introspect",
-            MCPGATE_OAUTH_CLIENT_ID="test-client",
-            MCPGATE_OAUTH_CLIENT_SECRET="test-secret",
-        )
+        env = cluster_env(redis_url, **resource_server_env(issuer, MCPGATE_PUBLIC_URL=PUBLIC))
         a, b = gateway_factory(env), gateway_factory(env)
 
         def bearer(sub: str, **claims: Any) -> dict[str, str]:
-            body = {"claims": {"aud": PUBLIC + "/mcp", "scope": "mcp", "sub": sub, **claims}}
-            return {"Authorization": "Bearer " + requests.post(issuer + "/mint", json=body, timeout=10).json()["token"]}
+            token = mint_token(issuer, {"aud": PUBLIC + "/mcp", "scope": "mcp", "sub": sub, **claims})
+            return {"Authorization": "Bearer " + token}
 
         session = session_on(a, bearer("alice"))
         echoed = reply_message(b.request("POST", body=call("echo", {"message": "alice"}), headers=session))

@@ -29,17 +29,13 @@ from mcpgate.serve.app import create_app
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.cimd import CimdError, ClientDocument
 from mcpgate.settings import Settings
-from tests.oauth_support import jwt_claims
-from tests.support import HEADERS, Gateway, init_body
+from tests.oauth_support import authorize_query, embedded_env, jwt_claims
+from tests.support import HEADERS, Gateway, init_body, serving
 
 PASSWORD = "correct horse battery staple"
 CALLBACK = "http://127.0.0.1:47111/callback"
 FORM = re.compile(r'<form method="post" action="(?P<action>[^"]*)">(?P<body>.*?)</form>', re.S)
 HIDDEN = re.compile(r'<input type="hidden" name="(?P<name>[^"]+)" value="(?P<value>[^"]*)">')
-
-
-def challenge_of(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
 
 
 class Site:
@@ -63,17 +59,7 @@ class Site:
         return dict(reply.json())
 
     def query(self, client_id: str, verifier: str, **extra: str) -> dict[str, str]:
-        base = {
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": CALLBACK,
-            "scope": "mcp",
-            "state": "st-" + secrets.token_hex(4),
-            "code_challenge": challenge_of(verifier),
-            "code_challenge_method": "S256",
-            "resource": self.resource,
-        }
-        return {name: value for name, value in {**base, **extra}.items() if value != ""}
+        return authorize_query(client_id, CALLBACK, self.resource, verifier, "st-" + secrets.token_hex(4), **extra)
 
     def authorize(self, query: dict[str, str]) -> Any:
         """The final answer of /authorize for `query` once alice signs in and allows (a 302 to the client)."""
@@ -141,14 +127,8 @@ def redirected(reply: Any) -> dict[str, list[str]]:
     return parse_qs(urlsplit(location).query)
 
 
-def embedded_env(state_dir: Path, **extra: str) -> dict[str, str]:
-    return {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": f"alice:{passwords.make_hash(PASSWORD)}",
-        "MCPGATE_STATE_DIR": str(state_dir),
-        **extra,
-    }
+def alice_env(state_dir: Path) -> dict[str, str]:
+    return embedded_env(state_dir, f"alice:{passwords.make_hash(PASSWORD)}")
 
 
 @pytest.fixture(scope="module")
@@ -159,12 +139,8 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def site(state_dir: Path) -> Iterator[Site]:
     assert "AUTHLIB_INSECURE_TRANSPORT" not in os.environ
-    gw = Gateway(embedded_env(state_dir))
-    try:
-        gw.wait_ready()
+    with serving(alice_env(state_dir)) as gw:
         yield Site(f"http://127.0.0.1:{gw.port}", gw=gw)
-    finally:
-        gw.stop()
 
 
 @pytest.fixture(scope="module")
@@ -436,7 +412,7 @@ HOST = {"Host": "127.0.0.1:8123"}
 
 
 def in_process(state_dir: Path, **extra: str) -> Any:
-    env = {**embedded_env(state_dir), "MCPGATE_PUBLIC_URL": "http://127.0.0.1:8123", **extra}
+    env = {**alice_env(state_dir), "MCPGATE_PUBLIC_URL": "http://127.0.0.1:8123", **extra}
     return create_app(Settings.from_env(env))
 
 

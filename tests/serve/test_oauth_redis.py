@@ -11,7 +11,6 @@ on; the stand-in browser visits each instance at its own address (a loopback Hos
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import secrets
 import threading
@@ -32,6 +31,7 @@ from mcpgate.serve.oauth.redis_storage import RedisStorage, StorageUnavailable
 from mcpgate.serve.oauth.storage import CodeRecord, RefreshRecord, SqliteStorage
 from tests.browser import Browser
 from tests.fleet_support import redis_server
+from tests.oauth_support import authorize_query
 from tests.support import HEADERS, Gateway, call, free_port, init_body, reply_message
 
 USER, PASSWORD = "ada", "redis-password"
@@ -318,17 +318,7 @@ class Instance:
         return str(reply.json()["client_id"])
 
     def authorize_url(self, client_id: str, verifier: str) -> str:
-        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-        query = {
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": CALLBACK,
-            "scope": "mcp",
-            "state": secrets.token_hex(4),
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "resource": self.public + "/mcp",
-        }
+        query = authorize_query(client_id, CALLBACK, self.public + "/mcp", verifier, secrets.token_hex(4))
         return f"{self.gw.base}/authorize?{urlencode(query)}"
 
     def sign_in(self, browser: Browser, client_id: str) -> tuple[str, str, list[tuple[str, str, int]]]:

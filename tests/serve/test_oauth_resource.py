@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.oauth_support import oidc_issuer
+from tests.oauth_support import mint_token, oidc_issuer, resource_server_env
 from tests.support import (
     HEADERS,
     PROTOCOL_VERSION,
@@ -26,27 +26,11 @@ from tests.support import (
     serving,
 )
 
-PUBLIC = "http://127.0.0.1:{port}"
 SEEN: list[str] = []  # every token this module sent: none may reach the gateway's log
 
 
 def env_for(issuer: str, **extra: str) -> dict[str, str]:
-    return {
-        "MCPGATE_PUBLIC_URL": PUBLIC,
-        "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_INTROSPECTION_URL": issuer + "/introspect",
-        "MCPGATE_OAUTH_CLIENT_ID": "test-client",
-        "MCPGATE_OAUTH_CLIENT_SECRET": "test-secret",
-        "MCPGATE_LOG_LEVEL": "debug",
-        "MCPGATE_ACCESS_LOG": "-",
-        **extra,
-    }
-
-
-@pytest.fixture(scope="module")
-def issuer() -> Iterator[str]:
-    with oidc_issuer(user="alice") as url:
-        yield url
+    return resource_server_env(issuer, MCPGATE_LOG_LEVEL="debug", MCPGATE_ACCESS_LOG="-", **extra)
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +48,7 @@ def prm_url(gw: Gateway) -> str:
 
 
 def mint(issuer: str, gw: Gateway, claims: dict[str, Any] | None = None, **options: Any) -> str:
-    body = {"claims": {"aud": resource(gw), "scope": "mcp", **(claims or {})}, **options}
-    token = str(requests.post(issuer + "/mint", json=body, timeout=10).json()["token"])
+    token = mint_token(issuer, {"aud": resource(gw), "scope": "mcp", **(claims or {})}, **options)
     SEEN.append(token)
     return token
 

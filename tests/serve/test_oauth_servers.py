@@ -32,7 +32,7 @@ from mcpgate.serve.oauth.jwt_verifier import claims_problem
 from mcpgate.serve.oauth.resource import ResourceGuard
 from mcpgate.settings import Settings
 from tests.browser import Browser
-from tests.oauth_support import SdkUser, jwt_claims, oidc_issuer, redeem_code
+from tests.oauth_support import SdkUser, jwt_claims, mint_token, redeem_code
 from tests.support import (
     DEMO_ENTRY,
     HEADERS,
@@ -86,12 +86,6 @@ def refused_as(reply: Reply) -> str:
 
 
 @pytest.fixture(scope="module")
-def issuer() -> Iterator[str]:
-    with oidc_issuer(user="alice") as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("config") / "servers.json"
     write_config(path, SERVERS)
@@ -114,8 +108,7 @@ def rs(issuer: str, config: Path) -> Iterator[Gateway]:
 
 
 def mint(issuer: str, aud: Any, scope: str) -> str:
-    reply = requests.post(issuer + "/mint", json={"claims": {"aud": aud, "scope": scope}}, timeout=10)
-    token = str(reply.json()["token"])
+    token = mint_token(issuer, {"aud": aud, "scope": scope})
     SEEN.append(token)
     return token
 

@@ -4,8 +4,6 @@ consent, CSRF, anti-framing headers, cookies, the rate limit, a plain password r
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import html
 import re
 import secrets
@@ -21,7 +19,7 @@ import requests
 from mcpgate.declarations import SettingsError
 from mcpgate.serve import auth
 from mcpgate.serve.oauth import passwords, ratelimit, signin, users
-from tests.oauth_support import jwt_claims, redeem_code
+from tests.oauth_support import authorize_query, embedded_env, jwt_claims, redeem_code
 from tests.support import Gateway, wait_for
 
 PASSWORD = "correct horse battery staple"
@@ -192,18 +190,7 @@ def register(base: str, host: str | None = None, name: str = "Signin <Test>") ->
 
 
 def authorize_path(client_id: str, resource: str, verifier: str, state: str = "st-1") -> str:
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    query = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": CALLBACK,
-        "scope": "mcp",
-        "state": state,
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "resource": resource,
-    }
-    return "/authorize?" + urlencode(query)
+    return "/authorize?" + urlencode(authorize_query(client_id, CALLBACK, resource, verifier, state))
 
 
 def assert_guarded(reply: requests.Response) -> None:
@@ -224,16 +211,6 @@ class Site:
 
     def browser(self) -> Browser:
         return Browser(self.base, next(self.addresses))  # each its own address: rate-limit buckets apart
-
-
-def embedded_env(tmp: Any, users_value: str, **extra: str) -> dict[str, str]:
-    return {
-        "MCPGATE_AUTH_MODE": "embedded",
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_USERS": users_value,
-        "MCPGATE_STATE_DIR": str(tmp),
-        **extra,
-    }
 
 
 @pytest.fixture(scope="module")

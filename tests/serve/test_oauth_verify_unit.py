@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,23 +28,14 @@ from mcpgate.serve.oauth.jwt_verifier import (
 )
 from mcpgate.serve.oauth.resource import ResourceGuard, challenge, token_in_query, verifier_for
 from mcpgate.settings import Settings
-from tests.oauth_support import oidc_issuer
+from tests.oauth_support import mint_token, oidc_issuer
 from tests.support import free_port
 
 AUD = "https://gw.example/mcp"
 
 
-@pytest.fixture(scope="module")
-def issuer() -> Iterator[str]:
-    with oidc_issuer(user="alice") as url:
-        yield url
-
-
 def mint(issuer: str, claims: dict[str, Any] | None = None, **options: Any) -> str:
-    body = {"claims": {"aud": AUD, "scope": "mcp", **(claims or {})}, **options}
-    reply = requests.post(issuer + "/mint", json=body, timeout=10)
-    reply.raise_for_status()
-    return str(reply.json()["token"])
+    return mint_token(issuer, {"aud": AUD, "scope": "mcp", **(claims or {})}, **options)
 
 
 def stats(issuer: str) -> dict[str, int]:
