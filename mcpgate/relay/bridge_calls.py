@@ -4,7 +4,10 @@ upstream, the gate that lets one call that may ask for input run alone, and mess
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +19,9 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.relay import errors
 
+log = logging.getLogger("mcpgate.relay")
 _minted = itertools.count(1)
+MAX_WAITING = 256  # progress notifications kept for a parked call's retry; past it the oldest are dropped
 
 
 def mint(kind: str = "") -> str:
@@ -33,7 +38,7 @@ class Call:
     host_id: Id
     capabilities: dict[str, Any]
     log_level: object
-    token: object
+    token: object  # the progress token of the host request the call answers now (a retry's may differ)
     input_responses: dict[str, Any] | None
     turn: AsyncResult = field(default_factory=AsyncResult)  # ("input", result) or ("done", Response | RelayError)
     runner: Greenlet | None = None
@@ -45,6 +50,9 @@ class Call:
     parked: bool = False
     finished: bool = False
     held: Response | errors.RelayError | None = None  # the outcome that came while parked
+    # the progress token sent upstream (the first request's), and the progress that came while parked
+    sent_token: object = None
+    waiting: deque[Notification] = field(default_factory=deque)
     emitter: Greenlet | None = None
     expiry: Greenlet | None = None
 
@@ -91,3 +99,41 @@ def error(msg_id: Id, code: int, message: str, data: Any = None) -> Response:
 
 def notification(obj: dict[str, Any]) -> Notification:
     return Notification(obj["method"], obj.get("params"), obj)
+
+
+def route_progress(calls: Iterable[Call], message: Notification, sink: Callable[[Notification], None]) -> None:
+    """The upstream's progress for a call (found by the token sent upstream): to the host under its current
+    request's token, or, while the call is parked (the host is being asked for input), kept for the retry."""
+    token = message.params.get("progressToken") if isinstance(message.params, dict) else None
+    call = next((c for c in calls if c.sent_token is not None and c.sent_token == token), None)
+    if call is None:
+        return
+    if call.parked:
+        if len(call.waiting) >= MAX_WAITING:
+            call.waiting.popleft()
+            log.warning("a parked %s's oldest progress dropped (more than %d kept)", call.method, MAX_WAITING)
+        call.waiting.append(message)
+        return
+    out = progress_for_host(call, message)
+    if out is not None:
+        sink(out)
+
+
+def resumed(call: Call, params: dict[str, Any], sink: Callable[[Notification], None]) -> None:
+    """A retry carries the parked call on: its progress token is the call's from now on, and the progress that
+    came meanwhile goes to the host first, under it."""
+    meta = params.get("_meta")
+    call.token = meta.get("progressToken") if isinstance(meta, dict) else None
+    while call.waiting:
+        out = progress_for_host(call, call.waiting.popleft())
+        if out is not None:
+            sink(out)
+
+
+def progress_for_host(call: Call, message: Notification) -> Notification | None:
+    """The upstream's progress for `call` under the token of the host request the call answers now (None when
+    that request asked for none)."""
+    if not jsonrpc.is_valid_id(call.token):
+        return None
+    params = {**(message.params if isinstance(message.params, dict) else {}), "progressToken": call.token}
+    return Notification(message.method, params, {"jsonrpc": "2.0", "method": message.method, "params": params})

@@ -35,7 +35,7 @@ from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.relay import errors
-from mcpgate.relay.bridge_calls import Call, Gate, error, mint, response
+from mcpgate.relay.bridge_calls import Call, Gate, error, mint, response, resumed, route_progress
 from mcpgate.relay.session_listens import SessionListens
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 
@@ -132,6 +132,7 @@ class ModernHostBridge:
             log_level=meta.get(wire.META_LOG_LEVEL),
             token=meta.get("progressToken"),
             input_responses=dict(ahead) if isinstance(ahead, dict) else None,
+            sent_token=meta.get("progressToken"),  # kept upstream (legacy_params), the call's for its life
         )
         if req.method in modern.MRTR_METHODS:
             candidate = any(cap in capabilities for cap in modern.INPUT_CAPABILITY.values())
@@ -303,6 +304,7 @@ class ModernHostBridge:
         if call.expiry is not None:
             call.expiry.kill(block=False)
         call.host_id, call.parked, call.turn = req.id, False, AsyncResult()
+        resumed(call, params, self.sink)  # the progress that came meanwhile first, under the retry's token
         call.input_responses = None  # answers given once are not reused for a later ask
         if call.held is not None:  # the upstream answered while the call was parked
             held, call.held = call.held, None
@@ -348,8 +350,7 @@ class ModernHostBridge:
         params = message.params if isinstance(message.params, dict) else {}
         active = [call for call in self._calls.values() if not call.parked]
         if message.method == "notifications/progress":
-            if any(call.token == params.get("progressToken") for call in active):
-                self.sink(message)
+            route_progress(self._calls.values(), message, self.sink)
         elif message.method == "notifications/message":
             if any(mrtr.level_allows(call.log_level, params.get("level")) for call in active):
                 self.sink(message)
