@@ -1,51 +1,57 @@
-"""Helpers for the security tests of the embedded authorization server (registration, /authorize): its
-environment, raw requests from a chosen loopback source address (127.0.0.0/8 is all loopback: each address is
-another client), chunked bodies, and the authorization URL a client would open. The sign-in walk itself is
-tests/browser.py's stand-in browser."""
+"""Helpers shared by the security tests (test modules never import each other): raw sockets (what the worker
+answers and whether it closes), a gateway that must refuse to start, and for the embedded authorization server
+(registration, /authorize) its one user, registrations from a chosen loopback source address (127.0.0.0/8 is all
+loopback: each address is another client), whole or chunked, and the authorization URL a client would open. The
+sign-in walk itself is tests/browser.py's stand-in browser; the generic pieces are tests/support.py's and
+tests/oauth_support.py's."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import secrets
-from collections.abc import Iterator
+import socket
+import sys
 from typing import Any
 from urllib.parse import urlencode
 
+import pytest
+
 from mcpgate.serve.oauth import passwords
 from tests.oauth_support import authorize_query
-from tests.support import Reply
+from tests.support import Gateway, Reply, send
+
+WAIT = 15.0  # seconds a test waits for what the worker must do (only so a broken worker fails, not hangs)
 
 USER, PASSWORD = "ada", "security-password"
 USERS = f"{USER}:{passwords.make_hash(PASSWORD)}"  # MCPGATE_OAUTH_USERS of the one user (scrypt: made once per run)
 
 
-def request(
-    port: int,
-    method: str,
-    path: str,
-    body: bytes | None = None,
-    headers: dict[str, str] | None = None,
-    source: str = "127.0.0.1",
-    chunked: bool = False,
-) -> Reply:
-    """One HTTP request to 127.0.0.1:port from the loopback address `source`; `chunked`: the body in 4 KiB
-    chunks with no Content-Length (a streamed upload)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+def answer_and_close(sock: socket.socket, timeout: float = WAIT) -> tuple[bytes, bool]:
+    """What the worker sends on `sock`, and whether it closed the connection before `timeout`."""
+    sock.settimeout(timeout)
+    received = b""
     try:
-        if chunked and body is not None:
-            conn.request(method, path, body=_chunks(body), headers=headers or {}, encode_chunked=True)
-        else:
-            conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        return Reply(resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read())
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received, True
+    except ConnectionResetError:
+        return received, True
+    except TimeoutError:
+        return received, False
+
+
+def refused_start(env: dict[str, str], python: str = sys.executable) -> str:
+    """The log of a gateway that must not start with `env` (a failure if it serves)."""
+    gw = Gateway(env, python=python)
+    try:
+        with pytest.raises(RuntimeError, match="gunicorn exited"):
+            gw.wait_ready()
+        return gw.log()
     finally:
-        conn.close()
+        gw.stop()
 
 
-def _chunks(body: bytes, size: int = 4096) -> Iterator[bytes]:
-    for start in range(0, len(body), size):
-        yield body[start : start + size]
+# -- the embedded authorization server ----------------------------------------------------------------------------
 
 
 def register(
@@ -54,7 +60,9 @@ def register(
     """POST /register with `metadata` as JSON; `headers`: more headers (X_Forwarded_For="..." for
     X-Forwarded-For)."""
     sent = {"Content-Type": "application/json", **{name.replace("_", "-"): value for name, value in headers.items()}}
-    return request(port, "POST", "/register", json.dumps(metadata).encode(), sent, source, chunked)
+    return send(
+        "127.0.0.1", port, "POST", "/register", json.dumps(metadata).encode(), sent, source=source, chunked=chunked
+    )
 
 
 def public_client(redirect_uri: str, **extra: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import requests
 
 from tests.browser import Browser
 from tests.oauth_support import embedded_env
-from tests.security.embedded_oauth import PASSWORD, USER, USERS, authorize_url, public_client, register
+from tests.security.support import PASSWORD, USER, USERS, authorize_url, public_client, register
 from tests.support import Gateway, serving
 
 SITE = "https://phish.example/callback"  # never fetched: the stand-in browser visits loopback only

@@ -19,9 +19,9 @@ import pytest
 
 from mcpgate.serve.oauth import passwords
 from tests.oauth_support import embedded_env
+from tests.security.support import WAIT, answer_and_close
 from tests.support import Gateway, serving
 
-WAIT = 15.0  # seconds a test waits for what the worker must do (only so a broken worker fails, not hangs)
 CAP = 64 * 1024  # MCPGATE_MAX_FORM_BYTES's default
 PIECE = 64 * 1024  # bytes of each chunk sent
 SENT_MAX = 16 * 1024 * 1024  # bytes of body sent at most before giving up on an answer
@@ -44,20 +44,6 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     users = f"alice:{passwords.make_hash('correct horse battery staple')}"
     with serving(embedded_env(state, users, MCPGATE_BODY_TIMEOUT="600")) as gw:  # only the cap may end a body here
         yield gw
-
-
-def answer_and_close(sock: socket.socket, timeout: float = WAIT) -> tuple[bytes, bool]:
-    """What the worker sends on `sock`, and whether it closed the connection before `timeout`."""
-    sock.settimeout(timeout)
-    received = b""
-    try:
-        while chunk := sock.recv(65536):
-            received += chunk
-        return received, True
-    except ConnectionResetError:
-        return received, True
-    except TimeoutError:
-        return received, False
 
 
 def head(port: int, path: str, content_type: str, framing: str, extra: str = "") -> bytes:

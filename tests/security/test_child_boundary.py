@@ -33,6 +33,7 @@ import pytest
 
 from mcpgate.serve.oauth import passwords
 from tests.oauth_support import embedded_env, sign_in
+from tests.security.support import refused_start
 from tests.support import HEADERS, ROOT, Gateway, call, direct_children, init_body, reply_message, serving, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -228,17 +229,6 @@ def test_children_run_as_the_child_user_and_read_neither_process_nor_the_state(
 # -- what the start refuses ------------------------------------------------------------------------------------
 
 
-def refusal(env: dict[str, str], python: str = sys.executable) -> str:
-    """The log of a gateway that must refuse to start with `env` (a failure if it serves)."""
-    gw = Gateway(env, python=python)
-    try:
-        with pytest.raises(RuntimeError, match="gunicorn exited"):
-            gw.wait_ready()
-        return gw.log()
-    finally:
-        gw.stop()
-
-
 def test_the_start_refuses_a_child_user_it_cannot_honour(
     tools: Path, stranger: pwd.struct_passwd, tmp_path: Path
 ) -> None:
@@ -253,7 +243,7 @@ def test_the_start_refuses_a_child_user_it_cannot_honour(
         ),
     ]
     for extra, python, words in cases:
-        log = refusal(extra, python)
+        log = refused_start(extra, python)
         lines = [line for line in log.splitlines() if words in line]
         assert len(lines) == 1 and "MCPGATE_CHILD_" in lines[0] and "Traceback" not in log, log
 
@@ -263,5 +253,5 @@ def test_the_start_refuses_a_state_directory_others_may_read(stranger: pwd.struc
     state.mkdir(mode=0o755)
     state.chmod(0o755)
     env = embedded_env(state, f"alice:{passwords.make_hash(PASSWORD)}", MCPGATE_CHILD_USER=stranger.pw_name)
-    log = refusal(env)
+    log = refused_start(env)
     assert f"chmod 700 {state}" in log and "Traceback" not in log, log

@@ -17,8 +17,7 @@ import requests
 from mcpgate.serve.oauth.identity import TokenRejected
 from mcpgate.serve.oauth.introspection import IntrospectionVerifier
 from tests.oauth_support import mint_token, resource_server_env
-from tests.security.embedded_oauth import request
-from tests.support import HEADERS, Gateway, Reply, init_body, serving
+from tests.support import HEADERS, Gateway, Reply, init_body, send, serving
 
 LIMIT = 5
 ATTACKER, BYSTANDER = "127.0.0.5", "127.0.0.6"
@@ -40,7 +39,7 @@ def opaque_token(issuer: str, audience: str) -> str:
 
 def initialize(gw: Gateway, token: str, source: str) -> Reply:
     headers = {**HEADERS, "Authorization": f"Bearer {token}"}
-    return request(gw.port, "POST", "/mcp", json.dumps(init_body()).encode(), headers, source)
+    return send("127.0.0.1", gw.port, "POST", "/mcp", json.dumps(init_body()).encode(), headers, source=source)
 
 
 def test_made_up_tokens_from_one_address_cost_the_issuer_at_most_the_limit(gw: Gateway, issuer: str) -> None:

@@ -11,9 +11,9 @@ from typing import NamedTuple
 
 import pytest
 
+from tests.security.support import WAIT, answer_and_close
 from tests.support import Gateway, wait_for
 
-WAIT = 15.0  # seconds a test waits for what the worker must do (only so a broken worker fails, not hangs)
 MCP = "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
 ACCESS_LINE = re.compile(r'^127\.0\.0\.1 - - \[[^]]+\] "(?P<request>[^"]*)" (?P<status>\d{3}) ')
 
@@ -67,15 +67,10 @@ def logging(request: pytest.FixtureRequest) -> Iterator[Logging]:
 
 def send(gw: Gateway, data: bytes) -> bytes:
     """Send `data` on a new connection, close the sending side, and read until the worker closes."""
-    received = b""
     with socket.create_connection(("127.0.0.1", gw.port), timeout=WAIT) as sock:
         sock.sendall(data.replace(b"{host}", f"127.0.0.1:{gw.port}".encode()))
         sock.shutdown(socket.SHUT_WR)
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except ConnectionResetError:
-            pass
+        received, _ = answer_and_close(sock)
     return received
 
 

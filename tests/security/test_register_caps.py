@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.oauth_support import embedded_env
-from tests.security.embedded_oauth import USERS, public_client, register
+from tests.security.support import USERS, public_client, register
 from tests.support import Gateway, serving
 
 CALLBACK = "http://127.0.0.1:47311/callback"

@@ -17,7 +17,7 @@ import requests
 from tests.browser import Browser
 from tests.fleet_support import redis_server
 from tests.oauth_support import embedded_env
-from tests.security.embedded_oauth import PASSWORD, USER, USERS, authorize_url, public_client, register
+from tests.security.support import PASSWORD, USER, USERS, authorize_url, public_client, register
 from tests.support import Gateway, serving
 
 CALLBACK = "http://127.0.0.1:47313/callback"  # never fetched: the browser stops there

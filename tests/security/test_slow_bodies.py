@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.security.support import WAIT, answer_and_close
 from tests.support import Gateway, call, open_session, sse_messages
 
-WAIT = 15.0  # seconds a test waits for what the worker must do (only so a broken worker fails, not hangs)
 BYSTANDER_BOUND = 1.0  # seconds: the issue's bound on serving the bystander while the attack runs
 MCP = "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
 DECLARED = 100_000  # bytes each slow body declares (under every cap: only its pace is wrong)
@@ -70,20 +70,6 @@ def bystander_call(gw: Gateway, headers: dict[str, str], message: str, timeout: 
     assert reply.status == 200, (reply, gw.log_tail())
     body = sse_messages(reply.body)[-1] if reply.content_type.startswith("text/event-stream") else reply.json()
     assert body["result"]["content"][0]["text"] == message, reply
-
-
-def answer_and_close(sock: socket.socket, timeout: float = WAIT) -> tuple[bytes, bool]:
-    """What the worker sends on `sock`, and whether it closed the connection before `timeout`."""
-    sock.settimeout(timeout)
-    received = b""
-    try:
-        while chunk := sock.recv(65536):
-            received += chunk
-        return received, True
-    except ConnectionResetError:
-        return received, True
-    except TimeoutError:
-        return received, False
 
 
 def test_slow_bodies_cannot_lock_out_a_bystander(gateway_factory: Callable[..., Gateway]) -> None:

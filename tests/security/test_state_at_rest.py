@@ -22,6 +22,7 @@ from mcpgate.serve.oauth.sealing import MAGIC
 from tests import support
 from tests.fleet_support import redis_server
 from tests.oauth_support import admitted, embedded_env, sign_in
+from tests.security.support import refused_start
 from tests.support import Gateway, serving
 
 PASSWORD = "correct horse battery staple"
@@ -56,17 +57,6 @@ def stored_secrets(state: Path) -> dict[str, bytes]:
         return {name: bytes(value) for name, value in db.execute("SELECT name, value FROM secrets")}
     finally:
         db.close()
-
-
-def refused_start(env: dict[str, str]) -> str:
-    """The log of a gateway that must not start with `env` (a failure if it serves)."""
-    gw = Gateway(env)
-    try:
-        with pytest.raises(RuntimeError, match="gunicorn exited"):
-            gw.wait_ready()
-        return gw.log()
-    finally:
-        gw.stop()
 
 
 def warnings_naming_the_key(log: str) -> list[str]:
