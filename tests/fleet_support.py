@@ -1,6 +1,6 @@
 """Helpers for the fleet tests: a private redis-server and HAProxy (the distribution's binaries; .ci/run installs
-them) on free loopback ports, each stopped by PID. The generic pieces (gateways, processes, requests) are
-tests/support.py's."""
+them) on free loopback ports, each stopped by PID, and gateway instances sharing a Redis. The generic pieces
+(gateways, processes, requests) are tests/support.py's."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import Reply, free_port, send, stop_process, wait_for
+from tests.support import Gateway, Reply, free_port, send, stop_process, wait_for
 
 # -- Redis and HAProxy for the cluster tests (the distribution's binaries; .ci/run installs them) --
 
@@ -66,6 +66,35 @@ def redis_server() -> Iterator[str]:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         stop_process(proc)
+
+
+@contextlib.contextmanager
+def instances(secret: str, **common: str) -> Iterator[tuple[str, Callable[[str], Gateway]]]:
+    """A private redis-server and a starter of a fleet's instances on it for a `with` block: yields its REDIS_URL
+    and `start(instance_id)`, which returns a ready gateway (MCPGATE_CLUSTER_SECRET `secret`, its internal URL its
+    loopback port, no spare children; `common`: more settings of every instance). Each is stopped at the end."""
+    started: list[Gateway] = []
+    with redis_server() as url:
+
+        def start(instance: str) -> Gateway:
+            env = {
+                "REDIS_URL": url,
+                "MCPGATE_CLUSTER_SECRET": secret,
+                "MCPGATE_INSTANCE_ID": instance,
+                "MCPGATE_INTERNAL_URL": "http://127.0.0.1:{port}",
+                "MCPGATE_POOL_SPARES": "0",
+                **common,
+            }
+            gw = Gateway(env)
+            started.append(gw)
+            gw.wait_ready()
+            return gw
+
+        try:
+            yield url, start
+        finally:
+            for gw in started:
+                gw.stop()
 
 
 class Balancer:

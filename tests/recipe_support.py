@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import Balancer
+from tests.fleet_support import HAPROXY, REDIS_SERVER, Balancer, installed
 from tests.support import ROOT, Reply, free_port, pid_gone, send, stop_process, wait_for
 
 PROCFILE = "deploy/Procfile.fleet"
@@ -99,11 +99,16 @@ class Recipe:
 
 def recipe_environment(tmp_path: Path, front_host: str) -> tuple[dict[str, str], dict[str, int]]:
     """The runner's environment: this one without any MCPGATE_*, REDIS_URL or PORT of the developer's, this
-    Python's scripts first on PATH, and free ports for every address the recipe reads."""
+    Python's scripts first on PATH, then the folders of the redis-server and haproxy the recipe runs (missing: the
+    test is skipped naming them, fleet_support.installed), and free ports for every address the recipe reads."""
+    servers = {
+        str(Path(installed("redis-server", REDIS_SERVER)).parent),
+        str(Path(installed("haproxy", HAPROXY)).parent),
+    }
     ports = {name: free_port() for name in ("redis", *INSTANCES, "front")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCPGATE_") and k not in ("REDIS_URL", "PORT")}
     env.update(
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), *sorted(servers), os.environ.get("PATH", "")]),
         PYTHONUNBUFFERED="1",
         MCPGATE_REDIS_PORT=str(ports["redis"]),
         MCPGATE_REDIS_DIR=str(tmp_path),

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import redis_server
+from tests.fleet_support import instances
 from tests.oauth_support import principal_tokens, resource_server_env
 from tests.support import FIXTURES, Gateway, Reply, modern_body, modern_headers, reply_message, serving
 
@@ -126,28 +126,8 @@ def test_the_child_gets_its_own_state_back_and_the_envelope_holds(gw: Gateway, t
 
 @pytest.fixture
 def fleet() -> Iterator[Callable[[str], Gateway]]:
-    started: list[Gateway] = []
-    with redis_server() as url:
-
-        def start(instance: str) -> Gateway:
-            env = {
-                "MCPGATE_COMMAND": CHILD,
-                "REDIS_URL": url,
-                "MCPGATE_CLUSTER_SECRET": "test-cluster-secret-0123456789abcdef",
-                "MCPGATE_INSTANCE_ID": instance,
-                "MCPGATE_INTERNAL_URL": "http://127.0.0.1:{port}",
-                "MCPGATE_POOL_SPARES": "0",
-            }
-            gw = Gateway(env)
-            started.append(gw)
-            gw.wait_ready()
-            return gw
-
-        try:
-            yield start
-        finally:
-            for gw in started:
-                gw.stop()
+    with instances("test-cluster-secret-0123456789abcdef", MCPGATE_COMMAND=CHILD) as (_, start):
+        yield start
 
 
 def test_a_retry_on_another_instance_reaches_the_child_that_asked(fleet: Callable[[str], Gateway]) -> None:

@@ -16,7 +16,7 @@ import redis
 
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.serve.bridge import state_key, where
-from tests.fleet_support import redis_server
+from tests.fleet_support import instances
 from tests.support import Gateway, Reply, direct_children, modern_body, post_modern, reply_message, wait_dead
 
 SECRET = "test-cluster-secret-0123456789abcdef"
@@ -54,27 +54,8 @@ def test_the_state_key_is_derived_from_the_cluster_key() -> None:
 @pytest.fixture
 def fleet() -> Iterator[tuple[str, Callable[[str], Gateway]]]:
     """A Redis URL and a starter of instances on it (same cluster secret, the instance id given)."""
-    started: list[Gateway] = []
-    with redis_server() as url:
-
-        def start(instance: str) -> Gateway:
-            env = {
-                "REDIS_URL": url,
-                "MCPGATE_CLUSTER_SECRET": SECRET,
-                "MCPGATE_INSTANCE_ID": instance,
-                "MCPGATE_INTERNAL_URL": "http://127.0.0.1:{port}",
-                "MCPGATE_POOL_SPARES": "0",
-            }
-            gw = Gateway(env)
-            started.append(gw)
-            gw.wait_ready()
-            return gw
-
-        try:
-            yield url, start
-        finally:
-            for gw in started:
-                gw.stop()
+    with instances(SECRET) as fleet:
+        yield fleet
 
 
 def ask_name(msg_id: Any, **retry: Any) -> dict[str, Any]:

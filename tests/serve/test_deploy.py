@@ -17,6 +17,7 @@ import redis
 
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
 from mcpgate.settings import Settings, SettingsError
+from tests.fleet_support import HAPROXY, installed
 from tests.recipe_support import fleet_recipe, wait_gone
 from tests.support import HEADERS, ROOT, Gateway, call, init_body, modern_body, modern_headers, reply_message
 
@@ -149,9 +150,7 @@ def cmdline(pid: int) -> str:
 
 
 def test_the_haproxy_recipe_checks() -> None:
-    binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    if not os.access(binary, os.X_OK):
-        pytest.skip("haproxy is not installed (.ci/run installs it)")
+    binary = installed("haproxy", HAPROXY)
     checked = subprocess.run(
         [binary, "-c", "-f", "deploy/haproxy.cfg"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
