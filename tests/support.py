@@ -8,6 +8,7 @@ import contextlib
 import http.client
 import http.server
 import json
+import logging
 import os
 import shutil
 import signal
@@ -373,6 +374,29 @@ def worker_children(gw: Gateway) -> list[int]:
     """The child processes of the gateway's one worker (the MCP servers it started)."""
     [worker] = direct_children(gw.proc.pid)
     return direct_children(worker)
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+def preflight_decision(environ: dict[str, str], binds: list[str]) -> tuple[str | None, list[str]]:
+    """What the start check (serve/preflight.py) decides for these settings and binds: its refusal (None: the
+    gateway starts), and what it logged, a "LEVEL message" line each."""
+    from mcpgate.serve import preflight
+    from mcpgate.settings import Settings
+
+    log, capture = logging.getLogger("tests.preflight"), _Lines()
+    log.addHandler(capture)
+    try:
+        return preflight.run(Settings.from_env(environ=environ), binds, log), capture.lines
+    finally:
+        log.removeHandler(capture)
 
 
 def gunicorn_refusal(env: dict[str, str], *args: str) -> str:

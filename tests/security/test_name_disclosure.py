@@ -11,15 +11,12 @@ discovers sign-in, as from the endpoint's own challenge. See ResourceGuard._serv
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mcpgate.serve import preflight
-from mcpgate.settings import Settings
-from tests.support import DEMO_ENTRY, Gateway, free_port, gunicorn_refusal, serving, write_config
+from tests.support import DEMO_ENTRY, Gateway, free_port, gunicorn_refusal, preflight_decision, serving, write_config
 
 TOKEN = "disclosure-t0ken"
 NAMES = ("payroll-db", "hr-files", "broken-secret")
@@ -66,15 +63,6 @@ def test_an_unknown_and_a_known_name_look_alike_without_credentials(fleet: Gatew
 # -- /metrics ------------------------------------------------------------------------------------------------
 
 
-class Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 @pytest.mark.parametrize(
     ("environ", "binds", "refused"),
     [
@@ -92,13 +80,7 @@ class Capture(logging.Handler):
     ],
 )
 def test_metrics_beyond_loopback_need_their_token(environ: dict[str, str], binds: list[str], refused: bool) -> None:
-    log = logging.getLogger(f"test-metrics-exposure-{len(binds)}-{refused}")
-    capture = Capture()
-    log.addHandler(capture)
-    try:
-        refusal = preflight.run(Settings.from_env(environ=environ), binds, log)
-    finally:
-        log.removeHandler(capture)
+    refusal, _ = preflight_decision(environ, binds)
     assert (refusal is not None) == refused, refusal
     if refused:
         assert refusal is not None and "MCPGATE_METRICS_TOKEN" in refusal and "/metrics" in refusal

@@ -8,16 +8,23 @@ reached over a veth pair); settings that cannot work stop gunicorn with one line
 from __future__ import annotations
 
 import http.client
-import logging
 import time
 from typing import Any
 
 import pytest
 
-from mcpgate.serve import preflight
-from mcpgate.settings import Settings
 from tests.recipe_support import PeerRequest, from_peer, remote_peer
-from tests.support import HEADERS, Gateway, call, free_port, gunicorn_refusal, init_body, open_session, send
+from tests.support import (
+    HEADERS,
+    Gateway,
+    call,
+    free_port,
+    gunicorn_refusal,
+    init_body,
+    open_session,
+    preflight_decision,
+    send,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,15 +52,6 @@ def test_a_non_loopback_bind_without_authentication_refuses_to_start(
     assert "Traceback" not in out and "Booting worker" not in out
 
 
-class Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname} {record.getMessage()}")
-
-
 @pytest.mark.parametrize(
     "environ,binds,refused,warned",
     [
@@ -66,15 +64,9 @@ class Capture(logging.Handler):
     ],
 )
 def test_the_exposure_decision(environ: dict[str, str], binds: list[str], refused: bool, warned: bool) -> None:
-    log = logging.getLogger(f"test-exposure-{len(binds)}-{refused}-{warned}")
-    capture = Capture()
-    log.addHandler(capture)
-    try:
-        refusal = preflight.run(Settings.from_env(environ=environ), binds, log)
-    finally:
-        log.removeHandler(capture)
+    refusal, lines = preflight_decision(environ, binds)
     assert (refusal is not None) == refused, refusal
-    assert any("WITHOUT authentication" in line and line.startswith("WARNING") for line in capture.lines) == warned
+    assert any("WITHOUT authentication" in line and line.startswith("WARNING") for line in lines) == warned
 
 
 def request_from(
