@@ -119,7 +119,6 @@ class Guard:
         elif endpoint and self.authenticator is not None:
             environ[auth.PRINCIPAL] = self.authenticator.authenticate(environ, target)
 
-
     def check_cross_site(self, environ: dict[str, Any]) -> None:
         try:
             checks.require_not_cross_site(

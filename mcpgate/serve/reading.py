@@ -90,6 +90,10 @@ class TimedReader(io.RawIOBase):
         self.waiting_until = until
         try:
             count = self.sock.recv_into(buffer)
+        except OSError:  # gevent cancels the wait when `fail` shuts the read side (cancel_wait_ex, EBADF)
+            if self.failed:
+                raise ReadTimeout("timed out") from None
+            raise
         finally:
             self.waiting_until = None
         if self.failed:
