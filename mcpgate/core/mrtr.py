@@ -14,7 +14,7 @@ from typing import Any
 
 from . import jsonrpc, versions
 from .jsonrpc import Request
-from .modern import INPUT_METHODS, NAME_FIELD
+from .modern import INPUT_METHODS, NAME_FIELD, missing_for_input
 from .wire import META_SERVER_INFO
 
 INPUT_REQUIRED = "input_required"
@@ -152,3 +152,37 @@ def initialize_from_discover(
     if isinstance(instructions, str):
         result["instructions"] = instructions
     return result
+
+
+def missing_capability(
+    asks: Mapping[str, tuple[str, dict[str, Any] | None]], declared: Mapping[str, Any]
+) -> tuple[str, dict[str, Any]] | None:
+    """The first input request a legacy client cannot be asked (it did not declare what it needs): its method and
+    the missing capabilities; None when every one can be asked."""
+    for method, params in asks.values():
+        missing = missing_for_input(method, params, declared)
+        if missing:
+            return method, missing
+    return None
+
+
+def answered_result(answer: Mapping[str, Any]) -> dict[str, Any] | str:
+    """A legacy client's answer (a whole response) to an input request: the result to send back in
+    inputResponses, or why there is none (its error's message)."""
+    result = answer.get("result")
+    if isinstance(result, dict):
+        return result
+    error = answer.get("error")
+    why = error.get("message") if isinstance(error, dict) else None
+    return why if isinstance(why, str) else "no result"
+
+
+def bridged_capabilities(capabilities: object) -> dict[str, Any]:
+    """A modern server's capabilities as a legacy client is told them by a bridge that carries no subscriptions:
+    without `subscribe` and `listChanged` (asked for by subscriptions/listen in 2026-07-28)."""
+    out: dict[str, Any] = {}
+    for name, value in capabilities.items() if isinstance(capabilities, dict) else ():
+        if isinstance(value, dict):
+            value = {key: item for key, item in value.items() if key not in ("subscribe", "listChanged")}
+        out[name] = value
+    return out

@@ -176,15 +176,14 @@ class LegacyHostBridge:
 
     def _ask_host(self, asks: dict[str, tuple[str, dict[str, Any] | None]], req: Request) -> dict[str, Any] | Response:
         """Every input request sent to the host at once; their results by key, or the error the host gets."""
-        for method, params in asks.values():
-            missing = modern.missing_for_input(method, params, self.capabilities)
-            if missing:
-                return _error(
-                    req.id,
-                    modern.MISSING_CLIENT_CAPABILITY,
-                    f"upstream needs {method}, which needs a client capability the host did not declare",
-                    {"requiredCapabilities": missing},
-                )
+        missing = mrtr.missing_capability(asks, self.capabilities)
+        if missing is not None:
+            return _error(
+                req.id,
+                modern.MISSING_CLIENT_CAPABILITY,
+                f"upstream needs {missing[0]}, which needs a client capability the host did not declare",
+                {"requiredCapabilities": missing[1]},
+            )
         waiting: dict[str, tuple[str, AsyncResult]] = {}
         try:
             for key, (method, params) in asks.items():
@@ -198,11 +197,9 @@ class LegacyHostBridge:
                     answer: dict[str, Any] = answered.get(timeout=HOST_ANSWER_TIMEOUT)
                 except gevent.Timeout:
                     return _error(req.id, jsonrpc.REQUEST_TIMEOUT, f"the host did not answer {asks[key][0]} in time")
-                result = answer.get("result")
-                if not isinstance(result, dict):
-                    error = answer.get("error")
-                    why = error.get("message") if isinstance(error, dict) else "no result"
-                    return _error(req.id, jsonrpc.INTERNAL_ERROR, f"the host answered {asks[key][0]} with: {why}")
+                result = mrtr.answered_result(answer)
+                if isinstance(result, str):
+                    return _error(req.id, jsonrpc.INTERNAL_ERROR, f"the host answered {asks[key][0]} with: {result}")
                 answers[key] = result
             return answers
         finally:

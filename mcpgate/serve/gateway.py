@@ -20,6 +20,7 @@ from . import cluster_caps
 from .cluster import session_minter
 from .metrics import Tally
 from .pool import Pool
+from .pooled_child import verdict_key
 from .session import ChildSpec, Session
 from .stream import StreamLimits
 
@@ -127,6 +128,7 @@ class Gateway:
             replay_streams=s.replay_streams,
             on_end=self._forget,
             clock=self.clock,
+            verdict=verdict_key(self.child_spec),  # a 2026-07-28-only server's sessions are bridged (its era)
         )
 
     def get(self, session_id: str, owner: str) -> Session | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..child import ChildProcess, OnMessage
-from ..core import jsonrpc, replay, session_ids
+from ..core import jsonrpc, modern, replay, session_ids
 from ..core.cancel import CancelTracker
 from ..core.jsonrpc import Notification, Request, Response
 from ..core.replay import CannotResume, ReplayLog
@@ -24,7 +24,8 @@ from ..core.tool_filter import ToolFilter
 from ..core.versions import initialize_version
 from ..limits import ChildLimits, ended_message
 from ..spawn import ChildUser
-from . import watchdog
+from . import era_probe, watchdog
+from .modern_bridge import ModernChildBridge, modern_only, remember_modern_only
 from .stream import END as END
 from .stream import Delivery as Delivery
 from .stream import End as End
@@ -93,6 +94,7 @@ class Session:
         replay_streams: int,
         on_end: Callable[[Session, str], None],
         clock: Callable[[], float] = time.monotonic,
+        verdict: era_probe.Key | None = None,
     ) -> None:
         self.id = session_id
         self.owner = owner  # the principal that opened it; only its requests find it
@@ -116,6 +118,12 @@ class Session:
         self._clock = clock
         self.tools: ToolFilter | None = None  # the server's tool lists (serve/streamable.py sets it)
         self._tool_lists: set[jsonrpc.IdKey] = set()  # tools/list requests in flight, while there is a filter
+        # A child that speaks only 2026-07-28 (remembered for its command, or found when it refuses initialize)
+        # is spoken to through the bridge; `verdict` names the command (serve/pooled_child.verdict_key).
+        self.verdict = verdict
+        modern_child = verdict is not None and modern_only(verdict)
+        self.bridge: ModernChildBridge | None = ModernChildBridge(self) if modern_child else None
+        self._init_request: Request | None = None
 
     def start(self) -> None:
         """Start the child (ChildSpawnError when it cannot be executed)."""
@@ -124,6 +132,29 @@ class Session:
 
     # -- from the child -------------------------------------------------------------------------
     def on_child_message(self, message: Request | Notification | Response) -> None:
+        if self.bridge is not None:
+            self.bridge.from_child(message)
+        elif not self._refused_as_modern(message):
+            self.route(message)
+
+    def _refused_as_modern(self, message: Request | Notification | Response) -> bool:
+        """Whether the child refused the client's initialize as only a 2026-07-28 server does: it has answered, so
+        it is asked server/discover on the same connection and bridged from then on."""
+        if not isinstance(message, Response) or not message.is_error or self._init_request is None:
+            return False
+        if message.id is None or jsonrpc.id_key(message.id) != self._init_key:
+            return False
+        if not modern.recognised_modern_error(message.full().get("error")):
+            return False
+        log.info("session %s: the child refused initialize as a 2026-07-28 server does; bridged", self.label)
+        if self.verdict is not None:
+            remember_modern_only(self.verdict, refused=True)
+        self.bridge = ModernChildBridge(self)
+        self.bridge.initialize(self._init_request, refused=True)
+        return True
+
+    def route(self, message: Request | Notification | Response) -> None:
+        """Deliver a message for the client (the child's, or the bridge's on its behalf) where it belongs."""
         if self._tool_lists and isinstance(message, Response):
             message = self._without_hidden_tools(message)
         if (
@@ -133,6 +164,7 @@ class Session:
             and jsonrpc.id_key(message.id) == self._init_key
         ):
             self._init_key = None
+            self._init_request = None
             self.version = initialize_version(message.full().get("result"))
         route = self.router.route(message, self._clock())
         if route.target is DROP:
@@ -192,6 +224,7 @@ class Session:
                 opened.append(request)
                 if request.method == "initialize":
                     self._init_key = jsonrpc.id_key(request.id)
+                    self._init_request = request
                 elif self.tools is not None and request.method == "tools/list":  # its result loses the hidden tools
                     self._tool_lists.add(jsonrpc.id_key(request.id))
         except Exception:
@@ -291,6 +324,12 @@ class Session:
 
     def send(self, data: bytes) -> bool:
         return self.child.send(data)
+
+    def send_message(self, message: Request | Notification | Response) -> bool:
+        """A client's message for the child: as it came, or through the bridge to a 2026-07-28 child."""
+        if self.bridge is not None:
+            return self.bridge.from_client(message)
+        return self.child.send(jsonrpc.raw_bytes(message))
 
     def cancel(self, request_id: jsonrpc.Id) -> None:
         """The client cancelled a request: answer its HTTP request now; drop the child's late reply."""

@@ -177,7 +177,7 @@ def forward(session: Session, item: Request | Notification | RpcResponse) -> Non
         params = item.params if isinstance(item.params, dict) else {}
         if jsonrpc.is_valid_id(params.get("requestId")):
             session.cancel(params["requestId"])
-    if not session.send(jsonrpc.raw_bytes(item)):
+    if not session.send_message(item):
         log.warning(
             "session %s: could not forward a message to the child (%s)",
             session.label,

@@ -255,3 +255,22 @@ def test_listen_frame_and_end_carry_the_subscription_id() -> None:
         "result": {"resultType": "complete", "_meta": {SUB: 7}},
     }
     assert subscriptions.without_subscription_id(framed["params"]) == {"uri": "a://x", "_meta": {"k": 1}}
+
+
+def test_missing_capability_and_answered_result() -> None:
+    """What both bridges to a modern server decide before asking a legacy client and with its answer."""
+    asks: dict[str, tuple[str, dict[str, Any] | None]] = {
+        "a": ("roots/list", None),
+        "b": ("sampling/createMessage", {}),
+    }
+    assert mrtr.missing_capability(asks, {"roots": {}, "sampling": {}}) is None
+    assert mrtr.missing_capability(asks, {"roots": {}}) == ("sampling/createMessage", {"sampling": {}})
+    assert mrtr.answered_result({"result": {"roots": []}}) == {"roots": []}
+    assert mrtr.answered_result({"error": {"code": -1, "message": "no"}}) == "no"
+    assert mrtr.answered_result({}) == "no result"
+
+
+def test_bridged_capabilities_offer_no_subscriptions() -> None:
+    offered = {"tools": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True}, "x": 1}
+    assert mrtr.bridged_capabilities(offered) == {"tools": {}, "resources": {}, "x": 1}
+    assert mrtr.bridged_capabilities(None) == {}

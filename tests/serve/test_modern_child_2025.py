@@ -1,0 +1,124 @@
+"""A 2025 client on a child that speaks only 2026-07-28 (tests/fixtures/modern_only_server.py: it answers
+server/discover and refuses initialize with -32022), through `gunicorn mcpgate.wsgi`: the official Python SDK in
+legacy mode (2025-11-25) over Streamable HTTP and over HTTP+SSE. The session's initialize is answered from the
+child's DiscoverResult, its requests reach the child with the 2026-07-28 _meta, the child's input_required results
+become elicitation and sampling requests answered through the SDK's callbacks, progress reaches the call's
+callback, and a cancelled call reaches the child as notifications/cancelled."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, types
+from mcp.client.sse import sse_client
+from mcp.shared.exceptions import MCPError
+
+from tests.support import FIXTURES, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample, wait_for
+
+HANG_GUARD = 60
+MODERN_ONLY = f"{sys.executable} {FIXTURES / 'modern_only_server.py'}"
+CANCELLED_MARK = "modern-fixture: slow "  # what the child writes to stderr when a call of `slow` is cancelled
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Gateway]:
+    with lazy_gateways({"modern-only": {"MCPGATE_COMMAND": MODERN_ONLY}}) as get:
+        yield get("modern-only")
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    async def main() -> None:
+        with anyio.fail_after(HANG_GUARD):
+            await body()
+
+    anyio.run(main)
+
+
+def legacy_client(target: Any, **kwargs: Any) -> Client:
+    return Client(target, mode="legacy", elicitation_callback=on_elicit, sampling_callback=on_sample, **kwargs)
+
+
+async def served(c: Client) -> None:
+    """What a 2025 client sees of the modern-only child: its tools, resources and prompts, and the round trips."""
+    assert c.protocol_version == "2025-11-25"
+    tools = await c.list_tools()
+    assert {"echo", "add", "slow", "ask_name", "sample"} <= {tool.name for tool in tools.tools}
+    assert (await c.call_tool("echo", {"message": "old"})).content[0].text == "old"  # type: ignore[union-attr]
+    assert (await c.call_tool("add", {"a": 2, "b": 3})).structured_content == {"result": 5}
+    readme = await c.read_resource("modern://readme")
+    assert readme.contents
+    prompt = await c.get_prompt("greet", {"name": "Ada"})
+    assert "Ada" in prompt.messages[0].content.text  # type: ignore[union-attr]
+    await demo_round_trips(c)  # progress, elicitation (input_required) and sampling, through the SDK's callbacks
+
+
+def test_streamable_http_client_in_legacy_mode(gateway: Gateway) -> None:
+    """Twice: the first session finds the child modern from its refusal, the next one from the remembered era."""
+
+    async def body() -> None:
+        for _ in range(2):
+            async with legacy_client(gateway.url) as c:
+                await served(c)
+
+    run(body)
+    assert "bridged" in gateway.log()
+
+
+def test_http_sse_client(gateway: Gateway) -> None:
+    async def body() -> None:
+        async with legacy_client(sse_client(f"http://127.0.0.1:{gateway.port}/sse")) as c:
+            await served(c)
+
+    run(body)
+
+
+def test_subscriptions_are_refused_by_name(gateway: Gateway) -> None:
+    async def body() -> None:
+        async with legacy_client(gateway.url) as c:
+            resources = c.server_capabilities.resources if c.server_capabilities else None
+            assert resources is None or not resources.subscribe  # not offered
+            with pytest.raises(MCPError, match="subscriptions/listen"):
+                await c.subscribe_resource("modern://counter")
+            assert (await c.call_tool("echo", {"message": "still"})).content[0].text == "still"  # type: ignore[union-attr]
+
+    run(body)
+
+
+def test_cancelled_call_reaches_the_child(gateway: Gateway) -> None:
+    before = gateway.log().count(CANCELLED_MARK)
+
+    async def body() -> None:
+        async with legacy_client(gateway.url) as c:
+            started = anyio.Event()
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                started.set()
+
+            async with anyio.create_task_group() as tg:
+
+                async def call() -> None:
+                    await c.call_tool("slow", {"seconds": 30, "steps": 60}, progress_callback=on_progress)
+
+                tg.start_soon(call)
+                await started.wait()  # the child is working on it
+                tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled for it
+            assert (await c.call_tool("echo", {"message": "next"})).content[0].text == "next"  # type: ignore[union-attr]
+
+    run(body)
+    assert wait_for(lambda: gateway.log().count(CANCELLED_MARK) > before), "the child was never told"
+
+
+def test_declined_elicitation_reaches_the_child(gateway: Gateway) -> None:
+    async def decline(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def body() -> None:
+        async with Client(gateway.url, mode="legacy", elicitation_callback=decline) as c:
+            result = await c.call_tool("ask_name", {})
+            assert result.is_error or "Hello" not in str(result.content)
+
+    run(body)
