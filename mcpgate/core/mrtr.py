@@ -175,14 +175,3 @@ def answered_result(answer: Mapping[str, Any]) -> dict[str, Any] | str:
     error = answer.get("error")
     why = error.get("message") if isinstance(error, dict) else None
     return why if isinstance(why, str) else "no result"
-
-
-def bridged_capabilities(capabilities: object) -> dict[str, Any]:
-    """A modern server's capabilities as a legacy client is told them by a bridge that carries no subscriptions:
-    without `subscribe` and `listChanged` (asked for by subscriptions/listen in 2026-07-28)."""
-    out: dict[str, Any] = {}
-    for name, value in capabilities.items() if isinstance(capabilities, dict) else ():
-        if isinstance(value, dict):
-            value = {key: item for key, item in value.items() if key not in ("subscribe", "listChanged")}
-        out[name] = value
-    return out

@@ -4,7 +4,7 @@ filter a listen asks with, the frames a listen stream carries, and the notificat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import jsonrpc
@@ -20,6 +20,17 @@ LIST_KINDS: Mapping[str, tuple[str, str]] = {
     "promptsListChanged": ("prompts", "notifications/prompts/list_changed"),
     "resourcesListChanged": ("resources", "notifications/resources/list_changed"),
 }
+
+
+def bridged_filter(capabilities: object, uris: Iterable[str]) -> dict[str, Any]:
+    """The filter a bridge listens with for a legacy client: every list kind whose feature the server declares
+    (its acknowledgment says what it honours) and the URIs the client subscribed to, when any."""
+    features = capabilities if isinstance(capabilities, Mapping) else {}
+    wanted: dict[str, Any] = {kind: True for kind, (feature, _) in LIST_KINDS.items() if feature in features}
+    subscribed = list(uris)
+    if subscribed:
+        wanted[RESOURCES_FIELD] = subscribed
+    return wanted
 
 
 def parse_listen_filter(wanted: object) -> tuple[frozenset[str], tuple[str, ...] | None] | Failure:

@@ -29,7 +29,7 @@ from gevent.pool import Group
 from mcpgate import __version__
 from mcpgate.core import jsonrpc, modern, modern_client, mrtr, subscriptions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
-from mcpgate.core.subscriptions import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD
+from mcpgate.core.subscriptions import ACKNOWLEDGED
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Upstream
 
@@ -214,12 +214,7 @@ class LegacyHostBridge:
     def _wanted(self) -> dict[str, Any]:
         """Every list kind whose feature the server has (the upstream's acknowledgment says what it honours), and
         the subscribed URIs."""
-        capabilities = self.modern.discover().get("capabilities")
-        features = capabilities if isinstance(capabilities, dict) else {}
-        wanted: dict[str, Any] = {kind: True for kind, (feature, _) in LIST_KINDS.items() if feature in features}
-        if self._uris:
-            wanted[RESOURCES_FIELD] = list(self._uris)
-        return wanted
+        return subscriptions.bridged_filter(self.modern.discover().get("capabilities"), self._uris)
 
     def _relisten(self) -> None:
         """Open a listen for what the host wants now; the one before it closes once the new one is acknowledged

@@ -10,9 +10,8 @@ mints, on the session's streams); once every one is answered, the request is ret
 the client under the client's id. A client's notifications/cancelled reaches the child under the id the child
 knows the request by, and the input requests still open for it are cancelled toward the client.
 
-Not carried: resources/subscribe and list-changed notifications (2026-07-28 asks for them with
-subscriptions/listen): the initialize result declares neither `subscribe` nor `listChanged`, and a
-resources/subscribe is refused with METHOD_NOT_FOUND naming why.
+resources/subscribe, resources/unsubscribe and the list-changed notifications are carried by one
+subscriptions/listen on the child (serve/modern_listen.py).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from .. import __version__
 from ..core import jsonrpc, modern, modern_client, mrtr, versions
 from ..core.jsonrpc import Id, IdKey, Notification, Request, Response
 from . import era_probe
+from .modern_listen import Listens
 
 if TYPE_CHECKING:
     from .session import Session
@@ -36,7 +36,7 @@ log = logging.getLogger("mcpgate.session")
 
 MAX_ROUNDS = 8  # input_required answers to one request before it is failed (as the relay's bridge)
 SERVER_INFO = {"name": "mcpgate", "version": __version__}  # when the child's DiscoverResult names none
-NOT_CARRIED = ("resources/subscribe", "resources/unsubscribe")
+SUBSCRIPTIONS = ("resources/subscribe", "resources/unsubscribe")
 # Server commands whose children refused initialize (bounded as era_probe's verdicts): their next sessions start
 # bridged. Not era_probe's MODERN verdict, which a dual-era server earns too (its 2025 sessions are its own).
 _modern_only: OrderedDict[era_probe.Key, None] = OrderedDict()
@@ -81,6 +81,9 @@ class ModernChildBridge:
         self._calls: dict[IdKey, _Call] = {}  # by the id the child knows the call by
         self._by_client: dict[IdKey, _Call] = {}  # by the client's id
         self._asked: dict[IdKey, tuple[_Call, str]] = {}  # the client's input requests, by their id
+        self.listens = Listens(
+            session.label, self._mint, lambda i, m, p: self._send(i, m, self._meta(p)), self._cancel, session.route
+        )
 
     def _mint(self, kind: str) -> str:
         return f"{self._prefix}{kind}-{next(self._count)}"
@@ -93,6 +96,9 @@ class ModernChildBridge:
         if isinstance(message, Notification):
             if message.method == "notifications/cancelled":
                 return self._cancelled(message)
+            if message.method == "notifications/initialized":
+                self.listens.client_initialized()
+                return True
             log.debug("session %s: %s not sent to a 2026-07-28 child", self.session.label, message.method)
             return True
         params = message.params if isinstance(message.params, dict) else {}
@@ -103,9 +109,8 @@ class ModernChildBridge:
             self.log_level = level if isinstance(level, str) else None
             self._reply(message.id, {"result": {}})
             return True
-        if message.method in NOT_CARRIED:
-            why = f"{message.method} is not carried to this server: it speaks only 2026-07-28 (subscriptions/listen)"
-            self._reply(message.id, {"error": {"code": jsonrpc.METHOD_NOT_FOUND, "message": why}})
+        if message.method in SUBSCRIPTIONS:
+            self.listens.subscription(message)
             return True
         call = _Call(message, message.id)
         self._by_client[jsonrpc.id_key(message.id)] = call
@@ -168,15 +173,24 @@ class ModernChildBridge:
         if call is None:
             return True
         self._forget(call)
-        cancel = {**params, "requestId": call.child_id}
-        obj = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+        return self._cancel(call.child_id, params.get("reason"))
+
+    def _cancel(self, child_id: Id, reason: object = None) -> bool:
+        params: dict[str, Any] = {"requestId": child_id}
+        if isinstance(reason, str):
+            params["reason"] = reason
+        obj = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
         return self.session.child.send(jsonrpc.encode(obj))
 
     # -- the child's messages -----------------------------------------------------------------------------------
     def from_child(self, message: Request | Notification | Response) -> None:
         """Route what the client gets of a child's message (through session.route)."""
+        if isinstance(message, Notification) and self.listens.notification(message):
+            return  # a listen's, passed on without its subscriptionId
         if not isinstance(message, Response) or message.id is None:
             self.session.route(message)  # progress and log messages carry the client's token; the rest as is
+            return
+        if self.listens.ended(message):
             return
         if self._initialize is not None and message.id == self._initialize[0]:
             self._discovered(message)
@@ -215,7 +229,7 @@ class ModernChildBridge:
         assert isinstance(result, dict)
         params = request.params if isinstance(request.params, dict) else {}
         answer = mrtr.initialize_from_discover(result, params.get("protocolVersion"), SERVER_INFO)
-        answer["capabilities"] = mrtr.bridged_capabilities(answer["capabilities"])
+        self.listens.capabilities = answer["capabilities"]
         log.info("session %s: a %s client bridged to a 2026-07-28 child", self.session.label, answer["protocolVersion"])
         self._reply(request.id, {"result": answer})
 

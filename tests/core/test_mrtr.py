@@ -270,7 +270,8 @@ def test_missing_capability_and_answered_result() -> None:
     assert mrtr.answered_result({}) == "no result"
 
 
-def test_bridged_capabilities_offer_no_subscriptions() -> None:
-    offered = {"tools": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True}, "x": 1}
-    assert mrtr.bridged_capabilities(offered) == {"tools": {}, "resources": {}, "x": 1}
-    assert mrtr.bridged_capabilities(None) == {}
+def test_bridged_filter_asks_for_what_the_server_declares() -> None:
+    """The listen both bridges to a modern server open for a legacy client."""
+    declared = {"tools": {"listChanged": True}, "resources": {}, "logging": {}}
+    assert subscriptions.bridged_filter(declared, []) == {"toolsListChanged": True, "resourcesListChanged": True}
+    assert subscriptions.bridged_filter(None, ["a://x"]) == {"resourceSubscriptions": ["a://x"]}

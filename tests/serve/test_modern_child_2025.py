@@ -15,12 +15,12 @@ import anyio
 import pytest
 from mcp import Client, types
 from mcp.client.sse import sse_client
-from mcp.shared.exceptions import MCPError
 
 from tests.support import FIXTURES, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample, wait_for
 
 HANG_GUARD = 60
 MODERN_ONLY = f"{sys.executable} {FIXTURES / 'modern_only_server.py'}"
+COUNTER = "modern://counter"
 CANCELLED_MARK = "modern-fixture: slow "  # what the child writes to stderr when a call of `slow` is cancelled
 
 
@@ -76,16 +76,45 @@ def test_http_sse_client(gateway: Gateway) -> None:
     run(body)
 
 
-def test_subscriptions_are_refused_by_name(gateway: Gateway) -> None:
+def notifications_to(seen: list[Any]) -> Callable[[Any], Awaitable[None]]:
+    async def on_message(message: Any) -> None:
+        seen.append(message)
+
+    return on_message
+
+
+async def poke_until(poke: Callable[[], Awaitable[Any]], done: Callable[[], bool]) -> None:
+    """Poke the child until what it causes has arrived (a listen acknowledged after the poke misses it)."""
+    while not done():
+        await poke()
+        with anyio.move_on_after(1):
+            while not done():
+                await anyio.sleep(0.02)
+
+
+def test_subscribe_and_list_changed_through_a_listen(gateway: Gateway) -> None:
+    """resources/subscribe and the child's list_changed reach a 2025 client through subscriptions/listen."""
+    seen: list[Any] = []
+
+    def updated() -> bool:
+        return any(isinstance(n, types.ResourceUpdatedNotification) and str(n.params.uri) == COUNTER for n in seen)
+
+    def changed() -> bool:
+        return any(isinstance(n, types.ToolListChangedNotification) for n in seen)
+
     async def body() -> None:
-        async with legacy_client(gateway.url) as c:
+        async with legacy_client(gateway.url, message_handler=notifications_to(seen)) as c:
             resources = c.server_capabilities.resources if c.server_capabilities else None
-            assert resources is None or not resources.subscribe  # not offered
-            with pytest.raises(MCPError, match="subscriptions/listen"):
-                await c.subscribe_resource("modern://counter")
+            assert resources is not None and resources.subscribe
+            await c.subscribe_resource(COUNTER)  # answered once the listen carrying it is acknowledged
+            await c.call_tool("bump", {})
+            await poke_until(lambda: c.call_tool("bump", {}), updated)
+            await poke_until(lambda: c.call_tool("notify_change", {}), changed)
+            await c.unsubscribe_resource(COUNTER)
             assert (await c.call_tool("echo", {"message": "still"})).content[0].text == "still"  # type: ignore[union-attr]
 
     run(body)
+    assert "listening on the child for" in gateway.log()  # acknowledged by the child, not ended
 
 
 def test_cancelled_call_reaches_the_child(gateway: Gateway) -> None:
