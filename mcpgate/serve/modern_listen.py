@@ -135,8 +135,6 @@ class Listens:
             return False
         if listen is self._listen:
             self._listen = None
-            log.warning(
-                "session %s: the child ended the listen for changes%s", self.label, " (error)" * message.is_error
-            )
+            log.info("session %s: the child ended the listen for changes%s", self.label, " (error)" * message.is_error)
         self._release(listen)
         return True

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,7 +21,16 @@ from mcp import Client, types
 from mcp.client.sse import sse_client
 
 from tests.interop import conformance
-from tests.support import FIXTURES, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample, wait_for
+from tests.support import (
+    FIXTURES,
+    Gateway,
+    demo_round_trips,
+    lazy_gateways,
+    on_elicit,
+    on_sample,
+    serving,
+    wait_for,
+)
 
 HANG_GUARD = 60
 MODERN_ONLY = f"{sys.executable} {FIXTURES / 'modern_only_server.py'}"
@@ -69,7 +79,9 @@ def test_streamable_http_client_in_legacy_mode(gateway: Gateway) -> None:
                 await served(c)
 
     run(body)
-    assert "bridged" in gateway.log()
+    log = gateway.log()  # one worker: the first child refused initialize, the second was bridged from the start
+    assert log.count("the child refused initialize as a 2026-07-28 server does") == 1
+    assert log.count("a 2025-11-25 client bridged to a 2026-07-28 child") == 2
 
 
 def test_http_sse_client(gateway: Gateway) -> None:
@@ -175,3 +187,23 @@ def test_typescript_sdk_1_client(gateway: Gateway) -> None:
     assert {"echo", "slow", "ask_name"} <= set(seen["tools"]) and seen["echoed"] == "from node"
     assert seen["slow"].startswith("done") and seen["progress"] == [1, 2, 3]
     assert seen["asked"] == "Hello, Grace"
+
+
+def test_a_server_downgraded_after_it_was_remembered_modern_only(tmp_path: Path) -> None:
+    """A child of a command remembered as modern-only that refuses server/discover as a legacy server does gets the
+    client's initialize as it came, and the command is forgotten as modern-only."""
+    flag = tmp_path / "legacy-now"
+    command = f"{sys.executable} {FIXTURES / 'era_switch_server.py'} {flag}"
+
+    async def one(server_name: str) -> None:
+        async with legacy_client(gw.url) as c:
+            assert c.server_info is not None and c.server_info.name == server_name
+            assert (await c.call_tool("echo", {"message": "x"})).content[0].text == "x"  # type: ignore[union-attr]
+
+    with serving({"MCPGATE_COMMAND": command}) as gw:
+        run(lambda: one("mcpgate-modern-fixture"))
+        flag.write_text("")
+        run(lambda: one("mcpgate-demo"))
+        run(lambda: one("mcpgate-demo"))  # not bridged any more: initialize goes first
+        log = gw.log()
+    assert log.count("though its server refused initialize before") == 1
