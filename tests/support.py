@@ -507,3 +507,24 @@ class NamedServer:
 
 def named(gw: Gateway, name: str) -> Gateway:
     return cast(Gateway, NamedServer(gw, name))
+
+
+async def cancel_a_slow_call(client: Any) -> None:
+    """Start the fixture's `slow` tool, cancel the call once its first progress arrives (the child is working on
+    it: the SDK then tells the server, as its era does), and check the session still answers the next call."""
+    import anyio  # the SDK's event loop; only the async tests need it
+
+    started = anyio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    async with anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            await client.call_tool("slow", {"seconds": 30, "steps": 60}, progress_callback=on_progress)
+
+        tg.start_soon(call)
+        await started.wait()
+        tg.cancel_scope.cancel()
+    assert (await client.call_tool("echo", {"message": "next"})).content[0].text == "next"

@@ -24,6 +24,7 @@ from tests.interop import conformance
 from tests.support import (
     FIXTURES,
     Gateway,
+    cancel_a_slow_call,
     demo_round_trips,
     lazy_gateways,
     on_elicit,
@@ -138,20 +139,7 @@ def test_cancelled_call_reaches_the_child(gateway: Gateway) -> None:
 
     async def body() -> None:
         async with legacy_client(gateway.url) as c:
-            started = anyio.Event()
-
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                started.set()
-
-            async with anyio.create_task_group() as tg:
-
-                async def call() -> None:
-                    await c.call_tool("slow", {"seconds": 30, "steps": 60}, progress_callback=on_progress)
-
-                tg.start_soon(call)
-                await started.wait()  # the child is working on it
-                tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled for it
-            assert (await c.call_tool("echo", {"message": "next"})).content[0].text == "next"  # type: ignore[union-attr]
+            await cancel_a_slow_call(c)
 
     run(body)
     assert wait_for(lambda: gateway.log().count(CANCELLED_MARK) > before), "the child was never told"

@@ -19,6 +19,7 @@ from tests.support import (
     MODERN,
     MODERN_CHILD,
     Gateway,
+    cancel_a_slow_call,
     demo_round_trips,
     lazy_gateways,
     modern_body,
@@ -156,20 +157,7 @@ def test_cancellation_by_closing_the_stream_reaches_the_child(gateways: Callable
 
     async def body() -> None:
         async with client(gw) as c:
-            started = anyio.Event()
-
-            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                started.set()
-
-            async with anyio.create_task_group() as tg:
-
-                async def call() -> None:
-                    await c.call_tool("slow", {"seconds": 30, "steps": 60}, progress_callback=on_progress)
-
-                tg.start_soon(call)
-                await started.wait()  # the child is working on it
-                tg.cancel_scope.cancel()  # the SDK closes that request's response stream
-            assert (await c.call_tool("echo", {"message": "next"})).content[0].text == "next"  # type: ignore[union-attr]
+            await cancel_a_slow_call(c)
 
     run(body)
     assert wait_for(lambda: gw.log().count(CANCELLED_MARK[kind]) > before), "the child was never told"
