@@ -23,11 +23,11 @@ import stat
 from collections.abc import MutableMapping
 from urllib.parse import urlsplit
 
-from .declarations import declared
-from .limits import PR_SET_DUMPABLE
-from .orphans import _libc_prctl
-from .settings import Settings
-from .spawn import child_user
+from mcpgate.declarations import declared
+from mcpgate.limits import PR_SET_DUMPABLE
+from mcpgate.orphans import _libc_prctl
+from mcpgate.settings import Settings
+from mcpgate.spawn import child_user
 
 # /proc/<pid>/stat fields after the ")" that ends the command name, counted from 0 (field 3, the state, is 0):
 # env_start and env_end are fields 50 and 51 of proc(5)'s 1-based list of 52
@@ -90,7 +90,7 @@ def start_problem(settings: Settings) -> str | None:
     except ValueError as exc:
         return str(exc)
     if settings.auth == "embedded" and not settings.redis_url:
-        from .serve.oauth.storage import default_state_dir
+        from mcpgate.serve.oauth.storage import default_state_dir
 
         return private_directory_problem(settings.state_dir or default_state_dir())
     return None

@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .orphans import _libc_prctl, preexec_die_with_parent
+from mcpgate.orphans import _libc_prctl, preexec_die_with_parent
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from mcpgate.settings import Settings
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4  # the worker is not dumpable (mcpgate.boundary); its forked child neither, until its exec

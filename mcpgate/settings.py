@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import validators
-from .declarations import MiB, declare, load, non_negative, positive, unknown_variables
-from .declarations import SettingsError as SettingsError  # the error every caller of the settings catches
-from .declarations import add_arguments as add_arguments
-from .declarations import declared as declared
-from .declarations import markdown_table as table
+from mcpgate import validators
+from mcpgate.declarations import MiB, declare, load, non_negative, positive, unknown_variables
+from mcpgate.declarations import SettingsError as SettingsError  # the error every caller of the settings catches
+from mcpgate.declarations import add_arguments as add_arguments
+from mcpgate.declarations import declared as declared
+from mcpgate.declarations import markdown_table as table
 
 BIND_DEFAULT = "127.0.0.1:8000"
 

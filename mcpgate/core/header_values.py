@@ -15,7 +15,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from . import wire
+from mcpgate.core import wire
 
 SENTINEL_PREFIX = "=?base64?"
 SENTINEL_SUFFIX = "?="

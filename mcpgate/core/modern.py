@@ -17,16 +17,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import jsonrpc, versions, wire
-from .header_values import (
-    argument_value,
-    matches_body,
-    plain_header_value,
-    show,
-)
-from .header_values import decode_header_value as decode_header_value  # part of this module's interface
-from .header_values import tool_header_params as tool_header_params
-from .jsonrpc import Notification, Request
+from mcpgate.core import jsonrpc, versions, wire
+from mcpgate.core.header_values import argument_value, matches_body, plain_header_value, show
+from mcpgate.core.header_values import decode_header_value as decode_header_value  # part of this module's interface
+from mcpgate.core.header_values import tool_header_params as tool_header_params
+from mcpgate.core.jsonrpc import Notification, Request
 
 SUPPORTED_MODERN = versions.MODERN
 HEADER_MISMATCH = -32020

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import wire
-from .header_values import argument_value, encode_header_value, mirrored_text
-from .jsonrpc import Notification, Request
-from .modern import NAME_FIELD, request_meta
+from mcpgate.core import wire
+from mcpgate.core.header_values import argument_value, encode_header_value, mirrored_text
+from mcpgate.core.jsonrpc import Notification, Request
+from mcpgate.core.modern import NAME_FIELD, request_meta
 
 
 def request_headers(message: Request | Notification, param_headers: Mapping[str, str] | None) -> dict[str, str]:

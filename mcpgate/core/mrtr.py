@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Container, Mapping
 from typing import Any
 
-from . import jsonrpc, versions
-from .jsonrpc import Request
-from .modern import INPUT_METHODS, NAME_FIELD, missing_for_input
-from .wire import META_SERVER_INFO
+from mcpgate.core import jsonrpc, versions
+from mcpgate.core.jsonrpc import Request
+from mcpgate.core.modern import INPUT_METHODS, NAME_FIELD, missing_for_input
+from mcpgate.core.wire import META_SERVER_INFO
 
 INPUT_REQUIRED = "input_required"
 # How a legacy server may name its input request's key (params._meta); else the bridge mints "<capability>-<n>".

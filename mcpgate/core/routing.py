@@ -15,8 +15,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
-from .cancel import CancelTracker
-from .jsonrpc import Id, IdKey, Notification, Request, Response, id_key, is_valid_id, progress_token
+from mcpgate.core.cancel import CancelTracker
+from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response, id_key, is_valid_id, progress_token
 
 S = TypeVar("S", bound=Hashable)  # the caller's stream type
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import jsonrpc
-from .modern import Failure
-from .wire import META_SUBSCRIPTION_ID
+from mcpgate.core import jsonrpc
+from mcpgate.core.modern import Failure
+from mcpgate.core.wire import META_SUBSCRIPTION_ID
 
 LISTEN = "subscriptions/listen"
 ACKNOWLEDGED = "notifications/subscriptions/acknowledged"

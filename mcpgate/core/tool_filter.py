@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .jsonrpc import INVALID_PARAMS, Id, Request, Response, error_response
+from mcpgate.core.jsonrpc import INVALID_PARAMS, Id, Request, Response, error_response
 
 LIST = "tools/list"
 CALL = "tools/call"

@@ -15,16 +15,16 @@ from urllib.parse import urlsplit
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from ..core import jsonrpc
-from ..settings import Settings
-from . import auth, checks, legacy_sse, metrics, servers, streamable
-from .cluster import Cluster
-from .cluster import create as create_cluster
-from .cors import Cors
-from .fleet import LISTING, SERVER, Fleet
-from .gateway import Gateway
-from .http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
-from .oauth.setup import Authenticator, authenticator
+from mcpgate.core import jsonrpc
+from mcpgate.serve import auth, checks, legacy_sse, metrics, servers, streamable
+from mcpgate.serve.cluster import Cluster
+from mcpgate.serve.cluster import create as create_cluster
+from mcpgate.serve.cors import Cors
+from mcpgate.serve.fleet import LISTING, SERVER, Fleet
+from mcpgate.serve.gateway import Gateway
+from mcpgate.serve.http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
+from mcpgate.serve.oauth.setup import Authenticator, authenticator
+from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.app")
 

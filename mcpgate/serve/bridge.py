@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import gevent
 
-from ..core import jsonrpc, modern, mrtr
-from ..core.jsonrpc import Id, Request
-from ..core.request_state import Opened, StateError, StateSealer
-from . import cluster
-from .calls import resume as resume_call
-from .http import Refusal
-from .pooled_child import Call, PooledChild
+from mcpgate.core import jsonrpc, modern, mrtr
+from mcpgate.core.jsonrpc import Id, Request
+from mcpgate.core.request_state import Opened, StateError, StateSealer
+from mcpgate.serve import cluster
+from mcpgate.serve.calls import resume as resume_call
+from mcpgate.serve.http import Refusal
+from mcpgate.serve.pooled_child import Call, PooledChild
 
 if TYPE_CHECKING:
-    from .pool import Pool
+    from mcpgate.serve.pool import Pool
 
 log = logging.getLogger("mcpgate.bridge")
 

@@ -13,14 +13,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core import jsonrpc
-from ..core.jsonrpc import Id, Notification, Request
-from ..core.tool_filter import ToolFilter
-from .stream import Stream
+from mcpgate.core import jsonrpc
+from mcpgate.core.jsonrpc import Id, Notification, Request
+from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.serve.stream import Stream
 
 if TYPE_CHECKING:
-    from .bridge import Continuation
-    from .pooled_child import PooledChild
+    from mcpgate.serve.bridge import Continuation
+    from mcpgate.serve.pooled_child import PooledChild
 
 
 @dataclass(eq=False, slots=True)

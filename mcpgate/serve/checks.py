@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..core.jsonrpc import INVALID_REQUEST
-from .http import Refusal
+from mcpgate.core.jsonrpc import INVALID_REQUEST
+from mcpgate.serve.http import Refusal
 
 JSON = "application/json"
 SSE = "text/event-stream"

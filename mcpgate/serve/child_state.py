@@ -22,12 +22,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core import jsonrpc, mrtr
-from ..core.jsonrpc import Request
-from ..core.request_state import Opened, StateSealer, carried, carry
-from . import cluster
-from .bridge import where
-from .http import Refusal
+from mcpgate.core import jsonrpc, mrtr
+from mcpgate.core.jsonrpc import Request
+from mcpgate.core.request_state import Opened, StateSealer, carried, carry
+from mcpgate.serve import cluster
+from mcpgate.serve.bridge import where
+from mcpgate.serve.http import Refusal
 
 log = logging.getLogger("mcpgate.pool")
 

@@ -30,13 +30,13 @@ from urllib.parse import parse_qs
 
 import gevent
 
-from ..core import jsonrpc, session_ids, wire
-from ..core.sessions import new_session_id
-from ..settings import Settings
-from . import auth
-from .cluster_peers import ForwardingPeers
-from .forward import Forwarder, read_body
-from .http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.core.sessions import new_session_id
+from mcpgate.serve import auth
+from mcpgate.serve.cluster_peers import ForwardingPeers
+from mcpgate.serve.forward import Forwarder, read_body
+from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.settings import Settings
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -295,7 +295,7 @@ def create(settings: Settings) -> Cluster | None:
     _current = None
     if not settings.redis_url:
         return None
-    from .redis_client import connect
+    from mcpgate.serve.redis_client import connect
 
     client = connect(settings.redis_url)
     instance = settings.instance_id or secrets.token_hex(4)
@@ -316,8 +316,8 @@ def cluster_key(settings: Settings, client: Redis) -> bytes:
     if settings.cluster_secret:
         return settings.cluster_secret.encode()
     if settings.state_key:
-        from .oauth.redis_storage import RedisStorage
-        from .oauth.sealing import sealer_of
+        from mcpgate.serve.oauth.redis_storage import RedisStorage
+        from mcpgate.serve.oauth.sealing import sealer_of
 
         sealed = RedisStorage(client, prefix="mcpgate:", sealer=sealer_of(settings.state_key))
         return sealed.stored_once("cluster-key", lambda: secrets.token_urlsafe(32).encode())

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from ..core.sessions import SessionLimitReached
-from ..settings import Settings
-from . import cluster
+from mcpgate.core.sessions import SessionLimitReached
+from mcpgate.serve import cluster
+from mcpgate.settings import Settings
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from . import auth
+from mcpgate.serve import auth
 
 log = logging.getLogger("mcpgate.cluster")
 

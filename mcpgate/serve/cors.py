@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from ..core import wire
+from mcpgate.core import wire
 
 METHODS = "GET, POST, DELETE, OPTIONS"
 # What MCP browser clients send besides the CORS-safelisted headers (Mcp-Param-* headers are echoed by prefix).

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import gevent.event
 
-from ..core import modern
+from mcpgate.core import modern
 
 if TYPE_CHECKING:
-    from .pooled_child import PooledChild
+    from mcpgate.serve.pooled_child import PooledChild
 
 log = logging.getLogger("mcpgate.pool")
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import gevent
 
-from ..core import jsonrpc
-from ..settings import Settings
-from . import servers
-from .gateway import DEFAULT_NAME, Gateway
-from .http import HttpRequest, HttpResponse, Refusal, json_response
-from .servers import PREFIX, ConfigError, ServerEntry
+from mcpgate.core import jsonrpc
+from mcpgate.serve import servers
+from mcpgate.serve.gateway import DEFAULT_NAME, Gateway
+from mcpgate.serve.http import HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.servers import PREFIX, ConfigError, ServerEntry
+from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.fleet")
 

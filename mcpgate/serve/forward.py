@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ..core import jsonrpc, session_ids, wire
-from ..settings import Settings
-from .http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.forward")
 

@@ -11,18 +11,18 @@ from collections.abc import Callable, Mapping, Sequence
 
 import gevent
 
-from ..child import ChildProcess
-from ..core.sessions import SessionRegistry
-from ..limits import ChildLimits
-from ..settings import Settings
-from ..spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
-from . import cluster_caps
-from .cluster import session_minter
-from .metrics import Tally
-from .pool import Pool
-from .pooled_child import verdict_key
-from .session import ChildSpec, Session
-from .stream import StreamLimits
+from mcpgate.child import ChildProcess
+from mcpgate.core.sessions import SessionRegistry
+from mcpgate.limits import ChildLimits
+from mcpgate.serve import cluster_caps
+from mcpgate.serve.cluster import session_minter
+from mcpgate.serve.metrics import Tally
+from mcpgate.serve.pool import Pool
+from mcpgate.serve.pooled_child import verdict_key
+from mcpgate.serve.session import ChildSpec, Session
+from mcpgate.serve.stream import StreamLimits
+from mcpgate.settings import Settings
+from mcpgate.spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
 
 log = logging.getLogger("mcpgate.gateway")
 

@@ -11,7 +11,7 @@ import io
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..core import jsonrpc
+from mcpgate.core import jsonrpc
 
 STATUS_TEXT = {
     200: "OK",

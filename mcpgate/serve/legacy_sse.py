@@ -14,14 +14,14 @@ import logging
 from collections.abc import Iterator
 from urllib.parse import parse_qs, quote
 
-from ..core import jsonrpc, versions, wire
-from ..core.jsonrpc import Invalid, Request
-from ..core.routing import DuplicateRequestId
-from ..core.sse import encode_event
-from . import auth, checks, streamable
-from .gateway import Gateway
-from .http import MESSAGE, HttpRequest, HttpResponse, Refusal
-from .session import Session, Stream
+from mcpgate.core import jsonrpc, versions, wire
+from mcpgate.core.jsonrpc import Invalid, Request
+from mcpgate.core.routing import DuplicateRequestId
+from mcpgate.core.sse import encode_event
+from mcpgate.serve import auth, checks, streamable
+from mcpgate.serve.gateway import Gateway
+from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.serve.session import Session, Stream
 
 log = logging.getLogger("mcpgate.legacy_sse")
 

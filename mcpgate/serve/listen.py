@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core import jsonrpc, versions
-from ..core.jsonrpc import Id, Notification, Response
-from ..core.modern import Failure
-from ..core.subscriptions import (
+from mcpgate.core import jsonrpc, versions
+from mcpgate.core.jsonrpc import Id, Notification, Response
+from mcpgate.core.modern import Failure
+from mcpgate.core.subscriptions import (
     ACKNOWLEDGED,
     LIST_KINDS,
     LISTEN,
@@ -38,8 +38,8 @@ from ..core.subscriptions import (
     listen_frame,
     parse_listen_filter,
 )
-from ..core.wire import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID
-from .stream import Stream, StreamLimits
+from mcpgate.core.wire import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID
+from mcpgate.serve.stream import Stream, StreamLimits
 
 log = logging.getLogger("mcpgate.listen")
 

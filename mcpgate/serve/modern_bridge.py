@@ -23,14 +23,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
-from ..core import jsonrpc, modern, modern_client, mrtr, versions
-from ..core.jsonrpc import Id, IdKey, Notification, Request, Response
-from . import era_probe
-from .modern_listen import Listens
+from mcpgate import __version__
+from mcpgate.core import jsonrpc, modern, modern_client, mrtr, versions
+from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+from mcpgate.serve import era_probe
+from mcpgate.serve.modern_listen import Listens
 
 if TYPE_CHECKING:
-    from .session import Session
+    from mcpgate.serve.session import Session
 
 log = logging.getLogger("mcpgate.session")
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core import jsonrpc, subscriptions, wire
-from ..core.jsonrpc import Id, IdKey, Notification, Request, Response
-from ..core.subscriptions import ACKNOWLEDGED, LISTEN
+from mcpgate.core import jsonrpc, subscriptions, wire
+from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+from mcpgate.core.subscriptions import ACKNOWLEDGED, LISTEN
 
 log = logging.getLogger("mcpgate.session")
 

@@ -22,18 +22,18 @@ from typing import Any
 import gevent
 import gevent.event
 
-from ..child import ChildProcess
-from ..core import jsonrpc, modern, mrtr, wire
-from ..core.jsonrpc import Notification, Request
-from ..settings import Settings
-from ..spawn import ChildSpawnError
-from .bridge import Bridge
-from .child_state import ChildStates
-from .http import Refusal
-from .listen import ListenHub
-from .pooled_child import Call, Era, PooledChild, mint
-from .session import ChildSpec
-from .stream import StreamLimits
+from mcpgate.child import ChildProcess
+from mcpgate.core import jsonrpc, modern, mrtr, wire
+from mcpgate.core.jsonrpc import Notification, Request
+from mcpgate.serve.bridge import Bridge
+from mcpgate.serve.child_state import ChildStates
+from mcpgate.serve.http import Refusal
+from mcpgate.serve.listen import ListenHub
+from mcpgate.serve.pooled_child import Call, Era, PooledChild, mint
+from mcpgate.serve.session import ChildSpec
+from mcpgate.serve.stream import StreamLimits
+from mcpgate.settings import Settings
+from mcpgate.spawn import ChildSpawnError
 
 log = logging.getLogger("mcpgate.pool")
 

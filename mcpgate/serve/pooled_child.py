@@ -19,15 +19,15 @@ from typing import Any
 import gevent
 import gevent.event
 
-from .. import __version__
-from ..core import jsonrpc, modern, mrtr, versions, wire
-from ..core.jsonrpc import Id, Notification, Request, Response
-from ..core.tool_filter import ToolFilter
-from ..limits import ended_message
-from . import calls, era_probe, watchdog
-from .calls import Call as Call  # re-exported: the pool, the bridge and the endpoint name it from here
-from .era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
-from .session import ChildSpec
+from mcpgate import __version__
+from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core.jsonrpc import Id, Notification, Request, Response
+from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.limits import ended_message
+from mcpgate.serve import calls, era_probe, watchdog
+from mcpgate.serve.calls import Call as Call  # re-exported: the pool, the bridge and the endpoint name it from here
+from mcpgate.serve.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
+from mcpgate.serve.session import ChildSpec
 
 log = logging.getLogger("mcpgate.pool")
 

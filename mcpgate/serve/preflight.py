@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from ..limits import network_problem
-from ..settings import Settings
-from . import auth, metrics
-from .fleet import Fleet
-from .servers import ConfigError
+from mcpgate.limits import network_problem
+from mcpgate.serve import auth, metrics
+from mcpgate.serve.fleet import Fleet
+from mcpgate.serve.servers import ConfigError
+from mcpgate.settings import Settings
 
 
 def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str | None:

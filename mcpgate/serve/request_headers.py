@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO, NamedTuple
 
-from .auth import valid_host
+from mcpgate.serve.auth import valid_host
 
 MAX_FIELD = 8190  # bytes of one field line with its CRLF, as gunicorn's limit_request_field_size
 MAX_HEADERS = 100  # as gunicorn's limit_request_fields

@@ -14,23 +14,23 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..child import ChildProcess, OnMessage
-from ..core import jsonrpc, modern, replay, session_ids
-from ..core.cancel import CancelTracker
-from ..core.jsonrpc import Notification, Request, Response
-from ..core.replay import CannotResume, ReplayLog
-from ..core.routing import BUFFER, DROP, PROGRESS, Router
-from ..core.tool_filter import ToolFilter
-from ..core.versions import initialize_version
-from ..limits import ChildLimits, ended_message
-from ..spawn import ChildUser
-from . import era_probe, watchdog
-from .modern_bridge import ModernChildBridge, modern_only, remember_modern_only
-from .stream import END as END
-from .stream import Delivery as Delivery
-from .stream import End as End
-from .stream import Stream as Stream
-from .stream import StreamLimits
+from mcpgate.child import ChildProcess, OnMessage
+from mcpgate.core import jsonrpc, modern, replay, session_ids
+from mcpgate.core.cancel import CancelTracker
+from mcpgate.core.jsonrpc import Notification, Request, Response
+from mcpgate.core.replay import CannotResume, ReplayLog
+from mcpgate.core.routing import BUFFER, DROP, PROGRESS, Router
+from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.core.versions import initialize_version
+from mcpgate.limits import ChildLimits, ended_message
+from mcpgate.serve import era_probe, watchdog
+from mcpgate.serve.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
+from mcpgate.serve.stream import END as END
+from mcpgate.serve.stream import Delivery as Delivery
+from mcpgate.serve.stream import End as End
+from mcpgate.serve.stream import Stream as Stream
+from mcpgate.serve.stream import StreamLimits
+from mcpgate.spawn import ChildUser
 
 log = logging.getLogger("mcpgate.session")
 

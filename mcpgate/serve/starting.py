@@ -13,9 +13,9 @@ import errno
 import socket
 from collections.abc import Sequence
 
-from ..settings import Settings
-from ..spawn import split_command
-from . import servers
+from mcpgate.serve import servers
+from mcpgate.settings import Settings
+from mcpgate.spawn import split_command
 
 
 def describe(settings: Settings, binds: Sequence[str]) -> str:

@@ -21,17 +21,17 @@ from typing import Any
 
 from gevent.hub import get_hub
 
-from ..core import jsonrpc, modern, mrtr, versions
-from ..core.jsonrpc import Notification, Request
-from ..core.sse import encode_comment, encode_event
-from ..core.tool_filter import ToolFilter
-from . import auth
-from .gateway import Gateway
-from .http import PEER_GONE, HttpRequest, HttpResponse, Refusal, json_response
-from .listen import ListenHub
-from .pool import Pool, new_call
-from .pooled_child import Call, Era, PooledChild
-from .stream import END, Delivery, Stream
+from mcpgate.core import jsonrpc, modern, mrtr, versions
+from mcpgate.core.jsonrpc import Notification, Request
+from mcpgate.core.sse import encode_comment, encode_event
+from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.serve import auth
+from mcpgate.serve.gateway import Gateway
+from mcpgate.serve.http import PEER_GONE, HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.listen import ListenHub
+from mcpgate.serve.pool import Pool, new_call
+from mcpgate.serve.pooled_child import Call, Era, PooledChild
+from mcpgate.serve.stream import END, Delivery, Stream
 
 log = logging.getLogger("mcpgate.http")
 

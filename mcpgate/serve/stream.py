@@ -13,7 +13,7 @@ from typing import Final
 
 import gevent.event
 
-from ..core.replay import ReplayLog
+from mcpgate.core.replay import ReplayLog
 
 log = logging.getLogger("mcpgate.session")
 

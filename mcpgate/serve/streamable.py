@@ -11,19 +11,19 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from ..core import jsonrpc, modern, versions, wire
-from ..core.jsonrpc import Batch, Invalid, Message, Notification, Request
-from ..core.jsonrpc import Response as RpcResponse
-from ..core.replay import MAX_ID_CHARS, CannotResume
-from ..core.routing import DuplicateRequestId
-from ..core.sessions import SessionLimitReached
-from ..core.sse import encode_comment, encode_event, encode_priming
-from ..core.tool_filter import ToolFilter
-from ..spawn import ChildSpawnError
-from . import auth, checks, stateless
-from .gateway import Gateway
-from .http import MESSAGE, HttpRequest, HttpResponse, Refusal, json_response
-from .session import END, Delivery, Session, Stream
+from mcpgate.core import jsonrpc, modern, versions, wire
+from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request
+from mcpgate.core.jsonrpc import Response as RpcResponse
+from mcpgate.core.replay import MAX_ID_CHARS, CannotResume
+from mcpgate.core.routing import DuplicateRequestId
+from mcpgate.core.sessions import SessionLimitReached
+from mcpgate.core.sse import encode_comment, encode_event, encode_priming
+from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.serve import auth, checks, stateless
+from mcpgate.serve.gateway import Gateway
+from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.session import END, Delivery, Session, Stream
+from mcpgate.spawn import ChildSpawnError
 
 log = logging.getLogger("mcpgate.http")
 

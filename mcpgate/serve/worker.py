@@ -45,13 +45,13 @@ import gevent
 from gevent.pywsgi import _InvalidClientInput
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGIServer
 
-from ..settings import Settings
-from .http import PEER_GONE
-from .reading import Body, TimedReader, Waiting
-from .request_headers import RequestHeaders, parse_request_line, resolve_target
+from mcpgate.serve.http import PEER_GONE
+from mcpgate.serve.reading import Body, TimedReader, Waiting
+from mcpgate.serve.request_headers import RequestHeaders, parse_request_line, resolve_target
+from mcpgate.settings import Settings
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
-    from .fleet import Fleet
+    from mcpgate.serve.fleet import Fleet
 
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-length: 0\r\n\r\n"  # as pywsgi's
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
@@ -285,7 +285,7 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connections: set[socket.socket] = set()
-        from . import cluster  # where other instances reach this one, when it joins a cluster (-b included)
+        from mcpgate.serve import cluster  # where other instances reach this one, when it joins a cluster (-b included)
 
         cluster.LISTENING[:] = [listening_address(listener) for listener in self.sockets]
         self._shutdown: gevent.Greenlet | None = None
@@ -315,7 +315,7 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
 
     def drain(self, fleet: Fleet, budget: float) -> None:
         """Refuse new work and wait (at most `budget` seconds) until no request is in flight."""
-        from .app import DRAINING
+        from mcpgate.serve.app import DRAINING
 
         extensions = getattr(self.wsgi, "extensions", {})
         extensions[DRAINING] = True

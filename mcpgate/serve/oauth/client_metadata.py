@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import redirects
+from mcpgate.serve.oauth import redirects
 
 MAX_TEXT = 200  # client_name, software_id, software_version
 MAX_URI = redirects.MAX_LENGTH  # client_uri, logo_uri, tos_uri, policy_uri, jwks_uri, each redirect URI

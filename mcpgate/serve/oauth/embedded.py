@@ -36,19 +36,19 @@ from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint, InvalidClientMeta
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from flask import Blueprint, Flask, Response, jsonify, request
 
-from ...declarations import SettingsError
-from ...settings import Settings
-from .. import auth
-from . import client_metadata, redirects, signin
-from .grants import Targets
-from .identity import Verifier
-from .jwt_verifier import JwtVerifier
-from .keys import ALGORITHM, EmbeddedKeys
-from .models import AUTH_METHODS, GRANT_TYPES, AccessToken, RefreshToken
-from .ratelimit import FailureLimit, client_key
-from .sealing import sealer_of
-from .server import EmbeddedServer
-from .storage import SqliteStorage, Storage, access_binding
+from mcpgate.declarations import SettingsError
+from mcpgate.serve import auth
+from mcpgate.serve.oauth import client_metadata, redirects, signin
+from mcpgate.serve.oauth.grants import Targets
+from mcpgate.serve.oauth.identity import Verifier
+from mcpgate.serve.oauth.jwt_verifier import JwtVerifier
+from mcpgate.serve.oauth.keys import ALGORITHM, EmbeddedKeys
+from mcpgate.serve.oauth.models import AUTH_METHODS, GRANT_TYPES, AccessToken, RefreshToken
+from mcpgate.serve.oauth.ratelimit import FailureLimit, client_key
+from mcpgate.serve.oauth.sealing import sealer_of
+from mcpgate.serve.oauth.server import EmbeddedServer
+from mcpgate.serve.oauth.storage import SqliteStorage, Storage, access_binding
+from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.oauth.embedded")
 
@@ -254,8 +254,8 @@ def storage_for(settings: Settings, app: Flask | None = None) -> Storage:
     sealer = sealer_of(settings.state_key)
     if not settings.redis_url:
         return SqliteStorage(settings.state_dir, sealer)
-    from ..cluster import current
-    from .redis_storage import RedisStorage, StorageUnavailable
+    from mcpgate.serve.cluster import current
+    from mcpgate.serve.oauth.redis_storage import RedisStorage, StorageUnavailable
 
     cluster = (app.extensions.get("mcpgate.cluster") if app else None) or current()
     if cluster is not None:
@@ -308,7 +308,7 @@ def install(
     its issuer URL."""
     server = build(settings, targets, storage_for(settings, app))
     if settings.redis_url:
-        from .redis_storage import StorageUnavailable
+        from mcpgate.serve.oauth.redis_storage import StorageUnavailable
 
         app.register_error_handler(StorageUnavailable, unavailable)
     app.register_blueprint(routes(server))

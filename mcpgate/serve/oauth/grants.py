@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from authlib.oauth2.rfc6749 import InvalidGrantError, InvalidRequestError, OAuth2Error, OAuth2Request, grants
 from authlib.oauth2.rfc7636 import CodeChallenge
 
-from ...settings import Settings
-from .identity import canonical_resource
-from .models import AUTH_METHODS, AuthorizationCode, Client, RefreshToken, User
-from .storage import CodeRecord
+from mcpgate.serve.oauth.identity import canonical_resource
+from mcpgate.serve.oauth.models import AUTH_METHODS, AuthorizationCode, Client, RefreshToken, User
+from mcpgate.serve.oauth.storage import CodeRecord
+from mcpgate.settings import Settings
 
 if TYPE_CHECKING:
-    from .server import EmbeddedServer
+    from mcpgate.serve.oauth.server import EmbeddedServer
 
 CODE_TTL_S = 120.0
 CODE_BYTES = 32

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .identity import Identity, TokenRejected, Verifier
-from .jwt_verifier import (
+from mcpgate.serve.oauth.identity import Identity, TokenRejected, Verifier
+from mcpgate.serve.oauth.jwt_verifier import (
     FETCH_TIMEOUT,
     LEEWAY,
     MAX_DOCUMENT_BYTES,
@@ -36,7 +36,7 @@ from .jwt_verifier import (
     jwt_header,
     names_audience,
 )
-from .ratelimit import FailureLimit
+from mcpgate.serve.oauth.ratelimit import FailureLimit
 
 CACHE_TTL = 60.0
 INACTIVE_TTL = 10.0

@@ -22,7 +22,7 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import Key, KeySet
 
-from .identity import Identity, TokenRejected, canonical_resource
+from mcpgate.serve.oauth.identity import Identity, TokenRejected, canonical_resource
 
 log = logging.getLogger("mcpgate.oauth")
 

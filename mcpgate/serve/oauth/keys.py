@@ -14,7 +14,7 @@ from typing import Any
 
 from joserfc.jwk import KeySet, RSAKey
 
-from .storage import Storage
+from mcpgate.serve.oauth.storage import Storage
 
 ALGORITHM = "RS256"
 KEY_BITS = 2048

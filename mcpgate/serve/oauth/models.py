@@ -14,8 +14,8 @@ from typing import Any
 
 from authlib.oauth2.rfc6749 import AuthorizationCodeMixin, ClientMixin, TokenMixin
 
-from . import redirects
-from .storage import CodeRecord, RefreshRecord, fingerprint
+from mcpgate.serve.oauth import redirects
+from mcpgate.serve.oauth.storage import CodeRecord, RefreshRecord, fingerprint
 
 AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post")
 GRANT_TYPES = ("authorization_code", "refresh_token")

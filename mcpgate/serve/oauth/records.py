@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .sealing import Sealer, kept
+from mcpgate.serve.oauth.sealing import Sealer, kept
 
 UNUSED_CLIENT_TTL_S = 3600.0  # a registration that never got a code is forgotten after this long (the default of
 # MCPGATE_OAUTH_UNUSED_CLIENT_TTL, which the server passes)

@@ -49,12 +49,21 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 from redis.exceptions import RedisError
 
-from ..redis_client import connect
-from .jwt_verifier import LEEWAY, IssuerUnavailable
-from .records import REVOKED_FAMILY_TTL_S as REVOKED_FAMILY_TTL_S  # re-exported: shared with SqliteStorage
-from .records import UNUSED_CLIENT_TTL_S, ClientRecord, CodeRecord, NamedSecrets, RefreshRecord, fingerprint
-from .redis_scripts import SCRIPTS
-from .sealing import Sealer
+from mcpgate.serve.oauth.jwt_verifier import LEEWAY, IssuerUnavailable
+from mcpgate.serve.oauth.records import (
+    REVOKED_FAMILY_TTL_S as REVOKED_FAMILY_TTL_S,  # re-exported: shared with SqliteStorage
+)
+from mcpgate.serve.oauth.records import (
+    UNUSED_CLIENT_TTL_S,
+    ClientRecord,
+    CodeRecord,
+    NamedSecrets,
+    RefreshRecord,
+    fingerprint,
+)
+from mcpgate.serve.oauth.redis_scripts import SCRIPTS
+from mcpgate.serve.oauth.sealing import Sealer
+from mcpgate.serve.redis_client import connect
 
 PREFIX = "mcpgate:oauth:"
 ACCESS_MARGIN_S = LEEWAY + 60  # an access token's jti outlives its exp by the verifier's leeway, and some

@@ -16,15 +16,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from flask import Flask, Response
 
-from ...core import jsonrpc
-from ...settings import Settings
-from .. import auth
-from ..http import Refusal
-from ..servers import PREFIX
-from .identity import Identity, TokenRejected, Verifier, canonical_resource
-from .introspection import EitherVerifier, IntrospectionLimited, IntrospectionVerifier
-from .jwt_verifier import IssuerUnavailable, JwksCache, JwtVerifier
-from .ratelimit import client_key
+from mcpgate.core import jsonrpc
+from mcpgate.serve import auth
+from mcpgate.serve.http import Refusal
+from mcpgate.serve.oauth.identity import Identity, TokenRejected, Verifier, canonical_resource
+from mcpgate.serve.oauth.introspection import EitherVerifier, IntrospectionLimited, IntrospectionVerifier
+from mcpgate.serve.oauth.jwt_verifier import IssuerUnavailable, JwksCache, JwtVerifier
+from mcpgate.serve.oauth.ratelimit import client_key
+from mcpgate.serve.servers import PREFIX
+from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.oauth")
 

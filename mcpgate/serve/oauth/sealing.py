@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ...declarations import SettingsError
+from mcpgate.declarations import SettingsError
 
 log = logging.getLogger("mcpgate.oauth.sealing")
 

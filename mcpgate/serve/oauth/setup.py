@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask
 
-from ...core import jsonrpc
-from ...settings import Settings
-from .. import auth
-from ..http import Refusal
+from mcpgate.core import jsonrpc
+from mcpgate.serve import auth
+from mcpgate.serve.http import Refusal
+from mcpgate.settings import Settings
 
 if TYPE_CHECKING:
-    from .resource import Published
+    from mcpgate.serve.oauth.resource import Published
 
 
 class Authenticator(Protocol):
@@ -53,14 +53,14 @@ def authenticator(settings: Settings, app: Flask, published: Published | None = 
     if mode == "token":
         return StaticToken(settings.auth_token)
     # the OAuth modes only: Authlib is imported on demand
-    from .resource import ResourceGuard, Single, offered_scopes, published_resources, verifier_for
+    from mcpgate.serve.oauth.resource import ResourceGuard, Single, offered_scopes, published_resources, verifier_for
 
     servers = published or Single(settings)
     if mode == "resource-server":
         guard = ResourceGuard(settings, verifier_for(settings, servers.named), [settings.oauth_issuer], servers)
     else:
-        from . import embedded
-        from .grants import Targets
+        from mcpgate.serve.oauth import embedded
+        from mcpgate.serve.oauth.grants import Targets
 
         def targets() -> Targets:  # asked at each request: a reload changes the servers
             own = [server.resource_url for server in servers.server_settings()]

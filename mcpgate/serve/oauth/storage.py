@@ -34,15 +34,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .records import REVOKED_FAMILY_TTL_S, NamedSecrets
-from .records import UNUSED_CLIENT_TTL_S as UNUSED_CLIENT_TTL_S  # re-exported: what both storages share
-from .records import ClientRecord as ClientRecord
-from .records import CodeRecord as CodeRecord
-from .records import RefreshRecord as RefreshRecord
-from .records import Storage as Storage
-from .records import access_binding as access_binding
-from .records import fingerprint as fingerprint
-from .sealing import Sealer
+from mcpgate.serve.oauth.records import REVOKED_FAMILY_TTL_S, NamedSecrets
+from mcpgate.serve.oauth.records import (
+    UNUSED_CLIENT_TTL_S as UNUSED_CLIENT_TTL_S,  # re-exported: what both storages share
+)
+from mcpgate.serve.oauth.records import ClientRecord as ClientRecord
+from mcpgate.serve.oauth.records import CodeRecord as CodeRecord
+from mcpgate.serve.oauth.records import RefreshRecord as RefreshRecord
+from mcpgate.serve.oauth.records import Storage as Storage
+from mcpgate.serve.oauth.records import access_binding as access_binding
+from mcpgate.serve.oauth.records import fingerprint as fingerprint
+from mcpgate.serve.oauth.sealing import Sealer
 
 log = logging.getLogger("mcpgate.oauth.storage")
 

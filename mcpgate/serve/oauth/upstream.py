@@ -23,9 +23,9 @@ from authlib.integrations.flask_client import OAuth
 from flask import Flask, Response, request
 from joserfc.errors import JoseError
 
-from ...declarations import SettingsError
-from ...settings import Settings
-from ..auth import is_loopback_name
+from mcpgate.declarations import SettingsError
+from mcpgate.serve.auth import is_loopback_name
+from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.oauth.signin")
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import secrets
 
-from ...declarations import SettingsError
-from . import passwords
+from mcpgate.declarations import SettingsError
+from mcpgate.serve.oauth import passwords
 
 log = logging.getLogger("mcpgate.oauth.signin")
 
