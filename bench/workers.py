@@ -2,7 +2,7 @@
 
     python bench/run.py --worker-classes gateway,gevent_pywsgi,gevent,gevent+fast --rounds 5
 
-gateway        mcpgate's own worker (mcpgate.serve.worker.GatewayWorker, the configured default)
+gateway        mcpgate's own worker (mcpgate.serve.front.worker.GatewayWorker, the configured default)
 gevent_pywsgi  gunicorn's stock gevent_pywsgi worker (gevent.pywsgi and the standard library's header parser)
 gevent         gunicorn's stock gevent worker with gunicorn's Python HTTP parser (--http-parser python)
 baseline       mcpgate's own worker from the mcpgate package in --baseline DIR (an older tree, say)

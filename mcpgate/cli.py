@@ -30,7 +30,7 @@ The gateway's settings are MCPGATE_* environment variables (gunicorn --help know
 
 def print_settings() -> int:
     """Every setting of the gateway, then the relay's options (the README's two tables)."""
-    from mcpgate import settings
+    from mcpgate.config import settings
 
     print(settings.markdown_table())
     print()

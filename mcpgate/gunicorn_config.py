@@ -2,13 +2,13 @@
 
 The repository's gunicorn.conf.py imports this module, so plain `gunicorn mcpgate.wsgi`
 run from the project root (as a Procfile does) uses it too. The values come from
-mcpgate.settings (MCPGATE_BIND, PORT, MCPGATE_WORKER_CONNECTIONS, ...), checked when this
+mcpgate.config.settings (MCPGATE_BIND, PORT, MCPGATE_WORKER_CONNECTIONS, ...), checked when this
 module loads: an invalid one stops gunicorn with one line naming the variable.
 
 One worker: sessions and their children live in the worker's memory, so a second
 worker would not know the first one's sessions. The gevent worker carries every
 SSE stream on a greenlet; it also owns the gateway's part of a shutdown
-(mcpgate.serve.worker). The hooks here are the master's, but for the child boundary (mcpgate.boundary): the
+(mcpgate.serve.front.worker). The hooks here are the master's, but for the child boundary (mcpgate.child.boundary): the
 master is made non-dumpable as this module loads (before it reads a secret), each worker again after its fork,
 and a worker takes the secret settings out of its environment once its app has read them (the master keeps
 them, non-dumpable, for the workers it starts later).
@@ -21,10 +21,11 @@ import resource
 import sys
 from typing import Any
 
-from mcpgate import boundary, orphans, settings
-from mcpgate.serve import preflight, starting
+from mcpgate.child import boundary, orphans
+from mcpgate.config import settings
+from mcpgate.config.settings import Settings, SettingsError
+from mcpgate.serve.front import preflight, starting
 from mcpgate.serve.oauth import users
-from mcpgate.settings import Settings, SettingsError
 
 boundary.undumpable()  # the master: no same-user process (a child) reads its environment or memory
 try:
@@ -35,7 +36,7 @@ except SettingsError as _exc:
         print(f"mcpgate: warning: {_line}", file=sys.stderr)
     raise SystemExit(f"mcpgate: invalid setting: {_exc}") from None
 
-worker_class = "mcpgate.serve.worker.GatewayWorker"  # gevent_pywsgi with a lighter header parser
+worker_class = "mcpgate.serve.front.worker.GatewayWorker"  # gevent_pywsgi with a lighter header parser
 workers = 1
 bind = _settings.addresses
 # Each open SSE stream (GET streams, long tool calls) holds one connection.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from mcpgate.settings import SettingsError
+from mcpgate.config.settings import SettingsError
 
 
 def _refuse(message: str) -> None:
@@ -31,7 +31,7 @@ def _require_gevent_worker() -> None:
 
 _require_gevent_worker()
 
-from mcpgate.serve.app import create_app  # noqa: E402  (after the worker check)
+from mcpgate.serve.front.app import create_app  # noqa: E402  (after the worker check)
 
 try:
     application = create_app()

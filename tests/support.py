@@ -365,7 +365,7 @@ def wait_dead(pids: list[int], timeout: float = 15.0) -> list[int]:
 
 
 def direct_children(pid: int) -> list[int]:
-    from mcpgate.orphans import children_of
+    from mcpgate.child.orphans import children_of
 
     return children_of(pid)
 
@@ -386,10 +386,10 @@ class _Lines(logging.Handler):
 
 
 def preflight_decision(environ: dict[str, str], binds: list[str]) -> tuple[str | None, list[str]]:
-    """What the start check (serve/preflight.py) decides for these settings and binds: its refusal (None: the
+    """What the start check (serve/front/preflight.py) decides for these settings and binds: its refusal (None: the
     gateway starts), and what it logged, a "LEVEL message" line each."""
-    from mcpgate.serve import preflight
-    from mcpgate.settings import Settings
+    from mcpgate.config.settings import Settings
+    from mcpgate.serve.front import preflight
 
     log, capture = logging.getLogger("tests.preflight"), _Lines()
     log.addHandler(capture)

@@ -1,4 +1,4 @@
-"""Tests for mcpgate.child: a real child process per test, driven with gevent APIs (no patch_all)."""
+"""Tests for mcpgate.child.process: a real child process per test, driven with gevent APIs (no patch_all)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # pragma: no cover - depends on how pytest was launched
     sys.path.insert(0, ROOT)
 
-from mcpgate.child import ChildProcess  # noqa: E402
+from mcpgate.child.process import ChildProcess  # noqa: E402
+from mcpgate.child.spawn import ChildSpawnError, child_environment  # noqa: E402
 from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
-from mcpgate.spawn import ChildSpawnError, child_environment  # noqa: E402
 from tests.support import pid_gone  # noqa: E402
 
 PEER = os.path.join(ROOT, "tests", "fixtures", "child_peer.py")
 GUARD = 20.0  # generous hang guard for every wait, never a speed assertion
 LOGGER = "mcpgate.test_child"
-# ChildProcess takes its limits explicitly (their defaults live in mcpgate.settings); these suit the tests.
+# ChildProcess takes its limits explicitly (their defaults live in mcpgate.config.settings); these suit the tests.
 LIMITS = {
     "max_line_bytes": 8 * 1024 * 1024,
     "max_write_queue_bytes": 16 * 1024 * 1024,

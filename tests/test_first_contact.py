@@ -196,7 +196,7 @@ def test_mcpgate_help_points_to_the_commands_and_the_settings() -> None:
         assert needed in shown.stdout, shown.stdout
     listed = run_python("-m", "mcpgate", "settings")
     assert listed.returncode == 0, listed.stderr
-    from mcpgate import settings
+    from mcpgate.config import settings
 
     assert listed.stdout == settings.markdown_table() + "\n\n" + settings.relay_markdown_table() + "\n"
 

@@ -6,8 +6,7 @@ import argparse
 
 import pytest
 
-from mcpgate.relay.cli import build_parser
-from mcpgate.settings import (
+from mcpgate.config.settings import (
     RelaySettings,
     Settings,
     SettingsError,
@@ -16,12 +15,13 @@ from mcpgate.settings import (
     markdown_table,
     relay_markdown_table,
 )
+from mcpgate.relay.cli import build_parser
 from tests.support import ROOT
 
 
 def test_readme_table_matches_the_declaration() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert markdown_table() in readme, "regenerate the README table with: python -m mcpgate.settings"
+    assert markdown_table() in readme, "regenerate the README table with: python -m mcpgate.config.settings"
 
 
 def test_defaults_are_valid() -> None:
@@ -75,7 +75,7 @@ def test_an_invalid_setting_stops_gunicorn_with_a_clear_message(gateway_factory)
 
 def test_readme_relay_table_matches_the_declaration() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert relay_markdown_table() in readme, "regenerate the README tables with: python -m mcpgate.settings"
+    assert relay_markdown_table() in readme, "regenerate the README tables with: python -m mcpgate.config.settings"
 
 
 def test_the_relay_parser_is_generated_from_the_declaration() -> None:

@@ -1,4 +1,4 @@
-"""Tests for mcpgate.spawn: the command's words, its executable and its environment (no child is started)."""
+"""Tests for mcpgate.child.spawn: the command's words, its executable and its environment (no child is started)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpgate.spawn import ChildSpawnError, child_environment, resolve_executable, split_command
+from mcpgate.child.spawn import ChildSpawnError, child_environment, resolve_executable, split_command
 
 
 def test_split_command() -> None:

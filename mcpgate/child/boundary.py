@@ -4,7 +4,7 @@ reach of the gateway, whether it runs as the gateway's user or as MCPGATE_CHILD_
 - `undumpable()`: PR_SET_DUMPABLE 0, so no process of the same user may read this one's /proc/<pid>/environ,
   mem or maps, or ptrace it (Linux; elsewhere nothing). gunicorn_config calls it in the master when the
   configuration loads and in each worker after the fork; a child is dumpable again after its exec, which is
-  fine: its environment is an allowlist (mcpgate.spawn).
+  fine: its environment is an allowlist (mcpgate.child.spawn).
 - `scrub(environ, *copies)`: the secret settings' variables (every declaration with secret=True) taken out of
   the worker's environment once its settings are read, and blanked in the process's initial environment block
   too (what /proc/<pid>/environ shows). The master keeps them in its own, non-dumpable, environment: a worker it
@@ -23,11 +23,11 @@ import stat
 from collections.abc import MutableMapping
 from urllib.parse import urlsplit
 
-from mcpgate.declarations import declared
-from mcpgate.limits import PR_SET_DUMPABLE
-from mcpgate.orphans import _libc_prctl
-from mcpgate.settings import Settings
-from mcpgate.spawn import child_user
+from mcpgate.child.limits import PR_SET_DUMPABLE
+from mcpgate.child.orphans import _libc_prctl
+from mcpgate.child.spawn import child_user
+from mcpgate.config.declarations import declared
+from mcpgate.config.settings import Settings
 
 # /proc/<pid>/stat fields after the ")" that ends the command name, counted from 0 (field 3, the state, is 0):
 # env_start and env_end are fields 50 and 51 of proc(5)'s 1-based list of 52

@@ -1,7 +1,7 @@
 """Per-child resource limits, set in the spawned process between fork and exec (never on the gateway).
 
 `preexec(limits, parent_pid)` builds the child's preexec_fn in the parent: it asks for SIGKILL when the parent
-dies (mcpgate.orphans), enters a private network namespace when asked (CLONE_NEWNET as root, CLONE_NEWUSER |
+dies (mcpgate.child.orphans), enters a private network namespace when asked (CLONE_NEWNET as root, CLONE_NEWUSER |
 CLONE_NEWNET otherwise: whichever the start-up probe found to work; its own loopback brought up, nothing else
 there), sets PR_SET_NO_NEW_PRIVS (always), then
 RLIMIT_CPU (soft = the limit: SIGXCPU; hard = the limit + 1: SIGKILL), RLIMIT_AS and RLIMIT_NOFILE. Every libc
@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mcpgate.orphans import _libc_prctl, preexec_die_with_parent
+from mcpgate.child.orphans import _libc_prctl, preexec_die_with_parent
 
 if TYPE_CHECKING:
-    from mcpgate.settings import Settings
+    from mcpgate.config.settings import Settings
 
 PR_SET_NO_NEW_PRIVS = 38
-PR_SET_DUMPABLE = 4  # the worker is not dumpable (mcpgate.boundary); its forked child neither, until its exec
+PR_SET_DUMPABLE = 4  # the worker is not dumpable (mcpgate.child.boundary); its forked child neither, until its exec
 SIOCSIFFLAGS = 0x8914
 IFF_UP, IFF_LOOPBACK = 0x1, 0x8
 CLONE_NEWUSER = 0x10000000

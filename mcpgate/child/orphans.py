@@ -18,7 +18,7 @@ import signal
 import time
 from collections.abc import Callable
 
-log = logging.getLogger("mcpgate.orphans")
+log = logging.getLogger("mcpgate.child.orphans")
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -21,12 +21,20 @@ import gevent.event
 import gevent.subprocess
 from gevent.hub import get_hub
 
+from mcpgate.child.limits import (
+    ChildLimits,
+    Usage,
+    limit_reason,
+    memory_limit,
+    mentions_memory_failure,
+    preexec,
+    settle,
+)
+from mcpgate.child.pipes import close_quietly, describe_exit, read_chunks
+from mcpgate.child.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resolve_executable, run_as
 from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
-from mcpgate.limits import ChildLimits, Usage, limit_reason, memory_limit, mentions_memory_failure, preexec, settle
-from mcpgate.pipes import close_quietly, describe_exit, read_chunks
-from mcpgate.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resolve_executable, run_as
 
 __all__ = ["ChildProcess"]
 
@@ -70,7 +78,7 @@ class ChildProcess:
         limits: ChildLimits | None = None,
         user: ChildUser | None = None,
     ) -> None:
-        # The limits and timeouts are required: their defaults are declared once, in mcpgate.settings.
+        # The limits and timeouts are required: their defaults are declared once, in mcpgate.config.settings.
         if not argv:
             raise ValueError("argv is empty")
         self.argv = list(argv)

@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mcpgate.orphans import preexec_die_with_parent
+from mcpgate.child.orphans import preexec_die_with_parent
 
 INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 

@@ -1,11 +1,11 @@
 """Every setting of mcpgate, declared once: name, type, default, environment variable or flag, doc, validator
-(how a declaration works, and what is generated from it: mcpgate/declarations.py).
+(how a declaration works, and what is generated from it: mcpgate/config/declarations.py).
 
 `Settings` holds the gateway's settings (`gunicorn mcpgate.wsgi`, environment variables), gunicorn's own
 knobs included; `RelaySettings` holds `mcpgate-relay`'s (command-line flags, its token from the
 environment). Both are frozen dataclasses, so every value reaches mypy as a typed field. The relay's
 argument parser and both README tables are generated from these declarations
-(`python -m mcpgate.settings`), and a test fails when the README and the declarations disagree.
+(`python -m mcpgate.config.settings`), and a test fails when the README and the declarations disagree.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcpgate import validators
-from mcpgate.declarations import MiB, declare, load, non_negative, positive, unknown_variables
-from mcpgate.declarations import SettingsError as SettingsError  # the error every caller of the settings catches
-from mcpgate.declarations import add_arguments as add_arguments
-from mcpgate.declarations import declared as declared
-from mcpgate.declarations import markdown_table as table
+from mcpgate.config import validators
+from mcpgate.config.declarations import MiB, declare, load, non_negative, positive, unknown_variables
+from mcpgate.config.declarations import SettingsError as SettingsError  # the error every caller of the settings catches
+from mcpgate.config.declarations import add_arguments as add_arguments
+from mcpgate.config.declarations import declared as declared
+from mcpgate.config.declarations import markdown_table as table
 
 BIND_DEFAULT = "127.0.0.1:8000"
 

@@ -21,9 +21,10 @@ Events and what they do:
 - Retried(round, responses, same_request): a client's retry whose requestState the bridge opened (the round it
   names; `same_request`: it names the call's request, when the state does not bind that itself). Refused unless
   the call is PARKED at that round and the retry is the same request and `responses` is an object or absent;
-  else each pending request answered (AnswerChild, or RefuseChild for an answer that is not an object), Resumed
-  (the retry is the client's current request from now on), then the outcome the child gave meanwhile (Deliver,
-  Forget), or a new round at once for requests still pending (AskClient), or nothing (the call runs on).
+  else Resumed (the retry is the client's current request from now on: what the child sends meanwhile is for
+  it), each pending request it answers answered (AnswerChild, or RefuseChild for an answer that is not an
+  object), then the outcome the child gave meanwhile (Deliver, Forget), or a new round at once for requests still
+  pending (AskClient), or nothing (the call runs on).
   Answers carried ahead are forgotten at the first retry.
 - Finished(outcome): the child answered the call. RUNNING: Deliver, Forget; PARKED: held for the retry.
 - Cancelled(reason): the bridge ends the call (the client cancelled or went away, an eviction, a shutdown):
@@ -272,7 +273,7 @@ class Continuation(Generic[T]):
         if retry.responses is not None and not isinstance(retry.responses, dict):
             return [RefuseRetry(BAD_RESPONSES)]
         responses: dict[str, Any] = retry.responses or {}
-        actions: list[Action[T]] = []
+        actions: list[Action[T]] = [Resumed()]
         for key in [key for key in self.pending if key in responses]:
             request, answer = self.pending.pop(key), mrtr.legacy_answer(responses[key])
             if answer is not None:
@@ -280,7 +281,6 @@ class Continuation(Generic[T]):
             else:
                 actions.append(RefuseChild(request.id, jsonrpc.INVALID_PARAMS, BAD_ANSWER))
         self.phase, self.parked_at, self._expires_at, self.answers = Phase.RUNNING, None, None, None
-        actions.append(Resumed())
         if self.held is not None:
             (outcome,), self.held, self.phase = self.held, None, Phase.ENDED
             actions += [Deliver(outcome), Forget()]

@@ -10,8 +10,8 @@ A request one instance forwards to another carries
 (base64url), the sending instance, the unix time it was signed, a fresh random nonce and an HMAC over these and
 the request as sent (method, path, query string, session id and the SHA-256 of its body). The owner takes the
 principal from it instead of authenticating again (the token never travels) within a window of a few seconds,
-once: the caller remembers each nonce for the window (serve/cluster.py), so a captured value cannot be replayed,
-not even with the same body, and is worth nothing for any other request.
+once: the caller remembers each nonce for the window (serve/cluster/instances.py), so a captured value cannot be
+replayed, not even with the same body, and is worth nothing for any other request.
 
 Pure: the key and the clock are passed in.
 """

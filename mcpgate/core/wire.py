@@ -9,7 +9,7 @@ SESSION_ID = "Mcp-Session-Id"
 SESSION_PARAM = "session_id"  # the HTTP+SSE messages path's query parameter (the Python SDK's spelling)
 PROTOCOL_VERSION = "MCP-Protocol-Version"
 LAST_EVENT_ID = "Last-Event-ID"
-# a request one instance of a fleet forwards to the session's owner: the signed principal (serve/cluster.py)
+# a request one instance of a fleet forwards to the session's owner: the signed principal (serve/cluster/instances.py)
 FORWARDED = "Mcpgate-Forwarded"
 # 2026-07-28 request-metadata headers (and the prefix of the headers mirrored from tool arguments)
 METHOD = "Mcp-Method"

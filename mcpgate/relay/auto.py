@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 
+from mcpgate.config.settings import RelaySettings, declared
 from mcpgate.core import jsonrpc
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.legacy_sse import LegacySseTransport
 from mcpgate.relay.streamable import StreamableTransport
 from mcpgate.relay.transport import OneWay, Sink, Transport
-from mcpgate.settings import RelaySettings, declared
 
 log = logging.getLogger("mcpgate.relay")
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 from mcpgate import __version__
-from mcpgate.settings import TOKEN_ENV, RelaySettings, SettingsError, add_arguments
+from mcpgate.config.settings import TOKEN_ENV, RelaySettings, SettingsError, add_arguments
 
 DESCRIPTION = """\
 Relay a stdio MCP host to a remote MCP server over HTTP. The host launches this
@@ -31,7 +31,7 @@ Example host configuration:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The flags come from mcpgate.settings.RelaySettings, where each is declared once."""
+    """The flags come from mcpgate.config.settings.RelaySettings, where each is declared once."""
     p = argparse.ArgumentParser(
         prog="mcpgate-relay",
         description=DESCRIPTION,

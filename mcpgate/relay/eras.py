@@ -19,6 +19,7 @@ import logging
 
 from gevent.lock import Semaphore
 
+from mcpgate.config.settings import RelaySettings, declared
 from mcpgate.core import jsonrpc, modern, versions
 from mcpgate.relay import errors
 from mcpgate.relay.auto import AutoTransport
@@ -27,7 +28,6 @@ from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.modern import ModernRefused, ModernTransport
 from mcpgate.relay.server_bridge import ModernHostBridge
 from mcpgate.relay.transport import OneWay, Sink, Transport
-from mcpgate.settings import RelaySettings, declared
 
 log = logging.getLogger("mcpgate.relay")
 

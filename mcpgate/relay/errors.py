@@ -18,9 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 import urllib3.exceptions
 
+from mcpgate.config.settings import TOKEN_ENV
 from mcpgate.core import jsonrpc
 from mcpgate.core.sse import EventTooLarge
-from mcpgate.settings import TOKEN_ENV
 
 EXCERPT_CHARS = 200
 # 4xx statuses about the relay's own setup (credentials, proxy, rate): never the host's business alone.

@@ -30,9 +30,9 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import extract_cookies_to_jar
 from requests.utils import check_header_validity
 
+from mcpgate.config.settings import RelaySettings
 from mcpgate.core.sse import Event, SseDecoder
 from mcpgate.relay import errors
-from mcpgate.settings import RelaySettings
 
 log = logging.getLogger("mcpgate.relay")
 

@@ -27,6 +27,7 @@ from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 from gevent.queue import Full, Queue
 
+from mcpgate.config.settings import RelaySettings
 from mcpgate.core import jsonrpc
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.framing import LineDecoder, LineTooLong, frame
@@ -34,7 +35,6 @@ from mcpgate.relay import errors
 from mcpgate.relay.admission import Admission, Job
 from mcpgate.relay.stdio import StdPipes, StopSignals, open_pipes
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
-from mcpgate.settings import RelaySettings
 
 log = logging.getLogger("mcpgate.relay")
 

@@ -29,14 +29,14 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, gener
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from mcpgate.child import WRITE_QUEUE_FULL, ChildProcess
+from mcpgate.child.process import WRITE_QUEUE_FULL, ChildProcess
 from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Batch, Invalid, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
-from mcpgate.serve.http import MESSAGE, StartResponse
+from mcpgate.serve.front.http import MESSAGE, StartResponse
 
 if TYPE_CHECKING:
-    from mcpgate.serve.gateway import Gateway
+    from mcpgate.serve.servers.server import PublishedServer
 
 SERVER = "mcpgate.server"  # the environ key naming the server a request was routed to (fleet.SERVER)
 METHOD_HEADER = "HTTP_" + wire.METHOD.upper().replace("-", "_")  # Mcp-Method in a WSGI environ
@@ -81,7 +81,7 @@ METHODS = frozenset(
     }
 )
 
-Servers = Callable[[], Iterable[tuple[str, "Gateway"]]]
+Servers = Callable[[], Iterable[tuple[str, "PublishedServer"]]]
 
 
 def exit_cause(child: ChildProcess) -> str:

@@ -78,7 +78,7 @@ SCENARIOS: list[Any] = [
             (
                 1.0,
                 Retried(1, {"elicitation-1": GRACE, "elicitation-2": {"resultType": "complete"}}),
-                [AnswerChild("a", GRACE), AnswerChild("b", {}), Resumed()],
+                [Resumed(), AnswerChild("a", GRACE), AnswerChild("b", {})],
             ),
         ],
         Phase.RUNNING,
@@ -91,7 +91,7 @@ SCENARIOS: list[Any] = [
             (
                 1.0,
                 Retried(1, {"elicitation-2": GRACE}),
-                [AnswerChild("b", GRACE), Resumed(), AskClient(2, {"elicitation-1": A})],
+                [Resumed(), AnswerChild("b", GRACE), AskClient(2, {"elicitation-1": A})],
             ),
         ],
         Phase.PARKED,
@@ -104,7 +104,7 @@ SCENARIOS: list[Any] = [
             (
                 1.0,
                 Retried(1, {"elicitation-1": "yes"}),
-                [RefuseChild("a", jsonrpc.INVALID_PARAMS, BAD_ANSWER), Resumed()],
+                [Resumed(), RefuseChild("a", jsonrpc.INVALID_PARAMS, BAD_ANSWER)],
             ),
         ],
         Phase.RUNNING,
@@ -121,7 +121,7 @@ SCENARIOS: list[Any] = [
         [
             *PARK_A,
             (1.0, Retried(1, [GRACE]), [RefuseRetry(BAD_RESPONSES)]),
-            (2.0, Retried(1, {"elicitation-1": GRACE}), [AnswerChild("a", GRACE), Resumed()]),
+            (2.0, Retried(1, {"elicitation-1": GRACE}), [Resumed(), AnswerChild("a", GRACE)]),
         ],
         Phase.RUNNING,
         None,
@@ -142,7 +142,7 @@ SCENARIOS: list[Any] = [
     pytest.param(
         [
             *PARK_A,
-            (1.0, Retried(1, {"elicitation-1": GRACE}), [AnswerChild("a", GRACE), Resumed()]),
+            (1.0, Retried(1, {"elicitation-1": GRACE}), [Resumed(), AnswerChild("a", GRACE)]),
             (1.5, Retried(1, {"elicitation-1": GRACE}), [RefuseRetry(ENDED)]),
         ],
         Phase.RUNNING,
@@ -231,7 +231,7 @@ SCENARIOS: list[Any] = [
             (
                 2.0,
                 Retried(1, {"elicitation-1": GRACE}),
-                [AnswerChild("a", GRACE), Resumed(), AskClient(2, {"elicitation-2": B})],
+                [Resumed(), AnswerChild("a", GRACE), AskClient(2, {"elicitation-2": B})],
             ),
         ],
         Phase.PARKED,

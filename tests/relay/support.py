@@ -30,8 +30,8 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
+from mcpgate.config.settings import RelaySettings
 from mcpgate.relay.http_client import HttpOptions
-from mcpgate.settings import RelaySettings
 from tests.support import FIXTURES as ROOT_FIXTURES
 from tests.support import free_port
 

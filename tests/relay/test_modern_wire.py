@@ -373,7 +373,7 @@ import sys, gevent
 from mcpgate.core import jsonrpc
 from mcpgate.relay.http_client import HttpClient, HttpOptions
 from mcpgate.relay.modern import ModernTransport
-from mcpgate.settings import RelaySettings
+from mcpgate.config.settings import RelaySettings
 http = HttpClient(HttpOptions.from_settings(RelaySettings()))
 replies = []
 send = http.send

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from mcpgate.config.settings import RelaySettings, load
 from mcpgate.relay.oauth import discovery as d
 from mcpgate.relay.oauth import flow, registration
 from mcpgate.relay.oauth.session import OAuthSession
-from mcpgate.settings import RelaySettings, load
 
 
 def test_challenge_parameters() -> None:

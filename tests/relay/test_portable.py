@@ -20,10 +20,10 @@ from tests.relay.support import INITIALIZED, ScriptedServer, explain_stderr, ini
 POSIX_ONLY = ("fcntl", "termios", "tty", "pty", "resource", "grp", "pwd", "syslog", "_posixsubprocess", "_posixshmem")
 # Modules that belong to the gateway (or Linux-only machinery) and have no business in the relay.
 NOT_THE_RELAYS = (
-    "mcpgate.orphans",
-    "mcpgate.child",
-    "mcpgate.pipes",
-    "mcpgate.spawn",
+    "mcpgate.child.orphans",
+    "mcpgate.child.process",
+    "mcpgate.child.pipes",
+    "mcpgate.child.spawn",
     "mcpgate.serve",
     "mcpgate.wsgi",
     "mcpgate.gunicorn_config",

@@ -41,7 +41,7 @@ from mcpgate.relay.http_client import HttpClient, HttpOptions
 from mcpgate.relay.pump import PumpOptions, Relay
 from mcpgate.relay.server_bridge import ModernHostBridge
 from mcpgate.relay.streamable import StreamableTransport
-from mcpgate.settings import RelaySettings
+from mcpgate.config.settings import RelaySettings
 args = RelaySettings.from_args(build_parser().parse_args(sys.argv[1:2]))
 http = HttpClient(HttpOptions.from_settings(args), args.url)
 ttl = float(sys.argv[2])

@@ -103,7 +103,9 @@ def python_for(user: pwd.struct_passwd) -> tuple[str, str]:
     path = f"{ROOT}:{sysconfig.get_paths()['purelib']}"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     for python in (sys.executable, f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
-        code = "import os, sys, gevent, gunicorn, mcpgate.serve.app; sys.exit(not os.access(sys.argv[1], os.X_OK))"
+        code = (
+            "import os, sys, gevent, gunicorn, mcpgate.serve.front.app; sys.exit(not os.access(sys.argv[1], os.X_OK))"
+        )
         check = [*as_user(user), python, "-c", code, python]  # the gateway looks its command up as the user
         if subprocess.run(check, env={**os.environ, "PYTHONPATH": path}, capture_output=True).returncode == 0:
             return python, path

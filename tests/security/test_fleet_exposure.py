@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from mcpgate.config.settings import Settings
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from mcpgate.serve import preflight
-from mcpgate.settings import Settings
+from mcpgate.serve.front import preflight
 from tests.recipe_support import PeerRequest, Recipe, RemotePeer, fleet_recipe, from_peer, remote_peer
 from tests.support import HEADERS, call, init_body, reply_message
 

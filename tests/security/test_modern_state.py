@@ -1,7 +1,7 @@
 """A 2026-07-28 child's requestState stays with the principal it was issued to (issue 20, finding 4).
 
 The gateway hands a modern pooled child's requestState to the client inside its own sealed envelope (bound to
-the principal, the request and the instance, serve/child_state.py) and gives the child its own state back
+the principal, the request and the instance, serve/modern/child_state.py) and gives the child its own state back
 untouched on the retry; another principal's state is refused like a forged one (400 / -32602), before any
 child sees it.
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from mcpgate.serve.cluster_caps import LocalCaps, NoCaps, PrincipalLimitReached, RedisCaps
+from mcpgate.serve.cluster.caps import LocalCaps, NoCaps, PrincipalLimitReached, RedisCaps
 from tests.fleet_support import redis_server
 from tests.support import HEADERS, Gateway, Reply, direct_children, init_body, open_session, wait_dead
 

@@ -26,12 +26,12 @@ from mcp import Client, types
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids
 from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
-from mcpgate.serve.cluster import Cluster, Directory, Forward
-from mcpgate.serve.forward import Forwarder
-from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse
-from mcpgate.settings import Settings
+from mcpgate.serve.cluster.forward import Forwarder
+from mcpgate.serve.cluster.instances import Cluster, Directory, Forward
+from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse
 from tests.fleet_support import redis_server
 from tests.oauth_support import mint_token, oidc_issuer, resource_server_env
 from tests.support import (
@@ -442,7 +442,7 @@ def test_without_redis_the_header_means_nothing(gateway_factory: Any) -> None:
 
 def test_without_redis_nothing_imports_redis() -> None:
     code = (
-        "import sys; from mcpgate.settings import Settings; from mcpgate.serve.app import create_app; "
+        "import sys; from mcpgate.config.settings import Settings; from mcpgate.serve.front.app import create_app; "
         "create_app(Settings.from_env({})); assert 'redis' not in sys.modules, 'redis imported'"
     )
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}

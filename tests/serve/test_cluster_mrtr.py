@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from mcpgate.core.request_state import Opened, StateSealer
-from mcpgate.serve.bridge import state_key, where
+from mcpgate.serve.modern.bridge import state_key, where
 from tests.fleet_support import instances
 from tests.support import Gateway, Reply, direct_children, modern_body, post_modern, reply_message, wait_dead
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mcpgate.serve.cors import Cors
-from mcpgate.settings import Settings, SettingsError
+from mcpgate.config.settings import Settings, SettingsError
+from mcpgate.serve.front.cors import Cors
 from tests.support import HEADERS, Gateway, chromium, init_body, static_site
 
 PAGE_ORIGIN = "https://app.example"

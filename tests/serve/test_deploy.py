@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import redis
 
+from mcpgate.config.settings import Settings, SettingsError
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from mcpgate.settings import Settings, SettingsError
 from tests.fleet_support import HAPROXY, installed
 from tests.recipe_support import fleet_recipe, wait_gone
 from tests.support import HEADERS, ROOT, Gateway, call, init_body, modern_body, modern_headers, reply_message
@@ -28,7 +28,7 @@ def test_packaged_config_works_outside_the_project_root(gateway_factory: Any, tm
     gw = gateway_factory(cwd=tmp_path, config="python:mcpgate.gunicorn_config")
     status, _headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
     assert status == 200 and json.loads(body)["result"]["serverInfo"]["name"] == "mcpgate-demo"
-    assert "Using worker: mcpgate.serve.worker.GatewayWorker" in gw.log()
+    assert "Using worker: mcpgate.serve.front.worker.GatewayWorker" in gw.log()
 
 
 def test_a_non_gevent_worker_is_refused_with_a_clear_message(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_a_non_gevent_worker_is_refused_with_a_clear_message(tmp_path: Path) -> 
 
 def test_importing_the_wsgi_module_spawns_nothing() -> None:
     code = (
-        "import os, mcpgate.wsgi as w; from mcpgate.orphans import children_of; "
+        "import os, mcpgate.wsgi as w; from mcpgate.child.orphans import children_of; "
         "print(type(w.application).__name__, len(children_of(os.getpid())))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -66,7 +66,7 @@ def test_port_selects_the_heroku_bind() -> None:
         env={"PATH": "/usr/bin:/bin", "PORT": "5123"},
         timeout=60,
     )
-    assert env_port.stdout.split() == ["0.0.0.0:5123", "mcpgate.serve.worker.GatewayWorker", "1"], env_port.stderr
+    assert env_port.stdout.split() == ["0.0.0.0:5123", "mcpgate.serve.front.worker.GatewayWorker", "1"], env_port.stderr
     no_port = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,

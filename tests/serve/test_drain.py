@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from mcpgate.serve.worker import drain_budget
+from mcpgate.serve.front.worker import drain_budget
 from tests.fleet_support import redis_server
 from tests.support import (
     HEADERS,

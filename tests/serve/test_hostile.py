@@ -1,4 +1,4 @@
-"""A hostile network against the real worker (gunicorn, mcpgate.serve.worker), over raw sockets.
+"""A hostile network against the real worker (gunicorn, mcpgate.serve.front.worker), over raw sockets.
 
 The corpus: malformed or abusive requests (framing, request lines, Host, methods, headers, bodies, JSON-RPC
 garbage, session abuse), each answered with a 4xx or a JSON-RPC error, each followed on its connection by a

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.serve.http import Refusal
+from mcpgate.serve.front.http import Refusal
 from tests.support import ACCEPT, HEADERS, call, children, init_body, open_session, sse_messages
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from mcpgate import limits
-from mcpgate.child import ChildProcess
+from mcpgate.child import limits
+from mcpgate.child.process import ChildProcess
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.jsonrpc import Request, Response
-from mcpgate.serve import watchdog
+from mcpgate.serve.servers import watchdog
 from tests.support import (
     FIXTURES,
     Gateway,
@@ -352,7 +352,7 @@ def test_an_exit_by_sigxcpu_without_a_cpu_limit_is_a_crash() -> None:
 
 
 def test_of_settings_is_none_without_limits() -> None:
-    from mcpgate.settings import Settings
+    from mcpgate.config.settings import Settings
 
     assert limits.ChildLimits.of(Settings.from_env({})) is None
     timed = limits.ChildLimits.of(Settings.from_env({"MCPGATE_REQUEST_TIMEOUT": "5"}))

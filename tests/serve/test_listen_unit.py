@@ -16,8 +16,8 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Id, Notification
 from mcpgate.core.modern import Failure
 from mcpgate.core.wire import META_SUBSCRIPTION_ID
-from mcpgate.serve.listen import ListenHub
-from mcpgate.serve.stream import END, Delivery, Stream, StreamLimits
+from mcpgate.serve.modern.listen import ListenHub
+from mcpgate.serve.sessions.stream import END, Delivery, Stream, StreamLimits
 
 LIMITS = StreamLimits(messages=50, bytes=1 << 20, stall_timeout=5.0, replay_events=0, replay_bytes=0)
 ALL_CAPS: dict[str, Any] = {

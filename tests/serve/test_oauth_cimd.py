@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from mcpgate.config.settings import Settings
 from mcpgate.serve.oauth import cimd, safe_fetch
-from mcpgate.settings import Settings
 from tests.support import Gateway, serving
 
 ANY_ADDRESS: safe_fetch.AddressPolicy = lambda address: True  # noqa: E731 - the unit tests' wide policy

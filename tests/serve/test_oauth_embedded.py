@@ -24,11 +24,11 @@ import requests
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
-from mcpgate.declarations import SettingsError
-from mcpgate.serve.app import create_app
+from mcpgate.config.declarations import SettingsError
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front.app import create_app
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.cimd import CimdError, ClientDocument
-from mcpgate.settings import Settings
 from tests.oauth_support import authorize_query, embedded_env, jwt_claims
 from tests.support import HEADERS, Gateway, init_body, serving
 

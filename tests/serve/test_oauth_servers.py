@@ -24,13 +24,13 @@ from urllib.parse import urlencode
 import pytest
 import requests
 
-from mcpgate.serve.http import Refusal
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.grants import InvalidTargetError, Targets, check_resource, family_resource, new_family
 from mcpgate.serve.oauth.identity import Identity, canonical_resource
 from mcpgate.serve.oauth.jwt_verifier import claims_problem
 from mcpgate.serve.oauth.resource import ResourceGuard
-from mcpgate.settings import Settings
 from tests.browser import Browser
 from tests.oauth_support import SdkUser, jwt_claims, mint_token, redeem_code
 from tests.support import (

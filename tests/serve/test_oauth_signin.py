@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 import requests
 
-from mcpgate.declarations import SettingsError
-from mcpgate.serve import auth
+from mcpgate.config.declarations import SettingsError
+from mcpgate.serve.front import auth
 from mcpgate.serve.oauth import passwords, ratelimit, signin, users
 from tests.oauth_support import authorize_query, embedded_env, jwt_claims, redeem_code
 from tests.support import Gateway, wait_for

@@ -21,10 +21,10 @@ from flask import Flask, redirect
 from flask import request as flask_request
 from werkzeug.serving import make_server
 
-from mcpgate.declarations import SettingsError
-from mcpgate.serve.app import create_app
+from mcpgate.config.declarations import SettingsError
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front.app import create_app
 from mcpgate.serve.oauth import upstream
-from mcpgate.settings import Settings
 from tests.oauth_support import jwt_claims, oidc_issuer, redeem_code
 from tests.support import Gateway
 

@@ -14,8 +14,9 @@ import pytest
 import requests
 from joserfc.jwk import KeySet
 
-from mcpgate.serve.auth import bearer_token
-from mcpgate.serve.http import Refusal
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front.auth import bearer_token
+from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.oauth.identity import Identity, TokenRejected
 from mcpgate.serve.oauth.introspection import EitherVerifier, IntrospectionVerifier, introspection_problem
 from mcpgate.serve.oauth.jwt_verifier import (
@@ -27,7 +28,6 @@ from mcpgate.serve.oauth.jwt_verifier import (
     scopes_of,
 )
 from mcpgate.serve.oauth.resource import ResourceGuard, challenge, token_in_query, verifier_for
-from mcpgate.settings import Settings
 from tests.oauth_support import mint_token, oidc_issuer
 from tests.support import free_port
 

@@ -17,8 +17,8 @@ from gunicorn.config import Config
 from gunicorn.http.errors import NoMoreData, ParseException
 from gunicorn.http.parser import RequestParser
 
-from mcpgate.serve.auth import HostKind, host_kind, valid_host
-from mcpgate.serve.request_headers import (
+from mcpgate.serve.front.auth import HostKind, host_kind, valid_host
+from mcpgate.serve.front.request_headers import (
     MAX_DROPPED,
     MAX_FIELD,
     MAX_HEADERS,

@@ -1,5 +1,5 @@
-"""MCPGATE_CONFIG without gunicorn: the file's rules and messages (serve/servers.py), a server's settings, and the
-Fleet's routing, listing, unknown names and reload (nothing is spawned)."""
+"""MCPGATE_CONFIG without gunicorn: the file's rules and messages (serve/config_file.py), a server's settings, and the
+PublishedServers's routing, listing, unknown names and reload (nothing is spawned)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from mcpgate.serve import servers
-from mcpgate.serve.fleet import Fleet
-from mcpgate.serve.http import HttpRequest, Refusal
-from mcpgate.serve.servers import ConfigError, ServerEntry
-from mcpgate.settings import Settings
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front.http import HttpRequest, Refusal
+from mcpgate.serve.servers import config_file
+from mcpgate.serve.servers.config_file import ConfigError, ServerEntry
+from mcpgate.serve.servers.published import PublishedServers
 
 DEMO = {"command": sys.executable, "args": ["-m", "mcpgate.demo_server"]}
 
 
-def parse(document: Any) -> servers.Config:
-    return servers.parse(json.dumps(document), "MCPGATE_CONFIG f.json")
+def parse(document: Any) -> config_file.Config:
+    return config_file.parse(json.dumps(document), "MCPGATE_CONFIG f.json")
 
 
 def test_a_desktop_host_file_is_read_whole() -> None:
@@ -135,27 +135,27 @@ def test_other_transports_are_reported_and_skipped() -> None:
 def test_an_invalid_file_is_refused_naming_the_server_and_the_field(document: Any, message: str) -> None:
     text = document if isinstance(document, str) else json.dumps(document)
     with pytest.raises(ConfigError) as refused:
-        servers.parse(text, "MCPGATE_CONFIG f.json")
+        config_file.parse(text, "MCPGATE_CONFIG f.json")
     assert str(refused.value).startswith("MCPGATE_CONFIG f.json: "), refused.value
     assert message in str(refused.value), refused.value
 
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"MCPGATE_CONFIG .*missing\.json: cannot read it"):
-        servers.load(str(tmp_path / "missing.json"))
+        config_file.load(str(tmp_path / "missing.json"))
 
 
 def test_a_servers_settings_are_the_gateways_with_its_overrides() -> None:
     base = Settings.from_env({}, max_sessions=7, pool_children=2, tools_allow=("a",))
     entry = ServerEntry("fs", ("x",), overrides={"max_sessions": 2, "tools_deny": ("b",)})
-    own = servers.settings_for(base, entry)
+    own = config_file.settings_for(base, entry)
     assert (own.max_sessions, own.pool_children, own.tools_allow, own.tools_deny) == (2, 2, ("a",), ("b",))
     assert (own.path, own.sse_path, own.messages_path) == ("/servers/fs/mcp", "/servers/fs/sse", "/servers/fs/messages")
     assert base.max_sessions == 7 and base.path == "/mcp"
 
 
 def test_every_per_server_setting_is_declared() -> None:
-    assert set(servers.DECLARED) == set(servers.PER_SERVER)
+    assert set(config_file.DECLARED) == set(config_file.PER_SERVER)
 
 
 def write(path: Path, entries: dict[str, Any]) -> None:
@@ -164,10 +164,10 @@ def write(path: Path, entries: dict[str, Any]) -> None:
     os.replace(staged, path)
 
 
-def fleet_of(tmp_path: Path, entries: dict[str, Any], **overrides: Any) -> tuple[Fleet, Path]:
+def fleet_of(tmp_path: Path, entries: dict[str, Any], **overrides: Any) -> tuple[PublishedServers, Path]:
     path = tmp_path / "mcp.json"
     write(path, entries)
-    return Fleet(Settings.from_env({}, config=str(path), config_poll=0, **overrides)), path
+    return PublishedServers(Settings.from_env({}, config=str(path), config_poll=0, **overrides)), path
 
 
 def test_the_fleet_routes_named_paths(tmp_path: Path) -> None:
@@ -187,7 +187,7 @@ def test_the_fleet_routes_named_paths(tmp_path: Path) -> None:
 
 
 def test_the_single_command_keeps_its_paths() -> None:
-    fleet = Fleet(Settings.from_env({}, path="/x", sse_path="/y/sse"))
+    fleet = PublishedServers(Settings.from_env({}, path="/x", sse_path="/y/sse"))
     assert fleet.names() == ["default"] and not fleet.named
     assert fleet.route("/x") == fleet.route("/x/") == ("default", "mcp")
     assert fleet.route("/y/sse") == ("default", "sse") and fleet.route("/messages") == ("default", "messages")
@@ -214,7 +214,7 @@ def test_config_and_command_together_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"
     write(path, {"a": DEMO})
     with pytest.raises(ConfigError, match="MCPGATE_CONFIG and MCPGATE_COMMAND are both set"):
-        Fleet(Settings.from_env({}, config=str(path), command="npx x"))
+        PublishedServers(Settings.from_env({}, config=str(path), command="npx x"))
 
 
 def test_reload_adds_replaces_removes_and_leaves_the_unchanged_alone(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from typing import Any
 
 import requests
 
+from mcpgate.config.settings import RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth.discovery import SignInError
-from mcpgate.settings import RelaySettings
 
 CLIENT_NAME = "mcpgate-relay"
 REGISTRATION_BYTES = 64 * 1024

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import gevent.lock
 import requests
 
+from mcpgate.config.settings import TOKEN_ENV, RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth.discovery import (
     Challenge,
@@ -33,7 +34,6 @@ from mcpgate.relay.oauth.discovery import (
     origin,
     parse_challenge,
 )
-from mcpgate.settings import TOKEN_ENV, RelaySettings
 
 log = logging.getLogger("mcpgate.relay")
 

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from mcpgate.config.settings import RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth.store import Record, TokenStore
-from mcpgate.settings import RelaySettings
 
 Print = Callable[[str], None]
 

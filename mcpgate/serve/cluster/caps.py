@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionLimitReached
-from mcpgate.serve import cluster
-from mcpgate.settings import Settings
+from mcpgate.serve.cluster import instances
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -129,7 +129,7 @@ class RedisCaps(LocalCaps):
         try:
             total = int(
                 self._acquire(
-                    keys=[self.key(principal)], args=[self.instance, self.limit, cluster.INSTANCE_PREFIX, HASH_TTL]
+                    keys=[self.key(principal)], args=[self.instance, self.limit, instances.INSTANCE_PREFIX, HASH_TTL]
                 )
             )
         except self.errors as exc:
@@ -183,7 +183,7 @@ def for_server(settings: Settings, server: str) -> NoCaps:
     """The caps of one published server: none, in memory, or in Redis when this worker is in a fleet."""
     if settings.principal_sessions <= 0:
         return NoCaps()
-    fleet = cluster.current()
+    fleet = instances.current()
     if fleet is None:
         return LocalCaps(settings.principal_sessions)
     caps = RedisCaps(settings.principal_sessions, fleet.redis, fleet.instance, server, fleet.directory.errors)

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
-from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal
-from mcpgate.settings import Settings
+from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse, Refusal
 
 log = logging.getLogger("mcpgate.forward")
 

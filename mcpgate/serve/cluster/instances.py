@@ -9,7 +9,7 @@ when settings.redis_url is set; without it nothing here runs and redis is never 
 - The directory: `mcpgate:instance:<id>` -> this instance's internal URL, with a TTL, refreshed by one
   greenlet; withdrawn when the process exits. `lookup` reads another instance's entry, cached briefly.
 - `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose
-  session id names another instance is forwarded (serve/forward.py); so is one whose handler raises Forward.
+  session id names another instance is forwarded (serve/cluster/forward.py); so is one whose handler raises Forward.
 - `forwarded_principal`: the guard's check of a request another instance forwarded. Its Mcpgate-Forwarded
   value must be signed for this very request (body included), within a few seconds, by an instance of the
   directory connecting from that instance's address (or from MCPGATE_CLUSTER_PEERS), and seen for the first
@@ -30,13 +30,13 @@ from urllib.parse import parse_qs
 
 import gevent
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
 from mcpgate.core.sessions import new_session_id
-from mcpgate.serve import auth
-from mcpgate.serve.cluster_peers import ForwardingPeers
-from mcpgate.serve.forward import Forwarder, read_body
-from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal
-from mcpgate.settings import Settings
+from mcpgate.serve.cluster.forward import Forwarder, read_body
+from mcpgate.serve.cluster.peers import ForwardingPeers
+from mcpgate.serve.front import auth
+from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse, Refusal
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -295,7 +295,7 @@ def create(settings: Settings) -> Cluster | None:
     _current = None
     if not settings.redis_url:
         return None
-    from mcpgate.serve.redis_client import connect
+    from mcpgate.serve.cluster.redis_client import connect
 
     client = connect(settings.redis_url)
     instance = settings.instance_id or secrets.token_hex(4)

@@ -9,8 +9,8 @@ any address of this machine: the kernel picks the source address of a local conn
 
 The peer address is not the defence against a client that sends the header itself: a balancer on this machine
 connects from loopback too. That defence is the header's MAC over the whole request and its single-use nonce
-(core/session_ids, serve/cluster.py), and the recipes' balancers drop a client's Mcpgate-Forwarded header; this
-check keeps other machines out even if the cluster key leaked.
+(core/session_ids, serve/cluster/instances.py), and the recipes' balancers drop a client's Mcpgate-Forwarded
+header; this check keeps other machines out even if the cluster key leaked.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from mcpgate.serve import auth
+from mcpgate.serve.front import auth
 
 log = logging.getLogger("mcpgate.cluster")
 

@@ -15,21 +15,24 @@ from urllib.parse import urlsplit
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
-from mcpgate.serve import auth, checks, legacy_sse, metrics, servers, streamable
-from mcpgate.serve.cluster import Cluster
-from mcpgate.serve.cluster import create as create_cluster
-from mcpgate.serve.cors import Cors
-from mcpgate.serve.fleet import LISTING, SERVER, Fleet
-from mcpgate.serve.gateway import Gateway
-from mcpgate.serve.http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
+from mcpgate.serve import metrics
+from mcpgate.serve.cluster.instances import Cluster
+from mcpgate.serve.cluster.instances import create as create_cluster
+from mcpgate.serve.front import auth, checks
+from mcpgate.serve.front.cors import Cors
+from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
 from mcpgate.serve.oauth.setup import Authenticator, authenticator
-from mcpgate.settings import Settings
+from mcpgate.serve.servers import config_file
+from mcpgate.serve.servers.published import LISTING, SERVER, PublishedServers
+from mcpgate.serve.servers.server import PublishedServer
+from mcpgate.serve.sessions import legacy_sse, streamable
 
 log = logging.getLogger("mcpgate.app")
 
-Handler = Callable[[Gateway, HttpRequest], HttpResponse]
-DRAINING = "mcpgate.draining"  # app.extensions: True from a graceful stop's start (serve/worker.py)
+Handler = Callable[[PublishedServer, HttpRequest], HttpResponse]
+DRAINING = "mcpgate.draining"  # app.extensions: True from a graceful stop's start (serve/front/worker.py)
 HANDLERS: dict[str, Handler] = {
     "mcp": streamable.handle,
     "sse": legacy_sse.open_stream,
@@ -145,7 +148,7 @@ class Endpoint:
     its gateway's handler, GET /servers to the listing, the rest to Flask. A Refusal raised anywhere below
     becomes its HTTP error here, once; CORS headers are added here."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], fleet: Fleet, guard: Guard, cors: Cors) -> None:
+    def __init__(self, app: Callable[..., Iterable[bytes]], fleet: PublishedServers, guard: Guard, cors: Cors) -> None:
         self.app, self.fleet, self.guard, self.cors = app, fleet, guard, cors
         self.cluster = guard.cluster
         self.page_body_limit = fleet.settings.max_form_bytes  # the pages' bodies (the endpoints have their own)
@@ -181,7 +184,7 @@ class Endpoint:
             response = refusal.response()
         return response(environ, start_response)
 
-    def _serve(self, environ: dict[str, Any], route: tuple[str, str], gateway: Gateway | None) -> HttpResponse:
+    def _serve(self, environ: dict[str, Any], route: tuple[str, str], gateway: PublishedServer | None) -> HttpResponse:
         name, kind = route
         if gateway is None:
             raise self.fleet.unknown(name)
@@ -209,7 +212,7 @@ class Endpoint:
         return start
 
 
-def not_here(fleet: Fleet, guard: Guard) -> Callable[[HTTPException], Response]:
+def not_here(fleet: PublishedServers, guard: Guard) -> Callable[[HTTPException], Response]:
     """Flask's 404 and 405 as JSON-RPC errors (a client, or a relay passing the body to its host, may land on any
     path); a 404 says where the MCP endpoints are: the named servers' path shape (their names from GET /servers,
     behind its authentication), MCPGATE_PATH to a caller who may know what is served."""
@@ -217,7 +220,9 @@ def not_here(fleet: Fleet, guard: Guard) -> Callable[[HTTPException], Response]:
     def answer(error: HTTPException) -> Response:
         where = ""
         if error.code == 404 and fleet.named:
-            where = f": the MCP endpoints here are {servers.paths('<name>')[0]} (GET {servers.PREFIX} lists them)"
+            where = (
+                f": the MCP endpoints here are {config_file.paths('<name>')[0]} (GET {config_file.PREFIX} lists them)"
+            )
         elif error.code == 404 and guard.may_know(request.environ):
             where = f": the MCP endpoint here is {fleet.settings.path}"
         body = jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, f"{error.name}{where}")
@@ -235,7 +240,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
     cluster = create_cluster(settings)  # None without REDIS_URL; before the fleet: its sessions' ids name it
-    fleet = Fleet(settings)
+    fleet = PublishedServers(settings)
     guard = Guard(settings, authenticator(settings, app, fleet), cluster)
     if cluster is not None:
         app.extensions["mcpgate.cluster"] = cluster

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from mcpgate.core.jsonrpc import INVALID_REQUEST
-from mcpgate.serve.http import Refusal
+from mcpgate.serve.front.http import Refusal
 
 JSON = "application/json"
 SSE = "text/event-stream"

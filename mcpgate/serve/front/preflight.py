@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from mcpgate.limits import network_problem
-from mcpgate.serve import auth, metrics
-from mcpgate.serve.fleet import Fleet
-from mcpgate.serve.servers import ConfigError
-from mcpgate.settings import Settings
+from mcpgate.child.limits import network_problem
+from mcpgate.config.settings import Settings
+from mcpgate.serve import metrics
+from mcpgate.serve.front import auth
+from mcpgate.serve.servers.config_file import ConfigError
+from mcpgate.serve.servers.published import PublishedServers
 
 
 def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str | None:
@@ -30,7 +31,7 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
             ", ".join(exposed),
         )
     try:
-        fleet = Fleet(settings)  # MCPGATE_CONFIG read and checked (nothing is spawned)
+        fleet = PublishedServers(settings)  # MCPGATE_CONFIG read and checked (nothing is spawned)
     except ConfigError as exc:
         return str(exc)
     no_network = any(gateway.settings.child_no_network for _, gateway in fleet.items())

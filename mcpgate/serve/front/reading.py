@@ -1,4 +1,4 @@
-"""A client connection's read side in the gateway's worker (mcpgate.serve.worker): the read deadlines, the
+"""A client connection's read side in the gateway's worker (mcpgate.serve.front.worker): the read deadlines, the
 request body, and the budget of connections that wait on their client.
 
 Deadlines (TimedReader): a head must arrive whole by its deadline; an idle keep-alive connection may pause so

@@ -1,4 +1,4 @@
-"""The request-header parser of the gateway's worker (see mcpgate.serve.worker).
+"""The request-header parser of the gateway's worker (see mcpgate.serve.front.worker).
 
 gevent.pywsgi reads request headers with the standard library's http.client.parse_headers,
 which runs the email package's parser; on the gateway's hot path that was about a third of
@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO, NamedTuple
 
-from mcpgate.serve.auth import valid_host
+from mcpgate.serve.front.auth import valid_host
 
 MAX_FIELD = 8190  # bytes of one field line with its CRLF, as gunicorn's limit_request_field_size
 MAX_HEADERS = 100  # as gunicorn's limit_request_fields

@@ -13,9 +13,9 @@ import errno
 import socket
 from collections.abc import Sequence
 
-from mcpgate.serve import servers
-from mcpgate.settings import Settings
-from mcpgate.spawn import split_command
+from mcpgate.child.spawn import split_command
+from mcpgate.config.settings import Settings
+from mcpgate.serve.servers import config_file
 
 
 def describe(settings: Settings, binds: Sequence[str]) -> str:
@@ -24,9 +24,9 @@ def describe(settings: Settings, binds: Sequence[str]) -> str:
     100); auth: none."""
     bases = [address if address.startswith(("unix:", "fd:")) else f"http://{address}" for address in binds]
     if settings.config:
-        names = [entry.name for entry in servers.load(settings.config).servers]
+        names = [entry.name for entry in config_file.load(settings.config).servers]
         what = f"the servers of MCPGATE_CONFIG={settings.config} ({', '.join(names) or 'none'})"
-        paths = servers.paths("<name>")
+        paths = config_file.paths("<name>")
     else:
         what = _command(settings.command)
         paths = (settings.path, settings.sse_path, settings.messages_path)

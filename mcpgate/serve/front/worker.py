@@ -17,7 +17,7 @@ MCPGATE_BODY_TIMEOUT seconds (past either, 400 and closed).
 The budget: connections waiting on their client (new, idle keep-alive, still sending headers, or still sending a
 body) are counted, oldest first; when one more would pass MCPGATE_IDLE_CONNECTIONS (at most half of the worker's
 connections) the longest-waiting one is closed. Sockets that send slowly or nothing can so never take the slots
-of requests in progress. (mcpgate.serve.reading holds the deadlines, the body and the budget.)
+of requests in progress. (mcpgate.serve.front.reading holds the deadlines, the body and the budget.)
 
 The worker tracks its client connections, and a graceful shutdown (SIGTERM) starts from its signal handling,
 on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT. It drains first: the listener stays
@@ -45,13 +45,13 @@ import gevent
 from gevent.pywsgi import _InvalidClientInput
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGIServer
 
-from mcpgate.serve.http import PEER_GONE
-from mcpgate.serve.reading import Body, TimedReader, Waiting
-from mcpgate.serve.request_headers import RequestHeaders, parse_request_line, resolve_target
-from mcpgate.settings import Settings
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front.http import PEER_GONE
+from mcpgate.serve.front.reading import Body, TimedReader, Waiting
+from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line, resolve_target
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
-    from mcpgate.serve.fleet import Fleet
+    from mcpgate.serve.servers.published import PublishedServers
 
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-length: 0\r\n\r\n"  # as pywsgi's
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
@@ -285,14 +285,16 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connections: set[socket.socket] = set()
-        from mcpgate.serve import cluster  # where other instances reach this one, when it joins a cluster (-b included)
+        from mcpgate.serve.cluster import (
+            instances,  # where other instances reach this one, when it joins a cluster (-b included)
+        )
 
-        cluster.LISTENING[:] = [listening_address(listener) for listener in self.sockets]
+        instances.LISTENING[:] = [listening_address(listener) for listener in self.sockets]
         self._shutdown: gevent.Greenlet | None = None
 
-    def fleet(self) -> Fleet | None:
+    def fleet(self) -> PublishedServers | None:
         extensions = getattr(self.wsgi, "extensions", {})  # the Flask app create_app() built
-        fleet: Fleet | None = extensions.get("mcpgate.fleet")
+        fleet: PublishedServers | None = extensions.get("mcpgate.fleet")
         return fleet
 
     def handle_exit(self, sig: int, frame: Any) -> None:
@@ -313,9 +315,9 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             super().handle_exit(sig, frame)  # gunicorn stops accepting
             self.shut_down(max(1.0, graceful - 2.0 - (time.monotonic() - started)))
 
-    def drain(self, fleet: Fleet, budget: float) -> None:
+    def drain(self, fleet: PublishedServers, budget: float) -> None:
         """Refuse new work and wait (at most `budget` seconds) until no request is in flight."""
-        from mcpgate.serve.app import DRAINING
+        from mcpgate.serve.front.app import DRAINING
 
         extensions = getattr(self.wsgi, "extensions", {})
         extensions[DRAINING] = True

@@ -32,13 +32,13 @@ import gevent
 from mcpgate.core import jsonrpc, modern, mrtr
 from mcpgate.core.jsonrpc import Id, Request
 from mcpgate.core.request_state import Opened, StateError, StateSealer
-from mcpgate.serve import cluster
-from mcpgate.serve.calls import resume as resume_call
-from mcpgate.serve.http import Refusal
-from mcpgate.serve.pooled_child import Call, PooledChild
+from mcpgate.serve.cluster import instances
+from mcpgate.serve.front.http import Refusal
+from mcpgate.serve.modern.calls import resume as resume_call
+from mcpgate.serve.modern.pooled_child import Call, PooledChild
 
 if TYPE_CHECKING:
-    from mcpgate.serve.pool import Pool
+    from mcpgate.serve.modern.pool import Pool
 
 log = logging.getLogger("mcpgate.bridge")
 
@@ -66,7 +66,7 @@ class Bridge:
         self.pool, self.clock = pool, clock
         self.ttl = input_ttl
         self.continuations: dict[str, Continuation] = {}
-        fleet = cluster.current()
+        fleet = instances.current()
         self.instance = fleet.instance if fleet is not None else ""  # named in the state: where to resume it
         self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
         self.sealer = StateSealer(state_key(fleet.key) if fleet is not None else None, ttl=input_ttl)
@@ -182,7 +182,7 @@ class Bridge:
             raise invalid_state(opened, request)
         home = where(opened.instance, self.instance, self.lookup)
         if home == "forward":
-            raise cluster.Forward(opened.instance)
+            raise instances.Forward(opened.instance)
         if home == "restart":
             log.info(
                 "a bridged %s's input request was held by instance %s, gone: starting it again",

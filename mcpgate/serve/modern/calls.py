@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Id, Notification, Request
 from mcpgate.core.tool_filter import ToolFilter
-from mcpgate.serve.stream import Stream
+from mcpgate.serve.sessions.stream import Stream
 
 if TYPE_CHECKING:
-    from mcpgate.serve.bridge import Continuation
-    from mcpgate.serve.pooled_child import PooledChild
+    from mcpgate.serve.modern.bridge import Continuation
+    from mcpgate.serve.modern.pooled_child import PooledChild
 
 
 @dataclass(eq=False, slots=True)

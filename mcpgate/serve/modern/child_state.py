@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from mcpgate.core import jsonrpc, mrtr
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.request_state import Opened, StateSealer, carried, carry
-from mcpgate.serve import cluster
-from mcpgate.serve.bridge import where
-from mcpgate.serve.http import Refusal
+from mcpgate.serve.cluster import instances
+from mcpgate.serve.front.http import Refusal
+from mcpgate.serve.modern.bridge import where
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -45,7 +45,7 @@ class ChildStates:
     """Wraps a modern child's requestState for one pool (`server`: what tells its pool from others), and opens it."""
 
     def __init__(self, server: str, ttl: float, max_chars: int) -> None:
-        fleet = cluster.current()
+        fleet = instances.current()
         self.server = server
         self.instance = fleet.instance if fleet is not None else ""
         self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
@@ -79,7 +79,7 @@ class ChildStates:
         holder, state = parts
         home = where(opened.instance, self.instance, self.lookup)
         if home == "forward":
-            raise cluster.Forward(opened.instance)
+            raise instances.Forward(opened.instance)
         return Carried(state, holder if home == "here" else "")
 
     def _binding(self, method: str, name: object) -> str:

@@ -30,7 +30,7 @@ import gevent.event
 from mcpgate.core import modern
 
 if TYPE_CHECKING:
-    from mcpgate.serve.pooled_child import PooledChild
+    from mcpgate.serve.modern.pooled_child import PooledChild
 
 log = logging.getLogger("mcpgate.pool")
 

@@ -39,7 +39,7 @@ from mcpgate.core.subscriptions import (
     parse_listen_filter,
 )
 from mcpgate.core.wire import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SUBSCRIPTION_ID
-from mcpgate.serve.stream import Stream, StreamLimits
+from mcpgate.serve.sessions.stream import Stream, StreamLimits
 
 log = logging.getLogger("mcpgate.listen")
 

@@ -22,18 +22,18 @@ from typing import Any
 import gevent
 import gevent.event
 
-from mcpgate.child import ChildProcess
+from mcpgate.child.process import ChildProcess
+from mcpgate.child.spawn import ChildSpawnError
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, modern, mrtr, wire
 from mcpgate.core.jsonrpc import Notification, Request
-from mcpgate.serve.bridge import Bridge
-from mcpgate.serve.child_state import ChildStates
-from mcpgate.serve.http import Refusal
-from mcpgate.serve.listen import ListenHub
-from mcpgate.serve.pooled_child import Call, Era, PooledChild, mint
-from mcpgate.serve.session import ChildSpec
-from mcpgate.serve.stream import StreamLimits
-from mcpgate.settings import Settings
-from mcpgate.spawn import ChildSpawnError
+from mcpgate.serve.front.http import Refusal
+from mcpgate.serve.modern.bridge import Bridge
+from mcpgate.serve.modern.child_state import ChildStates
+from mcpgate.serve.modern.listen import ListenHub
+from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild, mint
+from mcpgate.serve.sessions.session import ChildSpec
+from mcpgate.serve.sessions.stream import StreamLimits
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -285,7 +285,7 @@ class Pool:
     # -- modern children's requestState: sealed for the principal, the retry back to the child that issued it ----
     def _wrap_state(self, child: PooledChild, call: Call, result: dict[str, Any]) -> dict[str, Any] | None:
         """The child's InputRequiredResult as the client gets it: its requestState in the gateway's envelope
-        (serve/child_state.py); None when the state cannot be carried."""
+        (serve/modern/child_state.py); None when the state cannot be carried."""
         if "requestState" not in result:
             return result
         wrapped = self.states.wrap(call.principal, child.label, call.method, call.name, result["requestState"])

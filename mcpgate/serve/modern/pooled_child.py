@@ -20,14 +20,17 @@ import gevent
 import gevent.event
 
 from mcpgate import __version__
+from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
-from mcpgate.limits import ended_message
-from mcpgate.serve import calls, era_probe, watchdog
-from mcpgate.serve.calls import Call as Call  # re-exported: the pool, the bridge and the endpoint name it from here
-from mcpgate.serve.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
-from mcpgate.serve.session import ChildSpec
+from mcpgate.serve.modern import calls, era_probe
+from mcpgate.serve.modern.calls import (
+    Call as Call,  # re-exported: the pool, the bridge and the endpoint name it from here
+)
+from mcpgate.serve.modern.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
+from mcpgate.serve.servers import watchdog
+from mcpgate.serve.sessions.session import ChildSpec
 
 log = logging.getLogger("mcpgate.pool")
 

@@ -25,13 +25,13 @@ from mcpgate.core import jsonrpc, modern, mrtr, versions
 from mcpgate.core.jsonrpc import Notification, Request
 from mcpgate.core.sse import encode_comment, encode_event
 from mcpgate.core.tool_filter import ToolFilter
-from mcpgate.serve import auth
-from mcpgate.serve.gateway import Gateway
-from mcpgate.serve.http import PEER_GONE, HttpRequest, HttpResponse, Refusal, json_response
-from mcpgate.serve.listen import ListenHub
-from mcpgate.serve.pool import Pool, new_call
-from mcpgate.serve.pooled_child import Call, Era, PooledChild
-from mcpgate.serve.stream import END, Delivery, Stream
+from mcpgate.serve.front import auth
+from mcpgate.serve.front.http import PEER_GONE, HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.modern.listen import ListenHub
+from mcpgate.serve.modern.pool import Pool, new_call
+from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
+from mcpgate.serve.servers.server import PublishedServer
+from mcpgate.serve.sessions.stream import END, Delivery, Stream
 
 log = logging.getLogger("mcpgate.http")
 
@@ -45,7 +45,7 @@ PeerGone = Callable[[], bool] | None
 SOCKET = "gunicorn.sock"  # the environ key of the client's connection (gunicorn's gevent handler sets it)
 
 
-def post(gw: Gateway, request: HttpRequest, message: Request | Notification) -> HttpResponse:
+def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
     """A 2026-07-28 POST: the ladder first (a Refusal carrying the request's id), then the reply."""
     request_id = message.id if isinstance(message, Request) else None
     refuse_on(modern.validate(message, request.header), request_id)
@@ -61,7 +61,7 @@ def post(gw: Gateway, request: HttpRequest, message: Request | Notification) -> 
         raise
 
 
-def serve(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
+def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpResponse:
     pool = gw.pool
     request_id = message.id
     principal = auth.principal(request.environ)
@@ -97,7 +97,7 @@ def refuse_on(failure: modern.Failure | None, request_id: jsonrpc.Id | None) -> 
         raise Refusal(failure.status, failure.code, failure.message, request_id, failure.data)
 
 
-def discover(gw: Gateway, child: PooledChild, message: Request) -> HttpResponse:
+def discover(gw: PublishedServer, child: PooledChild, message: Request) -> HttpResponse:
     """The gateway's DiscoverResult: the child's (or the one built from its InitializeResult), limited to the
     revisions this endpoint serves per request."""
     offered = child.discover.get("supportedVersions")
@@ -160,7 +160,7 @@ def with_params(message: Request, params: dict[str, Any]) -> Request:
     return dataclasses.replace(message, params=params, obj={**message.obj, "params": params}, raw=None)
 
 
-def reply(gw: Gateway, pool: Pool, call: Call, peer_gone: PeerGone, sock: Any = None) -> HttpResponse:
+def reply(gw: PublishedServer, pool: Pool, call: Call, peer_gone: PeerGone, sock: Any = None) -> HttpResponse:
     """JSON when the child answers first and in time; otherwise SSE from the first other message. `sock`, the
     client's connection, is watched all along: its close cancels the call at once."""
     stream = call.stream
@@ -243,7 +243,7 @@ def wait_first(stream: Stream, within: float, peer_gone: PeerGone) -> Delivery |
             return "sse"
 
 
-def sse(gw: Gateway, stream: Stream, peer_gone: PeerGone, on_end: Callable[[], None]) -> Iterator[bytes]:
+def sse(gw: PublishedServer, stream: Stream, peer_gone: PeerGone, on_end: Callable[[], None]) -> Iterator[bytes]:
     """A stream's messages as SSE events until its response (or its end), keepalive comments between;
     `on_end` runs however it ends (the client closing its connection included)."""
     keepalive = gw.settings.keepalive
@@ -280,7 +280,7 @@ def finish(pool: Pool, call: Call, stream: Stream) -> None:
         pool.bridge.call_ended(call)
 
 
-def listen(gw: Gateway, hub: ListenHub, message: Request, peer_gone: PeerGone) -> HttpResponse:
+def listen(gw: PublishedServer, hub: ListenHub, message: Request, peer_gone: PeerGone) -> HttpResponse:
     params = message.params if isinstance(message.params, dict) else {}
     wanted = params.get("notifications")
     opened = hub.open(message.id, wanted if isinstance(wanted, dict) else {})

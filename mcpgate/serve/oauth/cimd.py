@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from mcpgate.config.settings import Settings
 from mcpgate.serve.oauth import redirects, safe_fetch
-from mcpgate.settings import Settings
 
 MAX_DOCUMENT_BYTES = 16 * 1024
 FETCH_TIMEOUT = 5.0

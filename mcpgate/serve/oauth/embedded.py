@@ -36,8 +36,9 @@ from authlib.oauth2.rfc7591 import ClientRegistrationEndpoint, InvalidClientMeta
 from authlib.oauth2.rfc8414 import AuthorizationServerMetadata
 from flask import Blueprint, Flask, Response, jsonify, request
 
-from mcpgate.declarations import SettingsError
-from mcpgate.serve import auth
+from mcpgate.config.declarations import SettingsError
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front import auth
 from mcpgate.serve.oauth import client_metadata, redirects, signin
 from mcpgate.serve.oauth.grants import Targets
 from mcpgate.serve.oauth.identity import Verifier
@@ -48,7 +49,6 @@ from mcpgate.serve.oauth.ratelimit import FailureLimit, client_key
 from mcpgate.serve.oauth.sealing import sealer_of
 from mcpgate.serve.oauth.server import EmbeddedServer
 from mcpgate.serve.oauth.storage import SqliteStorage, Storage, access_binding
-from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.oauth.embedded")
 
@@ -254,7 +254,7 @@ def storage_for(settings: Settings, app: Flask | None = None) -> Storage:
     sealer = sealer_of(settings.state_key)
     if not settings.redis_url:
         return SqliteStorage(settings.state_dir, sealer)
-    from mcpgate.serve.cluster import current
+    from mcpgate.serve.cluster.instances import current
     from mcpgate.serve.oauth.redis_storage import RedisStorage, StorageUnavailable
 
     cluster = (app.extensions.get("mcpgate.cluster") if app else None) or current()

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from authlib.oauth2.rfc6749 import InvalidGrantError, InvalidRequestError, OAuth2Error, OAuth2Request, grants
 from authlib.oauth2.rfc7636 import CodeChallenge
 
+from mcpgate.config.settings import Settings
 from mcpgate.serve.oauth.identity import canonical_resource
 from mcpgate.serve.oauth.models import AUTH_METHODS, AuthorizationCode, Client, RefreshToken, User
 from mcpgate.serve.oauth.storage import CodeRecord
-from mcpgate.settings import Settings
 
 if TYPE_CHECKING:
     from mcpgate.serve.oauth.server import EmbeddedServer

@@ -14,7 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
-from mcpgate.serve import auth
+from mcpgate.serve.front import auth
 
 WINDOW = 60.0  # seconds: the limit is per minute
 TRACKED_ADDRESSES = 10_000  # most keys remembered (each holds at most `limit` timestamps)

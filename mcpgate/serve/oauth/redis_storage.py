@@ -49,6 +49,7 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 from redis.exceptions import RedisError
 
+from mcpgate.serve.cluster.redis_client import connect
 from mcpgate.serve.oauth.jwt_verifier import LEEWAY, IssuerUnavailable
 from mcpgate.serve.oauth.records import (
     REVOKED_FAMILY_TTL_S as REVOKED_FAMILY_TTL_S,  # re-exported: shared with SqliteStorage
@@ -63,7 +64,6 @@ from mcpgate.serve.oauth.records import (
 )
 from mcpgate.serve.oauth.redis_scripts import SCRIPTS
 from mcpgate.serve.oauth.sealing import Sealer
-from mcpgate.serve.redis_client import connect
 
 PREFIX = "mcpgate:oauth:"
 ACCESS_MARGIN_S = LEEWAY + 60  # an access token's jti outlives its exp by the verifier's leeway, and some

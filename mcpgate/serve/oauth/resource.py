@@ -16,15 +16,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from flask import Flask, Response
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
-from mcpgate.serve import auth
-from mcpgate.serve.http import Refusal
+from mcpgate.serve.front import auth
+from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.oauth.identity import Identity, TokenRejected, Verifier, canonical_resource
 from mcpgate.serve.oauth.introspection import EitherVerifier, IntrospectionLimited, IntrospectionVerifier
 from mcpgate.serve.oauth.jwt_verifier import IssuerUnavailable, JwksCache, JwtVerifier
 from mcpgate.serve.oauth.ratelimit import client_key
-from mcpgate.serve.servers import PREFIX
-from mcpgate.settings import Settings
+from mcpgate.serve.servers.config_file import PREFIX
 
 log = logging.getLogger("mcpgate.oauth")
 

@@ -1,7 +1,7 @@
 """Secrets at rest, sealed with MCPGATE_STATE_KEY: what the embedded authorization server keeps of its own
 secrets (the signing key, the sign-in cookie key) is encrypted where it is kept (SQLite under
 MCPGATE_STATE_DIR, or Redis), so a child running as the gateway's user reads the state and learns nothing. The
-key lives only in the setting, which the worker takes out of its environment once read (mcpgate.boundary), and in
+key lives only in the setting, which the worker takes out of its environment once read (mcpgate.child.boundary), and in
 the memory of a process no same-user process may read (PR_SET_DUMPABLE 0).
 
     Sealer(key_text)                  AES-256-GCM, the key derived from the setting with HKDF-SHA256
@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from mcpgate.declarations import SettingsError
+from mcpgate.config.declarations import SettingsError
 
 log = logging.getLogger("mcpgate.oauth.sealing")
 

@@ -57,12 +57,12 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
+from mcpgate.config.settings import Settings
 from mcpgate.serve.oauth import cimd, redirects
 from mcpgate.serve.oauth.grants import AuthorizationCodeGrant, RefreshTokenGrant, S256Only, Targets
 from mcpgate.serve.oauth.keys import ALGORITHM, EmbeddedKeys
 from mcpgate.serve.oauth.models import Client, User
 from mcpgate.serve.oauth.storage import RefreshRecord, Storage, access_binding
-from mcpgate.settings import Settings
 
 REFRESH_BYTES = 32
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
-from mcpgate.serve import auth
-from mcpgate.serve.http import Refusal
-from mcpgate.settings import Settings
+from mcpgate.serve.front import auth
+from mcpgate.serve.front.http import Refusal
 
 if TYPE_CHECKING:
     from mcpgate.serve.oauth.resource import Published

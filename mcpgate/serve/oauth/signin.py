@@ -19,14 +19,14 @@ from typing import Any, NoReturn, Protocol, cast
 from flask import Blueprint, Flask, Request, Response, redirect, render_template, request, session
 from flask.blueprints import BlueprintSetupState
 
-from mcpgate.serve import auth
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front import auth
 from mcpgate.serve.oauth.hashing import BUSY_RETRY_AFTER, Busy, HashPool
 from mcpgate.serve.oauth.passwords import NAME
 from mcpgate.serve.oauth.ratelimit import FailureLimit, client_key
 from mcpgate.serve.oauth.server import OAuthProblem
 from mcpgate.serve.oauth.upstream import Upstream, UpstreamFailed, permitted
 from mcpgate.serve.oauth.users import Users
-from mcpgate.settings import Settings
 
 log = logging.getLogger("mcpgate.oauth.signin")
 

@@ -23,9 +23,9 @@ from authlib.integrations.flask_client import OAuth
 from flask import Flask, Response, request
 from joserfc.errors import JoseError
 
-from mcpgate.declarations import SettingsError
-from mcpgate.serve.auth import is_loopback_name
-from mcpgate.settings import Settings
+from mcpgate.config.declarations import SettingsError
+from mcpgate.config.settings import Settings
+from mcpgate.serve.front.auth import is_loopback_name
 
 log = logging.getLogger("mcpgate.oauth.signin")
 

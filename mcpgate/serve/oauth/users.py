@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from mcpgate.declarations import SettingsError
+from mcpgate.config.declarations import SettingsError
 from mcpgate.serve.oauth import passwords
 
 log = logging.getLogger("mcpgate.oauth.signin")

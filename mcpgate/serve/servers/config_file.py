@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpgate import validators
-from mcpgate.declarations import Setting, SettingsError, check, convert, declared
-from mcpgate.settings import Settings
+from mcpgate.config import validators
+from mcpgate.config.declarations import Setting, SettingsError, check, convert, declared
+from mcpgate.config.settings import Settings
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PREFIX = "/servers"

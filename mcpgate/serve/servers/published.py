@@ -18,12 +18,12 @@ from typing import Any
 
 import gevent
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
-from mcpgate.serve import servers
-from mcpgate.serve.gateway import DEFAULT_NAME, Gateway
-from mcpgate.serve.http import HttpRequest, HttpResponse, Refusal, json_response
-from mcpgate.serve.servers import PREFIX, ConfigError, ServerEntry
-from mcpgate.settings import Settings
+from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.servers import config_file
+from mcpgate.serve.servers.config_file import PREFIX, ConfigError, ServerEntry
+from mcpgate.serve.servers.server import DEFAULT_NAME, PublishedServer
 
 log = logging.getLogger("mcpgate.fleet")
 
@@ -47,20 +47,20 @@ class ReloadReport:
         return bool(self.added or self.replaced or self.removed)
 
 
-class Fleet:
+class PublishedServers:
     """The gateways by name. `named` is False for MCPGATE_COMMAND's single server."""
 
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.clock = clock
         self.named = bool(settings.config)
-        self._gateways: dict[str, Gateway] = {}
+        self._gateways: dict[str, PublishedServer] = {}
         self._entries: dict[str, ServerEntry] = {}
         self._stamp: Stamp | None = None
         self._watcher: gevent.Greenlet | None = None
         self._fixed: dict[str, tuple[str, str]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
         if not self.named:
-            self._gateways[DEFAULT_NAME] = Gateway(settings, clock)
+            self._gateways[DEFAULT_NAME] = PublishedServer(settings, clock)
             served = {settings.path: "mcp", settings.sse_path: "sse", settings.messages_path: "messages"}
             self._fixed = {p: (DEFAULT_NAME, kind) for path, kind in served.items() for p in (path, path + "/")}
             return
@@ -70,16 +70,16 @@ class Fleet:
                 "or unset MCPGATE_CONFIG"
             )
         self._stamp = stamp(settings.config)
-        config = servers.load(settings.config)
+        config = config_file.load(settings.config)
         for warning in config.skipped:
             log.warning("%s", warning)
         for entry in config.servers:
             self._entries[entry.name] = entry
             self._gateways[entry.name] = self._gateway(entry)
 
-    def _gateway(self, entry: ServerEntry) -> Gateway:
-        return Gateway(
-            servers.settings_for(self.settings, entry),
+    def _gateway(self, entry: ServerEntry) -> PublishedServer:
+        return PublishedServer(
+            config_file.settings_for(self.settings, entry),
             self.clock,
             name=entry.name,
             argv=entry.argv,
@@ -89,10 +89,10 @@ class Fleet:
 
     # -- lookups (cheap: on every request) --
 
-    def get(self, name: str) -> Gateway | None:
+    def get(self, name: str) -> PublishedServer | None:
         return self._gateways.get(name)
 
-    def items(self) -> list[tuple[str, Gateway]]:
+    def items(self) -> list[tuple[str, PublishedServer]]:
         return list(self._gateways.items())
 
     def names(self) -> list[str]:
@@ -122,7 +122,7 @@ class Fleet:
     def unknown(self, name: str) -> Refusal:
         """404 for a server name the file does not list, naming those it does."""
         known = ", ".join(self.names()) or "(none)"
-        shown = repr(name) if servers.NAME.fullmatch(name) else "by that name"
+        shown = repr(name) if config_file.NAME.fullmatch(name) else "by that name"
         return Refusal(
             404,
             jsonrpc.INVALID_REQUEST,
@@ -170,7 +170,7 @@ class Fleet:
             return ReloadReport(unchanged=tuple(self._gateways))
         self._stamp = stamp(self.settings.config)
         try:
-            config = servers.load(self.settings.config)
+            config = config_file.load(self.settings.config)
         except ConfigError as exc:
             log.error("%s; the servers already running go on unchanged", exc)
             return ReloadReport(unchanged=tuple(self._gateways), error=str(exc))
@@ -185,7 +185,7 @@ class Fleet:
         old = [self._gateways[name] for name in (*replaced, *removed)]
         self._gateways, self._entries = gateways, new  # swapped at once: a request finds the old or the new
         for name in added:
-            log.info("server %s added at %s", name, servers.paths(name)[0])
+            log.info("server %s added at %s", name, config_file.paths(name)[0])
         for name in replaced:
             log.info("server %s replaced (its entry changed): its sessions end", name)
         for name in removed:
@@ -211,7 +211,7 @@ class Fleet:
 
     # -- shutdown --
 
-    def _close_one(self, gateway: Gateway) -> None:
+    def _close_one(self, gateway: PublishedServer) -> None:
         settings = gateway.settings
         gateway.shutdown(timeout=settings.close_timeout + settings.term_timeout + CLOSE_GRACE)
 

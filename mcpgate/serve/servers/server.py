@@ -11,18 +11,18 @@ from collections.abc import Callable, Mapping, Sequence
 
 import gevent
 
-from mcpgate.child import ChildProcess
+from mcpgate.child.limits import ChildLimits
+from mcpgate.child.process import ChildProcess
+from mcpgate.child.spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
+from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionRegistry
-from mcpgate.limits import ChildLimits
-from mcpgate.serve import cluster_caps
-from mcpgate.serve.cluster import session_minter
+from mcpgate.serve.cluster import caps
+from mcpgate.serve.cluster.instances import session_minter
 from mcpgate.serve.metrics import Tally
-from mcpgate.serve.pool import Pool
-from mcpgate.serve.pooled_child import verdict_key
-from mcpgate.serve.session import ChildSpec, Session
-from mcpgate.serve.stream import StreamLimits
-from mcpgate.settings import Settings
-from mcpgate.spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
+from mcpgate.serve.modern.pool import Pool
+from mcpgate.serve.modern.pooled_child import verdict_key
+from mcpgate.serve.sessions.session import ChildSpec, Session
+from mcpgate.serve.sessions.stream import StreamLimits
 
 log = logging.getLogger("mcpgate.gateway")
 
@@ -30,7 +30,7 @@ DEMO_COMMAND = [sys.executable, "-m", "mcpgate.demo_server"]
 DEFAULT_NAME = "default"  # the one server of MCPGATE_COMMAND, at MCPGATE_PATH
 
 
-class Gateway:
+class PublishedServer:
     """One published server. MCPGATE_COMMAND's is named "default"; a named server of MCPGATE_CONFIG is given
     its command (argv, env on top of the configured one, cwd) and labels its children "<name>/..."."""
 
@@ -48,7 +48,7 @@ class Gateway:
         self.clock = clock
         self.name = name
         self.tally = Tally() if settings.metrics else None  # child exits, drops, write-queue closes for /metrics
-        # in a fleet (REDIS_URL) the ids name this instance (serve/cluster.py); else plain random ones
+        # in a fleet (REDIS_URL) the ids name this instance (serve/cluster/instances.py); else plain random ones
         self.sessions: SessionRegistry[Session] = SessionRegistry(
             settings.max_sessions, settings.session_idle_ttl, session_minter()
         )
@@ -56,7 +56,7 @@ class Gateway:
             self.argv = list(argv)
         else:
             self.argv = split_command(settings.command) if settings.command else list(DEMO_COMMAND)
-        self.user = child_user(settings.child_user, settings.child_group)  # checked at start (mcpgate.boundary)
+        self.user = child_user(settings.child_user, settings.child_group)  # checked at start (mcpgate.child.boundary)
         self.env = child_environment({**self._configured_env(), **(env or {})}, user=self.user)
         self.child_spec = ChildSpec(
             argv=tuple(self.argv),
@@ -84,7 +84,7 @@ class Gateway:
         self._reaper: gevent.Greenlet | None = None
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
-        self.caps = cluster_caps.for_server(settings, name)
+        self.caps = caps.for_server(settings, name)
 
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}

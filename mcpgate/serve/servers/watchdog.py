@@ -21,11 +21,11 @@ from typing import Generic
 
 import gevent
 
-from mcpgate.child import ChildProcess
+from mcpgate.child.limits import ChildLimits, cpu_limit, limit_reason, processes_limit, timeout_limit
+from mcpgate.child.process import ChildProcess
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response, id_key
 from mcpgate.core.routing import Route, Router, S
-from mcpgate.limits import ChildLimits, cpu_limit, limit_reason, processes_limit, timeout_limit
 
 log = logging.getLogger("mcpgate.watchdog")
 

@@ -18,10 +18,11 @@ from mcpgate.core import jsonrpc, versions, wire
 from mcpgate.core.jsonrpc import Invalid, Request
 from mcpgate.core.routing import DuplicateRequestId
 from mcpgate.core.sse import encode_event
-from mcpgate.serve import auth, checks, streamable
-from mcpgate.serve.gateway import Gateway
-from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal
-from mcpgate.serve.session import Session, Stream
+from mcpgate.serve.front import auth, checks
+from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.serve.servers.server import PublishedServer
+from mcpgate.serve.sessions import streamable
+from mcpgate.serve.sessions.session import Session, Stream
 
 log = logging.getLogger("mcpgate.legacy_sse")
 
@@ -29,7 +30,7 @@ SESSION_PARAM = wire.SESSION_PARAM
 ENDPOINT_EVENT = "endpoint"
 
 
-def open_stream(gw: Gateway, request: HttpRequest) -> HttpResponse:
+def open_stream(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     """GET on the SSE path: a new session, its child started, its event stream as the reply."""
     if request.method != "GET":
         raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET"})
@@ -58,7 +59,7 @@ def endpoint_url(script_name: str, messages_path: str, session_id: str) -> str:
     return f"{script_name.rstrip('/')}{messages_path}?{SESSION_PARAM}={quote(session_id, safe='')}"
 
 
-def event_stream(gw: Gateway, session: Session, stream: Stream, url: str) -> Iterator[bytes]:
+def event_stream(gw: PublishedServer, session: Session, stream: Stream, url: str) -> Iterator[bytes]:
     """The `endpoint` event, then the session's stream as the Streamable GET stream sends it (message events,
     keepalive comments); closing it, for whatever reason, ends the session."""
     try:
@@ -68,7 +69,7 @@ def event_stream(gw: Gateway, session: Session, stream: Stream, url: str) -> Ite
         session.end("the client closed its HTTP+SSE stream")
 
 
-def post_message(gw: Gateway, request: HttpRequest) -> HttpResponse:
+def post_message(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     """POST on the messages path: the message goes to the session's child; 202, the reply comes on the stream."""
     if request.method != "POST":
         raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "POST"})
@@ -90,7 +91,7 @@ def post_message(gw: Gateway, request: HttpRequest) -> HttpResponse:
     return HttpResponse(202)
 
 
-def find_session(gw: Gateway, request: HttpRequest) -> tuple[Session, Stream]:
+def find_session(gw: PublishedServer, request: HttpRequest) -> tuple[Session, Stream]:
     """The session the query names and its open event stream (a Refusal when there is none)."""
     values = parse_qs(request.environ.get("QUERY_STRING", "")).get(SESSION_PARAM, [])
     if len(values) != 1:

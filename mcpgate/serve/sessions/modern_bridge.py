@@ -11,7 +11,7 @@ the client under the client's id. A client's notifications/cancelled reaches the
 knows the request by, and the input requests still open for it are cancelled toward the client.
 
 resources/subscribe, resources/unsubscribe and the list-changed notifications are carried by one
-subscriptions/listen on the child (serve/modern_listen.py).
+subscriptions/listen on the child (serve/sessions/modern_listen.py).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from mcpgate import __version__
 from mcpgate.core import jsonrpc, modern, modern_client, mrtr, versions
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
-from mcpgate.serve import era_probe
-from mcpgate.serve.modern_listen import Listens
+from mcpgate.serve.modern import era_probe
+from mcpgate.serve.sessions.modern_listen import Listens
 
 if TYPE_CHECKING:
-    from mcpgate.serve.session import Session
+    from mcpgate.serve.sessions.session import Session
 
 log = logging.getLogger("mcpgate.session")
 

@@ -1,4 +1,4 @@
-"""A 2025 session's change notifications from a 2026-07-28-only child (serve/modern_bridge.py's part of it).
+"""A 2025 session's change notifications from a 2026-07-28-only child (serve/sessions/modern_bridge.py's part of it).
 
 The session is sent list_changed for every list the child's DiscoverResult declares and resources/updated for
 the URIs it subscribed to. For that the bridge keeps ONE subscriptions/listen open on the child, opened once the

@@ -14,7 +14,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from mcpgate.child import ChildProcess, OnMessage
+from mcpgate.child.limits import ChildLimits, ended_message
+from mcpgate.child.process import ChildProcess, OnMessage
+from mcpgate.child.spawn import ChildUser
 from mcpgate.core import jsonrpc, modern, replay, session_ids
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.jsonrpc import Notification, Request, Response
@@ -22,15 +24,14 @@ from mcpgate.core.replay import CannotResume, ReplayLog
 from mcpgate.core.routing import BUFFER, DROP, PROGRESS, Router
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.core.versions import initialize_version
-from mcpgate.limits import ChildLimits, ended_message
-from mcpgate.serve import era_probe, watchdog
-from mcpgate.serve.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
-from mcpgate.serve.stream import END as END
-from mcpgate.serve.stream import Delivery as Delivery
-from mcpgate.serve.stream import End as End
-from mcpgate.serve.stream import Stream as Stream
-from mcpgate.serve.stream import StreamLimits
-from mcpgate.spawn import ChildUser
+from mcpgate.serve.modern import era_probe
+from mcpgate.serve.servers import watchdog
+from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
+from mcpgate.serve.sessions.stream import END as END
+from mcpgate.serve.sessions.stream import Delivery as Delivery
+from mcpgate.serve.sessions.stream import End as End
+from mcpgate.serve.sessions.stream import Stream as Stream
+from mcpgate.serve.sessions.stream import StreamLimits
 
 log = logging.getLogger("mcpgate.session")
 
@@ -49,7 +50,7 @@ class ChildSpec:
     term_timeout: float
     watch: Callable[[ChildProcess], None] | None = None  # told of each child once it has ended (metrics)
     label_prefix: str = ""  # a named server's "<name>/": its sessions' and pooled children's labels start with it
-    limits: ChildLimits | None = None  # set in each spawned child (mcpgate/limits.py); None: none
+    limits: ChildLimits | None = None  # set in each spawned child (mcpgate/child/limits.py); None: none
     user: ChildUser | None = None  # who the children run as (MCPGATE_CHILD_USER); None: the gateway's user
 
     def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
@@ -116,7 +117,7 @@ class Session:
         self._init_key: jsonrpc.IdKey | None = None
         self._on_end = on_end
         self._clock = clock
-        self.tools: ToolFilter | None = None  # the server's tool lists (serve/streamable.py sets it)
+        self.tools: ToolFilter | None = None  # the server's tool lists (serve/sessions/streamable.py sets it)
         self._tool_lists: set[jsonrpc.IdKey] = set()  # tools/list requests in flight, while there is a filter
         # A child that speaks only 2026-07-28 (remembered for its command, or found when it refuses initialize)
         # is spoken to through the bridge; `verdict` names the command (serve/pooled_child.verdict_key).

@@ -1,6 +1,6 @@
 """The Streamable HTTP endpoint (2025-03-26, 2025-06-18, 2025-11-25): POST, GET and DELETE.
 
-Each refusal is raised as a Refusal where it is decided; the app's Endpoint (serve/app.py), in front of
+Each refusal is raised as a Refusal where it is decided; the app's Endpoint (serve/front/app.py), in front of
 every path, turns it into the HTTP error once, so the handlers below read as the path of a request that
 is served.
 """
@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from mcpgate.child.spawn import ChildSpawnError
 from mcpgate.core import jsonrpc, modern, versions, wire
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
@@ -19,11 +20,11 @@ from mcpgate.core.routing import DuplicateRequestId
 from mcpgate.core.sessions import SessionLimitReached
 from mcpgate.core.sse import encode_comment, encode_event, encode_priming
 from mcpgate.core.tool_filter import ToolFilter
-from mcpgate.serve import auth, checks, stateless
-from mcpgate.serve.gateway import Gateway
-from mcpgate.serve.http import MESSAGE, HttpRequest, HttpResponse, Refusal, json_response
-from mcpgate.serve.session import END, Delivery, Session, Stream
-from mcpgate.spawn import ChildSpawnError
+from mcpgate.serve.front import auth, checks
+from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.modern import stateless
+from mcpgate.serve.servers.server import PublishedServer
+from mcpgate.serve.sessions.session import END, Delivery, Session, Stream
 
 log = logging.getLogger("mcpgate.http")
 
@@ -32,7 +33,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "
 CANNOT_START = "Cannot start the MCP server; the gateway log has the details"
 
 
-def handle(gw: Gateway, request: HttpRequest) -> HttpResponse:
+def handle(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     """The MCP endpoint: the method's reply (a Refusal raised on the way is the caller's to answer)."""
     if request.method == "POST":
         return post(gw, request)
@@ -45,7 +46,7 @@ def handle(gw: Gateway, request: HttpRequest) -> HttpResponse:
     raise Refusal(405, jsonrpc.INVALID_REQUEST, "Method Not Allowed", headers={"Allow": "GET, POST, DELETE"})
 
 
-def find_session(gw: Gateway, request: HttpRequest) -> Session:
+def find_session(gw: PublishedServer, request: HttpRequest) -> Session:
     """The request's session (a Refusal when there is none or the version header does not match it)."""
     session_id = request.header(wire.SESSION_ID)
     if session_id is None:
@@ -59,7 +60,7 @@ def find_session(gw: Gateway, request: HttpRequest) -> Session:
     return session
 
 
-def post(gw: Gateway, request: HttpRequest) -> HttpResponse:
+def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     checks.require_post_accept(request.header("Accept"))
     checks.require_json_content(request.header("Content-Type"))
     message = request.environ[MESSAGE] = jsonrpc.parse(read_body(request, gw.settings.max_body_bytes))
@@ -120,7 +121,7 @@ def refuse_initialize(message: Request) -> None:
     )
 
 
-def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpResponse:
+def initialize(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpResponse:
     if request.header(wire.SESSION_ID) is not None:
         raise Refusal(
             400,
@@ -135,7 +136,7 @@ def initialize(gw: Gateway, request: HttpRequest, message: Request) -> HttpRespo
     return exchange(gw, open_session(gw, request, message.id), [message], new_session=True)
 
 
-def open_session(gw: Gateway, request: HttpRequest, request_id: jsonrpc.Id | None) -> Session:
+def open_session(gw: PublishedServer, request: HttpRequest, request_id: jsonrpc.Id | None) -> Session:
     try:
         session = gw.open_session(auth.principal(request.environ))
     except SessionLimitReached as exc:
@@ -149,7 +150,7 @@ def open_session(gw: Gateway, request: HttpRequest, request_id: jsonrpc.Id | Non
     return session
 
 
-def exchange(gw: Gateway, session: Session, items: list[Any], new_session: bool = False) -> HttpResponse:
+def exchange(gw: PublishedServer, session: Session, items: list[Any], new_session: bool = False) -> HttpResponse:
     """Forward a POST's messages to the child; reply 202, JSON or SSE."""
     requests = [item for item in items if isinstance(item, Request)]
     early: list[bytes] = []  # answers the gateway gives itself (invalid batch members)
@@ -194,7 +195,7 @@ def answered_hidden(session: Session, tools: ToolFilter, item: Request) -> bool:
 
 
 def reply(
-    gw: Gateway,
+    gw: PublishedServer,
     session: Session,
     stream: Stream,
     early: list[bytes],
@@ -225,7 +226,7 @@ def reply(
 
 
 def sse_reply(
-    gw: Gateway, session: Session, stream: Stream, headers: dict[str, str], new_session: bool
+    gw: PublishedServer, session: Session, stream: Stream, headers: dict[str, str], new_session: bool
 ) -> HttpResponse:
     if versions.resumable_streams(session.version):
         session.make_resumable(stream)
@@ -234,7 +235,7 @@ def sse_reply(
 
 
 def sse_events(
-    gw: Gateway,
+    gw: PublishedServer,
     session: Session,
     stream: Stream,
     reader: int,
@@ -281,7 +282,7 @@ def check_initialized(session: Session) -> None:
         session.end("initialize did not succeed")
 
 
-def get(gw: Gateway, request: HttpRequest) -> HttpResponse:
+def get(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     checks.require_get_accept(request.header("Accept"))
     session = find_session(gw, request)
     last_event_id = request.header(wire.LAST_EVENT_ID)
@@ -295,12 +296,12 @@ def get(gw: Gateway, request: HttpRequest) -> HttpResponse:
     return HttpResponse(200, get_stream(gw, session, stream), "text/event-stream", SSE_HEADERS)
 
 
-def get_stream(gw: Gateway, session: Session, stream: Stream) -> Iterator[bytes]:
+def get_stream(gw: PublishedServer, session: Session, stream: Stream) -> Iterator[bytes]:
     """The session's GET stream: its messages as SSE events, keepalive comments between them."""
     return sse_events(gw, session, stream, stream.reader, [], answers=False)
 
 
-def resume(gw: Gateway, session: Session, last_event_id: str) -> HttpResponse:
+def resume(gw: PublishedServer, session: Session, last_event_id: str) -> HttpResponse:
     """A GET with Last-Event-ID: what the named stream sent after that event, then its live messages."""
     resumed = session.resume(last_event_id)
     if isinstance(resumed, CannotResume):
@@ -314,7 +315,7 @@ def resume(gw: Gateway, session: Session, last_event_id: str) -> HttpResponse:
     return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
 
 
-def delete(gw: Gateway, request: HttpRequest) -> HttpResponse:
+def delete(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     session = find_session(gw, request)
     session.end("the client ended the session")
     return HttpResponse(204)

@@ -1,0 +1,2 @@
+"""The child process: its supervisor on gevent (process.py), pipes, how it is spawned (spawn.py), its
+resource limits (limits.py), the boundary it must not cross (boundary.py) and no orphans (orphans.py)."""
