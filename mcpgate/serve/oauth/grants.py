@@ -12,14 +12,18 @@ with rotation.
   produced (storage.claim_code).
 - Each refresh spends its refresh token and issues a new one in the same family; a spent one presented again
   revokes the family, its refresh and access tokens (storage.claim_refresh).
+
+What the grants ask of the authorization server they are registered with is `GrantServer` (server.EmbeddedServer
+is one): its storage, the targets now, and a token maker per resource.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from authlib.oauth2.rfc6749 import InvalidGrantError, InvalidRequestError, OAuth2Error, OAuth2Request, grants
 from authlib.oauth2.rfc7636 import CodeChallenge
@@ -27,10 +31,7 @@ from authlib.oauth2.rfc7636 import CodeChallenge
 from mcpgate.config.settings import Settings
 from mcpgate.serve.oauth.identity import canonical_resource
 from mcpgate.serve.oauth.models import AUTH_METHODS, AuthorizationCode, Client, RefreshToken, User
-from mcpgate.serve.oauth.storage import CodeRecord
-
-if TYPE_CHECKING:
-    from mcpgate.serve.oauth.server import EmbeddedServer
+from mcpgate.serve.oauth.storage import CodeRecord, Storage
 
 CODE_TTL_S = 120.0
 CODE_BYTES = 32
@@ -54,6 +55,17 @@ class Targets:
     @classmethod
     def single(cls, settings: Settings) -> Targets:
         return cls((settings.resource_url,), settings.resource_url, tuple(settings.oauth_scopes))
+
+
+class GrantServer(Protocol):
+    """The authorization server as the grants see it (Authlib sets a grant's `server` when it runs one)."""
+
+    storage: Storage
+    targets: Callable[[], Targets]  # asked at each request: a reload of MCPGATE_CONFIG changes them
+
+    def tokens_for(self, resource: str) -> Callable[..., dict[str, Any]]:
+        """The token maker (Authlib's generator signature) for tokens whose aud is `resource`."""
+        ...
 
 
 def check_resource(request: OAuth2Request, targets: Targets, bound: str | None = None) -> str:
@@ -94,7 +106,7 @@ class ResourceBound:
     """A grant whose tokens' aud is its resource (the `resource` attribute its validation sets)."""
 
     resource: str
-    server: EmbeddedServer
+    server: GrantServer
     request: OAuth2Request
     GRANT_TYPE: str
 
@@ -134,7 +146,7 @@ class S256Only(CodeChallenge):  # type: ignore[misc]
 
 class AuthorizationCodeGrant(ResourceBound, grants.AuthorizationCodeGrant):  # type: ignore[misc]
     TOKEN_ENDPOINT_AUTH_METHODS = list(AUTH_METHODS)  # noqa: RUF012 - Authlib's class attribute
-    server: EmbeddedServer
+    server: GrantServer
 
     def validate_authorization_request(self) -> str:
         redirect_uri: str = super().validate_authorization_request()
@@ -185,7 +197,7 @@ class AuthorizationCodeGrant(ResourceBound, grants.AuthorizationCodeGrant):  # t
 class RefreshTokenGrant(ResourceBound, grants.RefreshTokenGrant):  # type: ignore[misc]
     TOKEN_ENDPOINT_AUTH_METHODS = list(AUTH_METHODS)  # noqa: RUF012 - Authlib's class attribute
     INCLUDE_NEW_REFRESH_TOKEN = True
-    server: EmbeddedServer
+    server: GrantServer
 
     def authenticate_refresh_token(self, refresh_token: str) -> RefreshToken | None:
         storage = self.server.storage
