@@ -3,7 +3,7 @@
 One greenlet per pipe (stdout reader, stdin writer, stderr reader) plus one that
 waits for the exit. The child runs in its own process group; shutdown is a
 ladder (close stdin, SIGTERM, SIGKILL) aimed at the whole group. Writes never
-block the caller: they go to a bounded queue that the writer drains.
+block the caller: they go to a bounded queue that the writer drains (child/stdin.py).
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ import logging
 import os
 import shlex
 import signal
-from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
 import gevent
 import gevent.event
 import gevent.subprocess
-from gevent.hub import get_hub
 
 from mcpgate.child.limits import (
     ChildLimits,
@@ -32,6 +30,7 @@ from mcpgate.child.limits import (
 )
 from mcpgate.child.pipes import close_quietly, describe_exit, read_chunks
 from mcpgate.child.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resolve_executable, run_as
+from mcpgate.child.stdin import StdinWriter
 from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
@@ -40,12 +39,10 @@ __all__ = ["ChildProcess"]
 
 OnMessage = Callable[[Request | Notification | Response], None]
 
-_MAX_IOV = 512  # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
 _STDERR_LINE_CAP = 64 * 1024
 _LOG_TEXT = 1000  # stderr characters per log line
 _LOG_BODY = 200  # body bytes in DEBUG / WARNING lines
 _KILL_GRACE = 5.0  # wait after SIGKILL; the kernel needs no longer
-_NEWLINE = b"\n"
 WRITE_QUEUE_FULL = "write queue full"  # the close reason of a child whose stdin queue overflowed
 _PIPE_GONE = ("stdin closed by child", "stdout closed by child", "stdin write failed")  # close() reasons of a pipe
 # Added to the reason of a child that ended, not asked to, before its first message: most often a variable it
@@ -103,10 +100,7 @@ class ChildProcess:
         self._discard = False  # stop delivering stdout (after junk / oversized line)
         self._junk = 0
         self._spoke = False  # it sent a message (its start went through)
-        self._queue: deque[bytes | memoryview] = deque()
-        self._writing = False  # a writer greenlet is draining the queue
-        self._stdin_fd = -1
-        self._queued = 0  # bytes accepted by send() and not yet written
+        self._stdin = StdinWriter(lambda why: self.close(why, cause="crash"), lambda: self._closing)
         self._exited = gevent.event.Event()
         self._done = gevent.event.Event()
         self._greenlets: dict[str, gevent.Greenlet] = {}
@@ -155,7 +149,7 @@ class ChildProcess:
         self._log.info("child[%s] started pid=%s: %s", self.label, self.pid, executable)
         self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.argv))
         self._greenlets["stdout"] = gevent.spawn(self._read_stdout, proc.stdout.fileno())
-        self._stdin_fd = proc.stdin.fileno()
+        self._stdin.fd = proc.stdin.fileno()
         if proc.stderr is not None:
             self._greenlets["stderr"] = gevent.spawn(self._read_stderr, proc.stderr.fileno())
         proc.rawlink(lambda _proc: gevent.spawn(self._supervise))  # no greenlet waits while the child runs
@@ -176,36 +170,14 @@ class ChildProcess:
         """Queue one encoded message (no trailing newline); never blocks. False if refused."""
         if self._closing or self._proc is None:
             return False
-        size = len(data) + 1
-        if self._queued + size > self.max_write_queue_bytes:
-            self._log.warning("child[%s] write queue full (%d bytes unwritten); closing", self.label, self._queued)
+        unwritten = self._stdin.queued
+        if unwritten + len(data) + 1 > self.max_write_queue_bytes:
+            self._log.warning("child[%s] write queue full (%d bytes unwritten); closing", self.label, unwritten)
             self.close(WRITE_QUEUE_FULL, cause="crash")
             return False
         if self._log.isEnabledFor(logging.DEBUG):
             self._log_message("->child", jsonrpc.parse(data), data)
-        if not self._queue and not self._writing:
-            return self._write_now(data, size)
-        self._queue.append(data)
-        self._queued += size
-        self._ensure_writer()
-        return True
-
-    def _write_now(self, data: bytes, size: int) -> bool:
-        """The fast path: nothing is pending, so write straight away; queue what the pipe did not take."""
-        try:
-            written = os.writev(self._stdin_fd, (data, _NEWLINE))
-        except BlockingIOError:
-            written = 0
-        except OSError as exc:
-            why = "stdin closed by child" if isinstance(exc, BrokenPipeError) else f"stdin write failed: {exc}"
-            self.close(why, cause="crash")
-            return False
-        if written < size:
-            rest = memoryview(data)[written:] if written < len(data) else b""
-            self._queue.append(rest)
-            self._queued += size - written
-            self._ensure_writer()
-        return True
+        return self._stdin.put(data)
 
     def close(self, reason: str, cause: str = "stopped") -> None:
         """Begin the shutdown ladder in a greenlet; idempotent, never blocks. `cause` becomes end_cause
@@ -234,7 +206,7 @@ class ChildProcess:
 
     def _shutdown(self) -> None:
         """The ladder: close stdin, wait, SIGTERM the group, wait, SIGKILL the group."""
-        writer = self._greenlets.get("stdin")
+        writer = self._stdin.greenlet
         if writer is not None:
             writer.kill(block=True, timeout=1.0)
         close_quietly(self._proc.stdin)
@@ -297,56 +269,11 @@ class ChildProcess:
         readers = [greenlets[name] for name in ("stdout", "stderr") if name in greenlets]
         if len(gevent.joinall(readers, timeout=self.close_timeout)) < len(readers):
             self._log.warning("child[%s] output pipe still open after exit (held by another process)", self.label)
-        pipes = [greenlets[name] for name in ("stdout", "stderr", "stdin") if name in greenlets]
-        gevent.killall(pipes, block=True, timeout=1.0)
+        writer = [self._stdin.greenlet] if self._stdin.greenlet is not None else []
+        gevent.killall(readers + writer, block=True, timeout=1.0)
         for stream in (proc.stdin, proc.stdout, proc.stderr, self._stderr_file):
             close_quietly(stream)
-        self._queue.clear()
-        self._queued = 0
-
-    # -- stdin ------------------------------------------------------------------------------------------------
-
-    def _ensure_writer(self) -> None:
-        """Start a writer greenlet for what the pipe could not take at once (at most one at a time)."""
-        if not self._writing:
-            self._writing = True
-            self._greenlets["stdin"] = gevent.spawn(self._drain_stdin)
-
-    def _drain_stdin(self) -> None:
-        """Write the queue out, waiting whenever the pipe is full; end when it is empty."""
-        fd, queue, hub = self._stdin_fd, self._queue, get_hub()
-        watcher = hub.loop.io(fd, 2)
-        try:
-            while queue and not self._closing:
-                buffers: list[Any] = []
-                for _ in range(min(len(queue), _MAX_IOV)):
-                    buffers.append(queue.popleft())
-                    buffers.append(_NEWLINE)
-                self._write_all(fd, buffers, hub, watcher)
-        except BrokenPipeError:
-            self.close("stdin closed by child", cause="crash")
-        except OSError as exc:
-            self.close(f"stdin write failed: {exc}", cause="crash")
-        finally:
-            watcher.close()
-            self._writing = False
-
-    def _write_all(self, fd: int, buffers: list[Any], hub: Any, watcher: Any) -> None:
-        """writev until everything is written, waiting for the pipe to drain when it is full."""
-        while buffers:
-            try:
-                written = os.writev(fd, buffers)
-            except BlockingIOError:
-                hub.wait(watcher)
-                continue
-            self._queued -= written
-            done = 0
-            while done < len(buffers) and written >= len(buffers[done]):
-                written -= len(buffers[done])
-                done += 1
-            del buffers[:done]
-            if written:
-                buffers[0] = memoryview(buffers[0])[written:]
+        self._stdin.clear()
 
     # -- stdout -----------------------------------------------------------------------------------------------
 

@@ -1,0 +1,109 @@
+"""A child's stdin: the queue between ChildProcess.send() and the pipe, and the greenlet that drains it.
+
+Contract: `put` never blocks. With nothing pending, a message is written at once (one writev of it and its
+newline) and only what the pipe did not take is queued; otherwise it is queued behind the rest, and one writer
+greenlet (never more than one at a time) drains the queue, waiting whenever the pipe is full. `queued` counts
+the bytes accepted and not yet written: the owner bounds it (ChildProcess refuses a message past its
+MCPGATE_WRITE_QUEUE_BYTES). A write that fails calls `on_failure` with the close reason ("stdin closed by
+child", or "stdin write failed: ...") and the writer ends; it also ends once `stopping()` is true.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+from gevent.hub import get_hub
+
+_MAX_IOV = 512  # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
+_NEWLINE = b"\n"
+_WRITABLE = 2  # libev's EV_WRITE
+
+
+class StdinWriter:
+    """The write side of one child's stdin pipe (its fd set once the child is spawned); see the module docstring."""
+
+    def __init__(self, on_failure: Callable[[str], None], stopping: Callable[[], bool]) -> None:
+        self.fd = -1
+        self.queued = 0  # bytes accepted by put() and not yet written
+        self.greenlet: gevent.Greenlet | None = None  # the latest writer (dead once the queue was drained)
+        self._queue: deque[bytes | memoryview] = deque()
+        self._writing = False  # a writer greenlet is draining the queue
+        self._on_failure, self._stopping = on_failure, stopping
+
+    def put(self, data: bytes) -> bool:
+        """Write one encoded message (no trailing newline) or queue it; False when the pipe failed."""
+        size = len(data) + 1
+        if not self._queue and not self._writing:
+            return self._write_now(data, size)
+        self._queue.append(data)
+        self.queued += size
+        self._ensure_writer()
+        return True
+
+    def clear(self) -> None:
+        """Forget what is queued (the child is gone)."""
+        self._queue.clear()
+        self.queued = 0
+
+    def _write_now(self, data: bytes, size: int) -> bool:
+        """The fast path: nothing is pending, so write straight away; queue what the pipe did not take."""
+        try:
+            written = os.writev(self.fd, (data, _NEWLINE))
+        except BlockingIOError:
+            written = 0
+        except OSError as exc:
+            why = "stdin closed by child" if isinstance(exc, BrokenPipeError) else f"stdin write failed: {exc}"
+            self._on_failure(why)
+            return False
+        if written < size:
+            rest = memoryview(data)[written:] if written < len(data) else b""
+            self._queue.append(rest)
+            self.queued += size - written
+            self._ensure_writer()
+        return True
+
+    def _ensure_writer(self) -> None:
+        """Start a writer greenlet for what the pipe could not take at once (at most one at a time)."""
+        if not self._writing:
+            self._writing = True
+            self.greenlet = gevent.spawn(self._drain)
+
+    def _drain(self) -> None:
+        """Write the queue out, waiting whenever the pipe is full; end when it is empty."""
+        fd, queue, hub = self.fd, self._queue, get_hub()
+        watcher = hub.loop.io(fd, _WRITABLE)
+        try:
+            while queue and not self._stopping():
+                buffers: list[Any] = []
+                for _ in range(min(len(queue), _MAX_IOV)):
+                    buffers.append(queue.popleft())
+                    buffers.append(_NEWLINE)
+                self._write_all(fd, buffers, hub, watcher)
+        except BrokenPipeError:
+            self._on_failure("stdin closed by child")
+        except OSError as exc:
+            self._on_failure(f"stdin write failed: {exc}")
+        finally:
+            watcher.close()
+            self._writing = False
+
+    def _write_all(self, fd: int, buffers: list[Any], hub: Any, watcher: Any) -> None:
+        """writev until everything is written, waiting for the pipe to drain when it is full."""
+        while buffers:
+            try:
+                written = os.writev(fd, buffers)
+            except BlockingIOError:
+                hub.wait(watcher)
+                continue
+            self.queued -= written
+            done = 0
+            while done < len(buffers) and written >= len(buffers[done]):
+                written -= len(buffers[done])
+                done += 1
+            del buffers[:done]
+            if written:
+                buffers[0] = memoryview(buffers[0])[written:]
