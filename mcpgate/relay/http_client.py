@@ -7,11 +7,8 @@ replay-safe; 429 and 503 honour Retry-After up to a cap. Bodies are read in raw
 chunks as they arrive (never line by line) and fed to the core's SseDecoder.
 
 The requests.Session owns the settings (headers, proxies, TLS verification,
-cookies) and the urllib3 connection pools. What requests works out per URL (the
-pool, the request target, the session's headers) is worked out once, with
-requests' own adapter methods, and kept in a Route; each exchange then goes
-straight to that pool's urlopen(), without requests' per-call preparation, which
-cost more CPU than the rest of a relayed call.
+cookies) and the urllib3 connection pools; each attempt goes straight to the pool
+requests would use for its URL (relay/http_routes.py).
 """
 
 from __future__ import annotations
@@ -21,18 +18,18 @@ import os
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Protocol
 
 import gevent
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
-from requests.cookies import extract_cookies_to_jar
-from requests.utils import check_header_validity
 
 from mcpgate.config.settings import RelaySettings
 from mcpgate.core.sse import Event, SseDecoder
 from mcpgate.relay import errors
+from mcpgate.relay.http_routes import HttpReply as HttpReply  # the transports name it from here
+from mcpgate.relay.http_routes import Routes
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -40,10 +37,7 @@ CHUNK_BYTES = 64 * 1024
 ERROR_BODY_BYTES = 4096
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
-MAX_ROUTES = 16
 POOL_SPARE = 8  # pooled connections beyond one per request in flight: the GET stream, DELETEs
-# Every failure surfaces at once (the retry policy is HttpClient.send's); redirects are not followed.
-NO_RETRIES = urllib3.Retry(total=False, redirect=False)
 MAX_RENEWALS = 3  # a request is sent again at most this often after a 401/403 renewed its token
 
 
@@ -90,36 +84,6 @@ class HttpOptions:
         )
 
 
-class HttpReply:
-    """An upstream reply up to its headers; `raw` is urllib3's response, its body not read yet."""
-
-    __slots__ = ("headers", "raw", "reason", "status_code")
-
-    def __init__(self, raw: urllib3.HTTPResponse) -> None:
-        self.raw = raw
-        self.status_code = raw.status
-        self.reason = raw.reason
-        self.headers = raw.headers  # case-insensitive
-
-    def close(self) -> None:
-        """Close the connection and give its slot back to the pool (as requests' Response.close does)."""
-        self.raw.close()
-        self.raw.release_conn()
-
-
-@dataclass(frozen=True)
-class Route:
-    """How requests would send to one URL, worked out once."""
-
-    pool: urllib3.HTTPConnectionPool  # with the session's TLS and proxy settings applied
-    target: str  # the path and query, or the whole URL through a plain-HTTP proxy
-    headers: dict[str, str]  # the session's headers, plus credentials from the URL's user info
-
-    @property
-    def usable(self) -> bool:
-        return self.pool.pool is not None  # None once closed (urllib3 1.x closes the pools it evicts)
-
-
 class HttpClient:
     """A requests.Session with the relay's headers, timeouts, pool and retry policy."""
 
@@ -143,7 +107,7 @@ class HttpClient:
         if options.bearer_token:
             self.session.headers["Authorization"] = f"Bearer {options.bearer_token}"
         self._timeout = urllib3.Timeout(connect=options.connect_timeout, read=options.read_timeout)
-        self._routes: dict[str, Route] = {}
+        self._routes = Routes(self.session, self.adapter)
         self.auth: Authorizer | None = None  # set when the relay may sign in (cli.py)
 
     @property
@@ -203,7 +167,7 @@ class HttpClient:
         for attempt in range(1, tries + 1):
             last = attempt >= tries
             try:
-                resp = self._exchange(method, url, headers, body, limits)
+                resp = self._routes.exchange(method, url, headers, body, limits)
             except errors.RelayError as exc:
                 if last or not exc.retryable or (exc.maybe_sent and not replay_safe):
                     raise
@@ -229,59 +193,6 @@ class HttpClient:
                     continue
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _exchange(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: urllib3.Timeout
-    ) -> HttpReply:
-        """One attempt, on the session's own urllib3 pool for the URL."""
-        with errors.mapped(url):
-            route = self._route(url)
-            raw = route.pool.urlopen(
-                method,
-                route.target,
-                body=body,
-                headers=self._headers(route, method, url, headers),
-                timeout=timeout,
-                retries=NO_RETRIES,
-                redirect=False,
-                assert_same_host=False,
-                preload_content=False,
-                decode_content=False,
-            )
-        if "Set-Cookie" in raw.headers:
-            extract_cookies_to_jar(self.session.cookies, requests.Request(method, url).prepare(), raw)
-        return HttpReply(cast(urllib3.HTTPResponse, raw))  # what an HTTPConnectionPool returns
-
-    def _route(self, url: str) -> Route:
-        route = self._routes.get(url)
-        if route is None or not route.usable:
-            if len(self._routes) >= MAX_ROUTES:
-                self._routes.clear()
-            route = self._routes[url] = self._resolve(url)
-        return route
-
-    def _resolve(self, url: str) -> Route:
-        """What requests' Session.send and HTTPAdapter.send work out for a URL, by their own methods."""
-        session, adapter = self.session, self.adapter
-        prepared = session.prepare_request(requests.Request("GET", url))
-        pool = adapter.get_connection_with_tls_context(prepared, session.verify, session.proxies, session.cert)
-        adapter.cert_verify(pool, prepared.url or url, session.verify, session.cert)
-        # Cookies change between calls: _headers adds them when there are any.
-        headers = {name: _text(value) for name, value in prepared.headers.items() if name.lower() != "cookie"}
-        return Route(pool, adapter.request_url(prepared, session.proxies), headers)
-
-    def _headers(self, route: Route, method: str, url: str, headers: Mapping[str, str]) -> dict[str, str]:
-        """The route's headers with the call's on top (names compare case-insensitively) and any cookies."""
-        for header in headers.items():
-            check_header_validity(header)
-        names = {name.lower() for name in headers}
-        merged = {name: value for name, value in route.headers.items() if name.lower() not in names}
-        merged.update(headers)
-        if self.session.cookies:  # only once the upstream has set one
-            cookie = self.session.prepare_request(requests.Request(method, url)).headers.get("Cookie")
-            if cookie:
-                merged["Cookie"] = _text(cookie)
-        return merged
 
     def backoff(self, attempt: int) -> float:
         """Exponential backoff for the attempt-th retry (1-based), jittered over its upper half."""
@@ -383,7 +294,6 @@ class HttpClient:
         return SseDecoder(max_event_bytes=self.options.max_message_bytes)
 
     def close(self) -> None:
-        # urllib3 2.x closes a dropped pool's idle connections when the pool is collected: let go of it.
         self._routes.clear()
         self.session.close()
 
@@ -403,11 +313,6 @@ def reconnect_delay(failures: int, retry_ms: int | None) -> float:
     if failures == 0:
         return base
     return _jitter(min(RECONNECT_CAP, max(base, RECONNECT_BASE) * 2.0 ** min(failures, 16)))
-
-
-def _text(value: str | bytes) -> str:
-    """A header value requests holds, as text (requests accepts bytes values too)."""
-    return value if isinstance(value, str) else value.decode("latin-1")
 
 
 def _jitter(ceiling: float) -> float:
