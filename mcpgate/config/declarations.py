@@ -3,7 +3,8 @@ or command-line flag, one-line doc and validator (gunicorn's `Setting` declares 
 
 From the declarations come the values (`load`: the environment, checked, one message naming the variable;
 `unknown_variables`: what looks like a setting and is none), the relay's argument parser (`add_arguments`) and
-the README's tables (`markdown_table`). The settings themselves are declared in mcpgate.config.settings.
+the README's tables (`markdown_table`). The settings themselves are declared in the area modules
+mcpgate.config.*_settings and assembled in mcpgate.config.settings.
 """
 
 from __future__ import annotations
