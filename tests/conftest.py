@@ -1,5 +1,6 @@
-"""Shared fixtures (a real gunicorn with the gevent worker on a free loopback port, an OpenID issuer), the `npm`
-marker, and the tail of every gunicorn log a failing test ran beside, added to its report."""
+"""Shared fixtures (a real gunicorn with the gevent worker on a free loopback port, an OpenID issuer), the
+markers (tests/markers.py: `gateway`, `fleet`, `slow` applied here by what a test runs), and the tail of every
+gunicorn log a failing test ran beside, added to its report."""
 
 from __future__ import annotations
 
@@ -8,16 +9,19 @@ from typing import Any
 
 import pytest
 
+from tests import fleet_support, markers, recipe_support, support
 from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway, serving
 
-NPM_MARKER = (
-    "npm: needs the npm registry or what it installed into tests/.peers (Node 22, the MCP conformance "
-    "suite, npm-published MCP servers run through node or npx); skip with -m 'not npm'"
-)
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", NPM_MARKER)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`gateway` on each test that reaches a gunicorn starter, `fleet` on each that reaches Redis or HAProxy."""
+    markers.apply(
+        items,
+        {
+            "gateway": (support.Gateway, support.gunicorn_refusal, recipe_support.fleet_recipe),
+            "fleet": (fleet_support.redis_server, fleet_support.haproxy, recipe_support.fleet_recipe),
+        },
+    )
 
 
 @pytest.hookimpl(wrapper=True)
