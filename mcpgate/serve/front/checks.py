@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from mcpgate.core.jsonrpc import INVALID_REQUEST
-from mcpgate.serve.front.http import Refusal
+from mcpgate.serve.front.http import HttpRequest, Refusal
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -65,3 +65,11 @@ def require_not_cross_site(fetch_site: str | None, origin: str | None, listed: C
 def require_json_content(header: str | None) -> None:
     if JSON not in media_types(header):
         raise Refusal(415, INVALID_REQUEST, f"Unsupported Media Type: the Content-Type must be {JSON}")
+
+
+def read_body(request: HttpRequest, limit: int) -> bytes:
+    """The request's body, refused (413) when it is larger than `limit` bytes."""
+    body = request.read_body(limit)
+    if body is None:
+        raise Refusal(413, INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
+    return body

@@ -63,6 +63,7 @@ class Stream:
         "_readers",
         "_ready",
         "_room",
+        "_woken",
         "closed",
         "ending",
         "expected",
@@ -89,6 +90,7 @@ class Stream:
         self._bytes = 0
         self._ready = gevent.event.Event()
         self._room = gevent.event.Event()
+        self._woken = False
 
     @property
     def unread(self) -> tuple[int, int]:
@@ -144,7 +146,7 @@ class Stream:
 
     def next(self, timeout: float | None, reader: int | None = None) -> Delivery | End | None:
         """The next message, END when the stream is ended (or `reader` is no longer its reader), or None
-        when `timeout` passes first."""
+        when `timeout` passes first or the reader is woken (`wake`)."""
         while True:
             if self.closed or (reader is not None and reader != self.reader):
                 return END
@@ -155,8 +157,11 @@ class Stream:
                 return item
             if self.ending:
                 return END
+            if self._woken:
+                self._woken = False
+                return None
             self._ready.clear()
-            if not self._ready.wait(timeout):
+            if not self._ready.wait(timeout) and not self._woken:
                 return None
 
     def record(self, item: Delivery) -> str | None:
@@ -172,6 +177,12 @@ class Stream:
         self.reader = self._readers
         self._ready.set()
         return self.reader
+
+    def wake(self) -> None:
+        """Have a reader waiting in `next` return None now, as if its wait ran out (never blocks): its reply
+        looks at its client (serve/front/reply.py)."""
+        self._woken = True
+        self._ready.set()
 
     def end(self) -> None:
         """Ask the stream's reader to finish once it has read what is pending (never blocks)."""

@@ -1,0 +1,221 @@
+"""The reply machine of the MCP endpoints: one request's reply, JSON or SSE, on all three transports.
+
+Streamable HTTP (serve/sessions/streamable.py), the HTTP+SSE transport (serve/sessions/legacy_sse.py) and the
+2026-07-28 stateless requests (serve/modern/stateless.py) reply through here. It owns:
+
+- the wait before switching: a reply is JSON when every response its stream is owed comes first, each within
+  MCPGATE_SSE_AFTER; anything else first (a progress notification, a request of the child's, the wait running
+  out) turns it into SSE, and what was taken goes back in front (`answer_or_switch`);
+- the count of responses still owed (`Stream.expected`): taken down as responses are answered, given back when
+  they are put back, and the SSE reply of a POST ends when it reaches zero;
+- the SSE reply itself (`events`): a priming event or a first comment, then the stream's events, keepalive
+  comments when it has been quiet for MCPGATE_KEEPALIVE;
+- one way to notice a departed client (`Client`): a read-readiness watcher on its socket (PeerWatch) that wakes
+  the reply as soon as the connection reads as ended, and the worker's probe, once a second, for what the
+  watcher cannot see (a TLS socket, a pipelined request waiting).
+"""
+
+from __future__ import annotations
+
+import _socket
+import enum
+import logging
+import ssl
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+from gevent.hub import get_hub
+
+from mcpgate.core.sse import encode_comment, encode_event
+from mcpgate.serve.front.context import context
+from mcpgate.serve.sessions.stream import END, Delivery, End, Stream
+
+log = logging.getLogger("mcpgate.http")
+
+SSE_HEADERS: Final = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
+TICK: Final = 1.0  # seconds between probes that the client is still there while a reply waits
+SOCKET: Final = "gunicorn.sock"  # the environ key of the client's connection (gunicorn's gevent handler sets it)
+KEEPALIVE: Final = encode_comment("keepalive")
+
+
+class Turn(enum.Enum):
+    """How a reply that is not JSON goes on."""
+
+    SSE = "sse"  # something else came first, or the wait ran out: the reply is an SSE stream
+    GONE = "gone"  # the client went away, or the stream ended, before its responses came
+
+
+class PeerWatch:
+    """Runs `on_gone` as soon as the client's connection reads as ended (its FIN or a reset): an I/O watcher on the
+    socket, not a periodic probe, and `on_gone` runs in the watcher's callback (it must not block), so a client
+    that closes its stream and at once sends another request has its call cancelled before that request is
+    read. Data waiting instead (a pipelined request) ends the watch: the probe covers that rare case. A TLS
+    socket is not watched (its bytes cannot be peeked)."""
+
+    __slots__ = ("_fd", "_on_gone", "_watcher")
+
+    def __init__(self, sock: Any, on_gone: Callable[[], None]) -> None:
+        self._on_gone, self._watcher = on_gone, None
+        fileno = getattr(sock, "fileno", None)
+        self._fd = fileno() if fileno is not None and not isinstance(sock, ssl.SSLSocket) else -1
+        if self._fd >= 0:
+            self._watcher = get_hub().loop.io(self._fd, 1)
+            self._watcher.start(self._readable)
+
+    def _readable(self) -> None:  # in the hub: a peek and `on_gone`, neither of which blocks
+        self.stop()
+        if not ended(self._fd):
+            return
+        try:
+            self._on_gone()
+        except Exception:
+            log.exception("acting on a client that has gone failed")
+
+    def stop(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+            watcher.close()
+
+
+def ended(fd: int) -> bool:
+    """Whether the connection on `fd` reads as ended, without waiting (data waiting: not ended)."""
+    raw = _socket.socket(fileno=fd)  # the fd's own socket object, detached below (never closed here)
+    try:
+        return raw.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+    finally:
+        raw.detach()
+
+
+class Client:
+    """The client's connection as a reply sees it: `gone()` says whether it has left (never blocks), `watch`
+    runs a callback as soon as it leaves (see PeerWatch)."""
+
+    __slots__ = ("_probe", "_sock", "_watch", "departed")
+
+    def __init__(self, sock: Any = None, probe: Callable[[], bool] | None = None) -> None:
+        self._sock, self._probe = sock, probe
+        self._watch: PeerWatch | None = None
+        self.departed = False
+
+    @classmethod
+    def of(cls, environ: dict[str, Any]) -> Client:
+        """The connection of the request `environ` describes (the worker's socket and probe, when there)."""
+        return cls(environ.get(SOCKET), context(environ).peer_gone)
+
+    def gone(self) -> bool:
+        if not self.departed and self._probe is not None and self._probe():
+            self.departed = True
+        return self.departed
+
+    def watch(self, on_gone: Callable[[], None]) -> None:
+        """Run `on_gone` (in the hub: it must not block) as soon as the connection reads as ended."""
+        self.stop()
+
+        def left() -> None:
+            self.departed = True
+            on_gone()
+
+        self._watch = PeerWatch(self._sock, left)
+
+    def stop(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
+
+
+def next_within(stream: Stream, within: float, client: Client | None) -> Delivery | End | Turn:
+    """The stream's next message, END, Turn.SSE when `within` passes first, Turn.GONE when the client leaves."""
+    deadline = time.monotonic() + within
+    while True:
+        left = deadline - time.monotonic()
+        item = stream.next(max(0.0, left) if client is None else max(0.0, min(TICK, left)))
+        if item is not None:
+            return item
+        if client is not None and client.gone():
+            return Turn.GONE
+        if left <= 0:
+            return Turn.SSE
+
+
+def answer_or_switch(
+    stream: Stream, within: float, client: Client | None = None, early: Iterable[Delivery] = ()
+) -> list[Delivery] | Turn:
+    """The responses the stream is owed, when each comes first and within `within` seconds (the reply is JSON,
+    `early` first: answers the gateway gave itself); otherwise what was taken goes back in front of the stream,
+    the owed count with it, and the Turn says how the reply goes on."""
+    collected = list(early)
+    while stream.expected > 0:
+        item = next_within(stream, within, client)
+        if isinstance(item, Delivery) and item.done:
+            collected.append(item)
+            stream.expected -= 1
+            continue
+        if isinstance(item, Delivery):
+            collected.append(item)
+        stream.expected += sum(1 for taken in collected if taken.done)
+        stream.requeue(collected)  # the SSE reply sends them first, with their event ids
+        return Turn.SSE if isinstance(item, Delivery) else Turn.GONE if item is END else item
+    return collected
+
+
+def events(
+    stream: Stream,
+    *,
+    keepalive: float,
+    client: Client | None,
+    reader: int | None = None,
+    opening: Iterable[bytes] = (),
+    answers: bool = True,
+    on_keepalive: Callable[[], None] | None = None,
+    on_gone: Callable[[], None] | None = None,
+    on_end: Callable[[], None] | None = None,
+) -> Iterator[bytes]:
+    """An SSE reply: `opening` (a priming event, a first comment, what a resume missed), then the stream's
+    messages as events until END, the client's leaving or (`answers`) the last response it is owed, keepalive
+    comments when it was quiet for `keepalive` seconds (`on_keepalive` runs once one is written). The client's
+    leaving wakes the reply at once, `on_gone` first (in the hub: it must not block); `on_end` runs however the
+    reply ends. `reader`: the stream's reader token (None: the stream has one reader)."""
+    if client is not None:
+        client.watch(stream.wake if on_gone is None else _both(on_gone, stream.wake))
+    try:
+        yield from opening
+        quiet_since = time.monotonic()
+        wait = keepalive if client is None else min(TICK, keepalive)
+        while not answers or stream.expected > 0:
+            item = stream.next(wait, reader)
+            if item is END:
+                return
+            if item is None:
+                if client is not None and client.gone():
+                    return
+                if time.monotonic() - quiet_since >= keepalive:
+                    yield KEEPALIVE
+                    quiet_since = time.monotonic()
+                    if on_keepalive is not None:
+                        on_keepalive()  # the write above succeeded: the client is still there
+                continue
+            yield encode_event(item.data, event_id=stream.record(item))
+            quiet_since = time.monotonic()
+            if answers and item.done:
+                stream.expected -= 1
+    finally:
+        if client is not None:
+            client.stop()
+        if on_end is not None:
+            on_end()
+
+
+def _both(first: Callable[[], None], then: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            first()
+        finally:
+            then()
+
+    return run

@@ -1,0 +1,63 @@
+"""What a 2025 session takes in, on either of its transports (Streamable HTTP, HTTP+SSE): the session a request
+opens, the messages a POST carries, and each of them on its way to the child.
+
+Refusals are raised where decided; a domain exception (a session limit, a command that cannot start, a request
+id in flight) is the endpoint's to answer (serve/errors.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mcpgate.core import jsonrpc, versions
+from mcpgate.core.jsonrpc import Batch, Message, Notification, Request
+from mcpgate.core.jsonrpc import Response as RpcResponse
+from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.serve.errors import BadRequest
+from mcpgate.serve.front import auth
+from mcpgate.serve.front.http import HttpRequest
+from mcpgate.serve.servers.server import PublishedServer
+from mcpgate.serve.sessions.session import Session
+
+log = logging.getLogger("mcpgate.http")
+
+
+def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
+    """A new session of the caller's principal, its child started (SessionLimitReached, ChildSpawnError)."""
+    session = gw.open_session(auth.principal(request.environ))
+    session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
+    return session
+
+
+def batch_items(session: Session, message: Message) -> list[Any]:
+    """The messages a POST carries: a batch's members (where the session's revision allows them), or itself."""
+    if not isinstance(message, Batch):
+        return [message]
+    if not versions.allows_batch(session.version):
+        raise BadRequest(f"Invalid Request: batches are not allowed in protocol revision {session.version}")
+    return message.items
+
+
+def forward(session: Session, item: Request | Notification | RpcResponse) -> None:
+    """One client message to the child (a hidden tool's call is answered here; a cancellation answers its POST)."""
+    if session.tools is not None and isinstance(item, Request) and answered_hidden(session, session.tools, item):
+        return
+    if isinstance(item, Notification) and item.method == "notifications/cancelled":
+        params = item.params if isinstance(item.params, dict) else {}
+        if jsonrpc.is_valid_id(params.get("requestId")):
+            session.cancel(params["requestId"])
+    if not session.send_message(item):
+        log.warning(
+            "session %s: could not forward a message to the child (%s)",
+            session.label,
+            session.ended or "child not accepting input",
+        )
+
+
+def answered_hidden(session: Session, tools: ToolFilter, item: Request) -> bool:
+    """A tools/call of a hidden tool is answered here as a server answers an unknown tool, never forwarded."""
+    hidden = tools.hidden_call(item)
+    if hidden is not None:
+        session.answer(item.id, tools.refusal(item.id, hidden))
+    return hidden is not None
