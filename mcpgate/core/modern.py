@@ -52,10 +52,18 @@ MODERN_METHODS = frozenset(
         "resources/read",
         "completion/complete",
         "subscriptions/listen",
+        "tasks/get",  # the tasks extension's (core/tasks.py); tasks/result and tasks/list are not part of it
+        "tasks/update",
+        "tasks/cancel",
     }
 )
 # Which body field Mcp-Name mirrors, per method.
-NAME_FIELD: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_FIELD: Mapping[str, str] = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    **dict.fromkeys(("tasks/get", "tasks/update", "tasks/cancel"), "taskId"),  # SEP-2663 routing headers
+}
 # The per-request _meta fields a legacy child does not know (progressToken and everything else stay).
 REQUEST_META_KEYS = frozenset(
     {wire.META_PROTOCOL_VERSION, wire.META_CLIENT_CAPABILITIES, wire.META_CLIENT_INFO, wire.META_LOG_LEVEL}

@@ -63,6 +63,12 @@ def is_created(result: object) -> bool:
     return isinstance(result, dict) and result.get("resultType") == TASK_RESULT and task_id(result) is not None
 
 
+def names_task(method: str, result: object) -> bool:
+    """Whether a child's result for `method` names a task the gateway rewrites: a CreateTaskResult answering
+    tools/call (the one request the extension lets a server answer with a task), or any task method's answer."""
+    return method in METHODS or (method == "tools/call" and is_created(result))
+
+
 def with_task_id(result: dict[str, Any], value: str) -> dict[str, Any]:
     """A copy of a Task-shaped result (CreateTaskResult, a tasks/get DetailedTask) naming the task `value`."""
     return {**result, "taskId": value}

@@ -223,6 +223,11 @@ LADDER: list[tuple[str, str, Any, dict[str, Any], tuple[int, int] | None]] = [
     ],
     ("conformance unknown/method", "unknown/method", with_meta(), {}, NOT_FOUND),
     ("a client-side method", "sampling/createMessage", with_meta(), {}, NOT_FOUND),
+    ("tasks/result is not the extension's", "tasks/result", with_meta(taskId="t"), {}, NOT_FOUND),
+    ("tasks/list is not the extension's", "tasks/list", with_meta(), {}, NOT_FOUND),
+    ("a task method names its task", "tasks/get", with_meta(taskId="t"), {}, OK),
+    ("Mcp-Name mirrors the taskId", "tasks/cancel", with_meta(taskId="t"), {wire.NAME: "u"}, MISMATCH),
+    ("a task method without Mcp-Name", "tasks/update", with_meta(taskId="t"), {wire.NAME: DROP}, MISMATCH),
     (
         "version before the method",
         "ping",
@@ -243,7 +248,7 @@ def test_ladder(method: str, params: Any, overrides: dict[str, Any], expected: t
 
 @pytest.mark.parametrize("method", sorted(modern.MODERN_METHODS))
 def test_every_modern_method_passes(method: str) -> None:
-    params = with_meta(name="n", uri="file:///n", arguments={})
+    params = with_meta(name="n", uri="file:///n", arguments={}, taskId="t")
     assert run(method, params, {}) is None
 
 

@@ -64,6 +64,21 @@ def test_is_created(result: object, expected: bool) -> None:
     assert tasks.is_created(result) is expected
 
 
+@pytest.mark.parametrize(
+    ("method", "result", "expected"),
+    [
+        ("tools/call", {"resultType": "task", "taskId": "t"}, True),
+        ("tools/call", {"resultType": "complete", "content": []}, False),
+        ("prompts/get", {"resultType": "task", "taskId": "t"}, False),  # not a request tasks may answer
+        ("tasks/get", {"taskId": "t", "status": "working"}, True),
+        ("tasks/cancel", {}, True),
+        ("tasks/update", {"resultType": "complete"}, True),
+    ],
+)
+def test_names_task(method: str, result: dict[str, Any], expected: bool) -> None:
+    assert tasks.names_task(method, result) is expected
+
+
 def test_with_task_id_copies() -> None:
     result = {"resultType": "task", "taskId": "child", "status": "working"}
     assert tasks.with_task_id(result, "wrapped") == {**result, "taskId": "wrapped"}

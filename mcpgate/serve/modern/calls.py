@@ -50,6 +50,7 @@ class Call:
     error_code: int | None = None  # the code of the child's error answer, when it was one
     sent: float = field(default_factory=time.monotonic)  # when it was made (MCPGATE_REQUEST_TIMEOUT)
     tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
+    task_id: str | None = None  # a task method's: the client's task id (modern/tasks.py), its answer's taskId
 
 
 def to_client(call: Call, message: Notification) -> bool:

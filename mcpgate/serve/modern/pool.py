@@ -25,13 +25,16 @@ import gevent.event
 from mcpgate.child.process import ChildProcess
 from mcpgate.child.spawn import ChildSpawnError
 from mcpgate.config.settings import Settings
-from mcpgate.core import jsonrpc, modern, mrtr, wire
+from mcpgate.core import jsonrpc, mrtr, wire
+from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
 from mcpgate.serve.front.http import Refusal
+from mcpgate.serve.modern import tool_notes
 from mcpgate.serve.modern.bridge import Bridge
 from mcpgate.serve.modern.child_state import ChildStates
 from mcpgate.serve.modern.listen import ListenHub
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild, mint
+from mcpgate.serve.modern.tasks import Tasks
 from mcpgate.serve.sessions.session import ChildSpec
 from mcpgate.serve.sessions.stream import StreamLimits
 
@@ -39,7 +42,6 @@ log = logging.getLogger("mcpgate.pool")
 
 CRASH_WINDOW = 60.0
 EVICT_AFTER = 1.0  # seconds a bridged call waits for a full pool before the oldest parked call is evicted
-TOOL_PAGES = 20  # tools/list pages read for the annotations
 
 
 class Group:
@@ -53,9 +55,8 @@ class Group:
         self.waiters: list[gevent.event.Event] = []
         self.hub: ListenHub | None = None
         self.hub_child: PooledChild | None = None
-        # tool name -> {argument: Mcp-Param header} from the tools' x-mcp-header annotations (None: not read yet)
-        self.tool_headers: dict[str, dict[str, str]] | None = None
-        self.tool_headers_at = 0.0
+        self.tools: tool_notes.ToolNotes | None = None  # what the children's tools/list says (None: not read yet)
+        self.tools_at = 0.0
         self.spares_coming = 0  # spares prewarm has scheduled that _spawn has not yet counted among the children
 
     def wake(self) -> None:
@@ -73,6 +74,7 @@ class Pool:
         self.groups: dict[str, Group] = {}
         self.bridge = Bridge(self, settings.input_ttl, clock)
         self.states = ChildStates(spec.label_prefix, settings.input_ttl, settings.max_body_bytes)
+        self.tasks = Tasks(spec.label_prefix, settings.task_hold, settings.pool_child_tasks, clock)
         self._reaper: gevent.Greenlet | None = None
         self._numbers = 0
         self._stopping: set[PooledChild] = set()  # stopped on purpose, not yet exited: still processes
@@ -144,7 +146,10 @@ class Pool:
             for other in self.groups.values()
             if other is not group
             for child in other.children
-            if child.ready.is_set() and not child.load and not self._listened(other, child)
+            if child.ready.is_set()
+            and not child.load
+            and not self._listened(other, child)
+            and not self.tasks.holding(child)
         ]
         if idle:
             _, other, child = min(idle, key=lambda entry: entry[0])
@@ -277,6 +282,7 @@ class Pool:
             group.crashes.append((self.clock(), reason))
             log.warning("pooled child %s ended: %s", child.label, reason)
         self.bridge.forget_child(child)
+        self.tasks.forget(child)
         if group.hub_child is child and group.hub is not None:
             group.hub.end_all(f"MCP server ended: {reason}", graceful=False)
             group.hub, group.hub_child = None, None
@@ -285,7 +291,10 @@ class Pool:
     # -- modern children's requestState: sealed for the principal, the retry back to the child that issued it ----
     def _wrap_state(self, child: PooledChild, call: Call, result: dict[str, Any]) -> dict[str, Any] | None:
         """The child's InputRequiredResult as the client gets it: its requestState in the gateway's envelope
-        (serve/modern/child_state.py); None when the state cannot be carried."""
+        (serve/modern/child_state.py), or a task's id in the tasks' (serve/modern/tasks.py); None when it cannot be
+        carried."""
+        if core_tasks.names_task(call.method, result):
+            return self.tasks.on_result(child, call, result)
         if "requestState" not in result:
             return result
         wrapped = self.states.wrap(call.principal, child.label, call.method, call.name, result["requestState"])
@@ -306,33 +315,10 @@ class Pool:
         name = params.get("name")
         group = self.group(principal)
         fresh_for = max(1.0, self.settings.cache_ttl_ms / 1000)  # as long as a client may cache tools/list
-        if group.tool_headers is None or self.clock() - group.tool_headers_at > fresh_for:
-            group.tool_headers = self._read_tool_headers(self.acquire(principal))
-            group.tool_headers_at = self.clock()
-        return group.tool_headers.get(name) if isinstance(name, str) else None
-
-    def _read_tool_headers(self, child: PooledChild) -> dict[str, dict[str, str]]:
-        found: dict[str, dict[str, str]] = {}
-        cursor: object = None
-        for _page in range(TOOL_PAGES):
-            params: dict[str, Any] = {"_meta": child.request_meta()} if child.modern else {}
-            if isinstance(cursor, str):
-                params["cursor"] = cursor
-            answer = child.ask("tools/list", params, self.settings.pool_wait)
-            result = answer.get("result") if answer is not None else None
-            if not isinstance(result, dict):
-                break
-            for tool in result.get("tools") or []:
-                if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                    headers = modern.tool_header_params(tool.get("inputSchema")) or {}
-                    # a header name with "_" never arrives (the worker drops such headers, as proxies do): unchecked
-                    checked = {arg: header for arg, header in headers.items() if "_" not in header}
-                    if checked:
-                        found[tool["name"]] = checked
-            cursor = result.get("nextCursor")
-            if not isinstance(cursor, str):
-                break
-        return found
+        if group.tools is None or self.clock() - group.tools_at > fresh_for:
+            group.tools = tool_notes.read(self.acquire(principal), self.settings.pool_wait)
+            group.tools_at = self.clock()
+        return group.tools.headers.get(name) if isinstance(name, str) else None
 
     # -- listen -------------------------------------------------------------------------------------------
     def hub(self, principal: str) -> ListenHub:
@@ -345,7 +331,7 @@ class Pool:
 
     def _on_listen_message(self, group: Group, child: PooledChild, message: Notification) -> bool:
         if message.method == "notifications/tools/list_changed":
-            group.tool_headers = None
+            group.tools = None
         # every child of the principal runs the same server: a legacy child's unsolicited list_changed or
         # resources/updated is news for the listeners whichever child sent it (the hub keeps a modern child's
         # listen frames to the one child it listens on)
@@ -368,8 +354,8 @@ class Pool:
         now = self.clock()
         for group in self.groups.values():
             for child in list(group.children):
-                if not child.ready.is_set() or child.load or self._listened(group, child):
-                    continue  # a child still starting is not idle
+                if not child.ready.is_set() or child.load or self._listened(group, child) or self.tasks.holding(child):
+                    continue  # a child still starting, or holding a task, is not idle
                 if now - child.last_used < self.settings.pool_idle_ttl:
                     continue
                 log.info("pooled child %s idle for longer than MCPGATE_POOL_IDLE_TTL", child.label)

@@ -21,7 +21,7 @@ import gevent.event
 
 from mcpgate import __version__
 from mcpgate.child.limits import ended_message
-from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core import jsonrpc, modern, mrtr, tasks, versions, wire
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.serve.modern import calls, era_probe
@@ -36,7 +36,7 @@ log = logging.getLogger("mcpgate.pool")
 
 # The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
 _STAMPED = (b'"resultType"', b'"_meta"', b'"ttlMs"', b'"cacheScope"')
-UNCARRIED = "Bad Gateway: the MCP server's requestState cannot be passed on (not a string, or too long)"
+UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
 _minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
 
 
@@ -268,15 +268,16 @@ class PooledChild:
         if call is None:
             log.debug("pooled child %s: dropped a late or unknown response", self.label)
             return
-        spliced = not message.is_error and (call.tools is None or not call.tools.may_hide(message.raw))
+        spliced = not message.is_error and call.method not in tasks.METHODS  # its answer names the task: rewritten
+        spliced = spliced and (call.tools is None or not call.tools.may_hide(message.raw))
         data = self._spliced(call, message) if spliced else None
         if data is not None:
             self._answered(call, data)
             return
         obj = message.full()
         result = obj.get("result")
-        if isinstance(result, dict) and mrtr.is_input_required(result):
-            result = self._on_input_required(self, call, result)  # its requestState sealed for the principal
+        if isinstance(result, dict) and (mrtr.is_input_required(result) or tasks.names_task(call.method, result)):
+            result = self._on_input_required(self, call, result)  # its requestState or task id sealed for the principal
             if result is None:
                 obj = jsonrpc.error_response(call.client_id, jsonrpc.INTERNAL_ERROR, UNCARRIED)
         if isinstance(result, dict):

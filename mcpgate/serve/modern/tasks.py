@@ -16,7 +16,9 @@ tasks/get, tasks/update and tasks/cancel (Mcp-Name mirrors params.taskId, checke
     directory, or a child that has ended: the task is lost (400 / -32602 saying so), at once;
   - else the request goes to that child under the child's own task id, whatever the load of the principal's other
     children, and the child's answer comes back with the client's token as its taskId.
-tasks/result and tasks/list are not part of the extension: -32601 (the ladder's method check).
+tasks/result and tasks/list are not part of the extension: -32601 (the ladder's method check). A legacy child has
+no tasks of the extension (the gateway does not bridge 2025-11-25 tasks): its tool marked taskSupport "required"
+is refused with -32021 for a client that did not declare the extension (refuse_untasked).
 
 A child holding tasks is not stopped as idle (nor to make room for another principal) until each task's hold has
 passed: its ttlMs from its creation, at most MCPGATE_TASK_HOLD; at most MCPGATE_POOL_CHILD_TASKS tasks per child are
@@ -42,16 +44,15 @@ from mcpgate.serve.cluster import instances
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern.bridge import where
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
+from mcpgate.serve.modern.tool_notes import ToolNotes
 
 if TYPE_CHECKING:
     from mcpgate.serve.modern.pool import Pool
 
 log = logging.getLogger("mcpgate.pool")
 
-MAX_TOKEN_CHARS = (
-    2048  # a wrapped task id travels in a header (Mcp-Name): a child's own id longer than ~1.9 KB is not carried
-)
-UNCARRIED = "Bad Gateway: the MCP server's task id cannot be passed on (not a string, or too long)"
+# A wrapped task id travels in a header (Mcp-Name): a child's own id longer than about 1.4 KB is not carried.
+MAX_TOKEN_CHARS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +76,6 @@ class Tasks:
         self.holds: dict[str, core_tasks.Holds] = {}  # by child label; a child's entry goes with it (forget)
 
     # -- from the child --------------------------------------------------------------------------------------
-    def concerns(self, call: Call, result: dict[str, Any]) -> bool:
-        """Whether a child's result is the tasks' to rewrite: a CreateTaskResult, or the answer to a task method."""
-        return call.task_id is not None or (call.method == "tools/call" and core_tasks.is_created(result))
-
     def on_result(self, child: PooledChild, call: Call, result: dict[str, Any]) -> dict[str, Any] | None:
         """The child's result as the client gets it (None: a task id that cannot be carried)."""
         result = self._capped(result)
@@ -87,7 +84,9 @@ class Tasks:
         own = core_tasks.task_id(result)
         assert own is not None  # concerns() checked it
         try:
-            token = self.sealer.seal(call.principal, carry(child.label, own), 0, binding=self._binding())
+            token = self.sealer.seal(
+                call.principal, carry(child.label, own), 0, binding=self._binding(), instance=self.instance
+            )
         except ValueError as exc:
             log.warning("pooled child %s: its task id cannot be carried: %s", child.label, exc)
             return None
@@ -176,6 +175,19 @@ def start(pool: Pool, principal: str, request: Request, new_call: Callable[..., 
     if not child.start_call(message, call):
         raise Refusal(502, jsonrpc.INTERNAL_ERROR, "Bad Gateway: the MCP server is not taking requests", request.id)
     return call
+
+
+def refuse_untasked(notes: ToolNotes | None, request: Request) -> None:
+    """A tools/call of a tool a legacy child runs only as a 2025-11-25 task (execution.taskSupport "required"),
+    from a client that did not declare the extension: 400 / -32021, as the extension answers a request that cannot
+    be served without a task. (The gateway does not bridge 2025-11-25 tasks: a client that declared the extension
+    gets the child's own answer, -32601 without the 2025-11-25 `task` parameter.)"""
+    params = request.params if isinstance(request.params, dict) else {}
+    name = params.get("name")
+    if notes is None or not isinstance(name, str) or name not in notes.task_required:
+        return
+    if not core_tasks.declares(modern.client_capabilities(request)):
+        raise refusal(core_tasks.missing_extension(f"tools/call of {name!r}"), request)
 
 
 def task_id_key(cluster_key: bytes) -> bytes:
