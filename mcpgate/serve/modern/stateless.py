@@ -4,47 +4,36 @@ The ladder (core/modern.validate) refuses what is malformed; server/discover and
 are answered by the gateway; every other request goes to a pooled child of the caller's principal
 under a minted id. The reply is JSON when the child answers first and within MCPGATE_SSE_AFTER, else
 an SSE stream scoped to the request (its progress and log messages, then the response). A stream the
-client closes is the request's cancellation: the child is told as soon as the connection reads as ended (a
-watcher on the socket, PeerWatch; the once-a-second probe is left for a connection with a pipelined request
-waiting), and what it sends later is dropped.
+client closes is the request's cancellation: the child is told as soon as the connection reads as ended (the
+reply machine's watch on the socket, serve/front/reply.py), and what it sends later is dropped.
 """
 
 from __future__ import annotations
 
-import _socket
 import dataclasses
 import logging
-import ssl
-import time
-from collections.abc import Callable, Iterator
 from typing import Any
-
-from gevent.hub import get_hub
 
 from mcpgate.core import jsonrpc, modern, mrtr, versions
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
-from mcpgate.core.sse import encode_comment, encode_event
 from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.serve.errors import ShuttingDown
 from mcpgate.serve.front import auth
-from mcpgate.serve.front.http import PEER_GONE, HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.front.reply import SSE_HEADERS, Client, Turn, answer_or_switch, events
 from mcpgate.serve.modern import tasks
 from mcpgate.serve.modern.listen import ListenHub
 from mcpgate.serve.modern.pool import Pool, new_call
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.servers.server import PublishedServer
-from mcpgate.serve.sessions.stream import END, Delivery, Stream
+from mcpgate.serve.sessions.stream import Stream
 
 log = logging.getLogger("mcpgate.http")
 
-SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
-TICK = 1.0  # seconds between checks that the client is still there while a reply waits
 # The HTTP status of a JSON reply carrying one of these errors (else 200).
 ERROR_STATUS = {jsonrpc.METHOD_NOT_FOUND: 404, modern.HEADER_MISMATCH: 400, modern.MISSING_CLIENT_CAPABILITY: 400}
 ERROR_STATUS[jsonrpc.UNSUPPORTED_PROTOCOL_VERSION] = 400
-
-PeerGone = Callable[[], bool] | None
-SOCKET = "gunicorn.sock"  # the environ key of the client's connection (gunicorn's gevent handler sets it)
 
 
 def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
@@ -76,17 +65,17 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
         refuse_on(modern.validate(message, request.header, param_headers=param_headers), request_id)
     if message.method == "tools/call":
         tasks.refuse_untasked(pool.group(principal).tools, message)  # a legacy child's task-only tool
-    peer_gone: PeerGone = request.environ.get(PEER_GONE)
+    client = Client.of(request.environ)
     if message.method == "server/discover":
         return discover(gw, pool.acquire(principal), message)
     if message.method == "subscriptions/listen":
-        return listen(gw, pool.hub(principal), message, peer_gone)
+        return listen(gw, pool.hub(principal), message, client)
     if message.method in core_tasks.METHODS:  # to the child holding the task, wherever it is (modern/tasks.py)
         call = tasks.start(pool, principal, message, new_call, Stream(pool.limits, expected=1))
-        return reply(gw, pool, call, peer_gone, request.environ.get(SOCKET))
+        return reply(gw, pool, call, client)
     listed = tools if message.method == "tools/list" else None
     call = start(pool, principal, message, listed, closing=gw.closing)
-    return reply(gw, pool, call, peer_gone, request.environ.get(SOCKET))
+    return reply(gw, pool, call, client)
 
 
 def is_retry(message: Request) -> bool:
@@ -97,9 +86,7 @@ def is_retry(message: Request) -> bool:
 
 
 def shutting_down(request_id: jsonrpc.Id | None) -> Refusal:
-    return Refusal(
-        503, jsonrpc.INTERNAL_ERROR, "The gateway is shutting down", request_id, headers={"Retry-After": "5"}
-    )
+    return ShuttingDown(request_id)
 
 
 def refuse_on(failure: modern.Failure | None, request_id: jsonrpc.Id | None) -> None:
@@ -170,112 +157,31 @@ def with_params(message: Request, params: dict[str, Any]) -> Request:
     return dataclasses.replace(message, params=params, obj={**message.obj, "params": params}, raw=None)
 
 
-def reply(gw: PublishedServer, pool: Pool, call: Call, peer_gone: PeerGone, sock: Any = None) -> HttpResponse:
-    """JSON when the child answers first and in time; otherwise SSE from the first other message. `sock`, the
-    client's connection, is watched all along: its close cancels the call at once."""
+def reply(gw: PublishedServer, pool: Pool, call: Call, client: Client) -> HttpResponse:
+    """JSON when the child answers first and in time; otherwise SSE from the first other message (the reply
+    machine's). The client's connection is watched all along: its close cancels the call at once."""
     stream = call.stream
-    watch = PeerWatch(sock, lambda: finish(pool, call, stream))
+    client.watch(lambda: finish(pool, call, stream))
 
     def done() -> None:
-        watch.stop()
+        client.stop()
         finish(pool, call, stream)
 
-    first = wait_first(stream, gw.settings.sse_after, peer_gone)
-    if first is None or first is END:  # the client went away (or the stream ended) before anything came
+    answers = answer_or_switch(stream, gw.settings.sse_after, client)
+    if answers is Turn.GONE:  # the client went away (or the stream ended) before anything came
         done()
         return HttpResponse(204)
-    if isinstance(first, Delivery) and first.done:
+    if isinstance(answers, list):
         done()
-        return json_response(first.data, ERROR_STATUS.get(call.error_code or 0, 200))
-    if isinstance(first, Delivery):
-        stream.requeue([first])
-    events = sse(gw, stream, peer_gone, done)
-    return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
-
-
-class PeerWatch:
-    """Runs `on_gone` as soon as the client's connection reads as ended (its FIN or a reset): an I/O watcher on the
-    socket, not a periodic probe, and `on_gone` runs in the watcher's callback (it must not block), so a client
-    that closes its stream and at once sends another request has its call cancelled before that request is
-    read. Data waiting instead (a pipelined request) ends the watch: the probe of wait_first and sse covers that
-    rare case. A TLS socket is not watched (its bytes cannot be peeked)."""
-
-    __slots__ = ("_fd", "_on_gone", "_watcher")
-
-    def __init__(self, sock: Any, on_gone: Callable[[], None]) -> None:
-        self._on_gone, self._watcher = on_gone, None
-        fileno = getattr(sock, "fileno", None)
-        self._fd = fileno() if fileno is not None and not isinstance(sock, ssl.SSLSocket) else -1
-        if self._fd >= 0:
-            self._watcher = get_hub().loop.io(self._fd, 1)
-            self._watcher.start(self._readable)
-
-    def _readable(self) -> None:  # in the hub: a peek and the cancellation, neither of which blocks
-        self.stop()
-        if not ended(self._fd):
-            return
-        try:
-            self._on_gone()
-        except Exception:
-            log.exception("cancelling a call whose client has gone failed")
-
-    def stop(self) -> None:
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.stop()
-            watcher.close()
-
-
-def ended(fd: int) -> bool:
-    """Whether the connection on `fd` reads as ended, without waiting (data waiting: not ended)."""
-    raw = _socket.socket(fileno=fd)  # the fd's own socket object, detached below (never closed here)
-    try:
-        return raw.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:  # reset
-        return True
-    finally:
-        raw.detach()
-
-
-def wait_first(stream: Stream, within: float, peer_gone: PeerGone) -> Delivery | object | None:
-    """The stream's first message; "sse" when `within` passes first; None when the client has gone."""
-    deadline = time.monotonic() + within
-    while True:
-        left = deadline - time.monotonic()
-        item = stream.next(max(0.0, min(TICK, left)))
-        if item is not None:
-            return item
-        if peer_gone is not None and peer_gone():
-            return None
-        if left <= 0:
-            return "sse"
-
-
-def sse(gw: PublishedServer, stream: Stream, peer_gone: PeerGone, on_end: Callable[[], None]) -> Iterator[bytes]:
-    """A stream's messages as SSE events until its response (or its end), keepalive comments between;
-    `on_end` runs however it ends (the client closing its connection included)."""
-    keepalive = gw.settings.keepalive
-    quiet_since = time.monotonic()
-    try:
-        while True:
-            item = stream.next(min(TICK, keepalive))
-            if item is END:
-                return
-            if item is None:
-                if peer_gone is not None and peer_gone():
-                    return
-                if time.monotonic() - quiet_since >= keepalive:
-                    quiet_since = time.monotonic()
-                    yield encode_comment("keepalive")
-                continue
-            quiet_since = time.monotonic()
-            yield encode_event(item.data)
-            if item.done:
-                return
-    finally:
-        on_end()
+        return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
+    sent = events(
+        stream,
+        keepalive=gw.settings.keepalive,
+        client=client,
+        on_gone=lambda: finish(pool, call, stream),
+        on_end=done,
+    )
+    return HttpResponse(200, sent, "text/event-stream", SSE_HEADERS)
 
 
 def finish(pool: Pool, call: Call, stream: Stream) -> None:
@@ -290,11 +196,12 @@ def finish(pool: Pool, call: Call, stream: Stream) -> None:
         pool.bridge.call_ended(call)
 
 
-def listen(gw: PublishedServer, hub: ListenHub, message: Request, peer_gone: PeerGone) -> HttpResponse:
+def listen(gw: PublishedServer, hub: ListenHub, message: Request, client: Client) -> HttpResponse:
     params = message.params if isinstance(message.params, dict) else {}
     wanted = params.get("notifications")
     opened = hub.open(message.id, wanted if isinstance(wanted, dict) else {})
     if isinstance(opened, modern.Failure):
         raise Refusal(opened.status, opened.code, opened.message, message.id, opened.data)
-    events = sse(gw, opened, peer_gone, lambda: hub.close(opened))
-    return HttpResponse(200, events, "text/event-stream", SSE_HEADERS)
+    opened.expected = 1  # its final response (the hub's, when the listen ends)
+    sent = events(opened, keepalive=gw.settings.keepalive, client=client, on_end=lambda: hub.close(opened))
+    return HttpResponse(200, sent, "text/event-stream", SSE_HEADERS)
