@@ -1,11 +1,13 @@
 """The parts of the relay's ModernHostBridge (relay/server_bridge.py) that hold no session: a host call in flight
-upstream, the gate that lets one call that may ask for input run alone, and message builders."""
+upstream (its MRTR continuation is a core/continuation.py machine; its timer is set here), the gate that lets one
+call that may ask for input run alone, and message builders."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -14,14 +16,17 @@ from typing import Any
 import gevent
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
+from gevent.pool import Group
 
 from mcpgate.core import jsonrpc
-from mcpgate.core.jsonrpc import Id, Notification, Request, Response
+from mcpgate.core.continuation import Continuation
+from mcpgate.core.jsonrpc import Id, Notification, Response
 from mcpgate.relay import errors
 
 log = logging.getLogger("mcpgate.relay")
 _minted = itertools.count(1)
 MAX_WAITING = 256  # progress notifications kept for a parked call's retry; past it the oldest are dropped
+Outcome = Response | errors.RelayError  # what the upstream's answer to a call came to
 
 
 def mint(kind: str = "") -> str:
@@ -36,25 +41,40 @@ class Call:
     method: str
     binding: str
     host_id: Id
-    capabilities: dict[str, Any]
+    machine: Continuation[Outcome]  # its MRTR continuation: the upstream's input requests, rounds, the held outcome
     log_level: object
     token: object  # the progress token of the host request the call answers now (a retry's may differ)
-    input_responses: dict[str, Any] | None
-    turn: AsyncResult = field(default_factory=AsyncResult)  # ("input", result) or ("done", Response | RelayError)
+    turn: AsyncResult = field(default_factory=AsyncResult)  # ("input", result) or ("done", Outcome)
     runner: Greenlet | None = None
     gated: bool = False
-    pending: dict[str, Request] = field(default_factory=dict)  # the upstream's input requests, by key
     continuation: str = field(default_factory=lambda: secrets.token_urlsafe(16))
-    round: int = 0
-    keys: int = 0
-    parked: bool = False
-    finished: bool = False
-    held: Response | errors.RelayError | None = None  # the outcome that came while parked
+    finished: bool = False  # over upstream (answered, failed or cancelled): its slot is free
     # the progress token sent upstream (the first request's), and the progress that came while parked
     sent_token: object = None
     waiting: deque[Notification] = field(default_factory=deque)
-    emitter: Greenlet | None = None
-    expiry: Greenlet | None = None
+    timer: Greenlet | None = None  # at the machine's deadline
+    armed: float | None = None  # that deadline
+
+    @property
+    def parked(self) -> bool:
+        """Its host request was answered input_required; the upstream may still work on it."""
+        return self.machine.parked
+
+
+def arm(call: Call, due: Callable[[Call], None], group: Group) -> bool:
+    """Set the call's timer (in `group`) at its machine's deadline, to run `due`: kept when set for it already,
+    none when the machine needs none. Whether a timer is set."""
+    deadline, timer = call.machine.deadline, call.timer
+    if deadline == call.armed and timer is not None:
+        return True
+    if timer is not None:
+        timer.kill(block=False)
+    call.armed, call.timer = deadline, None
+    if deadline is None:
+        return False
+    call.timer = gevent.spawn_later(max(0.0, deadline - time.monotonic()), due, call)
+    group.add(call.timer)
+    return True
 
 
 class Gate:

@@ -8,10 +8,10 @@ serverInfo from initialize). server/discover is answered from the InitializeResu
 The upstream's own input requests (elicitation/create, sampling/createMessage, roots/list) reach the bridge
 through the legacy transport's sink. They belong to the one *candidate* call: an MRTR call (tools/call,
 prompts/get, resources/read) whose host declared an input capability runs alone among the calls that could ask
-(others wait), so attribution never guesses. The host gets an InputRequiredResult (a requestState sealed for a
-fixed principal, bound to the call); its retry (a new id, inputResponses, the echoed state) answers upstream,
-and the original call's result is the retry's. Answers a new request carries ahead under a key are used at
-once. A call nobody resumes within `input_ttl` is cancelled upstream.
+(others wait), so attribution never guesses. What becomes of them is each call's core/continuation.py machine;
+this bridge performs its actions: the host gets an InputRequiredResult (a requestState sealed for a fixed
+principal, bound to the call); its retry (a new id, inputResponses, the echoed state) answers upstream, and the
+original call's result is the retry's. A call nobody resumes within `input_ttl` is cancelled upstream.
 
 subscriptions/listen is served from the session's notifications: list_changed as they come, resources/updated
 for the URIs asked (resources/subscribe upstream, counted across listens).
@@ -20,7 +20,7 @@ for the URIs asked (resources/subscribe upstream, counted across listens).
 from __future__ import annotations
 
 import logging
-from collections import deque
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,20 +31,17 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core import continuation, jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.relay import errors
-from mcpgate.relay.bridge_calls import Call, Gate, error, mint, response, resumed, route_progress
+from mcpgate.relay.bridge_calls import Call, Gate, Outcome, arm, error, mint, response, resumed, route_progress
 from mcpgate.relay.session_listens import SessionListens
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 
 log = logging.getLogger("mcpgate.relay")
 
 PRINCIPAL = "mcpgate-relay host"  # the one principal of a stdio relay: its requestState is bound to it
-GATHER = 0.05  # seconds to wait for more input requests of the same round
-MAX_PENDING = 16  # input requests one call may have pending; past it the upstream's next ones are refused
-WITHDRAW_GRACE = 1.0  # seconds an ended call's input requests are left for the upstream to withdraw
 GATE_WAIT = 300.0  # seconds a call that could ask for input waits for the candidate before it fails
 CACHE_TTL_MS = 0  # a legacy upstream gives no freshness hint: its results are not to be cached
 TICK = 1.0  # seconds between checks while a host request waits
@@ -53,7 +50,7 @@ TICK = 1.0  # seconds between checks while a host request waits
 class ModernHostBridge:
     def __init__(self, make_legacy: Callable[[Sink], Transport], sink: Sink, *, input_ttl: float = 120.0) -> None:
         self.sink = sink
-        self.input_ttl = input_ttl
+        self.limits = continuation.Limits(input_ttl)
         self.legacy = make_legacy(self._on_upstream)
         self.sealer = StateSealer(ttl=input_ttl)
         self.init_result: dict[str, Any] | None = None
@@ -63,8 +60,8 @@ class ModernHostBridge:
         self._gate = Gate()
         self._calls: dict[str, Call] = {}  # by minted id: in flight upstream
         self._by_host: dict[IdKey, Call] = {}  # by the id of the host request carrying it now
-        self._parked: dict[str, Call] = {}  # by continuation
-        self._withdrawn: deque[IdKey] = deque(maxlen=MAX_PENDING * 4)  # input requests the upstream cancelled
+        self._resumable: dict[str, Call] = {}  # by continuation: asked for input, until the machine forgets it
+        self._timed: set[Call] = set()  # calls whose machine has a timer (left-over input requests included)
         self._background = Group()
         self._listens = SessionListens(sink, self._resource_request, self._background)
         self.closing = False
@@ -128,10 +125,11 @@ class ModernHostBridge:
             method=req.method,
             binding=mrtr.state_binding(req.method, params),
             host_id=req.id,
-            capabilities=capabilities,
+            machine=continuation.Continuation(
+                self.limits, capabilities, dict(ahead) if isinstance(ahead, dict) else None
+            ),
             log_level=meta.get(wire.META_LOG_LEVEL),
             token=meta.get("progressToken"),
-            input_responses=dict(ahead) if isinstance(ahead, dict) else None,
             sent_token=meta.get("progressToken"),  # kept upstream (legacy_params), the call's for its life
         )
         if req.method in modern.MRTR_METHODS:
@@ -151,7 +149,7 @@ class ModernHostBridge:
         return self._await_turn(call, req)
 
     def _run(self, call: Call, upstream: Request) -> None:
-        outcome: Response | errors.RelayError
+        outcome: Outcome
         try:
             outcome = self.legacy.request(upstream)
         except errors.RelayError as exc:
@@ -161,7 +159,7 @@ class ModernHostBridge:
             outcome = errors.RelayError(f"relay internal error: {exc!r}"[:300])
         self._finish(call, outcome)
 
-    def _finish(self, call: Call, outcome: Response | errors.RelayError) -> None:
+    def _finish(self, call: Call, outcome: Outcome) -> None:
         """The call is over upstream: its slot goes; the host gets the outcome now, or on its retry."""
         if call.finished:
             return
@@ -169,27 +167,12 @@ class ModernHostBridge:
         self._calls.pop(call.minted, None)
         if call.gated:
             self._gate.leave(call)
-        if call.pending:  # the upstream may withdraw them itself (it was told of the end first)
-            left, call.pending = list(call.pending.values()), {}
-            self._background.add(gevent.spawn_later(WITHDRAW_GRACE, self._refuse_left, left))
-        if call.parked:
-            call.held = outcome
-        else:
-            self._forget(call)
-            call.turn.set(("done", outcome))
-
-    def _refuse_left(self, left: list[Request]) -> None:
-        for request in left:
-            if jsonrpc.id_key(request.id) not in self._withdrawn:
-                self._refuse_upstream(request.id, jsonrpc.REQUEST_CANCELLED, "the call it belonged to has ended")
+        self._handle(call, continuation.Finished(outcome))
 
     def _forget(self, call: Call) -> None:
-        self._parked.pop(call.continuation, None)
+        self._resumable.pop(call.continuation, None)
         if self._by_host.get(jsonrpc.id_key(call.host_id)) is call:
             del self._by_host[jsonrpc.id_key(call.host_id)]
-        for greenlet in (call.expiry, call.emitter):
-            if greenlet is not None and greenlet is not gevent.getcurrent():
-                greenlet.kill(block=False)
 
     def _await_turn(self, call: Call, req: Request) -> Response:
         """What the host gets for this request: the call's result, or its next InputRequiredResult."""
@@ -220,103 +203,97 @@ class ModernHostBridge:
         return response(host_id, {key: value for key, value in obj.items() if key not in ("jsonrpc", "id")})
 
     def _cancel(self, call: Call, reason: str) -> None:
+        self._handle(call, continuation.Cancelled(reason))
+
+    def _cancel_upstream(self, call: Call, reason: str) -> None:
         """Cancel the call upstream; its reply stream is read for the wire's grace (other messages ride on it)."""
         if call.finished:
             return
         params = {"requestId": call.minted, "reason": reason}
         obj = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
         self.legacy.send_oneway(Notification("notifications/cancelled", params, obj))  # before its input requests end
-        self._finish(call, errors.RelayError(f"request cancelled: {reason}"))
-        self._forget(call)
+        cancelled = errors.RelayError(f"request cancelled: {reason}")
+        self._finish(call, cancelled)
+        if not call.turn.ready():  # a host request waits for it
+            call.turn.set(("done", cancelled))
         runner = call.runner
         if runner is not None and not runner.dead:
             grace = self.legacy.cancel_grace(Request(call.minted, call.method, None, {}))
             self._background.spawn(_reap, runner, grace)
 
-    # -- MRTR -----------------------------------------------------------------------------------------------------
+    # -- MRTR: the machine's actions -------------------------------------------------------------------------------
+    def _handle(self, call: Call, event: continuation.Event[Outcome]) -> None:
+        for action in call.machine.handle(event, time.monotonic()):
+            self._perform(call, action)
+        self._arm(call)
+
+    def _perform(self, call: Call, action: continuation.Action[Outcome]) -> None:
+        if isinstance(action, continuation.AnswerChild):
+            self._answer_upstream(action.request_id, {"result": action.result})
+        elif isinstance(action, continuation.RefuseChild):
+            self._refuse_upstream(action.request_id, action.code, action.message, action.data)
+        elif isinstance(action, continuation.AskClient):  # the host's request is answered: the call is parked
+            state = self.sealer.seal(PRINCIPAL, call.continuation, action.round, binding=call.binding)
+            result = mrtr.input_required_result(action.requests, state)
+            result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=self.server_info)
+            self._resumable[call.continuation] = call
+            self._by_host.pop(jsonrpc.id_key(call.host_id), None)
+            call.turn.set(("input", result))
+        elif isinstance(action, continuation.Deliver):
+            call.turn.set(("done", action.outcome))
+        elif isinstance(action, continuation.CancelCall):
+            self._cancel_upstream(call, action.reason)
+        elif isinstance(action, continuation.Forget):
+            self._forget(call)
+
+    def _arm(self, call: Call) -> None:
+        if arm(call, self._tick, self._background):
+            self._timed.add(call)
+        else:
+            self._timed.discard(call)
+
+    def _tick(self, call: Call) -> None:
+        call.timer = None  # this greenlet ends here: _arm sets the next one
+        for action in call.machine.handle(continuation.Tick(), time.monotonic()):
+            if isinstance(action, continuation.CancelCall):
+                log.info("abandoned a bridged %s: %s", call.method, action.reason)
+            self._perform(call, action)
+        self._arm(call)
+
     def _on_input_request(self, request: Request) -> None:
         call = self._gate.candidate
-        needed = modern.INPUT_CAPABILITY[request.method]
-        missing = (
-            modern.missing_for_input(request.method, request.params, call.capabilities)
-            if call is not None and not call.finished
-            else {needed: {}}
-        )
-        if call is None or missing:
-            self._refuse_upstream(
-                request.id,
-                modern.MISSING_CLIENT_CAPABILITY,
-                f"the host did not declare the {', '.join(missing)} capability for this request",
-                {"requiredCapabilities": missing},
-            )
-            return
-        key, call.keys = mrtr.input_key(request, needed, call.pending, call.keys)
-        given = mrtr.legacy_answer(call.input_responses.pop(key, None)) if call.input_responses else None
-        if given is not None:  # answered ahead, on the request itself
-            self._answer_upstream(request.id, {"result": given})
-            return
-        if len(call.pending) >= MAX_PENDING:
-            self._refuse_upstream(request.id, jsonrpc.INTERNAL_ERROR, "too many input requests pending for one call")
-            return
-        call.pending[key] = request
-        if not call.parked and (call.emitter is None or call.emitter.dead):
-            call.emitter = gevent.spawn_later(GATHER, self._emit, call)
-
-    def _emit(self, call: Call) -> None:
-        """Answer the call's current host request with its pending input requests (the call is parked)."""
-        if call.finished or call.parked or not call.pending:
-            return
-        call.round += 1
-        state = self.sealer.seal(PRINCIPAL, call.continuation, call.round, binding=call.binding)
-        result = mrtr.input_required_result(call.pending, state)
-        result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=self.server_info)
-        call.parked = True
-        self._parked[call.continuation] = call
-        self._by_host.pop(jsonrpc.id_key(call.host_id), None)
-        if call.expiry is not None:
-            call.expiry.kill(block=False)
-        call.expiry = gevent.spawn_later(self.input_ttl, self._abandon, call, "nobody answered its input request")
-        call.turn.set(("input", result))
-
-    def _abandon(self, call: Call, reason: str) -> None:
-        log.info("abandoned a bridged %s: %s", call.method, reason)
-        call.parked = False
-        self._cancel(call, reason)
+        if call is None:
+            refusal = continuation.no_candidate(request)
+            self._refuse_upstream(refusal.request_id, refusal.code, refusal.message, refusal.data)
+        else:
+            self._handle(call, continuation.Asked(request))
 
     def _resume(self, req: Request, params: dict[str, Any]) -> Response:
         opened = self.sealer.open(params.get("requestState"), PRINCIPAL, binding=mrtr.state_binding(req.method, params))
         if not isinstance(opened, Opened):
             return error(req.id, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {opened.message}")
-        call = self._parked.get(opened.continuation)
-        if call is None or call.round != opened.round or not call.parked:
-            return error(req.id, jsonrpc.INVALID_PARAMS, "Invalid requestState: this input request has ended")
-        responses = params.get("inputResponses")
-        if responses is not None and not isinstance(responses, dict):
-            return error(req.id, jsonrpc.INVALID_PARAMS, "Invalid params: inputResponses must be an object")
-        answers: dict[str, Any] = responses or {}
-        for key in [key for key in call.pending if key in answers]:
-            answer = mrtr.legacy_answer(answers[key])
-            request = call.pending.pop(key)
-            if answer is not None:
-                self._answer_upstream(request.id, {"result": answer})
+        call = self._resumable.get(opened.continuation)
+        if call is None:
+            return error(req.id, jsonrpc.INVALID_PARAMS, continuation.ENDED)
+        held: list[Outcome] = []
+        retried = continuation.Retried(opened.round, params.get("inputResponses"))
+        for action in call.machine.handle(retried, time.monotonic()):
+            if isinstance(action, continuation.RefuseRetry):
+                return error(req.id, jsonrpc.INVALID_PARAMS, action.message)
+            if isinstance(action, continuation.Resumed):  # what came meanwhile first, under the retry's token
+                call.host_id, call.turn = req.id, AsyncResult()
+                self._by_host[jsonrpc.id_key(req.id)] = call
+                resumed(call, params, self.sink)
+            elif isinstance(action, continuation.Deliver):  # the upstream answered while the call was parked
+                held.append(action.outcome)
             else:
-                self._refuse_upstream(request.id, jsonrpc.INVALID_PARAMS, "the host's answer is not an object")
-        if call.expiry is not None:
-            call.expiry.kill(block=False)
-        call.host_id, call.parked, call.turn = req.id, False, AsyncResult()
-        resumed(call, params, self.sink)  # the progress that came meanwhile first, under the retry's token
-        call.input_responses = None  # answers given once are not reused for a later ask
-        if call.held is not None:  # the upstream answered while the call was parked
-            held, call.held = call.held, None
-            self._forget(call)
-            if isinstance(held, errors.RelayError):
-                raise held
-            return self._host_response(call, held, req.id)
-        self._parked.pop(call.continuation, None)
-        self._by_host[jsonrpc.id_key(req.id)] = call
-        if call.pending:  # still unanswered (or asked meanwhile): ask again, at once
-            self._emit(call)
-        return self._await_turn(call, req)
+                self._perform(call, action)
+        self._arm(call)
+        if not held:
+            return self._await_turn(call, req)
+        if isinstance(held[0], errors.RelayError):
+            raise held[0]
+        return self._host_response(call, held[0], req.id)
 
     # -- subscriptions/listen -------------------------------------------------------------------------------------
     def _listen(self, req: Request, params: dict[str, Any]) -> Response:
@@ -355,19 +332,16 @@ class ModernHostBridge:
             if any(mrtr.level_allows(call.log_level, params.get("level")) for call in active):
                 self.sink(message)
         elif message.method == "notifications/cancelled" and jsonrpc.is_valid_id(params.get("requestId")):
-            self._withdraw(jsonrpc.id_key(params["requestId"]))
+            self._withdraw(params["requestId"])
         elif self._listens.wants(message):
             self._listens.fan_out(message)
         else:
             log.debug("dropped %s from upstream", message.method)
 
-    def _withdraw(self, key: IdKey) -> None:
+    def _withdraw(self, request_id: Id) -> None:
         """The upstream cancelled one of its own input requests: nobody is to answer it."""
-        self._withdrawn.append(key)
-        for call in self._calls.values():
-            for name, request in list(call.pending.items()):
-                if jsonrpc.id_key(request.id) == key:
-                    del call.pending[name]
+        for call in {*self._calls.values(), *self._timed}:
+            self._handle(call, continuation.Withdrawn(request_id))
 
     def _answer_upstream(self, request_id: Id, body: dict[str, Any]) -> None:
         obj = {"jsonrpc": "2.0", "id": request_id, **body}
@@ -406,8 +380,7 @@ class ModernHostBridge:
 
     def close(self) -> None:
         self.closing = True
-        for call in list(self._calls.values()) + list(self._parked.values()):
-            call.parked = False
+        for call in {*self._calls.values(), *self._resumable.values()}:
             self._cancel(call, "the relay is shutting down")
         self._listens.close()
         self._background.kill(block=True, timeout=1.0)

@@ -3,12 +3,13 @@
 While a legacy child works on a bridged call (tools/call, prompts/get, resources/read) it may ask the
 client for input with its own requests (elicitation/create, sampling/createMessage, roots/list). The
 pool lets such a child carry at most one candidate call, so the request belongs to that call for sure.
-The bridge keeps the child's request pending and answers the client's HTTP request with an
-InputRequiredResult whose requestState is sealed (HMAC, bound to the principal, the continuation and its
-round, short-lived). The client's retry (a new id, `inputResponses`, the echoed state) answers the child,
-and the original call's result streams on the retry's response. A continuation nobody resumes within
-`input_ttl` ends the child's call (cancelled). A client that did not declare the capability is never
-asked: the child's request is refused instead.
+What becomes of the request is core/continuation.py's machine (one per call that asked); this module is its
+I/O: it answers the client's HTTP request with an InputRequiredResult whose requestState is sealed (HMAC, bound
+to the principal, the continuation and its round, short-lived), hands the client's retry (a new id,
+`inputResponses`, the echoed state) to the machine and sends the child its answers, streams the original
+call's result on the retry's response, and runs the machine's timer (the gather window, `input_ttl`, the grace
+before left-over input requests are refused). A client that did not declare the capability is never asked: the
+child's request is refused instead.
 
 In a fleet (REDIS_URL) the state is sealed with a key every instance derives from the cluster key and names
 the instance holding the continuation: a retry landing on another instance is forwarded to its owner (raise
@@ -24,49 +25,73 @@ import hmac
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import gevent
 
 from mcpgate.core import jsonrpc, modern, mrtr
+from mcpgate.core.continuation import (
+    ENDED,
+    AnswerChild,
+    AskClient,
+    Asked,
+    CancelCall,
+    Cancelled,
+    Deliver,
+    Event,
+    Finished,
+    Forget,
+    Limits,
+    RefuseChild,
+    RefuseRetry,
+    Resumed,
+    Retried,
+    Tick,
+    no_candidate,
+)
+from mcpgate.core.continuation import Continuation as Machine
 from mcpgate.core.jsonrpc import Id, Request
 from mcpgate.core.request_state import Opened, StateError, StateSealer
 from mcpgate.serve.cluster import instances
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern.calls import resume as resume_call
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
+from mcpgate.serve.sessions.stream import Stream
 
 if TYPE_CHECKING:
     from mcpgate.serve.modern.pool import Pool
 
 log = logging.getLogger("mcpgate.bridge")
 
-GATHER = 0.05  # seconds to wait for more input requests of the same round (a child may ask several at once)
-MAX_PENDING = 16  # input requests one call may have pending; past it the child's next ones are refused
 Home = Literal["here", "forward", "restart"]
+Retry = tuple[Request, Stream]  # the retry that resumes a call, and its reply's stream
 
 
 @dataclass(eq=False)
 class Continuation:
+    """A call that asked its client for input: its machine, and what performs the machine's actions."""
+
     id: str
     principal: str
     child: PooledChild
     call: Call
-    pending: dict[str, Request] = field(default_factory=dict)  # by inputRequests key
-    round: int = 0
-    keys: int = 0
-    emitter: gevent.Greenlet | None = None
-    parked_at: float = 0.0
-    expiry: gevent.Greenlet | None = None
+    machine: Machine[bytes]
+    bridge: Bridge
+    timer: gevent.Greenlet | None = None
+    armed: float | None = None  # the deadline the timer is set for
+
+    def finished(self, data: bytes) -> None:
+        """The child answered the call (`data`, encoded for the client): delivered now, or held for the retry."""
+        self.bridge.handle(self, Finished(data))
 
 
 class Bridge:
     def __init__(self, pool: Pool, input_ttl: float, clock: Callable[[], float]) -> None:
         self.pool, self.clock = pool, clock
-        self.ttl = input_ttl
-        self.continuations: dict[str, Continuation] = {}
-        fleet = instances.current()
+        self.limits = Limits(input_ttl)
+        self.continuations: dict[str, Continuation] = {}  # those a retry may resume
+        fleet = pool.cluster
         self.instance = fleet.instance if fleet is not None else ""  # named in the state: where to resume it
         self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
         self.sealer = StateSealer(state_key(fleet.key) if fleet is not None else None, ttl=input_ttl)
@@ -74,90 +99,99 @@ class Bridge:
     # -- from the child ---------------------------------------------------------------------------------
     def on_input_request(self, child: PooledChild, request: Request) -> None:
         call = child.candidate
-        needed = modern.INPUT_CAPABILITY[request.method]
-        if call is None or call.finished or needed not in call.capabilities:
-            # no call on the child whose client declared it (a client that declared nothing is no candidate)
-            missing: dict[str, Any] = {needed: {}}
-            child.refuse(
-                request.id,
-                modern.MISSING_CLIENT_CAPABILITY,
-                f"the client did not declare the {needed} capability",
-                {"requiredCapabilities": missing},
-            )
+        if call is None or call.finished:  # no call on the child whose client may be asked
+            self._refuse(child, no_candidate(request))
             return
         cont = call.continuation
         if cont is None:
-            cont = Continuation(secrets.token_urlsafe(16), call.principal, child, call)
+            machine: Machine[bytes] = Machine(self.limits, call.capabilities, call.input_responses)
+            cont = Continuation(secrets.token_urlsafe(16), call.principal, child, call, machine, self)
             call.continuation = cont
             self.continuations[cont.id] = cont
-        key, cont.keys = mrtr.input_key(request, needed, cont.pending, cont.keys)
-        given = mrtr.legacy_answer(call.input_responses.get(key)) if call.input_responses else None
-        if given is not None:  # answered ahead, on the request itself (stateless MRTR)
-            child.answer(request.id, given)
-            return
-        if len(cont.pending) >= MAX_PENDING:
-            child.refuse(request.id, jsonrpc.INTERNAL_ERROR, "too many input requests pending for one call")
-            return
-        cont.pending[key] = request
-        if not call.parked and (cont.emitter is None or cont.emitter.dead):
-            cont.emitter = gevent.spawn_later(GATHER, self._emit, cont)
+        self.handle(cont, Asked(request))
 
-    def _emit(self, cont: Continuation) -> None:
-        """Answer the call's current HTTP request with the pending input requests (the call is parked)."""
+    # -- the machine's actions ----------------------------------------------------------------------------
+    def handle(self, cont: Continuation, event: Event[bytes], retry: Retry | None = None) -> None:
+        """Feed the machine one event and perform what it answers; `retry`: the event is that retry's."""
+        for action in cont.machine.handle(event, self.clock()):
+            if isinstance(action, AnswerChild):
+                cont.child.answer(action.request_id, action.result)
+            elif isinstance(action, RefuseChild):
+                self._refuse(cont.child, action)
+            elif isinstance(action, AskClient):
+                self._ask(cont, action)
+            elif isinstance(action, Resumed) and retry is not None:
+                resume_call(cont.call, *retry)  # what the child sent meanwhile first, then its result
+            elif isinstance(action, Deliver):  # a result held while parked gets the retry's id
+                data = _with_id(action.outcome, retry[0].id) if retry is not None else action.outcome
+                cont.call.stream.deliver(data, done=True)
+            elif isinstance(action, CancelCall):
+                self._cancel(cont, action.reason)
+            elif isinstance(action, Forget):
+                self.continuations.pop(cont.id, None)
+            elif isinstance(action, RefuseRetry) and retry is not None:
+                raise Refusal(400, jsonrpc.INVALID_PARAMS, action.message, retry[0].id)
+        self._arm(cont)
+
+    def _ask(self, cont: Continuation, ask: AskClient) -> None:
+        """Answer the call's current HTTP request with the input requests (the call is parked)."""
         call = cont.call
-        if call.finished or call.parked or not cont.pending:
-            return
-        cont.round += 1
-        result = mrtr.input_required_result(
-            cont.pending, self.sealer.seal(cont.principal, cont.id, cont.round, instance=self.instance)
-        )
+        state = self.sealer.seal(cont.principal, cont.id, ask.round, instance=self.instance)
+        result = mrtr.input_required_result(ask.requests, state)
         result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
-        call.parked = True
-        cont.parked_at = self.clock()
         call.stream.deliver(jsonrpc.encode({"jsonrpc": "2.0", "id": call.client_id, "result": result}), done=True)
-        self._arm_expiry(cont)
 
-    def _arm_expiry(self, cont: Continuation) -> None:
-        if cont.expiry is not None:
-            cont.expiry.kill(block=False)
-        cont.expiry = gevent.spawn_later(self.ttl, self.abandon, cont, "nobody answered its input request in time")
-
-    def abandon(self, cont: Continuation, reason: str) -> None:
-        """End the child's call: refuse its pending input requests, cancel the call, forget the state."""
-        self.continuations.pop(cont.id, None)
-        for request in cont.pending.values():
-            cont.child.refuse(request.id, jsonrpc.REQUEST_CANCELLED, f"request cancelled: {reason}")
-        cont.pending.clear()
-        if cont.expiry is not None:
-            cont.expiry.kill(block=False)
+    def _cancel(self, cont: Continuation, reason: str) -> None:
+        """End the child's call (unless it is over already: the client went away and it was cancelled then)."""
+        if cont.call.finished:
+            return
         log.info("pooled child %s: abandoned a bridged %s: %s", cont.child.label, cont.call.method, reason)
         cont.child.cancel(cont.call, reason)
         self.pool.group(cont.principal).wake()
 
+    @staticmethod
+    def _refuse(child: PooledChild, refusal: RefuseChild) -> None:
+        child.refuse(refusal.request_id, refusal.code, refusal.message, refusal.data)
+
+    def _arm(self, cont: Continuation) -> None:
+        """The timer at the machine's deadline (none when it has none)."""
+        deadline, timer = cont.machine.deadline, cont.timer
+        if deadline == cont.armed and timer is not None:
+            return
+        if timer is not None:
+            timer.kill(block=False)
+        cont.armed, cont.timer = deadline, None
+        if deadline is not None:
+            cont.timer = gevent.spawn_later(max(0.0, deadline - self.clock()), self._tick, cont)
+
+    def _tick(self, cont: Continuation) -> None:
+        cont.timer = None  # this greenlet ends here: _arm sets the next one
+        if cont.call.finished and not cont.machine.finished:  # cancelled, not answered (nothing if ended already)
+            self.handle(cont, Cancelled("the call has ended"))
+        self.handle(cont, Tick())
+
+    # -- the pool's -------------------------------------------------------------------------------------------
     def evict_oldest(self, principal: str) -> bool:
         """Abandon the principal's call that has waited longest for its client's input, freeing its child."""
-        parked = [c for c in self.continuations.values() if c.principal == principal and c.call.parked]
+        parked = [c for c in self.continuations.values() if c.principal == principal and c.machine.parked]
         if not parked:
             return False
-        oldest = min(parked, key=lambda cont: cont.parked_at)
+        oldest = min(parked, key=lambda cont: cont.machine.parked_at or 0.0)
         log.warning("pooled child %s: evicting a call parked for input to make room", oldest.child.label)
-        self.abandon(oldest, "evicted: every pooled child was taken")
+        self.handle(oldest, Cancelled("evicted: every pooled child was taken"))
+        self.pool.group(principal).wake()
         return True
 
     def forget_child(self, child: PooledChild) -> None:
         for cont in [c for c in self.continuations.values() if c.child is child]:
             self.continuations.pop(cont.id, None)
-            if cont.expiry is not None:
-                cont.expiry.kill(block=False)
+            if cont.timer is not None:
+                cont.timer.kill(block=False)
 
     def call_ended(self, call: Call) -> None:
         """The call is over (answered or cancelled): its continuation goes."""
-        cont = call.continuation
-        if cont is None:
-            return
-        self.continuations.pop(cont.id, None)
-        if cont.expiry is not None:
-            cont.expiry.kill(block=False)
+        if call.continuation is not None:
+            self.handle(call.continuation, Cancelled("the call has ended"))
 
     # -- from the client's retry ----------------------------------------------------------------------------
     def issued(self, state: object, principal: str) -> bool:
@@ -171,7 +205,7 @@ class Bridge:
         opened = self.sealer.open(params.get("requestState"), principal)
         return invalid_state(opened if isinstance(opened, StateError) else StateError("foreign", "not here"), request)
 
-    def resume(self, principal: str, request: Request, stream: Any) -> Call | None:
+    def resume(self, principal: str, request: Request, stream: Stream) -> Call | None:
         """Take a retry: answer the child's input requests and make the retry's stream the call's reply.
 
         A Refusal when the state is not one of ours, tampered, expired, used already or for another request;
@@ -191,39 +225,11 @@ class Bridge:
             )
             return None
         cont = self.continuations.get(opened.continuation)
-        if cont is None or cont.round != opened.round or not cont.call.parked:
-            raise Refusal(
-                400,
-                jsonrpc.INVALID_PARAMS,
-                "Invalid requestState: this input request was answered or has ended",
-                request.id,
-            )
+        if cont is None:
+            raise Refusal(400, jsonrpc.INVALID_PARAMS, ENDED, request.id)
         call = cont.call
-        if request.method != call.method or mrtr.call_name(request.method, params) != call.name:
-            raise Refusal(
-                400, jsonrpc.INVALID_PARAMS, "Invalid requestState: it belongs to another request", request.id
-            )
-        responses = params.get("inputResponses")
-        if responses is not None and not isinstance(responses, dict):
-            raise Refusal(400, jsonrpc.INVALID_PARAMS, "Invalid params: inputResponses must be an object", request.id)
-        for key in list(cont.pending):
-            if responses and key in responses:
-                answer = mrtr.legacy_answer(responses[key])
-                child_request = cont.pending.pop(key)
-                if answer is not None:
-                    cont.child.answer(child_request.id, answer)
-                else:
-                    cont.child.refuse(child_request.id, jsonrpc.INVALID_PARAMS, "the client's answer is not an object")
-        if cont.expiry is not None:
-            cont.expiry.kill(block=False)
-        resume_call(call, request, stream)  # what the child sent meanwhile first, then its result
-        call.input_responses = None  # answers given once are not reused for a later ask
-        if call.held is not None:  # the child answered while the call was parked
-            held, call.held = call.held, None
-            stream.deliver(_with_id(held, request.id), done=True)
-            self.call_ended(call)
-        elif cont.pending:  # still unanswered (or asked meanwhile): ask again, at once
-            self._emit(cont)
+        same = request.method == call.method and mrtr.call_name(request.method, params) == call.name
+        self.handle(cont, Retried(opened.round, params.get("inputResponses"), same), (request, stream))
         return call
 
 

@@ -38,19 +38,22 @@ class Call:
     client_token: Id | None = None
     minted_token: str | None = None
     bridged: bool = False  # an MRTR method on a legacy child (its input requests are bridged or refused)
-    continuation: Continuation | None = None
-    parked: bool = False  # its HTTP reply was an input_required result: the child still works on it
+    continuation: Continuation | None = None  # once it asked its client for input (modern/bridge.py)
     finished: bool = False  # answered by the child, cancelled or abandoned
-    held: bytes | None = field(default=None)  # the child's answer that arrived while the call was parked
     # what the child sent for the call while it was parked (progress, log messages), for the retry's stream
     waiting: deque[Notification] = field(default_factory=deque)
     waiting_bytes: int = 0
-    input_responses: dict[str, Any] | None = None  # answers the request carried ahead (stateless MRTR)
+    input_responses: dict[str, Any] | None = None  # answers the request carried ahead (its continuation's, once asked)
     child: PooledChild | None = None  # where it runs (set by start_call)
     error_code: int | None = None  # the code of the child's error answer, when it was one
     sent: float = field(default_factory=time.monotonic)  # when it was made (MCPGATE_REQUEST_TIMEOUT)
     tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
     task_id: str | None = None  # a task method's: the client's task id (modern/tasks.py), its answer's taskId
+
+    @property
+    def parked(self) -> bool:
+        """Its HTTP reply was an input_required result: the child still works on it (or has answered: held)."""
+        return self.continuation is not None and self.continuation.machine.parked
 
 
 def to_client(call: Call, message: Notification) -> bool:
@@ -85,7 +88,7 @@ def for_client(call: Call, message: Notification) -> bytes | None:
 def resume(call: Call, request: Request, stream: Stream) -> None:
     """A retry carries the parked call on: its stream gets what the child sent meanwhile (progress under the
     retry's own token), then (the caller's part) the call's result if it came."""
-    call.client_id, call.stream, call.parked = request.id, stream, False
+    call.client_id, call.stream = request.id, stream
     call.client_token = jsonrpc.progress_token(request)
     while call.waiting:
         data = for_client(call, call.waiting.popleft())

@@ -295,8 +295,8 @@ class PooledChild:
 
     def _answered(self, call: Call, data: bytes) -> None:
         self.release(call)
-        if call.parked:
-            call.held = data  # the retry that resumes the call gets it
+        if call.continuation is not None:  # it asked for input: delivered now, or held for the retry while parked
+            call.continuation.finished(data)
             return
         call.stream.deliver(data, done=True)
 
