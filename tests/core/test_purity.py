@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,23 @@ def test_core_import_loads_no_io_stack() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_core_import_loads_only_the_stdlib_and_the_core() -> None:
+    """What importing the core loads in a fresh interpreter, dynamic imports (importlib, __import__) included,
+    which the import statements checked below do not show: the standard library, mcpgate and mcpgate.core."""
+    code = (
+        "import json, sys; before = set(sys.modules); "
+        f"import {', '.join(MODULES)}; print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    inside = [m for m in loaded if m in ("mcpgate", "mcpgate.core") or m.startswith("mcpgate.core.")]
+    assert set(MODULES) <= set(inside)
+    assert [m for m in loaded if m not in inside and m.split(".")[0] not in sys.stdlib_module_names] == []
 
 
 @pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: p.name)
