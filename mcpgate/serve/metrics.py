@@ -21,8 +21,8 @@ import hmac
 import itertools
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Iterable, Iterator, Sized
+from typing import Any, Protocol
 
 from flask import Flask, Response, request
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
@@ -33,12 +33,9 @@ from mcpgate.child.process import WRITE_QUEUE_FULL, ChildProcess
 from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Batch, Invalid, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
-from mcpgate.serve.front.http import MESSAGE, StartResponse
+from mcpgate.serve.front.context import context
+from mcpgate.serve.front.http import StartResponse
 
-if TYPE_CHECKING:
-    from mcpgate.serve.servers.server import PublishedServer
-
-SERVER = "mcpgate.server"  # the environ key naming the server a request was routed to (fleet.SERVER)
 METHOD_HEADER = "HTTP_" + wire.METHOD.upper().replace("-", "_")  # Mcp-Method in a WSGI environ
 CAUSES = ("clean", "crash", "stopped", "limit")
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -81,8 +78,6 @@ METHODS = frozenset(
     }
 )
 
-Servers = Callable[[], Iterable[tuple[str, "PublishedServer"]]]
-
 
 def exit_cause(child: ChildProcess) -> str:
     """Why a child ended (its end_cause), one of CAUSES."""
@@ -109,9 +104,24 @@ class Tally:
         self.stream_drops += 1
 
 
+class Observable(Protocol):
+    """What a scrape reads of one published server (serve/servers/server.py's PublishedServer)."""
+
+    @property
+    def sessions(self) -> Sized: ...
+
+    @property
+    def tally(self) -> Tally | None: ...
+
+    def live_children(self) -> int: ...
+
+
+Servers = Callable[[], Iterable[tuple[str, Observable]]]  # the published servers by name, at scrape time
+
+
 def method_label(environ: dict[str, Any]) -> str:
-    """The request's bounded method label, from the message its handler parsed (http.MESSAGE)."""
-    message: Any = environ.get(MESSAGE)
+    """The request's bounded method label, from the message its handler parsed (its context's `message`)."""
+    message: Any = context(environ).message
     kind = type(message)
     if kind is Request or kind is Notification:
         method: str = message.method
@@ -249,7 +259,7 @@ class CountingInput:
 
 class Observed:
     """WSGI middleware around the Endpoint: the per-request figures of the MCP endpoint requests (those the
-    Endpoint routed to a server: it names it in environ[SERVER] before calling the handler)."""
+    Endpoint routed to a server: it names it in the request's context before calling the handler)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]], metrics: Metrics) -> None:
         self.app, self.figures = app, metrics.figures
@@ -258,6 +268,7 @@ class Observed:
         started = time.perf_counter()
         body = environ["wsgi.input"] = CountingInput(environ.get("wsgi.input"))
         seen: list[Any] = []
+        noted = context(environ)
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             seen[:] = [status, headers]
@@ -266,10 +277,10 @@ class Observed:
         try:
             result = self.app(environ, start)
         except BaseException:
-            if (server := environ.get(SERVER)) is not None:
+            if (server := noted.server) is not None:
                 self._count(server, environ, body, "500", started)
             raise
-        server = environ.get(SERVER)
+        server = noted.server
         if server is None:
             return result
         status = seen[0][:3] if seen else "500"

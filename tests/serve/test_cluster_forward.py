@@ -31,7 +31,8 @@ from mcpgate.core import jsonrpc, session_ids
 from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
 from mcpgate.serve.cluster.forward import Forwarder
 from mcpgate.serve.cluster.instances import Cluster, Directory, Forward
-from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse
+from mcpgate.serve.front.context import context
+from mcpgate.serve.front.http import HttpRequest, HttpResponse
 from tests.fleet_support import redis_server
 from tests.oauth_support import mint_token, oidc_issuer, resource_server_env
 from tests.support import (
@@ -413,7 +414,7 @@ def test_a_handler_forwarding_to_an_unreachable_owner_runs_again_with_its_body()
 
     def handler(request: HttpRequest) -> HttpResponse:
         body = request.read_body(1000) or b""
-        request.environ[MESSAGE] = jsonrpc.parse(body)  # as the endpoint's handlers do (Forward sends its raw bytes)
+        context(request.environ).message = jsonrpc.parse(body)  # as the handlers do (Forward sends its raw bytes)
         seen.append((fleet_member.lookup("b"), body))
         if fleet_member.lookup("b") is not None:
             raise Forward("b")

@@ -29,6 +29,7 @@ from mcpgate.config.settings import Settings
 from mcpgate.serve.front.app import create_app
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.cimd import CimdError, ClientDocument
+from mcpgate.serve.runtime import of as runtime_of
 from tests.oauth_support import authorize_query, embedded_env, jwt_claims
 from tests.support import HEADERS, Gateway, init_body, serving
 
@@ -519,7 +520,7 @@ class Documents:
 def test_a_client_id_metadata_document_client_signs_in_without_registering(tmp_path: Path) -> None:
     url = "https://apps.example/client.json"
     app = in_process(tmp_path, MCPGATE_OAUTH_CIMD_ALLOWLIST="https://apps.example/")
-    app.extensions["mcpgate.oauth"].documents = Documents(url)
+    runtime_of(app).oauth.documents = Documents(url)
     site = Site("http://127.0.0.1:8123", AppHttp(app, HOST))
     tokens = site.tokens({"client_id": url})
     claims = jwt_claims(tokens["access_token"])

@@ -25,6 +25,7 @@ import gevent
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionLimitReached
 from mcpgate.serve.cluster import instances
+from mcpgate.serve.cluster.instances import Cluster
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -179,11 +180,10 @@ class RedisCaps(LocalCaps):
             self.redis.hdel(key, self.instance)
 
 
-def for_server(settings: Settings, server: str) -> NoCaps:
-    """The caps of one published server: none, in memory, or in Redis when this worker is in a fleet."""
+def for_server(settings: Settings, server: str, fleet: Cluster | None = None) -> NoCaps:
+    """The caps of one published server: none, in memory, or in Redis when this worker is in a `fleet`."""
     if settings.principal_sessions <= 0:
         return NoCaps()
-    fleet = instances.current()
     if fleet is None:
         return LocalCaps(settings.principal_sessions)
     caps = RedisCaps(settings.principal_sessions, fleet.redis, fleet.instance, server, fleet.directory.errors)

@@ -23,7 +23,8 @@ from urllib.parse import quote, urlsplit
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
-from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.serve.front.context import context
+from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
 
 log = logging.getLogger("mcpgate.forward")
 
@@ -196,7 +197,7 @@ def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:
 def read_body(environ: dict[str, Any], limit: int) -> bytes:
     """The body of a request no handler has read (a forward is decided before one runs), at most `limit`
     bytes (413 past it, as the owner would answer); the raw message a handler parsed when one already read it."""
-    message = environ.get(MESSAGE)
+    message = context(environ).message
     if message is not None:
         raw = getattr(message, "raw", None)
         return raw if isinstance(raw, bytes) else b""

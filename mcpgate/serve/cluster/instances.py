@@ -1,8 +1,10 @@
 """The instances of a fleet together (REDIS_URL set): this instance's id, the cluster key, the Redis client,
 the directory of live instances, and the route of a request naming another instance's session to its owner.
 
-Built once per worker (after the fork: the id and the heartbeat are the worker's own) by create_app, and only
-when settings.redis_url is set; without it nothing here runs and redis is never imported.
+Built once per worker (after the fork: the id and the heartbeat are the worker's own) by the app factory's
+Runtime (serve/runtime.py), and only when settings.redis_url is set; without it nothing here runs and redis is
+never imported. No module state: whoever needs the cluster (the servers' pools and caps, the OAuth storage) is
+given it.
 
 - The id: MCPGATE_INSTANCE_ID, or a random one. Session ids name it (core/session_ids).
 - The key: MCPGATE_CLUSTER_SECRET, or one made once and kept in Redis (SET NX: the first instance's wins).
@@ -24,7 +26,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import parse_qs
 
@@ -32,11 +34,11 @@ import gevent
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
-from mcpgate.core.sessions import new_session_id
 from mcpgate.serve.cluster.forward import Forwarder, read_body
 from mcpgate.serve.cluster.peers import ForwardingPeers
 from mcpgate.serve.front import auth
-from mcpgate.serve.front.http import MESSAGE, HttpRequest, HttpResponse, Refusal
+from mcpgate.serve.front.context import context
+from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -49,7 +51,6 @@ HEARTBEAT_TTL = 15  # seconds an entry outlives its instance's last heartbeat
 HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
 FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
 MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
-FORWARDED_ENV = "mcpgate.forwarded"  # set by the guard on a request another instance forwarded
 NONCE_PREFIX = "mcpgate:forwarded:"  # + the nonce of an accepted Mcpgate-Forwarded value, kept past its window
 NONCE_TTL = 2 * session_ids.FORWARDED_WINDOW + 1  # seconds: a value is valid that long at most, from any clock
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
@@ -60,7 +61,7 @@ Handler = Callable[[HttpRequest], HttpResponse]
 class Forward(Exception):
     """Raised by a handler that finds its request belongs to another instance (`owner`): the Endpoint
     forwards it there. `body`: the request body the handler already read (None: the raw bytes of the message
-    it parsed, environ[http.MESSAGE], are sent)."""
+    it parsed, the request context's `message`, are sent)."""
 
     def __init__(self, owner: str, body: bytes | None = None) -> None:
         super().__init__(f"forward to instance {owner}")
@@ -131,7 +132,8 @@ class Directory:
 
 
 class Cluster:
-    """This instance among the others: `instance`, `key`, `redis`, `directory`; `draining` (a graceful stop)."""
+    """This instance among the others: `instance`, `key`, `redis`, `directory` (its entry: where this instance
+    is reached, the worker's listening address or MCPGATE_INTERNAL_URL)."""
 
     def __init__(
         self,
@@ -147,7 +149,6 @@ class Cluster:
         self.forwarder = forwarder
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
         self.peers = ForwardingPeers(self.lookup, peers)
-        self.draining = False
 
     def mint(self) -> str:
         """A session id naming this instance."""
@@ -191,7 +192,7 @@ class Cluster:
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
         elif not self.first_use(claim.nonce):
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded value was used before (a replay)")
-        environ[FORWARDED_ENV] = True
+        context(environ).forwarded = True
         return claim.principal
 
     @staticmethod
@@ -227,7 +228,7 @@ class Cluster:
             if response is not None:
                 return response
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
-        environ.pop(MESSAGE, None)
+        context(environ).message = None
         try:
             return handler(HttpRequest(environ))
         except Forward as again:
@@ -246,7 +247,7 @@ class Cluster:
     def _forward(self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str) -> HttpResponse | None:
         """The owner's reply; None when it is not in the directory or cannot be reached (then it is taken for
         gone until its directory entry would have expired), or when this request was itself forwarded here."""
-        if environ.get(FORWARDED_ENV):  # a forwarded request is never forwarded again
+        if context(environ).forwarded:  # a forwarded request is never forwarded again
             log.warning("refused a request forwarded here for instance %s", owner)
             return None
         url = self.lookup(owner)
@@ -276,23 +277,10 @@ def named_session(environ: dict[str, Any]) -> str | None:
     return None
 
 
-_current: Cluster | None = None
-
-
-def current() -> Cluster | None:
-    """This worker's cluster (None: no REDIS_URL, one instance)."""
-    return _current
-
-
-def session_minter() -> Callable[[], str]:
-    """What a session registry mints ids with: this instance's self-routing ids in a cluster, else plain ones."""
-    return _current.mint if _current is not None else new_session_id
-
-
-def create(settings: Settings) -> Cluster | None:
-    """This worker's Cluster, built and started (the directory heartbeat) when settings.redis_url is set."""
-    global _current
-    _current = None
+def create(settings: Settings, listening: Sequence[str] = ()) -> Cluster | None:
+    """This worker's Cluster, built and started (the directory heartbeat) when settings.redis_url is set.
+    `listening`: the worker's listening addresses ("host:port", "unix:/path"), the first one where other instances
+    reach this one unless MCPGATE_INTERNAL_URL says otherwise."""
     if not settings.redis_url:
         return None
     from mcpgate.serve.cluster.redis_client import connect
@@ -300,12 +288,11 @@ def create(settings: Settings) -> Cluster | None:
     client = connect(settings.redis_url)
     instance = settings.instance_id or secrets.token_hex(4)
     key = cluster_key(settings, client)
-    url = internal_url(settings)
+    url = internal_url(settings, listening)
     forwarder = Forwarder(key, settings, instance)
     directory = Directory(client, instance, url)
     cluster = Cluster(instance, key, client, directory, forwarder, auth.networks(settings.cluster_peers))
     cluster.start()
-    _current = cluster
     log.info("instance %s in the cluster, reached at %s", instance, url)
     return cluster
 
@@ -328,15 +315,12 @@ def cluster_key(settings: Settings, client: Redis) -> bytes:
     return value
 
 
-LISTENING: list[str] = []  # the worker's listening addresses ("host:port"), noted by the worker before the app loads
-
-
-def internal_url(settings: Settings) -> str:
-    """MCPGATE_INTERNAL_URL, else the address the worker listens on (gunicorn's -b included; 0.0.0.0 or :: read
-    as this host's name), else the configured bind."""
+def internal_url(settings: Settings, listening: Sequence[str] = ()) -> str:
+    """MCPGATE_INTERNAL_URL, else the first address the worker listens on (`listening`: gunicorn's -b included;
+    0.0.0.0 or :: read as this host's name), else the configured bind."""
     if settings.internal_url:
         return settings.internal_url.rstrip("/")
-    address = LISTENING[0] if LISTENING else settings.addresses[0]
+    address = listening[0] if listening else settings.addresses[0]
     if address.startswith("unix:"):
         log.warning("bound to %s: set MCPGATE_INTERNAL_URL so other instances can forward here", address)
         return "http://unix-socket.invalid"

@@ -1,4 +1,5 @@
-"""The application factory: a Flask app whose MCP endpoint is served by a thin WSGI handler.
+"""The application factory: a Flask app whose MCP endpoint is served by a thin WSGI handler, and the worker's
+Runtime (serve/runtime.py: the settings, the servers, the cluster) attached to it.
 
 Nothing is spawned until a client initializes.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,20 +20,20 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.serve import metrics
 from mcpgate.serve.cluster.instances import Cluster
-from mcpgate.serve.cluster.instances import create as create_cluster
 from mcpgate.serve.front import auth, checks
+from mcpgate.serve.front.context import context
 from mcpgate.serve.front.cors import Cors
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
 from mcpgate.serve.oauth.setup import Authenticator, authenticator
+from mcpgate.serve.runtime import Runtime
 from mcpgate.serve.servers import config_file
-from mcpgate.serve.servers.published import LISTING, SERVER, PublishedServers
+from mcpgate.serve.servers.published import LISTING, PublishedServers
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions import legacy_sse, streamable
 
 log = logging.getLogger("mcpgate.app")
 
 Handler = Callable[[PublishedServer, HttpRequest], HttpResponse]
-DRAINING = "mcpgate.draining"  # app.extensions: True from a graceful stop's start (serve/front/worker.py)
 HANDLERS: dict[str, Handler] = {
     "mcp": streamable.handle,
     "sse": legacy_sse.open_stream,
@@ -118,9 +119,9 @@ class Guard:
         if endpoint:
             self.check_cross_site(environ)
         if endpoint and self.cluster is not None and "HTTP_MCPGATE_FORWARDED" in environ:
-            environ[auth.PRINCIPAL] = self.cluster.forwarded_principal(environ)  # instead of the token (403)
+            context(environ).principal = self.cluster.forwarded_principal(environ)  # instead of the token (403)
         elif endpoint and self.authenticator is not None:
-            environ[auth.PRINCIPAL] = self.authenticator.authenticate(environ, target)
+            context(environ).principal = self.authenticator.authenticate(environ, target)
 
     def check_cross_site(self, environ: dict[str, Any]) -> None:
         try:
@@ -188,7 +189,7 @@ class Endpoint:
         name, kind = route
         if gateway is None:
             raise self.fleet.unknown(name)
-        environ[SERVER] = name
+        context(environ).server = name
         if self.cluster is not None:  # here, or forwarded to the instance owning the session it names
             return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], gateway))
         return HANDLERS[kind](gateway, HttpRequest(environ))
@@ -235,24 +236,21 @@ def not_here(fleet: PublishedServers, guard: Guard) -> Callable[[HTTPException],
     return answer
 
 
-def create_app(settings: Settings | None = None) -> Flask:
+def create_app(settings: Settings | None = None, listening: Sequence[str] | None = None) -> Flask:
+    """The app, its Runtime attached (`listening`: the worker's addresses; None: those it loads the app within)."""
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level)
     app = Flask("mcpgate")
-    cluster = create_cluster(settings)  # None without REDIS_URL; before the fleet: its sessions' ids name it
-    fleet = PublishedServers(settings)
-    guard = Guard(settings, authenticator(settings, app, fleet), cluster)
-    if cluster is not None:
-        app.extensions["mcpgate.cluster"] = cluster
-    app.extensions["mcpgate.fleet"] = fleet
-    if not fleet.named:
-        app.extensions["mcpgate"] = fleet.items()[0][1]  # MCPGATE_COMMAND's one gateway
+    runtime = Runtime.build(settings, listening)  # the cluster (None without REDIS_URL), then the servers
+    runtime.attach(app)
+    fleet = runtime.servers
+    guard = Guard(settings, authenticator(settings, app, runtime), runtime.cluster)
     fleet.watch()
 
     @app.get("/healthz")
     def healthz() -> Response:
         status, body = fleet.health()  # the details are in the log (preflight), not for every caller
-        if app.extensions.get(DRAINING):  # a graceful stop: balancers send new sessions elsewhere
+        if runtime.draining:  # a graceful stop: balancers send new sessions elsewhere
             status, body = 503, {**body, "status": "draining"}
         if not guard.may_know(request.environ):  # a balancer needs the status; names and counts are not its
             body = {"status": body["status"]}

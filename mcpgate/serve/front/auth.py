@@ -11,6 +11,8 @@ from collections.abc import Collection
 from typing import Any
 from urllib.parse import urlsplit
 
+from mcpgate.serve.front.context import context
+
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 # RFC 9110 7.2 / RFC 3986 3.2.2: a host name (letters, digits, "-", ".", "_", "~") or a bracketed IPv6 literal,
 # then an optional port. Narrower than RFC 3986's reg-name on purpose: no sub-delims (",", ";", "=", ...) and no
@@ -172,12 +174,11 @@ def bearer_ok(authorization: str | None, token: str) -> bool:
     return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
 
 
-PRINCIPAL = "mcpgate.principal"  # the environ key the guard sets
 STATIC_PRINCIPAL = "static"  # every caller of a no-auth or static-token gateway is this one principal
 
 
 def principal(environ: dict[str, Any]) -> str:
-    """Whose pool serves a request: set by the guard once the caller is authenticated (an OAuth subject will
-    be its own principal); the static-token or no-auth case is one principal."""
-    value = environ.get(PRINCIPAL)
-    return value if isinstance(value, str) else STATIC_PRINCIPAL
+    """Whose pool serves a request: named in its context by the guard once the caller is authenticated (an OAuth
+    subject is its own principal); the static-token or no-auth case is one principal."""
+    value = context(environ).principal
+    return value if value is not None else STATIC_PRINCIPAL

@@ -32,10 +32,6 @@ STATUS_TEXT = {
 }
 
 StartResponse = Callable[..., Any]
-# The environ key of the worker's probe "has the client closed its connection?" (a callable, never blocks).
-PEER_GONE = "mcpgate.peer_gone"
-# The environ key of the message a handler parsed from the body (the metrics label requests by its method).
-MESSAGE = "mcpgate.message"
 
 
 class HttpRequest:

@@ -20,7 +20,10 @@ connections) the longest-waiting one is closed. Sockets that send slowly or noth
 of requests in progress. (mcpgate.serve.front.reading holds the deadlines, the body and the budget.)
 
 The worker tracks its client connections, and a graceful shutdown (SIGTERM) starts from its signal handling,
-on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT. It drains first: the listener stays
+on a greenlet of its own, as gunicorn's gevent worker does with SIGQUIT. Of the gateway it knows only the
+Runtime the app factory attached to the app (`GatewayWorker.runtime`; serve/runtime.py): it loads the app within
+the runtime's `listening_on` its addresses, and calls the runtime's drain and close, nothing else.
+It drains first: the listener stays
 open, /healthz answers 503 "draining" (balancers stop sending new sessions), every server refuses new sessions
 and new 2026-07-28 calls with 503 + Retry-After; in a fleet this instance stays in the directory until the
 drain ends (its sessions' requests are still forwarded here). Requests already being answered (sessions'
@@ -46,18 +49,17 @@ from gevent.pywsgi import _InvalidClientInput
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGIServer
 
 from mcpgate.config.settings import Settings
-from mcpgate.serve.front.http import PEER_GONE
+from mcpgate.serve.front.context import CONTEXT, RequestContext
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
 from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line, resolve_target
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
-    from mcpgate.serve.servers.published import PublishedServers
+    from mcpgate.serve.runtime import Runtime
 
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-length: 0\r\n\r\n"  # as pywsgi's
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
 READ_BUFFER = io.DEFAULT_BUFFER_SIZE  # as socket.makefile's, which pywsgi uses
 SWEEP_INTERVAL = 0.5  # seconds between checks of the read deadlines (how late a timeout may fire)
-DRAIN_POLL = 0.1  # seconds between checks that nothing is in flight any more while draining
 LADDER_GRACE = 2.0  # seconds kept beyond the children's stop ladder (close + term timeouts) after a drain
 
 
@@ -153,7 +155,7 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
         body = self.wsgi_input = Body(self.rfile, self.content_length, expect, chunked)
         body.connection = self
         environ["wsgi.input"], environ["wsgi.input_terminated"] = body, True  # no upgrade reads the raw socket
-        environ[PEER_GONE] = functools.partial(peer_gone, self.socket)
+        environ[CONTEXT] = RequestContext(peer_gone=functools.partial(peer_gone, self.socket))
         if body.whole:  # no body: nothing more to wait for from the client
             self.body_read()
         else:
@@ -285,17 +287,23 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connections: set[socket.socket] = set()
-        from mcpgate.serve.cluster import (
-            instances,  # where other instances reach this one, when it joins a cluster (-b included)
-        )
-
-        instances.LISTENING[:] = [listening_address(listener) for listener in self.sockets]
         self._shutdown: gevent.Greenlet | None = None
+        # where other instances of a fleet reach this one (-b included), noted while self.sockets are gunicorn's
+        # listeners (gevent's init_process makes them plain sockets)
+        self.listening = [listening_address(listener) for listener in self.sockets]
 
-    def fleet(self) -> PublishedServers | None:
-        extensions = getattr(self.wsgi, "extensions", {})  # the Flask app create_app() built
-        fleet: PublishedServers | None = extensions.get("mcpgate.fleet")
-        return fleet
+    def load_wsgi(self) -> None:
+        """gunicorn's, within the addresses this worker listens on (the app factory's cluster names them)."""
+        from mcpgate.serve.runtime import listening_on
+
+        with listening_on(self.listening):
+            super().load_wsgi()
+
+    def runtime(self) -> Runtime | None:
+        """The gateway's Runtime, which the app factory attached to the app (None: another app)."""
+        from mcpgate.serve.runtime import of
+
+        return of(self.wsgi)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM: drain, then gunicorn stops accepting and the gateway stops the children (the module's
@@ -306,45 +314,32 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def drain_then_stop(self, sig: int, frame: Any) -> None:
         graceful = float(self.cfg.graceful_timeout)
         started = time.monotonic()
-        fleet = self.fleet()
+        runtime = self.runtime()
         try:
-            if fleet is not None:
-                s = fleet.settings
-                self.drain(fleet, drain_budget(graceful, s.close_timeout + s.term_timeout + LADDER_GRACE))
+            if runtime is not None:
+                s = runtime.settings
+                self.drain(runtime, drain_budget(graceful, s.close_timeout + s.term_timeout + LADDER_GRACE))
         finally:
             super().handle_exit(sig, frame)  # gunicorn stops accepting
             self.shut_down(max(1.0, graceful - 2.0 - (time.monotonic() - started)))
 
-    def drain(self, fleet: PublishedServers, budget: float) -> None:
-        """Refuse new work and wait (at most `budget` seconds) until no request is in flight."""
-        from mcpgate.serve.front.app import DRAINING
+    def drain(self, runtime: Runtime, budget: float) -> None:
+        """Refuse new work and wait (at most `budget` seconds) until no request is in flight. In a fleet the
+        instance stays in the directory while it drains: its sessions' requests and its parked calls' retries are
+        still forwarded here (new sessions are refused); it leaves when the drain ends."""
 
-        extensions = getattr(self.wsgi, "extensions", {})
-        extensions[DRAINING] = True
-        gateways = [gateway for _name, gateway in fleet.items()]
-        for gateway in gateways:
-            gateway.closing = True
-        cluster = extensions.get("mcpgate.cluster")
-        if cluster is not None:
-            # it stays in the directory while it drains: its sessions' requests and its parked calls' retries
-            # are still forwarded here (new sessions are refused); it leaves when the drain ends
-            cluster.draining = True
-        busy = sum(gateway.in_flight() for gateway in gateways)
-        self.log.info("mcpgate: draining (%d requests in flight, at most %.1f s)", busy, budget)
-        deadline = time.monotonic() + budget
-        while busy and time.monotonic() < deadline:
-            gevent.sleep(DRAIN_POLL)
-            busy = sum(gateway.in_flight() for gateway in gateways)
+        def begun(busy: int) -> None:
+            self.log.info("mcpgate: draining (%d requests in flight, at most %.1f s)", busy, budget)
+
+        busy = runtime.drain(budget, begun)
         if busy:
             self.log.warning("mcpgate: drain time is up with %d requests in flight; stopping", busy)
-        if cluster is not None:
-            cluster.directory.stop()  # out of the directory: nothing more is forwarded here
 
     def shut_down(self, timeout: float) -> None:
         self.release_connections()
-        fleet = self.fleet()
-        if fleet is not None:
-            fleet.close(timeout=timeout)
+        runtime = self.runtime()
+        if runtime is not None:
+            runtime.close(timeout)
 
     def release_connections(self) -> None:
         """Stop reading from every client connection: idle keep-alive ones close, replies still finish."""
@@ -355,16 +350,15 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
                 pass
 
     def run(self) -> None:
-        fleet = self.fleet()
-        settings = fleet.settings if fleet is not None else Settings.from_env()
+        runtime = self.runtime()
+        settings = runtime.settings if runtime is not None else Settings.from_env()
         limits = Limits.of(settings, self.worker_connections)
         self.server_class = functools.partial(Server, connections=self.connections, limits=limits)
         try:
             super().run()
         finally:
-            fleet = self.fleet()
-            if fleet is not None:  # a last chance for children still alive (bounded)
-                fleet.close(timeout=LAST_CHANCE_TIMEOUT)
+            if runtime is not None:  # a last chance for children still alive (bounded)
+                runtime.close(LAST_CHANCE_TIMEOUT)
 
 
 def listening_address(listener: Any) -> str:

@@ -44,8 +44,7 @@ class Carried:
 class ChildStates:
     """Wraps a modern child's requestState for one pool (`server`: what tells its pool from others), and opens it."""
 
-    def __init__(self, server: str, ttl: float, max_chars: int) -> None:
-        fleet = instances.current()
+    def __init__(self, server: str, ttl: float, max_chars: int, fleet: instances.Cluster | None) -> None:
         self.server = server
         self.instance = fleet.instance if fleet is not None else ""
         self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None

@@ -28,6 +28,7 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, mrtr, wire
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
+from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern import tool_notes
 from mcpgate.serve.modern.bridge import Bridge
@@ -69,12 +70,20 @@ class Group:
 
 
 class Pool:
-    def __init__(self, settings: Settings, spec: ChildSpec, limits: StreamLimits, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        spec: ChildSpec,
+        limits: StreamLimits,
+        clock: Callable[[], float],
+        cluster: Cluster | None = None,  # the fleet's instances: its states and task ids are the fleet's
+    ) -> None:
         self.settings, self.spec, self.limits, self.clock = settings, spec, limits, clock
+        self.cluster = cluster
         self.groups: dict[str, Group] = {}
         self.bridge = Bridge(self, settings.input_ttl, clock)
-        self.states = ChildStates(spec.label_prefix, settings.input_ttl, settings.max_body_bytes)
-        self.tasks = Tasks(spec.label_prefix, settings.task_hold, settings.pool_child_tasks, clock)
+        self.states = ChildStates(spec.label_prefix, settings.input_ttl, settings.max_body_bytes, cluster)
+        self.tasks = Tasks(spec.label_prefix, settings.task_hold, settings.pool_child_tasks, clock, cluster)
         self._reaper: gevent.Greenlet | None = None
         self._numbers = 0
         self._stopping: set[PooledChild] = set()  # stopped on purpose, not yet exited: still processes

@@ -66,8 +66,9 @@ class Routed:
 class Tasks:
     """One pool's task ids (sealed, opened) and the holds that keep a child while it has tasks."""
 
-    def __init__(self, server: str, hold: float, per_child: int, clock: Callable[[], float]) -> None:
-        fleet = instances.current()
+    def __init__(
+        self, server: str, hold: float, per_child: int, clock: Callable[[], float], fleet: instances.Cluster | None
+    ) -> None:
         self.server, self.hold, self.per_child, self.clock = server, hold, per_child, clock
         self.instance = fleet.instance if fleet is not None else ""
         self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None

@@ -1,8 +1,8 @@
 """The embedded authorization server (MCPGATE_AUTH_MODE=embedded): the gateway signs its users in and issues
 its own access tokens.
 
-    install(app: Flask, settings: Settings, targets=None, any_audience=False)
-        -> tuple[Verifier, str]   # (the token verifier, the issuer URL)
+    install(app: Flask, settings: Settings, targets=None, any_audience=False, cluster=None)
+        -> tuple[Verifier, EmbeddedServer]   # (the token verifier, the server: its issuer URL, its parts)
 
 registers on the app:
 
@@ -19,7 +19,8 @@ MCPGATE_OAUTH_SCOPES). The verifier accepts the access tokens signed here that n
 up in storage) for the resource URL (any_audience: for any, the guard checking each request's own).
 
 The state (storage.py) is in SQLite under MCPGATE_STATE_DIR, or in Redis when REDIS_URL is set (redis_storage.py:
-every instance of a fleet shares it); while Redis fails, the endpoints and pages answer 503.
+every instance of a fleet shares it, through the `cluster`'s client when this worker is one of them); while
+Redis fails, the endpoints and pages answer 503.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from flask import Blueprint, Flask, Response, jsonify, request
 
 from mcpgate.config.declarations import SettingsError
 from mcpgate.config.settings import Settings
+from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth
 from mcpgate.serve.oauth import client_metadata, redirects, signin
 from mcpgate.serve.oauth.grants import Targets
@@ -248,16 +250,14 @@ def revoked_check(server: EmbeddedServer) -> Any:
     return check
 
 
-def storage_for(settings: Settings, app: Flask | None = None) -> Storage:
-    """SQLite under MCPGATE_STATE_DIR; with REDIS_URL, Redis (through this worker's cluster's client when there
+def storage_for(settings: Settings, cluster: Cluster | None = None) -> Storage:
+    """SQLite under MCPGATE_STATE_DIR; with REDIS_URL, Redis (through this worker's `cluster`'s client when there
     is one), waited for briefly: an instance that cannot reach it does not start."""
     sealer = sealer_of(settings.state_key)
     if not settings.redis_url:
         return SqliteStorage(settings.state_dir, sealer)
-    from mcpgate.serve.cluster.instances import current
     from mcpgate.serve.oauth.redis_storage import RedisStorage, StorageUnavailable
 
-    cluster = (app.extensions.get("mcpgate.cluster") if app else None) or current()
     if cluster is not None:
         storage = RedisStorage(cluster.redis, sealer=sealer)
     else:
@@ -303,17 +303,17 @@ def install(
     settings: Settings,
     targets: Callable[[], Targets] | None = None,
     any_audience: bool = False,
-) -> tuple[Verifier, str]:
+    cluster: Cluster | None = None,
+) -> tuple[Verifier, EmbeddedServer]:
     """Register the authorization server's endpoints and pages on `app`; the verifier of its access tokens and
-    its issuer URL."""
-    server = build(settings, targets, storage_for(settings, app))
+    the server (its issuer URL)."""
+    server = build(settings, targets, storage_for(settings, cluster))
     if settings.redis_url:
         from mcpgate.serve.oauth.redis_storage import StorageUnavailable
 
         app.register_error_handler(StorageUnavailable, unavailable)
     app.register_blueprint(routes(server))
     app.register_blueprint(signin.blueprint(server, settings))
-    app.extensions["mcpgate.oauth"] = server
     verifier = JwtVerifier(
         server.issuer,
         None if any_audience else settings.resource_url,
@@ -323,4 +323,4 @@ def install(
     )
     where = "Redis" if settings.redis_url else settings.state_dir or "the default directory"  # never the URL
     log.info("embedded authorization server %s (state in %s)", server.issuer, where)
-    return verifier, server.issuer
+    return verifier, server

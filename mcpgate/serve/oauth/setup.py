@@ -16,7 +16,7 @@ from mcpgate.serve.front import auth
 from mcpgate.serve.front.http import Refusal
 
 if TYPE_CHECKING:
-    from mcpgate.serve.oauth.resource import Published
+    from mcpgate.serve.runtime import Runtime
 
 
 class Authenticator(Protocol):
@@ -43,10 +43,11 @@ class StaticToken:
         return auth.STATIC_PRINCIPAL
 
 
-def authenticator(settings: Settings, app: Flask, published: Published | None = None) -> Authenticator | None:
+def authenticator(settings: Settings, app: Flask, runtime: Runtime | None = None) -> Authenticator | None:
     """The mode in force (Settings.auth); the OAuth modes also register their metadata (and the embedded
-    server its endpoints and pages) on the app. None: the endpoint is open. `published`: the servers (the
-    fleet, read at request time), each its own protected resource; None: MCPGATE_COMMAND's one."""
+    server its endpoints and pages) on the app. None: the endpoint is open. `runtime`: the worker's (serve/runtime):
+    its servers (read at request time), each its own protected resource, its cluster (the embedded server's state
+    goes through its Redis client), and where the embedded server is kept; None: MCPGATE_COMMAND's one server."""
     mode = settings.auth
     if mode == "none":
         return None
@@ -55,7 +56,7 @@ def authenticator(settings: Settings, app: Flask, published: Published | None = 
     # the OAuth modes only: Authlib is imported on demand
     from mcpgate.serve.oauth.resource import ResourceGuard, Single, offered_scopes, published_resources, verifier_for
 
-    servers = published or Single(settings)
+    servers = runtime.servers if runtime is not None else Single(settings)
     if mode == "resource-server":
         guard = ResourceGuard(settings, verifier_for(settings, servers.named), [settings.oauth_issuer], servers)
     else:
@@ -67,7 +68,10 @@ def authenticator(settings: Settings, app: Flask, published: Published | None = 
             default = own[0] if len(own) == 1 else None  # one server: a request naming no resource is for it
             return Targets(tuple(published_resources(settings, servers)), default, offered_scopes(servers))
 
-        verifier, issuer = embedded.install(app, settings, targets, any_audience=servers.named)
-        guard = ResourceGuard(settings, verifier, [issuer], servers)
+        cluster = runtime.cluster if runtime is not None else None
+        verifier, server = embedded.install(app, settings, targets, any_audience=servers.named, cluster=cluster)
+        if runtime is not None:
+            runtime.oauth = server
+        guard = ResourceGuard(settings, verifier, [server.issuer], servers)
     guard.register(app)
     return guard

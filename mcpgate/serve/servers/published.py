@@ -20,6 +20,8 @@ import gevent
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
+from mcpgate.core.sessions import new_session_id
+from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
 from mcpgate.serve.servers import config_file
 from mcpgate.serve.servers.config_file import PREFIX, ConfigError, ServerEntry
@@ -27,7 +29,6 @@ from mcpgate.serve.servers.server import DEFAULT_NAME, PublishedServer
 
 log = logging.getLogger("mcpgate.fleet")
 
-SERVER = "mcpgate.server"  # the environ key naming the server a request was routed to (metrics read it)
 KINDS = ("mcp", "sse", "messages")  # a server's paths: Streamable HTTP, HTTP+SSE stream, HTTP+SSE messages
 LISTING = (PREFIX, PREFIX + "/")  # GET: the servers and their endpoints
 Stamp = tuple[int, int, int]  # the file's (mtime_ns, size, inode)
@@ -48,11 +49,21 @@ class ReloadReport:
 
 
 class PublishedServers:
-    """The gateways by name. `named` is False for MCPGATE_COMMAND's single server."""
+    """The gateways by name. `named` is False for MCPGATE_COMMAND's single server. `cluster`: the fleet's
+    instances when this worker is one of them (REDIS_URL); `minter`: what every server's sessions get their ids
+    from (the cluster's self-routing ids, else plain random ones)."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        cluster: Cluster | None = None,
+        minter: Callable[[], str] = new_session_id,
+    ) -> None:
         self.settings = settings
         self.clock = clock
+        self.cluster, self.minter = cluster, minter
         self.named = bool(settings.config)
         self._gateways: dict[str, PublishedServer] = {}
         self._entries: dict[str, ServerEntry] = {}
@@ -60,7 +71,7 @@ class PublishedServers:
         self._watcher: gevent.Greenlet | None = None
         self._fixed: dict[str, tuple[str, str]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
         if not self.named:
-            self._gateways[DEFAULT_NAME] = PublishedServer(settings, clock)
+            self._gateways[DEFAULT_NAME] = PublishedServer(settings, clock, cluster=cluster, minter=minter)
             served = {settings.path: "mcp", settings.sse_path: "sse", settings.messages_path: "messages"}
             self._fixed = {p: (DEFAULT_NAME, kind) for path, kind in served.items() for p in (path, path + "/")}
             return
@@ -85,6 +96,8 @@ class PublishedServers:
             argv=entry.argv,
             env=entry.env,
             cwd=entry.cwd,
+            cluster=self.cluster,
+            minter=self.minter,
         )
 
     # -- lookups (cheap: on every request) --

@@ -15,9 +15,9 @@ from mcpgate.child.limits import ChildLimits
 from mcpgate.child.process import ChildProcess
 from mcpgate.child.spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
 from mcpgate.config.settings import Settings
-from mcpgate.core.sessions import SessionRegistry
+from mcpgate.core.sessions import SessionRegistry, new_session_id
 from mcpgate.serve.cluster import caps
-from mcpgate.serve.cluster.instances import session_minter
+from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.metrics import Tally
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
@@ -32,7 +32,9 @@ DEFAULT_NAME = "default"  # the one server of MCPGATE_COMMAND, at MCPGATE_PATH
 
 class PublishedServer:
     """One published server. MCPGATE_COMMAND's is named "default"; a named server of MCPGATE_CONFIG is given
-    its command (argv, env on top of the configured one, cwd) and labels its children "<name>/..."."""
+    its command (argv, env on top of the configured one, cwd) and labels its children "<name>/...". In a fleet
+    (REDIS_URL) it is given the `cluster` (its pool's states and its caps are the fleet's) and the cluster's
+    `minter`, whose session ids name this instance (serve/cluster/instances.py); else plain random ids."""
 
     def __init__(
         self,
@@ -43,14 +45,15 @@ class PublishedServer:
         argv: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        cluster: Cluster | None = None,
+        minter: Callable[[], str] = new_session_id,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.name = name
         self.tally = Tally() if settings.metrics else None  # child exits, drops, write-queue closes for /metrics
-        # in a fleet (REDIS_URL) the ids name this instance (serve/cluster/instances.py); else plain random ones
         self.sessions: SessionRegistry[Session] = SessionRegistry(
-            settings.max_sessions, settings.session_idle_ttl, session_minter()
+            settings.max_sessions, settings.session_idle_ttl, minter
         )
         if argv is not None:
             self.argv = list(argv)
@@ -80,11 +83,11 @@ class PublishedServer:
             replay_bytes=settings.replay_bytes,
             on_drop=self.tally.stream_dropped if self.tally else None,
         )
-        self.pool = Pool(settings, self.child_spec, self.stream_limits, clock)
+        self.pool = Pool(settings, self.child_spec, self.stream_limits, clock, cluster)
         self._reaper: gevent.Greenlet | None = None
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
-        self.caps = caps.for_server(settings, name)
+        self.caps = caps.for_server(settings, name, cluster)
 
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}
