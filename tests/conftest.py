@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests import fleet_support, markers, recipe_support, support
+from tests import markers, support
 from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway, serving
+from tests.support import fleet as fleet_support
+from tests.support import recipe as recipe_support
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -55,8 +57,8 @@ def gateway_factory() -> Iterator[Callable[..., Gateway]]:
 
 @pytest.fixture(scope="module")
 def issuer() -> Iterator[str]:
-    """tests/fixtures/oidc_issuer.py (its user alice) for a test module: its issuer URL (tests/oauth_support.py)."""
-    from tests.oauth_support import oidc_issuer  # the SDK client's imports, only where a module asks for an issuer
+    """tests/fixtures/oidc_issuer.py (its user alice) for a test module: its issuer URL (tests/support/oauth.py)."""
+    from tests.support.oauth import oidc_issuer  # the SDK client's imports, only where a module asks for an issuer
 
     with oidc_issuer(user="alice") as url:
         yield url

@@ -29,16 +29,13 @@ from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser
-from tests.fleet_support import Balancer, haproxy, redis_server
-from tests.oauth_support import SdkUser
 from tests.support import (
     HEADERS,
     MODERN,
-    PROTOCOL_VERSION,
     ROOT,
-    SESSION_ID,
     Gateway,
     direct_children,
     free_port,
@@ -51,6 +48,8 @@ from tests.support import (
     wait_dead,
     wait_for,
 )
+from tests.support.fleet import Balancer, haproxy, redis_server
+from tests.support.oauth import SdkUser
 
 RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()
 NAMES = ("i1", "i2", "i3")

@@ -1,4 +1,4 @@
-"""Fixtures for the relay tests: real upstream servers and relay runners (helpers: tests/relay/support.py).
+"""Fixtures for the relay tests: real upstream servers and relay runners (helpers: tests/support/relay.py).
 
 Every process a fixture starts is stopped by its PID in a finally block. When a test that started raw relays
 fails, their stderr is added to its report.
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.relay.support import RawRelay, Upstream
+from tests.support.relay import RawRelay, Upstream
 
 RELAYS_KEY = pytest.StashKey[list[RawRelay]]()
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.relay.support import (
+from tests.support import Gateway
+from tests.support.relay import (
+    HANG_GUARD,
     INITIALIZED,
     RawRelay,
-    Reply,
+    Scripted,
     ScriptedServer,
     Seen,
     initialize,
@@ -20,7 +22,6 @@ from tests.relay.support import (
     result,
     wait_for,
 )
-from tests.support import Gateway
 
 CALLS = 200
 LIMIT = 8
@@ -71,7 +72,7 @@ def test_200_concurrent_slow_calls_all_answered_within_the_limit(raw_relay: Any,
 def test_a_queued_request_cancelled_is_dropped_unsent(raw_relay: Any) -> None:
     release = threading.Event()
 
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         message = seen.json
         if seen.rpc_method == "tools/call" and message["params"]["name"] == "hang":
             release.wait(60)
@@ -82,7 +83,7 @@ def test_a_queued_request_cancelled_is_dropped_unsent(raw_relay: Any) -> None:
         relay = raw_relay(server.url, "--max-inflight", "1")
         start_session(relay)
         relay.send(call(2, "hang"))
-        wait_for(lambda: server.requests("POST", "tools/call"), "call 2 to reach the upstream")
+        wait_for(lambda: server.requests("POST", "tools/call"), HANG_GUARD, "call 2 to reach the upstream")
         relay.send(
             call(3, "queued"),
             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}},
@@ -90,7 +91,9 @@ def test_a_queued_request_cancelled_is_dropped_unsent(raw_relay: Any) -> None:
             {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
         )
         # The notification after them has reached the upstream: the relay has read the cancel.
-        wait_for(lambda: server.requests("POST", "notifications/roots/list_changed"), "the later notification")
+        wait_for(
+            lambda: server.requests("POST", "notifications/roots/list_changed"), HANG_GUARD, "the later notification"
+        )
         release.set()
         assert relay.read_reply(2)["result"]["content"][0]["text"] == "released"
         assert relay.read_reply(4)["result"] == {"echo": "tools/call"}

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.relay.support import INITIALIZED, RawRelay, initialize, stop_pid, wait_for, wait_port
 from tests.support import free_port
+from tests.support.relay import HANG_GUARD, INITIALIZED, RawRelay, initialize, stop_process, wait_for, wait_listening
 
 SERVER = "tests/fixtures/oldest_stream_server.py"
 LIST_CHANGED = "notifications/tools/list_changed"
@@ -31,10 +31,10 @@ def oldest_stream_url() -> Iterator[str]:
         [sys.executable, SERVER, "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        wait_port(port, proc)
+        wait_listening(port, proc)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        stop_pid(proc)
+        stop_process(proc)
 
 
 def tool(msg_id: Any, name: str, token: str | None = None, **arguments: Any) -> dict[str, Any]:
@@ -120,7 +120,11 @@ def test_the_grace_is_bounded(raw_relay: Any, oldest_stream_url: str) -> None:
     after = read_until(relay, is_method(LIST_CHANGED))
     assert hold_messages(after) == []
     numbers = iter(range(10, 10_000))
-    wait_for(lambda: stream_state(relay, next(numbers), of=2) == "closed by the client", "the relay to close call 2")
+    wait_for(
+        lambda: stream_state(relay, next(numbers), of=2) == "closed by the client",
+        HANG_GUARD,
+        "the relay to close call 2",
+    )
     code, rest, _ = relay.finish()
     assert code == 0 and hold_messages(rest) == []
 
@@ -134,7 +138,11 @@ def test_grace_zero_closes_at_once(raw_relay: Any, oldest_stream_url: str) -> No
     assert relay.read()["method"] == "notifications/progress"
     relay.send(cancel(2))
     numbers = iter(range(10, 10_000))
-    wait_for(lambda: stream_state(relay, next(numbers), of=2) == "closed by the client", "the relay to close call 2")
+    wait_for(
+        lambda: stream_state(relay, next(numbers), of=2) == "closed by the client",
+        HANG_GUARD,
+        "the relay to close call 2",
+    )
     code, rest, stderr = relay.finish()
     assert code == 0 and hold_messages(rest) == []
     assert "cancelled request 2: its reply stream is closed" in stderr

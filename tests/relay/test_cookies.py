@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.fleet_support import Balancer, haproxy
-from tests.relay.support import run_host
-from tests.support import HEADERS, SESSION_ID, init_body, serving
+from mcpgate.core.wire import SESSION_ID
+from tests.support import HEADERS, init_body, serving
+from tests.support.fleet import Balancer, haproxy
+from tests.support.relay import run_host
 
 COOKIE_AFFINITY = """
 global

@@ -29,8 +29,8 @@ import pytest
 from mcp import Client
 from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
 
-from tests.relay.support import EraServer, await_for, explain_stderr, run_host, wait_for
 from tests.support import MODERN_CHILD, on_elicit, on_sample, serving
+from tests.support.relay import HANG_GUARD, EraServer, await_for, explain_stderr, run_host, wait_for
 
 MODERN_HOST, LEGACY_HOST = "2026-07-28", "legacy"
 HOSTS = [MODERN_HOST, LEGACY_HOST]
@@ -330,5 +330,7 @@ def test_a_cancelled_call_is_cancelled_upstream_and_the_host_goes_on(
         return text(await client.call_tool("echo", {"message": "after the cancel"}))
 
     assert through_relay(servers, server, host, era, tmp_path, scenario) == "after the cancel"
-    wait_for(lambda: f"sleep {tag} cancelled" in server_log(upstream), f"the upstream to cancel sleep {tag}")
+    wait_for(
+        lambda: f"sleep {tag} cancelled" in server_log(upstream), HANG_GUARD, f"the upstream to cancel sleep {tag}"
+    )
     assert f"sleep {tag} done" not in server_log(upstream)

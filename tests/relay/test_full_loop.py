@@ -12,7 +12,7 @@ import anyio
 import mcp_types as types
 from mcp import Client
 
-from tests.relay.support import await_for, run_host
+from tests.support.relay import await_for, run_host
 
 
 def _text(result: types.CallToolResult) -> str:

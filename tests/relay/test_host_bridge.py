@@ -23,8 +23,8 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.relay.host_bridge import LegacyHostBridge
 from mcpgate.relay.transport import OneWay, Sink, Upstream
-from tests.relay.support import run_host
 from tests.support import MODERN_CHILD, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample
+from tests.support.relay import run_host
 
 V = "io.modelcontextprotocol/protocolVersion"
 CAPS = "io.modelcontextprotocol/clientCapabilities"

@@ -18,7 +18,7 @@ import pytest
 
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
-from tests.relay.support import HANG_GUARD, Reply, ScriptedServer, Seen, http_options, json_reply
+from tests.support.relay import HANG_GUARD, Scripted, ScriptedServer, Seen, http_options, json_reply
 
 BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {}}).encode()
 
@@ -145,7 +145,7 @@ def test_a_header_value_http_forbids_is_refused_without_quoting_it(capture: Capt
 
 
 def test_cookies_the_upstream_sets_are_sent_back() -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         return json_reply({"jsonrpc": "2.0", "id": 1, "result": {}}, headers={"Set-Cookie": "lb=node-7; Path=/"})
 
     with ScriptedServer(route) as server:

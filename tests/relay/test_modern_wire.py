@@ -16,19 +16,6 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.relay.support import (
-    HOLD,
-    RawRelay,
-    Reply,
-    ScriptedServer,
-    Seen,
-    json_reply,
-    run_host,
-    sse_event,
-    sse_reply,
-    stop_pid,
-    wait_port,
-)
 from tests.support import (
     FIXTURES,
     MODERN,
@@ -39,6 +26,19 @@ from tests.support import (
     modern_body,
     on_elicit,
     on_sample,
+)
+from tests.support.relay import (
+    HOLD,
+    RawRelay,
+    Scripted,
+    ScriptedServer,
+    Seen,
+    json_reply,
+    run_host,
+    sse_event,
+    sse_reply,
+    stop_process,
+    wait_listening,
 )
 
 MODERN_ARGS = ("--protocol-era", "modern", "--log-level", "info")
@@ -59,7 +59,7 @@ class SdkServer:
         )
         with open(self.stderr, "wb") as err:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=err)
-        wait_port(port, self.proc)
+        wait_listening(port, self.proc)
 
     def log(self) -> str:
         return self.stderr.read_text(errors="replace")
@@ -84,7 +84,7 @@ def sdk_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[
         yield get
     finally:
         for server in started.values():
-            stop_pid(server.proc)
+            stop_process(server.proc)
 
 
 UPSTREAMS = ["serve-demo", "serve-modern", "sdk-sse", "sdk-json"]
@@ -273,12 +273,12 @@ def listing(msg_id: Any, *tools: bytes) -> bytes:
     )
 
 
-def scripted(tools: tuple[bytes, ...]) -> Callable[[Seen, ScriptedServer], Reply]:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+def scripted(tools: tuple[bytes, ...]) -> Callable[[Seen, ScriptedServer], Scripted]:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         message = seen.json
         if message["method"] == "tools/list":
             body = listing(message["id"], *tools)
-            return Reply(200, {"Content-Type": "application/json", "Content-Length": str(len(body))}, [body])
+            return Scripted(200, {"Content-Type": "application/json", "Content-Length": str(len(body))}, [body])
         if message["method"] == "tools/call":
             region = seen.headers.get("mcp-param-region")
             result = {"content": [{"type": "text", "text": f"region header {region}"}]}
@@ -329,7 +329,7 @@ def test_a_tool_with_invalid_annotations_is_dropped(raw_relay: Any) -> None:
 
 
 def test_a_stream_carries_notifications_but_no_server_requests(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         msg_id = seen.json["id"]
         progress = {
             "jsonrpc": "2.0",
@@ -353,7 +353,7 @@ def test_a_modern_error_reaches_the_host_whole(raw_relay: Any) -> None:
     """400 with -32022 (and its data) is the host's answer, with the host's id even when the body's is null."""
     error = {"code": -32022, "message": "Unsupported protocol version", "data": {"supported": ["2027-01-01"]}}
 
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         return json_reply({"jsonrpc": "2.0", "id": None, "error": error}, 400)
 
     with ScriptedServer(route) as server:
@@ -393,7 +393,7 @@ print("closed" if replies[0].raw.closed else "open", "grace", transport.cancel_g
 
 
 def test_killing_a_request_closes_its_response() -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}}
         return sse_reply(sse_event(note), HOLD)
 
@@ -409,7 +409,7 @@ def test_killing_a_request_closes_its_response() -> None:
 
 
 def test_a_version_refusal_naming_the_relays_revision_is_retried_once(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         message = seen.json
         if len(server.requests("POST")) % 2:  # every first try: refused, naming 2026-07-28
             error = {"code": -32022, "message": "no", "data": {"supported": [MODERN], "requested": MODERN}}

@@ -24,8 +24,8 @@ from joserfc.jwk import ECKey, RSAKey
 
 from mcpgate.relay.oauth import grants
 from mcpgate.relay.oauth.grants import GrantError
-from tests.oauth_support import jwt_claims, oidc_issuer
 from tests.support import free_port
+from tests.support.oauth import jwt_claims, oidc_issuer
 
 RESOURCE = "https://mcp.example.com/mcp"
 TIMEOUTS = (5.0, 10.0)

@@ -26,8 +26,8 @@ import pytest
 import requests
 
 from mcpgate.relay.oauth.store import Record, TokenStore, normalized
-from tests.oauth_support import oidc_issuer
-from tests.relay.support import HANG_GUARD, explain_stderr
+from tests.support.oauth import oidc_issuer
+from tests.support.relay import HANG_GUARD, explain_stderr
 
 SERVER = "https://mcp.example.com/mcp"
 RELAY = str(Path(sys.executable).parent / "mcpgate-relay")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.relay.support import INITIALIZED, ScriptedServer, explain_stderr, initialize
+from tests.support.relay import INITIALIZED, ScriptedServer, explain_stderr, initialize
 
 # Modules that exist only on POSIX systems (Linux, macOS): absent on Windows. (`posix` itself is left alone:
 # it is the os module's own half here, and the standard library asks os.name before importing it.)

@@ -16,9 +16,9 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, types
 
-from tests.relay.support import HANG_GUARD
 from tests.relay.test_server_bridge import LAUNCH
 from tests.support import FIXTURES, MODERN, Gateway, serving
+from tests.support.relay import HANG_GUARD
 
 CALLS = 5
 

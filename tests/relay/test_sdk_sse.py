@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.relay.support import Upstream, await_for, run_host
+from tests.support.relay import Upstream, await_for, run_host
 
 
 def _text(result: types.CallToolResult) -> str:

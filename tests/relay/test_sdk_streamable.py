@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.relay.support import Upstream, await_for, explain_stderr, relay_params, run_host
+from tests.support.relay import Upstream, await_for, explain_stderr, relay_params, run_host
 
 
 def _text(result: types.CallToolResult) -> str:

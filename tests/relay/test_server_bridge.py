@@ -20,9 +20,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 
-from tests.relay.support import HANG_GUARD, RawRelay
 from tests.support import MODERN, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample
 from tests.support import wait_for as wait_until
+from tests.support.relay import HANG_GUARD, RawRelay
 
 ENVS = {"demo": {}}
 META_VERSION = "io.modelcontextprotocol/protocolVersion"

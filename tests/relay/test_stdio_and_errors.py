@@ -15,11 +15,12 @@ import pytest
 from mcp import Client
 
 import mcpgate
-from tests.relay.support import (
+from tests.support import free_port
+from tests.support.relay import (
     FIXTURES,
     HANG_GUARD,
     INITIALIZED,
-    Reply,
+    Scripted,
     ScriptedServer,
     Seen,
     Upstream,
@@ -29,11 +30,10 @@ from tests.relay.support import (
     relay_params,
     sse_event,
     sse_reply,
-    stop_pid,
+    stop_process,
     wait_for,
-    wait_port,
+    wait_listening,
 )
-from tests.support import free_port
 
 TOKEN = "tok-never-logged-42"
 
@@ -49,10 +49,10 @@ def unauthorized(tmp_path: Path) -> Any:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_port(port, proc)
+        wait_listening(port, proc)
         yield f"http://127.0.0.1:{port}/mcp", record
     finally:
-        stop_pid(proc)
+        stop_process(proc)
 
 
 def test_stdout_carries_only_whole_jsonrpc_lines(raw_relay: Any, streamable_upstream: Upstream) -> None:
@@ -169,7 +169,7 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
 
 
 def test_legacy_endpoint_resolution_and_origin_check(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.method == "GET" and seen.path == "/base/sse":
             return sse_reply(
                 b"event: endpoint\ndata: messages?sid=1\n\n",
@@ -181,8 +181,8 @@ def test_legacy_endpoint_resolution_and_origin_check(raw_relay: Any) -> None:
         if seen.method == "GET" and seen.path == "/evil/sse":
             return sse_reply(b"event: endpoint\ndata: http://elsewhere.example/steal\n\n", float(HANG_GUARD))
         if seen.method == "POST" and seen.path == "/base/messages?sid=1":
-            return Reply(202)
-        return Reply(404)
+            return Scripted(202)
+        return Scripted(404)
 
     with ScriptedServer(route) as server:
         base = f"http://127.0.0.1:{server.port}"
@@ -200,12 +200,12 @@ def test_legacy_endpoint_resolution_and_origin_check(raw_relay: Any) -> None:
 
 
 def test_auto_does_not_fall_back_on_a_jsonrpc_error_body(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.method == "POST":
             body = json.dumps(
                 {"jsonrpc": "2.0", "id": None, "error": {"code": -32022, "message": "Unsupported protocol version"}}
             ).encode()
-            return Reply(400, {"Content-Type": "application/json", "Content-Length": str(len(body))}, [body])
+            return Scripted(400, {"Content-Type": "application/json", "Content-Length": str(len(body))}, [body])
         return mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
@@ -218,7 +218,7 @@ def test_auto_does_not_fall_back_on_a_jsonrpc_error_body(raw_relay: Any) -> None
 
 
 def test_auto_fallback_failure_names_both_attempts(raw_relay: Any) -> None:
-    with ScriptedServer(lambda seen, server: Reply(404, {"Content-Length": "9"}, [b"Not Found"])) as server:
+    with ScriptedServer(lambda seen, server: Scripted(404, {"Content-Length": "9"}, [b"Not Found"])) as server:
         relay = raw_relay(server.url)
         relay.send(initialize(1))
         error = relay.read_reply(1)["error"]
@@ -239,7 +239,7 @@ def test_shutdown_leaves_no_greenlet_or_socket(
     relay.send(
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "slow", "arguments": {"tag": "bye"}}}
     )
-    wait_for(lambda: upstream.marked("started-bye"), "the slow tool to start")
+    wait_for(lambda: upstream.marked("started-bye"), HANG_GUARD, "the slow tool to start")
     if stop == "sigterm":
         relay.proc.send_signal(signal.SIGTERM)
     code, lines, stderr = relay.finish()

@@ -6,12 +6,13 @@ import json
 import signal
 from typing import Any
 
-from tests.relay.support import (
+from tests.support.relay import (
     DROP,
+    HANG_GUARD,
     HOLD,
     INITIALIZED,
     RawRelay,
-    Reply,
+    Scripted,
     ScriptedServer,
     Seen,
     explain_stderr,
@@ -51,7 +52,7 @@ def test_headers_session_version_and_delete(raw_relay: Any) -> None:
         assert start_session(relay)["result"]["protocolVersion"] == "2025-11-25"
         relay.send(call(2, "tools/list"))
         assert relay.read_reply(2)["result"] == {"echo": "tools/list"}
-        wait_for(lambda: server.requests("GET"), "the GET stream attempt")
+        wait_for(lambda: server.requests("GET"), HANG_GUARD, "the GET stream attempt")
         code, rest, stderr = relay.finish()
     assert code == 0 and rest == [], explain_stderr(stderr)
     init, initialized, listed = server.requests("POST")
@@ -84,7 +85,7 @@ def test_no_version_header_for_2025_03_26(raw_relay: Any) -> None:
 
 
 def test_sse_reply_with_notifications_and_server_request(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         message = seen.json
         if seen.rpc_method == "tools/call":
             progress = {
@@ -115,7 +116,7 @@ def test_sse_reply_with_notifications_and_server_request(raw_relay: Any) -> None
 
 
 def test_reply_stream_resumed_with_last_event_id(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method == "tools/call":
             server.pending = seen.json  # type: ignore[attr-defined]
             return sse_reply(sse_event(None, event_id="ev-1", retry=20))  # then the server closes the stream
@@ -135,29 +136,29 @@ def test_reply_stream_resumed_with_last_event_id(raw_relay: Any) -> None:
 def test_get_stream_delivers_and_reconnects_with_last_event_id(raw_relay: Any) -> None:
     note = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.method == "GET":
             if len(server.requests("GET")) == 1:
                 return sse_reply(sse_event(note, event_id="g-1", retry=10))
-            return Reply(405)
+            return Scripted(405)
         return mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
         relay = raw_relay(server.url)
         start_session(relay)
         assert relay.read() == note
-        wait_for(lambda: len(server.requests("GET")) == 2, "the GET stream to reconnect")
+        wait_for(lambda: len(server.requests("GET")) == 2, HANG_GUARD, "the GET stream to reconnect")
         relay.finish()
     assert server.requests("GET")[1].headers["last-event-id"] == "g-1"
 
 
 def test_202_reply_arrives_on_the_get_stream(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method == "tools/call":
             server.pending = seen.json  # type: ignore[attr-defined]
-            return Reply(202)
+            return Scripted(202)
         if seen.method == "GET":
-            wait_for(lambda: hasattr(server, "pending"), "the request")
+            wait_for(lambda: hasattr(server, "pending"), HANG_GUARD, "the request")
             return sse_reply(sse_event(result(server.pending, {"via": "get"})), HOLD)  # type: ignore[attr-defined]
         return mcp_default(seen, server)
 
@@ -170,7 +171,7 @@ def test_202_reply_arrives_on_the_get_stream(raw_relay: Any) -> None:
 
 
 def test_session_expiry_replays_the_handshake(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if (
             seen.method == "POST"
             and seen.headers.get("mcp-session-id") == "session-1"
@@ -205,9 +206,9 @@ def test_session_expiry_replays_the_handshake(raw_relay: Any) -> None:
 
 
 def test_retry_after_503_then_success(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method == "tools/call" and len(server.requests("POST", "tools/call")) == 1:
-            return Reply(503, {"Retry-After": "0", "Content-Length": "4"}, [b"busy"])
+            return Scripted(503, {"Retry-After": "0", "Content-Length": "4"}, [b"busy"])
         return mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
@@ -220,9 +221,9 @@ def test_retry_after_503_then_success(raw_relay: Any) -> None:
 
 
 def test_retry_after_beyond_the_cap_gives_up(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method == "tools/list":
-            return Reply(429, {"Retry-After": "3600", "Content-Length": "13"}, [b"slow down pls"])
+            return Scripted(429, {"Retry-After": "3600", "Content-Length": "13"}, [b"slow down pls"])
         return mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
@@ -236,9 +237,9 @@ def test_retry_after_beyond_the_cap_gives_up(raw_relay: Any) -> None:
 
 
 def test_possibly_sent_tools_call_is_not_retried_but_list_is(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method in ("tools/call", "tools/list") and len(server.requests("POST", seen.rpc_method)) == 1:
-            return Reply(body=[DROP])
+            return Scripted(body=[DROP])
         return mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
@@ -255,14 +256,14 @@ def test_possibly_sent_tools_call_is_not_retried_but_list_is(raw_relay: Any) -> 
 
 
 def test_http_errors_and_invalid_json_name_the_cause(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         name = (seen.json or {}).get("params", {}).get("name") if seen.rpc_method == "tools/call" else None
         if name == "boom":
-            return Reply(500, {"Content-Length": "25"}, [b"Traceback: kaboom\nline 2\n"])
+            return Scripted(500, {"Content-Length": "25"}, [b"Traceback: kaboom\nline 2\n"])
         if name == "garbled":
-            return Reply(200, {"Content-Type": "application/json", "Content-Length": "9"}, [b"{not json"])
+            return Scripted(200, {"Content-Type": "application/json", "Content-Length": "9"}, [b"{not json"])
         if name == "html":
-            return Reply(200, {"Content-Type": "text/html", "Content-Length": "6"}, [b"<html>"])
+            return Scripted(200, {"Content-Type": "text/html", "Content-Length": "6"}, [b"<html>"])
         return mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
@@ -277,7 +278,7 @@ def test_http_errors_and_invalid_json_name_the_cause(raw_relay: Any) -> None:
 
 
 def test_cancel_forwards_closes_the_reply_and_drops_late_answers(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method == "tools/call":
             return sse_reply(sse_event(None, event_id="p"), HOLD)
         return mcp_default(seen, server)
@@ -286,9 +287,9 @@ def test_cancel_forwards_closes_the_reply_and_drops_late_answers(raw_relay: Any)
         relay = raw_relay(server.url)
         start_session(relay)
         relay.send(tool(2, "hang"))
-        wait_for(lambda: server.requests("POST", "tools/call"), "the call to reach the upstream")
+        wait_for(lambda: server.requests("POST", "tools/call"), HANG_GUARD, "the call to reach the upstream")
         relay.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
-        wait_for(lambda: server.requests("POST", "notifications/cancelled"), "the forwarded cancel")
+        wait_for(lambda: server.requests("POST", "notifications/cancelled"), HANG_GUARD, "the forwarded cancel")
         relay.send(call(3, "ping"))
         assert relay.read() == {"jsonrpc": "2.0", "id": 3, "result": {"echo": "ping"}}
         code, rest, _ = relay.finish(timeout=20)
@@ -297,9 +298,9 @@ def test_cancel_forwards_closes_the_reply_and_drops_late_answers(raw_relay: Any)
 
 
 def test_no_cancel_filter_keeps_the_reply(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method == "tools/call":
-            wait_for(lambda: server.requests("POST", "notifications/cancelled"), "the cancel")
+            wait_for(lambda: server.requests("POST", "notifications/cancelled"), HANG_GUARD, "the cancel")
             return json_reply(result(seen.json, {"late": True}))
         return mcp_default(seen, server)
 
@@ -307,7 +308,7 @@ def test_no_cancel_filter_keeps_the_reply(raw_relay: Any) -> None:
         relay = raw_relay(server.url, "--no-cancel-filter")
         start_session(relay)
         relay.send(tool(2, "x"))
-        wait_for(lambda: server.requests("POST", "tools/call"), "the call to reach the upstream")
+        wait_for(lambda: server.requests("POST", "tools/call"), HANG_GUARD, "the call to reach the upstream")
         relay.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
         assert relay.read_reply(2)["result"] == {"late": True}
         relay.finish()
@@ -317,7 +318,7 @@ def test_sigterm_ends_the_session_and_exits_zero(raw_relay: Any) -> None:
     with ScriptedServer() as server:
         relay = raw_relay(server.url)
         start_session(relay)
-        wait_for(lambda: server.requests("GET"), "the GET stream attempt")
+        wait_for(lambda: server.requests("GET"), HANG_GUARD, "the GET stream attempt")
         relay.proc.send_signal(signal.SIGTERM)
         code, rest, _ = relay.finish()
     assert code == 0 and rest == []
@@ -325,7 +326,7 @@ def test_sigterm_ends_the_session_and_exits_zero(raw_relay: Any) -> None:
 
 
 def test_shutdown_answers_requests_still_in_flight(raw_relay: Any) -> None:
-    def route(seen: Seen, server: ScriptedServer) -> Reply:
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
         if seen.rpc_method == "tools/call":
             return sse_reply(HOLD)
         return mcp_default(seen, server)
@@ -334,7 +335,7 @@ def test_shutdown_answers_requests_still_in_flight(raw_relay: Any) -> None:
         relay = raw_relay(server.url, "--shutdown-grace", "0.2")
         start_session(relay)
         relay.send(tool(2, "forever"))
-        wait_for(lambda: server.requests("POST", "tools/call"), "the call to reach the upstream")
+        wait_for(lambda: server.requests("POST", "tools/call"), HANG_GUARD, "the call to reach the upstream")
         code, rest, _ = relay.finish()
     assert code == 0
     [line] = rest

@@ -15,7 +15,7 @@ from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.pump import host_lines
 from mcpgate.relay.transport import should_fall_back
-from tests.relay.support import http_options
+from tests.support.relay import http_options
 
 URL = "http://upstream.test/mcp"
 

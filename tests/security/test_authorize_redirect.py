@@ -13,9 +13,9 @@ import pytest
 import requests
 
 from tests.browser import Browser
-from tests.oauth_support import embedded_env
-from tests.security.support import PASSWORD, USER, USERS, authorize_url, public_client, register
 from tests.support import Gateway, serving
+from tests.support.oauth import embedded_env
+from tests.support.security import PASSWORD, USER, USERS, authorize_url, public_client, register
 
 SITE = "https://phish.example/callback"  # never fetched: the stand-in browser visits loopback only
 LOOPBACK = "http://127.0.0.1:47312/callback"

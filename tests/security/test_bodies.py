@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from mcpgate.serve.oauth import passwords
-from tests.oauth_support import embedded_env
-from tests.security.support import WAIT, answer_and_close
 from tests.support import Gateway, serving
+from tests.support.oauth import embedded_env
+from tests.support.security import WAIT, answer_and_close
 
 CAP = 64 * 1024  # MCPGATE_MAX_FORM_BYTES's default
 PIECE = 64 * 1024  # bytes of each chunk sent

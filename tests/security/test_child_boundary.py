@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 
 from mcpgate.serve.oauth import passwords
-from tests.oauth_support import embedded_env, sign_in
-from tests.security.support import refused_start
 from tests.support import HEADERS, ROOT, Gateway, call, direct_children, init_body, reply_message, serving, wait_for
+from tests.support.oauth import embedded_env, sign_in
+from tests.support.security import refused_start
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"),

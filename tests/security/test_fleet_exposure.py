@@ -20,8 +20,8 @@ import pytest
 from mcpgate.config.settings import Settings
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
 from mcpgate.serve.front import preflight
-from tests.recipe_support import PeerRequest, Recipe, RemotePeer, fleet_recipe, from_peer, remote_peer
 from tests.support import HEADERS, call, init_body, reply_message
+from tests.support.recipe import PeerRequest, Recipe, RemotePeer, fleet_recipe, from_peer, remote_peer
 
 REDIS_PASSWORD = "exposure-redis-password-0123456789"
 TOKEN = "exposure-token-0123456789"

@@ -22,9 +22,9 @@ import pytest
 
 from mcpgate.core import session_ids
 from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
-from tests.fleet_support import haproxy, redis_server
-from tests.recipe_support import PeerRequest, from_peer, remote_peer
 from tests.support import HEADERS, ROOT, Gateway, call, free_port, init_body, reply_message, wait_for
+from tests.support.fleet import haproxy, redis_server
+from tests.support.recipe import PeerRequest, from_peer, remote_peer
 
 SECRET = "replay-test-cluster-secret-0123456789"
 TOKEN = "replay-test-token-0123456789"

@@ -16,8 +16,8 @@ import requests
 
 from mcpgate.serve.oauth.identity import TokenRejected
 from mcpgate.serve.oauth.introspection import IntrospectionVerifier
-from tests.oauth_support import mint_token, resource_server_env
 from tests.support import HEADERS, Gateway, Reply, init_body, send, serving
+from tests.support.oauth import mint_token, resource_server_env
 
 LIMIT = 5
 ATTACKER, BYSTANDER = "127.0.0.5", "127.0.0.6"

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import instances
-from tests.oauth_support import principal_tokens, resource_server_env
 from tests.support import FIXTURES, Gateway, Reply, modern_body, modern_headers, reply_message, serving
+from tests.support.fleet import instances
+from tests.support.oauth import principal_tokens, resource_server_env
 
 CHILD = f"{sys.executable} {FIXTURES / 'confirm_server.py'}"
 ELICIT = {"elicitation": {}}

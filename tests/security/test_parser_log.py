@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.security.support import WAIT, answer_and_close
 from tests.support import Gateway, wait_for
+from tests.support.security import WAIT, answer_and_close
 
 MCP = "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
 ACCESS_LINE = re.compile(r'^127\.0\.0\.1 - - \[[^]]+\] "(?P<request>[^"]*)" (?P<status>\d{3}) ')

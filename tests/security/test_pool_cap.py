@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.oauth_support import principal_tokens, resource_server_env
 from tests.support import Gateway, Reply, direct_children, modern_body, modern_headers, reply_message, serving
+from tests.support.oauth import principal_tokens, resource_server_env
 
 TOTAL = 2
 PRINCIPALS = ("ann", "ben", "cat", "dan")

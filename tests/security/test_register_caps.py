@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.oauth_support import embedded_env
-from tests.security.support import USERS, public_client, register
 from tests.support import Gateway, serving
+from tests.support.oauth import embedded_env
+from tests.support.security import USERS, public_client, register
 
 CALLBACK = "http://127.0.0.1:47311/callback"
 LONG = "https://app.example/" + "p" * 1900  # a valid URI under the per-field cap (2000)

@@ -15,10 +15,10 @@ import pytest
 import requests
 
 from tests.browser import Browser
-from tests.fleet_support import redis_server
-from tests.oauth_support import embedded_env
-from tests.security.support import PASSWORD, USER, USERS, authorize_url, public_client, register
 from tests.support import Gateway, serving
+from tests.support.fleet import redis_server
+from tests.support.oauth import embedded_env
+from tests.support.security import PASSWORD, USER, USERS, authorize_url, public_client, register
 
 CALLBACK = "http://127.0.0.1:47313/callback"  # never fetched: the browser stops there
 

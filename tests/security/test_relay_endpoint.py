@@ -13,7 +13,17 @@ from typing import Any
 import pytest
 
 from mcpgate.relay.legacy_sse import same_origin
-from tests.relay.support import HOLD, RawRelay, Reply, ScriptedServer, Seen, initialize, json_reply, result, sse_reply
+from tests.support.relay import (
+    HOLD,
+    RawRelay,
+    Scripted,
+    ScriptedServer,
+    Seen,
+    initialize,
+    json_reply,
+    result,
+    sse_reply,
+)
 
 TOKEN = "relay-static-t0ken"
 HEADER_SECRET = "header-secret-value"
@@ -29,7 +39,7 @@ def spellings(good: int, evil: int) -> list[str]:
 
 @pytest.mark.parametrize("which", [0, 1])
 def test_an_endpoint_read_differently_by_requests_gets_nothing(which: int) -> None:
-    def evil_route(seen: Seen, server: ScriptedServer) -> Reply:
+    def evil_route(seen: Seen, server: ScriptedServer) -> Scripted:
         """Answer in the POST's body (allowed by the relay), so a relay that posts here is answered at once."""
         message: Any = seen.json
         if isinstance(message, dict) and "id" in message:
@@ -37,15 +47,15 @@ def test_an_endpoint_read_differently_by_requests_gets_nothing(which: int) -> No
             return json_reply(
                 result(message, {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": info})
             )
-        return Reply(202)
+        return Scripted(202)
 
     with ScriptedServer(evil_route) as evil:
         endpoint: list[str] = []
 
-        def good_route(seen: Seen, server: ScriptedServer) -> Reply:
+        def good_route(seen: Seen, server: ScriptedServer) -> Scripted:
             if seen.method == "GET":
                 return sse_reply(f"event: endpoint\ndata: {endpoint[0]}\n\n".encode(), HOLD)
-            return Reply(404)
+            return Scripted(404)
 
         with ScriptedServer(good_route) as good:
             endpoint.append(spellings(good.port, evil.port)[which])

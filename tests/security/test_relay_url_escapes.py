@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.relay.support import Reply as ScriptedReply
-from tests.relay.support import ScriptedServer, Seen, initialize, json_reply, stop_pid
+from tests.support.relay import Scripted as ScriptedReply
+from tests.support.relay import ScriptedServer, Seen, initialize, json_reply, stop_process
 
 HANG_GUARD = 60.0
 ESCAPES = "\x1b]8;;https://evil.example/\x07\x1b[2J\x1b[1A\x1b]0;title\x07\u202e\x9b31m"
@@ -76,7 +76,7 @@ def test_the_authorization_url_reaches_the_terminal_and_the_browser_without_esca
             while not (opened.exists() and printed_url(lines)) and time.monotonic() < deadline:
                 time.sleep(0.05)
         finally:
-            stop_pid(proc)
+            stop_process(proc)
             reader.join(10)
     url = printed_url(lines)
     stderr = "".join(lines)

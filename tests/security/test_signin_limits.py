@@ -14,9 +14,9 @@ from pathlib import Path
 import requests
 
 from mcpgate.serve.oauth import passwords
-from tests.oauth_support import embedded_env
-from tests.signin_support import LoginPage, authorization_path
 from tests.support import serving
+from tests.support.oauth import embedded_env
+from tests.support.signin import LoginPage, authorization_path
 
 PASSWORD = "correct horse battery staple"
 HASH = passwords.make_hash(PASSWORD, "scrypt:1024:8:1")  # cheap: these tests count failures, they do not time them

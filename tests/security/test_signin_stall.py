@@ -24,9 +24,9 @@ from pathlib import Path
 import requests
 
 from mcpgate.serve.oauth import passwords
-from tests.oauth_support import embedded_env
-from tests.signin_support import LoginPage, authorization_path
 from tests.support import Gateway, serving
+from tests.support.oauth import embedded_env
+from tests.support.signin import LoginPage, authorization_path
 
 PASSWORD = "correct horse battery staple"
 HASH = passwords.make_hash(PASSWORD)  # werkzeug's default: scrypt 32768:8:1, 32 MiB and a good part of a second

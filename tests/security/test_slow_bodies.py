@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.security.support import WAIT, answer_and_close
 from tests.support import Gateway, call, open_session, sse_messages
+from tests.support.security import WAIT, answer_and_close
 
 BYSTANDER_BOUND = 1.0  # seconds: the bound on serving the bystander while the attack runs
 MCP = "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"

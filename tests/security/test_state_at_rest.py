@@ -20,10 +20,10 @@ import requests
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.sealing import MAGIC
 from tests import support
-from tests.fleet_support import redis_server
-from tests.oauth_support import admitted, embedded_env, sign_in
-from tests.security.support import refused_start
 from tests.support import Gateway, serving
+from tests.support.fleet import redis_server
+from tests.support.oauth import admitted, embedded_env, sign_in
+from tests.support.security import refused_start
 
 PASSWORD = "correct horse battery staple"
 KEY = secrets.token_urlsafe(32)

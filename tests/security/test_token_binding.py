@@ -23,9 +23,9 @@ from joserfc.jwk import RSAKey
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.redis_storage import RedisStorage
 from mcpgate.serve.oauth.storage import SqliteStorage, access_binding
-from tests.fleet_support import redis_server
-from tests.oauth_support import admitted, embedded_env, jwt_claims, sign_in
 from tests.support import HEADERS, Gateway, serving
+from tests.support.fleet import redis_server
+from tests.support.oauth import admitted, embedded_env, jwt_claims, sign_in
 
 PASSWORD = "correct horse battery staple"
 

@@ -12,8 +12,8 @@ import pytest
 import redis
 
 from mcpgate.serve.cluster.caps import LocalCaps, NoCaps, PrincipalLimitReached, RedisCaps
-from tests.fleet_support import redis_server
 from tests.support import HEADERS, Gateway, Reply, direct_children, init_body, open_session, wait_dead
+from tests.support.fleet import redis_server
 
 SECRET = "test-cluster-secret-0123456789abcdef"
 ERRORS = (redis.RedisError, OSError)

@@ -16,8 +16,8 @@ import redis
 
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.serve.modern.bridge import state_key, where
-from tests.fleet_support import instances
 from tests.support import Gateway, Reply, direct_children, modern_body, post_modern, reply_message, wait_dead
+from tests.support.fleet import instances
 
 SECRET = "test-cluster-secret-0123456789abcdef"
 ELICIT = {"elicitation": {}}

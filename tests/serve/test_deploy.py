@@ -17,9 +17,9 @@ import redis
 
 from mcpgate.config.settings import Settings, SettingsError
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from tests.fleet_support import HAPROXY, installed
-from tests.recipe_support import fleet_recipe, wait_gone
 from tests.support import HEADERS, ROOT, Gateway, call, init_body, modern_body, modern_headers, reply_message
+from tests.support.fleet import HAPROXY, installed
+from tests.support.recipe import fleet_recipe, wait_gone
 
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 

@@ -15,7 +15,6 @@ import pytest
 import redis
 
 from mcpgate.serve.front.worker import drain_budget
-from tests.fleet_support import redis_server
 from tests.support import (
     HEADERS,
     Gateway,
@@ -29,6 +28,7 @@ from tests.support import (
     wait_dead,
     wait_for,
 )
+from tests.support.fleet import redis_server
 
 ELICIT = {"elicitation": {}}
 

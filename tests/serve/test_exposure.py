@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from tests.recipe_support import PeerRequest, from_peer, remote_peer
 from tests.support import (
     HEADERS,
     Gateway,
@@ -25,6 +24,7 @@ from tests.support import (
     preflight_decision,
     send,
 )
+from tests.support.recipe import PeerRequest, from_peer, remote_peer
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_bad_settings_stop_gunicorn_with_one_line(tmp_path: Any) -> None:
     assert "PORT and MCPGATE_BIND are both set" in out
 
 
-# -- a real remote peer: a network namespace joined to this one by a veth pair (tests/recipe_support.py) ----------
+# -- a real remote peer: a network namespace joined to this one by a veth pair (tests/support/recipe.py) ----------
 
 
 def test_a_remote_peer_cannot_forge_a_loopback_host() -> None:

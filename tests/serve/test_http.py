@@ -3,14 +3,39 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from mcpgate.serve.front.http import Refusal
-from tests.support import ACCEPT, HEADERS, call, children, init_body, open_session, sse_messages
+from tests.support import (
+    ACCEPT,
+    HEADERS,
+    Gateway,
+    call,
+    call_in_flight,
+    children,
+    init_body,
+    open_session,
+    serving,
+    sse_messages,
+)
+
+MISSING_COMMAND = {"MCPGATE_COMMAND": "no-such-program-mcpgate --flag"}
+
+
+@pytest.fixture(scope="module")
+def refusing() -> Iterator[Gateway]:
+    """A gateway whose requests in this module are all refused before a child starts (a 1000-byte body limit)."""
+    with serving({"MCPGATE_MAX_BODY_BYTES": "1000"}) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def missing_command() -> Iterator[Gateway]:
+    with serving(MISSING_COMMAND) as gw:
+        yield gw
 
 
 def test_initialize_mints_a_visible_ascii_session_id_and_answers_json(demo_gateway: Any) -> None:
@@ -39,8 +64,8 @@ def test_content_type_must_be_json(demo_gateway: Any) -> None:
     assert status == 415
 
 
-def test_body_over_the_limit_is_413_with_a_jsonrpc_error(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_MAX_BODY_BYTES": "1000"})
+def test_body_over_the_limit_is_413_with_a_jsonrpc_error(refusing: Gateway) -> None:
+    gw = refusing
     big = init_body()
     big["params"]["pad"] = "x" * 2000
     status, _, body = gw.request("POST", body=big, headers=HEADERS)
@@ -64,8 +89,8 @@ def test_requests_without_or_with_unknown_session(demo_gateway: Any) -> None:
     assert status == 404
 
 
-def test_rejected_requests_never_spawn_a_child(gateway_factory: Any) -> None:
-    gw = gateway_factory()
+def test_rejected_requests_never_spawn_a_child(refusing: Gateway) -> None:
+    gw = refusing
     gw.request("POST", body=init_body(), headers={"Content-Type": "application/json"})
     gw.request("POST", body=b"[", headers=HEADERS)
     gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": "https://evil.example"})
@@ -120,18 +145,11 @@ def test_batches_only_in_2025_03_26(demo_gateway: Any) -> None:
 
 def test_duplicate_in_flight_id_is_refused(demo_gateway: Any) -> None:
     headers = open_session(demo_gateway)
-    results: list[Any] = []
-    slow = threading.Thread(
-        target=lambda: results.append(
-            demo_gateway.request("POST", body=call("slow", {"seconds": 1.5, "steps": 1}, 9), headers=headers)
-        )
-    )
-    slow.start()
-    time.sleep(0.5)
-    status, _, body = demo_gateway.request("POST", body=call("echo", {"message": "x"}, 9), headers=headers)
-    slow.join(30)
-    assert status == 400 and "already in flight" in json.loads(body)["error"]["message"]
-    assert results[0][0] == 200
+    slow = call("slow", {"seconds": 1.5, "steps": 15}, 9)
+    with call_in_flight(demo_gateway.host, demo_gateway.port, slow, headers) as answer:
+        status, _, body = demo_gateway.request("POST", body=call("echo", {"message": "x"}, 9), headers=headers)
+        assert status == 400 and "already in flight" in json.loads(body)["error"]["message"]
+        assert answer.status == 200 and sse_messages(answer.read())[-1]["id"] == 9
 
 
 def test_slow_call_switches_to_sse_with_keepalives(demo_gateway: Any) -> None:
@@ -159,20 +177,11 @@ def test_progress_makes_the_reply_sse_and_goes_to_its_request(demo_gateway: Any)
 
 def test_cancel_answers_the_waiting_post_at_once(demo_gateway: Any) -> None:
     headers = open_session(demo_gateway)
-    results: list[Any] = []
-    slow = threading.Thread(
-        target=lambda: results.append(
-            demo_gateway.request("POST", body=call("slow", {"seconds": 20, "steps": 20}, "c1"), headers=headers)
-        )
-    )
-    slow.start()
-    time.sleep(0.5)
-    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c1"}}
-    assert demo_gateway.request("POST", body=cancel, headers=headers)[0] == 202
-    slow.join(10)
-    assert not slow.is_alive()
-    _status, resp_headers, body = results[0]
-    messages = sse_messages(body) if resp_headers["content-type"].startswith("text/event") else [json.loads(body)]
+    slow = call("slow", {"seconds": 20, "steps": 200}, "c1")
+    with call_in_flight(demo_gateway.host, demo_gateway.port, slow, headers, timeout=10) as answer:
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c1"}}
+        assert demo_gateway.request("POST", body=cancel, headers=headers)[0] == 202
+        messages = sse_messages(answer.read())  # within the 10 s timeout: the call took 20 s
     assert messages[-1]["id"] == "c1" and messages[-1]["error"]["code"] == -32800
     # the session still works, and the late response never shows up anywhere
     assert demo_gateway.request("POST", body=call("echo", {"message": "x"}, "c2"), headers=headers)[0] == 200
@@ -210,25 +219,15 @@ def test_get_needs_event_stream_in_accept(demo_gateway: Any) -> None:
     assert demo_gateway.request("GET", headers={**headers, "Accept": "application/json"})[0] == 406
 
 
-@pytest.mark.parametrize(
-    "origin,status",
-    [
-        ("https://evil.example", 403),
-        ("null", 403),
-        ("http://localhost:3000", 200),
-        ("http://127.0.0.1", 200),
-        ("http://[::1]:6274", 200),
-        ("https://allowed.example", 200),
-    ],
-)
-def test_origin_is_validated(gateway_factory: Any, origin: str, status: int) -> None:
-    gw = gateway_factory({"MCPGATE_ALLOWED_ORIGINS": "https://allowed.example"})
-    got, _, body = gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": origin})
-    assert got == status, body
-
-
-def test_host_is_validated(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_ALLOWED_HOSTS": "mcp.example.com"})
+def test_origin_and_host_are_validated(gateway_factory: Any) -> None:
+    """One gateway per policy (the rules themselves: test_guard.py, in process)."""
+    gw = gateway_factory(
+        {"MCPGATE_ALLOWED_ORIGINS": "https://allowed.example", "MCPGATE_ALLOWED_HOSTS": "mcp.example.com"}
+    )
+    refused = gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": "https://evil.example"})
+    assert refused.status == 403 and refused.json()["error"]["code"] == -32600, refused
+    assert gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": "https://allowed.example"})[0] == 200
+    assert gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": "http://localhost:3000"})[0] == 200
     assert gw.request("POST", body=init_body(), headers={**HEADERS, "Host": "evil.example"})[0] == 421
     assert gw.request("POST", body=init_body(), headers={**HEADERS, "Host": "mcp.example.com"})[0] == 200
     assert gw.request("POST", body=init_body(), headers={**HEADERS, "Host": "localhost:9"})[0] == 200
@@ -251,16 +250,16 @@ def test_a_modern_request_without_its_meta_is_refused_with_its_id(demo_gateway: 
     assert status == 400 and answer["error"]["code"] == -32602 and answer["id"] == 1
 
 
-def test_healthz_reports_a_missing_command(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": "no-such-program-mcpgate --flag"})
+def test_healthz_reports_a_missing_command(missing_command: Gateway) -> None:
+    gw = missing_command
     status, _, body = gw.request("GET", "/healthz")
     assert status == 503 and json.loads(body)["status"] == "unavailable"
     assert "no-such-program-mcpgate" not in body.decode() and "PATH" not in body.decode()  # internals: log only
     assert "MCPGATE_COMMAND cannot be started: command not found: 'no-such-program-mcpgate'" in gw.log()
 
 
-def test_a_command_that_cannot_start_is_a_generic_502_and_the_details_are_logged(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": "no-such-program-mcpgate --flag"})
+def test_a_command_that_cannot_start_is_a_generic_502_and_the_details_are_logged(missing_command: Gateway) -> None:
+    gw = missing_command
     status, _, body = gw.request("POST", body=init_body(), headers=HEADERS)
     error = json.loads(body)["error"]
     assert status == 502 and error["code"] == -32603 and error["message"].startswith("Cannot start the MCP server")

@@ -29,8 +29,8 @@ from werkzeug.serving import make_server
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser, Outcome
 from tests.interop import conformance
-from tests.oauth_support import Callback, SdkUser, oidc_issuer
 from tests.support import MODERN, ROOT, Gateway, serving
+from tests.support.oauth import Callback, SdkUser, oidc_issuer
 
 USER, PASSWORD = "ada", "e2e-password"
 UPSTREAM_USER = "alice"  # the issuer fixture signs in alice@example.test
@@ -38,7 +38,7 @@ HANG_GUARD = 60
 BROWSER_SCRIPT = ROOT / "tests" / "browser.py"
 
 
-# -- the client's side: the official SDK client (tests/oauth_support.py's SdkUser) -------------------------------
+# -- the client's side: the official SDK client (tests/support/oauth.py's SdkUser) -------------------------------
 
 
 @pytest.fixture

@@ -30,9 +30,9 @@ from mcpgate.serve.oauth import passwords, redis_storage, storage
 from mcpgate.serve.oauth.redis_storage import RedisStorage, StorageUnavailable
 from mcpgate.serve.oauth.storage import CodeRecord, RefreshRecord, SqliteStorage
 from tests.browser import Browser
-from tests.fleet_support import redis_server
-from tests.oauth_support import authorize_query
 from tests.support import HEADERS, Gateway, call, free_port, init_body, reply_message
+from tests.support.fleet import redis_server
+from tests.support.oauth import authorize_query
 
 USER, PASSWORD = "ada", "redis-password"
 CALLBACK = "http://127.0.0.1:47112/callback"  # never fetched: the browser stops there

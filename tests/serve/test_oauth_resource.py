@@ -12,19 +12,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.oauth_support import mint_token, oidc_issuer, resource_server_env
-from tests.support import (
-    HEADERS,
-    PROTOCOL_VERSION,
-    SESSION_ID,
-    Gateway,
-    Reply,
-    call,
-    free_port,
-    init_body,
-    reply_message,
-    serving,
-)
+from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
+from tests.support import HEADERS, Gateway, Reply, call, free_port, init_body, reply_message, serving
+from tests.support.oauth import mint_token, oidc_issuer, resource_server_env
 
 SEEN: list[str] = []  # every token this module sent: none may reach the gateway's log
 

@@ -25,6 +25,7 @@ import pytest
 import requests
 
 from mcpgate.config.settings import Settings
+from mcpgate.core.wire import SESSION_ID
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.grants import InvalidTargetError, Targets, check_resource, family_resource, new_family
@@ -32,11 +33,9 @@ from mcpgate.serve.oauth.identity import Identity, canonical_resource
 from mcpgate.serve.oauth.jwt_verifier import claims_problem
 from mcpgate.serve.oauth.resource import ResourceGuard
 from tests.browser import Browser
-from tests.oauth_support import SdkUser, jwt_claims, mint_token, redeem_code
 from tests.support import (
     DEMO_ENTRY,
     HEADERS,
-    SESSION_ID,
     Gateway,
     Reply,
     call,
@@ -46,6 +45,7 @@ from tests.support import (
     wait_for,
     write_config,
 )
+from tests.support.oauth import SdkUser, jwt_claims, mint_token, redeem_code
 
 USER, PASSWORD = "ada", "servers-password"
 CALLBACK = "http://127.0.0.1:47112/callback"  # never fetched: the browser stops there

@@ -19,8 +19,8 @@ import requests
 from mcpgate.config.declarations import SettingsError
 from mcpgate.serve.front import auth
 from mcpgate.serve.oauth import passwords, ratelimit, signin, users
-from tests.oauth_support import authorize_query, embedded_env, jwt_claims, redeem_code
 from tests.support import Gateway, wait_for
+from tests.support.oauth import authorize_query, embedded_env, jwt_claims, redeem_code
 
 PASSWORD = "correct horse battery staple"
 CALLBACK = "http://127.0.0.1:9/callback"

@@ -25,8 +25,8 @@ from mcpgate.config.declarations import SettingsError
 from mcpgate.config.settings import Settings
 from mcpgate.serve.front.app import create_app
 from mcpgate.serve.oauth import upstream
-from tests.oauth_support import jwt_claims, oidc_issuer, redeem_code
 from tests.support import Gateway
+from tests.support.oauth import jwt_claims, oidc_issuer, redeem_code
 
 CALLBACK = "http://127.0.0.1:9/callback"
 ALLOWED = "alice@example.test,carol"

@@ -28,8 +28,8 @@ from mcpgate.serve.oauth.jwt_verifier import (
     scopes_of,
 )
 from mcpgate.serve.oauth.resource import ResourceGuard, challenge, token_in_query, verifier_for
-from tests.oauth_support import mint_token, oidc_issuer
 from tests.support import free_port
+from tests.support.oauth import mint_token, oidc_issuer
 
 AUD = "https://gw.example/mcp"
 

@@ -1,0 +1,173 @@
+"""Helpers for the fleet tests: a private redis-server and HAProxy (the distribution's binaries; .ci/run installs
+them) on free loopback ports, each stopped by PID, and gateway instances sharing a Redis. The generic pieces
+(gateways, processes, requests) are tests/support/'s."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import Gateway, Reply, free_port, send, stop_process, wait_for
+
+# -- Redis and HAProxy for the cluster tests (the distribution's binaries; .ci/run installs them) --
+
+REDIS_SERVER = "/usr/bin/redis-server"
+HAPROXY = "/usr/sbin/haproxy"
+
+
+def installed(name: str, usual: str) -> str:
+    """The path of a server binary (on PATH, else its usual place). Missing: the test is skipped, naming what to
+    install (a developer's machine may lack it), or fails under CI (.ci/run installs it: a skip there would hide
+    the fleet tests)."""
+    import shutil
+
+    found = shutil.which(name) or (usual if os.access(usual, os.X_OK) else None)
+    if found is None:
+        why = f"{name} is not installed (looked on PATH and at {usual}); the fleet tests drive it for real"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}, and .ci/run installs it")
+        pytest.skip(f"{why}: install it (Debian: apt-get install redis-server haproxy)")
+    return found
+
+
+def wait_listening(port: int, proc: subprocess.Popen[Any], what: str, log: Path, timeout: float = 15.0) -> None:
+    """Wait until 127.0.0.1:port accepts a connection; the process exiting first raises with its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on port {port} within {timeout} s:\n{log.read_text(errors='replace')}")
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A private redis-server on a free loopback port (no persistence) for a `with` block: yields its
+    REDIS_URL (redis://127.0.0.1:<port>/0); stopped by PID at the end."""
+    port = free_port()
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-redis-{port}.log"
+    args = [installed("redis-server", REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1"]
+    args += ["--save", "", "--appendonly", "no", "--logfile", str(log), "--dir", str(log.parent)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(port, proc, "redis-server", log)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop_process(proc)
+
+
+@contextlib.contextmanager
+def instances(secret: str, **common: str) -> Iterator[tuple[str, Callable[[str], Gateway]]]:
+    """A private redis-server and a starter of a fleet's instances on it for a `with` block: yields its REDIS_URL
+    and `start(instance_id)`, which returns a ready gateway (MCPGATE_CLUSTER_SECRET `secret`, its internal URL its
+    loopback port, no spare children; `common`: more settings of every instance). Each is stopped at the end."""
+    started: list[Gateway] = []
+    with redis_server() as url:
+
+        def start(instance: str) -> Gateway:
+            env = {
+                "REDIS_URL": url,
+                "MCPGATE_CLUSTER_SECRET": secret,
+                "MCPGATE_INSTANCE_ID": instance,
+                "MCPGATE_INTERNAL_URL": "http://127.0.0.1:{port}",
+                "MCPGATE_POOL_SPARES": "0",
+                **common,
+            }
+            gw = Gateway(env)
+            started.append(gw)
+            gw.wait_ready()
+            return gw
+
+        try:
+            yield url, start
+        finally:
+            for gw in started:
+                gw.stop()
+
+
+class Balancer:
+    """A running HAProxy: `request` as Gateway's (so open_session and the others take it), `url` its /mcp,
+    `admin(command)` a line to its runtime API when the config opened one at "{admin}"."""
+
+    def __init__(self, port: int, proc: subprocess.Popen[Any], admin_path: Path, log_path: Path) -> None:
+        self.port, self.proc, self.admin_path, self.log_path = port, proc, admin_path, log_path
+        self.base = f"http://127.0.0.1:{port}"
+        self.url = f"{self.base}/mcp"
+
+    def request(
+        self,
+        method: str,
+        path: str = "/mcp",
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> Reply:
+        return send("127.0.0.1", self.port, method, path, body, headers, timeout)
+
+    def admin(self, command: str, timeout: float = 5.0) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(self.admin_path))
+            sock.sendall(command.encode() + b"\n")
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode(errors="replace")
+
+    def servers_up(self) -> dict[str, bool]:
+        """Each backend server ("backend/server") and whether HAProxy routes to it (its health checks pass)."""
+        rows = [line.split() for line in self.admin("show servers state").splitlines()[2:] if line.strip()]
+        return {f"{row[1]}/{row[3]}": row[5] == "2" for row in rows}  # srv_op_state 2: running
+
+    def wait_up(self, timeout: float = 15.0) -> None:
+        """Wait until every server is up (HAProxy starts them down until a first check passes)."""
+        if not wait_for(lambda: all(self.servers_up().values()), timeout):
+            raise RuntimeError(f"haproxy servers not up: {self.servers_up()}\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Balancer]:
+    """HAProxy in the foreground for a `with` block, run on `config_text` in which "{port}" is replaced by a free
+    loopback port (bind the frontend there) and "{admin}" by a unix socket path (`stats socket {admin} level
+    admin` for Balancer.admin); `env` is added to its environment (for a config's "${NAME}"s, e.g. the
+    deploy/haproxy.cfg recipe's; "{port}" and "{admin}" are replaced in its values too). The config is checked
+    first (a bad one raises with haproxy's words); stopped by PID at the end. `port`: the frontend's port when
+    it must be known before (a gateway's MCPGATE_PUBLIC_URL naming it); default a free one."""
+    binary = installed("haproxy", HAPROXY)
+    port = port or free_port()
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
+    admin_path = tmp / f"mcpgate-test-haproxy-{port}.sock"
+    cfg = tmp / f"mcpgate-test-haproxy-{port}.cfg"
+    log = tmp / f"mcpgate-test-haproxy-{port}.log"
+
+    def fill(text: str) -> str:
+        return text.replace("{port}", str(port)).replace("{admin}", str(admin_path))
+
+    cfg.write_text(fill(config_text))
+    full_env = {**os.environ, **{name: fill(value) for name, value in (env or {}).items()}}
+    check = subprocess.run([binary, "-c", "-f", str(cfg)], env=full_env, capture_output=True, text=True)
+    if check.returncode != 0:
+        raise RuntimeError(f"haproxy refused its config {cfg}:\n{check.stdout}{check.stderr}")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([binary, "-db", "-f", str(cfg)], env=full_env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(port, proc, "haproxy", log)
+        yield Balancer(port, proc, admin_path, log)
+    finally:
+        stop_process(proc)
+        admin_path.unlink(missing_ok=True)

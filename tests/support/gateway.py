@@ -1,0 +1,245 @@
+"""A real gunicorn (the gevent worker) on a free loopback port, and the processes around it: starting and
+stopping by PID, its workers' children, what the start check decides, a start that must fail."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tests.support.http import HEADERS, Reply, init_body, send
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_gone(pid: int) -> bool:
+    """True when pid no longer exists or is a zombie (PID 1 in a container may not reap)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """`sig` (SIGTERM) by PID, then SIGKILL if it does not go."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+LOG_TAIL_LINES = 200
+
+
+GATEWAYS: list[Gateway] = []  # every gateway started and not yet reported on: see tests/conftest.py
+
+
+class Gateway:
+    """A running `gunicorn mcpgate.wsgi`; its log goes to a file whose tail a failing test's report shows. It binds
+    on `host` (loopback unless a test's own address, e.g. a veth pair's), on a free port."""
+
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+        config: str | None = None,
+        python: str = sys.executable,
+        ready_host: str | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.host, self.port = host, free_port()
+        self.ready_headers = {"Host": ready_host} if ready_host else {}  # when 127.0.0.1 is not a trusted peer
+        self.url = f"http://{host}:{self.port}/mcp"
+        self.base = f"http://{host}:{self.port}"
+        # "{port}" in a value is this gateway's port (MCPGATE_PUBLIC_URL names it before it is known)
+        given = {name: value.replace("{port}", str(self.port)) for name, value in (env or {}).items()}
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **given}
+        full_env.pop("PORT", None)
+        args = [python, "-m", "gunicorn", "-b", f"{host}:{self.port}"]
+        if config:
+            args += ["-c", config]
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - open while gunicorn runs
+        self.proc = subprocess.Popen(
+            [*args, "mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        GATEWAYS.append(self)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                status, _, _ = self.request("GET", "/healthz", headers=self.ready_headers)
+                if status in (200, 503):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"gunicorn did not become ready:\n{self.log_tail()}")
+
+    def log(self) -> str:
+        """Everything gunicorn wrote so far (it writes to the file directly; nothing is buffered here)."""
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            return "\n".join(self.log().splitlines()[-lines:])
+        except OSError as exc:
+            return f"(log {self.log_path} unreadable: {exc})"
+
+    @property
+    def stopped(self) -> bool:
+        return self._log.closed
+
+    def request(
+        self,
+        method: str,
+        path: str = "/mcp",
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> Reply:
+        return send(self.host, self.port, method, path, body, headers, timeout)
+
+    def stop(self) -> None:
+        try:
+            stop_process(self.proc, timeout=30)
+        finally:
+            self._log.close()
+
+
+@contextlib.contextmanager
+def serving(env: dict[str, str] | None = None, **kwargs: Any) -> Iterator[Gateway]:
+    """A ready gateway for a `with` block (e.g. one per test module), stopped at its end; `kwargs`: Gateway's."""
+    gw = Gateway(env, **kwargs)
+    try:
+        gw.wait_ready()
+        yield gw
+    finally:
+        gw.stop()
+
+
+@contextlib.contextmanager
+def lazy_gateways(envs: dict[str, dict[str, str]]) -> Iterator[Callable[[str], Gateway]]:
+    """`get(kind)`: the gateway started with `envs[kind]`, started on first use and shared until the block ends
+    (a module's gateways, one per kind of child or settings)."""
+    started: dict[str, Gateway] = {}
+    with contextlib.ExitStack() as stack:
+
+        def get(kind: str) -> Gateway:
+            if kind not in started:
+                started[kind] = stack.enter_context(serving(envs[kind]))
+            return started[kind]
+
+        yield get
+
+
+def assert_serves_the_demo(python: str, cwd: Path, config: str | None = None) -> None:
+    """gunicorn run by this Python (another virtual environment's) starts and answers an initialize."""
+    gw = Gateway(cwd=cwd, python=python, config=config)
+    try:
+        gw.wait_ready()
+        reply = gw.request("POST", body=init_body(), headers=HEADERS)
+        assert reply.status == 200 and b"mcpgate-demo" in reply.body, (reply, gw.log_tail())
+    finally:
+        gw.stop()
+
+
+def children(gw: Gateway) -> int:
+    reply = gw.request("GET", "/healthz")
+    assert reply.content_type.startswith("application/json"), reply
+    return int(reply.json()["children"])
+
+
+def alive(pid: int) -> bool:
+    return not pid_gone(pid)
+
+
+def wait_dead(pids: list[int], timeout: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+def direct_children(pid: int) -> list[int]:
+    from mcpgate.child.orphans import children_of
+
+    return children_of(pid)
+
+
+def worker_children(gw: Gateway) -> list[int]:
+    """The child processes of the gateway's one worker (the MCP servers it started)."""
+    [worker] = direct_children(gw.proc.pid)
+    return direct_children(worker)
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+def preflight_decision(environ: dict[str, str], binds: list[str]) -> tuple[str | None, list[str]]:
+    """What the start check (serve/front/preflight.py) decides for these settings and binds: its refusal (None: the
+    gateway starts), and what it logged, a "LEVEL message" line each."""
+    from mcpgate.config.settings import Settings
+    from mcpgate.serve.front import preflight
+
+    log, capture = logging.getLogger("tests.preflight"), _Lines()
+    log.addHandler(capture)
+    try:
+        return preflight.run(Settings.from_env(environ=environ), binds, log), capture.lines
+    finally:
+        log.removeHandler(capture)
+
+
+def gunicorn_refusal(env: dict[str, str], *args: str) -> str:
+    """What gunicorn started as a user would (from the project root; `args` before the app, e.g. "-b", "HOST:PORT";
+    `env` over this environment less any MCPGATE_* or PORT of the developer's) printed: it must stop by itself
+    with a non-zero status (a gateway that started is a failure, ended by its PID)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MCPGATE_") and k != "PORT"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", *args, "mcpgate.wsgi"],
+        cwd=ROOT,
+        env={**full_env, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)  # only if it did not exit
+    assert proc.returncode not in (0, None), out
+    return out
