@@ -80,6 +80,8 @@ class Runtime:
         seconds until none is, then leave the cluster's directory (until then its sessions' requests and its
         parked calls' retries are still forwarded here). The number of requests still in flight."""
         self.draining = True
+        if self.cluster is not None:  # not its work: the streams it relays for others end (serve/cluster/relayed.py)
+            self.cluster.forwarder.relayed.end_all()
         servers = [server for _name, server in self.servers.items()]
         for server in servers:
             server.closing = True

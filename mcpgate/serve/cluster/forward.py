@@ -23,6 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.serve.cluster.relayed import Relayed
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
 
@@ -51,6 +52,7 @@ class Forwarder:
         self.read_timeout = settings.sse_after + 2 * settings.keepalive + CONNECT_TIMEOUT
         self._idle: dict[str, list[http.client.HTTPConnection]] = {}
         self._gone: set[str] = set()
+        self.relayed = Relayed()  # the GET streams relayed for others' sessions, which a drain ends
 
     def forward(
         self, environ: dict[str, Any], body: bytes | None, url: str, owner: str, session_id: str, principal: str
@@ -75,7 +77,7 @@ class Forwarder:
             self.report_gone(owner, f"unreachable at {url}: {exc}")
             return None
         self._gone.discard(owner)
-        return self._relay(origin, conn, reply, method)
+        return self._relay(origin, conn, reply, method, owner)
 
     def _exchange(
         self, origin: str, method: str, target: str, headers: list[tuple[str, str]], body: bytes
@@ -115,7 +117,7 @@ class Forwarder:
             idle.append(conn)
 
     def _relay(
-        self, origin: str, conn: http.client.HTTPConnection, reply: http.client.HTTPResponse, method: str
+        self, origin: str, conn: http.client.HTTPConnection, reply: http.client.HTTPResponse, method: str, owner: str
     ) -> HttpResponse:
         headers = {}
         extra: list[tuple[str, str]] = []
@@ -135,25 +137,39 @@ class Forwarder:
             self._release(origin, conn, reply)
             response = HttpResponse(reply.status, data, headers=headers)
         else:
-            response = HttpResponse(reply.status, self._stream(origin, conn, reply), headers=headers)
+            stream = self._stream(origin, conn, reply, owner, standing=method == "GET")
+            response = HttpResponse(reply.status, stream, headers=headers)
         response.headers.extend(extra)
         return response
 
     def _stream(
-        self, origin: str, conn: http.client.HTTPConnection, reply: http.client.HTTPResponse
+        self,
+        origin: str,
+        conn: http.client.HTTPConnection,
+        reply: http.client.HTTPResponse,
+        owner: str,
+        standing: bool = False,
     ) -> Iterator[bytes]:
-        """The reply's body as the owner writes it; closing it (the client went away) closes the connection."""
+        """The reply's body as the owner writes it; closing it (the client went away) closes the connection.
+        A `standing` stream (a session's GET stream) is counted in `relayed`: a drain ends it cleanly. An owner
+        that stops mid-reply ends it too, in one line naming the owner."""
         done = False
+        counted = standing and self.relayed.begin(conn)
         try:
+            if standing and not counted:  # draining: ended as soon as it has begun (its client opens it again)
+                return
             while True:
                 chunk = reply.read1(READ_CHUNK)
                 if not chunk:
-                    done = True
+                    done = not self.relayed.ending or not counted
                     return
                 yield chunk
-        except OSError as exc:
-            log.info("a forwarded stream ended: %s", exc)
+        except (OSError, http.client.HTTPException) as exc:  # IncompleteRead: the owner's chunked reply cut short
+            if not (counted and self.relayed.ending):
+                log.warning("a stream relayed from instance %s was cut: %s", owner, describe(exc))
         finally:
+            if counted:
+                self.relayed.finish(conn)
             if done:
                 self._release(origin, conn, reply)
             else:
@@ -173,6 +189,13 @@ class Forwarder:
             for conn in idle:
                 conn.close()
         self._idle.clear()
+
+
+def describe(exc: BaseException) -> str:
+    """An error in a few words (IncompleteRead's own repr holds the bytes read so far)."""
+    if isinstance(exc, http.client.IncompleteRead):
+        return f"the owner closed the connection mid-reply ({len(exc.partial)} bytes of a chunk read)"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:

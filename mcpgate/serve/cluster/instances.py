@@ -35,6 +35,7 @@ import gevent
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
 from mcpgate.serve.cluster.forward import Forwarder, read_body
+from mcpgate.serve.cluster.gone import GoneMarks
 from mcpgate.serve.cluster.peers import ForwardingPeers
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.context import context
@@ -75,6 +76,7 @@ class Directory:
     def __init__(self, redis: Redis, instance: str, url: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.redis, self.instance, self.url, self.clock = redis, instance, url, clock
         self._cache: dict[str, tuple[str | None, float]] = {}
+        self.gone = GoneMarks(clock)  # instances found unreachable (serve/cluster/gone.py)
         self._greenlet: gevent.Greenlet | None = None
         from redis.exceptions import RedisError
 
@@ -108,13 +110,24 @@ class Directory:
             log.warning("instance %s: could not withdraw from the directory: %s", self.instance, exc)
 
     def forget(self, instance: str) -> None:
-        """An instance found unreachable: gone for as long as its entry could still outlive it."""
-        self._cache[instance] = (None, self.clock() + HEARTBEAT_TTL)
+        """An instance found unreachable: gone until its entry expires, or is written again (a live entry wins)."""
+        self._cache.pop(instance, None)
+        self.gone.mark(instance, self.entry_ttl(instance), HEARTBEAT_TTL)
+
+    def entry_ttl(self, instance: str) -> float | None:
+        """Seconds an instance's entry has left; None: no entry (or Redis did not answer)."""
+        try:
+            left = self.redis.pttl(INSTANCE_PREFIX + instance)
+        except self.errors:
+            return None
+        return left / 1000 if isinstance(left, int) and left > 0 else None
 
     def lookup(self, instance: str) -> str | None:
         """The internal URL of a live instance, None when the directory does not know it (or Redis fails)."""
         if instance == self.instance:
             return self.url
+        if self.gone.holds(instance, lambda: self.entry_ttl(instance)):
+            return None
         now = self.clock()
         cached = self._cache.get(instance)
         if cached is not None and cached[1] > now:
