@@ -110,6 +110,8 @@ class Refusal(Exception):
 
     It carries the HTTP status, the JSON-RPC error (code, message, the request's id when
     known, data) and any extra response headers (Allow, Retry-After, WWW-Authenticate).
+    The root of serve's refusals: the named ones, and the table that turns the domain's
+    exceptions into refusals at the endpoint, are serve/errors.py's.
     """
 
     def __init__(

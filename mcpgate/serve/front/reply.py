@@ -8,8 +8,8 @@ Streamable HTTP (serve/sessions/streamable.py), the HTTP+SSE transport (serve/se
   out) turns it into SSE, and what was taken goes back in front (`answer_or_switch`);
 - the count of responses still owed (`Stream.expected`): taken down as responses are answered, given back when
   they are put back, and the SSE reply of a POST ends when it reaches zero;
-- the SSE reply itself (`events`): a priming event or a first comment, then the stream's events, keepalive
-  comments when it has been quiet for MCPGATE_KEEPALIVE;
+- the SSE reply itself (`opening`, `events`): a priming event or a first comment, then the stream's events,
+  keepalive comments when it has been quiet for MCPGATE_KEEPALIVE;
 - one way to notice a departed client (`Client`): a read-readiness watcher on its socket (PeerWatch) that wakes
   the reply as soon as the connection reads as ended, and the worker's probe, once a second, for what the
   watcher cannot see (a TLS socket, a pipelined request waiting).
@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from gevent.hub import get_hub
 
-from mcpgate.core.sse import encode_comment, encode_event
+from mcpgate.core.sse import encode_comment, encode_event, encode_priming
 from mcpgate.serve.front.context import context
 from mcpgate.serve.sessions.stream import END, Delivery, End, Stream
 
@@ -162,6 +162,30 @@ def answer_or_switch(
         stream.requeue(collected)  # the SSE reply sends them first, with their event ids
         return Turn.SSE if isinstance(item, Delivery) else Turn.GONE if item is END else item
     return collected
+
+
+def opening(
+    stream: Stream,
+    *,
+    priming: bool,
+    retry: float = 0.0,
+    answers: bool = True,
+    after: str | None = None,
+    missed: Iterable[tuple[str, bytes]] = (),
+) -> list[bytes]:
+    """What an SSE reply sends before the stream's messages: the priming event when `priming` (2025-11-25's: its
+    id is `after`, the event a resume named, or the stream's seq 0; the client waits `retry` seconds before it
+    reconnects), else a first comment (a GET stream's; a POST's only when nothing is there to send, so proxies
+    keep the request and the headers go now), then what a resume `missed`, with their event ids."""
+    missed = list(missed)
+    first: list[bytes] = []
+    if priming:
+        first.append(encode_priming(after or stream.id_prefix + "0", round(retry * 1000)))
+    elif not answers:
+        first.append(encode_comment("stream open"))
+    elif not (stream.unread[0] or missed):
+        first.append(encode_comment("waiting"))
+    return first + [encode_event(data, event_id=event_id) for event_id, data in missed]
 
 
 def events(

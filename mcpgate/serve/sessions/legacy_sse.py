@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, quote
 
 from mcpgate.core import jsonrpc, versions, wire
 from mcpgate.core.jsonrpc import Invalid, Request
-from mcpgate.core.sse import encode_comment, encode_event
+from mcpgate.core.sse import encode_event
 from mcpgate.serve.errors import BadRequest, MethodNotAllowed, SessionNotFound, ShuttingDown, answered
 from mcpgate.serve.front import auth, checks, reply
 from mcpgate.serve.front.context import context
@@ -79,7 +79,7 @@ def event_stream(gw: PublishedServer, session: Session, stream: Stream, url: str
         keepalive=gw.settings.keepalive,
         client=client,
         reader=stream.reader,
-        opening=[encode_event(url.encode(), ENDPOINT_EVENT), encode_comment("stream open")],
+        opening=[encode_event(url.encode(), ENDPOINT_EVENT), *reply.opening(stream, priming=False, answers=False)],
         answers=False,
         on_keepalive=lambda: gw.touch(session),
         on_end=ended,

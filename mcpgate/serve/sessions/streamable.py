@@ -14,7 +14,6 @@ from typing import Any
 from mcpgate.core import jsonrpc, modern, versions, wire
 from mcpgate.core.jsonrpc import Invalid, Notification, Request
 from mcpgate.core.replay import MAX_ID_CHARS, CannotResume
-from mcpgate.core.sse import encode_comment, encode_event, encode_priming
 from mcpgate.serve.errors import BadRequest, MethodNotAllowed, SessionNotFound, ShuttingDown, answered
 from mcpgate.serve.front import auth, checks, reply
 from mcpgate.serve.front.context import context
@@ -175,31 +174,18 @@ def sse_events(
         keepalive=gw.settings.keepalive,
         client=client,
         reader=reader,
-        opening=opening(gw, session, stream, missed, answers=answers, after=after),
+        opening=reply.opening(
+            stream,
+            priming=stream.log is not None and versions.priming_event_supported(session.version),
+            retry=gw.settings.sse_retry,
+            answers=answers,
+            after=after,
+            missed=missed,
+        ),
         answers=answers,
         on_keepalive=None if answers else lambda: gw.touch(session),
         on_end=ended,
     )
-
-
-def opening(
-    gw: PublishedServer,
-    session: Session,
-    stream: Stream,
-    missed: list[tuple[str, bytes]],
-    *,
-    answers: bool,
-    after: str | None,
-) -> list[bytes]:
-    """What an SSE reply starts with: the priming event or a first comment, then what a resume missed."""
-    first: list[bytes] = []
-    if stream.log is not None and versions.priming_event_supported(session.version):
-        first.append(encode_priming(after or stream.id_prefix + "0", round(gw.settings.sse_retry * 1000)))
-    elif not answers:
-        first.append(encode_comment("stream open"))
-    elif not (stream.unread[0] or missed):
-        first.append(encode_comment("waiting"))  # headers and a first byte now, so proxies keep the request
-    return first + [encode_event(data, event_id=event_id) for event_id, data in missed]
 
 
 def check_initialized(session: Session) -> None:
