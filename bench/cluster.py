@@ -185,6 +185,7 @@ def median(values: list[float]) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    load_average = os.getloadavg()[0]  # what else the machine was doing (the docs say it with the figures)
     out = BENCH / "out"
     out.mkdir(parents=True, exist_ok=True)
     started: list[Process] = []
@@ -223,7 +224,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             proc.stop()
     return {
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average": load_average,
+        },
         "settings": dict(vars(args)),
         "throughput": {label: {level: median(v) for level, v in by.items()} for label, by in throughput.items()},
         "errors": errors,
@@ -277,6 +283,7 @@ def main(argv: list[str]) -> int:
     print(f"{results['machine']['cpus']} CPUs, {args.rounds} rounds of {args.duration} s; medians")
     print(table(results))
     print(f"\n({shlex.join(['python', 'bench/cluster.py', *argv])}; bench/out/cluster.json)")
+    print("README.md and deploy/README.md quote these figures: `python bench/report.py --readme` writes them there")
     return 0
 
 

@@ -732,11 +732,22 @@ if __name__ == "__main__":
     parser.add_argument("--readme", action="store_true", help="rewrite README.md's closing Performance section")
     args = parser.parse_args()
     source = args.results or here / "out" / ("results-full.json" if args.readme else "results.json")
-    data = json.loads(source.read_text())
     if args.readme:
-        update_readme(here.parent / "README.md", readme_section(data))
-        print(f"updated {here.parent / 'README.md'} from {source}")
+        fleet = here / "out" / "cluster.json"  # bench/cluster.py's last run: the fleet figures of both READMEs
+        if fleet.exists():
+            import cluster
+            import fleet_docs
+
+            fleet_results = json.loads(fleet.read_text())
+            for path in fleet_docs.update(here.parent, fleet_results, cluster.table(fleet_results)):
+                print(f"updated the fleet figures of {path} from {fleet}")
+        if source.exists():
+            update_readme(here.parent / "README.md", readme_section(json.loads(source.read_text())))
+            print(f"updated {here.parent / 'README.md'} from {source}")
+        else:
+            print(f"{source} is missing (python bench/run.py makes it): the Performance section is left as it is")
     else:
+        data = json.loads(source.read_text())
         dest = args.out_dir or source.parent
         write(data, dest)
         print(f"wrote {dest / 'results.md'} and {dest / 'plot.png'}")
