@@ -393,13 +393,16 @@ def test_a_made_key_a_fixed_id_and_a_graceful_stop(redis_url: str, gateway_facto
 
 
 class FakeRedis:
-    """The one Redis command a lookup sends, answered from a dict."""
+    """The Redis commands a lookup sends (and the TTL read when an owner is found unreachable), from a dict."""
 
     def __init__(self, entries: dict[str, bytes]) -> None:
         self.entries = entries
 
     def get(self, key: str) -> bytes | None:
         return self.entries.get(key)
+
+    def pttl(self, key: str) -> int:
+        return 15_000 if key in self.entries else -2
 
 
 def test_a_handler_forwarding_to_an_unreachable_owner_runs_again_with_its_body() -> None:
