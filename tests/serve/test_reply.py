@@ -1,14 +1,27 @@
 """The reply machine (serve/front/reply.py) through gunicorn mcpgate.wsgi: keepalive comments on every kind of
 SSE reply (each test reads a `: keepalive` comment, which nothing but a keepalive writes), and a departed
-client noticed as its connection closes, not at the next keepalive (MCPGATE_KEEPALIVE is ten minutes there)."""
+client noticed as its connection closes, not at the next keepalive (MCPGATE_KEEPALIVE is ten minutes there).
+In process: the wait before switching to SSE and the owed count, and serve/errors.py's table."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from mcpgate.child.spawn import ChildSpawnError
+from mcpgate.core.jsonrpc import Request
+from mcpgate.core.routing import DuplicateRequestId
+from mcpgate.core.sessions import SessionLimitReached
+from mcpgate.serve import errors
+from mcpgate.serve.cluster.caps import PrincipalLimitReached
+from mcpgate.serve.front import reply
+from mcpgate.serve.front.context import context
+from mcpgate.serve.front.http import HttpRequest, Refusal
+from mcpgate.serve.sessions.stream import Stream, StreamLimits
 from tests.support import (
     Gateway,
     call,
@@ -144,3 +157,88 @@ def status_of(gw: Gateway, headers: dict[str, str]) -> int:
         return int(line[1])
     finally:
         sock.close()
+
+
+# -- in process: the wait before switching, the owed count -------------------------------------------------------
+
+LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=0.0, replay_events=8, replay_bytes=1 << 16)
+
+
+def test_every_response_first_is_a_json_reply_and_owes_nothing() -> None:
+    stream = Stream(LIMITS, expected=2)
+    stream.deliver(b"a", done=True)
+    stream.deliver(b"b", done=True)
+    answers = reply.answer_or_switch(stream, 0.0)
+    assert isinstance(answers, list) and [item.data for item in answers] == [b"a", b"b"]
+    assert stream.expected == 0
+
+
+def test_another_message_first_switches_to_sse_and_puts_back_what_was_taken() -> None:
+    stream = Stream(LIMITS, expected=2)
+    stream.deliver(b"answer", done=True)
+    stream.deliver(b"progress")
+    assert reply.answer_or_switch(stream, 0.0) is reply.Turn.SSE
+    assert stream.expected == 2  # the answer taken is owed again: the SSE reply sends it
+    stream.end()  # then the stream ends (as a session's end ends it)
+    sent = list(reply.events(stream, keepalive=60.0, client=None))
+    assert [b"data: answer" in sent[0], b"data: progress" in sent[1], len(sent)] == [True, True, 2], sent
+    assert stream.expected == 1  # one answer sent; the other is still owed
+
+
+def test_the_wait_running_out_is_sse_and_an_ended_stream_or_a_gone_client_is_gone() -> None:
+    assert reply.answer_or_switch(Stream(LIMITS, expected=1), 0.0) is reply.Turn.SSE
+    ended = Stream(LIMITS, expected=1)
+    ended.close()
+    assert reply.answer_or_switch(ended, 5.0) is reply.Turn.GONE
+    assert reply.answer_or_switch(Stream(LIMITS, expected=1), 5.0, reply.Client(probe=lambda: True)) is reply.Turn.GONE
+
+
+def test_a_woken_reply_looks_at_its_client_at_once() -> None:
+    stream = Stream(LIMITS)
+    client = reply.Client()
+    events = reply.events(stream, keepalive=600.0, client=client, answers=False, opening=[b": open\n\n"])
+    assert next(events) == b": open\n\n"
+    client.departed = True
+    stream.wake()  # what the socket's watch does when the connection reads as ended
+    assert list(events) == []
+    assert stream.next(0.0) is None and not stream.closed
+
+
+# -- in process: the one table from domain exceptions to refusals ---------------------------------------------
+
+TABLE = [
+    (SessionLimitReached(3), 503, -32603, "Service Unavailable: session limit reached", {"Retry-After": "30"}, 7),
+    (PrincipalLimitReached(2), 503, -32603, "Service Unavailable: this principal", {"Retry-After": "30"}, 7),
+    (ChildSpawnError("/no/such: not found"), 502, -32603, errors.CANNOT_START, {}, 7),
+    (DuplicateRequestId("x"), 400, -32600, "Invalid Request: request id 'x' is already", {}, "x"),
+]
+
+
+@pytest.mark.parametrize("exc,status,code,message,headers,answer_id", TABLE)
+def test_a_domain_exception_is_refused_once_at_the_endpoint(
+    exc: Exception, status: int, code: int, message: str, headers: dict[str, str], answer_id: Any
+) -> None:
+    def handler(_gw: Any, request: HttpRequest) -> Any:
+        context(request.environ).message = Request(7, "tools/call", {}, {"jsonrpc": "2.0", "id": 7})
+        raise exc
+
+    try:
+        errors.answered(handler)(None, HttpRequest({"REQUEST_METHOD": "POST"}))
+    except Refusal as refused:
+        response = refused.response()
+    else:
+        raise AssertionError("not refused")
+    assert response.status == status and isinstance(response.body, bytes)
+    answer = json.loads(response.body)
+    assert answer["id"] == answer_id and answer["error"]["code"] == code, answer
+    assert answer["error"]["message"].startswith(message), answer
+    assert set(headers.items()) <= set(response.headers)
+    assert "/no/such" not in response.body.decode()  # the spawn failure's detail goes to the log only
+
+
+def test_a_named_refusal_carries_its_class_decisions() -> None:
+    refused = errors.ShuttingDown(5).response()
+    assert refused.status == 503 and ("Retry-After", "5") in refused.headers
+    assert json.loads(refused.body)["id"] == 5  # type: ignore[arg-type]
+    allow = errors.MethodNotAllowed("POST").response()
+    assert allow.status == 405 and ("Allow", "POST") in allow.headers
