@@ -155,10 +155,7 @@ class Pool:
             for other in self.groups.values()
             if other is not group
             for child in other.children
-            if child.ready.is_set()
-            and not child.load
-            and not self._listened(other, child)
-            and not self.tasks.holding(child)
+            if child.ready.is_set() and not (child.load or self._listened(other, child) or self.tasks.holding(child))
         ]
         if idle:
             _, other, child = min(idle, key=lambda entry: entry[0])
@@ -318,16 +315,10 @@ class Pool:
 
     # -- the tools' x-mcp-header annotations (Mcp-Param-* headers are checked against them) -------------------
     def param_headers(self, principal: str, message: Request) -> dict[str, str] | None:
-        """The Mcp-Param-* headers the called tool declares: {argument: header name}, read from the child's
-        tools/list again when its list changed or the cache hint's time has passed."""
-        params = message.params if isinstance(message.params, dict) else {}
-        name = params.get("name")
-        group = self.group(principal)
-        fresh_for = max(1.0, self.settings.cache_ttl_ms / 1000)  # as long as a client may cache tools/list
-        if group.tools is None or self.clock() - group.tools_at > fresh_for:
-            group.tools = tool_notes.read(self.acquire(principal), self.settings.pool_wait)
-            group.tools_at = self.clock()
-        return group.tools.headers.get(name) if isinstance(name, str) else None
+        """The Mcp-Param-* headers the called tool declares: {argument: header name} (serve/modern/tool_notes.py)."""
+        name = message.params.get("name") if isinstance(message.params, dict) else None
+        notes = tool_notes.fresh(self.group(principal), lambda: self.acquire(principal), self.settings, self.clock())
+        return notes.headers.get(name) if isinstance(name, str) else None
 
     # -- listen -------------------------------------------------------------------------------------------
     def hub(self, principal: str) -> ListenHub:

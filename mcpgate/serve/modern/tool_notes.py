@@ -6,12 +6,15 @@ that did not declare the tasks extension is answered -32021 for them, as the ext
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mcpgate.core import modern
 
 if TYPE_CHECKING:
+    from mcpgate.config.settings import Settings
+    from mcpgate.serve.modern.pool import Group
     from mcpgate.serve.modern.pooled_child import PooledChild
 
 TOOL_PAGES = 20  # tools/list pages read for the annotations
@@ -21,6 +24,15 @@ TOOL_PAGES = 20  # tools/list pages read for the annotations
 class ToolNotes:
     headers: dict[str, dict[str, str]] = field(default_factory=dict)  # tool -> {argument: Mcp-Param header}
     task_required: frozenset[str] = frozenset()  # tools a legacy child runs only as 2025-11-25 tasks
+
+
+def fresh(group: Group, child: Callable[[], PooledChild], settings: Settings, now: float) -> ToolNotes:
+    """The group's notes, read from a child's tools/list (`child()`) again when its list changed (the notes were
+    dropped) or the cache hint's time has passed (as long as a client may cache tools/list)."""
+    if group.tools is None or now - group.tools_at > max(1.0, settings.cache_ttl_ms / 1000):
+        group.tools = read(child(), settings.pool_wait)
+        group.tools_at = now
+    return group.tools
 
 
 def read(child: PooledChild, timeout: float) -> ToolNotes:
