@@ -8,7 +8,6 @@ reached over a veth pair); settings that cannot work stop gunicorn with one line
 from __future__ import annotations
 
 import http.client
-import time
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from tests.support import (
     open_session,
     preflight_decision,
     send,
+    wait_for,
 )
 from tests.support.recipe import PeerRequest, from_peer, remote_peer
 
@@ -142,9 +142,7 @@ def test_logs_never_hold_a_whole_session_id(gateway_factory: Any) -> None:
     sid = headers["Mcp-Session-Id"]
     assert gw.request("POST", body=call("echo", {"message": "hi"}), headers=headers).status == 200
     assert gw.request("DELETE", headers=headers).status == 204
-    deadline = time.monotonic() + 10
-    while "ended: the client ended the session" not in gw.log() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: "ended: the client ended the session" in gw.log())
     log = gw.log()
     assert f"session {sid[:8]} ended: the client ended the session" in log
     assert sid not in log  # the id is a capability: logs name a session by its first 8 characters
@@ -170,8 +168,6 @@ def test_the_access_log_never_holds_a_session_id(gateway_factory: Any) -> None:
         assert reply.status == 202, reply
     finally:
         conn.close()
-    deadline = time.monotonic() + 10
-    while f"POST {endpoint.split('?', 1)[0]} HTTP/1.1" not in gw.log() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: f"POST {endpoint.split('?', 1)[0]} HTTP/1.1" in gw.log())
     assert f"POST {endpoint.split('?', 1)[0]} HTTP/1.1" in gw.log()
     assert sid not in gw.log()

@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,31 +15,26 @@ from tests.support import (
     ROOT,
     alive,
     call,
+    call_in_flight,
     children,
     direct_children,
     init_body,
     open_session,
     wait_dead,
+    wait_for,
 )
 
 CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"
 
 
 def test_child_crash_answers_waiting_requests_and_later_ones_get_404(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY})
+    gw = gateway_factory({"MCPGATE_COMMAND": CRASHY, "MCPGATE_SSE_AFTER": "0.1"})
     headers = open_session(gw)
-    results: list[Any] = []
-    waiter = threading.Thread(
-        target=lambda: results.append(gw.request("POST", body=call("hang", {}, "w"), headers=headers))
-    )
-    waiter.start()
-    time.sleep(0.5)
-    gw.request("POST", body=call("crash", {}, "c"), headers=headers)
-    waiter.join(15)
-    assert not waiter.is_alive()
-    [waited] = results
-    text = waited.body.decode()
-    assert '"w"' in text and "-32000" in text and "code 3" in text, waited
+    # the head of the hanging call's reply (its SSE stream) comes once the call went to the child: the crash after it
+    with call_in_flight(gw.host, gw.port, call("hang", {}, "w"), headers, timeout=15) as waited:
+        gw.request("POST", body=call("crash", {}, "c"), headers=headers)
+        text = waited.read().decode()
+    assert '"w"' in text and "-32000" in text and "code 3" in text, text
     assert gw.request("POST", body=call("hang", {}, "x"), headers=headers).status == 404
     assert children(gw) == 0
     assert "exited" in gw.log() and "code 3" in gw.log()
@@ -67,14 +60,15 @@ def test_a_vanished_get_client_no_longer_keeps_its_session_alive(gateway_factory
     lines = "".join(f"{k}: {v}\r\n" for k, v in {**headers, "Accept": "text/event-stream"}.items())
     sock.sendall(f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n{lines}\r\n".encode())
     assert b"200 OK" in sock.recv(4096)
-    time.sleep(2.5)  # longer than the idle TTL: the live stream's keepalives keep the session
+    seen = b""
+    while seen.count(b": keepalive") < 10:  # 2 s of keepalives, longer than the idle TTL: they keep the session
+        chunk = sock.recv(4096)
+        assert chunk, "the stream ended"
+        seen += chunk
     assert children(gw) == 1
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     sock.close()  # vanish with a reset, no goodbye
-    deadline = time.monotonic() + 15
-    while children(gw) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert children(gw) == 0
+    assert wait_for(lambda: children(gw) == 0)
 
 
 def session_with_grandchild(gateway_factory: Any) -> tuple[Any, int, int, int]:
@@ -132,10 +126,7 @@ def test_delete_runs_the_ladder_for_a_child_that_ignores_eof(gateway_factory: An
 def test_idle_sessions_are_reaped(gateway_factory: Any) -> None:
     gw = gateway_factory({"MCPGATE_SESSION_IDLE_TTL": "1"})
     headers = open_session(gw)
-    deadline = time.monotonic() + 15
-    while children(gw) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert children(gw) == 0
+    assert wait_for(lambda: children(gw) == 0)
     assert gw.request("POST", body=call("echo", {"message": "x"}), headers=headers).status == 404
 
 
@@ -149,10 +140,7 @@ def test_initialize_error_ends_the_session(gateway_factory: Any) -> None:
     )
     reply = gw.request("POST", body=init_body(), headers=HEADERS)
     assert "error" in reply.json() and reply.json()["error"]["message"] == "no", reply
-    deadline = time.monotonic() + 10
-    while children(gw) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert children(gw) == 0
+    assert wait_for(lambda: children(gw) == 0)
 
 
 def test_master_sigkill_leaves_no_orphans(gateway_factory: Any) -> None:

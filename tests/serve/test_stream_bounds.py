@@ -8,7 +8,6 @@ import http.client
 import json
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from mcpgate.core.wire import SESSION_ID
@@ -44,13 +43,6 @@ def read_all_events(resp: http.client.HTTPResponse) -> list[dict[str, Any]]:
         if data and data[0]:
             messages.append(json.loads("\n".join(data)))
     return messages
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_a_flooded_get_stream_nobody_reads_is_bounded_in_bytes(gateway_factory: Any) -> None:
