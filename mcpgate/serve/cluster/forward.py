@@ -49,6 +49,7 @@ class Forwarder:
         self.key, self.instance = key, instance  # the sender its Mcpgate-Forwarded values name
         self.idle_per_owner = settings.worker_connections
         self.max_body = settings.max_body_bytes
+        self.sse_after = settings.sse_after  # how long an owner's reply may stay whole (resent.py waits that)
         self.read_timeout = settings.sse_after + 2 * settings.keepalive + CONNECT_TIMEOUT
         self._idle: dict[str, list[http.client.HTTPConnection]] = {}
         self._gone: set[str] = set()

@@ -37,6 +37,7 @@ from mcpgate.core import jsonrpc, session_ids, wire
 from mcpgate.serve.cluster.forward import Forwarder, read_body
 from mcpgate.serve.cluster.gone import GoneMarks
 from mcpgate.serve.cluster.peers import ForwardingPeers
+from mcpgate.serve.cluster.resent import Resent
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
@@ -160,6 +161,7 @@ class Cluster:
         self.instance, self.key, self.redis = instance, key, redis
         self.directory = directory
         self.forwarder = forwarder
+        self.resent = Resent(forwarder.max_body, forwarder.sse_after)  # a forwarded POST sent again (resent.py)
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
         self.peers = ForwardingPeers(self.lookup, peers)
 
@@ -228,11 +230,16 @@ class Cluster:
 
         A handler raising Forward for an owner that cannot be reached is run once more with the same body,
         the owner now gone from `lookup` (so it can answer as for a lost owner: a new call, not a 404)."""
-        if kind != "sse":  # the HTTP+SSE stream opens a new session: always here
-            session_id = named_session(environ)
-            owner = self.owner(session_id) if session_id else None
-            if owner is not None and owner != self.instance:
-                return self.forward(environ, None, owner, session_id or "", kind)
+        session_id = named_session(environ) if kind != "sse" else None  # HTTP+SSE's stream: a new session, here
+        owner = self.owner(session_id) if session_id else None
+        if owner is not None and owner != self.instance:
+            return self.forward(environ, None, owner, session_id or "", kind)
+        if kind == "mcp" and session_id:  # a POST its forwarder died under, sent again: serve/cluster/resent.py
+            return self.resent.serve(environ, session_id, lambda: self._here(environ, kind, handler))
+        return self._here(environ, kind, handler)
+
+    def _here(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
+        """Serve it with `handler`; a Forward it raises goes to that owner (the handler runs again if it is gone)."""
         try:
             return handler(HttpRequest(environ))
         except Forward as forward:

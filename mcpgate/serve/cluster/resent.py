@@ -1,0 +1,123 @@
+"""A session's request sent again after the instance that forwarded it here died: it is given the first copy's
+answer, neither run twice nor refused.
+
+In round-robin routing another instance may carry a session's POST to its owner (here). When that instance dies
+(SIGKILL, OOM) before the owner's answer came back through it, the balancer sends the request again, as it was
+(deploy/haproxy.cfg: retry-on empty-response), through another instance or straight here. The first copy may
+still be running (sent to the session's child again it would be refused: "already in flight"), or be answered
+already (run again, a call would run twice). So the owner keeps, for every forwarded POST while it is being
+answered, its session and the digest of its body; a POST on the same session with the same body is given the
+first copy's answer when that copy's connection reads as closed (its carrier is gone): it waits for the answer
+if need be, and an answer ready after its carrier has gone is kept for KEPT_FOR seconds for it. Only a whole
+answer can be given (a JSON reply); one that became a stream (past MCPGATE_SSE_AFTER) stays the first copy's,
+and the copy sent again is served as any request (a client's resumption, Last-Event-ID, is what recovers a
+stream). A copy whose carrier is still there is never taken over: a client that sends an id twice is refused.
+
+Bounded: one entry per forwarded POST being answered (at most the worker's connections), KEPT answers at most;
+a copy waits no longer than the first may take before its reply turns into a stream, and a margin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gevent.event import AsyncResult
+
+from mcpgate.serve.cluster.forward import read_body
+from mcpgate.serve.front.context import PeerGone, context
+from mcpgate.serve.front.http import HttpResponse
+
+log = logging.getLogger("mcpgate.cluster")
+
+MARGIN = 5.0  # seconds a waiting copy allows beyond the first copy's switch to a stream
+KEPT_FOR = 5.0  # seconds an answer whose carrier had gone waits for its copy sent again (a retry: milliseconds)
+KEPT = 256  # such answers kept at most (past it, the oldest goes)
+
+Key = tuple[str, str]  # the session id, the body's digest
+
+
+@dataclass(eq=False)
+class Copy:
+    """A forwarded POST being answered: whether its connection is gone, and who waits for its answer."""
+
+    peer_gone: PeerGone | None
+    taker: AsyncResult | None = field(default=None)  # a copy sent again, waiting (None given: not whole)
+
+    def carrier_gone(self) -> bool:
+        return self.peer_gone is not None and self.peer_gone()
+
+
+class Resent:
+    """`serve(environ, session, run)`: run the handler, or give a copy sent again the first copy's answer."""
+
+    def __init__(self, max_body: int, wait: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_body, self.wait, self.clock = max_body, wait + MARGIN, clock
+        self._running: dict[Key, Copy] = {}
+        self._kept: dict[Key, tuple[HttpResponse, float]] = {}  # answers whose carrier had gone, until when
+        self._sessions: Counter[str] = Counter()  # sessions with an entry in either table
+
+    def serve(self, environ: dict[str, Any], session: str, run: Callable[[], HttpResponse]) -> HttpResponse:
+        forwarded = context(environ).forwarded
+        if environ.get("REQUEST_METHOD") != "POST" or not (forwarded or self._sessions[session]):
+            return run()
+        body = read_body(environ, self.max_body)  # put back for the handler, as forwarded_principal does
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+        key = (session, hashlib.sha256(body).hexdigest())
+        answer = self._answer_of_first(key)
+        if answer is not None:
+            log.info("a request sent again after the instance that forwarded it died: given its first answer")
+            return answer
+        if not forwarded or key in self._running:
+            return run()
+        return self._run_first(key, Copy(context(environ).peer_gone), run)
+
+    def _answer_of_first(self, key: Key) -> HttpResponse | None:
+        kept = self._kept.pop(key, None)
+        if kept is not None:
+            self._less(key[0])
+            return kept[0] if kept[1] > self.clock() else None
+        first = self._running.get(key)
+        if first is None or first.taker is not None or not first.carrier_gone():
+            return None
+        first.taker = AsyncResult()
+        answer: HttpResponse | None = first.taker.wait(self.wait)
+        return answer
+
+    def _run_first(self, key: Key, copy: Copy, run: Callable[[], HttpResponse]) -> HttpResponse:
+        self._running[key] = copy
+        self._sessions[key[0]] += 1
+        response: HttpResponse | None = None
+        try:
+            response = run()
+            return response
+        finally:
+            del self._running[key]
+            self._less(key[0])
+            whole = response if response is not None and isinstance(response.body, bytes) else None
+            if copy.taker is not None:  # a copy sent again waits for it
+                copy.taker.set(whole)
+            elif whole is not None and copy.carrier_gone():  # its carrier died: a copy may yet be sent again
+                self._keep(key, whole)
+
+    def _keep(self, key: Key, answer: HttpResponse) -> None:
+        now = self.clock()
+        if self._kept.pop(key, None) is not None:
+            self._less(key[0])
+        for old, (_, until) in list(self._kept.items()):  # oldest first: the expired, and any past KEPT
+            if until <= now or len(self._kept) >= KEPT:
+                del self._kept[old]
+                self._less(old[0])
+        self._kept[key] = (answer, now + KEPT_FOR)
+        self._sessions[key[0]] += 1
+
+    def _less(self, session: str) -> None:
+        self._sessions[session] -= 1
+        if self._sessions[session] <= 0:
+            del self._sessions[session]
