@@ -288,7 +288,7 @@ class Pool:
             group.crashes.append((self.clock(), reason))
             log.warning("pooled child %s ended: %s", child.label, reason)
         self.bridge.forget_child(child)
-        self.tasks.forget(child)
+        self.tasks.forget(child, closing=self.closing)
         if group.hub_child is child and group.hub is not None:
             group.hub.end_all(f"MCP server ended: {reason}", graceful=False)
             group.hub, group.hub_child = None, None

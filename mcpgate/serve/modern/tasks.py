@@ -119,11 +119,13 @@ class Tasks:
         holds = self.holds.get(child.label)
         return holds is not None and holds.live(self.clock())
 
-    def forget(self, child: PooledChild) -> None:
-        """The child has ended: its tasks are lost (a request naming one is told so)."""
+    def forget(self, child: PooledChild, *, closing: bool = False) -> None:
+        """The child has ended: its tasks are lost (a request naming one is told so). Said as a warning unless the
+        gateway is shutting down (`closing`)."""
         holds = self.holds.pop(child.label, None)
         if holds is not None and holds.live(self.clock()):
-            log.warning("pooled child %s ended holding %d task(s): they are lost", child.label, len(holds))
+            say = log.info if closing else log.warning
+            say("pooled child %s ended holding %d task(s): they are lost", child.label, len(holds))
 
     # -- from the client -----------------------------------------------------------------------------------
     def route(self, principal: str, request: Request) -> Routed:
