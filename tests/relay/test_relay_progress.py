@@ -12,13 +12,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from mcp import Client, StdioServerParameters, types
+from mcp import Client, types
 
-from tests.relay.test_server_bridge import LAUNCH
-from tests.support import FIXTURES, MODERN, Gateway, serving
-from tests.support.relay import HANG_GUARD
+from tests.support import FIXTURES, Gateway, serving
+from tests.support.relay import run_bridged_host
 
 CALLS = 5
 
@@ -34,21 +32,8 @@ async def on_roots(context: Any) -> types.ListRootsResult:
 
 
 def run_host(gw: Gateway, scenario: Callable[[Client], Awaitable[None]], tmp_path: Path) -> None:
-    """The SDK's stdio client (2026-07-28, with roots) in front of the relay's bridge to `gw` (LAUNCH)."""
-    stderr = tmp_path / "relay.stderr"
-    code = f"import os,sys; os.dup2(os.open({str(stderr)!r}, os.O_WRONLY | os.O_CREAT), 2); exec({LAUNCH!r})"
-    params = StdioServerParameters(command=sys.executable, args=["-c", code, gw.url, "60"])
-
-    async def main() -> None:
-        with anyio.fail_after(HANG_GUARD):
-            async with Client(params, mode=MODERN, list_roots_callback=on_roots) as client:
-                await scenario(client)
-
-    try:
-        anyio.run(main)
-    except Exception as exc:
-        log = stderr.read_text(errors="replace") if stderr.exists() else ""
-        raise AssertionError(f"{exc!r}\nrelay stderr:\n{log[-4000:]}") from exc
+    """The SDK's stdio client (2026-07-28, with roots) in front of the relay's bridge to `gw`."""
+    run_bridged_host(gw.url, scenario, tmp_path, list_roots_callback=on_roots)
 
 
 def test_progress_written_while_the_host_is_asked_reaches_it(upstream: Gateway, tmp_path: Path) -> None:

@@ -10,47 +10,24 @@ StreamableTransport (a small launcher: the bridge object itself, whatever --prot
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.subscriptions import ToolsListChanged
 
 from tests.support import MODERN, Gateway, demo_round_trips, lazy_gateways, on_elicit, on_sample
 from tests.support import wait_for as wait_until
-from tests.support.relay import HANG_GUARD, RawRelay
+from tests.support.relay import BRIDGE_LAUNCH, RawRelay, run_bridged_host
 
 ENVS = {"demo": {}}
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 META_CAPS = "io.modelcontextprotocol/clientCapabilities"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 META_SUB = "io.modelcontextprotocol/subscriptionId"
-
-# The relay's pump over the bridge over the real legacy Streamable HTTP transport (argv: URL, input TTL).
-LAUNCH = """
-import logging, os, sys
-from gevent import monkey
-monkey.patch_all(select=False, subprocess=False)
-logging.basicConfig(stream=sys.stderr, level="INFO", format="%(asctime)s %(name)s %(levelname)s %(message)s")
-from mcpgate.relay.cli import build_parser
-from mcpgate.relay.http_client import HttpClient, HttpOptions
-from mcpgate.relay.pump import PumpOptions, Relay
-from mcpgate.relay.server_bridge import ModernHostBridge
-from mcpgate.relay.streamable import StreamableTransport
-from mcpgate.config.settings import RelaySettings
-args = RelaySettings.from_args(build_parser().parse_args(sys.argv[1:2]))
-http = HttpClient(HttpOptions.from_settings(args), args.url)
-ttl = float(sys.argv[2])
-def transport(sink):
-    return ModernHostBridge(lambda s: StreamableTransport(args.url, http, s), sink, input_ttl=ttl)
-out = os.dup(1)
-os.dup2(2, 1)
-sys.exit(Relay(transport, PumpOptions.from_settings(args), in_fd=0, out_fd=out).run())
-"""
 
 
 @pytest.fixture(scope="module")
@@ -61,33 +38,16 @@ def gateways() -> Iterator[Callable[[str], Gateway]]:
 
 @pytest.fixture
 def raw(gateways: Callable[[str], Gateway], raw_relay: Callable[..., RawRelay]) -> Callable[..., RawRelay]:
-    """A relay whose bridge is built by LAUNCH, on a gateway of `kind` (raw_relay stops it)."""
+    """A relay whose bridge is built by BRIDGE_LAUNCH, on a gateway of `kind` (raw_relay stops it)."""
 
     def start(kind: str = "demo", ttl: float = 60.0) -> RawRelay:
-        return raw_relay(gateways(kind).url, str(ttl), launch=("-c", LAUNCH))
+        return raw_relay(gateways(kind).url, str(ttl), launch=("-c", BRIDGE_LAUNCH))
 
     return start
 
 
 def run_modern_host(gw: Gateway, scenario: Callable[[Client], Any], tmp_path: Path) -> None:
-    stderr = tmp_path / "relay.stderr"
-    code = f"import os,sys; os.dup2(os.open({str(stderr)!r}, os.O_WRONLY | os.O_CREAT), 2); exec({LAUNCH!r})"
-    params = StdioServerParameters(
-        command=sys.executable, args=["-c", code, gw.url, "60"], env={"PYTHONUNBUFFERED": "1"}
-    )
-
-    async def main() -> None:
-        with anyio.fail_after(HANG_GUARD):
-            async with Client(
-                params, mode=MODERN, elicitation_callback=on_elicit, sampling_callback=on_sample
-            ) as client:
-                await scenario(client)
-
-    try:
-        anyio.run(main)
-    except Exception as exc:
-        log = stderr.read_text(errors="replace") if stderr.exists() else ""
-        raise AssertionError(f"{exc!r}\nrelay stderr:\n{log[-4000:]}") from exc
+    run_bridged_host(gw.url, scenario, tmp_path, elicitation_callback=on_elicit, sampling_callback=on_sample)
 
 
 def modern(msg_id: Any, method: str, params: dict[str, Any] | None = None, caps: Any = None) -> dict[str, Any]:

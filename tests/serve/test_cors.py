@@ -12,7 +12,7 @@ import pytest
 
 from mcpgate.config.settings import Settings, SettingsError
 from mcpgate.serve.front.cors import Cors
-from tests.support import HEADERS, Gateway, chromium, init_body, static_site
+from tests.support import HEADERS, Gateway, chromium, init_body, serving, static_site
 
 PAGE_ORIGIN = "https://app.example"
 TOKEN = "cors-t0ken"
@@ -25,6 +25,13 @@ def preflight(gw: Gateway, origin: str, headers: str = "content-type, mcp-sessio
     )
 
 
+@pytest.fixture(scope="module")
+def listed() -> Iterator[Gateway]:
+    """A gateway listing PAGE_ORIGIN for CORS, behind a token (the rules themselves: test_guard.py, in process)."""
+    with serving({"MCPGATE_CORS_ORIGINS": PAGE_ORIGIN, "MCPGATE_AUTH_TOKEN": TOKEN}) as gw:
+        yield gw
+
+
 def test_cors_is_off_by_default(demo_gateway: Gateway) -> None:
     reply = preflight(demo_gateway, "http://localhost:3000")
     assert reply.status == 405 and "access-control-allow-origin" not in reply.headers, reply
@@ -32,8 +39,8 @@ def test_cors_is_off_by_default(demo_gateway: Gateway) -> None:
     assert reply.status == 200 and not any(k.startswith("access-control-") for k in reply.headers), reply
 
 
-def test_a_listed_origin_gets_preflight_and_readable_responses(gateway_factory: Any) -> None:
-    gw: Gateway = gateway_factory({"MCPGATE_CORS_ORIGINS": PAGE_ORIGIN, "MCPGATE_AUTH_TOKEN": TOKEN})
+def test_a_listed_origin_gets_preflight_and_readable_responses(listed: Gateway) -> None:
+    gw = listed
     reply = preflight(gw, PAGE_ORIGIN, "authorization, content-type, mcp-protocol-version, Mcp-Param-Region, x-evil")
     assert reply.status == 204 and reply.body == b"", reply  # no token on a preflight: browsers send none
     assert reply.headers["access-control-allow-origin"] == PAGE_ORIGIN
@@ -59,8 +66,8 @@ def test_a_listed_origin_gets_preflight_and_readable_responses(gateway_factory: 
     assert refused.status == 401 and refused.headers["access-control-allow-origin"] == PAGE_ORIGIN  # readable error
 
 
-def test_an_unlisted_origin_gets_no_cors_headers_and_the_origin_rule(gateway_factory: Any) -> None:
-    gw: Gateway = gateway_factory({"MCPGATE_CORS_ORIGINS": PAGE_ORIGIN})
+def test_an_unlisted_origin_gets_no_cors_headers_and_the_origin_rule(listed: Gateway) -> None:
+    gw = listed  # the Origin rule comes before the token
     reply = preflight(gw, "https://evil.example")
     assert reply.status == 403 and not any(k.startswith("access-control-") for k in reply.headers), reply
     reply = gw.request("POST", body=init_body(), headers={**HEADERS, "Origin": "https://evil.example"})

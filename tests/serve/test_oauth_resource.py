@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from tests.support import HEADERS, Gateway, Reply, call, free_port, init_body, reply_message, serving
-from tests.support.oauth import mint_token, oidc_issuer, resource_server_env
+from tests.support import Gateway, call, free_port, reply_message, serving
+from tests.support.oauth import mint_token, oidc_issuer, post_with_token, resource_server_env
 
 SEEN: list[str] = []  # every token this module sent: none may reach the gateway's log
 
@@ -43,16 +43,6 @@ def mint(issuer: str, gw: Gateway, claims: dict[str, Any] | None = None, **optio
     return token
 
 
-def post(gw: Gateway, token: str | None, body: Any = None, path: str = "/mcp", **headers: str) -> Reply:
-    sent = {**HEADERS, **headers}
-    if token is not None:
-        sent["Authorization"] = f"Bearer {token}"
-    reply = gw.request("POST", path, body=body if body is not None else init_body(), headers=sent)
-    if token:
-        assert token not in reply.body.decode(errors="replace") + str(reply.headers), reply
-    return reply
-
-
 def jwks_fetches(issuer: str) -> int:
     return int(requests.get(issuer + "/stats", timeout=10).json()["jwks"])
 
@@ -74,7 +64,7 @@ def test_protected_resource_metadata_in_both_forms_is_open(gw: Gateway, issuer: 
 
 
 def test_no_token_is_a_401_naming_the_metadata_and_the_scope(gw: Gateway) -> None:
-    reply = post(gw, None)
+    reply = post_with_token(gw, None)
     assert reply.status == 401, reply
     assert reply.headers["www-authenticate"] == f'Bearer scope="mcp", resource_metadata="{prm_url(gw)}"'
     assert reply.json()["error"]["message"].startswith("Unauthorized")
@@ -83,18 +73,23 @@ def test_no_token_is_a_401_naming_the_metadata_and_the_scope(gw: Gateway) -> Non
 
 def test_a_valid_token_opens_a_session_and_calls_a_tool(gw: Gateway, issuer: str) -> None:
     token = mint(issuer, gw)
-    reply = post(gw, token)
+    reply = post_with_token(gw, token)
     assert reply.status == 200, reply
     session = {SESSION_ID: reply.headers[SESSION_ID.lower()], PROTOCOL_VERSION: "2025-11-25"}
-    assert post(gw, token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **session).status == 202
-    result = reply_message(post(gw, token, call("echo", {"message": "hi"}), **session))
+    assert (
+        post_with_token(gw, token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **session).status == 202
+    )
+    result = reply_message(post_with_token(gw, token, call("echo", {"message": "hi"}), **session))
     assert "hi" in str(result["result"]), result
 
 
 def test_another_principal_cannot_use_the_session(gw: Gateway, issuer: str) -> None:
-    reply = post(gw, mint(issuer, gw))
+    reply = post_with_token(gw, mint(issuer, gw))
     session = {SESSION_ID: reply.headers[SESSION_ID.lower()], PROTOCOL_VERSION: "2025-11-25"}
-    assert post(gw, mint(issuer, gw, {"sub": "mallory"}), call("echo", {"message": "x"}), **session).status == 404
+    assert (
+        post_with_token(gw, mint(issuer, gw, {"sub": "mallory"}), call("echo", {"message": "x"}), **session).status
+        == 404
+    )
 
 
 NOW = int(time.time())
@@ -114,7 +109,7 @@ NOW = int(time.time())
 def test_bad_tokens_are_401_invalid_token_with_the_reason(
     gw: Gateway, issuer: str, claims: dict[str, Any], options: dict[str, Any], description: str
 ) -> None:
-    reply = post(gw, mint(issuer, gw, claims, **options))
+    reply = post_with_token(gw, mint(issuer, gw, claims, **options))
     assert reply.status == 401, reply
     assert reply.headers["www-authenticate"] == (
         f'Bearer error="invalid_token", error_description="{description}", scope="mcp", '
@@ -124,7 +119,7 @@ def test_bad_tokens_are_401_invalid_token_with_the_reason(
 
 
 def test_missing_scope_is_a_403_step_up(gw: Gateway, issuer: str) -> None:
-    reply = post(gw, mint(issuer, gw, {"scope": "profile"}))
+    reply = post_with_token(gw, mint(issuer, gw, {"scope": "profile"}))
     assert reply.status == 403, reply
     assert reply.headers["www-authenticate"] == (
         'Bearer error="insufficient_scope", error_description="the token lacks the scope mcp", scope="mcp", '
@@ -134,16 +129,16 @@ def test_missing_scope_is_a_403_step_up(gw: Gateway, issuer: str) -> None:
 
 def test_a_token_in_the_query_string_is_a_400(gw: Gateway, issuer: str) -> None:
     token = mint(issuer, gw)
-    reply = post(gw, token, path=f"/mcp?access_token={token}")  # refused even beside a good header
+    reply = post_with_token(gw, token, path=f"/mcp?access_token={token}")  # refused even beside a good header
     assert reply.status == 400, reply
     assert reply.headers["www-authenticate"].startswith('Bearer error="invalid_request"')
 
 
 def test_opaque_tokens_by_introspection(gw: Gateway, issuer: str) -> None:
-    assert post(gw, mint(issuer, gw, opaque=True)).status == 200
+    assert post_with_token(gw, mint(issuer, gw, opaque=True)).status == 200
     inactive = "opaque-never-issued-" + "x" * 20
     SEEN.append(inactive)
-    reply = post(gw, inactive)
+    reply = post_with_token(gw, inactive)
     assert reply.status == 401, reply
     assert 'error_description="the token is not active"' in reply.headers["www-authenticate"]
 
@@ -162,11 +157,11 @@ def test_an_unknown_kid_refreshes_once_then_is_refused(
     own_issuer: str, gateway_factory: Callable[..., Gateway]
 ) -> None:
     gateway = gateway_factory(env_for(own_issuer))
-    assert post(gateway, mint(own_issuer, gateway)).status == 200
+    assert post_with_token(gateway, mint(own_issuer, gateway)).status == 200
     fetched = jwks_fetches(own_issuer)
     token = mint(own_issuer, gateway, key="unpublished")
     for _ in range(3):
-        reply = post(gateway, token)
+        reply = post_with_token(gateway, token)
         assert reply.status == 401, reply
         assert "the token's signing key is unknown" in reply.headers["www-authenticate"]
     assert jwks_fetches(own_issuer) == fetched + 1
@@ -174,18 +169,18 @@ def test_an_unknown_kid_refreshes_once_then_is_refused(
 
 def test_a_rotated_key_is_accepted_after_one_refresh(own_issuer: str, gateway_factory: Callable[..., Gateway]) -> None:
     gateway = gateway_factory(env_for(own_issuer))
-    assert post(gateway, mint(own_issuer, gateway)).status == 200
+    assert post_with_token(gateway, mint(own_issuer, gateway)).status == 200
     fetched = jwks_fetches(own_issuer)
     kid = requests.post(own_issuer + "/rotate", json={"alg": "ES256", "retire": True}, timeout=10).json()["kid"]
-    assert post(gateway, mint(own_issuer, gateway, key=kid)).status == 200
-    assert post(gateway, mint(own_issuer, gateway, key=kid)).status == 200
+    assert post_with_token(gateway, mint(own_issuer, gateway, key=kid)).status == 200
+    assert post_with_token(gateway, mint(own_issuer, gateway, key=kid)).status == 200
     assert jwks_fetches(own_issuer) == fetched + 1
 
 
 def test_an_unreachable_issuer_is_a_503_not_a_401(gateway_factory: Callable[..., Gateway]) -> None:
     down = f"http://127.0.0.1:{free_port()}"
     gateway = gateway_factory(env_for(down, MCPGATE_OAUTH_INTROSPECTION_URL=""))
-    reply = post(gateway, "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsifQ.eyJzdWIiOiJ4In0.c2ln")
+    reply = post_with_token(gateway, "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsifQ.eyJzdWIiOiJ4In0.c2ln")
     assert reply.status == 503, reply
     assert reply.headers["retry-after"] == "5"
     assert "authorization server cannot be reached" in reply.json()["error"]["message"]

@@ -35,17 +35,15 @@ from mcpgate.serve.oauth.resource import ResourceGuard
 from tests.browser import Browser
 from tests.support import (
     DEMO_ENTRY,
-    HEADERS,
     Gateway,
     Reply,
     call,
-    init_body,
     reply_message,
     serving,
     wait_for,
     write_config,
 )
-from tests.support.oauth import SdkUser, jwt_claims, mint_token, redeem_code
+from tests.support.oauth import SdkUser, jwt_claims, mint_token, post_with_token, redeem_code
 
 USER, PASSWORD = "ada", "servers-password"
 CALLBACK = "http://127.0.0.1:47112/callback"  # never fetched: the browser stops there
@@ -65,19 +63,9 @@ def prm_url(gw: Gateway, name: str) -> str:
     return f"{gw.base}{WELL_KNOWN}/servers/{name}/mcp"
 
 
-def post(gw: Gateway, path: str, token: str | None, body: Any = None, **headers: str) -> Reply:
-    sent = {**HEADERS, **headers}
-    if token is not None:
-        sent["Authorization"] = f"Bearer {token}"
-    reply = gw.request("POST", path, body=body if body is not None else init_body(), headers=sent)
-    if token:
-        assert token not in reply.body.decode(errors="replace") + str(reply.headers), reply
-    return reply
-
-
 def admitted(gw: Gateway, name: str, token: str) -> int:
     """The guard's answer to a sessionless ping on a server: 400 past the guard (no session), else its refusal."""
-    return post(gw, f"/servers/{name}/mcp", token, {"jsonrpc": "2.0", "id": 9, "method": "ping"}).status
+    return post_with_token(gw, token, {"jsonrpc": "2.0", "id": 9, "method": "ping"}, path=f"/servers/{name}/mcp").status
 
 
 def refused_as(reply: Reply) -> str:
@@ -129,7 +117,7 @@ def test_each_server_has_its_own_protected_resource_metadata(rs: Gateway, issuer
     }
     # no token: 401 naming this server's metadata and scopes, on every one of its paths
     challenge = f'Bearer scope="{" ".join(scopes)}", resource_metadata="{prm_url(rs, name)}"'
-    assert refused_as(post(rs, f"/servers/{name}/mcp", None)) == challenge
+    assert refused_as(post_with_token(rs, None, path=f"/servers/{name}/mcp")) == challenge
     sse = rs.request("GET", f"/servers/{name}/sse", headers={"Accept": "text/event-stream"})
     assert refused_as(sse) == challenge
 
@@ -149,13 +137,17 @@ def test_the_root_form_describes_the_gateway_and_unknown_servers_have_none(rs: G
 
 def test_a_token_for_one_server_works_there_and_nowhere_else(rs: Gateway, issuer: str) -> None:
     token = mint(issuer, resource(rs, "files"), "mcp files")
-    reply = post(rs, "/servers/files/mcp", token)
+    reply = post_with_token(rs, token, path="/servers/files/mcp")
     assert reply.status == 200, reply
     session = {SESSION_ID: reply.headers[SESSION_ID.lower()], "MCP-Protocol-Version": "2025-11-25"}
-    post(rs, "/servers/files/mcp", token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **session)
-    result = reply_message(post(rs, "/servers/files/mcp", token, call("add", {"a": 2, "b": 3}), **session))
+    post_with_token(
+        rs, token, {"jsonrpc": "2.0", "method": "notifications/initialized"}, path="/servers/files/mcp", **session
+    )
+    result = reply_message(
+        post_with_token(rs, token, call("add", {"a": 2, "b": 3}), path="/servers/files/mcp", **session)
+    )
     assert result["result"]["structuredContent"] == {"result": 5}, result
-    elsewhere = post(rs, "/servers/notes/mcp", token)
+    elsewhere = post_with_token(rs, token, path="/servers/notes/mcp")
     assert elsewhere.status == 401, elsewhere
     assert refused_as(elsewhere) == (
         'Bearer error="invalid_token", error_description="the token is meant for another audience", '
@@ -165,13 +157,15 @@ def test_a_token_for_one_server_works_there_and_nowhere_else(rs: Gateway, issuer
     headers = {"Accept": "text/event-stream", "Authorization": f"Bearer {token}"}
     sse = rs.request("GET", "/servers/notes/sse", headers=headers)
     assert sse.status == 401 and 'error="invalid_token"' in sse.headers["www-authenticate"], sse
-    messages = post(rs, "/servers/notes/messages?session_id=x", token, {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    messages = post_with_token(
+        rs, token, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, path="/servers/notes/messages?session_id=x"
+    )
     assert messages.status == 401, messages
 
 
 def test_each_server_requires_its_own_scopes(rs: Gateway, issuer: str) -> None:
     token = mint(issuer, resource(rs, "notes"), "mcp files")  # the right audience, files' scopes
-    reply = post(rs, "/servers/notes/mcp", token)
+    reply = post_with_token(rs, token, path="/servers/notes/mcp")
     assert reply.status == 403, reply
     assert refused_as(reply) == (
         'Bearer error="insufficient_scope", error_description="the token lacks the scope notes", '
@@ -199,8 +193,8 @@ def test_the_listing_takes_a_token_for_any_published_server(rs: Gateway, issuer:
     foreign = mint(issuer, "https://other.example/mcp", "mcp files notes")
     assert rs.request("GET", "/servers", headers={"Authorization": f"Bearer {foreign}"}).status == 401
     # an unknown server's name: the same check, then 404 naming the servers
-    assert post(rs, "/servers/nope/mcp", None).status == 401
-    unknown = post(rs, "/servers/nope/mcp", mint(issuer, resource(rs, "files"), "mcp files"))
+    assert post_with_token(rs, None, path="/servers/nope/mcp").status == 401
+    unknown = post_with_token(rs, mint(issuer, resource(rs, "files"), "mcp files"), path="/servers/nope/mcp")
     assert unknown.status == 404 and unknown.json()["error"]["data"] == {"servers": ["files", "notes"]}, unknown
 
 

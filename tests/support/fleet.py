@@ -8,14 +8,15 @@ import contextlib
 import os
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import Gateway, Reply, free_port, send, stop_process, wait_for
+from tests.support.gateway import Gateway, free_port, stop_process
+from tests.support.http import Served
+from tests.support.waiting import wait_for, wait_listening
 
 # -- Redis and HAProxy for the cluster tests (the distribution's binaries; .ci/run installs them) --
 
@@ -36,20 +37,6 @@ def installed(name: str, usual: str) -> str:
             pytest.fail(f"{why}, and .ci/run installs it")
         pytest.skip(f"{why}: install it (Debian: apt-get install redis-server haproxy)")
     return found
-
-
-def wait_listening(port: int, proc: subprocess.Popen[Any], what: str, log: Path, timeout: float = 15.0) -> None:
-    """Wait until 127.0.0.1:port accepts a connection; the process exiting first raises with its log."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on port {port} within {timeout} s:\n{log.read_text(errors='replace')}")
 
 
 @contextlib.contextmanager
@@ -97,7 +84,7 @@ def instances(secret: str, **common: str) -> Iterator[tuple[str, Callable[[str],
                 gw.stop()
 
 
-class Balancer:
+class Balancer(Served):
     """A running HAProxy: `request` as Gateway's (so open_session and the others take it), `url` its /mcp,
     `admin(command)` a line to its runtime API when the config opened one at "{admin}"."""
 
@@ -106,15 +93,8 @@ class Balancer:
         self.base = f"http://127.0.0.1:{port}"
         self.url = f"{self.base}/mcp"
 
-    def request(
-        self,
-        method: str,
-        path: str = "/mcp",
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 30.0,
-    ) -> Reply:
-        return send("127.0.0.1", self.port, method, path, body, headers, timeout)
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", self.port
 
     def admin(self, command: str, timeout: float = 5.0) -> str:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

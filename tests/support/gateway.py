@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.support.http import HEADERS, Reply, init_body, send
+from tests.support.http import HEADERS, Served, init_body
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -57,7 +57,7 @@ LOG_TAIL_LINES = 200
 GATEWAYS: list[Gateway] = []  # every gateway started and not yet reported on: see tests/conftest.py
 
 
-class Gateway:
+class Gateway(Served):
     """A running `gunicorn mcpgate.wsgi`; its log goes to a file whose tail a failing test's report shows. It binds
     on `host` (loopback unless a test's own address, e.g. a veth pair's), on a free port."""
 
@@ -115,15 +115,8 @@ class Gateway:
     def stopped(self) -> bool:
         return self._log.closed
 
-    def request(
-        self,
-        method: str,
-        path: str = "/mcp",
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 30.0,
-    ) -> Reply:
-        return send(self.host, self.port, method, path, body, headers, timeout)
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
 
     def stop(self) -> None:
         try:

@@ -85,6 +85,25 @@ def send(
         conn.close()
 
 
+class Served:
+    """What answers HTTP at `address` (a gateway, HAProxy in front of a fleet): `request` sends it one request on a
+    new connection, so open_session and the other helpers take any of them."""
+
+    def address(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def request(
+        self,
+        method: str,
+        path: str = "/mcp",
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+    ) -> Reply:
+        host, port = self.address()
+        return send(host, port, method, path, body, headers, timeout)
+
+
 ACCEPT = "application/json, text/event-stream"
 HEADERS = {"Accept": ACCEPT, "Content-Type": "application/json"}
 

@@ -30,7 +30,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.browser import Browser, Outcome
-from tests.support import FIXTURES, HEADERS, Gateway, stop_process
+from tests.support.gateway import FIXTURES, Gateway, stop_process
+from tests.support.http import HEADERS, Reply, Served, init_body
 
 
 @contextlib.contextmanager
@@ -291,3 +292,15 @@ def sign_in(base: str, user: str, password: str) -> dict[str, Any]:
     issued = redeem_code(base, outcome.params["code"], verifier, client_id, SIGN_IN_CALLBACK, resource=base + "/mcp")
     assert issued.status_code == 200, issued.text
     return {**issued.json(), "client_id": client_id}
+
+
+def post_with_token(gw: Served, token: str | None, body: Any = None, path: str = "/mcp", **headers: str) -> Reply:
+    """POST `body` (an initialize by default) with `Authorization: Bearer <token>` (none for None); the token must
+    never come back in the reply's body or headers."""
+    sent = {**HEADERS, **headers}
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    reply = gw.request("POST", path, body=body if body is not None else init_body(), headers=sent)
+    if token:
+        assert token not in reply.body.decode(errors="replace") + str(reply.headers), reply
+    return reply

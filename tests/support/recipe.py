@@ -28,8 +28,10 @@ from typing import Any
 
 import pytest
 
-from tests.support import ROOT, Reply, free_port, pid_gone, send, stop_process, wait_for
 from tests.support.fleet import HAPROXY, REDIS_SERVER, Balancer, installed
+from tests.support.gateway import ROOT, free_port, pid_gone, stop_process
+from tests.support.http import Reply, Served
+from tests.support.waiting import wait_for
 
 PROCFILE = "deploy/Procfile.fleet"
 INSTANCES = ("i1", "i2", "i3", "i4")
@@ -44,7 +46,7 @@ def honcho() -> str:
 
 
 @dataclass
-class Recipe:
+class Recipe(Served):
     """A running `honcho -f deploy/Procfile.fleet start`: its process, ports, log and the processes it started."""
 
     proc: subprocess.Popen[bytes]
@@ -85,16 +87,9 @@ class Recipe:
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"honcho did not stop within {timeout} s:\n{self.log()}") from None
 
-    def request(
-        self,
-        method: str,
-        path: str = "/mcp",
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        timeout: float = 30.0,
-    ) -> Reply:
-        """A request to HAProxy from this machine."""
-        return send(self.front, self.ports["front"], method, path, body, headers, timeout)
+    def address(self) -> tuple[str, int]:
+        """HAProxy's, from this machine."""
+        return self.front, self.ports["front"]
 
 
 def recipe_environment(tmp_path: Path, front_host: str) -> tuple[dict[str, str], dict[str, int]]:

@@ -1,13 +1,9 @@
-"""Helpers shared by the relay tests: upstream servers (the SDK fixture in its own process, or a scripted
-one in a thread of the test process), relay runners, and MCP messages.
+"""Helpers shared by the relay tests: upstream servers (the SDK fixture in its own process), relay runners, the
+SDK's stdio host in front of a relay (or of the relay's ModernHostBridge), and MCP messages; the scripted upstream
+is tests/support/scripted.py's (its names are importable from here too).
 
 Test modules import from here, never from each other or from tests/relay/conftest.py (which holds the fixtures).
 Every process a helper starts is stopped by its PID.
-
-The scripted upstream: each test gives a `route(seen, server) -> Scripted` function; the server records every
-request it receives (method, path, headers, body) so a test can assert on exactly what the relay sent. A
-Scripted body is a list of steps: bytes are written and flushed, a float sleeps, HOLD waits until the server
-stops, DROP closes the connection without an answer.
 """
 
 from __future__ import annotations
@@ -18,10 +14,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +25,22 @@ from mcpgate.config.settings import RelaySettings
 from mcpgate.relay.http_client import HttpOptions
 from tests.support.gateway import FIXTURES as ROOT_FIXTURES
 from tests.support.gateway import free_port, stop_process
-from tests.support.waiting import HANG_GUARD, await_for, wait_for, wait_listening  # noqa: F401 - the relay tests import them here
+from tests.support.http import MODERN
+from tests.support.scripted import (  # noqa: F401 - the relay tests import them from here
+    DROP,
+    HOLD,
+    Route,
+    Scripted,
+    ScriptedServer,
+    Seen,
+    Step,
+    json_reply,
+    mcp_default,
+    result,
+    sse_event,
+    sse_reply,
+)
+from tests.support.waiting import HANG_GUARD, await_for, wait_for, wait_listening  # noqa: F401 - likewise
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
@@ -278,158 +286,43 @@ def initialize(msg_id: Any = 1, version: str = "2025-11-25") -> dict[str, Any]:
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
-HOLD = "hold"
-DROP = "drop"
-Step = bytes | float | str
+# The relay's pump over ModernHostBridge over the real legacy Streamable HTTP transport (argv: URL, input TTL).
+BRIDGE_LAUNCH = """
+import logging, os, sys
+from gevent import monkey
+monkey.patch_all(select=False, subprocess=False)
+logging.basicConfig(stream=sys.stderr, level="INFO", format="%(asctime)s %(name)s %(levelname)s %(message)s")
+from mcpgate.relay.cli import build_parser
+from mcpgate.relay.http_client import HttpClient, HttpOptions
+from mcpgate.relay.pump import PumpOptions, Relay
+from mcpgate.relay.server_bridge import ModernHostBridge
+from mcpgate.relay.streamable import StreamableTransport
+from mcpgate.config.settings import RelaySettings
+args = RelaySettings.from_args(build_parser().parse_args(sys.argv[1:2]))
+http = HttpClient(HttpOptions.from_settings(args), args.url)
+ttl = float(sys.argv[2])
+def transport(sink):
+    return ModernHostBridge(lambda s: StreamableTransport(args.url, http, s), sink, input_ttl=ttl)
+out = os.dup(1)
+os.dup2(2, 1)
+sys.exit(Relay(transport, PumpOptions.from_settings(args), in_fd=0, out_fd=out).run())
+"""
 
 
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
+def run_bridged_host(url: str, scenario: Callable[[Client], Awaitable[Any]], tmp_path: Path, **client: Any) -> None:
+    """The SDK's stdio client in mode 2026-07-28 (`client`: its callbacks) in front of BRIDGE_LAUNCH's relay to
+    `url`; a failure quotes the relay's stderr."""
+    stderr = tmp_path / "relay.stderr"
+    code = f"import os,sys; os.dup2(os.open({str(stderr)!r}, os.O_WRONLY | os.O_CREAT), 2); exec({BRIDGE_LAUNCH!r})"
+    params = StdioServerParameters(command=sys.executable, args=["-c", code, url, "60"], env={"PYTHONUNBUFFERED": "1"})
 
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
+    async def main() -> None:
+        with anyio.fail_after(HANG_GUARD):
+            async with Client(params, mode=MODERN, **client) as session:
+                await scenario(session)
 
-    @property
-    def rpc_method(self) -> str | None:
-        message = self.json
-        return message.get("method") if isinstance(message, dict) else None
-
-
-@dataclass
-class Scripted:
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    body: list[Step] = field(default_factory=list)
-
-
-Route = Callable[[Seen, "ScriptedServer"], Scripted]
-
-
-def json_reply(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Scripted:
-    data = json.dumps(obj).encode()
-    return Scripted(
-        status, {"Content-Type": "application/json", "Content-Length": str(len(data)), **(headers or {})}, [data]
-    )
-
-
-def sse_event(obj: Any = None, event_id: str | None = None, retry: int | None = None) -> bytes:
-    lines = []
-    if event_id is not None:
-        lines.append(f"id: {event_id}")
-    if retry is not None:
-        lines.append(f"retry: {retry}")
-    lines.append("data: " + ("" if obj is None else json.dumps(obj)))
-    return ("\n".join(lines) + "\n\n").encode()
-
-
-def sse_reply(*steps: Step, headers: dict[str, str] | None = None) -> Scripted:
-    return Scripted(
-        200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", **(headers or {})}, list(steps)
-    )
-
-
-def result(msg: dict[str, Any], value: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg["id"], "result": value}
-
-
-def mcp_default(seen: Seen, server: ScriptedServer) -> Scripted:
-    """A minimal well-behaved Streamable HTTP server: JSON replies, sessions, no GET stream."""
-    if seen.method == "DELETE":
-        return Scripted(200)
-    if seen.method == "GET":
-        return Scripted(405, {"Allow": "POST, DELETE"})
-    message = seen.json
-    if not isinstance(message, dict) or "id" not in message or "method" not in message:
-        return Scripted(202)
-    if message["method"] == "initialize":
-        version = message["params"]["protocolVersion"]
-        return json_reply(
-            result(
-                message,
-                {"protocolVersion": version, "capabilities": {}, "serverInfo": {"name": "scripted", "version": "1"}},
-            ),
-            headers={"Mcp-Session-Id": server.session_id},
-        )
-    return json_reply(result(message, {"echo": message["method"]}))
-
-
-class ScriptedServer:
-    def __init__(self, route: Route = mcp_default) -> None:
-        self.route = route
-        self.seen: list[Seen] = []
-        self.session_id = "session-1"
-        self.stopping = threading.Event()
-        self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.httpd.daemon_threads = True
-        self.httpd.block_on_close = False
-        self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> ScriptedServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stopping.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(10)
-
-    def requests(self, method: str | None = None, rpc: str | None = None) -> list[Seen]:
-        with self.lock:
-            seen = list(self.seen)
-        return [s for s in seen if (method is None or s.method == method) and (rpc is None or s.rpc_method == rpc)]
-
-
-def _handler(server: ScriptedServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            seen = Seen(
-                self.command,
-                self.path,
-                {k.lower(): v for k, v in self.headers.items()},
-                self.rfile.read(length) if length else b"",
-            )
-            with server.lock:
-                server.seen.append(seen)
-            reply = server.route(seen, server)
-            if reply.body[:1] == [DROP]:
-                self.close_connection = True
-                return
-            self.send_response(reply.status)
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self._write(reply.body)
-
-        def _write(self, steps: list[Step]) -> None:
-            try:
-                for step in steps:
-                    if isinstance(step, bytes):
-                        self.wfile.write(step)
-                        self.wfile.flush()
-                    elif step == HOLD:
-                        server.stopping.wait(60)
-                    elif step == DROP:
-                        return
-                    elif isinstance(step, float):
-                        server.stopping.wait(step)
-            except OSError:
-                pass
-
-        do_GET = do_POST = do_DELETE = _serve
-
-    return Handler
+    try:
+        anyio.run(main)
+    except Exception as exc:
+        log = stderr.read_text(errors="replace") if stderr.exists() else ""
+        raise AssertionError(f"{exc!r}\nrelay stderr:\n{log[-4000:]}") from exc
