@@ -28,7 +28,7 @@ from tests.support import (
 )
 
 HANG_GUARD = 60
-FAST = {"MCPGATE_KEEPALIVE": "0.2"}  # a vanished client is noticed at the next keepalive or two
+FAST = {"MCPGATE_KEEPALIVE": "0.2"}  # keepalives often (a vanished client is noticed as its connection closes)
 JSON = {"Content-Type": "application/json"}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
@@ -338,7 +338,7 @@ def test_the_session_cap_counts_streams_and_streamable_sessions_alike(gateway_fa
         assert streamable.status == 503, streamable
     finally:
         stream.close()
-    for _ in range(100):  # the closed stream's slot comes back once a keepalive finds the client gone
+    for _ in range(100):  # the closed stream's slot comes back once the reply notices the client gone
         again = EventStream(gw)
         if again.status == 200:
             again.close()
