@@ -165,5 +165,5 @@ def test_every_tasks_scenario_across_three_instances_behind_haproxy(tmp_path: Pa
             served = {line.split("server=")[1] for line in lb.log().splitlines() if " /mcp " in line}
         failures = report("three instances behind HAProxy (round-robin)", results)
         assert_all_pass(results, failures, "\n".join(gw.log_tail() for gw in gateways))
-        assert served == {"instances/t1", "instances/t2", "instances/t3"}, served
+        assert served == {"t1", "t2", "t3"}, served  # round-robin: every instance took requests
         print(f"  requests taken by {sorted(served)}")
