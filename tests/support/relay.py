@@ -42,8 +42,7 @@ from tests.support.scripted import (  # noqa: F401 - the relay tests import them
 )
 from tests.support.waiting import HANG_GUARD, await_for, wait_for, wait_listening  # noqa: F401 - likewise
 
-HERE = Path(__file__).resolve().parent
-FIXTURES = HERE / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "relay" / "fixtures"  # the relay tests' own
 
 
 class Upstream:
