@@ -8,7 +8,8 @@ kept on the app, in the environ (but the request's own context: serve/front/cont
 
 The worker's side of the contract (serve/front/worker.py), modelled on gunicorn's worker and app: the worker
 loads the app within `listening_on(addresses)` (where other instances of a fleet reach this one), then calls
-only `in_flight()`, `drain(budget)` and `close(timeout)`.
+only `drain(budget)` (which tells it how many requests are in flight as it begins) and `close(timeout)`;
+`in_flight()` is that count at any time.
 """
 
 from __future__ import annotations
