@@ -124,7 +124,7 @@ def test_a_drain_ends_the_streams_it_relays_and_exits_promptly(redis_url: str) -
             except subprocess.TimeoutExpired:
                 pytest.fail(f"the draining instance did not exit within {PROMPT} s:\n{relay.log_tail()}")
         assert code == 0, relay.log_tail()
-        assert "ended 1 streams relayed for other instances" in relay.log(), relay.log_tail()
+        assert "streams relayed for other instances' sessions ended: 1 " in relay.log(), relay.log_tail()
         assert wait_for(lambda: reopened(owner, session)), owner.log_tail()
 
 

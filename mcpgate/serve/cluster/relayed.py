@@ -46,7 +46,8 @@ class Relayed:
             cut(conn)
         if ending:
             log.info(
-                "draining: ended %d streams relayed for other instances (their clients open them again)", len(ending)
+                "draining: streams relayed for other instances' sessions ended: %d (their clients reopen them)",
+                len(ending),
             )
         return len(ending)
 
