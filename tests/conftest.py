@@ -1,5 +1,5 @@
 """Shared fixtures (a real gunicorn with the gevent worker on a free loopback port, an OpenID issuer), the
-markers (tests/markers.py: `gateway`, `fleet`, `slow` applied here by what a test runs), and the tail of every
+markers (tests/markers.py: `gateway`, `fleet`, `process`, `slow` and `fast` applied here), and the tail of every
 gunicorn log a failing test ran beside, added to its report."""
 
 from __future__ import annotations
@@ -9,21 +9,14 @@ from typing import Any
 
 import pytest
 
-from tests import markers, support
+from tests import markers
 from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway, serving
-from tests.support import fleet as fleet_support
-from tests.support import recipe as recipe_support
+from tests.support.oauth import oidc_issuer
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`gateway` on each test that reaches a gunicorn starter, `fleet` on each that reaches Redis or HAProxy."""
-    markers.apply(
-        items,
-        {
-            "gateway": (support.Gateway, support.gunicorn_refusal, recipe_support.fleet_recipe),
-            "fleet": (fleet_support.redis_server, fleet_support.haproxy, recipe_support.fleet_recipe),
-        },
-    )
+    """gateway, fleet and process by what each test reaches; slow by name; fast for the rest (tests/markers.py)."""
+    markers.apply(items)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -58,8 +51,6 @@ def gateway_factory() -> Iterator[Callable[..., Gateway]]:
 @pytest.fixture(scope="module")
 def issuer() -> Iterator[str]:
     """tests/fixtures/oidc_issuer.py (its user alice) for a test module: its issuer URL (tests/support/oauth.py)."""
-    from tests.support.oauth import oidc_issuer  # the SDK client's imports, only where a module asks for an issuer
-
     with oidc_issuer(user="alice") as url:
         yield url
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import sys
-import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -22,9 +22,11 @@ from tests.support import (
     demo_round_trips,
     direct_children,
     init_body,
+    lazy_gateways,
     on_elicit,
     on_sample,
     wait_dead,
+    wait_for,
 )
 
 HANG_GUARD = 60
@@ -112,12 +114,22 @@ def sdk_client(url: str, notifications: list[Any], headers: dict[str, str] | Non
     )
 
 
+SHARED = {"plain": {}, "token": {"MCPGATE_AUTH_TOKEN": "s3cret"}, "small_bodies": {"MCPGATE_MAX_BODY_BYTES": "1024"}}
+
+
+@pytest.fixture(scope="module")
+def gateways() -> Iterator[Callable[[str], Gateway]]:
+    """The module's shared gateways, one per kind (each test opens sessions of its own on them)."""
+    with lazy_gateways(SHARED) as get:
+        yield get
+
+
 def sse_url(gw: Gateway) -> str:
     return f"http://127.0.0.1:{gw.port}/sse"
 
 
-def test_sdk_sse_client_tools_resources_prompts(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_AUTH_TOKEN": "s3cret"})
+def test_sdk_sse_client_tools_resources_prompts(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("token")
 
     async def main() -> None:
         with anyio.fail_after(HANG_GUARD):
@@ -137,8 +149,8 @@ def test_sdk_sse_client_tools_resources_prompts(gateway_factory: Any) -> None:
     anyio.run(main)
 
 
-def test_sdk_sse_client_progress_elicitation_sampling(gateway_factory: Any) -> None:
-    gw = gateway_factory()
+def test_sdk_sse_client_progress_elicitation_sampling(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("plain")
 
     async def main() -> None:
         with anyio.fail_after(HANG_GUARD):
@@ -164,8 +176,8 @@ def test_sdk_sse_client_with_an_sdk_written_child(gateway_factory: Any) -> None:
     anyio.run(main)
 
 
-def test_two_concurrent_sdk_clients_see_only_their_own_messages(gateway_factory: Any) -> None:
-    gw = gateway_factory()
+def test_two_concurrent_sdk_clients_see_only_their_own_messages(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("plain")
     seen: dict[str, list[Any]] = {"a": [], "b": []}
     progress: dict[str, list[float]] = {"a": [], "b": []}
     both_up, a_notified = anyio.Event(), anyio.Event()
@@ -207,9 +219,9 @@ def test_two_concurrent_sdk_clients_see_only_their_own_messages(gateway_factory:
 
 
 @pytest.mark.npm
-def test_typescript_sdk_sse_client(gateway_factory: Any) -> None:
+def test_typescript_sdk_sse_client(gateways: Callable[[str], Gateway]) -> None:
     conformance.ensure_installed()
-    gw = gateway_factory({"MCPGATE_AUTH_TOKEN": "s3cret"})
+    gw = gateways("token")
     seen = conformance.node_client(FIXTURES / "ts_sse_client.cjs", sse_url(gw), "s3cret")
     assert seen["server"]["name"] == "mcpgate-demo" and seen["protocolVersion"] == "2025-11-25"
     assert {"echo", "add"} <= set(seen["tools"])
@@ -219,8 +231,8 @@ def test_typescript_sdk_sse_client(gateway_factory: Any) -> None:
 # -- raw HTTP -------------------------------------------------------------------------------------------
 
 
-def test_initialize_negotiates_2024_11_05_and_later_revisions_on_request(gateway_factory: Any) -> None:
-    gw = gateway_factory()
+def test_initialize_negotiates_2024_11_05_and_later_revisions_on_request(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("plain")
     for version in ("2024-11-05", "2025-06-18"):
         stream, url = open_raw(gw)
         try:
@@ -229,8 +241,8 @@ def test_initialize_negotiates_2024_11_05_and_later_revisions_on_request(gateway
             stream.close()
 
 
-def test_post_is_accepted_and_the_reply_comes_on_the_stream(gateway_factory: Any) -> None:
-    gw = gateway_factory()
+def test_post_is_accepted_and_the_reply_comes_on_the_stream(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("plain")
     stream, url = open_raw(gw)
     try:
         initialize(gw, stream, url)
@@ -246,8 +258,8 @@ def test_post_is_accepted_and_the_reply_comes_on_the_stream(gateway_factory: Any
         stream.close()
 
 
-def test_sessions_never_see_each_others_replies(gateway_factory: Any) -> None:
-    gw = gateway_factory()
+def test_sessions_never_see_each_others_replies(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("plain")
     (first, url1), (second, url2) = open_raw(gw), open_raw(gw)
     try:
         assert url1 != url2
@@ -275,9 +287,9 @@ def test_sessions_never_see_each_others_replies(gateway_factory: Any) -> None:
     ],
 )
 def test_malformed_posts_are_refused_with_a_json_rpc_error(
-    gateway_factory: Any, body: bytes, status: int, code: int
+    gateways: Callable[[str], Gateway], body: bytes, status: int, code: int
 ) -> None:
-    gw = gateway_factory({"MCPGATE_MAX_BODY_BYTES": "1024"})
+    gw = gateways("small_bodies")
     stream, url = open_raw(gw)
     try:
         initialize(gw, stream, url)
@@ -287,8 +299,8 @@ def test_malformed_posts_are_refused_with_a_json_rpc_error(
         stream.close()
 
 
-def test_refusals_of_the_two_paths(gateway_factory: Any) -> None:
-    gw = gateway_factory()
+def test_refusals_of_the_two_paths(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("plain")
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     unknown = gw.request("POST", "/messages?session_id=nobody", body=ping, headers=JSON)
     assert unknown.status == 404 and unknown.json()["error"]["code"] == -32600, unknown
@@ -308,8 +320,8 @@ def test_refusals_of_the_two_paths(gateway_factory: Any) -> None:
         stream.close()
 
 
-def test_the_bearer_token_guards_both_paths(gateway_factory: Any) -> None:
-    gw = gateway_factory({"MCPGATE_AUTH_TOKEN": "s3cret"})
+def test_the_bearer_token_guards_both_paths(gateways: Callable[[str], Gateway]) -> None:
+    gw = gateways("token")
     auth = {"Authorization": "Bearer s3cret"}
     refused = EventStream(gw)
     assert refused.status == 401 and refused.response.getheader("WWW-Authenticate")
@@ -338,15 +350,13 @@ def test_the_session_cap_counts_streams_and_streamable_sessions_alike(gateway_fa
         assert streamable.status == 503, streamable
     finally:
         stream.close()
-    for _ in range(100):  # the closed stream's slot comes back once the reply notices the client gone
+
+    def slot_free() -> bool:  # the closed stream's slot comes back once the reply notices the client gone
         again = EventStream(gw)
-        if again.status == 200:
-            again.close()
-            break
         again.close()
-        time.sleep(0.1)
-    else:
-        pytest.fail("the slot of a closed stream was never freed")
+        return again.status == 200
+
+    assert wait_for(slot_free, 10), "the slot of a closed stream was never freed"
 
 
 def test_closing_the_stream_stops_the_child(gateway_factory: Any) -> None:
