@@ -12,12 +12,12 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support import Gateway
+from tests.support import Gateway, wait_for
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))  # the bench's own modules (mcpclient, report), as bench/run.py imports them
@@ -68,12 +68,14 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def wait_for(text: str, log: Path, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text(errors="replace"):
+def logged(text: str, log: Path, proc: subprocess.Popen[bytes]) -> Callable[[], bool]:
+    """Whether the bench has written `text` to its log (it must still be running meanwhile)."""
+
+    def seen() -> bool:
         assert proc.poll() is None, f"the bench exited {proc.returncode}: {log.read_text()[-2000:]}"
-        assert time.monotonic() < deadline, f"no {text!r} within {timeout} s: {log.read_text()[-2000:]}"
-        time.sleep(0.1)
+        return text in log.read_text(errors="replace")
+
+    return seen
 
 
 def test_sigterm_ends_every_gateway_and_child_the_bench_started(tmp_path: Path) -> None:
@@ -98,20 +100,20 @@ def test_sigterm_ends_every_gateway_and_child_the_bench_started(tmp_path: Path) 
         )
     started: dict[int, bytes] = {}
     try:
-        wait_for("seq mcpgate:", log, bench, 120.0)
-        deadline = time.monotonic() + 60
-        while True:  # the gateway, the child on direct pipes, and a child of a load client's session
+        wait_for(logged("seq mcpgate:", log, bench), 120.0, "the bench's mcpgate sequence")
+
+        def all_started() -> bool:  # the gateway, the child on direct pipes, and a child of a load client's session
+            nonlocal started
+            assert bench.poll() is None, log.read_text()[-2000:]
             started = descendants(bench.pid)
             names = [cmdline(pid) for pid in started]
-            if any("gunicorn" in n for n in names) and sum("child_server.py" in n for n in names) >= 2:
-                break
-            assert bench.poll() is None and time.monotonic() < deadline, (names, log.read_text()[-2000:])
-            time.sleep(0.05)
+            return any("gunicorn" in n for n in names) and sum("child_server.py" in n for n in names) >= 2
+
+        wait_for(all_started, 60.0, "the gateway and two children of the bench")
         os.kill(bench.pid, signal.SIGTERM)
         assert bench.wait(60) == 128 + signal.SIGTERM, log.read_text()[-2000:]
-        deadline = time.monotonic() + 10
-        while any(alive(pid, start) for pid, start in started.items()) and time.monotonic() < deadline:
-            time.sleep(0.1)  # the last ones may still be on their way out of the kernel
+        # the last ones may still be on their way out of the kernel
+        wait_for(lambda: not any(alive(pid, start) for pid, start in started.items()), 10.0)
         left = [f"{pid} {cmdline(pid)}" for pid, start in started.items() if alive(pid, start)]
         assert left == [], left
         assert "ending" in log.read_text()

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import gevent
@@ -20,6 +21,7 @@ if ROOT not in sys.path:  # pragma: no cover - depends on how pytest was launche
 from mcpgate.child.process import ChildProcess  # noqa: E402
 from mcpgate.child.spawn import ChildSpawnError, child_environment  # noqa: E402
 from mcpgate.core.jsonrpc import Notification, Request, Response  # noqa: E402
+from tests import support  # noqa: E402
 from tests.support import pid_gone  # noqa: E402
 
 PEER = os.path.join(ROOT, "tests", "fixtures", "child_peer.py")
@@ -34,12 +36,9 @@ LIMITS = {
 }
 
 
-def wait_for(predicate, timeout: float = GUARD) -> bool:
-    with gevent.Timeout(timeout, False):
-        while not predicate():
-            gevent.sleep(0.01)
-        return True
-    return False
+def wait_for(predicate: Callable[[], object], timeout: float = GUARD) -> bool:
+    """support.wait_for polling with gevent.sleep: the child's pipes are served by greenlets of this process."""
+    return support.wait_for(predicate, timeout, sleep=gevent.sleep)
 
 
 def kill_pid(pid: int | None) -> None:
