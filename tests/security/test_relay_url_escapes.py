@@ -14,12 +14,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.support.relay import Scripted as ScriptedReply
-from tests.support.relay import ScriptedServer, Seen, initialize, json_reply, stop_process
+from tests.support.relay import ScriptedServer, Seen, initialize, json_reply, stop_process, wait_for
 
 HANG_GUARD = 60.0
 ESCAPES = "\x1b]8;;https://evil.example/\x07\x1b[2J\x1b[1A\x1b]0;title\x07\u202e\x9b31m"
@@ -72,9 +71,7 @@ def test_the_authorization_url_reaches_the_terminal_and_the_browser_without_esca
             proc.stdin.write(json.dumps(initialize(1)).encode() + b"\n")
             proc.stdin.flush()
             reader.start()
-            deadline = time.monotonic() + HANG_GUARD
-            while not (opened.exists() and printed_url(lines)) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(lambda: opened.exists() and printed_url(lines), HANG_GUARD)
         finally:
             stop_process(proc)
             reader.join(10)
