@@ -27,6 +27,7 @@ from mcpgate.child.limits import PR_SET_DUMPABLE
 from mcpgate.child.orphans import _libc_prctl
 from mcpgate.child.spawn import child_user
 from mcpgate.config.declarations import declared
+from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 
 # /proc/<pid>/stat fields after the ")" that ends the command name, counted from 0 (field 3, the state, is 0):
@@ -89,7 +90,7 @@ def start_problem(settings: Settings) -> str | None:
         child_user(settings.child_user, settings.child_group)
     except ValueError as exc:
         return str(exc)
-    if settings.auth == "embedded" and not settings.redis_url:
+    if settings.auth is AuthMode.EMBEDDED and not settings.redis_url:
         from mcpgate.serve.oauth.storage import default_state_dir
 
         return private_directory_problem(settings.state_dir or default_state_dir())
@@ -115,7 +116,7 @@ def private_directory_problem(path: str) -> str | None:
 def state_exposure(settings: Settings) -> str | None:
     """The warning to log at start when the embedded authorization server keeps its signing and cookie keys in
     the clear where a child could read them, or None."""
-    if settings.auth != "embedded" or settings.state_key:
+    if settings.auth is not AuthMode.EMBEDDED or settings.state_key:
         return None
     where = "Redis" if settings.redis_url else "MCPGATE_STATE_DIR"
     if not settings.child_user:

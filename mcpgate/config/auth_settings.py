@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from mcpgate.config import validators
 from mcpgate.config.declarations import declare, positive
+from mcpgate.config.modes import AuthMode
 
 
 @dataclass(frozen=True)
@@ -173,32 +174,32 @@ class AuthSettings:
     )
 
     @property
-    def auth(self) -> str:
+    def auth(self) -> AuthMode:
         """The authentication mode in force: MCPGATE_AUTH_MODE, or the one the other settings imply."""
         if self.auth_mode:
-            return self.auth_mode
+            return AuthMode(self.auth_mode)
         if self.auth_token:
-            return "token"
+            return AuthMode.TOKEN
         if self.oauth_users or self.oauth_upstream:
-            return "embedded"
+            return AuthMode.EMBEDDED
         if self.oauth_issuer:
-            return "resource-server"
-        return "none"
+            return AuthMode.RESOURCE_SERVER
+        return AuthMode.NONE
 
     def auth_problem(self) -> str | None:
         """What the authentication mode in force lacks, or None."""
         mode = self.auth
-        if mode == "token" and not self.auth_token:
+        if mode is AuthMode.TOKEN and not self.auth_token:
             return "MCPGATE_AUTH_MODE=token needs MCPGATE_AUTH_TOKEN"
-        if mode in ("none", "token"):
+        if not mode.oauth:
             return None
         if not self.public_url:
             return f"MCPGATE_AUTH_MODE={mode} needs MCPGATE_PUBLIC_URL (the gateway's URL as clients reach it)"
-        if mode == "resource-server" and not self.oauth_issuer:
+        if mode is AuthMode.RESOURCE_SERVER and not self.oauth_issuer:
             return "MCPGATE_AUTH_MODE=resource-server needs MCPGATE_OAUTH_ISSUER (the authorization server clients use)"
         if self.oauth_introspection_url and not (self.oauth_client_id and self.oauth_client_secret):
             return "MCPGATE_OAUTH_INTROSPECTION_URL needs MCPGATE_OAUTH_CLIENT_ID and MCPGATE_OAUTH_CLIENT_SECRET"
-        if mode == "embedded":
+        if mode is AuthMode.EMBEDDED:
             if not (self.oauth_users or self.oauth_upstream):
                 return "MCPGATE_AUTH_MODE=embedded needs MCPGATE_OAUTH_USERS or MCPGATE_OAUTH_UPSTREAM (who signs in)"
             if self.oauth_upstream and not (self.oauth_upstream_client_id and self.oauth_upstream_client_secret):

@@ -34,6 +34,7 @@ from mcpgate.config.fleet_settings import FleetSettings
 from mcpgate.config.front_settings import BIND_DEFAULT as BIND_DEFAULT
 from mcpgate.config.front_settings import FrontSettings
 from mcpgate.config.modern_settings import ModernSettings
+from mcpgate.config.modes import AuthMode
 from mcpgate.config.relay_settings import TOKEN_ENV as TOKEN_ENV
 from mcpgate.config.relay_settings import RelaySettings as RelaySettings
 from mcpgate.config.session_settings import SessionSettings
@@ -55,7 +56,7 @@ class Settings(FleetSettings, ModernSettings, SessionSettings, AuthSettings, Fro
         auth_problem = self.auth_problem()
         if auth_problem:
             return auth_problem
-        if "*" in self.cors_origins and self.auth != "none":
+        if "*" in self.cors_origins and self.auth is not AuthMode.NONE:
             return (
                 "MCPGATE_CORS_ORIGINS may be * only when authentication is off: list the origins whose pages "
                 "may call the gateway"

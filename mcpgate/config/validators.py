@@ -10,6 +10,8 @@ import shlex
 from typing import Any
 from urllib.parse import urlsplit
 
+from mcpgate.config.modes import AuthMode
+
 
 def command(value: str) -> str | None:
     if not value:
@@ -88,7 +90,7 @@ def optional_url(value: str) -> str | None:
 def auth_mode(value: str) -> str | None:
     return (
         None
-        if value in ("", "none", "token", "resource-server", "embedded")
+        if value == "" or value in {mode.value for mode in AuthMode}
         else ("must be none, token, resource-server or embedded (empty: chosen from the other settings)")
     )
 

@@ -3,7 +3,7 @@
 Each is a string enum whose values are the strings used so far (a setting's value, a path kind, a log line), so
 code that still compares or logs the string reads the same. The era of a request is
 serve/modern/era_probe.py's Era (MODERN: 2026-07-28, one request per POST; LEGACY: a session that began with
-initialize).
+initialize); who may call the endpoints is config/modes.py's AuthMode.
 """
 
 from __future__ import annotations
@@ -24,15 +24,6 @@ class RouteKind(Named):
     MCP = "mcp"  # the Streamable HTTP endpoint (and the 2026-07-28 requests on it)
     SSE = "sse"  # the 2024-11-05 HTTP+SSE transport's event stream (GET)
     MESSAGES = "messages"  # that transport's messages path (POST ?session_id=)
-
-
-class AuthMode(Named):
-    """MCPGATE_AUTH: who may call the endpoints (config/validators.auth_mode admits exactly these)."""
-
-    NONE = "none"
-    TOKEN = "token"
-    RESOURCE_SERVER = "resource-server"
-    EMBEDDED = "embedded"
 
 
 class EndCause(Named):

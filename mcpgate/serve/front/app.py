@@ -24,6 +24,7 @@ from mcpgate.serve.front import auth, checks
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.cors import Cors
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
+from mcpgate.serve.kinds import RouteKind
 from mcpgate.serve.oauth.setup import Authenticator, authenticator
 from mcpgate.serve.runtime import Runtime
 from mcpgate.serve.servers import config_file
@@ -34,10 +35,10 @@ from mcpgate.serve.sessions import legacy_sse, streamable
 log = logging.getLogger("mcpgate.app")
 
 Handler = Callable[[PublishedServer, HttpRequest], HttpResponse]
-HANDLERS: dict[str, Handler] = {
-    "mcp": streamable.handle,
-    "sse": legacy_sse.open_stream,
-    "messages": legacy_sse.post_message,
+HANDLERS: dict[RouteKind, Handler] = {
+    RouteKind.MCP: streamable.handle,
+    RouteKind.SSE: legacy_sse.open_stream,
+    RouteKind.MESSAGES: legacy_sse.post_message,
 }
 
 
@@ -145,19 +146,21 @@ class Guard:
 
 
 class Endpoint:
-    """WSGI middleware: the guard in front of every path; each server's MCP paths (the fleet routes them) to
-    its gateway's handler, GET /servers to the listing, the rest to Flask. A Refusal raised anywhere below
+    """WSGI middleware: the guard in front of every path; each server's MCP paths (the published servers route them) to
+    its server's handler, GET /servers to the listing, the rest to Flask. A Refusal raised anywhere below
     becomes its HTTP error here, once; CORS headers are added here."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], fleet: PublishedServers, guard: Guard, cors: Cors) -> None:
-        self.app, self.fleet, self.guard, self.cors = app, fleet, guard, cors
+    def __init__(
+        self, app: Callable[..., Iterable[bytes]], servers: PublishedServers, guard: Guard, cors: Cors
+    ) -> None:
+        self.app, self.servers, self.guard, self.cors = app, servers, guard, cors
         self.cluster = guard.cluster
-        self.page_body_limit = fleet.settings.max_form_bytes  # the pages' bodies (the endpoints have their own)
+        self.page_body_limit = servers.settings.max_form_bytes  # the pages' bodies (the endpoints have their own)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        route = self.fleet.route(path)
-        gateway = self.fleet.get(route[0]) if route is not None else None
+        route = self.servers.route(path)
+        server = self.servers.get(route[0]) if route is not None else None
         listing = route is None and path in LISTING
         endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
         if self.cors.enabled:
@@ -173,11 +176,11 @@ class Endpoint:
                     ),
                 )
             else:
-                self.guard.check(environ, endpoint, gateway.settings if gateway is not None else None)
+                self.guard.check(environ, endpoint, server.settings if server is not None else None)
                 if route is not None:
-                    response = self._serve(environ, route, gateway)
+                    response = self._serve(environ, route, server)
                 elif listing:
-                    response = self.fleet.listing(HttpRequest(environ))
+                    response = self.servers.listing(HttpRequest(environ))
                 else:
                     buffer_body(environ, self.page_body_limit)  # a bounded body, chunked or not (413)
                     return self.app(environ, start_response)
@@ -185,14 +188,16 @@ class Endpoint:
             response = refusal.response()
         return response(environ, start_response)
 
-    def _serve(self, environ: dict[str, Any], route: tuple[str, str], gateway: PublishedServer | None) -> HttpResponse:
+    def _serve(
+        self, environ: dict[str, Any], route: tuple[str, RouteKind], server: PublishedServer | None
+    ) -> HttpResponse:
         name, kind = route
-        if gateway is None:
-            raise self.fleet.unknown(name)
+        if server is None:
+            raise self.servers.unknown(name)
         context(environ).server = name
         if self.cluster is not None:  # here, or forwarded to the instance owning the session it names
-            return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], gateway))
-        return HANDLERS[kind](gateway, HttpRequest(environ))
+            return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], server))
+        return HANDLERS[kind](server, HttpRequest(environ))
 
     def _preflight(self, environ: dict[str, Any]) -> bool:
         return self.cors.enabled and self.cors.is_preflight(
@@ -213,19 +218,19 @@ class Endpoint:
         return start
 
 
-def not_here(fleet: PublishedServers, guard: Guard) -> Callable[[HTTPException], Response]:
+def not_here(servers: PublishedServers, guard: Guard) -> Callable[[HTTPException], Response]:
     """Flask's 404 and 405 as JSON-RPC errors (a client, or a relay passing the body to its host, may land on any
     path); a 404 says where the MCP endpoints are: the named servers' path shape (their names from GET /servers,
     behind its authentication), MCPGATE_PATH to a caller who may know what is served."""
 
     def answer(error: HTTPException) -> Response:
         where = ""
-        if error.code == 404 and fleet.named:
+        if error.code == 404 and servers.named:
             where = (
                 f": the MCP endpoints here are {config_file.paths('<name>')[0]} (GET {config_file.PREFIX} lists them)"
             )
         elif error.code == 404 and guard.may_know(request.environ):
-            where = f": the MCP endpoint here is {fleet.settings.path}"
+            where = f": the MCP endpoint here is {servers.settings.path}"
         body = jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, f"{error.name}{where}")
         response = Response(jsonrpc.encode(body), status=error.code or 404, mimetype="application/json")
         allowed = getattr(error, "valid_methods", None)
@@ -243,24 +248,24 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
     app = Flask("mcpgate")
     runtime = Runtime.build(settings, listening)  # the cluster (None without REDIS_URL), then the servers
     runtime.attach(app)
-    fleet = runtime.servers
+    servers = runtime.servers
     guard = Guard(settings, authenticator(settings, app, runtime), runtime.cluster)
-    fleet.watch()
+    servers.watch()
 
     @app.get("/healthz")
     def healthz() -> Response:
-        status, body = fleet.health()  # the details are in the log (preflight), not for every caller
+        status, body = servers.health()  # the details are in the log (preflight), not for every caller
         if runtime.draining:  # a graceful stop: balancers send new sessions elsewhere
             status, body = 503, {**body, "status": "draining"}
         if not guard.may_know(request.environ):  # a balancer needs the status; names and counts are not its
             body = {"status": body["status"]}
         return Response(jsonrpc.encode(body), status=status, mimetype="application/json")
 
-    app.register_error_handler(404, not_here(fleet, guard))
-    app.register_error_handler(405, not_here(fleet, guard))
+    app.register_error_handler(404, not_here(servers, guard))
+    app.register_error_handler(405, not_here(servers, guard))
     cors = Cors(settings.cors_origins)
-    app.wsgi_app = Endpoint(app.wsgi_app, fleet, guard, cors)  # type: ignore[method-assign]
+    app.wsgi_app = Endpoint(app.wsgi_app, servers, guard, cors)  # type: ignore[method-assign]
     if settings.metrics:  # off: no /metrics route and no wrapper on any request
-        observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, fleet.items))
+        observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
         app.wsgi_app = observed  # type: ignore[method-assign]
     return app

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Collection
 
 from mcpgate.child.limits import network_problem
+from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.serve import metrics
 from mcpgate.serve.front import auth
@@ -16,7 +17,7 @@ from mcpgate.serve.servers.published import PublishedServers
 
 def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str | None:
     """Why the gateway must not start, or None (after logging what the operator should know)."""
-    authenticated = settings.auth != "none"
+    authenticated = settings.auth is not AuthMode.NONE
     refusal = auth.exposure_problem(binds, authenticated, settings.allow_unauthenticated, settings.public_front)
     if refusal:
         return refusal
@@ -31,15 +32,15 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
             ", ".join(exposed),
         )
     try:
-        fleet = PublishedServers(settings)  # MCPGATE_CONFIG read and checked (nothing is spawned)
+        servers = PublishedServers(settings)  # MCPGATE_CONFIG read and checked (nothing is spawned)
     except ConfigError as exc:
         return str(exc)
-    no_network = any(gateway.settings.child_no_network for _, gateway in fleet.items())
+    no_network = any(server.settings.child_no_network for _, server in servers.items())
     if no_network and (refusal := network_problem()):  # probed once: the worker inherits the answer
         return refusal
-    for name, gateway in fleet.items():
-        problem = gateway.command_problem()
-        if problem and not fleet.named:
+    for name, server in servers.items():
+        problem = server.command_problem()
+        if problem and not servers.named:
             log.error(
                 "mcpgate: MCPGATE_COMMAND cannot be started: %s. Every initialize will fail with 502 and "
                 "/healthz answers 503 until it can.",

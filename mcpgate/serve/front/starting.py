@@ -14,6 +14,7 @@ import socket
 from collections.abc import Sequence
 
 from mcpgate.child.spawn import split_command
+from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.serve.servers import config_file
 
@@ -52,11 +53,11 @@ def _eras(settings: Settings) -> str:
 
 def _auth(settings: Settings) -> str:
     mode = settings.auth
-    if mode == "token":
+    if mode is AuthMode.TOKEN:
         return "a bearer token (MCPGATE_AUTH_TOKEN)"
-    if mode == "embedded":
+    if mode is AuthMode.EMBEDDED:
         return f"OAuth sign-in at {settings.public_url} (embedded)"
-    if mode == "resource-server":
+    if mode is AuthMode.RESOURCE_SERVER:
         return f"OAuth access tokens of {settings.oauth_issuer} (resource-server)"
     return "none" + (" (MCPGATE_ALLOW_UNAUTHENTICATED)" if settings.allow_unauthenticated else "")
 

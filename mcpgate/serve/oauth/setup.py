@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask
 
+from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.serve.front import auth
@@ -49,15 +50,15 @@ def authenticator(settings: Settings, app: Flask, runtime: Runtime | None = None
     its servers (read at request time), each its own protected resource, its cluster (the embedded server's state
     goes through its Redis client), and where the embedded server is kept; None: MCPGATE_COMMAND's one server."""
     mode = settings.auth
-    if mode == "none":
+    if mode is AuthMode.NONE:
         return None
-    if mode == "token":
+    if mode is AuthMode.TOKEN:
         return StaticToken(settings.auth_token)
     # the OAuth modes only: Authlib is imported on demand
     from mcpgate.serve.oauth.resource import ResourceGuard, Single, offered_scopes, published_resources, verifier_for
 
     servers = runtime.servers if runtime is not None else Single(settings)
-    if mode == "resource-server":
+    if mode is AuthMode.RESOURCE_SERVER:
         guard = ResourceGuard(settings, verifier_for(settings, servers.named), [settings.oauth_issuer], servers)
     else:
         from mcpgate.serve.oauth import embedded

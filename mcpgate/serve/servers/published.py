@@ -23,13 +23,14 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.sessions import new_session_id
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.kinds import RouteKind
 from mcpgate.serve.servers import config_file
 from mcpgate.serve.servers.config_file import PREFIX, ConfigError, ServerEntry
 from mcpgate.serve.servers.server import DEFAULT_NAME, PublishedServer
 
-log = logging.getLogger("mcpgate.fleet")
+log = logging.getLogger("mcpgate.servers")
 
-KINDS = ("mcp", "sse", "messages")  # a server's paths: Streamable HTTP, HTTP+SSE stream, HTTP+SSE messages
+KINDS = {kind.value: kind for kind in RouteKind}  # a server's paths: Streamable HTTP, HTTP+SSE stream and messages
 LISTING = (PREFIX, PREFIX + "/")  # GET: the servers and their endpoints
 Stamp = tuple[int, int, int]  # the file's (mtime_ns, size, inode)
 CLOSE_GRACE = 1.0  # seconds beyond the children's stop ladder a closed gateway is waited for
@@ -69,10 +70,14 @@ class PublishedServers:
         self._entries: dict[str, ServerEntry] = {}
         self._stamp: Stamp | None = None
         self._watcher: gevent.Greenlet | None = None
-        self._fixed: dict[str, tuple[str, str]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
+        self._fixed: dict[str, tuple[str, RouteKind]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
         if not self.named:
             self._gateways[DEFAULT_NAME] = PublishedServer(settings, clock, cluster=cluster, minter=minter)
-            served = {settings.path: "mcp", settings.sse_path: "sse", settings.messages_path: "messages"}
+            served = {
+                settings.path: RouteKind.MCP,
+                settings.sse_path: RouteKind.SSE,
+                settings.messages_path: RouteKind.MESSAGES,
+            }
             self._fixed = {p: (DEFAULT_NAME, kind) for path, kind in served.items() for p in (path, path + "/")}
             return
         if settings.command:
@@ -121,7 +126,7 @@ class PublishedServers:
 
     # -- routing --
 
-    def route(self, path: str) -> tuple[str, str] | None:
+    def route(self, path: str) -> tuple[str, RouteKind] | None:
         """(server name, kind) of a request path, or None when it is none of the servers' paths. A named
         server's path is routed whether or not the name is known (`unknown` answers it)."""
         if not self.named:
@@ -129,8 +134,8 @@ class PublishedServers:
         if not path.startswith(PREFIX + "/"):
             return None
         name, _, kind = path[len(PREFIX) + 1 :].partition("/")
-        kind = kind[:-1] if kind.endswith("/") else kind
-        return (name, kind) if name and kind in KINDS else None
+        route_kind = KINDS.get(kind[:-1] if kind.endswith("/") else kind)
+        return (name, route_kind) if name and route_kind is not None else None
 
     def unknown(self, name: str) -> Refusal:
         """404 for a server name the file does not list, naming those it does."""

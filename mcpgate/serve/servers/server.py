@@ -18,13 +18,14 @@ from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionRegistry, new_session_id
 from mcpgate.serve.cluster import caps
 from mcpgate.serve.cluster.instances import Cluster
+from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.metrics import Tally
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
 from mcpgate.serve.sessions.session import ChildSpec, Session
 from mcpgate.serve.sessions.stream import StreamLimits
 
-log = logging.getLogger("mcpgate.gateway")
+log = logging.getLogger("mcpgate.server")
 
 DEMO_COMMAND = [sys.executable, "-m", "mcpgate.demo_server"]
 DEFAULT_NAME = "default"  # the one server of MCPGATE_COMMAND, at MCPGATE_PATH
@@ -185,7 +186,7 @@ class PublishedServer:
         for session_id in self.sessions.expired(self.clock()):
             session = self.sessions.get(session_id)
             if session is not None:
-                session.end("idle for longer than MCPGATE_SESSION_IDLE_TTL")
+                session.end(EndCause.IDLE)
 
     def shutdown(self, timeout: float) -> None:
         """End every session and wait (bounded) for the children to exit."""
@@ -194,7 +195,7 @@ class PublishedServer:
         for session_id in self.sessions:
             session = self.sessions.get(session_id)
             if session is not None:
-                session.end("the gateway is shutting down")
+                session.end(EndCause.SHUTTING_DOWN)
         deadline = time.monotonic() + timeout
         for child in list(self._stopping):
             child.join(max(0.0, deadline - time.monotonic()))
