@@ -19,7 +19,6 @@ import requests
 
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.sealing import MAGIC
-from tests import support
 from tests.support import Gateway, serving
 from tests.support.fleet import redis_server
 from tests.support.oauth import admitted, embedded_env, sign_in
@@ -63,18 +62,15 @@ def warnings_naming_the_key(log: str) -> list[str]:
     return [line for line in log.splitlines() if "MCPGATE_STATE_KEY is not set" in line]
 
 
-def test_a_state_key_seals_the_state_and_retires_what_was_kept_in_the_clear(
-    users: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_state_key_seals_the_state_and_retires_what_was_kept_in_the_clear(users: str, tmp_path: Path) -> None:
     state = tmp_path / "state"
     with serving(keyed_env(users, state, None)) as gw:
         assert len(warnings_naming_the_key(gw.log())) == 1, gw.log()  # children run as the gateway's user
         plain = sign_in(gw.base, "alice", PASSWORD)
         plain_n = public_n(gw)
     assert plain_n.encode() in state_bytes(state)  # what a child read before: the private JWK in the clear
-    monkeypatch.setattr(support, "free_port", lambda: gw.port)  # the same public URL: the grants stay valid
 
-    with serving(keyed_env(users, state, KEY)) as gw:
+    with serving(keyed_env(users, state, KEY), port=gw.port) as gw:  # the same public URL: the grants stay valid
         assert warnings_naming_the_key(gw.log()) == []
         sealed_n = public_n(gw)
         assert sealed_n != plain_n  # the key kept in the clear was retired, not sealed: it may have been read

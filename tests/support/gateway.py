@@ -69,8 +69,9 @@ class Gateway(Served):
         python: str = sys.executable,
         ready_host: str | None = None,
         host: str = "127.0.0.1",
+        port: int | None = None,
     ) -> None:
-        self.host, self.port = host, free_port()
+        self.host, self.port = host, port or free_port()  # a port given: e.g. a restart at the same address
         self.ready_headers = {"Host": ready_host} if ready_host else {}  # when 127.0.0.1 is not a trusted peer
         self.url = f"http://{host}:{self.port}/mcp"
         self.base = f"http://{host}:{self.port}"
