@@ -1,2 +1,3 @@
-"""Configuration: every setting declared once (settings.py), how a declaration becomes values, flags
-and tables (declarations.py), and the validators (validators.py)."""
+"""Configuration: every setting declared once, one module per area (*_settings.py), assembled in settings.py;
+how a declaration becomes values, flags and tables (declarations.py), the validators (validators.py) and a
+setting's closed sets (modes.py)."""
