@@ -223,7 +223,7 @@ class NamedServer:
 
 
 def named(gw: Gateway, name: str) -> Gateway:
-    return cast(Gateway, NamedServer(gw, name))
+    return cast("Gateway", NamedServer(gw, name))
 
 
 @contextlib.contextmanager
