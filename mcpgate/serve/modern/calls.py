@@ -11,16 +11,30 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Id, Notification, Request
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.serve.sessions.stream import Stream
 
-if TYPE_CHECKING:
-    from mcpgate.serve.modern.bridge import Continuation
-    from mcpgate.serve.modern.pooled_child import PooledChild
+
+class Asked(Protocol):
+    """A call's continuation, once it asked its client for input, as the call's own side uses it (modern/bridge.py)."""
+
+    @property
+    def parked(self) -> bool: ...
+
+    def finished(self, data: bytes) -> None: ...
+
+
+class Carrier(Protocol):
+    """The child a call runs on, as the call's client side uses it (modern/pooled_child.py)."""
+
+    @property
+    def label(self) -> str: ...
+
+    def cancel(self, call: Call, reason: str) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -38,13 +52,13 @@ class Call:
     client_token: Id | None = None
     minted_token: str | None = None
     bridged: bool = False  # an MRTR method on a legacy child (its input requests are bridged or refused)
-    continuation: Continuation | None = None  # once it asked its client for input (modern/bridge.py)
+    continuation: Asked | None = None  # once it asked its client for input (modern/bridge.py)
     finished: bool = False  # answered by the child, cancelled or abandoned
     # what the child sent for the call while it was parked (progress, log messages), for the retry's stream
     waiting: deque[Notification] = field(default_factory=deque)
     waiting_bytes: int = 0
     input_responses: dict[str, Any] | None = None  # answers the request carried ahead (its continuation's, once asked)
-    child: PooledChild | None = None  # where it runs (set by start_call)
+    child: Carrier | None = None  # where it runs (set by start_call)
     error_code: int | None = None  # the code of the child's error answer, when it was one
     sent: float = field(default_factory=time.monotonic)  # when it was made (MCPGATE_REQUEST_TIMEOUT)
     tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
@@ -53,7 +67,7 @@ class Call:
     @property
     def parked(self) -> bool:
         """Its HTTP reply was an input_required result: the child still works on it (or has answered: held)."""
-        return self.continuation is not None and self.continuation.machine.parked
+        return self.continuation is not None and self.continuation.parked
 
 
 def to_client(call: Call, message: Notification) -> bool:

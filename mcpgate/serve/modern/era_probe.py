@@ -23,14 +23,12 @@ import enum
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import gevent.event
 
 from mcpgate.core import modern
-
-if TYPE_CHECKING:
-    from mcpgate.serve.modern.pooled_child import PooledChild
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -61,10 +59,38 @@ def forget(key: Key) -> None:
     _verdicts.pop(key, None)
 
 
+class Probed(Protocol):
+    """The child whose era the probe finds (modern/pooled_child.py): what it asks through it, and what it sets."""
+
+    problem: str | None  # why it cannot serve
+    redo: bool  # its era is in doubt: restarted to be asked again
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def ended(self) -> str | None: ...
+    @property
+    def start_timeout(self) -> float: ...
+    @property
+    def probe_timeout(self) -> float: ...
+    @property
+    def init_timeout(self) -> float: ...
+
+    def request(self, method: str, params: dict[str, Any], on_response: Callable[[dict[str, Any]], None]) -> str | None:
+        """Send a request; `on_response` gets its answer. None when the child is gone."""
+
+    def forget_requests(self, minted: list[str]) -> None: ...
+    def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any] | None: ...
+    def request_meta(self) -> dict[str, Any]: ...
+    def initialize_params(self) -> dict[str, Any]: ...
+    def take_modern(self, message: dict[str, Any]) -> bool: ...
+    def take_legacy(self, result: dict[str, Any]) -> None: ...
+
+
 class Answers:
     """The answers to the probe's own requests, each kept once, and one event for "something arrived"."""
 
-    def __init__(self, child: PooledChild) -> None:
+    def __init__(self, child: Probed) -> None:
         self.child = child
         self.got: dict[str, dict[str, Any]] = {}
         self.arrived = gevent.event.Event()
@@ -96,7 +122,7 @@ class Answers:
         return True
 
 
-def run(child: PooledChild, key: Key) -> None:
+def run(child: Probed, key: Key) -> None:
     """Find the child's era (child.era / child.problem / child.redo are set); never raises on an answer."""
     deadline = time.monotonic() + child.start_timeout
     verdict = remembered(key)
@@ -123,7 +149,7 @@ def run(child: PooledChild, key: Key) -> None:
     _initialize(child, key, time.monotonic() + child.init_timeout)
 
 
-def _discover(child: PooledChild, answers: Answers, verdict: Era | None, deadline: float) -> Answer:
+def _discover(child: Probed, answers: Answers, verdict: Era | None, deadline: float) -> Answer:
     """The answer to server/discover; None when none came by `deadline`; "ignored" when the child answered ping
     but not server/discover."""
     answers.send("server/discover", {"_meta": child.request_meta()})
@@ -137,7 +163,7 @@ def _discover(child: PooledChild, answers: Answers, verdict: Era | None, deadlin
     return answers.got.get("server/discover")
 
 
-def _as_remembered_legacy(child: PooledChild, key: Key, deadline: float) -> None:
+def _as_remembered_legacy(child: Probed, key: Key, deadline: float) -> None:
     log.info("pooled child %s: its server spoke only initialize before: sent initialize alone", child.label)
     answer = child.ask("initialize", child.initialize_params(), max(0.0, deadline - time.monotonic()))
     if answer is None or child.ended:
@@ -157,7 +183,7 @@ def _as_remembered_legacy(child: PooledChild, key: Key, deadline: float) -> None
     child.problem = f"the MCP server refused initialize ({_why(answer)})"
 
 
-def _initialize(child: PooledChild, key: Key, until: float) -> None:
+def _initialize(child: Probed, key: Key, until: float) -> None:
     """The legacy handshake, on a connection whose server/discover was answered."""
     answer = child.ask("initialize", child.initialize_params(), max(0.0, until - time.monotonic()))
     result = answer.get("result") if answer is not None else None
@@ -171,7 +197,7 @@ def _initialize(child: PooledChild, key: Key, until: float) -> None:
         child.problem = f"the MCP server answered neither server/discover nor initialize ({_why(answer)})"
 
 
-def _ignores_discover(child: PooledChild, key: Key) -> None:
+def _ignores_discover(child: Probed, key: Key) -> None:
     log.info(
         "pooled child %s answered ping but not server/discover within MCPGATE_PROBE_TIMEOUT: a server that ignores "
         "requests it does not know; restarted to be sent initialize alone",
@@ -182,7 +208,7 @@ def _ignores_discover(child: PooledChild, key: Key) -> None:
     child.problem = "it ignores server/discover (restarted to be sent initialize alone)"
 
 
-def _no_answer(child: PooledChild) -> str:
+def _no_answer(child: Probed) -> str:
     if child.ended:
         return f"the MCP server ended before answering: {child.ended}"
     return f"the MCP server gave no answer within MCPGATE_START_TIMEOUT ({child.start_timeout:g} s) of its start"

@@ -71,7 +71,7 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     if message.method == "subscriptions/listen":
         return listen(gw, pool.hub(principal), message, client)
     if message.method in core_tasks.METHODS:  # to the child holding the task, wherever it is (modern/tasks.py)
-        call = tasks.start(pool, principal, message, new_call, Stream(pool.limits, expected=1))
+        call = tasks.start(pool.tasks, pool.holder, principal, message, new_call, Stream(pool.limits, expected=1))
         return reply(gw, pool, call, client)
     listed = tools if message.method == "tools/list" else None
     call = start(pool, principal, message, listed, closing=gw.closing)

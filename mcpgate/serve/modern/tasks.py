@@ -33,7 +33,7 @@ import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcpgate.core import jsonrpc, modern
 from mcpgate.core import tasks as core_tasks
@@ -45,9 +45,6 @@ from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern.bridge import where
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
 from mcpgate.serve.modern.tool_notes import ToolNotes
-
-if TYPE_CHECKING:
-    from mcpgate.serve.modern.pool import Pool
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -160,13 +157,21 @@ def refusal(failure: Failure, request: Request) -> Refusal:
     return Refusal(failure.status, failure.code, failure.message, request.id, failure.data)
 
 
-def start(pool: Pool, principal: str, request: Request, new_call: Callable[..., Call], stream: Any) -> Call:
-    """A task method on its way to the child holding the task (see the module docstring for the refusals)."""
+def start(
+    tasks: Tasks,
+    holder: Callable[[str, str], PooledChild | None],
+    principal: str,
+    request: Request,
+    new_call: Callable[..., Call],
+    stream: Any,
+) -> Call:
+    """A task method on its way to the child holding the task (see the module docstring for the refusals);
+    `holder(principal, label)`: the principal's live child of that label (the pool's)."""
     capabilities = modern.client_capabilities(request)
     if not core_tasks.declares(capabilities):
         raise refusal(core_tasks.missing_extension(request.method), request)
-    routed = pool.tasks.route(principal, request)
-    child = pool.holder(principal, routed.holder)
+    routed = tasks.route(principal, request)
+    child = holder(principal, routed.holder)
     if child is None:
         raise refusal(core_tasks.lost_task("the MCP server process holding it has ended"), request)
     params = request.params if isinstance(request.params, dict) else {}

@@ -8,14 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from mcpgate.config.settings import Settings
 from mcpgate.core import modern
-
-if TYPE_CHECKING:
-    from mcpgate.config.settings import Settings
-    from mcpgate.serve.modern.pool import Group
-    from mcpgate.serve.modern.pooled_child import PooledChild
 
 TOOL_PAGES = 20  # tools/list pages read for the annotations
 
@@ -26,7 +22,25 @@ class ToolNotes:
     task_required: frozenset[str] = frozenset()  # tools a legacy child runs only as 2025-11-25 tasks
 
 
-def fresh(group: Group, child: Callable[[], PooledChild], settings: Settings, now: float) -> ToolNotes:
+class Kept(Protocol):
+    """Where a principal's notes are kept, and since when (the pool's Group)."""
+
+    tools: ToolNotes | None
+    tools_at: float
+
+
+class Lister(Protocol):
+    """The child whose tools/list is read (modern/pooled_child.py)."""
+
+    @property
+    def modern(self) -> bool: ...
+
+    def request_meta(self) -> dict[str, Any]: ...
+
+    def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any] | None: ...
+
+
+def fresh(group: Kept, child: Callable[[], Lister], settings: Settings, now: float) -> ToolNotes:
     """The group's notes, read from a child's tools/list (`child()`) again when its list changed (the notes were
     dropped) or the cache hint's time has passed (as long as a client may cache tools/list)."""
     if group.tools is None or now - group.tools_at > max(1.0, settings.cache_ttl_ms / 1000):
@@ -35,7 +49,7 @@ def fresh(group: Group, child: Callable[[], PooledChild], settings: Settings, no
     return group.tools
 
 
-def read(child: PooledChild, timeout: float) -> ToolNotes:
+def read(child: Lister, timeout: float) -> ToolNotes:
     """The notes from the child's tools/list (TOOL_PAGES pages at most; what could not be read is left out)."""
     found: dict[str, dict[str, str]] = {}
     required: set[str] = set()

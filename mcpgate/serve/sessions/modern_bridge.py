@@ -21,16 +21,13 @@ import logging
 import secrets
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mcpgate import __version__
 from mcpgate.core import jsonrpc, modern, modern_client, mrtr, versions
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.sessions.modern_listen import Listens
-
-if TYPE_CHECKING:
-    from mcpgate.serve.sessions.session import Session
 
 log = logging.getLogger("mcpgate.session")
 
@@ -67,8 +64,26 @@ class _Call:
     answers: dict[str, Any] = field(default_factory=dict)
 
 
+class Bridged(Protocol):
+    """The session the bridge speaks for (serve/sessions/session.py): its child's input, its client's messages."""
+
+    @property
+    def label(self) -> str: ...
+    @property
+    def verdict(self) -> era_probe.Key | None: ...  # the server's command, when it is remembered
+
+    def send(self, data: bytes) -> bool:
+        """Bytes to the child (False: it takes no more input)."""
+
+    def route(self, message: Request | Notification | Response) -> None:
+        """A message for the client, delivered where it belongs."""
+
+    def unbridge(self) -> None:
+        """The child speaks the client's own era after all: the session speaks to it directly from now on."""
+
+
 class ModernChildBridge:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Bridged) -> None:
         self.session = session
         self.version = versions.V2026_07_28
         self.capabilities: dict[str, Any] = {}
@@ -139,7 +154,7 @@ class ModernChildBridge:
 
     def _send(self, msg_id: Id, method: str, params: dict[str, Any]) -> bool:
         obj = {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}
-        return self.session.child.send(jsonrpc.encode(obj))
+        return self.session.send(jsonrpc.encode(obj))
 
     def _send_call(self, call: _Call, params: object) -> bool:
         self._calls[jsonrpc.id_key(call.child_id)] = call
@@ -181,7 +196,7 @@ class ModernChildBridge:
         if isinstance(reason, str):
             params["reason"] = reason
         obj = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-        return self.session.child.send(jsonrpc.encode(obj))
+        return self.session.send(jsonrpc.encode(obj))
 
     # -- the child's messages -----------------------------------------------------------------------------------
     def from_child(self, message: Request | Notification | Response) -> None:
@@ -244,8 +259,8 @@ class ModernChildBridge:
         )
         if self.session.verdict is not None:
             remember_modern_only(self.session.verdict, refused=False)
-        self.session.bridge = None
-        self.session.child.send(jsonrpc.raw_bytes(request))
+        self.session.unbridge()
+        self.session.send(jsonrpc.raw_bytes(request))
 
     def _ask(self, call: _Call, result: dict[str, Any]) -> None:
         """Every input request of an InputRequiredResult sent to the client at once."""

@@ -326,6 +326,10 @@ class Session:
     def send(self, data: bytes) -> bool:
         return self.child.send(data)
 
+    def unbridge(self) -> None:
+        """The child the bridge spoke to answered as a legacy server: the client's messages go to it as they come."""
+        self.bridge = None
+
     def send_message(self, message: Request | Notification | Response) -> bool:
         """A client's message for the child: as it came, or through the bridge to a 2026-07-28 child."""
         if self.bridge is not None:
