@@ -8,7 +8,8 @@ I/O: it answers the client's HTTP request with an InputRequiredResult whose requ
 to the principal, the continuation and its round, short-lived), hands the client's retry (a new id,
 `inputResponses`, the echoed state) to the machine and sends the child its answers, streams the original
 call's result on the retry's response, and runs the machine's timer (the gather window, `input_ttl`, the grace
-before left-over input requests are refused). A client that did not declare the capability is never asked: the
+before left-over input requests are refused). A request the child withdraws (notifications/cancelled) is dropped:
+never asked of the client, answered nor refused. A client that did not declare the capability is never asked: the
 child's request is refused instead.
 
 In a fleet (REDIS_URL) the state is sealed with a key every instance derives from the cluster key and names
@@ -26,7 +27,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import gevent
 
@@ -48,6 +49,7 @@ from mcpgate.core.continuation import (
     Resumed,
     Retried,
     Tick,
+    Withdrawn,
     no_candidate,
 )
 from mcpgate.core.continuation import Continuation as Machine
@@ -58,9 +60,6 @@ from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern.calls import resume as resume_call
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
 from mcpgate.serve.sessions.stream import Stream
-
-if TYPE_CHECKING:
-    from mcpgate.serve.modern.pool import Pool
 
 log = logging.getLogger("mcpgate.bridge")
 
@@ -81,17 +80,30 @@ class Continuation:
     timer: gevent.Greenlet | None = None
     armed: float | None = None  # the deadline the timer is set for
 
+    @property
+    def parked(self) -> bool:
+        """Its call's HTTP reply was an InputRequiredResult, and no retry has resumed it yet."""
+        return self.machine.parked
+
     def finished(self, data: bytes) -> None:
         """The child answered the call (`data`, encoded for the client): delivered now, or held for the retry."""
         self.bridge.handle(self, Finished(data))
 
 
 class Bridge:
-    def __init__(self, pool: Pool, input_ttl: float, clock: Callable[[], float]) -> None:
-        self.pool, self.clock = pool, clock
+    def __init__(
+        self,
+        fleet: instances.Cluster | None,
+        wake: Callable[[str], None],
+        input_ttl: float,
+        clock: Callable[[], float],
+    ) -> None:
+        """`fleet`: the instances sharing the state's key (None: this one alone); `wake(principal)`: a child of the
+        principal's has room again (the pool's waiters for one)."""
+        self.wake, self.clock = wake, clock
         self.limits = Limits(input_ttl)
         self.continuations: dict[str, Continuation] = {}  # those a retry may resume
-        fleet = pool.cluster
+        self.timed: set[Continuation] = set()  # those with a timer (a forgotten one may still hold left-overs)
         self.instance = fleet.instance if fleet is not None else ""  # named in the state: where to resume it
         self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
         self.sealer = StateSealer(state_key(fleet.key) if fleet is not None else None, ttl=input_ttl)
@@ -103,12 +115,18 @@ class Bridge:
             self._refuse(child, no_candidate(request))
             return
         cont = call.continuation
-        if cont is None:
+        if not isinstance(cont, Continuation):  # its first input request (only this bridge sets one)
             machine: Machine[bytes] = Machine(self.limits, call.capabilities, call.input_responses)
             cont = Continuation(secrets.token_urlsafe(16), call.principal, child, call, machine, self)
             call.continuation = cont
             self.continuations[cont.id] = cont
         self.handle(cont, Asked(request))
+
+    def on_input_withdrawn(self, child: PooledChild, request_id: Id) -> None:
+        """The child cancelled one of its own input requests (pending, or left over by its ended call): nobody is
+        to answer it, its client is not asked it, and it is not refused after the grace."""
+        for cont in [c for c in {*self.continuations.values(), *self.timed} if c.child is child]:
+            self.handle(cont, Withdrawn(request_id))
 
     # -- the machine's actions ----------------------------------------------------------------------------
     def handle(self, cont: Continuation, event: Event[bytes], retry: Retry | None = None) -> None:
@@ -147,7 +165,7 @@ class Bridge:
             return
         log.info("pooled child %s: abandoned a bridged %s: %s", cont.child.label, cont.call.method, reason)
         cont.child.cancel(cont.call, reason)
-        self.pool.group(cont.principal).wake()
+        self.wake(cont.principal)
 
     @staticmethod
     def _refuse(child: PooledChild, refusal: RefuseChild) -> None:
@@ -163,6 +181,9 @@ class Bridge:
         cont.armed, cont.timer = deadline, None
         if deadline is not None:
             cont.timer = gevent.spawn_later(max(0.0, deadline - self.clock()), self._tick, cont)
+            self.timed.add(cont)
+        else:
+            self.timed.discard(cont)
 
     def _tick(self, cont: Continuation) -> None:
         cont.timer = None  # this greenlet ends here: _arm sets the next one
@@ -179,18 +200,19 @@ class Bridge:
         oldest = min(parked, key=lambda cont: cont.machine.parked_at or 0.0)
         log.warning("pooled child %s: evicting a call parked for input to make room", oldest.child.label)
         self.handle(oldest, Cancelled("evicted: every pooled child was taken"))
-        self.pool.group(principal).wake()
+        self.wake(principal)
         return True
 
     def forget_child(self, child: PooledChild) -> None:
         for cont in [c for c in self.continuations.values() if c.child is child]:
             self.continuations.pop(cont.id, None)
+            self.timed.discard(cont)
             if cont.timer is not None:
                 cont.timer.kill(block=False)
 
     def call_ended(self, call: Call) -> None:
         """The call is over (answered or cancelled): its continuation goes."""
-        if call.continuation is not None:
+        if isinstance(call.continuation, Continuation):
             self.handle(call.continuation, Cancelled("the call has ended"))
 
     # -- from the client's retry ----------------------------------------------------------------------------

@@ -81,7 +81,7 @@ class Pool:
         self.settings, self.spec, self.limits, self.clock = settings, spec, limits, clock
         self.cluster = cluster
         self.groups: dict[str, Group] = {}
-        self.bridge = Bridge(self, settings.input_ttl, clock)
+        self.bridge = Bridge(cluster, lambda principal: self.group(principal).wake(), settings.input_ttl, clock)
         self.states = ChildStates(spec.label_prefix, settings.input_ttl, settings.max_body_bytes, cluster)
         self.tasks = Tasks(spec.label_prefix, settings.task_hold, settings.pool_child_tasks, clock, cluster)
         self._reaper: gevent.Greenlet | None = None
@@ -105,7 +105,8 @@ class Pool:
 
     # -- taking a child -----------------------------------------------------------------------------
     def acquire(self, principal: str, *, bridged: bool = False, candidate: bool = False) -> PooledChild:
-        """A ready child of the principal with room for one more call (Refusal 502/503 when there is none).
+        """A ready child of the principal with room for one more call (Refusal 502/503 when there is none;
+        ChildSpawnError when its command cannot be started: serve/errors.py's table answers it).
 
         `bridged`: the call could make a legacy child ask for input; `candidate`: its client may be asked."""
         group = self.group(principal)
@@ -214,6 +215,7 @@ class Pool:
             ttl_ms=self.settings.cache_ttl_ms,
             on_exit=lambda c, reason: self._on_exit(group, c, reason),
             on_input_request=self.bridge.on_input_request,
+            on_input_withdrawn=self.bridge.on_input_withdrawn,
             on_listen_message=lambda c, message: self._on_listen_message(group, c, message),
             on_input_required=self._wrap_state,
             clock=self.clock,
@@ -225,12 +227,9 @@ class Pool:
             gevent.sleep(backoff)
         try:
             child.start()
-        except ChildSpawnError as exc:
+        except ChildSpawnError:  # the endpoint's table answers it (serve/errors.py: 502, the details logged)
             group.children.remove(child)
-            log.error("cannot start the MCP server: %s", exc)
-            raise Refusal(
-                502, jsonrpc.INTERNAL_ERROR, "Cannot start the MCP server; the gateway log has the details"
-            ) from exc
+            raise
         log.info("pooled child %s started for principal %s (pid %s)", child.label, group.principal, child.child.pid)
         child.ready.rawlink(lambda _event: self._on_ready(group, child))
         self._ensure_reaper()
@@ -255,6 +254,8 @@ class Pool:
             self._spawn(group)
         except Refusal as refusal:
             log.warning("could not start a spare pooled child: %s", refusal.message)
+        except ChildSpawnError as exc:
+            log.error("could not start a spare pooled child: cannot start the MCP server: %s", exc)
         finally:
             group.spares_coming -= 1
 

@@ -4,7 +4,8 @@ Its era is probed once (era_probe.py: server/discover; a legacy child then gets 
 client request is rewritten to a gateway-minted id (and progress token) on the way in and mapped back
 on the way out, so clients that use the same ids never collide. What the child sends is routed here:
 responses and progress to the call they belong to, input requests (a legacy child's elicitation,
-sampling, roots) to the MRTR bridge, list-changed and resource updates to the listen hub.
+sampling, roots) and their withdrawals (notifications/cancelled) to the MRTR bridge, list-changed and resource
+updates to the listen hub.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class PooledChild:
         ttl_ms: int,
         on_exit: Callable[[PooledChild, str], None],
         on_input_request: Callable[[PooledChild, Request], None],
+        on_input_withdrawn: Callable[[PooledChild, Id], None],
         on_listen_message: Callable[[PooledChild, Notification], bool],
         on_input_required: Callable[[PooledChild, Call, dict[str, Any]], dict[str, Any] | None],
         clock: Callable[[], float] = time.monotonic,
@@ -68,6 +70,7 @@ class PooledChild:
         self.start_timeout = start_timeout
         self.key = verdict_key(spec)  # its era is remembered per server command
         self._on_exit_cb, self._on_input_request = on_exit, on_input_request
+        self._on_input_withdrawn = on_input_withdrawn
         self._on_listen_message, self._on_input_required = on_listen_message, on_input_required
         self.clock = clock
         self.ready = gevent.event.Event()
@@ -338,8 +341,19 @@ class PooledChild:
             self._on_progress(message)
         elif message.method == "notifications/message":
             self._on_log(message)
+        elif message.method == "notifications/cancelled" and not self.modern:
+            self._on_withdrawn(message)
         elif not self._on_listen_message(self, message):
             log.debug("pooled child %s: dropped %s", self.label, message.method)
+
+    def _on_withdrawn(self, message: Notification) -> None:
+        """A legacy child cancelled one of its own input requests (its id is the child's): to the bridge."""
+        params = message.params if isinstance(message.params, dict) else {}
+        request_id = params.get("requestId")
+        if jsonrpc.is_valid_id(request_id):
+            self._on_input_withdrawn(self, request_id)
+        else:
+            log.debug("pooled child %s: dropped a notifications/cancelled naming no request", self.label)
 
     def _on_progress(self, message: Notification) -> None:
         params = message.params if isinstance(message.params, dict) else {}
