@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from mcpgate.serve.oauth import passwords
-from tests import fleet_support
 from tests.support import (
     DEMO_ENTRY,
     FIXTURES,
@@ -30,6 +29,7 @@ from tests.support import (
     stop_process,
     write_config,
 )
+from tests.support import fleet as fleet_support
 
 DEMO = f"{sys.executable} -m mcpgate.demo_server"
 CRASHY = f"{sys.executable} {FIXTURES / 'crashy_server.py'}"  # its tool "crash" exits with code 3

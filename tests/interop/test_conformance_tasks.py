@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import haproxy, instances
 from tests.interop import conformance
 from tests.support import FIXTURES, Gateway, modern_body, modern_headers, wait_for
+from tests.support.fleet import haproxy, instances
 
 SCENARIOS = (
     "tasks-lifecycle",

@@ -33,8 +33,6 @@ from mcpgate.serve.cluster.forward import Forwarder
 from mcpgate.serve.cluster.instances import Cluster, Directory, Forward
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse
-from tests.fleet_support import redis_server
-from tests.oauth_support import mint_token, oidc_issuer, resource_server_env
 from tests.support import (
     DEMO_ENTRY,
     HEADERS,
@@ -53,6 +51,8 @@ from tests.support import (
     wait_dead,
     write_config,
 )
+from tests.support.fleet import redis_server
+from tests.support.oauth import mint_token, oidc_issuer, resource_server_env
 
 HANG_GUARD = 60
 SECRET = "test-cluster-secret-0123456789abcdef"

@@ -21,8 +21,8 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.fleet_support import Balancer, haproxy, redis_server
 from tests.support import MODERN, ROOT, Gateway, direct_children, free_port, wait_for
+from tests.support.fleet import Balancer, haproxy, redis_server
 
 RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()
 SECRET = "fleet-kill-test-secret-0123456789abcdef"

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from tests.fleet_support import redis_server
 from tests.support import HEADERS, Gateway, call, direct_children, init_body, reply_message, wait_for
+from tests.support.fleet import redis_server
 
 SECRET = "fleet-lifecycle-secret-0123456789abcdef"
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}

@@ -30,8 +30,8 @@ from mcpgate.serve.front.app import create_app
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.oauth.cimd import CimdError, ClientDocument
 from mcpgate.serve.runtime import of as runtime_of
-from tests.oauth_support import authorize_query, embedded_env, jwt_claims
 from tests.support import HEADERS, Gateway, init_body, serving
+from tests.support.oauth import authorize_query, embedded_env, jwt_claims
 
 PASSWORD = "correct horse battery staple"
 CALLBACK = "http://127.0.0.1:47111/callback"

@@ -27,8 +27,6 @@ from typing import Any
 import pytest
 
 from mcpgate.core import tasks as core_tasks
-from tests.fleet_support import haproxy, instances
-from tests.oauth_support import principal_tokens, resource_server_env
 from tests.support import (
     FIXTURES,
     Gateway,
@@ -39,6 +37,8 @@ from tests.support import (
     wait_dead,
     wait_for,
 )
+from tests.support.fleet import haproxy, instances
+from tests.support.oauth import principal_tokens, resource_server_env
 
 CHILD = f"{sys.executable} {FIXTURES / 'tasks_server.py'}"
 POOL = {"MCPGATE_COMMAND": CHILD, "MCPGATE_POOL_CHILDREN": "4", "MCPGATE_POOL_CHILD_REQUESTS": "1"}

@@ -95,7 +95,7 @@ class Recipe(Served):
 def recipe_environment(tmp_path: Path, front_host: str) -> tuple[dict[str, str], dict[str, int]]:
     """The runner's environment: this one without any MCPGATE_*, REDIS_URL or PORT of the developer's, this
     Python's scripts first on PATH, then the folders of the redis-server and haproxy the recipe runs (missing: the
-    test is skipped naming them, fleet_support.installed), and free ports for every address the recipe reads."""
+    test is skipped naming them, support/fleet.py installed()), and free ports for every address the recipe reads."""
     servers = {
         str(Path(installed("redis-server", REDIS_SERVER)).parent),
         str(Path(installed("haproxy", HAPROXY)).parent),

@@ -1,7 +1,7 @@
 """Helpers for the tests that drive the embedded server's password sign-in form directly (the rate limits, the
 password checks under attack): a registered public client, and one browser's sign-in page with its CSRF token
 and cookie, whose form can be posted again and again. The full walk (login, consent, code) is
-tests/oauth_support.sign_in's."""
+tests/support/oauth.sign_in's."""
 
 from __future__ import annotations
 
