@@ -26,7 +26,7 @@ import pytest
 
 from tests.interop import conformance
 from tests.support import FIXTURES, Gateway, modern_body, modern_headers, wait_for
-from tests.support.fleet import haproxy, instances
+from tests.support.fleet import balancer_config, haproxy, instances
 
 SCENARIOS = (
     "tasks-lifecycle",
@@ -49,25 +49,6 @@ POOL = {"MCPGATE_COMMAND": CHILD, "MCPGATE_POOL_CHILDREN": "4", "MCPGATE_POOL_CH
 DIRECT = {**POOL, "MCPGATE_KEEPALIVE_TIMEOUT": "60"}
 SECRET = "tasks-cluster-secret-0123456789abcdef"
 STARTED = re.compile(r"pooled child (\S+) started")
-ROUND_ROBIN = """
-global
-    stats socket {admin} level admin
-    log stdout format raw local0 info
-defaults
-    mode http
-    log global
-    log-format "%HM %HP %ST server=%s"
-    option dontlognull
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-frontend mcp
-    bind 127.0.0.1:{port}
-    default_backend instances
-backend instances
-    balance roundrobin
-SERVERS
-"""
 
 
 def warm(target: Any, directory: Path) -> None:
@@ -159,8 +140,7 @@ def test_every_tasks_scenario_across_three_instances_behind_haproxy(tmp_path: Pa
         for n, gw in enumerate(gateways, 1):
             (tmp_path / f"warm-{n}").mkdir()
             warm(gw, tmp_path / f"warm-{n}")
-        servers = "\n".join(f"    server t{n} 127.0.0.1:{gw.port}" for n, gw in enumerate(gateways, 1))
-        with haproxy(ROUND_ROBIN.replace("SERVERS", servers)) as lb:
+        with haproxy(balancer_config({f"t{n}": gw.port for n, gw in enumerate(gateways, 1)})) as lb:
             results = run_all(f"http://127.0.0.1:{lb.port}/mcp", tmp_path)
             served = {line.split("server=")[1] for line in lb.log().splitlines() if " /mcp " in line}
         failures = report("three instances behind HAProxy (round-robin)", results)

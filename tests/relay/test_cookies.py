@@ -18,36 +18,14 @@ from mcp import Client
 
 from mcpgate.core.wire import SESSION_ID
 from tests.support import HEADERS, init_body, serving
-from tests.support.fleet import Balancer, haproxy
+from tests.support.fleet import Balancer, balancer_config, haproxy
 from tests.support.relay import run_host
-
-COOKIE_AFFINITY = """
-global
-    stats socket {admin} level admin
-    log stdout format raw local0 info
-defaults
-    mode http
-    log global
-    log-format "%HM %HP %ST server=%s"
-    option dontlognull
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-frontend mcp
-    bind 127.0.0.1:{port}
-    default_backend instances
-backend instances
-    balance roundrobin
-    cookie MCPGATE_SERVER insert indirect nocache httponly
-    server a 127.0.0.1:A_PORT cookie a
-    server b 127.0.0.1:B_PORT cookie b
-"""
 
 
 @pytest.fixture(scope="module")
 def balancer() -> Iterator[Balancer]:
     with serving() as first, serving() as second:
-        config = COOKIE_AFFINITY.replace("A_PORT", str(first.port)).replace("B_PORT", str(second.port))
+        config = balancer_config({"a": first.port, "b": second.port}, cookie="MCPGATE_SERVER")
         with haproxy(config) as lb:
             yield lb
 

@@ -37,7 +37,7 @@ from tests.support import (
     wait_dead,
     wait_for,
 )
-from tests.support.fleet import haproxy, instances
+from tests.support.fleet import balancer_config, haproxy, instances
 from tests.support.oauth import principal_tokens, resource_server_env
 
 CHILD = f"{sys.executable} {FIXTURES / 'tasks_server.py'}"
@@ -264,29 +264,12 @@ def test_another_principals_task_is_unknown(gateway_factory: Callable[..., Gatew
 
 # -- three instances behind HAProxy ----------------------------------------------------------------------------
 
-ROUND_ROBIN = """
-global
-    stats socket {admin} level admin
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-frontend mcp
-    bind 127.0.0.1:{port}
-    default_backend instances
-backend instances
-    balance roundrobin
-SERVERS
-"""
-
 
 @pytest.fixture
 def fleet() -> Iterator[tuple[list[Gateway], Any]]:
     with instances(SECRET, **POOL) as (_url, start):
         gateways = [start(f"t{n}") for n in (1, 2, 3)]
-        servers = "\n".join(f"    server t{n} 127.0.0.1:{gw.port}" for n, gw in enumerate(gateways, 1))
-        with haproxy(ROUND_ROBIN.replace("SERVERS", servers)) as lb:
+        with haproxy(balancer_config({f"t{n}": gw.port for n, gw in enumerate(gateways, 1)})) as lb:
             yield gateways, lb
 
 

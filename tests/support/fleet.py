@@ -120,6 +120,36 @@ class Balancer(Served):
         return self.log_path.read_text(errors="replace")
 
 
+BALANCER = """
+global
+    stats socket {{admin}} level admin
+    log stdout format raw local0 info
+defaults
+    mode http
+    log global
+    log-format "%HM %HP %ST server=%s"
+    option dontlognull
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+frontend mcp
+    bind 127.0.0.1:{{port}}
+    default_backend instances
+backend instances
+    balance roundrobin
+{backend}"""
+
+
+def balancer_config(servers: dict[str, int], cookie: str | None = None) -> str:
+    """A test's HAProxy config for `haproxy()`: one frontend, round-robin over `servers` (name: loopback port), each
+    request logged with the server that took it ("server=NAME"); `cookie`: affinity by that inserted cookie."""
+    lines = [f"    cookie {cookie} insert indirect nocache httponly"] if cookie else []
+    lines += [
+        f"    server {name} 127.0.0.1:{port}" + (f" cookie {name}" if cookie else "") for name, port in servers.items()
+    ]
+    return BALANCER.format(backend="\n".join(lines) + "\n")
+
+
 @contextlib.contextmanager
 def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | None = None) -> Iterator[Balancer]:
     """HAProxy in the foreground for a `with` block, run on `config_text` in which "{port}" is replaced by a free
