@@ -1,11 +1,10 @@
 """One pooled child: a stdio MCP server shared by the 2026-07-28 requests of one principal.
 
-Its era is probed once (era_probe.py: server/discover; a legacy child then gets the gateway's own initialize). Every
-client request is rewritten to a gateway-minted id (and progress token) on the way in and mapped back
-on the way out, so clients that use the same ids never collide. What the child sends is routed here:
-responses and progress to the call they belong to, input requests (a legacy child's elicitation,
-sampling, roots) and their withdrawals (notifications/cancelled) to the MRTR bridge, list-changed and resource
-updates to the listen hub.
+Its era is probed once (era_probe.py: server/discover; a legacy child then gets the gateway's own initialize).
+Every client request is rewritten to a gateway-minted id (and progress token) on the way in and mapped back on the
+way out, so clients that use the same ids never collide. What the child sends is routed here: responses and
+progress to the call they belong to, input requests (a legacy child's elicitation, sampling, roots) and their
+withdrawals (notifications/cancelled) to the MRTR bridge, list-changed and resource updates to the listen hub.
 """
 
 from __future__ import annotations
