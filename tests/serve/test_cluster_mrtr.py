@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from mcpgate.core.request_state import Opened, StateSealer
-from mcpgate.serve.modern.bridge import state_key, where
+from mcpgate.serve.cluster.issuer import where
+from mcpgate.serve.modern.bridge import state_key
 from tests.support import Gateway, Reply, direct_children, modern_body, post_modern, reply_message, wait_dead
 from tests.support.fleet import instances
 

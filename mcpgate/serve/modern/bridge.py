@@ -21,13 +21,10 @@ retry is served as the original request, started afresh here, its input requests
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import gevent
 
@@ -56,6 +53,7 @@ from mcpgate.core.continuation import Continuation as Machine
 from mcpgate.core.jsonrpc import Id, Request
 from mcpgate.core.request_state import Opened, StateError, StateSealer
 from mcpgate.serve.cluster import instances
+from mcpgate.serve.cluster.issuer import Issuer, derived_key
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern.calls import resume as resume_call
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
@@ -63,7 +61,7 @@ from mcpgate.serve.sessions.stream import Stream
 
 log = logging.getLogger("mcpgate.bridge")
 
-Home = Literal["here", "forward", "restart"]
+PURPOSE = b"mcpgate bridge requestState"  # what its key is derived for
 Retry = tuple[Request, Stream]  # the retry that resumes a call, and its reply's stream
 
 
@@ -104,9 +102,8 @@ class Bridge:
         self.limits = Limits(input_ttl)
         self.continuations: dict[str, Continuation] = {}  # those a retry may resume
         self.timed: set[Continuation] = set()  # those with a timer (a forgotten one may still hold left-overs)
-        self.instance = fleet.instance if fleet is not None else ""  # named in the state: where to resume it
-        self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
-        self.sealer = StateSealer(state_key(fleet.key) if fleet is not None else None, ttl=input_ttl)
+        self.issuer = Issuer.of(fleet, PURPOSE)  # named in the state: where to resume it
+        self.sealer = StateSealer(self.issuer.key, ttl=input_ttl)
 
     # -- from the child ---------------------------------------------------------------------------------
     def on_input_request(self, child: PooledChild, request: Request) -> None:
@@ -154,7 +151,7 @@ class Bridge:
     def _ask(self, cont: Continuation, ask: AskClient) -> None:
         """Answer the call's current HTTP request with the input requests (the call is parked)."""
         call = cont.call
-        state = self.sealer.seal(cont.principal, cont.id, ask.round, instance=self.instance)
+        state = self.sealer.seal(cont.principal, cont.id, ask.round, instance=self.issuer.instance)
         result = mrtr.input_required_result(ask.requests, state)
         result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
         call.stream.deliver(jsonrpc.encode({"jsonrpc": "2.0", "id": call.client_id, "result": result}), done=True)
@@ -236,7 +233,7 @@ class Bridge:
         opened = self.sealer.open(params.get("requestState"), principal)
         if not isinstance(opened, Opened):
             raise invalid_state(opened, request)
-        home = where(opened.instance, self.instance, self.lookup)
+        home = self.issuer.home(opened.instance)
         if home == "forward":
             raise instances.Forward(opened.instance)
         if home == "restart":
@@ -259,17 +256,9 @@ def invalid_state(error: StateError, request: Request) -> Refusal:
     return Refusal(400, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {error.message}", request.id)
 
 
-def where(issuer: str, here: str, lookup: Callable[[str], str | None]) -> Home:
-    """Where a retry's continuation is: on this instance, on another live one (forward the retry), or on one
-    gone from the directory (its pending input request died with it: start the call again)."""
-    if issuer == here:
-        return "here"
-    return "forward" if lookup(issuer) is not None else "restart"
-
-
 def state_key(cluster_key: bytes) -> bytes:
     """The requestState key every instance of a fleet derives from the cluster key (its own purpose)."""
-    return hmac.new(cluster_key, b"mcpgate bridge requestState", hashlib.sha256).digest()
+    return derived_key(cluster_key, PURPOSE)
 
 
 def _with_id(data: bytes, request_id: Id) -> bytes:

@@ -16,18 +16,15 @@ stateless server can resume from its own state).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcpgate.core import jsonrpc, mrtr
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.request_state import Opened, StateSealer, carried, carry
 from mcpgate.serve.cluster import instances
+from mcpgate.serve.cluster.issuer import Issuer
 from mcpgate.serve.front.http import Refusal
-from mcpgate.serve.modern.bridge import where
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -46,10 +43,9 @@ class ChildStates:
 
     def __init__(self, server: str, ttl: float, max_chars: int, fleet: instances.Cluster | None) -> None:
         self.server = server
-        self.instance = fleet.instance if fleet is not None else ""
-        self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
-        key = child_state_key(fleet.key) if fleet is not None else None
-        self.sealer = StateSealer(key, ttl=ttl, max_chars=max_chars)
+        # its own key: neither a bridge's state nor a task id opens as one
+        self.issuer = Issuer.of(fleet, b"mcpgate child requestState")
+        self.sealer = StateSealer(self.issuer.key, ttl=ttl, max_chars=max_chars)
 
     def wrap(self, principal: str, holder: str, method: str, name: object, state: object) -> str | None:
         """The envelope the client gets for a child's `state`; None when it cannot be carried (not a string, or
@@ -59,7 +55,7 @@ class ChildStates:
             return None
         try:
             return self.sealer.seal(
-                principal, carry(holder, state), 0, binding=self._binding(method, name), instance=self.instance
+                principal, carry(holder, state), 0, binding=self._binding(method, name), instance=self.issuer.instance
             )
         except ValueError as exc:
             log.warning("pooled child %s: its requestState cannot be carried: %s", holder, exc)
@@ -76,16 +72,10 @@ class ChildStates:
             message = opened.message if not isinstance(opened, Opened) else "requestState is not valid"
             raise Refusal(400, jsonrpc.INVALID_PARAMS, f"Invalid requestState: {message}", request.id)
         holder, state = parts
-        home = where(opened.instance, self.instance, self.lookup)
+        home = self.issuer.home(opened.instance)
         if home == "forward":
             raise instances.Forward(opened.instance)
         return Carried(state, holder if home == "here" else "")
 
     def _binding(self, method: str, name: object) -> str:
         return jsonrpc.encode([self.server, method, name if isinstance(name, str) else None]).decode("utf-8")
-
-
-def child_state_key(cluster_key: bytes) -> bytes:
-    """The key every instance of a fleet derives from the cluster key for modern children's states (not the
-    bridge's: neither kind of token opens as the other)."""
-    return hmac.new(cluster_key, b"mcpgate child requestState", hashlib.sha256).digest()

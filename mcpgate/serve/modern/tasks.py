@@ -28,8 +28,6 @@ held (past it the one due first is let go: its child may then be reaped, and the
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,8 +39,8 @@ from mcpgate.core.jsonrpc import Request
 from mcpgate.core.modern import Failure
 from mcpgate.core.request_state import Opened, StateSealer, carried, carry
 from mcpgate.serve.cluster import instances
+from mcpgate.serve.cluster.issuer import Issuer
 from mcpgate.serve.front.http import Refusal
-from mcpgate.serve.modern.bridge import where
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
 from mcpgate.serve.modern.tool_notes import ToolNotes
 
@@ -67,10 +65,8 @@ class Tasks:
         self, server: str, hold: float, per_child: int, clock: Callable[[], float], fleet: instances.Cluster | None
     ) -> None:
         self.server, self.hold, self.per_child, self.clock = server, hold, per_child, clock
-        self.instance = fleet.instance if fleet is not None else ""
-        self.lookup: Callable[[str], str | None] = fleet.lookup if fleet is not None else lambda _instance: None
-        key = task_id_key(fleet.key) if fleet is not None else None
-        self.sealer = StateSealer(key, ttl=hold, max_chars=MAX_TOKEN_CHARS)
+        self.issuer = Issuer.of(fleet, b"mcpgate task id")  # its own key: no requestState opens as a task id
+        self.sealer = StateSealer(self.issuer.key, ttl=hold, max_chars=MAX_TOKEN_CHARS)
         self.holds: dict[str, core_tasks.Holds] = {}  # by child label; a child's entry goes with it (forget)
 
     # -- from the child --------------------------------------------------------------------------------------
@@ -83,7 +79,7 @@ class Tasks:
         assert own is not None  # concerns() checked it
         try:
             token = self.sealer.seal(
-                call.principal, carry(child.label, own), 0, binding=self._binding(), instance=self.instance
+                call.principal, carry(child.label, own), 0, binding=self._binding(), instance=self.issuer.instance
             )
         except ValueError as exc:
             log.warning("pooled child %s: its task id cannot be carried: %s", child.label, exc)
@@ -136,7 +132,7 @@ class Tasks:
             raise refusal(
                 core_tasks.lost_task("held longer than MCPGATE_TASK_HOLD") if expired else _unknown(), request
             )
-        home = where(opened.instance, self.instance, self.lookup)
+        home = self.issuer.home(opened.instance)
         if home == "forward":
             raise instances.Forward(opened.instance)
         if home == "restart":
@@ -196,8 +192,3 @@ def refuse_untasked(notes: ToolNotes | None, request: Request) -> None:
         return
     if not core_tasks.declares(modern.client_capabilities(request)):
         raise refusal(core_tasks.missing_extension(f"tools/call of {name!r}"), request)
-
-
-def task_id_key(cluster_key: bytes) -> bytes:
-    """The key every instance of a fleet derives from the cluster key for task ids (no other token opens as one)."""
-    return hmac.new(cluster_key, b"mcpgate task id", hashlib.sha256).digest()
