@@ -35,15 +35,18 @@ from mcpgate.config.front_settings import BIND_DEFAULT as BIND_DEFAULT
 from mcpgate.config.front_settings import FrontSettings
 from mcpgate.config.modern_settings import ModernSettings
 from mcpgate.config.modes import AuthMode
+from mcpgate.config.observe_settings import ObserveSettings
 from mcpgate.config.relay_settings import TOKEN_ENV as TOKEN_ENV
 from mcpgate.config.relay_settings import RelaySettings as RelaySettings
 from mcpgate.config.session_settings import SessionSettings
 
 
 # The fields come base by base from the last base to the first (dataclasses walk the MRO backwards): children,
-# front, auth, sessions, 2026-07-28, fleet, the order of the README table.
+# front, auth, sessions, 2026-07-28, fleet, observe, the order of the README table.
 @dataclass(frozen=True)
-class Settings(FleetSettings, ModernSettings, SessionSettings, AuthSettings, FrontSettings, ChildSettings):
+class Settings(
+    ObserveSettings, FleetSettings, ModernSettings, SessionSettings, AuthSettings, FrontSettings, ChildSettings
+):
     """The gateway's settings, from MCPGATE_* environment variables (and PORT)."""
 
     @property

@@ -1,0 +1,1 @@
+"""What an operator sees of the gateway beyond /metrics: the audit log and JSON logs."""

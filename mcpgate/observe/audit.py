@@ -1,0 +1,270 @@
+"""The audit log (MCPGATE_AUDIT_LOG): one JSON line per tool call, resource read, prompt get and sign-in.
+
+A line is written when the call's outcome is known, where its request and its answer meet: a 2025 session's
+(serve/sessions/session.py: its requests registered, the child's response routed, a cancellation, the session's
+end), a pooled 2026-07-28 call's (serve/modern/pooled_child.py: answered, cancelled, its child gone), a sign-in
+of the embedded authorization server (serve/oauth/signin.py). Its members:
+
+    time (UTC, when the outcome was known), instance, event ("call" or "sign-in"), era, principal, server,
+    session (its short id), method, tool / resource / prompt, arguments_sha256 (of the canonical JSON of the
+    arguments: keys sorted, no spaces, UTF-8; `arguments` too only with MCPGATE_AUDIT_ARGUMENTS), outcome
+    (ok, error, cancelled, ended; a sign-in's ok, failed, refused), error_code (the JSON-RPC code of an error
+    answer), latency_ms, bytes_in (the request message), bytes_out (the answer message).
+
+Writing never blocks a call: a line is formatted on the worker and put on a bounded queue that one OS thread
+of its own writes out (os.write, to stderr or a file opened for appending); past MCPGATE_AUDIT_QUEUE lines
+waiting, a line is dropped and counted (a warning names the count), so a full disk or a stalled stderr pipe
+costs the worker nothing but the lines. Off (the default), `LOG` is None and the hooks stop at that check.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import logging
+import os
+import socket
+import time
+from _queue import SimpleQueue  # the C queue: never patched by gevent, safe between the worker and the writer
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from mcpgate.core import jsonrpc, session_ids
+from mcpgate.core.jsonrpc import Id, IdKey, Request, Response
+
+log = logging.getLogger("mcpgate.audit")
+
+NAMED = {"tools/call": "tool", "resources/read": "resource", "prompts/get": "prompt"}  # the methods audited
+OK, ERROR, CANCELLED, ENDED = "ok", "error", "cancelled", "ended"
+SESSION, LEGACY_SSE, MODERN = "2025-session", "http+sse", "2026-07-28"
+WRITE_BATCH = 256  # lines joined into one write
+EXIT_WAIT = 2.0  # seconds the process's exit waits for the lines still queued
+
+
+def canonical(arguments: Any) -> bytes:
+    """The canonical JSON of a call's arguments: keys sorted, no whitespace, UTF-8 (what the digest is of)."""
+    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def digest(arguments: Any) -> str:
+    return hashlib.sha256(canonical(arguments)).hexdigest()
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class Started:
+    """An audited request on its way: what its line says once its outcome is known."""
+
+    fields: dict[str, Any]
+    at: float  # time.monotonic() when it came
+
+
+class AuditedSession(Protocol):
+    """What the audit reads of a 2025 session (serve/sessions/session.py)."""
+
+    id: str
+    owner: str
+    server: str
+    event_stream: Any  # the 2024-11-05 transport's stream (None: a Streamable HTTP session)
+
+
+class Writer:
+    """Lines to stderr ("-") or appended to a file, by one OS thread of the process; at most `bound` waiting."""
+
+    def __init__(self, target: str, bound: int) -> None:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        self.fd = 2 if target == "-" else os.open(target, flags, 0o600)
+        self.bound = bound
+        self.queue: SimpleQueue[bytes | None] = SimpleQueue()
+        self.dropped = 0
+        self.failed = 0
+        self._started = False
+        self._done = SimpleQueue[bool]()
+
+    def put(self, line: bytes) -> None:
+        if self.queue.qsize() >= self.bound:
+            self.dropped += 1
+            if self.dropped & (self.dropped - 1) == 0:  # 1, 2, 4, 8, ...: told, never a line per drop
+                log.warning("audit log: %d lines dropped (the writer is behind: MCPGATE_AUDIT_QUEUE)", self.dropped)
+            return
+        self.queue.put(line)
+        if not self._started:
+            self._started = True
+            start_thread(self._run)
+            atexit.register(self.close, EXIT_WAIT)
+
+    def _run(self) -> None:
+        while (line := self.queue.get()) is not None:
+            batch = [line]
+            while len(batch) < WRITE_BATCH and not self.queue.empty():
+                more = self.queue.get()
+                if more is None:
+                    self._write(batch)
+                    self._done.put(True)
+                    return
+                batch.append(more)
+            self._write(batch)
+        self._done.put(True)
+
+    def _write(self, batch: list[bytes]) -> None:
+        data = memoryview(b"".join(batch))
+        try:
+            while data:
+                data = data[os.write(self.fd, data) :]
+        except OSError:  # a full disk, a closed stderr: the lines are lost, counted
+            self.failed += len(batch)
+
+    def close(self, wait: float) -> None:
+        """Write what is queued (waiting at most `wait` seconds), then stop the thread."""
+        if self._started:
+            self._started = False
+            self.queue.put(None)
+            try:
+                self._done.get(timeout=wait)
+            except Exception:  # the writer is stuck (a stalled pipe): its lines are given up
+                pass
+
+
+def start_thread(run: Callable[[], None]) -> None:
+    """`run` on an OS thread (gevent's patched _thread would make it a greenlet of the worker's loop)."""
+    try:
+        from gevent import monkey
+
+        start = monkey.get_original("_thread", "start_new_thread")
+    except ImportError:  # pragma: no cover - gevent is a dependency
+        import _thread
+
+        start = _thread.start_new_thread
+    start(run, ())
+
+
+class AuditLog:
+    """The lines of one process (`instance` names it in each), and the 2025 sessions' audited requests in flight."""
+
+    def __init__(self, instance: str, writer: Writer, arguments: bool) -> None:
+        self.instance, self.writer, self.arguments = instance, writer, arguments
+        self.pending: dict[str, dict[IdKey, Started]] = {}  # by session id, by request id
+        self.in_flight = 0
+
+    def start(self, request: Request, principal: str | None, server: str, era: str, session: str | None) -> Started:
+        """An audited request's line so far (`request.method` is one of NAMED)."""
+        params = request.params if isinstance(request.params, dict) else {}
+        key = NAMED[request.method]
+        name = params.get("uri" if key == "resource" else "name")
+        arguments = params.get("arguments")
+        fields: dict[str, Any] = {
+            "time": None,
+            "instance": self.instance,
+            "event": "call",
+            "era": era,
+            "principal": principal,
+            "server": server,
+            "session": session,
+            "method": request.method,
+            key: name if isinstance(name, str) else None,
+            "arguments_sha256": digest(arguments) if arguments is not None else None,
+        }
+        if self.arguments:
+            fields["arguments"] = arguments
+        fields["bytes_in"] = len(request.raw) if request.raw is not None else len(jsonrpc.encode(request.obj))
+        return Started(fields, time.monotonic())
+
+    def finish(self, started: Started, code: int | None, bytes_out: int, outcome: str | None = None) -> None:
+        fields = started.fields
+        fields["time"] = now()
+        fields["outcome"] = outcome or (ERROR if code is not None else OK)
+        fields["error_code"] = code
+        fields["latency_ms"] = round((time.monotonic() - started.at) * 1000, 3)
+        fields["bytes_out"] = bytes_out
+        self.write(fields)
+
+    def write(self, fields: dict[str, Any]) -> None:
+        self.writer.put(json.dumps(fields, separators=(",", ":"), default=str).encode() + b"\n")
+
+    # -- a 2025 session's requests: registered, answered, cancelled, abandoned -----------------------------
+    def opened(self, session: AuditedSession, requests: Iterable[Request]) -> None:
+        for request in requests:
+            if request.method not in NAMED:
+                continue
+            if self.in_flight >= self.writer.bound:
+                self.writer.dropped += 1
+                continue
+            era = LEGACY_SSE if session.event_stream is not None else SESSION
+            started = self.start(request, session.owner, session.server, era, session_ids.short(session.id))
+            table = self.pending.setdefault(session.id, {})
+            if table.setdefault(jsonrpc.id_key(request.id), started) is started:
+                self.in_flight += 1
+
+    def answered(self, session: AuditedSession, message: Response) -> None:
+        if message.id is None or (table := self.pending.get(session.id)) is None:
+            return
+        started = table.pop(jsonrpc.id_key(message.id), None)
+        if started is None:
+            return
+        self.in_flight -= 1
+        size = len(message.raw) if message.raw is not None else len(jsonrpc.encode(message.obj))
+        self.finish(started, error_code(message), size)
+
+    def closed(self, session: AuditedSession, request_id: Id, code: int, outcome: str) -> None:
+        table = self.pending.get(session.id)
+        started = table.pop(jsonrpc.id_key(request_id), None) if table is not None else None
+        if started is not None:
+            self.in_flight -= 1
+            self.finish(started, code, 0, outcome)
+
+    def ended(self, session: AuditedSession) -> None:
+        """The session ended: what is still in flight ends with it (CONNECTION_CLOSED)."""
+        for started in (self.pending.pop(session.id, None) or {}).values():
+            self.in_flight -= 1
+            self.finish(started, jsonrpc.CONNECTION_CLOSED, 0, ENDED)
+
+    # -- sign-ins of the embedded authorization server ------------------------------------------------------
+    def sign_in(self, subject: str | None, outcome: str, how: str, started: float, account: str | None = None) -> None:
+        fields: dict[str, Any] = {
+            "time": now(),
+            "instance": self.instance,
+            "event": "sign-in",
+            "principal": subject,
+            "method": how,
+            "outcome": outcome,
+            "latency_ms": round((time.monotonic() - started) * 1000, 3),
+        }
+        if account is not None:
+            fields["account"] = account
+        self.write(fields)
+
+
+def error_code(message: Response) -> int | None:
+    if not message.is_error:
+        return None
+    error = message.full().get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else jsonrpc.INTERNAL_ERROR
+
+
+LOG: AuditLog | None = None  # the process's audit log; None: off (every hook stops at this check)
+
+
+def configure(target: str, bound: int, arguments: bool, instance: str | None) -> AuditLog | None:
+    """The process's audit log per the settings (None when MCPGATE_AUDIT_LOG is empty); `instance`: the fleet's
+    name of this instance (None: this host's name and the process id)."""
+    global LOG
+    if LOG is not None:
+        LOG.writer.close(EXIT_WAIT)
+    LOG = None
+    if target:
+        name = instance or f"{socket.gethostname()}-{os.getpid()}"
+        LOG = AuditLog(name, Writer(target, bound), arguments)
+    return LOG
+
+
+def done(started: Started, code: int | None, bytes_out: int, outcome: str | None = None) -> None:
+    """A pooled call's outcome (its Started was made while the log was on)."""
+    if LOG is not None:
+        LOG.finish(started, code, bytes_out, outcome)
