@@ -25,12 +25,14 @@ from mcpgate.child import boundary, orphans
 from mcpgate.config import settings
 from mcpgate.config.settings import Settings, SettingsError
 from mcpgate.serve.front import preflight, starting
-from mcpgate.serve.oauth import users
 
 boundary.undumpable()  # the master: no same-user process (a child) reads its environment or memory
 try:
     _settings = Settings.from_env()
-    users.parse(_settings.oauth_users)  # checked here too: a bad one stops the start before anything listens
+    if _settings.oauth_users:  # checked here too: a bad one stops the start before anything listens
+        from mcpgate.serve.oauth import users  # (werkzeug's hashing: only the embedded server's users need it)
+
+        users.parse(_settings.oauth_users)
 except SettingsError as _exc:
     for _line in settings.unknown():  # a mistyped name may be why
         print(f"mcpgate: warning: {_line}", file=sys.stderr)
@@ -50,6 +52,8 @@ loglevel = _settings.log_level.lower()
 accesslog = _settings.access_log or None
 # gunicorn's default format without the query string: the legacy transport's POST URL carries the session id.
 access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+# MCPGATE_LOG_FORMAT=json: gunicorn's error and access lines as JSON objects too (mcpgate/observe/logs.py)
+logger_class = "mcpgate.observe.logs.GunicornLogger" if _settings.log_format == "json" else "gunicorn.glogging.Logger"
 # No control socket in $HOME: several gateways on one machine would fight over it.
 control_socket_disable = True
 

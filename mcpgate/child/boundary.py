@@ -91,7 +91,7 @@ def start_problem(settings: Settings) -> str | None:
     except ValueError as exc:
         return str(exc)
     if settings.auth is AuthMode.EMBEDDED and not settings.redis_url:
-        from mcpgate.serve.oauth.storage import default_state_dir
+        from mcpgate.config.paths import default_state_dir
 
         return private_directory_problem(settings.state_dir or default_state_dir())
     return None

@@ -22,12 +22,7 @@ import itertools
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sized
-from typing import Any, Protocol
-
-from flask import Flask, Response, request
-from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from mcpgate.child.process import WRITE_QUEUE_FULL, ChildProcess
 from mcpgate.core import wire
@@ -35,6 +30,11 @@ from mcpgate.core.jsonrpc import Batch, Invalid, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import StartResponse
+
+if TYPE_CHECKING:  # prometheus_client and Flask are imported only when metrics are on (`install`)
+    from flask import Flask
+    from prometheus_client.core import Metric
+    from prometheus_client.registry import Collector
 
 METHOD_HEADER = "HTTP_" + wire.METHOD.upper().replace("-", "_")  # Mcp-Method in a WSGI environ
 CAUSES = ("clean", "crash", "stopped", "limit")
@@ -158,8 +158,9 @@ class Figures:
         counts[-1] += seconds
 
 
-class FiguresCollector(Collector):
-    """Every series, at scrape time: the Figures, and the gateways' sessions, children and Tally."""
+class FiguresCollector:
+    """Every series, at scrape time: the Figures, and the gateways' sessions, children and Tally (a
+    prometheus_client Collector by its `collect`; no `describe`: the registry asks for no names)."""
 
     def __init__(self, servers: Servers, figures: Figures) -> None:
         self.servers, self.figures = servers, figures
@@ -169,6 +170,8 @@ class FiguresCollector(Collector):
         yield from self._servers()
 
     def _requests(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
         f = self.figures
         requests = CounterMetricFamily(
             "mcpgate_requests", "MCP endpoint requests.", labels=["server", "method", "status"]
@@ -193,6 +196,8 @@ class FiguresCollector(Collector):
         yield from (requests, seconds, bytes_in, bytes_out, sse_open)
 
     def _servers(self) -> Iterator[Metric]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         sessions = GaugeMetricFamily("mcpgate_sessions", "Open sessions.", labels=["server"])
         children = GaugeMetricFamily(
             "mcpgate_children", "Live child processes (sessions' and pooled).", labels=["server"]
@@ -223,11 +228,15 @@ class Metrics:
     """The app's own registry (never prometheus_client's global one) over its Figures and gateways."""
 
     def __init__(self, servers: Servers) -> None:
+        from prometheus_client import CollectorRegistry
+
         self.figures = Figures()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(FiguresCollector(servers, self.figures))
+        self.registry.register(cast("Collector", FiguresCollector(servers, self.figures)))
 
     def scrape(self) -> bytes:
+        from prometheus_client import generate_latest
+
         return generate_latest(self.registry)
 
 
@@ -357,6 +366,9 @@ def exposure_problem(exposed: Collection[str], token: str) -> str | None:
 
 def install(app: Flask, token: str, servers: Servers) -> Metrics:
     """The /metrics route on `app` (behind `token` when set); the Metrics the Endpoint's wrapper feeds."""
+    from flask import Response, request
+    from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4
+
     metrics = Metrics(servers)
 
     @app.get("/metrics")

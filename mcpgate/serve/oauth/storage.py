@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mcpgate.config.paths import default_state_dir
 from mcpgate.serve.oauth.records import REVOKED_FAMILY_TTL_S, NamedSecrets
 from mcpgate.serve.oauth.records import (
     UNUSED_CLIENT_TTL_S as UNUSED_CLIENT_TTL_S,  # re-exported: what both storages share
@@ -71,12 +72,6 @@ CREATE TABLE IF NOT EXISTS consents (
     subject TEXT NOT NULL, client_id TEXT NOT NULL, scopes TEXT NOT NULL, PRIMARY KEY (subject, client_id));
 CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
-
-
-def default_state_dir() -> str:
-    """$XDG_STATE_HOME/mcpgate, else ~/.local/state/mcpgate (MCPGATE_STATE_DIR empty)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "mcpgate")
 
 
 class SqliteStorage(NamedSecrets):
