@@ -54,6 +54,8 @@ accesslog = _settings.access_log or None
 access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 # MCPGATE_LOG_FORMAT=json: gunicorn's error and access lines as JSON objects too (mcpgate/observe/logs.py)
 logger_class = "mcpgate.observe.logs.GunicornLogger" if _settings.log_format == "json" else "gunicorn.glogging.Logger"
+# MCPGATE_LOG_FORMAT=json: gunicorn's error and access lines as JSON objects too (mcpgate/observe/logs.py)
+logger_class = "mcpgate.observe.logs.GunicornLogger" if _settings.log_format == "json" else "gunicorn.glogging.Logger"
 # No control socket in $HOME: several gateways on one machine would fight over it.
 control_socket_disable = True
 

@@ -26,10 +26,10 @@ import logging
 import os
 import socket
 import time
-from _queue import SimpleQueue  # the C queue: never patched by gevent, safe between the worker and the writer
+from _queue import Empty, SimpleQueue  # the C queue: never patched by gevent, safe between the worker and the writer
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from mcpgate.core import jsonrpc, session_ids
@@ -53,8 +53,10 @@ def digest(arguments: Any) -> str:
     return hashlib.sha256(canonical(arguments)).hexdigest()
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def now(at: float | None = None) -> str:
+    """UTC, to the millisecond (`at`: a time.time(); None: now)."""
+    when = datetime.now(timezone.utc) if at is None else datetime.fromtimestamp(at, timezone.utc)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(slots=True)
@@ -127,7 +129,7 @@ class Writer:
             self.queue.put(None)
             try:
                 self._done.get(timeout=wait)
-            except Exception:  # the writer is stuck (a stalled pipe): its lines are given up
+            except Empty:  # the writer is stuck (a stalled pipe): its lines are given up
                 pass
 
 

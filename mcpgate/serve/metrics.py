@@ -28,6 +28,7 @@ from mcpgate.child.process import WRITE_QUEUE_FULL, ChildProcess
 from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Batch, Invalid, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
+from mcpgate.observe import refusals
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import StartResponse
 
@@ -168,6 +169,7 @@ class FiguresCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
         yield from self._servers()
+        yield refused()
 
     def _requests(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -222,6 +224,18 @@ class FiguresCollector:
             drops.add_metric([name], tally.stream_drops)
             closes.add_metric([name], tally.write_queue_closes)
         yield from (sessions, children, exits, drops, closes)
+
+
+def refused() -> Metric:
+    """What the hostile-network defences refused in this worker, by kind (mcpgate/observe/refusals.py)."""
+    from prometheus_client.core import CounterMetricFamily
+
+    family = CounterMetricFamily(
+        "mcpgate_refusals", "Requests the hostile-network defences refused, by kind.", labels=["kind"]
+    )
+    for kind, count in refusals.COUNTS.items():
+        family.add_metric([kind], count)
+    return family
 
 
 class Metrics:

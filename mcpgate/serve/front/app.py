@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
+from mcpgate.observe import audit, logs, refusals
 from mcpgate.serve import metrics
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth, checks
@@ -42,13 +43,14 @@ HANDLERS: dict[RouteKind, Handler] = {
 }
 
 
-def configure_logging(level: str) -> None:
-    """One line per event on stderr."""
+def configure_logging(level: str, form: str = "plain") -> None:
+    """One line per event on stderr (MCPGATE_LOG_FORMAT: text, or one JSON object: mcpgate/observe/logs.py)."""
     root = logging.getLogger("mcpgate")
     root.setLevel(level.upper())
+    logs.configure(form)
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(logs.formatter(form))
         root.addHandler(handler)
         root.propagate = False
 
@@ -89,11 +91,16 @@ class Guard:
         host = environ.get("HTTP_HOST")
         kind = self.host_kind(host)
         if kind is auth.HostKind.INVALID:  # RFC 9112 3.2 (the worker refuses it first; this for any server)
-            raise Refusal(400, jsonrpc.INVALID_REQUEST, "Bad Request: invalid Host", headers={"Connection": "close"})
+            raise Refusal(
+                400, jsonrpc.INVALID_REQUEST, "Bad Request: invalid Host", headers={"Connection": "close"}, kind="host"
+            )
         if kind is auth.HostKind.REFUSED:
             log.warning("refused Host %r (allow it with MCPGATE_ALLOWED_HOSTS)", host)
             raise Refusal(
-                421, jsonrpc.INVALID_REQUEST, "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)"
+                421,
+                jsonrpc.INVALID_REQUEST,
+                "Misdirected Request: this Host is not allowed (MCPGATE_ALLOWED_HOSTS)",
+                kind=refusals.HOST,
             )
         if kind is auth.HostKind.LOOPBACK and not self.peer_trusted(environ.get("REMOTE_ADDR")):
             log.warning(
@@ -102,7 +109,10 @@ class Guard:
                 environ.get("REMOTE_ADDR"),
             )
             raise Refusal(
-                421, jsonrpc.INVALID_REQUEST, "Misdirected Request: a loopback Host name from a non-loopback peer"
+                421,
+                jsonrpc.INVALID_REQUEST,
+                "Misdirected Request: a loopback Host name from a non-loopback peer",
+                kind=refusals.HOST,
             )
         if kind is auth.HostKind.LOOPBACK and self.public_front and auth.passed_on(environ):
             log.warning("refused loopback Host %r passed on by the public front (MCPGATE_ALLOWED_HOSTS)", host)
@@ -110,12 +120,16 @@ class Guard:
                 421,
                 jsonrpc.INVALID_REQUEST,
                 "Misdirected Request: a loopback Host name through the public front (MCPGATE_ALLOWED_HOSTS)",
+                kind=refusals.HOST,
             )
         origin = environ.get("HTTP_ORIGIN")
         if not self.origin_allowed(origin):
             log.warning("refused Origin %r (allow it with MCPGATE_ALLOWED_ORIGINS)", origin)
             raise Refusal(
-                403, jsonrpc.INVALID_REQUEST, "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)"
+                403,
+                jsonrpc.INVALID_REQUEST,
+                "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)",
+                kind=refusals.ORIGIN,
             )
         if endpoint:
             self.check_cross_site(environ)
@@ -129,8 +143,9 @@ class Guard:
             checks.require_not_cross_site(
                 environ.get("HTTP_SEC_FETCH_SITE"), environ.get("HTTP_ORIGIN"), self.cross_site_origins
             )
-        except Refusal:
+        except Refusal as refusal:
             log.warning("refused a cross-site browser request to %s (Sec-Fetch-Site)", environ.get("PATH_INFO"))
+            refusal.kind = refusals.ORIGIN
             raise
 
     def may_know(self, environ: dict[str, Any]) -> bool:
@@ -185,6 +200,8 @@ class Endpoint:
                     buffer_body(environ, self.page_body_limit)  # a bounded body, chunked or not (413)
                     return self.app(environ, start_response)
         except Refusal as refusal:
+            if refusal.kind is not None:  # a defence's: counted here, once (/metrics' mcpgate_refusals)
+                refusals.count(refusal.kind)
             response = refusal.response()
         return response(environ, start_response)
 
@@ -244,10 +261,12 @@ def not_here(servers: PublishedServers, guard: Guard) -> Callable[[HTTPException
 def create_app(settings: Settings | None = None, listening: Sequence[str] | None = None) -> Flask:
     """The app, its Runtime attached (`listening`: the worker's addresses; None: those it loads the app within)."""
     settings = settings or Settings.from_env()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     app = Flask("mcpgate")
     runtime = Runtime.build(settings, listening)  # the cluster (None without REDIS_URL), then the servers
     runtime.attach(app)
+    instance = runtime.cluster.instance if runtime.cluster is not None else settings.instance_id or None
+    audit.configure(settings.audit_log, settings.audit_queue, settings.audit_arguments, instance)
     servers = runtime.servers
     guard = Guard(settings, authenticator(settings, app, runtime), runtime.cluster)
     servers.watch()

@@ -71,5 +71,5 @@ def read_body(request: HttpRequest, limit: int) -> bytes:
     """The request's body, refused (413) when it is larger than `limit` bytes."""
     body = request.read_body(limit)
     if body is None:
-        raise Refusal(413, INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
+        raise Refusal(413, INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes", kind="body_too_large")
     return body

@@ -122,6 +122,7 @@ class Refusal(Exception):
         id: Any = None,
         data: Any = None,
         headers: dict[str, str] | None = None,
+        kind: str | None = None,
     ) -> None:
         super().__init__(f"{status} {message}")
         self.status = status
@@ -130,6 +131,7 @@ class Refusal(Exception):
         self.id = id
         self.data = data
         self.headers = dict(headers) if headers else {}
+        self.kind = kind  # a defence's refusal: its kind, counted where it is answered (mcpgate/observe/refusals.py)
 
     def response(self) -> HttpResponse:
         """The HTTP error: the status, the extra headers, a JSON-RPC error response as the body."""
@@ -140,8 +142,10 @@ class PageRefusal(Refusal):
     """A refusal on a path other than the MCP endpoints (the OAuth endpoints, the sign-in pages): its body is an
     OAuth error response (RFC 6749 5.2) rather than a JSON-RPC one."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(status, jsonrpc.INVALID_REQUEST, message, headers=headers)
+    def __init__(
+        self, status: int, message: str, headers: dict[str, str] | None = None, kind: str | None = None
+    ) -> None:
+        super().__init__(status, jsonrpc.INVALID_REQUEST, message, headers=headers, kind=kind)
 
     def response(self) -> HttpResponse:
         body = {"error": "invalid_request", "error_description": self.message}
@@ -156,6 +160,6 @@ def buffer_body(environ: dict[str, Any], limit: int) -> None:
         return  # no body
     body = HttpRequest(environ).read_body(limit)
     if body is None:
-        raise PageRefusal(413, f"Payload Too Large: the body exceeds {limit} bytes")
+        raise PageRefusal(413, f"Payload Too Large: the body exceeds {limit} bytes", kind="body_too_large")
     environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
     environ.pop("HTTP_TRANSFER_ENCODING", None)

@@ -49,6 +49,7 @@ from gevent.pywsgi import _InvalidClientInput
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGIServer
 
 from mcpgate.config.settings import Settings
+from mcpgate.observe import logs, refusals
 from mcpgate.serve.front.context import CONTEXT, RequestContext
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
 from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line, resolve_target
@@ -156,6 +157,8 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
         body.connection = self
         environ["wsgi.input"], environ["wsgi.input_terminated"] = body, True  # no upgrade reads the raw socket
         environ[CONTEXT] = RequestContext(peer_gone=functools.partial(peer_gone, self.socket))
+        if logs.REQUEST is not None:  # JSON logs: this greenlet's lines name the request's server and principal
+            logs.REQUEST.set(environ[CONTEXT])
         if body.whole:  # no body: nothing more to wait for from the client
             self.body_read()
         else:
@@ -192,7 +195,9 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
         super().log_request()
 
     def log_refusal(self, reason: str) -> None:
-        """One line in gunicorn's error log (as gunicorn's own workers word it)."""
+        """One line in gunicorn's error log (as gunicorn's own workers word it), counted by kind for /metrics."""
+        if (kind := refusals.client_error(reason)) is not None:
+            refusals.count(kind)
         address = self.client_address[0] if isinstance(self.client_address, tuple) else self.client_address
         self.server.log.warning("Invalid request from ip=%s: %s", address or "-", printable(reason))
 

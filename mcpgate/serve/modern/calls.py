@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Id, Notification, Request
 from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.observe.audit import Started
 from mcpgate.serve.sessions.stream import Stream
 
 
@@ -63,6 +64,7 @@ class Call:
     sent: float = field(default_factory=time.monotonic)  # when it was made (MCPGATE_REQUEST_TIMEOUT)
     tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
     task_id: str | None = None  # a task method's: the client's task id (modern/tasks.py), its answer's taskId
+    audit: Started | None = None  # its audit line so far, while the audit log is on (mcpgate/observe/audit.py)
 
     @property
     def parked(self) -> bool:

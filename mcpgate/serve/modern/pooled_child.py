@@ -24,6 +24,7 @@ from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern, mrtr, tasks, versions, wire
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.observe import audit
 from mcpgate.serve.modern import calls, era_probe
 from mcpgate.serve.modern.calls import (
     Call as Call,  # re-exported: the pool, the bridge and the endpoint name it from here
@@ -231,6 +232,8 @@ class PooledChild:
         if call.finished:
             return
         self.release(call)
+        if call.audit is not None:
+            audit.done(call.audit, jsonrpc.REQUEST_CANCELLED, 0, audit.CANCELLED)
         self.notify("notifications/cancelled", {"requestId": call.minted, "reason": reason})
 
     def release(self, call: Call) -> None:
@@ -297,6 +300,8 @@ class PooledChild:
 
     def _answered(self, call: Call, data: bytes) -> None:
         self.release(call)
+        if call.audit is not None:
+            audit.done(call.audit, call.error_code, len(data))
         if call.continuation is not None:  # it asked for input: delivered now, or held for the retry while parked
             call.continuation.finished(data)
             return
@@ -384,6 +389,8 @@ class PooledChild:
         calls, message = list(self.calls.values()), ended_message(reason, "MCP server ended: ")
         for call in calls:
             self.release(call)
+            if call.audit is not None:
+                audit.done(call.audit, jsonrpc.CONNECTION_CLOSED, 0, audit.ENDED)
             error = jsonrpc.error_response(call.client_id, jsonrpc.CONNECTION_CLOSED, message)
             if not call.parked:
                 call.stream.deliver(jsonrpc.encode(error), done=True, force=True)

@@ -39,6 +39,7 @@ from flask import Blueprint, Flask, Response, jsonify, request
 
 from mcpgate.config.declarations import SettingsError
 from mcpgate.config.settings import Settings
+from mcpgate.observe import refusals
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth
 from mcpgate.serve.oauth import client_metadata, redirects, signin
@@ -186,6 +187,7 @@ def registration_limit(settings: Settings) -> Callable[[], Response | None]:
         wait = limit.retry_after(key)
         if wait:
             log.warning("registration from %s refused: more than %d a minute", key, limit.limit)
+            refusals.count(refusals.RATE_LIMIT)
             description = f"too many registrations from this address: try again in {wait} seconds"
             response = jsonify({"error": "temporarily_unavailable", "error_description": description})
             response.status_code = 429

@@ -244,6 +244,7 @@ class ResourceGuard:
                 jsonrpc.INVALID_REQUEST,
                 f"Too Many Requests: {limited}",
                 headers={"Retry-After": str(limited.retry_after)},
+                kind="rate_limit",
             ) from None
         except TokenRejected as rejected:
             log.info("refused an access token: %s", rejected)

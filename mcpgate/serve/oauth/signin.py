@@ -20,6 +20,7 @@ from flask import Blueprint, Flask, Request, Response, redirect, render_template
 from flask.blueprints import BlueprintSetupState
 
 from mcpgate.config.settings import Settings
+from mcpgate.observe import audit, refusals
 from mcpgate.serve.front import auth
 from mcpgate.serve.oauth.hashing import BUSY_RETRY_AFTER, Busy, HashPool
 from mcpgate.serve.oauth.passwords import NAME
@@ -210,11 +211,15 @@ class Pages:
         """The subject the name and password sign in, or None. Refused (429) past the failures allowed to the
         client's address or to the user name, and (503) when every password check slot is taken."""
         address = client_key(request.environ, self.proxies)
+        began = time.monotonic()
         account = name if NAME.fullmatch(name) else "(not a user name)"  # a bounded key
         shown = account if account in self.users.hashes else "an unknown name"  # a password typed as a name
         wait = max(self.by_address.retry_after(address), self.by_account.retry_after(account))
         if wait:
             log.warning("sign-in from %s as %s refused: too many failures", address, shown)
+            refusals.count(refusals.RATE_LIMIT)
+            if audit.LOG is not None:
+                audit.LOG.sign_in(None, "refused", "password", began, account if shown == account else None)
             refuse(
                 429,
                 "Too many failed sign-ins",
@@ -240,6 +245,8 @@ class Pages:
             log.warning("failed sign-in from %s as %s", address, shown)
         else:
             forgive(charged)
+        if audit.LOG is not None:  # the account only when it is one (a password typed as a name stays out)
+            audit.LOG.sign_in(subject, "failed" if subject is None else "ok", "password", began, subject and name)
         return subject
 
     def start_upstream(self) -> Response:
@@ -274,6 +281,8 @@ class Pages:
             )
         sign_in(identity.subject, identity.label)
         log.info("%s signed in through %s", identity.subject, self.upstream.display)
+        if audit.LOG is not None:
+            audit.LOG.sign_in(identity.subject, "ok", "upstream", time.monotonic())
         return redirect("/authorize?" + resume, 303)  # type: ignore[return-value]
 
 

@@ -27,6 +27,7 @@ def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
     """A new session of the caller's principal, its child started (SessionLimitReached, ChildSpawnError)."""
     session = gw.open_session(auth.principal(request.environ))
     session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
+    session.server = gw.name
     return session
 
 

@@ -24,6 +24,7 @@ from mcpgate.core.replay import CannotResume, ReplayLog
 from mcpgate.core.routing import BUFFER, DROP, PROGRESS, Router
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.core.versions import initialize_version
+from mcpgate.observe import audit
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.servers import watchdog
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
@@ -156,6 +157,8 @@ class Session:
 
     def route(self, message: Request | Notification | Response) -> None:
         """Deliver a message for the client (the child's, or the bridge's on its behalf) where it belongs."""
+        if audit.LOG is not None and isinstance(message, Response):  # an audited request's answer: its line
+            audit.LOG.answered(self, message)
         if self._tool_lists and isinstance(message, Response):
             message = self._without_hidden_tools(message)
         if (
@@ -233,6 +236,8 @@ class Session:
                 self.router.cancel(request.id, self._clock())
                 self._tool_lists.discard(jsonrpc.id_key(request.id))
             raise
+        if audit.LOG is not None:
+            audit.LOG.opened(self, opened)
 
     def _without_hidden_tools(self, message: Response) -> Response:
         """The response to a tools/list request in flight, without the hidden tools (its id is forgotten as the
@@ -248,6 +253,7 @@ class Session:
 
     # The 2024-11-05 HTTP+SSE transport's one stream, when the session is one of that transport's.
     event_stream: Stream | None = None
+    server: str = "default"  # the published server's name (the audit log's; serve/sessions/inbound.py sets it)
 
     def open_event_stream(self) -> Stream | None:
         """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are
@@ -340,12 +346,16 @@ class Session:
         """The client cancelled a request: answer its HTTP request now; drop the child's late reply."""
         stream = self.router.cancel(request_id, self._clock())
         self._tool_lists.discard(jsonrpc.id_key(request_id))
+        if audit.LOG is not None:
+            audit.LOG.closed(self, request_id, jsonrpc.REQUEST_CANCELLED, audit.CANCELLED)
         if stream is not None:
             error = jsonrpc.error_response(request_id, jsonrpc.REQUEST_CANCELLED, "Request cancelled by the client")
             stream.deliver(jsonrpc.encode(error), done=True)
 
     def answer(self, request_id: jsonrpc.Id, response: dict[str, object]) -> None:
         """Answer a client's request in the child's stead (it was never forwarded); never waits."""
+        if audit.LOG is not None:
+            audit.LOG.answered(self, Response(request_id, response))
         route = self.router.route(Response(request_id, response), self._clock())
         if isinstance(route.target, Stream):
             route.target.deliver(jsonrpc.encode(response), done=True, force=True)
@@ -359,6 +369,8 @@ class Session:
         for request_id, stream in self.router.abandon_all():
             error = jsonrpc.error_response(request_id, jsonrpc.CONNECTION_CLOSED, f"Session ended: {reason}")
             stream.deliver(jsonrpc.encode(error), done=True, force=True)
+        if audit.LOG is not None:
+            audit.LOG.ended(self)
         if self.router.get_stream is not None:
             self.router.get_stream.end()
         self._resumable.clear()

@@ -1,0 +1,165 @@
+"""The audit log (MCPGATE_AUDIT_LOG) of `gunicorn mcpgate.wsgi`: the official SDK client's tool calls, resource reads
+and prompt gets in both eras (a 2025 Streamable HTTP session, HTTP+SSE, 2026-07-28 per request), each met by one
+line: its method, tool or resource, principal's server, outcome and error code, the digest of its arguments; never
+the bearer token nor an argument's value. With MCPGATE_AUDIT_ARGUMENTS the arguments are there too. Off, nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+import pytest
+from mcp import Client
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.support import MODERN, Gateway, serving, wait_for
+
+HANG_GUARD = 60
+TOKEN = "audit-s3cret-token-value"
+SECRET_ARGUMENT = "confidential-argument-value-4711"
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    async def main() -> None:
+        with anyio.fail_after(HANG_GUARD):
+            await body()
+
+    anyio.run(main)
+
+
+def digest(arguments: Any) -> str:
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Path]]:
+    path = tmp_path_factory.mktemp("audit") / "audit.jsonl"
+    env = {"MCPGATE_AUDIT_LOG": str(path), "MCPGATE_AUTH_TOKEN": TOKEN, "MCPGATE_INSTANCE_ID": "audit-i1"}
+    with serving(env) as gw:
+        yield gw, path
+
+
+def http() -> httpx.AsyncClient:
+    return httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx.Timeout(30, read=HANG_GUARD))
+
+
+async def calls(c: Client) -> list[tuple[str, str, Any, int | None]]:
+    """The audited calls: (method, tool/resource/prompt, arguments, error code); one tool call fails."""
+    echoed = await c.call_tool("echo", {"message": SECRET_ARGUMENT})
+    assert echoed.content[0].text == SECRET_ARGUMENT  # type: ignore[union-attr]
+    with pytest.raises(MCPError) as failed:
+        await c.call_tool("no_such_tool", {"x": 1})
+    await c.read_resource("demo://readme")
+    await c.get_prompt("greet", {"name": "Ada"})
+    return [
+        ("tools/call", "echo", {"message": SECRET_ARGUMENT}, None),
+        ("tools/call", "no_such_tool", {"x": 1}, failed.value.error.code),
+        ("resources/read", "demo://readme", None, None),
+        ("prompts/get", "greet", {"name": "Ada"}, None),
+    ]
+
+
+def check(path: Path, before: int, sent: list[tuple[str, str, Any, int | None]], era: str) -> list[dict[str, Any]]:
+    """The lines written since `before`: one per call sent, in order, each saying what the call was and became."""
+    wait_for(lambda: len(lines(path)) >= before + len(sent), timeout=30, what="the calls' audit lines")
+    written = lines(path)[before:]
+    assert len(written) == len(sent)
+    for line, (method, name, arguments, code) in zip(written, sent, strict=True):
+        key = {"tools/call": "tool", "resources/read": "resource", "prompts/get": "prompt"}[method]
+        assert (line["method"], line[key], line["era"]) == (method, name, era)
+        assert line["arguments_sha256"] == (digest(arguments) if arguments is not None else None)
+        assert (line["outcome"], line["error_code"]) == (("error", code) if code is not None else ("ok", None))
+        assert line["instance"] == "audit-i1" and line["server"] == "default" and line["event"] == "call"
+        assert line["latency_ms"] >= 0 and line["bytes_in"] > 0 and line["time"].endswith("Z")
+        assert "arguments" not in line
+    assert all(line["bytes_out"] > 0 for line in written)
+    return written
+
+
+def test_streamable_http_session_calls_one_line_each(audited: tuple[Gateway, Path]) -> None:
+    gw, path = audited
+    before = len(lines(path))
+    sent: list[Any] = []
+
+    async def body() -> None:
+        async with http() as client, Client(streamable_http_client(gw.url, http_client=client), mode="legacy") as c:
+            sent.extend(await calls(c))
+
+    run(body)
+    written = check(path, before, sent, "2025-session")
+    assert len({line["session"] for line in written}) == 1 and written[0]["session"]
+
+
+def test_http_sse_calls_one_line_each(audited: tuple[Gateway, Path]) -> None:
+    gw, path = audited
+    before = len(lines(path))
+    sent: list[Any] = []
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def body() -> None:
+        async with Client(sse_client(f"{gw.base}/sse", headers=headers), mode="legacy") as c:
+            sent.extend(await calls(c))
+
+    run(body)
+    check(path, before, sent, "http+sse")
+
+
+def test_modern_calls_one_line_each(audited: tuple[Gateway, Path]) -> None:
+    gw, path = audited
+    before = len(lines(path))
+    sent: list[Any] = []
+
+    async def body() -> None:
+        async with http() as client, Client(streamable_http_client(gw.url, http_client=client), mode=MODERN) as c:
+            assert c.protocol_version == MODERN
+            sent.extend(await calls(c))
+
+    run(body)
+    written = check(path, before, sent, "2026-07-28")
+    assert all(line["session"] is None for line in written)
+
+
+def test_no_secret_in_the_audit_log(audited: tuple[Gateway, Path]) -> None:
+    """After the calls above (module order) and any other: neither the token nor an argument's value."""
+    gw, path = audited
+    text = path.read_text()
+    assert text and TOKEN not in text and SECRET_ARGUMENT not in text
+    assert TOKEN not in gw.log()
+
+
+def test_arguments_only_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    env = {"MCPGATE_AUDIT_LOG": str(path), "MCPGATE_AUDIT_ARGUMENTS": "true"}
+    with serving(env) as gw:
+
+        async def body() -> None:
+            async with Client(gw.url, mode=MODERN) as c:
+                await c.call_tool("echo", {"message": "shown"})
+
+        run(body)
+        wait_for(lambda: len(lines(path)) == 1, timeout=30, what="the call's audit line")
+    (line,) = lines(path)
+    assert line["arguments"] == {"message": "shown"} and line["arguments_sha256"] == digest({"message": "shown"})
+
+
+def test_off_by_default_writes_nothing(tmp_path: Path) -> None:
+    with serving({}) as gw:
+
+        async def body() -> None:
+            async with Client(gw.url, mode=MODERN) as c:
+                await c.call_tool("echo", {"message": "unaudited"})
+
+        run(body)
+        assert '"event":"call"' not in gw.log()
