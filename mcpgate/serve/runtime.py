@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import gevent
-from flask import Flask
 
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import new_session_id
@@ -31,6 +30,8 @@ from mcpgate.serve.cluster.instances import create as create_cluster
 from mcpgate.serve.servers.published import PublishedServers
 
 if TYPE_CHECKING:  # Authlib is imported only in the embedded mode
+    from flask import Flask
+
     from mcpgate.serve.oauth.server import EmbeddedServer
 
 KEY = "mcpgate.runtime"  # the Flask app's extensions key of its Runtime
