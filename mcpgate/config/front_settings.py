@@ -85,6 +85,11 @@ class FrontSettings:
         validate=positive,
     )
     metrics: bool = declare(False, "true: serve Prometheus metrics at /metrics.")
+    tracing: bool = declare(
+        False,
+        "true: OpenTelemetry traces of the MCP requests, sent by OTLP/HTTP as the standard OTEL_* variables say "
+        "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER...); needs the otel extra.",
+    )
     metrics_token: str = declare(
         "",
         "When set, /metrics needs Authorization: Bearer <this token>. Never logged.",

@@ -211,6 +211,12 @@ class RelaySettings:
         validate=validators.token,
         secret=True,
     )
+    tracing: bool = declare(
+        False,
+        "true: a span per host request, its context sent upstream in the traceparent header; OTLP/HTTP as the "
+        "OTEL_* variables say (needs the otel extra).",
+        env="MCPGATE_TRACING",
+    )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> RelaySettings:

@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr, level=args.log_level.upper(), format="%(asctime)s mcpgate-relay %(levelname)s %(message)s"
     )
     log = logging.getLogger("mcpgate.relay")
+    if args.tracing:  # the SDK is imported only then
+        from mcpgate.observe import tracing
+
+        tracing.setup(True, "mcpgate-relay")
     if args.bearer_token and any(name.lower() == "authorization" for name, _ in args.header):
         log.warning("both %s and an Authorization header were given; using %s", TOKEN_ENV, TOKEN_ENV)
     http = HttpClient(HttpOptions.from_settings(args), args.url)

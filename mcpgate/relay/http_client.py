@@ -27,6 +27,7 @@ from requests.adapters import HTTPAdapter
 
 from mcpgate.config.settings import RelaySettings
 from mcpgate.core.sse import Event, SseDecoder
+from mcpgate.observe import tracing
 from mcpgate.relay import errors
 from mcpgate.relay.http_routes import HttpReply as HttpReply  # the transports name it from here
 from mcpgate.relay.http_routes import Routes
@@ -125,7 +126,24 @@ class HttpClient:
         timeout: tuple[float, float] | None = None,
     ) -> HttpReply:
         """One HTTP exchange up to the response headers, retried per the policy; the body is not read.
-        When the relay signs in, the token goes along (to the server's own origin only) and a 401 or
+        Tracing on, a host's request goes in its span (mcpgate.observe.tracing.relayed)."""
+        if tracing.TRACER is None or not body:
+            return self._send_signed(method, url, headers, body, replay_safe, tries, timeout)
+        return tracing.relayed(  # type: ignore[no-any-return]
+            body, headers, lambda sent: self._send_signed(method, url, sent, body, replay_safe, tries, timeout)
+        )
+
+    def _send_signed(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        replay_safe: bool,
+        tries: int | None,
+        timeout: tuple[float, float] | None,
+    ) -> HttpReply:
+        """When the relay signs in, the token goes along (to the server's own origin only) and a 401 or
         a 403 insufficient_scope sends the request again once the token is renewed."""
         auth = self.auth
         if auth is None or not auth.covers(url):

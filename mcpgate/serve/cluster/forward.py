@@ -23,6 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.observe import tracing
 from mcpgate.serve.cluster.relayed import Relayed
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
@@ -64,6 +65,8 @@ class Forwarder:
         if body is None:
             body = read_body(environ, self.max_body)
         headers = end_to_end(environ)
+        if tracing.KEY in environ:  # the forward's span: its context in the traceparent header
+            tracing.forwarding(environ, headers, body, owner)
         signed = session_ids.ForwardedRequest(method, path, environ.get("QUERY_STRING", ""), session_id, body)
         headers.append((wire.FORWARDED, session_ids.forwarded(principal, self.instance, time.time(), signed, self.key)))
         if body or method in ("POST", "PUT", "PATCH"):

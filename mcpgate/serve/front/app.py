@@ -18,7 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
-from mcpgate.observe import audit, logs, refusals
+from mcpgate.observe import audit, logs, refusals, tracing
 from mcpgate.serve import metrics
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth, checks
@@ -178,6 +178,8 @@ class Endpoint:
         server = self.servers.get(route[0]) if route is not None else None
         listing = route is None and path in LISTING
         endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
+        if tracing.TRACER is not None and route is not None:  # tracing off: this one check
+            tracing.begin(environ, route[0])
         if self.cors.enabled:
             start_response = self._with_cors(environ, start_response)
         try:
@@ -191,7 +193,8 @@ class Endpoint:
                     ),
                 )
             else:
-                self.guard.check(environ, endpoint, server.settings if server is not None else None)
+                with tracing.step(environ, "mcpgate.guard"):
+                    self.guard.check(environ, endpoint, server.settings if server is not None else None)
                 if route is not None:
                     response = self._serve(environ, route, server)
                 elif listing:
@@ -203,6 +206,8 @@ class Endpoint:
             if refusal.kind is not None:  # a defence's: counted here, once (/metrics' mcpgate_refusals)
                 refusals.count(refusal.kind)
             response = refusal.response()
+        if tracing.KEY in environ:  # the request's spans end with its response
+            return tracing.finish(environ, response.status, response.body, response(environ, start_response))
         return response(environ, start_response)
 
     def _serve(
@@ -262,6 +267,7 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
     """The app, its Runtime attached (`listening`: the worker's addresses; None: those it loads the app within)."""
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)
+    tracing.setup(settings.tracing, "mcpgate")
     app = Flask("mcpgate")
     runtime = Runtime.build(settings, listening)  # the cluster (None without REDIS_URL), then the servers
     runtime.attach(app)

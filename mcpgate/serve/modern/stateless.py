@@ -18,7 +18,7 @@ from mcpgate.core import jsonrpc, modern, mrtr, versions
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
 from mcpgate.core.tool_filter import ToolFilter
-from mcpgate.observe import audit
+from mcpgate.observe import audit, tracing
 from mcpgate.serve.errors import ShuttingDown
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
@@ -75,7 +75,8 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
         call = tasks.start(pool.tasks, pool.holder, principal, message, new_call, Stream(pool.limits, expected=1))
         return reply(gw, pool, call, client)
     listed = tools if message.method == "tools/list" else None
-    call = start(pool, principal, message, listed, closing=gw.closing)
+    with tracing.step(request.environ, "mcpgate.pool", message):  # the pool's child, or an MRTR round's
+        call = start(pool, principal, message, listed, closing=gw.closing)
     if audit.LOG is not None and call.audit is None and message.method in audit.NAMED:  # a retry's call has one
         call.audit = audit.LOG.start(message, principal, gw.name, audit.MODERN, None)
     return reply(gw, pool, call, client)

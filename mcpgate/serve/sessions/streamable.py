@@ -14,6 +14,7 @@ from typing import Any
 from mcpgate.core import jsonrpc, modern, versions, wire
 from mcpgate.core.jsonrpc import Invalid, Notification, Request
 from mcpgate.core.replay import MAX_ID_CHARS, CannotResume
+from mcpgate.observe import tracing
 from mcpgate.serve.errors import BadRequest, MethodNotAllowed, SessionNotFound, ShuttingDown, answered
 from mcpgate.serve.front import auth, checks, reply
 from mcpgate.serve.front.context import context
@@ -63,6 +64,8 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     message = context(request.environ).message = jsonrpc.parse(checks.read_body(request, gw.settings.max_body_bytes))
     if isinstance(message, Invalid):
         raise Refusal(400, message.code, message.reason, message.id)
+    if tracing.KEY in request.environ:  # its span; the child's request names the span of the wait for it
+        message = tracing.to_child(request.environ, message)
     if gw.settings.modern_only and isinstance(message, Request) and message.method == "initialize":
         refuse_initialize(message)
     if isinstance(message, Request | Notification) and (gw.settings.modern_only or era(request, message) is Era.MODERN):
@@ -71,7 +74,8 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
     if isinstance(message, Request) and message.method == "initialize":
         return initialize(gw, request, message)
-    session = find_session(gw, request)
+    with tracing.step(request.environ, "mcpgate.session"):
+        session = find_session(gw, request)
     return exchange(gw, session, batch_items(session, message), Client.of(request.environ))
 
 

@@ -1,0 +1,134 @@
+"""Traces (issue 28): the gateway's and the relay's spans, exported by OTLP/HTTP to a receiver of the tests' own
+(tests/support/otlp.py decodes the protobuf), continue the W3C context a client sends (the official SDK's
+`_meta.traceparent`, or an HTTP traceparent header) and pass it on: into the child's request `_meta` (a child
+written with the SDK exports its own span under the gateway's), to the instance a request is forwarded to, and
+upstream from the relay. No argument value and no token appears in any exported span."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from tests.support import FIXTURES, HANG_GUARD, HEADERS, call, init_body, reply_message, serving, wait_for
+from tests.support.fleet import instances
+from tests.support.otlp import Receiver, Span, receiver
+
+SECRET_ARGUMENT = "argument-value-never-exported-4711"
+TOKEN = "token-never-exported-" + "x" * 24
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.fixture
+def sink() -> Iterator[Receiver]:
+    with receiver() as got:
+        yield got
+
+
+def traced_env(sink: Receiver, **more: str) -> dict[str, str]:
+    return {
+        "MCPGATE_TRACING": "true",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "MCPGATE_COMMAND": f"{sys.executable} {FIXTURES / 'traced_server.py'} {sink.url}",
+        **more,
+    }
+
+
+def one(sink: Receiver, name: str, service: str, trace_id: str, kind: str | None = None) -> Span:
+    """The span of that name, service (and kind) in the trace, once exported."""
+
+    def found() -> list[Span]:
+        return [s for s in sink.of_trace(trace_id) if s.name == name and s.service == service and kind in (None, s.kind)]
+
+    wait_for(lambda: len(found()) == 1, timeout=30, what=f"{service} {kind or ''} span {name!r} in {trace_id}")
+    return found()[0]
+
+
+def below(sink: Receiver, parent: Span, name: str) -> list[Span]:
+    """The spans of that name whose parent is `parent` (exported with it: they end first)."""
+    return [s for s in sink.of_trace(parent.trace_id) if s.name == name and s.parent_id == parent.span_id]
+
+
+def assert_nothing_secret(sink: Receiver) -> None:
+    for body in sink.bodies:
+        assert SECRET_ARGUMENT.encode() not in body and TOKEN.encode() not in body
+
+
+def sdk_call(url: str, mode: str) -> tuple[str, str, str]:
+    """The SDK client's call of `traced` inside a span of the test's own (its context is what the SDK puts in
+    `_meta`): (trace id, the test's span id, the traceparent the child received)."""
+    tracer = TracerProvider().get_tracer("tests")
+
+    async def main() -> tuple[str, str, str]:
+        with anyio.fail_after(HANG_GUARD), tracer.start_as_current_span("host") as root:
+            async with Client(url, mode=mode) as client:
+                result = await client.call_tool("traced", {"secret": SECRET_ARGUMENT})
+        context = root.get_span_context()
+        return f"{context.trace_id:032x}", f"{context.span_id:016x}", result.content[0].text  # type: ignore[union-attr]
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_an_sdk_clients_trace_goes_through_the_gateway_into_an_sdk_child(sink: Receiver, mode: str) -> None:
+    with serving(traced_env(sink)) as gw:
+        trace_id, host_span, received = sdk_call(gw.url, mode)
+        server = one(sink, "tools/call traced", "mcpgate", trace_id, "SERVER")
+        assert server.parent_id == host_span  # the SDK's _meta.traceparent
+        assert server.attributes["mcp.method.name"] == "tools/call"
+        assert server.attributes["gen_ai.tool.name"] == "traced"
+        assert server.attributes["mcpgate.server"] == "default"
+        wait = one(sink, "tools/call traced", "mcpgate", trace_id, "CLIENT")
+        assert wait.parent_id == server.span_id
+        assert received.startswith(f"00-{trace_id}-{wait.span_id}-")  # what the child's request carried
+        child = one(sink, "tools/call traced", "traced-fixture", trace_id, "SERVER")
+        assert child.parent_id == wait.span_id  # the SDK-written child continues the same trace
+        (guard,) = below(sink, server, "mcpgate.guard")
+        assert server.start <= guard.start <= guard.end <= server.end
+        assert below(sink, server, "mcpgate.session" if mode == "legacy" else "mcpgate.pool")
+        assert_nothing_secret(sink)
+
+
+def test_a_traceparent_header_and_a_forward_to_the_sessions_owner(sink: Receiver) -> None:
+    """A request for a session another instance owns is forwarded: the forward's span context goes in the
+    traceparent header, and the owner's SERVER span is its child, in the client's trace."""
+    env = traced_env(sink, MCPGATE_AUTH_TOKEN=TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with instances("tracing-secret-" + "s" * 24, **env) as (_, start):
+        owner, other = start("a"), start("b")
+        headers = {**open_session_with(owner, auth), "traceparent": TRACEPARENT}
+        reply = other.request("POST", body=call("traced", {"secret": SECRET_ARGUMENT}), headers=headers)
+        message = reply_message(reply)
+        trace_id = TRACEPARENT.split("-")[1]
+        assert message["result"]["content"][0]["text"].split("-")[1] == trace_id, message
+        front = [s for s in sink.of_trace(trace_id) if s.kind == "SERVER" and s.service == "mcpgate"]
+        wait_for(lambda: len(sink.named("mcpgate.forward")) == 1, timeout=30, what="the forward's span")
+        forward = sink.named("mcpgate.forward")[0]
+        front = [s for s in sink.of_trace(trace_id) if s.span_id == forward.parent_id]
+        assert front and front[0].parent_id == TRACEPARENT.split("-")[2] and front[0].kind == "SERVER"
+        assert forward.attributes["mcpgate.instance"] == "a"
+
+        def owners() -> list[Span]:
+            return [s for s in sink.of_trace(trace_id) if s.kind == "SERVER" and s.parent_id == forward.span_id]
+
+        wait_for(lambda: len(owners()) == 1, timeout=30, what="the owner's span under the forward's")
+        assert owners()[0].name == "tools/call traced" and owners()[0].attributes["mcp.session.id"].startswith("a.")
+        child = one(sink, "tools/call traced", "traced-fixture", trace_id, "SERVER")
+        wait = [s for s in sink.of_trace(trace_id) if s.span_id == child.parent_id][0]
+        assert wait.kind == "CLIENT" and wait.parent_id == owners()[0].span_id
+        assert_nothing_secret(sink)
+
+
+def open_session_with(gw: Any, auth: dict[str, str]) -> dict[str, str]:
+    reply = gw.request("POST", body=init_body(), headers={**HEADERS, **auth})
+    assert reply.status == 200, reply
+    session = {**HEADERS, **auth, "Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    assert gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session).status == 202
+    return session
