@@ -6,19 +6,22 @@ upstream from the relay. No argument value and no token appears in any exported 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from tests.support import FIXTURES, HANG_GUARD, HEADERS, call, init_body, reply_message, serving, wait_for
 from tests.support.fleet import instances
 from tests.support.otlp import Receiver, Span, receiver
+from tests.support.relay import run_host
 
 SECRET_ARGUMENT = "argument-value-never-exported-4711"
 TOKEN = "token-never-exported-" + "x" * 24
@@ -45,7 +48,9 @@ def one(sink: Receiver, name: str, service: str, trace_id: str, kind: str | None
     """The span of that name, service (and kind) in the trace, once exported."""
 
     def found() -> list[Span]:
-        return [s for s in sink.of_trace(trace_id) if s.name == name and s.service == service and kind in (None, s.kind)]
+        return [
+            s for s in sink.of_trace(trace_id) if s.name == name and s.service == service and kind in (None, s.kind)
+        ]
 
     wait_for(lambda: len(found()) == 1, timeout=30, what=f"{service} {kind or ''} span {name!r} in {trace_id}")
     return found()[0]
@@ -121,7 +126,7 @@ def test_a_traceparent_header_and_a_forward_to_the_sessions_owner(sink: Receiver
         wait_for(lambda: len(owners()) == 1, timeout=30, what="the owner's span under the forward's")
         assert owners()[0].name == "tools/call traced" and owners()[0].attributes["mcp.session.id"].startswith("a.")
         child = one(sink, "tools/call traced", "traced-fixture", trace_id, "SERVER")
-        wait = [s for s in sink.of_trace(trace_id) if s.span_id == child.parent_id][0]
+        wait = next(s for s in sink.of_trace(trace_id) if s.span_id == child.parent_id)
         assert wait.kind == "CLIENT" and wait.parent_id == owners()[0].span_id
         assert_nothing_secret(sink)
 
@@ -129,6 +134,51 @@ def test_a_traceparent_header_and_a_forward_to_the_sessions_owner(sink: Receiver
 def open_session_with(gw: Any, auth: dict[str, str]) -> dict[str, str]:
     reply = gw.request("POST", body=init_body(), headers={**HEADERS, **auth})
     assert reply.status == 200, reply
-    session = {**HEADERS, **auth, "Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-    assert gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session).status == 202
+    session = {
+        **HEADERS,
+        **auth,
+        "Mcp-Session-Id": reply.headers["mcp-session-id"],
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    assert (
+        gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session).status
+        == 202
+    )
     return session
+
+
+def test_the_relay_passes_its_hosts_trace_upstream(sink: Receiver, tmp_path: Path) -> None:
+    """An SDK host's request through the relay: the relay's span (CLIENT) continues the host's _meta.traceparent
+    and its context goes upstream in the traceparent header, where the gateway's SERVER span continues it."""
+    tracer = TracerProvider().get_tracer("tests")
+    relay_env = {**{k: v for k, v in traced_env(sink).items() if k != "MCPGATE_COMMAND"}, "OTEL_SERVICE_NAME": "relay"}
+
+    async def scenario(client: Client) -> tuple[str, str]:
+        with tracer.start_as_current_span("host") as root:
+            await client.call_tool("traced", {"secret": SECRET_ARGUMENT})
+        context = root.get_span_context()
+        return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+    with serving(traced_env(sink)) as gw:
+        trace_id, host_span = run_host(gw.url, scenario, env=relay_env, stderr=tmp_path / "relay.err")
+        relayed = one(sink, "tools/call traced", "relay", trace_id, "CLIENT")
+        assert relayed.parent_id == host_span and relayed.attributes["gen_ai.tool.name"] == "traced"
+        upstream = one(sink, "tools/call traced", "mcpgate", trace_id, "SERVER")
+        assert upstream.parent_id == relayed.span_id  # the relay's traceparent header
+        one(sink, "tools/call traced", "traced-fixture", trace_id, "SERVER")
+        assert_nothing_secret(sink)
+
+
+def test_off_the_sdk_is_not_imported() -> None:
+    """Tracing off (the default): an app built and the relay's client loaded leave opentelemetry unimported."""
+    code = (
+        "import sys\n"
+        "from mcpgate.serve.front.app import create_app\n"
+        "import mcpgate.relay.http_client\n"
+        "create_app()\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCPGATE_", "OTEL_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
