@@ -1,0 +1,148 @@
+"""An idle gateway imports only what its configured features use (issue 24): with the plain configuration (the
+demo server, auth off, no metrics, no Redis) neither the worker nor the gunicorn master holds the OAuth
+libraries, Redis's client, requests, prometheus_client or the relay; with a feature configured, its modules are
+there.
+
+Each test starts the real gateway with a gunicorn config file of its own that takes every setting and hook of
+mcpgate.gunicorn_config and adds two hooks that only write: `when_ready` (the master, its start checks done)
+writes the master's sys.modules to a file, and the worker's SIGUSR2 (no gunicorn worker uses it) writes the
+worker's. Nothing is added to the gateway itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from werkzeug.security import generate_password_hash
+
+from tests.support import HEADERS, Gateway, call, direct_children, open_session, serving, wait_for
+from tests.support.fleet import redis_server
+from tests.support.oauth import embedded_env, oidc_issuer, resource_server_env
+
+HOOKS = """
+import mcpgate.gunicorn_config as _gateway
+from mcpgate.gunicorn_config import *  # noqa: F403
+
+_OUT = {out!r}
+
+
+def _write(path):
+    import os, sys
+
+    with open(path + ".tmp", "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+    os.replace(path + ".tmp", path)
+
+
+def when_ready(server):
+    _write(_OUT + ".master")
+
+
+def post_worker_init(worker):
+    _gateway.post_worker_init(worker)
+    import signal
+
+    signal.signal(signal.SIGUSR2, lambda signum, frame: _write(_OUT + ".worker"))
+"""
+# never in a plain gateway's processes
+FEATURE_ONLY = ("authlib", "joserfc", "redis", "requests", "prometheus_client", "mcpgate.relay")
+# the OAuth modes' modules: only the mode's dispatcher (oauth/setup.py, standard library only) is always there
+OAUTH_ALWAYS = {"mcpgate.serve.oauth", "mcpgate.serve.oauth.setup"}
+# the master checks the configuration and starts the worker: none of the app's libraries
+MASTER_NEVER = (*FEATURE_ONLY, "flask", "jinja2", "werkzeug", "cryptography")
+
+
+def of(modules: set[str], package: str) -> set[str]:
+    return {name for name in modules if name == package or name.startswith(package + ".")}
+
+
+def config_file(tmp_path: Path) -> tuple[str, Path]:
+    out = tmp_path / "modules"
+    path = tmp_path / "gunicorn_hooks.py"
+    path.write_text(HOOKS.format(out=str(out)))
+    return str(path), out
+
+
+def worker_modules(gw: Gateway, out: Path) -> set[str]:
+    """The worker's sys.modules now (its SIGUSR2 makes the hook write them)."""
+    [worker] = direct_children(gw.proc.pid)
+    written = Path(f"{out}.worker")
+    os.kill(worker, signal.SIGUSR2)
+    wait_for(written.exists, timeout=20)
+    return set(written.read_text().split())
+
+
+def used(gw: Gateway) -> None:
+    """The paths an idle gateway has served: /healthz, an initialize and a tools/call (their lazy imports done)."""
+    assert gw.request("GET", "/healthz").status == 200
+    session = open_session(gw)
+    reply = gw.request("POST", body=call("echo", {"text": "lazy"}), headers=session)
+    assert reply.status == 200, reply
+
+
+@pytest.fixture
+def plain(tmp_path: Path) -> Iterator[tuple[Gateway, Path]]:
+    config, out = config_file(tmp_path)
+    with serving({"MCPGATE_METRICS": "false"}, config=config) as gw:
+        yield gw, out
+
+
+def test_a_plain_worker_holds_no_feature_module(plain: tuple[Gateway, Path]) -> None:
+    gw, out = plain
+    used(gw)
+    modules = worker_modules(gw, out)
+    for package in FEATURE_ONLY:
+        assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
+    oauth = of(modules, "mcpgate.serve.oauth") - OAUTH_ALWAYS
+    assert not oauth, f"OAuth modules in a plain worker: {sorted(oauth)}"
+    assert "mcpgate.serve.cluster.redis_client" not in modules
+
+
+def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, Path]) -> None:
+    _, out = plain
+    modules = set(Path(f"{out}.master").read_text().split())  # written before the worker was started
+    assert "mcpgate.gunicorn_config" in modules
+    for package in MASTER_NEVER:
+        assert not of(modules, package), f"{package} in the master: {sorted(of(modules, package))[:5]}"
+
+
+def test_metrics_import_prometheus_client(tmp_path: Path) -> None:
+    config, out = config_file(tmp_path)
+    with serving({"MCPGATE_METRICS": "true"}, config=config) as gw:
+        used(gw)
+        assert gw.request("GET", "/metrics").status == 200
+        modules = worker_modules(gw, out)
+    assert of(modules, "prometheus_client") and not of(modules, "authlib")
+
+
+def test_the_resource_server_imports_its_verifier(tmp_path: Path) -> None:
+    config, out = config_file(tmp_path)
+    with oidc_issuer() as issuer, serving(resource_server_env(issuer), config=config) as gw:
+        assert gw.request("POST", body=call("echo", {}), headers=HEADERS).status == 401
+        modules = worker_modules(gw, out)
+    assert {"joserfc", "requests", "mcpgate.serve.oauth.resource"} <= modules
+    assert not of(modules, "authlib") and not of(modules, "redis")
+
+
+def test_the_embedded_server_imports_authlib(tmp_path: Path) -> None:
+    config, out = config_file(tmp_path)
+    users = "alice:" + generate_password_hash("a password", "pbkdf2:sha256:1000")
+    with serving(embedded_env(tmp_path / "state", users), config=config) as gw:
+        assert gw.request("GET", "/.well-known/oauth-authorization-server").status == 200
+        modules = worker_modules(gw, out)
+    assert {"authlib", "joserfc", "mcpgate.serve.oauth.embedded"} <= modules
+    assert not of(modules, "redis")
+
+
+def test_redis_url_imports_the_redis_client(tmp_path: Path) -> None:
+    config, out = config_file(tmp_path)
+    env = {"MCPGATE_INTERNAL_URL": "http://127.0.0.1:{port}", "MCPGATE_CLUSTER_SECRET": "s" * 32}
+    with redis_server() as url, serving({**env, "REDIS_URL": url}, config=config) as gw:
+        used(gw)
+        modules = worker_modules(gw, out)
+    assert {"redis", "mcpgate.serve.cluster.redis_client"} <= modules
+    assert not of(modules, "authlib") and not of(modules, "prometheus_client")
