@@ -29,7 +29,6 @@ import time
 from _queue import Empty, SimpleQueue  # the C queue: never patched by gevent, safe between the worker and the writer
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from mcpgate.core import jsonrpc, session_ids
@@ -44,19 +43,23 @@ WRITE_BATCH = 256  # lines joined into one write
 EXIT_WAIT = 2.0  # seconds the process's exit waits for the lines still queued
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_LINE = json.JSONEncoder(separators=(",", ":"), default=str).encode  # made once: json.dumps would per call
+
+
 def canonical(arguments: Any) -> bytes:
     """The canonical JSON of a call's arguments: keys sorted, no whitespace, UTF-8 (what the digest is of)."""
-    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _CANONICAL(arguments).encode()
 
 
 def digest(arguments: Any) -> str:
     return hashlib.sha256(canonical(arguments)).hexdigest()
 
 
-def now(at: float | None = None) -> str:
-    """UTC, to the millisecond (`at`: a time.time(); None: now)."""
-    when = datetime.now(timezone.utc) if at is None else datetime.fromtimestamp(at, timezone.utc)
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def now() -> str:
+    """UTC, to the millisecond."""
+    at = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
 
 
 @dataclass(slots=True)
@@ -187,7 +190,7 @@ class AuditLog:
         self.write(fields)
 
     def write(self, fields: dict[str, Any]) -> None:
-        self.writer.put(json.dumps(fields, separators=(",", ":"), default=str).encode() + b"\n")
+        self.writer.put(_LINE(fields).encode() + b"\n")
 
     # -- a 2025 session's requests: registered, answered, cancelled, abandoned -----------------------------
     def opened(self, session: AuditedSession, requests: Iterable[Request]) -> None:

@@ -20,6 +20,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.support import MODERN, Gateway, serving, wait_for
+from tests.support.oauth import embedded_env, sign_in
+from tests.support.security import PASSWORD, USER, USERS
+from tests.support.signin import LoginPage, authorization_path
 
 HANG_GUARD = 60
 TOKEN = "audit-s3cret-token-value"
@@ -163,3 +166,36 @@ def test_off_by_default_writes_nothing(tmp_path: Path) -> None:
 
         run(body)
         assert '"event":"call"' not in gw.log()
+
+
+def test_sign_ins_and_the_signed_in_callers_call(tmp_path: Path) -> None:
+    """The embedded authorization server's sign-ins (a wrong password, then the right one) and the call made with
+    the token issued: the call's principal is who signed in; no password, token or argument value anywhere."""
+    path = tmp_path / "audit.jsonl"
+    with serving(embedded_env(tmp_path / "state", USERS, MCPGATE_AUDIT_LOG=str(path))) as gw:
+        page = LoginPage(gw.base, authorization_path(gw.base))
+        try:
+            assert page.submit(USER, "not-the-password").status_code == 200  # the form again, with its error
+        finally:
+            page.close()
+        issued = sign_in(gw.base, USER, PASSWORD)
+        token = issued["access_token"]
+
+        async def body() -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with (
+                httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=HANG_GUARD)) as client,
+                Client(streamable_http_client(gw.url, http_client=client), mode=MODERN) as c,
+            ):
+                await c.call_tool("echo", {"message": SECRET_ARGUMENT})
+
+        run(body)
+        wait_for(lambda: len(lines(path)) == 3, timeout=30, what="two sign-ins' and a call's audit lines")
+    failed, signed_in, called = lines(path)
+    assert (failed["event"], failed["outcome"], failed["principal"]) == ("sign-in", "failed", None)
+    assert (signed_in["event"], signed_in["outcome"], signed_in["method"]) == ("sign-in", "ok", "password")
+    assert signed_in["principal"] and called["principal"] == f"{gw.base}#{signed_in['principal']}"  # issuer#subject
+    assert (called["event"], called["tool"], called["outcome"]) == ("call", "echo", "ok")
+    text = path.read_text()
+    for secret in (token, issued.get("refresh_token") or token, PASSWORD, "not-the-password", SECRET_ARGUMENT):
+        assert secret not in text
