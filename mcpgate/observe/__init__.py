@@ -1,1 +1,1 @@
-"""What an operator sees of the gateway beyond /metrics: the audit log and JSON logs."""
+"""What an operator sees of the gateway: traces, the audit log, JSON logs, the refusals /metrics counts."""
