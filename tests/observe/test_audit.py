@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.support import MODERN, Gateway, serving, wait_for
+from mcpgate.core import jsonrpc
+from mcpgate.core.jsonrpc import Request
+from mcpgate.observe import audit
+from tests.support import MODERN, Gateway, call, open_session, reply_message, serving, wait_for
+from tests.support.fleet import instances
 from tests.support.oauth import embedded_env, sign_in
 from tests.support.security import PASSWORD, USER, USERS
 from tests.support.signin import LoginPage, authorization_path
@@ -199,3 +204,39 @@ def test_sign_ins_and_the_signed_in_callers_call(tmp_path: Path) -> None:
     text = path.read_text()
     for secret in (token, issued.get("refresh_token") or token, PASSWORD, "not-the-password", SECRET_ARGUMENT):
         assert secret not in text
+
+
+def test_a_fleet_each_instance_writes_its_own(tmp_path: Path) -> None:
+    """Two instances on one Redis, each its own file naming itself: a session opened on i1 and called through i2
+    (forwarded to its owner) is audited once, by i1, where the call met its answer."""
+    audit_path = str(tmp_path / "audit-{port}.jsonl")  # "{port}": each instance's own port
+    with instances("fleet-audit-secret", MCPGATE_AUDIT_LOG=audit_path) as (_url, start):
+        one, two = start("i1"), start("i2")
+        session = open_session(one)
+        answered = reply_message(two.request("POST", body=call("echo", {"message": "via i2"}), headers=session))
+        assert answered["result"]["content"][0]["text"] == "via i2", answered
+        files = {name: tmp_path / f"audit-{gw.port}.jsonl" for name, gw in (("i1", one), ("i2", two))}
+        wait_for(lambda: len(lines(files["i1"])) == 1, timeout=30, what="i1's audit line")
+        (line,) = lines(files["i1"])
+        assert (line["instance"], line["tool"], line["outcome"]) == ("i1", "echo", "ok")
+        assert line["arguments_sha256"] == digest({"message": "via i2"})
+        assert lines(files["i2"]) == []
+
+
+def test_a_stalled_writer_never_holds_a_call_up() -> None:
+    """The audit log's writer on a pipe nobody reads (a stalled stderr, a full disk): lines past the queue are
+    dropped and counted, and putting one never waits."""
+    read_end, write_end = os.pipe()
+    writer = audit.Writer("-", 100)
+    writer.fd = write_end
+    try:
+        log = audit.AuditLog("stalled", writer, False)
+        request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
+        assert isinstance(request, Request)
+        for _ in range(20_000):  # far more than the pipe's buffer and the queue hold
+            log.finish(log.start(request, None, "default", audit.MODERN, None), None, 1)
+        assert writer.dropped > 0 and writer.queue.qsize() <= 100
+    finally:
+        os.close(read_end)  # the writer's next write fails (EPIPE): counted, and its thread goes on
+        writer.close(5.0)
+        os.close(write_end)
