@@ -53,6 +53,7 @@ from mcpgate.observe import logs, refusals
 from mcpgate.serve.front.context import CONTEXT, RequestContext
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
 from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line, resolve_target
+from mcpgate.serve.front.writing import LeanWrites
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
     from mcpgate.serve.runtime import Runtime
@@ -80,7 +81,7 @@ class Limits:
         )
 
 
-class Handler(PyWSGIHandler):  # type: ignore[misc]
+class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
     """One client connection: read with deadlines and RequestHeaders, known to the server while it is open,
     counted in the server's budget while it waits on its client (reading: the module's docstring)."""
 
@@ -192,7 +193,8 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
             if str(self.status).startswith("414"):  # pywsgi's own refusal, which it does not log
                 self.log_refusal("Request line too long")
             self.environ = refused_environ(self.requestline or "", self.client_address)
-        super().log_request()
+        if self.server.access_logged:  # none configured: nothing to gather
+            super().log_request()
 
     def log_refusal(self, reason: str) -> None:
         """One line in gunicorn's error log (as gunicorn's own workers word it), counted by kind for /metrics."""
@@ -200,11 +202,6 @@ class Handler(PyWSGIHandler):  # type: ignore[misc]
             refusals.count(kind)
         address = self.client_address[0] if isinstance(self.client_address, tuple) else self.client_address
         self.server.log.warning("Invalid request from ip=%s: %s", address or "-", printable(reason))
-
-    def finalize_headers(self) -> None:
-        super().finalize_headers()
-        if self.command == "HEAD":
-            self.response_use_chunked = False  # no body, so no last chunk either
 
     def _write(self, data: bytes) -> None:  # pywsgi writes every piece of a body through it
         if self.command != "HEAD":
@@ -254,6 +251,8 @@ class Server(PyWSGIServer):  # type: ignore[misc]
         self.connections = connections
         self.limits = limits
         self.waiting = Waiting(limits.waiting)
+        # gunicorn's access log is configured (its logger says so; pywsgi wraps it): else nothing is gathered for it
+        self.access_logged = bool(getattr(self.log, "access_log_enabled", True))
         self.readers: set[TimedReader] = set()
         self._sweeper: gevent.Greenlet | None = None
 
