@@ -125,7 +125,16 @@ STRICTER = {
 
 
 def ours(block: bytes) -> RequestHeaders:
-    return RequestHeaders.read(io.BytesIO(block))
+    """RequestHeaders' reading of `block` a line at a time (a plain stream) and as the worker reads it (buffered,
+    the whole block at once when it is well-formed): the same fields, the same refusal, the same bytes consumed."""
+    lines = io.BytesIO(block + b"next")
+    read = RequestHeaders.read(lines)
+    buffered = io.BufferedReader(io.BytesIO(block + b"next"))
+    whole = RequestHeaders.read(buffered)
+    assert (whole.fields, whole.status) == (read.fields, read.status)
+    if not read.status:
+        assert buffered.read() == lines.read()
+    return read
 
 
 def stdlib(block: bytes) -> list[tuple[str, str]]:

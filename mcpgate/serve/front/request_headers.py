@@ -3,7 +3,8 @@
 gevent.pywsgi reads request headers with the standard library's http.client.parse_headers,
 which runs the email package's parser; on the gateway's hot path that was about a third of
 the worker's CPU per call (py-spy, bench/). RequestHeaders reads the same lines and offers the
-small interface pywsgi and gunicorn use.
+small interface pywsgi and gunicorn use. A block already whole in the connection's buffer and made only of
+well-formed fields is read in one pass; any other is read a line at a time, so that a refusal names its line.
 
 It refuses what gunicorn's own parser refuses by default (gunicorn/http/message.py), so the
 gateway never reads a request differently from a gunicorn-style proxy or server beside it:
@@ -38,6 +39,8 @@ MAX_DROPPED = MAX_HEADERS * (MAX_FIELD + 2)  # bytes of dropped fields (gunicorn
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 5.6.2
 _VALUE = r"[\t\x20-\x7e\x80-\xff]*"  # RFC 9110 5.5: VCHAR, obs-text, SP, HTAB
 _FIELD = re.compile(f"({_TOKEN}):({_VALUE})\r\n")
+_BLOCK = re.compile(f"(?:{_TOKEN}:{_VALUE}\r\n)*\r\n")  # a whole block of well-formed field lines
+_FIELDS = re.compile(f"({_TOKEN}):({_VALUE})\r\n")
 _NAME = re.compile(_TOKEN)
 _SINGLE = frozenset(("host", "content-type", "content-length", "transfer-encoding"))
 _WATCHED = _SINGLE | {"expect"}
@@ -91,15 +94,45 @@ def resolve_target(line: RequestLine, host: str | None) -> tuple[str, str | None
 class RequestHeaders:
     """Request header fields in arrival order; lookups are case-insensitive and return the first."""
 
-    __slots__ = ("fields", "status")
+    __slots__ = ("_first", "fields", "status")
 
     def __init__(self, fields: list[tuple[str, str]], status: str = "") -> None:
         self.fields = fields
         self.status = status  # non-empty: pywsgi answers 400
+        self._first: dict[str, str] | None = None  # lower-cased name -> its first value, made on first lookup
 
     @classmethod
     def read(cls, fp: BinaryIO) -> RequestHeaders:
         """Read the header block up to and including its empty line; a refusal has `status` set."""
+        whole = cls._read_buffered(fp)
+        return whole if whole is not None else cls._read_lines(fp)
+
+    @classmethod
+    def _read_buffered(cls, fp: BinaryIO) -> RequestHeaders | None:
+        """The common case in one pass: the whole block already in `fp`'s buffer, every line a well-formed field
+        (no "_" in a name, within MAX_FIELD bytes all told): the same fields `_read_lines` reads, and the block
+        consumed. None, with nothing consumed, for anything else (`_read_lines` then reads it, refusals too)."""
+        peek = getattr(fp, "peek", None)
+        if peek is None:
+            return None
+        buffered: bytes = peek(MAX_FIELD)
+        end = 2 if buffered.startswith(b"\r\n") else buffered.find(b"\r\n\r\n") + 4  # 3: no end in the buffer
+        if end == 3 or end > MAX_FIELD:
+            return None
+        text = buffered[:end].decode("iso-8859-1")
+        if _BLOCK.fullmatch(text) is None:
+            return None
+        found = _FIELDS.findall(text)
+        if len(found) > MAX_HEADERS or any("_" in name for name, _ in found):
+            return None
+        fp.read(end)
+        fields = [(name, value.strip(" \t")) for name, value in found]
+        status = _framing(fields)
+        return cls([] if status else fields, status)
+
+    @classmethod
+    def _read_lines(cls, fp: BinaryIO) -> RequestHeaders:
+        """The block a line at a time, each checked as it comes (a refusal says which line and why)."""
         fields: list[tuple[str, str]] = []
         dropped = 0
         while True:
@@ -122,11 +155,12 @@ class RequestHeaders:
         return cls([] if status else fields, status)
 
     def get(self, name: str, default: Any = None) -> Any:
-        wanted = name.lower()
-        for key, value in self.fields:
-            if key.lower() == wanted:
-                return value
-        return default
+        first = self._first
+        if first is None:
+            first = self._first = {}
+            for key, value in self.fields:
+                first.setdefault(key.lower(), value)
+        return first.get(name.lower(), default)
 
     getheader = get
 
@@ -134,6 +168,7 @@ class RequestHeaders:
         """Set the one field of this name (an absolute-form target's authority becomes the Host)."""
         wanted = name.lower()
         self.fields = [(key, v) for key, v in self.fields if key.lower() != wanted] + [(name, value)]
+        self._first = None
 
     def __delitem__(self, name: str) -> None:
         wanted = name.lower()
@@ -141,6 +176,7 @@ class RequestHeaders:
         if len(kept) == len(self.fields):
             raise KeyError(name)
         self.fields = kept
+        self._first = None
 
     def items(self) -> list[tuple[str, str]]:
         return list(self.fields)

@@ -45,11 +45,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import gevent
-from gevent.pywsgi import _InvalidClientInput
+from gevent.pywsgi import _InvalidClientInput, _InvalidClientRequest
 from gunicorn.workers.ggevent import GeventPyWSGIWorker, PyWSGIHandler, PyWSGIServer
 
 from mcpgate.config.settings import Settings
 from mcpgate.observe import logs, refusals
+from mcpgate.serve.front import environ as request_environ
 from mcpgate.serve.front.context import CONTEXT, RequestContext
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
 from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line, resolve_target
@@ -137,8 +138,20 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         return line
 
     def read_request(self, raw_requestline: str) -> bool:
+        """pywsgi's, on the request line parse_request_line checked (so one HTTP/1.0 or 1.1 line of three parts)
+        and the fields RequestHeaders read (no Content-Length but digits, never one with Transfer-Encoding)."""
         line = parse_request_line(raw_requestline)
-        super().read_request(raw_requestline)
+        self.requestline = raw_requestline.rstrip()
+        self.command, self.path, self.request_version = line
+        self.headers = self.MessageClass(self.rfile, 0)
+        if self.headers.status:
+            raise _InvalidClientRequest(f"Invalid headers status: {self.headers.status!r}")
+        length = self.headers.get("content-length")
+        self.content_length = None if length is None else int(length)
+        if self.content_length and self.command == "HEAD":
+            raise _InvalidClientRequest("Unexpected Content-Length")
+        connection = self.headers.get("connection", "").lower()
+        self.close_connection = connection == "close" if line.version == "HTTP/1.1" else connection != "keep-alive"
         self.path, host = resolve_target(line, self.headers.get("host"))
         if host is not None and host != self.headers.get("host"):
             self.headers.replace("Host", host)
@@ -151,7 +164,10 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             return RequestHeaders([], "Request header timeout")
 
     def get_environ(self) -> dict[str, Any]:
-        environ: dict[str, Any] = super().get_environ()
+        environ = request_environ.build(
+            self.server.get_environ(), self.command, self.path, self.request_version, self.headers, self.client_address
+        )
+        environ["gunicorn.sock"] = self.socket  # as gunicorn's handler
         expect = self.socket if environ.get("HTTP_EXPECT") == "100-continue" else None  # as pywsgi's Input
         chunked = "HTTP_TRANSFER_ENCODING" in environ  # RequestHeaders admits only "chunked"
         body = self.wsgi_input = Body(self.rfile, self.content_length, expect, chunked)
