@@ -192,6 +192,11 @@ class AuditLog:
     def write(self, fields: dict[str, Any]) -> None:
         self.writer.put(_LINE(fields).encode() + b"\n")
 
+    def here(self, request: Request, principal: str | None, server: str, era: str, answer: dict[str, Any]) -> None:
+        """A request the gateway answered itself, never forwarded (a hidden tool's call)."""
+        started = self.start(request, principal, server, era, None)
+        self.finish(started, error_code(Response(request.id, answer)), len(jsonrpc.encode(answer)))
+
     # -- a 2025 session's requests: registered, answered, cancelled, abandoned -----------------------------
     def opened(self, session: AuditedSession, requests: Iterable[Request]) -> None:
         for request in requests:

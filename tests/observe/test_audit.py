@@ -240,3 +240,25 @@ def test_a_stalled_writer_never_holds_a_call_up() -> None:
         os.close(read_end)  # the writer's next write fails (EPIPE): counted, and its thread goes on
         writer.close(5.0)
         os.close(write_end)
+
+
+def test_a_hidden_tools_call_is_audited_in_both_eras(tmp_path: Path) -> None:
+    """A call of a tool MCPGATE_TOOLS_DENY hides is answered by the gateway, never forwarded: audited all the same."""
+    path = tmp_path / "audit.jsonl"
+    with serving({"MCPGATE_AUDIT_LOG": str(path), "MCPGATE_TOOLS_DENY": "add"}) as gw:
+        codes: list[int] = []
+
+        async def body() -> None:
+            for mode in ("legacy", MODERN):
+                async with Client(gw.url, mode=mode) as c:
+                    with pytest.raises(MCPError) as refused:
+                        await c.call_tool("add", {"a": 1, "b": 2})
+                    codes.append(refused.value.error.code)
+
+        run(body)
+        wait_for(lambda: len(lines(path)) == 2, timeout=30, what="the hidden calls' audit lines")
+    legacy, modern = lines(path)
+    assert [line["era"] for line in (legacy, modern)] == ["2025-session", "2026-07-28"]
+    for line, code in zip((legacy, modern), codes, strict=True):
+        assert (line["tool"], line["outcome"], line["error_code"]) == ("add", "error", code)
+        assert line["arguments_sha256"] == digest({"a": 1, "b": 2})

@@ -60,6 +60,8 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     s = gw.settings
     tools = ToolFilter.of(s.tools_allow, s.tools_deny) if s.tools_allow or s.tools_deny else None
     if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check
+        if audit.LOG is not None:
+            audit.LOG.here(message, principal, gw.name, audit.MODERN, tools.refusal(request_id, hidden))
         return json_response(jsonrpc.encode(tools.refusal(request_id, hidden)))
     param_headers = pool.param_headers(principal, message) if message.method == "tools/call" else None
     if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
