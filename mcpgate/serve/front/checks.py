@@ -11,21 +11,35 @@ JSON = "application/json"
 SSE = "text/event-stream"
 
 
-def media_types(header: str | None) -> set[str]:
+_SEEN: dict[str, frozenset[str]] = {}  # media_types of header values seen (a client sends the same one each time)
+_SEEN_MAX = 256  # values remembered, each at most _SEEN_CHARS long (past either: worked out each time)
+_SEEN_CHARS = 256
+
+
+def media_types(header: str | None) -> frozenset[str]:
     """The media ranges an Accept or Content-Type header names, without parameters."""
     if not header:
-        return set()
-    return {part.split(";", 1)[0].strip().lower() for part in header.split(",") if part.strip()}
+        return frozenset()
+    found = _SEEN.get(header)
+    if found is None:
+        found = frozenset(part.split(";", 1)[0].strip().lower() for part in header.split(",") if part.strip())
+        if len(_SEEN) < _SEEN_MAX and len(header) <= _SEEN_CHARS:
+            _SEEN[header] = found
+    return found
 
 
 def accepts(header: str | None, wanted: str) -> bool:
-    types = media_types(header)
+    return _accepts(media_types(header), wanted)
+
+
+def _accepts(types: frozenset[str], wanted: str) -> bool:
     major = wanted.split("/", 1)[0]
     return wanted in types or f"{major}/*" in types or "*/*" in types
 
 
 def require_post_accept(header: str | None) -> None:
-    if not (accepts(header, JSON) and accepts(header, SSE)):
+    types = media_types(header)
+    if not (_accepts(types, JSON) and _accepts(types, SSE)):
         raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list both {JSON} and {SSE}")
 
 

@@ -32,6 +32,8 @@ STATUS_TEXT = {
 }
 
 StartResponse = Callable[..., Any]
+_KEYS: dict[str, str] = {}  # a header's name -> its environ key
+_KEYS_MAX = 256
 
 
 class HttpRequest:
@@ -42,9 +44,13 @@ class HttpRequest:
         self.method: str = environ["REQUEST_METHOD"]
 
     def header(self, name: str) -> str | None:
-        key = name.upper().replace("-", "_")
-        if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-            key = "HTTP_" + key
+        key = _KEYS.get(name)
+        if key is None:
+            key = name.upper().replace("-", "_")
+            if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+                key = "HTTP_" + key
+            if len(_KEYS) < _KEYS_MAX:  # the names the code asks for: a few dozen
+                _KEYS[name] = key
         value = self.environ.get(key)
         return value if value is None or isinstance(value, str) else str(value)
 

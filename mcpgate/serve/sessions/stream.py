@@ -89,7 +89,7 @@ class Stream:
         self._pending: deque[Delivery] = deque()
         self._bytes = 0
         self._ready = gevent.event.Event()
-        self._room = gevent.event.Event()
+        self._room: gevent.event.Event | None = None  # made when a writer first waits for room (rare)
         self._woken = False
 
     @property
@@ -124,6 +124,8 @@ class Stream:
             left = deadline - time.monotonic()
             if self.closed or not self.reader or left <= 0:
                 return False
+            if self._room is None:
+                self._room = gevent.event.Event()
             self._room.clear()
             self._room.wait(left)
         return not self.closed
@@ -141,7 +143,7 @@ class Stream:
         items = list(self._pending)
         self._pending.clear()
         self._bytes = 0
-        self._room.set()
+        self._make_room()
         return items
 
     def next(self, timeout: float | None, reader: int | None = None) -> Delivery | End | None:
@@ -153,7 +155,7 @@ class Stream:
             if self._pending:
                 item = self._pending.popleft()
                 self._bytes -= len(item.data)
-                self._room.set()
+                self._make_room()
                 return item
             if self.ending:
                 return END
@@ -195,4 +197,9 @@ class Stream:
         self._pending.clear()
         self._bytes = 0
         self._ready.set()
-        self._room.set()
+        self._make_room()
+
+    def _make_room(self) -> None:
+        """Wake a writer waiting for room, if one is."""
+        if self._room is not None:
+            self._room.set()
