@@ -24,6 +24,7 @@ from mcpgate.core.header_values import tool_header_params as tool_header_params
 from mcpgate.core.jsonrpc import Notification, Request
 
 SUPPORTED_MODERN = versions.MODERN
+_OWS = " \t"  # the spaces and tabs around a header value (RFC 9110)
 HEADER_MISMATCH = -32020
 MISSING_CLIENT_CAPABILITY = -32021
 MODERN_ERRORS = frozenset({HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION})
@@ -109,6 +110,8 @@ def validate(
     `header(name)` returns the raw value of a request header (looked up case-insensitively) or None;
     `param_headers` maps a tools/call argument (path key) to its Mcp-Param-* header name (tool_header_params).
     A notification needs no _meta and is never refused for its method (no header rules exist for one)."""
+    if isinstance(message, Request) and _served(message, header, supported, param_headers):
+        return None
     meta = request_meta(message)
     is_request = isinstance(message, Request)
     if is_request:
@@ -136,6 +139,46 @@ def validate(
     if is_request and message.method not in MODERN_METHODS:
         return Failure(404, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {show(message.method)}")
     return None
+
+
+def _served(
+    message: Request, header: Callable[[str], str | None], supported: tuple[str, ...], param_headers: Any
+) -> bool:
+    """The ladder's verdict for a well-formed request, each header read once: True only when every rung passes
+    (then the rungs below would find nothing); False sends the request down the ladder, which says what fails.
+    A version in `supported` and a method in MODERN_METHODS are plain header values by construction."""
+    params = message.params
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get(wire.META_CLIENT_CAPABILITIES), dict):
+        return False
+    version = meta.get(wire.META_PROTOCOL_VERSION)
+    method = message.method
+    if not isinstance(version, str) or version not in supported or method not in MODERN_METHODS:
+        return False
+    raw = header(wire.PROTOCOL_VERSION)
+    if raw is None or raw.strip(_OWS) != version:
+        return False
+    raw = header(wire.METHOD)
+    if raw is None or raw.strip(_OWS) != method:
+        return False
+    field = NAME_FIELD.get(method)
+    if field is not None:
+        raw = header(wire.NAME)
+        decoded = decode_header_value(raw) if raw is not None else None
+        if decoded is None or decoded != params.get(field):
+            return False
+    if param_headers and method == "tools/call":
+        return _check_params(message, header, param_headers) is None
+    return True
+
+
+def check_param_headers(
+    message: Request, header: Callable[[str], str | None], param_headers: Mapping[str, str]
+) -> Failure | None:
+    """Rung 2 for the Mcp-Param-* headers alone, for a request the rest of the ladder has already passed."""
+    if not param_headers or message.method != "tools/call":
+        return None
+    return _check_params(message, header, param_headers)
 
 
 def _check_meta(message: Request | Notification, meta: dict[str, Any] | None) -> Failure | None:
