@@ -460,6 +460,53 @@ def profile(cfg: dict, out_dir: Path, name: str = "mcpgate") -> None:
         gateways.stop(running)
 
 
+def profile_relay(out_dir: Path, name: str = "mcpgate-relay", seconds: int = 12) -> None:
+    """py-spy on the relay process (`name`: mcpgate-relay, -modern or -baseline) in front of mcpgate serve:
+    sequential calls, then 16 in flight (raw; bench/out/relay-seq.txt, relay-c16.txt and their -top.txt)."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    if not py_spy.exists():
+        sys.exit("py-spy is not installed: pip install -r bench/requirements.txt")
+    relay_spec = next((r for r in gateways.relay_specs() if r.name == name), None)
+    if relay_spec is None or relay_spec.missing:
+        sys.exit(f"--profile: no relay {name!r} to profile")
+    spec = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
+    upstream = gateways.start(spec, out_dir / "logs")
+    prefix = "relay" if name == "mcpgate-relay" else f"relay-{name.removeprefix('mcpgate-relay-')}"
+    try:
+        url = f"http://127.0.0.1:{upstream.port}{spec.path}"
+        relay = PIPE_CLIENTS[relay_spec.client](
+            relay_spec.argv(url), env=relay_spec.env or None, cwd=str(relay_spec.cwd or gateways.ROOT)
+        )
+        try:
+            relay.initialize(60.0)
+            measure.timed_loop(relay.echo, 500, 10.0, 50)  # warm
+            for label, load in (("seq", None), ("c16", 16)):
+                target = out_dir / f"{prefix}-{label}.txt"
+                argv = [str(py_spy), "record", "--pid", str(relay.proc.pid), "--rate", "500", "--format", "raw"]
+                argv += ["--duration", str(seconds), "-o", str(target)]
+                spy = procs.register(
+                    subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                )
+                time.sleep(1.0)
+                cpu = cpu_of(relay)
+                if load is None:
+                    figure = measure.timed_loop(relay.echo, 10**9, seconds - 2, 50, cpu)
+                else:
+                    figure = measure.pipe_in_flight(relay, load, seconds - 3, cpu)
+                spy_err = spy.communicate(timeout=60)[1].decode(errors="replace")
+                procs.forget(spy)
+                if spy.returncode != 0:
+                    sys.exit(f"py-spy failed ({spy.returncode}): {spy_err[-500:]}")
+                log(f"profile {prefix} {label}: {fmt(figure)} -> {target}")
+                text = report.profile_summary(target, top=30)
+                (out_dir / f"{prefix}-{label}-top.txt").write_text(text)
+                print(text)
+        finally:
+            relay.close()
+    finally:
+        gateways.stop(upstream)
+
+
 def perf_split(
     worker: int,
     port: int,
@@ -644,7 +691,11 @@ def run(args: argparse.Namespace) -> int:
         cfg["rounds"] = args.rounds
     nofile = raise_nofile()
     if args.profile:
-        profile(cfg, out_dir, next((n for n in args.only.split(",") if n), "mcpgate"))
+        row = next((n for n in args.only.split(",") if n), "mcpgate")
+        if row.startswith("mcpgate-relay"):
+            profile_relay(out_dir, row)
+        else:
+            profile(cfg, out_dir, row)
         return 0
     if args.worker_classes:
         return compare_workers(

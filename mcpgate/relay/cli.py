@@ -44,8 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import gevent
     from gevent import monkey
 
+    # Each relayed request runs in a greenlet of its own; recording the spawning stack of each (gevent's
+    # default, for debugging) cost more CPU than starting the greenlet.
+    gevent.config.track_greenlet_tree = False
     # The relay starts no processes, and its only select-style call is urllib3's zero-timeout
     # poll of a pooled connection, which cannot block: the OS poll does that without a trip
     # round the event loop, and leaving subprocess alone keeps its module out of memory.

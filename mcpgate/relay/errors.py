@@ -209,6 +209,11 @@ def _connection_error(url: str, reason: BaseException) -> RelayError:
     return MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(reason)}")
 
 
+def network_reason(exc: BaseException) -> str:
+    """The readable reason of a network error (e.g. "connection refused")."""
+    return _reason(exc)
+
+
 def _reason(exc: BaseException) -> str:
     """The innermost readable reason of a wrapped network error."""
     text = str(exc)

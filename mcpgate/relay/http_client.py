@@ -108,7 +108,7 @@ class HttpClient:
         if options.bearer_token:
             self.session.headers["Authorization"] = f"Bearer {options.bearer_token}"
         self._timeout = urllib3.Timeout(connect=options.connect_timeout, read=options.read_timeout)
-        self._routes = Routes(self.session, self.adapter)
+        self._routes = Routes(self.session, self.adapter, options.pool_size)
         self.auth: Authorizer | None = None  # set when the relay may sign in (cli.py)
 
     @property

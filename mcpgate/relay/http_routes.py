@@ -22,9 +22,10 @@ from requests.adapters import HTTPAdapter
 from requests.cookies import extract_cookies_to_jar
 from requests.utils import check_header_validity
 
-from mcpgate.relay import errors
+from mcpgate.relay import errors, fast_http
 
 MAX_ROUTES = 16
+MAX_VALID_HEADERS = 256
 # Every failure surfaces at once (the retry policy is HttpClient.send's); redirects are not followed.
 NO_RETRIES = urllib3.Retry(total=False, redirect=False)
 
@@ -34,7 +35,7 @@ class HttpReply:
 
     __slots__ = ("headers", "raw", "reason", "status_code")
 
-    def __init__(self, raw: urllib3.HTTPResponse) -> None:
+    def __init__(self, raw: urllib3.HTTPResponse | fast_http.FastReply) -> None:
         self.raw = raw
         self.status_code = raw.status
         self.reason = raw.reason
@@ -53,18 +54,20 @@ class Route:
     pool: urllib3.HTTPConnectionPool  # with the session's TLS and proxy settings applied
     target: str  # the path and query, or the whole URL through a plain-HTTP proxy
     headers: dict[str, str]  # the session's headers, plus credentials from the URL's user info
+    fast: fast_http.Pool | None = None  # plain HTTP, no proxy, no client certificate: relay/fast_http.py
 
     @property
     def usable(self) -> bool:
-        return self.pool.pool is not None  # None once closed (urllib3 1.x closes the pools it evicts)
+        return self.fast is not None or self.pool.pool is not None  # None once closed (urllib3 1.x closes evicted)
 
 
 class Routes:
     """The routes of one requests.Session and its adapter (mounted for http and https), by URL."""
 
-    def __init__(self, session: requests.Session, adapter: HTTPAdapter) -> None:
-        self.session, self.adapter = session, adapter
+    def __init__(self, session: requests.Session, adapter: HTTPAdapter, pool_size: int = 10) -> None:
+        self.session, self.adapter, self.pool_size = session, adapter, pool_size
         self._routes: dict[str, Route] = {}
+        self._valid: set[tuple[str, str]] = set()  # call headers already checked (the same few on every call)
 
     def exchange(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: urllib3.Timeout
@@ -72,31 +75,41 @@ class Routes:
         """One attempt, on the session's own urllib3 pool for the URL."""
         with errors.mapped(url):
             route = self._route(url)
-            raw = route.pool.urlopen(
-                method,
-                route.target,
-                body=body,
-                headers=self._headers(route, method, url, headers),
-                timeout=timeout,
-                retries=NO_RETRIES,
-                redirect=False,
-                assert_same_host=False,
-                preload_content=False,
-                decode_content=False,
-            )
+            sent = self._headers(route, method, url, headers)
+            raw: urllib3.BaseHTTPResponse | fast_http.FastReply
+            if route.fast is not None:
+                raw = route.fast.exchange(method, route.target, sent, body, timeout, url)
+            else:
+                raw = route.pool.urlopen(
+                    method,
+                    route.target,
+                    body=body,
+                    headers=sent,
+                    timeout=timeout,
+                    retries=NO_RETRIES,
+                    redirect=False,
+                    assert_same_host=False,
+                    preload_content=False,
+                    decode_content=False,
+                )
         if "Set-Cookie" in raw.headers:
             extract_cookies_to_jar(self.session.cookies, requests.Request(method, url).prepare(), raw)
+        if isinstance(raw, fast_http.FastReply):
+            return HttpReply(raw)
         return HttpReply(cast(urllib3.HTTPResponse, raw))  # what an HTTPConnectionPool returns
 
     def clear(self) -> None:
         """Let go of every route (urllib3 2.x closes a dropped pool's idle connections when it is collected)."""
+        for route in self._routes.values():
+            if route.fast is not None:
+                route.fast.clear()
         self._routes.clear()
 
     def _route(self, url: str) -> Route:
         route = self._routes.get(url)
         if route is None or not route.usable:
             if len(self._routes) >= MAX_ROUTES:
-                self._routes.clear()
+                self.clear()
             route = self._routes[url] = self._resolve(url)
         return route
 
@@ -108,12 +121,25 @@ class Routes:
         adapter.cert_verify(pool, prepared.url or url, session.verify, session.cert)
         # Cookies change between calls: _headers adds them when there are any.
         headers = {name: _text(value) for name, value in prepared.headers.items() if name.lower() != "cookie"}
-        return Route(pool, adapter.request_url(prepared, session.proxies), headers)
+        target = adapter.request_url(prepared, session.proxies)
+        return Route(pool, target, headers, self._fast_pool(pool, target))
+
+    def _fast_pool(self, pool: urllib3.HTTPConnectionPool, target: str) -> fast_http.Pool | None:
+        """A relay/fast_http.py pool for a plain-HTTP route that goes straight to the server (no proxy: the
+        target is a path), else None (urllib3 carries it)."""
+        if pool.scheme != "http" or not target.startswith("/") or self.session.cert or pool.host is None:
+            return None
+        existing = next((r.fast for r in self._routes.values() if r.fast and r.fast.serves(pool.host, pool.port)), None)
+        return existing or fast_http.Pool(pool.host, pool.port or 80, self.pool_size)
 
     def _headers(self, route: Route, method: str, url: str, headers: Mapping[str, str]) -> dict[str, str]:
         """The route's headers with the call's on top (names compare case-insensitively) and any cookies."""
         for header in headers.items():
-            check_header_validity(header)
+            if header not in self._valid:
+                check_header_validity(header)
+                if len(self._valid) >= MAX_VALID_HEADERS:
+                    self._valid.clear()
+                self._valid.add(header)
         names = {name.lower() for name in headers}
         merged = {name: value for name, value in route.headers.items() if name.lower() not in names}
         merged.update(headers)
