@@ -50,6 +50,8 @@ def post_worker_init(worker):
 """
 # never in a plain gateway's processes
 FEATURE_ONLY = ("authlib", "joserfc", "redis", "requests", "prometheus_client", "mcpgate.relay")
+# only with a feature that adds routes (an OAuth mode, metrics): a plain worker's app is a BareApp
+FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 # the OAuth modes' modules: only the mode's dispatcher (oauth/setup.py, standard library only) is always there
 OAUTH_ALWAYS = {"mcpgate.serve.oauth", "mcpgate.serve.oauth.setup"}
 # the master checks the configuration and starts the worker: none of the app's libraries
@@ -78,7 +80,7 @@ def worker_modules(gw: Gateway, out: Path) -> set[str]:
 
 def used(gw: Gateway) -> None:
     """The paths an idle gateway has served: /healthz, an initialize and a tools/call (their lazy imports done)."""
-    assert gw.request("GET", "/healthz").status == 200
+    assert gw.request("GET", "/healthz").status in (200, 503)  # 503: a fleet's instance not yet in the directory
     session = open_session(gw)
     reply = gw.request("POST", body=call("echo", {"text": "lazy"}), headers=session)
     assert reply.status == 200, reply
@@ -97,6 +99,8 @@ def test_a_plain_worker_holds_no_feature_module(plain: tuple[Gateway, Path]) -> 
     modules = worker_modules(gw, out)
     for package in FEATURE_ONLY:
         assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
+    for package in FLASK:
+        assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
     oauth = of(modules, "mcpgate.serve.oauth") - OAUTH_ALWAYS
     assert not oauth, f"OAuth modules in a plain worker: {sorted(oauth)}"
     assert "mcpgate.serve.cluster.redis_client" not in modules
@@ -110,13 +114,32 @@ def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, P
         assert not of(modules, package), f"{package} in the master: {sorted(of(modules, package))[:5]}"
 
 
+def test_a_plain_worker_answers_beside_the_endpoint_as_the_flask_app_did(plain: tuple[Gateway, Path]) -> None:
+    """/healthz: GET and HEAD, OPTIONS names them, other methods 405 with Allow; any other path 404; the errors
+    JSON-RPC errors, the 404 naming the endpoint."""
+    gw, _ = plain
+    health = gw.request("GET", "/healthz")
+    assert health.status == 200 and health.json()["status"] == "ok", health
+    head = gw.request("HEAD", "/healthz")
+    assert head.status == 200 and head.body == b"" and head.headers["content-length"] == str(len(health.body))
+    options = gw.request("OPTIONS", "/healthz")
+    assert options.status == 200 and options.headers["allow"] == "GET, HEAD, OPTIONS", options
+    refused = gw.request("POST", "/healthz", body={})
+    assert refused.status == 405 and refused.headers["allow"] == "GET, HEAD, OPTIONS", refused
+    assert refused.json()["error"] == {"code": -32600, "message": "Method Not Allowed"}
+    for path in ("/nope", "/healthz/", "/mcp/x"):
+        missing = gw.request("GET", path)
+        assert missing.status == 404, (path, missing)
+        assert missing.json()["error"]["message"] == "Not Found: the MCP endpoint here is /mcp", missing
+
+
 def test_metrics_import_prometheus_client(tmp_path: Path) -> None:
     config, out = config_file(tmp_path)
     with serving({"MCPGATE_METRICS": "true"}, config=config) as gw:
         used(gw)
         assert gw.request("GET", "/metrics").status == 200
         modules = worker_modules(gw, out)
-    assert of(modules, "prometheus_client") and not of(modules, "authlib")
+    assert of(modules, "prometheus_client") and of(modules, "flask") and not of(modules, "authlib")
 
 
 def test_the_resource_server_imports_its_verifier(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from mcpgate.serve.servers.published import PublishedServers
 if TYPE_CHECKING:  # Authlib is imported only in the embedded mode
     from flask import Flask
 
+    from mcpgate.serve.front.bare import BareApp
     from mcpgate.serve.oauth.server import EmbeddedServer
 
 KEY = "mcpgate.runtime"  # the Flask app's extensions key of its Runtime
@@ -69,7 +70,7 @@ class Runtime:
         servers = PublishedServers(settings, cluster=cluster, minter=minter)
         return cls(settings, servers, cluster, minter)
 
-    def attach(self, app: Flask) -> None:
+    def attach(self, app: Flask | BareApp) -> None:
         app.extensions[KEY] = self
 
     def in_flight(self) -> int:

@@ -1,5 +1,6 @@
 """The application factory: a Flask app whose MCP endpoint is served by a thin WSGI handler, and the worker's
-Runtime (serve/runtime.py: the settings, the servers, the cluster) attached to it.
+Runtime (serve/runtime.py: the settings, the servers, the cluster) attached to it. Flask only when a configured
+feature adds routes (an OAuth mode, metrics); else a BareApp (serve/front/bare.py), and Flask is not imported.
 
 Nothing is spawned until a client initializes.
 """
@@ -10,18 +11,17 @@ import functools
 import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
-
+from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.observe import audit, logs, refusals, tracing
 from mcpgate.serve import metrics
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth, checks
+from mcpgate.serve.front.bare import BareApp, Health, Missing
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.cors import Cors
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
@@ -32,6 +32,10 @@ from mcpgate.serve.servers import config_file
 from mcpgate.serve.servers.published import LISTING, PublishedServers
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions import legacy_sse, streamable
+
+if TYPE_CHECKING:  # Flask is imported only when a feature adds routes (`with_routes`)
+    from flask import Flask, Response
+    from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger("mcpgate.app")
 
@@ -240,20 +244,24 @@ class Endpoint:
         return start
 
 
-def not_here(servers: PublishedServers, guard: Guard) -> Callable[[HTTPException], Response]:
+def where(servers: PublishedServers, guard: Guard, environ: dict[str, Any]) -> str:
+    """What a 404 adds after "Not Found": where the MCP endpoints are, the named servers' path shape (their names
+    from GET /servers, behind its authentication), MCPGATE_PATH to a caller who may know what is served."""
+    if servers.named:
+        return f": the MCP endpoints here are {config_file.paths('<name>')[0]} (GET {config_file.PREFIX} lists them)"
+    if guard.may_know(environ):
+        return f": the MCP endpoint here is {servers.settings.path}"
+    return ""
+
+
+def not_here(missing: Missing) -> Callable[[HTTPException], Response]:
     """Flask's 404 and 405 as JSON-RPC errors (a client, or a relay passing the body to its host, may land on any
-    path); a 404 says where the MCP endpoints are: the named servers' path shape (their names from GET /servers,
-    behind its authentication), MCPGATE_PATH to a caller who may know what is served."""
+    path); a 404 says where the MCP endpoints are (`missing`)."""
+    from flask import Response, request
 
     def answer(error: HTTPException) -> Response:
-        where = ""
-        if error.code == 404 and servers.named:
-            where = (
-                f": the MCP endpoints here are {config_file.paths('<name>')[0]} (GET {config_file.PREFIX} lists them)"
-            )
-        elif error.code == 404 and guard.may_know(request.environ):
-            where = f": the MCP endpoint here is {servers.settings.path}"
-        body = jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, f"{error.name}{where}")
+        extra = missing(request.environ) if error.code == 404 else ""
+        body = jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, f"{error.name}{extra}")
         response = Response(jsonrpc.encode(body), status=error.code or 404, mimetype="application/json")
         allowed = getattr(error, "valid_methods", None)
         if allowed:
@@ -263,34 +271,56 @@ def not_here(servers: PublishedServers, guard: Guard) -> Callable[[HTTPException
     return answer
 
 
-def create_app(settings: Settings | None = None, listening: Sequence[str] | None = None) -> Flask:
+def with_routes(settings: Settings) -> bool:
+    """Whether a configured feature adds routes to the app, so that it must be a Flask app: metrics, an OAuth mode."""
+    return settings.metrics or settings.auth in (AuthMode.RESOURCE_SERVER, AuthMode.EMBEDDED)
+
+
+def flask_app(health: Health, missing: Missing) -> Flask:
+    """The Flask app: /healthz, and the 404 and 405 as JSON-RPC errors."""
+    from flask import Flask, Response, request
+
+    app = Flask("mcpgate")
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        status, body = health(request.environ)
+        return Response(jsonrpc.encode(body), status=status, mimetype="application/json")
+
+    app.register_error_handler(404, not_here(missing))
+    app.register_error_handler(405, not_here(missing))
+    return app
+
+
+def create_app(settings: Settings | None = None, listening: Sequence[str] | None = None) -> Flask | BareApp:
     """The app, its Runtime attached (`listening`: the worker's addresses; None: those it loads the app within)."""
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)
     tracing.setup(settings.tracing, "mcpgate")
-    app = Flask("mcpgate")
     runtime = Runtime.build(settings, listening)  # the cluster (None without REDIS_URL), then the servers
-    runtime.attach(app)
-    instance = runtime.cluster.instance if runtime.cluster is not None else settings.instance_id or None
-    audit.configure(settings.audit_log, settings.audit_queue, settings.audit_arguments, instance)
     servers = runtime.servers
-    guard = Guard(settings, authenticator(settings, app, runtime), runtime.cluster)
-    servers.watch()
 
-    @app.get("/healthz")
-    def healthz() -> Response:
+    def health(environ: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         status, body = servers.health()  # the details are in the log (preflight), not for every caller
         if runtime.draining:  # a graceful stop: balancers send new sessions elsewhere
             status, body = 503, {**body, "status": "draining"}
-        if not guard.may_know(request.environ):  # a balancer needs the status; names and counts are not its
+        if not guard.may_know(environ):  # a balancer needs the status; names and counts are not its
             body = {"status": body["status"]}
-        return Response(jsonrpc.encode(body), status=status, mimetype="application/json")
+        return status, body
 
-    app.register_error_handler(404, not_here(servers, guard))
-    app.register_error_handler(405, not_here(servers, guard))
+    def missing(environ: dict[str, Any]) -> str:
+        return where(servers, guard, environ)
+
+    app = flask_app(health, missing) if with_routes(settings) else BareApp(health, missing)
+    runtime.attach(app)
+    instance = runtime.cluster.instance if runtime.cluster is not None else settings.instance_id or None
+    audit.configure(settings.audit_log, settings.audit_queue, settings.audit_arguments, instance)
+    # a BareApp only without an OAuth mode, whose authenticator (none, or the static token) registers no route
+    guard = Guard(settings, authenticator(settings, cast("Flask", app), runtime), runtime.cluster)
+    servers.watch()
     cors = Cors(settings.cors_origins)
     app.wsgi_app = Endpoint(app.wsgi_app, servers, guard, cors)  # type: ignore[method-assign]
-    if settings.metrics:  # off: no /metrics route and no wrapper on any request
+    if settings.metrics and not isinstance(app, BareApp):  # off: no /metrics route and no wrapper on any request
         observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
         app.wsgi_app = observed  # type: ignore[method-assign]
     return app

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from flask import Flask
-
 from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
@@ -17,6 +15,8 @@ from mcpgate.serve.front import auth
 from mcpgate.serve.front.http import Refusal
 
 if TYPE_CHECKING:
+    from flask import Flask
+
     from mcpgate.serve.runtime import Runtime
 
 
