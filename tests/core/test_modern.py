@@ -723,3 +723,37 @@ def test_missing_for_input(method: str, params: Any, declared: dict[str, Any], m
 def test_sentinel_on_a_plain_header_is_a_mismatch_not_a_decode() -> None:
     failure = run("tools/list", with_meta(), {wire.PROTOCOL_VERSION: "=?base64?MjAyNi0wNy0yOA==?="})
     assert failure is not None and "does not match" in failure.message
+
+
+# -- the well-formed request's shortcut (modern._served) says yes only where the ladder finds nothing --------------
+
+_SHORTCUT_METAS: list[Any] = [
+    None,
+    5,
+    {},
+    {wire.META_PROTOCOL_VERSION: V},
+    {wire.META_PROTOCOL_VERSION: V, wire.META_CLIENT_CAPABILITIES: {}},
+    {wire.META_PROTOCOL_VERSION: "2025-06-18", wire.META_CLIENT_CAPABILITIES: {}},
+    {wire.META_PROTOCOL_VERSION: 7, wire.META_CLIENT_CAPABILITIES: {}},
+    {wire.META_PROTOCOL_VERSION: V, wire.META_CLIENT_CAPABILITIES: []},
+]
+
+
+@pytest.mark.parametrize("meta", _SHORTCUT_METAS)
+@pytest.mark.parametrize("method", ["tools/call", "tools/list", "resources/read", "ping", "tasks/get"])
+@pytest.mark.parametrize("name", [None, "echo", "é", "=?base64?ZWNobw==?=", 3])
+def test_the_shortcut_agrees_with_the_ladder(meta: Any, method: str, name: Any) -> None:
+    params: dict[str, Any] = {} if meta is None else {"_meta": meta}
+    if name is not None:
+        params.update(name=name, uri=name, taskId=name)
+    message = Request(1, method, params, {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, None)
+    versions_ = [None, V, " 2026-07-28\t", "2025-06-18", "é"]
+    methods = [None, method, f" {method} ", "x"]
+    names = [None, " echo ", "=?base64?ZWNobw==?=", "é", "=?base64?!!?="]
+    for version, sent_method, sent_name in ((v, m, n) for v in versions_ for m in methods for n in names):
+        headers = {wire.PROTOCOL_VERSION: version, wire.METHOD: sent_method, wire.NAME: sent_name}
+        shortcut = modern._served(message, headers.get, modern.SUPPORTED_MODERN, None)
+        ladder_ok = modern.validate(message, headers.get) is None  # the shortcut first, then the ladder
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(modern, "_served", lambda *_args: False)
+            assert (modern.validate(message, headers.get) is None) is shortcut is ladder_ok, headers
