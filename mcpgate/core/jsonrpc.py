@@ -219,9 +219,14 @@ def encode(obj: Any) -> bytes:
     UTF-8) falls back to ASCII escapes instead of raising.
     """
     try:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return _COMPACT.encode(obj).encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        return _COMPACT_ASCII.encode(obj).encode("ascii")
+
+
+# json.dumps with these arguments builds its encoder on every call; an encoder keeps no state between calls.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
 def raw_bytes(message: Request | Notification | Response) -> bytes:
