@@ -85,7 +85,7 @@ def formatter(form: str) -> logging.Formatter:
 
 def configure(form: str) -> None:
     """JSON logs: the request context is bound per greenlet, and what other libraries log (and Python's
-    warnings) reaches stderr as JSON too. Plain: nothing changes."""
+    warnings, gevent's reports of a greenlet's uncaught error) reaches stderr as JSON too. Plain: nothing changes."""
     global REQUEST
     if form != JSON:
         REQUEST = None
@@ -98,6 +98,15 @@ def configure(form: str) -> None:
         handler.setFormatter(JsonFormatter())
         root.addHandler(handler)
     logging.captureWarnings(True)
+    import gevent  # its hub prints a greenlet's uncaught error to stderr itself: logged instead, as one object
+
+    gevent.get_hub().print_exception = hub_error
+
+
+def hub_error(context: Any, kind: Any, value: Any, tb: Any) -> None:
+    """gevent's hub's report of an error no greenlet caught, as a log record (its traceback in `exception`)."""
+    name = getattr(kind, "__name__", str(kind))
+    logging.getLogger("gevent.hub").error("%s failed with %s", context, name, exc_info=(kind, value, tb))
 
 
 def bind(request: Any) -> None:

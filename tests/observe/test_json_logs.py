@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -76,3 +78,22 @@ def test_plain_stays_the_default() -> None:
     lines = gw.log().splitlines()
     assert lines and not any(line.startswith("{") for line in lines)
     assert any(" INFO mcpgate." in line for line in lines) and any("[INFO] Booting worker" in line for line in lines)
+
+
+CRASH = """
+import logging, warnings, gevent
+from mcpgate.observe import logs
+logs.configure("json")
+logging.getLogger("some.library").warning("a library's line")
+warnings.warn("a warning")
+gevent.spawn(lambda: 1 / 0).join()
+"""
+
+
+def test_other_libraries_warnings_and_a_greenlets_crash_are_json_too() -> None:
+    """What reaches stderr besides mcpgate's and gunicorn's own lines: another library's log line, a Python warning,
+    gevent's report of a greenlet's uncaught error (a real process of its own)."""
+    done = subprocess.run([sys.executable, "-c", CRASH], capture_output=True, text=True, timeout=60, check=True)
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert [line["logger"] for line in lines] == ["some.library", "py.warnings", "gevent.hub"], done.stderr
+    assert "ZeroDivisionError" in lines[-1]["exception"] and lines[-1]["level"] == "ERROR"
