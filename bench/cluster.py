@@ -12,7 +12,12 @@ What it measures, each figure the median over rounds (configurations interleaved
 - the latency HAProxy adds: sequential echo calls on one session, direct vs through HAProxy to the same
   instance (p50 difference);
 - the forwarded path: sequential calls on a session of instance i1 sent to instance i2, which forwards each to
-  i1 over its pooled internal connection (p50 difference against sending them to i1).
+  i1 over its pooled internal connection (p50 difference against sending them to i1);
+- CPU per call (user + system of each process, every thread, from /proc as bench/measure.py reads it for
+  serve; the bench child excluded), with --cpu-clients client processes for --duration s: a call sent to its
+  session's owner i1 (i1's CPU), the same calls sent to i2 which forwards them (i1's + i2's), the same
+  calls through HAProxy to i1 (HAProxy's own process: its CPU per call), and Redis's CPU in each (a forwarded
+  call's nonce is one SET NX there). bench/fleet_docs.py turns these into the fleet's scaling model.
 
 Every instance is `gunicorn mcpgate.wsgi` with one worker (as deploy/Procfile.fleet runs them) in front of the
 bench child (bench/child_server.py); Redis and HAProxy are the distribution's (redis-server, haproxy). This is
@@ -184,6 +189,53 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+class Clocks:
+    """A CPU clock over several processes (measure.CpuClock: the total), each one's readings kept apart."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.readings: list[dict[str, int]] = []
+
+    def __call__(self) -> int:
+        reading = {name: gateways.tree_cpu_ns(pid) for name, pid in self.pids.items()}
+        self.readings.append(reading)
+        return sum(reading.values())
+
+    def per_call_us(self, calls: int) -> dict[str, float]:
+        """Each process's CPU between the first and the last reading, in µs per call."""
+        first, last = self.readings[0], self.readings[-1]
+        return {name: (last[name] - first[name]) / 1000.0 / max(calls, 1) for name in self.pids}
+
+
+def steered_to(owner_port: int) -> measure.Client:
+    """A client class for measure.concurrent_http: sessions opened on the owner, calls sent to `port`."""
+
+    class SteeredHere(Steered):
+        def __init__(self, port: int, path: str = "/mcp") -> None:
+            super().__init__(owner_port, port)
+
+    return SteeredHere
+
+
+CpuSamples = dict[str, dict[str, list[float]]]  # path -> process -> µs per call, one per round
+
+
+def cpu_per_call(
+    paths: dict[str, tuple[int, measure.Client, dict[str, int]]], clients: int, duration: float, into: CpuSamples
+) -> None:
+    """One round of every path: `clients` processes for `duration` s, each process's CPU per call."""
+    for name, (port, client, pids) in paths.items():
+        clocks = Clocks(pids)
+        result = measure.concurrent_http(port, "/mcp", clients, duration, cpu=clocks, client=client)
+        for process, value in clocks.per_call_us(int(result["calls"])).items():
+            into.setdefault(name, {}).setdefault(process, []).append(value)
+        into.setdefault(name, {}).setdefault("calls_per_s", []).append(float(result["calls_per_s"]))
+        shares = ", ".join(
+            f"{process} {value:.0f}" for process, value in clocks.per_call_us(int(result["calls"])).items()
+        )
+        print(f"  cpu per call, {name}: {shares} µs ({result['calls_per_s']:.0f} calls/s, {result['errors']} errors)")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     load_average = os.getloadavg()[0]  # what else the machine was doing (the docs say it with the figures)
     out = BENCH / "out"
@@ -192,6 +244,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     throughput: dict[str, dict[int, list[float]]] = {}
     errors: dict[str, int] = {}
     latency: dict[str, list[float]] = {"direct": [], "haproxy": [], "owner": [], "forwarded": []}
+    cpu: CpuSamples = {}
     try:
         redis = start_redis(out)
         started.append(redis)
@@ -204,7 +257,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         targets = {"1 instance, direct": solo.port} | {
             f"{size} instance{'s' if size > 1 else ''}, HAProxy": front.port for size, front in fronts.items()
         }
+        paths = cpu_paths(solo, fleet, fronts, redis)
         for round_no in range(args.rounds):
+            if args.cpu_clients:
+                cpu_per_call(paths, args.cpu_clients, args.duration, cpu)
             order = list(targets.items())
             order = order[round_no % len(order) :] + order[: round_no % len(order)]
             for label, port in order:
@@ -234,7 +290,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "throughput": {label: {level: median(v) for level, v in by.items()} for label, by in throughput.items()},
         "errors": errors,
         "latency_p50_ms": {name: median(values) for name, values in latency.items()},
+        "cpu_us_per_call": {path: {name: median(v) for name, v in by.items()} for path, by in cpu.items()},
     }
+
+
+def cpu_paths(
+    solo: Process, fleet: list[Process], fronts: dict[int, Process], redis: Process
+) -> dict[str, tuple[int, measure.Client, dict[str, int]]]:
+    """The paths whose CPU per call is measured: (the port called, the client class, the processes counted)."""
+    paths: dict[str, tuple[int, measure.Client, dict[str, int]]] = {
+        "solo": (solo.port, HttpSession, {"instance": solo.proc.pid})
+    }
+    if len(fleet) >= 2:
+        pair = {"owner": fleet[0].proc.pid, "forwarder": fleet[1].proc.pid, "redis": redis.proc.pid}
+        paths["direct"] = (fleet[0].port, HttpSession, pair)
+        paths["forwarded"] = (fleet[1].port, steered_to(fleet[0].port), pair)
+    if 1 in fronts:
+        by_haproxy = {"owner": fleet[0].proc.pid, "haproxy": fronts[1].proc.pid, "redis": redis.proc.pid}
+        paths["haproxy"] = (fronts[1].port, HttpSession, by_haproxy)
+    return paths
 
 
 def table(results: dict[str, Any]) -> str:
@@ -261,9 +335,35 @@ def table(results: dict[str, Any]) -> str:
         f"| to the session's owner | {lat['owner']:.3f} |",
         f"| to another instance (forwarded) | {lat['forwarded']:.3f} (+{lat['forwarded'] - lat['owner']:.3f}) |",
     ]
+    lines += cpu_table(results.get("cpu_us_per_call", {}))
     if any(results["errors"].values()):
         lines += ["", f"errors: {results['errors']}"]
     return "\n".join(lines)
+
+
+def cpu_table(cpu: dict[str, dict[str, float]]) -> list[str]:
+    """CPU per call of each process on each path (µs), as measured (empty when it was not)."""
+    if not {"direct", "forwarded"} <= cpu.keys():
+        return []
+    direct, forwarded = cpu["direct"], cpu["forwarded"]
+    rows = [
+        "",
+        "| CPU per echo call, µs | owner | forwarder | HAProxy | Redis | total |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, by in (
+        ("one instance alone (no fleet)", {"owner": cpu.get("solo", {}).get("instance", float("nan"))}),
+        ("sent to the session's owner", direct),
+        ("sent to another instance (forwarded)", forwarded),
+        ("through HAProxy to the owner", cpu.get("haproxy", {})),
+    ):
+        if not by:
+            continue
+        parts = [by.get(name) for name in ("owner", "forwarder", "haproxy", "redis")]
+        cells = ["–" if value is None else f"{value:,.1f}" for value in parts]
+        total = sum(value for value in parts if value is not None)
+        rows.append(f"| {label} | " + " | ".join(cells) + f" | {total:,.1f} |")
+    return rows
 
 
 def main(argv: list[str]) -> int:
@@ -273,6 +373,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--levels", type=lambda text: [int(v) for v in text.split(",")], default=[16, 64])
     parser.add_argument("--instances", type=lambda text: [int(v) for v in text.split(",")], default=[1, 2, 4])
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per latency figure")
+    parser.add_argument("--cpu-clients", type=int, default=8, help="client processes of the CPU figures (0: none)")
     args = parser.parse_args(argv)
     if max(args.instances) > RECIPE_SERVERS or min(args.instances) < 1:
         raise SystemExit(f"--instances: 1 to {RECIPE_SERVERS} (the recipe's servers)")

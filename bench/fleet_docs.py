@@ -1,7 +1,22 @@
 """The fleet's figures in README.md (the "Figures" item of its fleet section) and deploy/README.md (its "Figures"
 section): both written from one run of bench/cluster.py (its bench/out/cluster.json) by
-`python bench/report.py --readme`, never by hand. Each document holds them between two marker comments; the
-opening one names the run, so the two documents can be seen to quote the same one (tests/test_fleet_figures.py).
+`python bench/report.py --readme` (or `python bench/fleet_docs.py`: these blocks alone), never by hand. Each
+document holds them between two marker comments; the opening one names the run, so the two documents can be seen
+to quote the same one (tests/test_fleet_figures.py).
+
+They hold the fleet's scaling model (issue 24), because this machine cannot give each instance a core of its own:
+N instances on N cores, every call through HAProxy, a fraction f of them landing on an instance that does not own
+their session (which forwards it). Each core does 10^6 µs of work a second, so
+
+    calls/s(N) = N · 10^6 / (c_owner + c_haproxy + f · (c_forwarded − c_direct))   [HAProxy on the same cores]
+    calls/s(N) = N · 10^6 / (c_owner + f · (c_forwarded − c_direct))              [HAProxy on a core of its own]
+
+and the scaling is calls/s(N) over N times one instance alone served directly (10^6 / c_alone): a fleet of N
+scales to that fraction of N. The inputs are bench/cluster.py's CPU per call (user + system of each process): c_alone
+one instance outside a fleet, c_owner an instance of the fleet fed by HAProxy, c_haproxy HAProxy's own process,
+c_direct and c_forwarded a call sent to its session's owner and the same call sent to another instance (both
+instances' CPU and Redis's, the forwarded request's nonce). With the recipe's sticky routing f is ~0 (a session's
+calls go to its owner; calls are forwarded only when the stick table lost the session); round robin is f = (N−1)/N.
 """
 
 from __future__ import annotations
@@ -57,13 +72,117 @@ def readme_item(results: dict[str, Any]) -> str:
         f"- **Figures** ({where(results)}; every figure in deploy/README.md): {per_call(results)}. Throughput at "
         f"{at} clients: one instance direct {direct} calls/s, behind HAProxy {one}; two instances {two}, four {four}."
     )
+    model = model_summary(results)
+    if model is not None:
+        text += " " + model
     return wrap(text, "  ")
 
 
 def deploy_section(results: dict[str, Any], table: str) -> str:
     """deploy/README.md's figures, between the markers: where they come from, the tables, the per-call costs."""
-    return "\n".join(
-        [wrap(where(results) + " (the load clients on the same cores):"), "", table, "", wrap(per_call(results) + ".")]
+    lines = [
+        wrap(where(results) + " (the load clients on the same cores):"),
+        "",
+        table,
+        "",
+        wrap(per_call(results) + "."),
+    ]
+    model = model_text(results)
+    if model is not None:
+        lines += ["", wrap(model)]
+    return "\n".join(lines)
+
+
+# -- the model ------------------------------------------------------------------------------------------------
+
+TARGET = 0.85  # issue 24: N instances on N cores scale to at least this fraction of N
+RATIO_GOAL = 1.3  # issue 24: CPU per forwarded call at most this many times a direct one
+SHARE = 0.25  # a forwarded fraction the model is also stated for (sticky routing is ~0, round robin (N-1)/N)
+
+
+def inputs(results: dict[str, Any]) -> dict[str, float] | None:
+    """The model's inputs (µs of CPU per call) from a run's cpu_us_per_call; None when the run has none."""
+    cpu = results.get("cpu_us_per_call") or {}
+    if not {"solo", "direct", "forwarded", "haproxy"} <= cpu.keys():
+        return None
+    direct, forwarded, by_haproxy = cpu["direct"], cpu["forwarded"], cpu["haproxy"]
+    return {
+        "alone": cpu["solo"]["instance"],
+        "owner": by_haproxy["owner"] + by_haproxy.get("redis", 0.0),
+        "haproxy": by_haproxy["haproxy"],
+        "direct": direct["owner"] + direct.get("redis", 0.0),
+        "forwarded": forwarded["owner"] + forwarded["forwarder"] + forwarded.get("redis", 0.0),
+        "forwarder": forwarded["forwarder"],
+        "redis": forwarded.get("redis", 0.0),
+    }
+
+
+def core_us(cost: dict[str, float], share: float, own_core: bool = False) -> float:
+    """µs of the instances' cores per call: the owner's work, HAProxy's (unless it has a core of its own) and the
+    forwarded share's extra."""
+    return cost["owner"] + (0.0 if own_core else cost["haproxy"]) + share * (cost["forwarded"] - cost["direct"])
+
+
+def calls_per_s(cost: dict[str, float], instances: int, share: float, own_core: bool = False) -> float:
+    """The model's throughput of `instances` instances on as many cores."""
+    return instances * 1e6 / core_us(cost, share, own_core)
+
+
+def scaling(cost: dict[str, float], share: float) -> float:
+    """calls/s(N) over N times one instance of the fleet (which forwards nothing): the fraction of N reached."""
+    return core_us(cost, 0.0) / core_us(cost, share)
+
+
+def against_alone(cost: dict[str, float], share: float, own_core: bool) -> float:
+    """calls/s(N) over N lone instances served directly (no HAProxy, no Redis, no forwarding)."""
+    return cost["alone"] / core_us(cost, share, own_core)
+
+
+def share_at_target(cost: dict[str, float]) -> float:
+    """The forwarded fraction up to which the fleet scales to at least TARGET·N."""
+    return core_us(cost, 0.0) * (1 / TARGET - 1) / max(cost["forwarded"] - cost["direct"], 1e-9)
+
+
+def model_text(results: dict[str, Any]) -> str | None:
+    """The model's measured inputs and its prediction, in a paragraph (None: the run measured no CPU)."""
+    cost = inputs(results)
+    if cost is None:
+        return None
+    ratio = cost["forwarded"] / cost["direct"]
+    lat = results["latency_p50_ms"]
+    added = lat["haproxy"] - lat["direct"]
+    limit = share_at_target(cost)
+    met = "met" if ratio <= RATIO_GOAL else "not met"
+    return (
+        f"**Model** (bench/fleet_docs.py; CPU per echo call, user + system, in µs): c_alone {cost['alone']:,.0f} "
+        f"on one instance outside a fleet; c_owner {cost['owner']:,.0f} on an instance of the fleet fed by HAProxy "
+        f"and c_haproxy {cost['haproxy']:,.0f} in HAProxy (which adds {added:.3f} ms of latency); c_direct "
+        f"{cost['direct']:,.0f} for a call sent to its session's owner, c_forwarded {cost['forwarded']:,.0f} for "
+        f"the same call sent to another instance (forwarder {cost['forwarder']:,.0f}, Redis's nonce "
+        f"{cost['redis']:,.0f}): {ratio:.2f}× a direct call, the goal of {RATIO_GOAL:.2f}× {met}. N instances on "
+        f"N cores, a fraction f of the calls forwarded: calls/s(N) = N·10^6 / (c_owner + c_haproxy + "
+        f"f·(c_forwarded − c_direct)). Against one instance of the fleet that is 1.00·N with sticky routing "
+        f"(f ≈ 0), {scaling(cost, SHARE):.2f}·N at f = {SHARE:.2f} and {scaling(cost, 0.75):.2f}·N for four "
+        f"instances in round robin (f = 0.75); {TARGET:.2f}·N holds up to f = {limit:.2f}. Against N lone "
+        f"instances served directly, sticky routing gives {against_alone(cost, 0.0, False):.2f}·N with HAProxy "
+        f"on the instances' cores, {against_alone(cost, 0.0, True):.2f}·N with HAProxy on a core of its own "
+        f"(where it spends {cost['haproxy'] / cost['owner']:.2f} of a core per instance's core): eight instances "
+        f"on eight cores of this machine's speed, {calls_per_s(cost, 8, 0.0):,.0f} calls/s."
+    )
+
+
+def model_summary(results: dict[str, Any]) -> str | None:
+    """The model in one sentence for README.md (each figure also in deploy/README.md's paragraph)."""
+    cost = inputs(results)
+    if cost is None:
+        return None
+    ratio = cost["forwarded"] / cost["direct"]
+    return (
+        f"The scaling model (deploy/README.md): a forwarded call costs {ratio:.2f}× the CPU of a direct one (goal "
+        f"{RATIO_GOAL:.2f}×); with sticky routing N instances on N cores do 1.00·N one fleet instance's calls "
+        f"({TARGET:.2f}·N holds up to a forwarded fraction f = {share_at_target(cost):.2f}), "
+        f"{against_alone(cost, 0.0, False):.2f}·N a lone instance's ({against_alone(cost, 0.0, True):.2f}·N with "
+        "HAProxy on a core of its own)."
     )
 
 
@@ -92,3 +211,16 @@ def update(root: Path, results: dict[str, Any], table: str) -> list[Path]:
 def runs_quoted(text: str) -> list[str]:
     """The runs a document's fleet figures blocks name (one, when it is as generated)."""
     return [match.group("when") for match in BLOCK.finditer(text)]
+
+
+if __name__ == "__main__":  # the two blocks alone, from bench/out/cluster.json (report.py --readme does more)
+    import json
+    import sys
+
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    import cluster
+
+    run = json.loads((here / "out" / "cluster.json").read_text())
+    for written in update(here.parent, run, cluster.table(run)):
+        print(f"updated the fleet figures of {written}")

@@ -33,6 +33,27 @@ def check_agree(readme: str, deploy: str) -> None:
     assert quoted <= set(FIGURE.findall(block_of(deploy))), (quoted, block_of(deploy))
 
 
+# µs per call as bench/cluster.py measures them: the forwarded call 100 (owner) + 60 (forwarder) + 0 (Redis)
+CPU = {
+    "solo": {"instance": 90.0},
+    "direct": {"owner": 100.0, "forwarder": 2.0, "redis": 0.0},
+    "forwarded": {"owner": 100.0, "forwarder": 60.0, "redis": 1.0},
+    "haproxy": {"owner": 100.0, "haproxy": 20.0, "redis": 0.0},
+}
+
+
+def test_the_model_from_the_measured_inputs() -> None:
+    cost = fleet_docs.inputs({"cpu_us_per_call": CPU})
+    assert cost is not None and cost["forwarded"] == 161.0 and cost["direct"] == 100.0
+    assert fleet_docs.core_us(cost, 0.0) == 120.0  # the owner's work and HAProxy's, on the instances' cores
+    assert fleet_docs.scaling(cost, 0.0) == 1.0  # nothing forwarded: N instances do N times one's calls
+    assert abs(fleet_docs.scaling(cost, 0.5) - 120 / 150.5) < 1e-9  # half forwarded: 61 µs more on half the calls
+    assert abs(fleet_docs.scaling(cost, fleet_docs.share_at_target(cost)) - fleet_docs.TARGET) < 1e-9
+    assert fleet_docs.against_alone(cost, 0.0, own_core=True) == 0.9  # a lone instance's 90 µs against 100
+    assert fleet_docs.calls_per_s(cost, 8, 0.0) == 8e6 / 120
+    assert fleet_docs.model_text({"latency_p50_ms": {}}) is None  # a run without CPU figures: no model stated
+
+
 def test_both_documents_quote_one_run() -> None:
     readme, deploy = (doc.read_text() for doc in DOCS)
     check_agree(readme, deploy)
@@ -54,11 +75,15 @@ def test_one_results_file_writes_both_blocks(tmp_path: Path) -> None:
         },
         "errors": {},
         "latency_p50_ms": {"direct": 0.2, "haproxy": 0.25, "owner": 0.21, "forwarded": 0.5},
+        "cpu_us_per_call": CPU,
     }
     fleet_docs.update(tmp_path, results, cluster.table(results))
     readme, deploy = ((tmp_path / doc.relative_to(ROOT)).read_text() for doc in DOCS)
     check_agree(readme, deploy)
     assert fleet_docs.runs_quoted(readme) == ["2030-01-02T03:04:05+00:00"]
     assert "9,001" in block_of(readme) and "+0.050" in block_of(deploy) and "load average 0.2" in block_of(deploy)
+    flat = " ".join(block_of(readme).split()), " ".join(block_of(deploy).split())
+    assert "1.61× the CPU of a direct one" in flat[0]  # the model's summary, its figures in deploy's block
+    assert "c_forwarded 161" in flat[1] and "| 60.0 | – | 1.0 | 161.0 |" in block_of(deploy)
     outside = readme.replace(block_of(readme), ""), deploy.replace(block_of(deploy), "")
     assert outside == tuple(doc.read_text().replace(block_of(doc.read_text()), "") for doc in DOCS)
