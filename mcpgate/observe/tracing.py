@@ -1,7 +1,8 @@
 """OpenTelemetry traces of the gateway's and the relay's MCP requests (off unless MCPGATE_TRACING is true).
 
-On, `setup` builds a TracerProvider with a BatchSpanProcessor and the OTLP/HTTP exporter, all configured by the
-standard OTEL_* variables (OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, _HEADERS, OTEL_SERVICE_NAME,
+On, `setup` builds a TracerProvider, a batch span processor (observe/span_batches.py: the SDK's, minus its
+after-fork hooks, which a gevent worker forking its children cannot have) and the OTLP/HTTP exporter, all
+configured by the standard OTEL_* variables (OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, _HEADERS, OTEL_SERVICE_NAME,
 OTEL_TRACES_SAMPLER[_ARG], OTEL_BSP_*). The SDK is imported only then: off, `TRACER` stays None and each hook
 in the request path is one None check (the `[otel]` extra need not even be installed).
 
@@ -48,16 +49,17 @@ def setup(enabled: bool, service: str) -> None:
         return
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     import mcpgate
+    from mcpgate.observe.span_batches import ForkSafeTracerProvider, SpanBatches
 
+    # the OTEL_* resource read directly: Resource.create runs its detectors in a thread pool, which a gevent
+    # worker's patched threading does not survive
     name = os.environ.get("OTEL_SERVICE_NAME") or service
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider = ForkSafeTracerProvider(resource=OTELResourceDetector().detect().merge(Resource({SERVICE_NAME: name})))
+    provider.add_span_processor(SpanBatches(OTLPSpanExporter()))
     _api, _propagator = trace, TraceContextTextMapPropagator()
     TRACER = provider.get_tracer("mcpgate", mcpgate.__version__)
     log.info("tracing on: spans go to the OTLP/HTTP exporter the OTEL_* variables configure")

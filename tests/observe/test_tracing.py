@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,26 @@ def test_off_the_sdk_is_not_imported() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_sessions_opened_together_while_tracing_are_all_answered(sink: Receiver) -> None:
+    """Each child is forked from the traced worker: nothing of the SDK may run in the fork before the exec (its
+    batch processor's after-fork thread start ran the parent's greenlets there, which closed other clients'
+    connections unanswered)."""
+    env = {k: v for k, v in traced_env(sink).items() if k != "MCPGATE_COMMAND"}  # the bundled demo child
+    with serving(env) as gw:
+        statuses: list[int | str] = []
+
+        def open_one() -> None:
+            try:
+                statuses.append(gw.request("POST", body=init_body(), headers=HEADERS).status)
+            except OSError as exc:
+                statuses.append(repr(exc))
+
+        clients = [threading.Thread(target=open_one) for _ in range(12)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(HANG_GUARD)
+        assert statuses == [200] * 12, statuses
+        assert "Traceback" not in gw.log()
