@@ -73,3 +73,21 @@ class SessionSettings:
         validate=non_negative,
     )
     keepalive: float = declare(15.0, "Seconds between SSE keepalive comments.", validate=positive)
+    session_resurrect: bool = declare(
+        True,
+        "Keep what a session's takeover replays (the principal, the initialize exchange, the log level, the "
+        "resource subscriptions; in Redis, else MCPGATE_STATE_DIR/sessions) so that after its instance's death, "
+        "a redeploy or a restart another process starts a new child under the same session id. Off for a server "
+        "whose sessions hold state its clients rely on (per server: \"resurrect\": false).",
+    )
+    session_resurrect_timeout: float = declare(
+        30.0,
+        "Seconds a takeover waits for the new child's answers to the replayed initialize, log level and "
+        "subscriptions; past it the session ends (404).",
+        validate=positive,
+    )
+    session_kept_bytes: int = declare(
+        64 * 1024,
+        "Most bytes of one session's kept state (JSON); a larger one is not kept (the session is not taken over).",
+        validate=positive,
+    )

@@ -61,6 +61,18 @@ class SessionRegistry(Generic[T]):
         self._register(session_id, value, now)
         return value
 
+    def room(self) -> None:
+        """SessionLimitReached when no other session may be registered now."""
+        if len(self._sessions) >= self.max_sessions:
+            raise SessionLimitReached(self.max_sessions)
+
+    def adopt(self, session_id: str, value: T, now: float) -> None:
+        """Register a session under an id it had before (taken over); SessionLimitReached when full."""
+        self.room()
+        if session_id in self._sessions:
+            raise ValueError("that session id is registered already")
+        self._register(session_id, value, now)
+
     def add(self, value: T, now: float) -> str:
         """Register a value (one that need not know its id) under a fresh id; SessionLimitReached when full."""
         session_id = self._fresh_id()

@@ -34,8 +34,9 @@ import gevent
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
-from mcpgate.serve.cluster.forward import Forwarder, read_body
+from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body
 from mcpgate.serve.cluster.gone import GoneMarks
+from mcpgate.serve.cluster.moved import held_by, restarted
 from mcpgate.serve.cluster.peers import ForwardingPeers
 from mcpgate.serve.cluster.resent import Resent
 from mcpgate.serve.front import auth
@@ -233,7 +234,13 @@ class Cluster:
         session_id = named_session(environ) if kind != "sse" else None  # HTTP+SSE's stream: a new session, here
         owner = self.owner(session_id) if session_id else None
         if owner is not None and owner != self.instance:
-            return self.forward(environ, None, owner, session_id or "", kind)
+            if kind != "mcp":
+                return self.forward(environ, None, owner, session_id or "", kind)
+            body = read_body(environ, self.forwarder.max_body)
+            response = None if context(environ).forwarded else self._forward(environ, body, owner, session_id or "")
+            if response is not None:
+                return response
+            return self._again(environ, body, kind, handler, owner)  # gone: taken over here (cluster/takeover.py)
         if kind == "mcp" and session_id:  # a POST its forwarder died under, sent again: serve/cluster/resent.py
             return self.resent.serve(environ, session_id, lambda: self._here(environ, kind, handler))
         return self._here(environ, kind, handler)
@@ -243,15 +250,25 @@ class Cluster:
         try:
             return handler(HttpRequest(environ))
         except Forward as forward:
+            owner = forward.owner
             body = forward.body if forward.body is not None else read_body(environ, self.forwarder.max_body)
-            response = self._forward(environ, body, forward.owner, named_session(environ) or "")
+            response = self._forward(environ, body, owner, named_session(environ) or "")
             if response is not None:
                 return response
+        return self._again(environ, body, kind, handler, owner)
+
+    def _again(self, environ: dict[str, Any], body: bytes, kind: str, handler: Handler, gone: str) -> HttpResponse:
+        """Run the handler once more, the instance `gone` now gone from `lookup`: a session held elsewhere since
+        (taken over) is forwarded to its holder, once."""
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         context(environ).message = None
         try:
             return handler(HttpRequest(environ))
         except Forward as again:
+            if again.owner != gone:
+                response = self._forward(environ, body, again.owner, named_session(environ) or "")
+                if response is not None:
+                    return response
             log.warning("instance %s asked again for a request forwarded to %s", self.instance, again.owner)
             raise self.not_found(kind) from None
 
@@ -264,7 +281,9 @@ class Cluster:
             raise self.not_found(kind)
         return response
 
-    def _forward(self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str) -> HttpResponse | None:
+    def _forward(
+        self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str, moved: bool = False
+    ) -> HttpResponse | None:
         """The owner's reply; None when it is not in the directory or cannot be reached (then it is taken for
         gone until its directory entry would have expired), or when this request was itself forwarded here."""
         if context(environ).forwarded:  # a forwarded request is never forwarded again
@@ -274,10 +293,18 @@ class Cluster:
         if url is None:
             self.forwarder.report_gone(owner, "not in the directory")
             return None
-        response = self.forwarder.forward(environ, body, url, owner, session_id, auth.principal(environ))
+        try:
+            response = self.forwarder.forward(environ, body, url, owner, session_id, auth.principal(environ))
+        except LostInFlight:
+            self.directory.forget(owner)
+            return restarted(body or b"") if environ["REQUEST_METHOD"] == "POST" else None
         if response is None:
             self.directory.forget(owner)
-        return response
+            return None
+        holder = held_by(response)  # the owner no longer holds the session: its holder, or nobody (taken here)
+        if holder and holder != self.instance and holder != owner and not moved:
+            return self._forward(environ, body, holder, session_id, moved=True)
+        return response if holder is None else None
 
     @staticmethod
     def not_found(kind: str) -> Refusal:

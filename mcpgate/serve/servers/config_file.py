@@ -2,10 +2,11 @@
 server.
 
 The format: `{"mcpServers": {"<name>": {"command": str, "args": [str], "env": {str: str}, "cwd": str,
-"mcpgate": {<per-server settings by field name>}}}}`. Other top-level keys (a desktop host keeps its own
-preferences there) are left alone. An entry of another transport (a `url`, or `type` "sse" / "http") is
-reported and skipped, never guessed at; any other unknown key is an error naming it. Each per-server setting is
-checked with its declaration's validator. Every message names the file, the server and the field.
+"resurrect": bool, "mcpgate": {<per-server settings by field name>}}}}` ("resurrect": MCPGATE_SESSION_RESURRECT
+for this server). Other top-level keys (a desktop host keeps its own preferences there) are left alone. An
+entry of another transport (a `url`, or `type` "sse" / "http") is reported and skipped, never guessed at; any
+other unknown key is an error naming it. Each per-server setting is checked with its declaration's validator.
+Every message names the file, the server and the field.
 
 A server's settings are the gateway's own with its overrides on top (`settings_for`), so the modules that read
 `gateway.settings.<field>` never know whether they serve one server or many.
@@ -27,7 +28,7 @@ from mcpgate.config.settings import Settings
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PREFIX = "/servers"
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a config file larger than this is refused (it is read whole)
-ENTRY_KEYS = ("command", "args", "env", "cwd", "type", "mcpgate")
+ENTRY_KEYS = ("command", "args", "env", "cwd", "type", "resurrect", "mcpgate")
 OTHER_TRANSPORTS = ("sse", "http", "streamable-http", "streamableHttp", "streamable_http", "ws", "websocket")
 # The settings an entry's "mcpgate" object may set for its server alone.
 PER_SERVER = (
@@ -47,6 +48,7 @@ PER_SERVER = (
     "pool_children_total",
     "pool_idle_ttl",
     "oauth_scopes",
+    "session_resurrect",
 )
 DECLARED: dict[str, Setting] = {s.name: s for s in declared(Settings) if s.name in PER_SERVER}
 
@@ -178,7 +180,12 @@ def _entry(name: str, raw: dict[str, Any], where: str) -> ServerEntry:
     cwd = raw.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or validators.directory(cwd)):
         raise ConfigError(f"{where}: cwd must name an existing directory (got {cwd!r})")
-    return ServerEntry(name, (command, *args), dict(env), cwd or None, _overrides(raw.get("mcpgate", {}), where))
+    overrides = _overrides(raw.get("mcpgate", {}), where)
+    if "resurrect" in raw:  # its sessions taken over after their process is gone (serve/cluster/takeover.py)
+        if not isinstance(raw["resurrect"], bool):
+            raise ConfigError(f"{where}: resurrect must be true or false (got {raw['resurrect']!r})")
+        overrides["session_resurrect"] = raw["resurrect"]
+    return ServerEntry(name, (command, *args), dict(env), cwd or None, overrides)
 
 
 def _overrides(raw: Any, where: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import gevent
+from gevent.event import AsyncResult
 
 from mcpgate.child.limits import ChildLimits
 from mcpgate.child.process import ChildProcess
@@ -22,6 +23,7 @@ from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.metrics import Tally
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
+from mcpgate.serve.sessions.kept import keeper_for
 from mcpgate.serve.sessions.session import ChildSpec, Session
 from mcpgate.serve.sessions.stream import StreamLimits
 
@@ -89,6 +91,9 @@ class PublishedServer:
         self._stopping: set[ChildProcess] = set()  # children of ended sessions still going down the ladder
         self.closing = False
         self.caps = caps.for_server(settings, name, cluster)
+        self.cluster = cluster
+        self.keeper = keeper_for(settings, name, cluster)  # what a takeover replays (serve/cluster/takeover.py)
+        self.reviving: dict[str, AsyncResult] = {}  # sessions being taken over here: their requests wait
 
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}
@@ -119,6 +124,24 @@ class PublishedServer:
         log.info("session %s opened (child pid %s)", session.label, session.child.pid)
         self._ensure_reaper()
         return session
+
+    def adopt_session(self, session_id: str, owner: str) -> Session:
+        """A session taken over under its own id (serve/cluster/takeover.py), its child started, not registered
+        yet: `register` it once its handshake is replayed (until then its requests wait for the takeover)."""
+        self.sessions.room()
+        self.caps.acquire(owner)
+        try:
+            session = self._new_session(session_id, owner)
+            session.start()
+        except BaseException:
+            self.caps.release(owner)
+            raise
+        return session
+
+    def register(self, session: Session) -> None:
+        """Register a session taken over (SessionLimitReached: the caller ends it)."""
+        self.sessions.adopt(session.id, session, self.clock())
+        self._ensure_reaper()
 
     def _new_session(self, session_id: str, owner: str) -> Session:
         s = self.settings
@@ -169,6 +192,8 @@ class PublishedServer:
     def _forget(self, session: Session, reason: str) -> None:
         self.sessions.remove(session.id)
         self.caps.release(session.owner)
+        if self.keeper is not None:
+            self.keeper.ended(session.id, shutting_down=reason == EndCause.SHUTTING_DOWN)
         self._stopping = {child for child in self._stopping if not child.join(0)}
         self._stopping.add(session.child)
 
@@ -183,6 +208,8 @@ class PublishedServer:
             self.reap_idle()
 
     def reap_idle(self) -> None:
+        if self.keeper is not None:  # the kept sessions' records live on while their sessions do
+            self.keeper.refresh()
         for session_id in self.sessions.expired(self.clock()):
             session = self.sessions.get(session_id)
             if session is not None:

@@ -18,6 +18,7 @@ from mcpgate.serve.errors import BadRequest
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.http import HttpRequest
 from mcpgate.serve.servers.server import PublishedServer
+from mcpgate.serve.sessions.kept import WATCHED
 from mcpgate.serve.sessions.session import Session
 
 log = logging.getLogger("mcpgate.http")
@@ -28,6 +29,7 @@ def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
     session = gw.open_session(auth.principal(request.environ))
     session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
     session.server = gw.name
+    session.keeper = gw.keeper
     return session
 
 
@@ -44,6 +46,8 @@ def forward(session: Session, item: Request | Notification | RpcResponse) -> Non
     """One client message to the child (a hidden tool's call is answered here; a cancellation answers its POST)."""
     if session.tools is not None and isinstance(item, Request) and answered_hidden(session, session.tools, item):
         return
+    if session.keeper is not None and isinstance(item, Request) and item.method in WATCHED:  # kept for a takeover
+        session.keeper.note(session.id, item.method, item.params)
     if isinstance(item, Notification) and item.method == "notifications/cancelled":
         params = item.params if isinstance(item.params, dict) else {}
         if jsonrpc.is_valid_id(params.get("requestId")):

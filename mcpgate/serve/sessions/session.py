@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mcpgate.child.limits import ChildLimits, ended_message
 from mcpgate.child.process import ChildProcess, OnMessage
@@ -33,6 +34,9 @@ from mcpgate.serve.sessions.stream import Delivery as Delivery
 from mcpgate.serve.sessions.stream import End as End
 from mcpgate.serve.sessions.stream import Stream as Stream
 from mcpgate.serve.sessions.stream import StreamLimits
+
+if TYPE_CHECKING:
+    from mcpgate.serve.sessions.kept import Keeper
 
 log = logging.getLogger("mcpgate.session")
 
@@ -168,6 +172,7 @@ class Session:
             and jsonrpc.id_key(message.id) == self._init_key
         ):
             self._init_key = None
+            self.handshake = (self._init_request.params if self._init_request else None, message.full().get("result"))
             self._init_request = None
             self.version = initialize_version(message.full().get("result"))
         route = self.router.route(message, self._clock())
@@ -254,6 +259,8 @@ class Session:
     # The 2024-11-05 HTTP+SSE transport's one stream, when the session is one of that transport's.
     event_stream: Stream | None = None
     server: str = "default"  # the published server's name (the audit log's; serve/sessions/inbound.py sets it)
+    keeper: Keeper | None = None  # where what a takeover replays is kept (serve/sessions/kept.py); inbound sets it
+    handshake: tuple[Any, Any] | None = None  # the client's initialize params and the child's result, once answered
 
     def open_event_stream(self) -> Stream | None:
         """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are

@@ -15,6 +15,7 @@ from mcpgate.core import jsonrpc, modern, versions, wire
 from mcpgate.core.jsonrpc import Invalid, Notification, Request
 from mcpgate.core.replay import MAX_ID_CHARS, CannotResume
 from mcpgate.observe import tracing
+from mcpgate.serve.cluster import takeover
 from mcpgate.serve.errors import BadRequest, MethodNotAllowed, SessionNotFound, ShuttingDown, answered
 from mcpgate.serve.front import auth, checks, reply
 from mcpgate.serve.front.context import context
@@ -50,6 +51,8 @@ def find_session(gw: PublishedServer, request: HttpRequest) -> Session:
     if session_id is None:
         raise BadRequest(f"Bad Request: the {wire.SESSION_ID} header is required")
     session = gw.get(session_id, auth.principal(request.environ))
+    if session is None and gw.keeper is not None:  # its process is gone: taken over here (cluster/takeover.py)
+        session = takeover.revive(gw, request, session_id)
     if session is None or session.ended:
         raise SessionNotFound("Session not found: initialize a new session")
     check = versions.check_header(request.header(wire.PROTOCOL_VERSION), session.version)
@@ -196,6 +199,8 @@ def check_initialized(session: Session) -> None:
     """A session whose initialize did not succeed ends at once."""
     if session.version is None:
         session.end(EndCause.INITIALIZE_FAILED)
+    elif session.keeper is not None and session.handshake is not None and session.bridge is None:
+        session.keeper.opened(session.id, session.owner, *session.handshake, session.tag)  # serve/sessions/kept.py
 
 
 def get(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
@@ -221,7 +226,7 @@ def get_stream(gw: PublishedServer, session: Session, stream: Stream, client: Cl
 
 def resume(gw: PublishedServer, session: Session, last_event_id: str, client: Client) -> HttpResponse:
     """A GET with Last-Event-ID: what the named stream sent after that event, then its live messages."""
-    resumed = session.resume(last_event_id)
+    resumed = takeover.before_restart(session, last_event_id) or session.resume(last_event_id)
     if isinstance(resumed, CannotResume):
         status = 409 if resumed.conflict else 400
         data = {"lastEventId": last_event_id[:MAX_ID_CHARS], "expired": resumed.expired}
