@@ -261,6 +261,7 @@ class Pages:
             refuse(502, "Sign-in unavailable", f"{exc}. Try again later.")
 
     def callback(self) -> Response:
+        began = time.monotonic()
         resume = session.get("resume")
         if self.upstream is None or not isinstance(resume, str):
             refuse(400, "No sign-in in progress", "Go back to the application and start signing in again.")
@@ -268,11 +269,15 @@ class Pages:
             identity = self.upstream.identity()
         except UpstreamFailed as exc:
             log.warning("upstream sign-in failed: %s", exc)
+            if audit.LOG is not None:
+                audit.LOG.sign_in(None, "failed", "upstream", began)
             refuse(400, "Sign-in failed", f"{exc}. Go back to the application and try again.")
         if not permitted(identity, self.upstream.allowed):
             log.warning(
                 "upstream identity %s (%s) is not in MCPGATE_OAUTH_UPSTREAM_ALLOWED", identity.label, identity.subject
             )
+            if audit.LOG is not None:
+                audit.LOG.sign_in(None, "refused", "upstream", began, identity.subject)
             refuse(
                 403,
                 "This account may not sign in here",
@@ -282,7 +287,7 @@ class Pages:
         sign_in(identity.subject, identity.label)
         log.info("%s signed in through %s", identity.subject, self.upstream.display)
         if audit.LOG is not None:
-            audit.LOG.sign_in(identity.subject, "ok", "upstream", time.monotonic())
+            audit.LOG.sign_in(identity.subject, "ok", "upstream", began)
         return redirect("/authorize?" + resume, 303)  # type: ignore[return-value]
 
 
