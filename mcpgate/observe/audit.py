@@ -88,21 +88,29 @@ class Writer:
         self.bound = bound
         self.queue: SimpleQueue[bytes | None] = SimpleQueue()
         self.dropped = 0
-        self.failed = 0
+        self.failed = 0  # lines whose write failed (counted by the writer thread)
+        self._told = 0  # the lines lost when last logged
         self._started = False
         self._done = SimpleQueue[bool]()
 
     def put(self, line: bytes) -> None:
         if self.queue.qsize() >= self.bound:
             self.dropped += 1
-            if self.dropped & (self.dropped - 1) == 0:  # 1, 2, 4, 8, ...: told, never a line per drop
-                log.warning("audit log: %d lines dropped (the writer is behind: MCPGATE_AUDIT_QUEUE)", self.dropped)
-            return
-        self.queue.put(line)
-        if not self._started:
-            self._started = True
-            start_thread(self._run)
-            atexit.register(self.close, EXIT_WAIT)
+        else:
+            self.queue.put(line)
+            if not self._started:
+                self._started = True
+                start_thread(self._run)
+                atexit.register(self.close, EXIT_WAIT)
+        lost = self.dropped + self.failed  # told here, on the worker (the writer thread never logs)
+        if lost > self._told and lost >= 2 * self._told:  # the first loss, then each time the count doubles
+            self._told = lost
+            log.warning(
+                "audit log: %d lines lost (%d dropped past MCPGATE_AUDIT_QUEUE, %d in failed writes)",
+                lost,
+                self.dropped,
+                self.failed,
+            )
 
     def _run(self) -> None:
         while (line := self.queue.get()) is not None:

@@ -236,8 +236,10 @@ def test_a_stalled_writer_never_holds_a_call_up() -> None:
         for _ in range(20_000):  # far more than the pipe's buffer and the queue hold
             log.finish(log.start(request, None, "default", audit.MODERN, None), None, 1)
         assert writer.dropped > 0 and writer.queue.qsize() <= 100
+        os.close(read_end)  # now every write fails (EPIPE, as on a full disk): the lines are counted as failed
+        log.finish(log.start(request, None, "default", audit.MODERN, None), None, 1)
+        wait_for(lambda: writer.failed > 0, timeout=30, what="the failed writes counted")
     finally:
-        os.close(read_end)  # the writer's next write fails (EPIPE): counted, and its thread goes on
         writer.close(5.0)
         os.close(write_end)
 
