@@ -17,7 +17,7 @@ import httpx2 as httpx
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support import HEADERS, MODERN, Gateway, init_body, serving
+from tests.support import HEADERS, MODERN, ROOT, Gateway, init_body, serving
 from tests.support.security import WAIT, answer_and_close
 
 HANG_GUARD = 60
@@ -93,7 +93,9 @@ gevent.spawn(lambda: 1 / 0).join()
 def test_other_libraries_warnings_and_a_greenlets_crash_are_json_too() -> None:
     """What reaches stderr besides mcpgate's and gunicorn's own lines: another library's log line, a Python warning,
     gevent's report of a greenlet's uncaught error (a real process of its own)."""
-    done = subprocess.run([sys.executable, "-c", CRASH], capture_output=True, text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CRASH], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
+    )
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert [line["logger"] for line in lines] == ["some.library", "py.warnings", "gevent.hub"], done.stderr
     assert "ZeroDivisionError" in lines[-1]["exception"] and lines[-1]["level"] == "ERROR"
