@@ -25,7 +25,12 @@ from gunicorn import glogging
 
 JSON = "json"
 PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-SESSION = re.compile(r"\bsession (?:(?P<server>[A-Za-z0-9_.-]+)/)?(?P<short>[A-Za-z0-9_-]{4,})\b")
+# a session's label as log lines name it: "<server>/" for a named server, then its short id ("<instance>." in a
+# fleet, then 8 URL-safe characters: core/session_ids.short), not a word ("session finished": lowercase letters only)
+SESSION = re.compile(
+    r"\bsession (?:(?P<server>[A-Za-z0-9_-]+)/)?(?P<short>(?:[A-Za-z0-9_-]+\.)?"
+    r"(?=[A-Za-z0-9_-]{0,7}[A-Z0-9_-])[A-Za-z0-9_-]{8})(?![A-Za-z0-9_.-])"
+)
 # gunicorn's access atoms kept in a JSON access line (its format's names): never the query string
 ACCESS_FIELDS = {"h": "remote", "m": "method", "U": "path", "s": "status", "B": "bytes", "f": "referer"}
 ACCESS_FIELDS.update({"a": "agent", "D": "duration_us"})

@@ -6,6 +6,7 @@ Plain, the default, is unchanged: no line is JSON."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import httpx2 as httpx
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpgate.observe import logs
 from tests.support import HEADERS, MODERN, ROOT, Gateway, init_body, serving
 from tests.support.security import WAIT, answer_and_close
 
@@ -99,3 +101,19 @@ def test_other_libraries_warnings_and_a_greenlets_crash_are_json_too() -> None:
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert [line["logger"] for line in lines] == ["some.library", "py.warnings", "gevent.hub"], done.stderr
     assert "ZeroDivisionError" in lines[-1]["exception"] and lines[-1]["level"] == "ERROR"
+
+
+def test_a_lines_session_is_its_label_never_a_word() -> None:
+    """The `session` member comes from a session's label as lines name it (a named server's "<name>/" first, an
+    instance's "<id>." in a fleet), never from a word after "session"."""
+    formatter = logs.JsonFormatter()
+
+    def members(message: str) -> dict[str, Any]:
+        record = logging.LogRecord("mcpgate.session", logging.INFO, __file__, 1, message, None, None)
+        return json.loads(formatter.format(record))
+
+    assert members("session aB3dEf_9 opened")["session"] == "aB3dEf_9"
+    named = members("session docs/i1.Q2w-e4R5: resumed stream 1")
+    assert (named["session"], named["server"]) == ("i1.Q2w-e4R5", "docs")
+    for wordy in ("session finished", "no session found", "session limit reached", "session abcdefgh ended"):
+        assert "session" not in members(wordy)
