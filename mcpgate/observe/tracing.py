@@ -147,6 +147,9 @@ class Trace:
             attributes["mcp.session.id"] = session_ids.short(session)
         kind = _api.SpanKind.SERVER
         self.span = TRACER.start_span(name, parent, kind, attributes, start_time=self.start)
+        if not self.span.is_recording():  # not sampled: its context is passed on, no span is made below it
+            self.steps.clear()
+            return self.span
         below = _api.set_span_in_context(self.span)
         for step, began, ended in self.steps:
             TRACER.start_span(step, below, start_time=began).end(end_time=ended)
@@ -154,7 +157,9 @@ class Trace:
         return self.span
 
     def child(self, name: str, kind: str = "INTERNAL", attributes: dict[str, Any] | None = None) -> Any:
-        """A child span of the request's, ended with it."""
+        """A child span of the request's, ended with it (the request's own when it is not sampled)."""
+        if not self.span.is_recording():
+            return self.span
         span = TRACER.start_span(name, _api.set_span_in_context(self.span), getattr(_api.SpanKind, kind), attributes)
         self.open.append(span)
         return span
@@ -183,6 +188,9 @@ def begin(environ: dict[str, Any], server: str) -> Trace:
 
 @contextlib.contextmanager
 def _recorded(trace: Trace, name: str) -> Iterator[None]:
+    if trace.span is not None and not trace.span.is_recording():
+        yield
+        return
     if trace.span is not None:
         span = TRACER.start_span(name, _api.set_span_in_context(trace.span))
         try:

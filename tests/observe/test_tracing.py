@@ -206,3 +206,20 @@ def test_sessions_opened_together_while_tracing_are_all_answered(sink: Receiver)
             thread.join(HANG_GUARD)
         assert statuses == [200] * 12, statuses
         assert "Traceback" not in gw.log()
+
+
+def test_an_unsampled_context_is_passed_on_and_nothing_is_exported(sink: Receiver) -> None:
+    """A traceparent whose flags say "not sampled" (the default sampler follows the parent): the child's request
+    carries the same trace, unsampled, and no span of it is exported (a sampled request after it is)."""
+    with serving(traced_env(sink)) as gw:
+        session = open_session_with(gw, {})
+        unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+        reply = gw.request("POST", body=call("traced", {"secret": "a"}), headers={**session, "traceparent": unsampled})
+        received = reply_message(reply)["result"]["content"][0]["text"]
+        assert received.startswith("00-0af7651916cd43dd8448eb211c80319c-") and received.endswith("-00"), received
+        reply = gw.request(
+            "POST", body=call("traced", {"secret": "b"}, 3), headers={**session, "traceparent": TRACEPARENT}
+        )
+        assert reply.status == 200
+        one(sink, "tools/call traced", "mcpgate", TRACEPARENT.split("-")[1], "SERVER")
+        assert sink.of_trace("0af7651916cd43dd8448eb211c80319c") == []

@@ -112,3 +112,26 @@ def receiver() -> Iterator[Receiver]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def render(spans: list[Span]) -> str:
+    """A trace as text: one line per span, indented under its parent, with its offset from the first span's
+    start and its duration, in milliseconds (how the README shows an example trace)."""
+    if not spans:
+        return "(no spans)"
+    ids = {s.span_id for s in spans}
+    origin = min(s.start for s in spans)
+    below: dict[str, list[Span]] = {}
+    for span in spans:
+        below.setdefault(span.parent_id if span.parent_id in ids else "", []).append(span)
+    lines: list[str] = []
+
+    def walk(parent: str, depth: int) -> None:
+        for span in sorted(below.get(parent, []), key=lambda s: s.start):
+            label = f"{'  ' * depth}{span.name} ({span.kind.lower()}, {span.service})"
+            timing = f"+{(span.start - origin) / 1e6:7.2f} ms  {(span.end - span.start) / 1e6:7.2f} ms"
+            lines.append(f"{label:<58} {timing}")
+            walk(span.span_id, depth + 1)
+
+    walk("", 0)
+    return "\n".join(lines)

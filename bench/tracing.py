@@ -1,0 +1,178 @@
+"""What tracing costs: one gateway (gunicorn, one gevent worker, the bundled demo child) served to 16 clients
+calling tools/call echo in 2025 sessions, with MCPGATE_TRACING off and on (100 % sampling, the OTLP/HTTP exporter
+sending to a sink on loopback that decodes nothing and answers 200), in alternating rounds.
+
+Prints, per setting, the median throughput (calls/s) and the worker's CPU time per call (its utime + stime from
+/proc, the BatchSpanProcessor's export greenlet included), and the ratio on/off. The clients run in processes of
+their own (4 x 4 threads) on the same machine, so on a small machine they compete with the gateway for CPU:
+compare the two settings within one run only.
+
+    python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16]
+    OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01 python bench/tracing.py   # 1 % sampled
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def sink() -> tuple[str, list[int]]:
+    """An OTLP/HTTP endpoint that takes every export (bytes counted, nothing decoded)."""
+    got = [0, 0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got[0] += len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            got[1] += 1
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/v1/traces", got
+
+
+def post(conn: http.client.HTTPConnection, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict, bytes]:
+    conn.request("POST", "/mcp", json.dumps(body), headers)
+    reply = conn.getresponse()
+    return reply.status, dict(reply.getheaders()), reply.read()
+
+
+def client(port: int, until: float, counts: Any, index: int) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+    status, headers, _ = post(conn, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}, HEADERS)
+    session = {**HEADERS, "Mcp-Session-Id": headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
+    post(conn, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    done, n = 0, 1
+    while time.monotonic() < until:
+        call = {
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "x"}},
+        }
+        status, _, _ = post(conn, call, session)
+        done += status == 200
+        n += 1
+    counts[index] = done
+    conn.request("DELETE", "/mcp", headers=session)
+    conn.getresponse().read()
+
+
+def process(port: int, until: float, counts: Any, first: int, threads: int) -> None:
+    workers = [threading.Thread(target=client, args=(port, until, counts, first + i)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def worker_cpu(master: int) -> float:
+    """The gunicorn worker's CPU seconds (utime + stime)."""
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    fields = Path(f"/proc/{children[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def round_of(traced: bool, endpoint: str, seconds: float, clients: int) -> tuple[float, float]:
+    port = free_port()
+    env = {**os.environ, "MCPGATE_TRACING": "true" if traced else "false", "MCPGATE_MAX_SESSIONS": "200"}
+    env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
+    env.setdefault("OTEL_TRACES_SAMPLER", "always_on")  # 100 % unless the caller's OTEL_* say otherwise
+    log = open(f"/tmp/mcpgate-bench-tracing-{port}.log", "wb")  # noqa: SIM115
+    gw = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "mcpgate.wsgi"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/healthz")
+                conn.getresponse().read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        counts = multiprocessing.Array("i", clients)
+        per = max(1, clients // 4)
+        start_cpu = worker_cpu(gw.pid)
+        began = time.monotonic()
+        until = began + seconds
+        procs = [
+            multiprocessing.Process(target=process, args=(port, until, counts, first, min(per, clients - first)))
+            for first in range(0, clients, per)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        elapsed = time.monotonic() - began
+        cpu = worker_cpu(gw.pid) - start_cpu
+        calls = sum(counts)
+        return calls / elapsed, cpu / max(calls, 1) * 1e6
+    finally:
+        gw.send_signal(signal.SIGTERM)
+        gw.wait(timeout=30)
+        log.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=16)
+    args = parser.parse_args()
+    endpoint, got = sink()
+    results: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for _ in range(args.rounds):
+        for traced in (False, True):
+            rate, cpu = round_of(traced, endpoint, args.seconds, args.clients)
+            results[traced].append((rate, cpu))
+            print(
+                f"tracing {'on ' if traced else 'off'}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call", flush=True
+            )
+    off = statistics.median(r for r, _ in results[False])
+    on = statistics.median(r for r, _ in results[True])
+    off_cpu = statistics.median(c for _, c in results[False])
+    on_cpu = statistics.median(c for _, c in results[True])
+    print(f"median off: {off:.0f} calls/s ({off_cpu:.0f} us/call); on: {on:.0f} calls/s ({on_cpu:.0f} us/call)")
+    print(f"throughput on/off: {on / off:.1%}; exports received: {got[1]} ({got[0]} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
