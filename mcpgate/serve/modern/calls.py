@@ -8,16 +8,23 @@ progress token (a client may give each request its own: the official SDK uses th
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mcpgate.core import jsonrpc
+from mcpgate.core import jsonrpc, mrtr, wire
 from mcpgate.core.jsonrpc import Id, Notification, Request
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.observe.audit import Started
 from mcpgate.serve.sessions.stream import Stream
+
+_minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
+
+
+def mint(kind: str = "") -> str:
+    return f"mcpgate-{kind}{next(_minted)}"
 
 
 class Asked(Protocol):
@@ -70,6 +77,28 @@ class Call:
     def parked(self) -> bool:
         """Its HTTP reply was an input_required result: the child still works on it (or has answered: held)."""
         return self.continuation is not None and self.continuation.parked
+
+
+def new_call(request: Request, principal: str, capabilities: dict[str, Any], stream: Any, **kwargs: Any) -> Call:
+    """A Call for a client request (its id, name, log level and progress token read once, here)."""
+    params = request.params if isinstance(request.params, dict) else {}
+    name = mrtr.call_name(request.method, params)
+    meta = params.get("_meta")
+    level = token = None
+    if isinstance(meta, dict):
+        level, token = meta.get(wire.META_LOG_LEVEL), meta.get("progressToken")
+    return Call(
+        client_id=request.id,
+        minted=mint(),
+        method=request.method,
+        name=name if isinstance(name, str) else None,
+        stream=stream,
+        principal=principal,
+        capabilities=capabilities,
+        log_level=level if isinstance(level, str) else None,
+        client_token=token if jsonrpc.is_valid_id(token) else None,  # as jsonrpc.progress_token reads it
+        **kwargs,
+    )
 
 
 def to_client(call: Call, message: Notification) -> bool:

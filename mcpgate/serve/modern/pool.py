@@ -25,7 +25,7 @@ import gevent.event
 from mcpgate.child.process import ChildProcess
 from mcpgate.child.spawn import ChildSpawnError
 from mcpgate.config.settings import Settings
-from mcpgate.core import jsonrpc, mrtr, wire
+from mcpgate.core import jsonrpc
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
 from mcpgate.serve.cluster.instances import Cluster
@@ -34,7 +34,7 @@ from mcpgate.serve.modern import tool_notes
 from mcpgate.serve.modern.bridge import Bridge
 from mcpgate.serve.modern.child_state import ChildStates
 from mcpgate.serve.modern.listen import ListenHub
-from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild, mint
+from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.modern.tasks import Tasks
 from mcpgate.serve.sessions.session import ChildSpec
 from mcpgate.serve.sessions.stream import StreamLimits
@@ -61,6 +61,8 @@ class Group:
         self.spares_coming = 0  # spares prewarm has scheduled that _spawn has not yet counted among the children
 
     def wake(self) -> None:
+        if not self.waiters:  # every call's release wakes: usually no one waits
+            return
         waiters, self.waiters = self.waiters, []
         for event in waiters:
             event.set()
@@ -110,6 +112,10 @@ class Pool:
 
         `bridged`: the call could make a legacy child ask for input; `candidate`: its client may be asked."""
         group = self.group(principal)
+        if not group.crashes:  # the usual case, a child with room: no clock read, no list made
+            child = self._pick(group, bridged, candidate)
+            if child is not None:
+                return child
         deadline = self.clock() + self.settings.pool_wait
         while True:
             self._refuse_when_crashing(group)
@@ -178,12 +184,14 @@ class Pool:
     def _wake(self, group: Group) -> None:
         """A slot of `group` is free, or a child has gone: its waiters, and every request waiting for room."""
         group.wake()
-        waiters, self._waiters = self._waiters, []
-        for event in waiters:
-            event.set()
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for event in waiters:
+                event.set()
 
     def _pick(self, group: Group, bridged: bool, candidate: bool) -> PooledChild | None:
         best: PooledChild | None = None
+        best_load = limit = self.settings.pool_child_requests
         for child in list(group.children):
             if not child.ready.is_set() or child.ended or child.stopping or not child.child.alive:
                 continue
@@ -194,14 +202,15 @@ class Pool:
                 group.crashes.append((self.clock(), child.problem))
                 self._stop(group, child, child.problem)
                 raise Refusal(502, jsonrpc.INTERNAL_ERROR, f"Bad Gateway: {child.problem}")
-            if child.load >= self.settings.pool_child_requests:
+            load = len(child.calls)
+            if load >= limit:
                 continue
             # on a legacy child a bridged call may be asked for input: one candidate at a time, alone
             busy = child.candidate is not None or (candidate and child.bridged_calls > 0)
-            if child.era is Era.LEGACY and bridged and busy:
+            if bridged and busy and child.era is Era.LEGACY:
                 continue
-            if best is None or child.load < best.load:
-                best = child
+            if best is None or load < best_load:
+                best, best_load = child, load
         return best
 
     def _spawn(self, group: Group) -> PooledChild:
@@ -374,27 +383,3 @@ class Pool:
         for child in children:
             child.close("the gateway is shutting down")
         return [child.child for child in [*children, *self._stopping]]
-
-
-def new_call(request: Request, principal: str, capabilities: dict[str, Any], stream: Any, **kwargs: Any) -> Call:
-    """A Call for a client request (its id, name and progress token read once, here)."""
-    params = request.params if isinstance(request.params, dict) else {}
-    name = mrtr.call_name(request.method, params)
-    return Call(
-        client_id=request.id,
-        minted=mint(),
-        method=request.method,
-        name=name if isinstance(name, str) else None,
-        stream=stream,
-        principal=principal,
-        capabilities=capabilities,
-        log_level=_log_level(params),
-        client_token=jsonrpc.progress_token(request),
-        **kwargs,
-    )
-
-
-def _log_level(params: dict[str, Any]) -> str | None:
-    meta = params.get("_meta")
-    level = meta.get(wire.META_LOG_LEVEL) if isinstance(meta, dict) else None
-    return level if isinstance(level, str) else None

@@ -10,8 +10,8 @@ withdrawals (notifications/cancelled) to the MRTR bridge, list-changed and resou
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +29,7 @@ from mcpgate.serve.modern import calls, era_probe
 from mcpgate.serve.modern.calls import (
     Call as Call,  # re-exported: the pool, the bridge and the endpoint name it from here
 )
+from mcpgate.serve.modern.calls import mint
 from mcpgate.serve.modern.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
 from mcpgate.serve.servers import watchdog
 from mcpgate.serve.sessions.session import ChildSpec
@@ -36,13 +37,9 @@ from mcpgate.serve.sessions.session import ChildSpec
 log = logging.getLogger("mcpgate.pool")
 
 # The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
-_STAMPED = (b'"resultType"', b'"_meta"', b'"ttlMs"', b'"cacheScope"')
+_STAMPED = re.compile(rb'"(?:resultType|_meta|ttlMs|cacheScope)"')
+_EMPTY = re.compile(rb"\{[ \t\r\n]*\}")  # a result object with no member (matching stops at the first one)
 UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
-_minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
-
-
-def mint(kind: str = "") -> str:
-    return f"mcpgate-{kind}{next(_minted)}"
 
 
 class PooledChild:
@@ -206,13 +203,11 @@ class PooledChild:
     def start_call(self, request: Request, call: Call) -> bool:
         """Forward a client request under its minted id; False when the child does not take it."""
         params = request.params if isinstance(request.params, dict) else None
-        if params is not None:
-            params = dict(params if self.modern else (modern.legacy_params(params) or {}))
-        if params is not None and call.client_token is not None:
-            meta = dict(params.get("_meta") or {})
+        if params is not None and not self.modern:
+            params = modern.legacy_params(params)  # a new dict when it changes anything
+        if params is not None and call.client_token is not None:  # then params._meta is an object
             call.minted_token = mint("p")
-            meta["progressToken"] = call.minted_token
-            params["_meta"] = meta
+            params = {**params, "_meta": {**(params.get("_meta") or {}), "progressToken": call.minted_token}}
             self._tokens[call.minted_token] = call
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": call.minted, "method": request.method}
         if params is not None:
@@ -316,21 +311,22 @@ class PooledChild:
     def _spliced(self, call: Call, message: Response) -> bytes | None:
         """A result answered without decoding or encoding it again (a large one was classified from its head and
         never decoded): its bytes with the client's id and the stamp's members appended. None when the result
-        names any member the stamp could add (nested or not: a byte search, no parse), so the stamp never
-        duplicates a member, or when the message is not laid out as {"jsonrpc", "id", "result"}."""
+        names any member the stamp could add (a byte search, no parse: the stamp never duplicates one), holds a CR
+        (an SSE line would end there), or the message is not laid out as {"jsonrpc", "id", "result"}."""
         result = jsonrpc.result_object(message.raw) if message.raw is not None else None
-        if result is None or any(name in result for name in _STAMPED):
+        if result is None or b"\r" in result or _STAMPED.search(result) is not None:
             return None
         cacheable = call.method in modern.CACHEABLE
         members = self._stamps.get(cacheable)
         if members is None:  # the same for every result of its kind from this child: encoded once
             stamp = modern.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=self.server_info)
             members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
-        inner = result[1:-1].strip()
-        body = b"{" + (inner + b"," if inner else b"") + members + b"}"
         client_id = call.client_id
         encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
-        return b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":' + body + b"}"
+        head = b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":'
+        if _EMPTY.fullmatch(result):  # no member of its own
+            return head + b"{" + members + b"}}"
+        return b"".join((head, memoryview(result)[:-1], b",", members, b"}}"))  # its bytes copied once
 
     def _on_request(self, message: Request) -> None:
         if message.method == "ping":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from mcpgate.core import jsonrpc, modern, mrtr, versions
@@ -24,8 +25,9 @@ from mcpgate.serve.front import auth
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
 from mcpgate.serve.front.reply import SSE_HEADERS, Client, Turn, answer_or_switch, events
 from mcpgate.serve.modern import tasks
+from mcpgate.serve.modern.calls import new_call
 from mcpgate.serve.modern.listen import ListenHub
-from mcpgate.serve.modern.pool import Pool, new_call
+from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions.stream import Stream
@@ -35,6 +37,7 @@ log = logging.getLogger("mcpgate.http")
 # The HTTP status of a JSON reply carrying one of these errors (else 200).
 ERROR_STATUS = {jsonrpc.METHOD_NOT_FOUND: 404, modern.HEADER_MISMATCH: 400, modern.MISSING_CLIENT_CAPABILITY: 400}
 ERROR_STATUS[jsonrpc.UNSUPPORTED_PROTOCOL_VERSION] = 400
+_INPUT_CAPABILITIES = frozenset(modern.INPUT_CAPABILITY.values())
 
 
 def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
@@ -65,7 +68,7 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
         return json_response(jsonrpc.encode(tools.refusal(request_id, hidden)))
     param_headers = pool.param_headers(principal, message) if message.method == "tools/call" else None
     if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
-        refuse_on(modern.validate(message, request.header, param_headers=param_headers), request_id)
+        refuse_on(modern.check_param_headers(message, request.header, param_headers), request_id)  # the rest passed
     if message.method == "tools/call":
         tasks.refuse_untasked(pool.group(principal).tools, message)  # a legacy child's task-only tool
     client = Client.of(request.environ)
@@ -137,7 +140,7 @@ def start(
     if closing:
         raise shutting_down(message.id)
     bridged = message.method in modern.MRTR_METHODS
-    candidate = bridged and any(cap in capabilities for cap in modern.INPUT_CAPABILITY.values())
+    candidate = bridged and not _INPUT_CAPABILITIES.isdisjoint(capabilities)  # its client may be asked for input
     child = holder or pool.acquire(principal, bridged=bridged, candidate=candidate)
     if state is not None and child.era is Era.LEGACY:  # a state the bridge did not seal (its own went above)
         raise pool.bridge.refusal(principal, message)
@@ -167,26 +170,29 @@ def reply(gw: PublishedServer, pool: Pool, call: Call, client: Client) -> HttpRe
     """JSON when the child answers first and in time; otherwise SSE from the first other message (the reply
     machine's). The client's connection is watched all along: its close cancels the call at once."""
     stream = call.stream
-    client.watch(lambda: finish(pool, call, stream))
+
+    def gone() -> None:
+        finish(pool, call, stream)
+
+    client.watch(gone)
+    answers = answer_or_switch(stream, gw.settings.sse_after, client)
+    if not isinstance(answers, list) and answers is not Turn.GONE:  # SSE from here
+        return sse(gw, call, client, gone)
+    client.stop()
+    finish(pool, call, stream)
+    if answers is Turn.GONE:  # the client went away (or the stream ended) before anything came
+        return HttpResponse(204)
+    return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
+
+
+def sse(gw: PublishedServer, call: Call, client: Client, gone: Callable[[], None]) -> HttpResponse:
+    """A reply turned SSE: the stream's events; their end, or the client's leaving, ends the call."""
 
     def done() -> None:
         client.stop()
-        finish(pool, call, stream)
+        gone()
 
-    answers = answer_or_switch(stream, gw.settings.sse_after, client)
-    if answers is Turn.GONE:  # the client went away (or the stream ended) before anything came
-        done()
-        return HttpResponse(204)
-    if isinstance(answers, list):
-        done()
-        return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
-    sent = events(
-        stream,
-        keepalive=gw.settings.keepalive,
-        client=client,
-        on_gone=lambda: finish(pool, call, stream),
-        on_end=done,
-    )
+    sent = events(call.stream, keepalive=gw.settings.keepalive, client=client, on_gone=gone, on_end=done)
     return HttpResponse(200, sent, "text/event-stream", SSE_HEADERS)
 
 

@@ -1,0 +1,68 @@
+"""A pooled child's result spliced into the client's answer (serve/modern/pooled_child.py) never carries a CR.
+
+A 2026-07-28 answer goes out as one SSE `data:` line once the reply has turned into a stream (progress came first),
+and a CR ends an SSE line: a child whose result held one (JSON allows it as whitespace between members) could then
+write event fields of its own (an `id:` the client resumes from, an `event:`). A 2025 session's message with a CR
+is encoded again (jsonrpc.raw_bytes); the spliced result must be too.
+"""
+
+from __future__ import annotations
+
+import json
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.sse import encode_event
+from mcpgate.serve.modern.calls import new_call
+from mcpgate.serve.modern.pooled_child import Era, PooledChild
+from mcpgate.serve.sessions.session import ChildSpec
+from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
+
+LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=5.0, replay_events=0, replay_bytes=0)
+
+
+def pooled() -> PooledChild:
+    """A legacy pooled child whose process is never started: what it "sends" is handed to it below."""
+    spec = ChildSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
+    child = PooledChild(
+        spec,
+        label="pool-1",
+        probe_timeout=1.0,
+        start_timeout=1.0,
+        init_timeout=1.0,
+        ttl_ms=0,
+        on_exit=lambda _child, _reason: None,
+        on_input_request=lambda _child, _request: None,
+        on_input_withdrawn=lambda _child, _id: None,
+        on_listen_message=lambda _child, _message: False,
+        on_input_required=lambda _child, _call, result: result,
+    )
+    child.era = Era.LEGACY
+    return child
+
+
+def answered(raw: bytes) -> bytes:
+    child = pooled()
+    request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
+    assert isinstance(request, jsonrpc.Request)
+    call = new_call(request, "static", {}, Stream(LIMITS, expected=1))
+    child.calls[call.minted] = call
+    child._on_message(jsonrpc.parse_line(raw.replace(b"MINTED", call.minted.encode())))
+    delivered = call.stream.next(0)
+    assert isinstance(delivered, Delivery)
+    return delivered.data
+
+
+def test_a_result_holding_a_cr_reaches_the_client_as_one_sse_line() -> None:
+    data = answered(b'{"jsonrpc":"2.0","id":"MINTED","result":{"content":[],\r"isError":false\r}}')
+    assert b"\r" not in data and b"\n" not in data
+    event = encode_event(data)
+    assert b"\r" not in event and event.count(b"\n") == 3 and event.endswith(b"}\n\n")  # event:, data:, blank
+    answer = json.loads(data)
+    assert answer["id"] == 7 and answer["result"]["isError"] is False and answer["result"]["content"] == []
+
+
+def test_a_plain_result_is_still_spliced_with_the_stamp() -> None:
+    data = answered(b'{"jsonrpc":"2.0","id":"MINTED","result":{"content":[{"type":"text","text":"hi"}]}}')
+    assert data.startswith(b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}],')
+    assert json.loads(data)["result"]["resultType"] == "complete"
+    assert json.loads(answered(b'{"jsonrpc":"2.0","id":"MINTED","result":{ }}'))["result"] == {"resultType": "complete"}
