@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     from mcpgate.relay import errors
     from mcpgate.relay.eras import EraTransport
     from mcpgate.relay.http_client import HttpClient, HttpOptions
-    from mcpgate.relay.pump import PumpOptions, Relay, leftovers
+    from mcpgate.relay.pump import PumpOptions, Relay
+    from mcpgate.relay.stdio import leftovers
     from mcpgate.relay.transport import Sink
 
     logging.basicConfig(

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -145,42 +143,58 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "..." if parts.query else "", ""))
 
 
-@contextmanager
-def mapped(url: str) -> Iterator[None]:
+class mapped:
     """Translate requests / urllib3 / socket failures inside the block into RelayErrors.
 
     The relay sends on urllib3 directly (see http_client), so urllib3's own exceptions
     arrive here unwrapped; requests' still can (from preparing a request) and are
     mapped the same way. The URL is redacted only when there is an error to name.
+    A class, not a generator: it is entered several times on every relayed call.
     """
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> Literal[False]:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, RelayError):
+            return False
+        translated = _translated(exc, self.url)
+        if translated is None:
+            return False
+        raise translated from None
+
+
+def _translated(failure: Exception, url: str) -> RelayError | None:
+    """The RelayError for a failure, or None when it is none of the network's."""
     try:
-        yield
-    except RelayError:
-        raise
+        raise failure
     except EventTooLarge as exc:
-        raise InvalidUpstream(f"upstream sent an oversized SSE event: {exc}") from None
+        return InvalidUpstream(f"upstream sent an oversized SSE event: {exc}")
     except urllib3.exceptions.NewConnectionError as exc:  # refused, host not found (a ConnectTimeoutError subclass)
-        raise _connection_error(url, exc) from None
+        return _connection_error(url, exc)
     except (requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError):
-        raise NotSent(f"cannot reach upstream {redact(url)}: connection timed out") from None
+        return NotSent(f"cannot reach upstream {redact(url)}: connection timed out")
     except (requests.exceptions.SSLError, urllib3.exceptions.SSLError) as exc:
-        raise ConfigError(f"TLS failure talking to {redact(url)}: {_reason(exc)}") from None
+        return ConfigError(f"TLS failure talking to {redact(url)}: {_reason(exc)}")
     except requests.exceptions.InvalidHeader:
         # The exception text quotes the header value, which may be the bearer token.
-        raise ConfigError(
-            f"invalid request to {redact(url)}: a header value has characters HTTP does not allow"
-        ) from None
+        return ConfigError(f"invalid request to {redact(url)}: a header value has characters HTTP does not allow")
     except (
         requests.exceptions.InvalidURL,
         requests.exceptions.MissingSchema,
         requests.exceptions.InvalidSchema,
         urllib3.exceptions.LocationValueError,
     ) as exc:
-        raise ConfigError(f"invalid request to {redact(url)}: {exc}") from None
+        return ConfigError(f"invalid request to {redact(url)}: {exc}")
     except (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError):
-        raise MaybeSent(f"upstream {redact(url)} did not answer in time (read timeout)") from None
+        return MaybeSent(f"upstream {redact(url)} did not answer in time (read timeout)")
     except requests.exceptions.ConnectionError as exc:
-        raise _connection_error(url, exc.args[0] if exc.args else exc) from None
+        return _connection_error(url, exc.args[0] if exc.args else exc)
     except (
         requests.exceptions.ChunkedEncodingError,
         requests.exceptions.ContentDecodingError,
@@ -188,14 +202,16 @@ def mapped(url: str) -> Iterator[None]:
         urllib3.exceptions.DecodeError,
     ) as exc:
         if exc.args[:1] == ("Connection aborted.",):  # urlopen's: the exchange failed before any reply
-            raise _connection_error(url, exc) from None
-        raise MaybeSent(f"connection to upstream {redact(url)} broke mid-reply: {_reason(exc)}") from None
+            return _connection_error(url, exc)
+        return MaybeSent(f"connection to upstream {redact(url)} broke mid-reply: {_reason(exc)}")
     except urllib3.exceptions.HTTPError as exc:
-        raise MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(exc)}") from None
+        return MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(exc)}")
     except requests.exceptions.RequestException as exc:
-        raise MaybeSent(f"request to upstream {redact(url)} failed: {_reason(exc)}") from None
+        return MaybeSent(f"request to upstream {redact(url)} failed: {_reason(exc)}")
     except OSError as exc:
-        raise MaybeSent(f"connection to upstream {redact(url)} failed: {exc.strerror or exc}") from None
+        return MaybeSent(f"connection to upstream {redact(url)} failed: {exc.strerror or exc}")
+    except Exception:  # noqa: BLE001 (not the network's: the caller lets it through as it was)
+        return None
 
 
 def _connection_error(url: str, reason: BaseException) -> RelayError:

@@ -258,6 +258,10 @@ class FastReply:
     def isclosed(self) -> bool:
         return self._done or self._conn is None
 
+    @property
+    def closed(self) -> bool:
+        return self.isclosed()
+
     def read(self, amt: int | None = None, decode_content: bool = True) -> bytes:
         parts: list[bytes] = []
         size = 0

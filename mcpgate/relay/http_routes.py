@@ -67,6 +67,7 @@ class Routes:
     def __init__(self, session: requests.Session, adapter: HTTPAdapter, pool_size: int = 10) -> None:
         self.session, self.adapter, self.pool_size = session, adapter, pool_size
         self._routes: dict[str, Route] = {}
+        self._cookies = bool(session.cookies)  # a cookie jar's len() walks every cookie: asked only once one came
         self._valid: set[tuple[str, str]] = set()  # call headers already checked (the same few on every call)
 
     def exchange(
@@ -93,6 +94,7 @@ class Routes:
                     decode_content=False,
                 )
         if "Set-Cookie" in raw.headers:
+            self._cookies = True
             extract_cookies_to_jar(self.session.cookies, requests.Request(method, url).prepare(), raw)
         if isinstance(raw, fast_http.FastReply):
             return HttpReply(raw)
@@ -143,7 +145,7 @@ class Routes:
         names = {name.lower() for name in headers}
         merged = {name: value for name, value in route.headers.items() if name.lower() not in names}
         merged.update(headers)
-        if self.session.cookies:  # only once the upstream has set one
+        if self._cookies and self.session.cookies:  # only once the upstream has set one
             cookie = self.session.prepare_request(requests.Request(method, url)).headers.get("Cookie")
             if cookie:
                 merged["Cookie"] = _text(cookie)

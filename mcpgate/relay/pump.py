@@ -8,15 +8,15 @@ every request is answered, none refused for being one too many). Notifications
 and the host's answers to server requests are sent in arrival order. A cancelled
 request's reply stream is read on for the transport's cancel_grace (other
 messages may ride it), its response and progress dropped. Everything bound for
-stdout goes through the cancel filter and a bounded queue to the single writer
-greenlet, so stdout only ever carries whole lines.
+stdout goes through the cancel filter, then is written under one lock: by the
+request itself when it is the only one in flight and nothing is queued, else
+through a bounded queue by the writer greenlet (answers ready together leave in
+one write); stdout only ever carries whole lines, in order.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import gevent
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
+from gevent.lock import Semaphore
 from gevent.queue import Full, Queue
 
 from mcpgate.config.settings import RelaySettings
@@ -69,25 +70,6 @@ class PumpOptions:
         )
 
 
-def leftovers() -> tuple[int, int]:
-    """(live greenlets, open sockets) of this process: both should be 0 after shutdown."""
-    gc.collect()
-    greenlets = sum(1 for obj in gc.get_objects() if isinstance(obj, Greenlet) and not obj.dead)
-    try:
-        fds = os.listdir("/proc/self/fd")
-        sockets = sum(1 for fd in fds if _readlink(f"/proc/self/fd/{fd}").startswith("socket:"))
-    except OSError:
-        sockets = -1  # not Linux: unknown
-    return greenlets, sockets
-
-
-def _readlink(path: str) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return ""
-
-
 def host_lines(decoder: LineDecoder, data: bytes) -> list[bytes | LineTooLong]:
     """The complete lines in data; an over-long line becomes a LineTooLong after the good ones."""
     try:
@@ -115,6 +97,9 @@ class Relay:
         # wants its reply before anything else, even from a host that pipes everything at once).
         self._oneway: Queue = Queue(maxsize=options.oneway_queue)
         self._barrier: AsyncResult | None = None
+        # stdout: the writer greenlet's, or the one request in flight's when nothing is queued (see _write).
+        self._direct: StdPipes | None = None
+        self._writing = Semaphore()
 
     # -- stdout -----------------------------------------------------------------------------
 
@@ -147,6 +132,17 @@ class Relay:
     def _write(self, line: bytes) -> None:
         if self._host_gone:
             return
+        # The only request in flight writes its own answer (no hand-off to the writer greenlet); under
+        # load answers go through the queue, so that those ready together leave in one write.
+        direct = self._direct
+        if direct and self._out.empty() and len(self._admission.running) <= 1 and self._writing.acquire(False):
+            try:
+                direct.write_all(frame(line))
+            except OSError as exc:
+                self._stdout_closed(exc)
+            finally:
+                self._writing.release()
+            return
         try:
             self._out.put(line, timeout=self.options.out_put_timeout)
         except Full:
@@ -161,14 +157,19 @@ class Relay:
             data = b"".join(frame(line) for line in batch if line is not None)
             try:
                 if data:
-                    pipes.write_all(data)
+                    with self._writing:  # after a direct write still under way: whole lines, in order
+                        pipes.write_all(data)
             except OSError as exc:
-                log.info("stdout closed (%s)", exc.strerror or exc)
-                self._host_gone = True
-                self._stop.set()
+                self._stdout_closed(exc)
                 return
             if done:
                 return
+
+    def _stdout_closed(self, exc: OSError) -> None:
+        log.info("stdout closed (%s)", exc.strerror or exc)
+        self._host_gone = True
+        self._direct = None
+        self._stop.set()
 
     # -- stdin ------------------------------------------------------------------------------
 
@@ -327,6 +328,7 @@ class Relay:
         """Relay until stdin ends or SIGINT/SIGTERM; then end the session and exit 0."""
         pipes = open_pipes(self.in_fd, self.out_fd)
         writer = gevent.spawn(self._write_loop, pipes)
+        self._direct = pipes
         sender = gevent.spawn(self._send_loop)
         reader = gevent.spawn(self._read_loop, pipes)
         reader.link(lambda _: self._stop.set())
@@ -376,6 +378,7 @@ class Relay:
             worker.kill(block=True, timeout=0.5)
 
     def _finish_writer(self, writer: Greenlet) -> None:
+        self._direct = None  # what is written from now on is queued behind what already is
         try:
             self._out.put(None, timeout=1.0)
         except Full:

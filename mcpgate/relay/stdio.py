@@ -13,6 +13,7 @@ host that ends the relay closes its stdin or terminates the process).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 
 import gevent
 import gevent.os
+from gevent.greenlet import Greenlet
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -123,3 +125,22 @@ class StopSignals:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._watchers, self._previous = [], {}
+
+
+def leftovers() -> tuple[int, int]:
+    """(live greenlets, open sockets) of this process: both should be 0 after shutdown."""
+    gc.collect()
+    greenlets = sum(1 for obj in gc.get_objects() if isinstance(obj, Greenlet) and not obj.dead)
+    try:
+        fds = os.listdir("/proc/self/fd")
+        sockets = sum(1 for fd in fds if _readlink(f"/proc/self/fd/{fd}").startswith("socket:"))
+    except OSError:
+        sockets = -1  # not Linux: unknown
+    return greenlets, sockets
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""

@@ -80,6 +80,8 @@ class OAuthSession:
 
     def covers(self, url: str) -> bool:
         """The token goes only to the server it was issued for (its origin)."""
+        if url == self.server_url:  # every MCP exchange: its origin is the tokens' own
+            return True
         return origin(url) == self._origin
 
     def authorization(self) -> str | None:
