@@ -7,6 +7,7 @@ upstream from the relay. No argument value and no token appears in any exported 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -223,3 +224,36 @@ def test_an_unsampled_context_is_passed_on_and_nothing_is_exported(sink: Receive
         assert reply.status == 200
         one(sink, "tools/call traced", "mcpgate", TRACEPARENT.split("-")[1], "SERVER")
         assert sink.of_trace("0af7651916cd43dd8448eb211c80319c") == []
+
+
+def test_an_export_stuck_on_its_receiver_blocks_no_request() -> None:
+    """The export runs in a greenlet on the worker's patched sockets: a receiver that takes the export's
+    connection and never answers (the exporter would wait 60 s) leaves every request served meanwhile."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                taken.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    env = {
+        "MCPGATE_TRACING": "true",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}/v1/traces",
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "60",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    try:
+        with serving(env) as gw:
+            session = open_session_with(gw, {})
+            wait_for(lambda: taken, timeout=30, what="the export's connection to the receiver")
+            for n in range(10):  # each within the client's own timeout (20 s), the export still stuck
+                reply = gw.request("POST", body=call("echo", {"message": "x"}, 10 + n), headers=session, timeout=20)
+                assert reply_message(reply)["result"]["content"][0]["text"] == "x"
+    finally:
+        listener.close()
+        for conn in taken:
+            conn.close()
