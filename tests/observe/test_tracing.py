@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from opentelemetry.sdk.trace import TracerProvider
 
-from tests.support import FIXTURES, HANG_GUARD, HEADERS, call, init_body, reply_message, serving, wait_for
+from tests.support import FIXTURES, HANG_GUARD, HEADERS, call, init_body, on_elicit, reply_message, serving, wait_for
 from tests.support.fleet import instances
 from tests.support.otlp import Receiver, Span, receiver
 from tests.support.relay import run_host
@@ -257,3 +257,29 @@ def test_an_export_stuck_on_its_receiver_blocks_no_request() -> None:
         listener.close()
         for conn in taken:
             conn.close()
+
+
+def test_an_mrtr_round_is_a_span_of_the_retry(sink: Receiver) -> None:
+    """A 2026-07-28 client's call of a 2025 child's tool that elicits: the gateway answers input-required, the
+    SDK client retries with the answer, and the retry's SERVER span has an `mcpgate.mrtr` child (the bundled demo
+    child speaks 2025 only: the bridge)."""
+    env = {k: v for k, v in traced_env(sink).items() if k != "MCPGATE_COMMAND"}
+    tracer = TracerProvider().get_tracer("tests")
+
+    async def main() -> tuple[str, str]:
+        with anyio.fail_after(HANG_GUARD), tracer.start_as_current_span("host") as root:
+            async with Client(gw.url, mode="2026-07-28", elicitation_callback=on_elicit) as client:
+                result = await client.call_tool("ask_name", {})
+        return f"{root.get_span_context().trace_id:032x}", result.content[0].text  # type: ignore[union-attr]
+
+    with serving(env) as gw:
+        trace_id, greeting = anyio.run(main)
+        assert greeting == "Hello, Grace"
+
+        def calls() -> list[Span]:
+            return [s for s in sink.of_trace(trace_id) if s.name == "tools/call ask_name" and s.kind == "SERVER"]
+
+        wait_for(lambda: len(calls()) == 2, timeout=30, what="the call's two SERVER spans")
+        first, retry = sorted(calls(), key=lambda s: s.start)
+        wait_for(lambda: below(sink, retry, "mcpgate.mrtr"), timeout=30, what="the retry's mcpgate.mrtr span")
+        assert below(sink, first, "mcpgate.pool") and not below(sink, first, "mcpgate.mrtr")
