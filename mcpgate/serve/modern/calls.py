@@ -96,7 +96,7 @@ def new_call(request: Request, principal: str, capabilities: dict[str, Any], str
         principal=principal,
         capabilities=capabilities,
         log_level=level if isinstance(level, str) else None,
-        client_token=token if jsonrpc.is_valid_id(token) else None,  # as jsonrpc.progress_token reads it
+        client_token=token if token is not None and jsonrpc.is_valid_id(token) else None,  # as progress_token
         **kwargs,
     )
 

@@ -70,7 +70,9 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
         refuse_on(modern.check_param_headers(message, request.header, param_headers), request_id)  # the rest passed
     if message.method == "tools/call":
-        tasks.refuse_untasked(pool.group(principal).tools, message)  # a legacy child's task-only tool
+        notes = pool.group(principal).tools
+        if notes is not None and notes.task_required:  # a legacy child's task-only tool
+            tasks.refuse_untasked(notes, message)
     client = Client.of(request.environ)
     if message.method == "server/discover":
         return discover(gw, pool.acquire(principal), message)
@@ -204,8 +206,8 @@ def finish(pool: Pool, call: Call, stream: Stream) -> None:
     if not call.finished and not call.parked and call.child is not None:
         log.info("pooled child %s: the client closed its stream; cancelling %s", call.child.label, call.method)
         call.child.cancel(call, "the client closed the stream")
-    if call.finished and not call.parked:  # a parked call's result, held, waits for the retry with its state
-        pool.bridge.call_ended(call)
+    if call.finished and call.continuation is not None and not call.parked:  # a parked call's result waits
+        pool.bridge.call_ended(call)  # for the retry with its state; a call that never asked has nothing to end
 
 
 def listen(gw: PublishedServer, hub: ListenHub, message: Request, client: Client) -> HttpResponse:
