@@ -59,8 +59,32 @@ class RequestLine(NamedTuple):
     version: str
 
 
+_SEEN_LINES: dict[str, RequestLine] = {}  # request lines and Host values already checked (a client repeats them)
+_SEEN_HOSTS: dict[str, bool] = {}
+_SEEN_MAX = 256  # of each, remembered only when at most _SEEN_CHARS long (past either: checked each time)
+_SEEN_CHARS = 256
+
+
 def parse_request_line(text: str) -> RequestLine:
     """The request line's three parts (RFC 9112 3), or a BadRequest."""
+    line = _SEEN_LINES.get(text)
+    if line is None:
+        line = _parse_request_line(text)
+        if len(_SEEN_LINES) < _SEEN_MAX and len(text) <= _SEEN_CHARS:
+            _SEEN_LINES[text] = line
+    return line
+
+
+def _valid_host(host: str) -> bool:
+    valid = _SEEN_HOSTS.get(host)
+    if valid is None:
+        valid = valid_host(host)
+        if len(_SEEN_HOSTS) < _SEEN_MAX and len(host) <= _SEEN_CHARS:
+            _SEEN_HOSTS[host] = valid
+    return valid
+
+
+def _parse_request_line(text: str) -> RequestLine:
     if not text.endswith("\r\n"):
         raise BadRequest("Request line not ended by CRLF")
     parts = text[:-2].split(" ")
@@ -82,11 +106,11 @@ def resolve_target(line: RequestLine, host: str | None) -> tuple[str, str | None
     if host is None and line.version == "HTTP/1.1":
         raise BadRequest("Missing Host")
     if absolute is None:
-        if host is not None and not valid_host(host):
+        if host is not None and not _valid_host(host):
             raise BadRequest("Invalid Host")
         return line.target, host
     authority, rest = absolute["authority"], absolute["rest"]
-    if "@" in authority or not authority or not valid_host(authority):
+    if "@" in authority or not authority or not _valid_host(authority):
         raise BadRequest("Invalid authority in the request target")
     return (rest if rest.startswith("/") else "/" + rest), authority
 
