@@ -1,8 +1,9 @@
 """A fleet on this machine: mcpgate instances behind HAProxy (deploy/haproxy.cfg) sharing one Redis.
 
-    python bench/cluster.py                    # ~2 min: the table below, bench/out/cluster.json
+    python bench/cluster.py                    # ~6 min: the tables below, bench/out/cluster.json
     python bench/cluster.py --rounds 1 --duration 1 --levels 16   # a quick look
     python bench/cluster.py --instances 1,2    # fewer fleet sizes
+    python bench/fleet_docs.py                 # the last run's figures and model into both READMEs
 
 What it measures, each figure the median over rounds (configurations interleaved within a round):
 
@@ -38,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gateways
 import measure
 import procs
-from mcpclient import HttpSession, stop_group
+from mcpclient import BenchError, HttpSession, stop_group
 
 BENCH = gateways.BENCH
 RECIPE = gateways.ROOT / "deploy" / "haproxy.cfg"
@@ -147,8 +149,12 @@ def start_haproxy(instances: list[Process], out: Path) -> Process:
 
 
 def servers_up(admin: Path) -> set[str]:
+    """The recipe's servers HAProxy has marked up (none while its admin socket is not there yet)."""
     with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect(str(admin))
+        try:
+            sock.connect(str(admin))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return set()
         sock.sendall(b"show servers state sticky\n")
         text = b"".join(iter(lambda: sock.recv(65536), b"")).decode()
     rows = [line.split() for line in text.splitlines()[1:] if line and not line.startswith("#")]
@@ -183,6 +189,15 @@ def forwarded_p50(owner_port: int, other_port: int, count: int, time_cap_s: floa
     finally:
         session.delete()
         session.close()
+
+
+def record(into: dict[str, list[float]], name: str, errors: dict[str, int], measured: Callable[[], float]) -> None:
+    """One latency figure of a round; a loop that fails is counted in `errors` (and said), not the end of the run."""
+    try:
+        into[name].append(measured())
+    except (OSError, BenchError) as exc:
+        errors[f"latency {name}"] = errors.get(f"latency {name}", 0) + 1
+        print(f"  the {name} latency loop failed: {exc}")
 
 
 def median(values: list[float]) -> float:
@@ -250,10 +265,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started.append(redis)
         solo = start_instance("solo", None, out)  # one instance as today: no Redis, no HAProxy
         started.append(solo)
-        fleet = [start_instance(f"i{index}", redis.port, out) for index in range(1, max(args.instances) + 1)]
-        started += fleet
-        fronts = {size: start_haproxy(fleet[:size], out) for size in args.instances}
-        started += fronts.values()
+        fleet: list[Process] = []
+        for index in range(1, max(args.instances) + 1):  # each one stopped at the end even if a later one fails
+            fleet.append(start_instance(f"i{index}", redis.port, out))
+            started.append(fleet[-1])
+        fronts: dict[int, Process] = {}
+        for size in args.instances:
+            fronts[size] = start_haproxy(fleet[:size], out)
+            started.append(fronts[size])
         targets = {"1 instance, direct": solo.port} | {
             f"{size} instance{'s' if size > 1 else ''}, HAProxy": front.port for size, front in fronts.items()
         }
@@ -269,12 +288,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     throughput.setdefault(label, {}).setdefault(level, []).append(result["calls_per_s"])
                     errors[label] = errors.get(label, 0) + int(result["errors"])
                     print(f"round {round_no + 1}: {label}, {level} clients: {result['calls_per_s']:.0f} calls/s")
+                    if result["errors"]:
+                        print(f"  {result['errors']} errors, e.g. {result['error_samples'][:2]}")
             if 1 in fronts:
-                latency["direct"].append(sequential_p50(fleet[0].port, args.calls, 10.0))
-                latency["haproxy"].append(sequential_p50(fronts[1].port, args.calls, 10.0))
+                record(latency, "direct", errors, lambda: sequential_p50(fleet[0].port, args.calls, 10.0))
+                record(latency, "haproxy", errors, lambda: sequential_p50(fronts[1].port, args.calls, 10.0))
             if len(fleet) >= 2:
-                latency["owner"].append(sequential_p50(fleet[0].port, args.calls, 10.0))
-                latency["forwarded"].append(forwarded_p50(fleet[0].port, fleet[1].port, args.calls, 10.0))
+                record(latency, "owner", errors, lambda: sequential_p50(fleet[0].port, args.calls, 10.0))
+                record(
+                    latency, "forwarded", errors, lambda: forwarded_p50(fleet[0].port, fleet[1].port, args.calls, 10.0)
+                )
     finally:
         for proc in reversed(started):
             proc.stop()
@@ -384,7 +407,7 @@ def main(argv: list[str]) -> int:
     print(f"{results['machine']['cpus']} CPUs, {args.rounds} rounds of {args.duration} s; medians")
     print(table(results))
     print(f"\n({shlex.join(['python', 'bench/cluster.py', *argv])}; bench/out/cluster.json)")
-    print("README.md and deploy/README.md quote these figures: `python bench/report.py --readme` writes them there")
+    print("README.md and deploy/README.md quote these figures: `python bench/fleet_docs.py` writes them there")
     return 0
 
 
