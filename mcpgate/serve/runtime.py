@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # Authlib is imported only in the embedded mode
 
 KEY = "mcpgate.runtime"  # the Flask app's extensions key of its Runtime
 DRAIN_POLL = 0.1  # seconds between checks that nothing is in flight any more while draining
+STRAGGLERS = 5.0  # seconds a close waits for requests read after the drain (a call is answered in milliseconds)
 
 # The worker's listening addresses while it loads the app ("host:port", "unix:/path"); empty: not loaded by it.
 _listening: ContextVar[tuple[str, ...]] = ContextVar("mcpgate_listening", default=())
@@ -59,6 +60,7 @@ class Runtime:
     cluster: Cluster | None = None
     minter: Callable[[], str] = new_session_id  # every server's session ids
     draining: bool = False
+    drained: bool = False  # the drain ended with nothing in flight (close then answers what came after it first)
     oauth: EmbeddedServer | None = None  # MCPGATE_AUTH_MODE=embedded's server (the factory's authenticator sets it)
 
     @classmethod
@@ -80,8 +82,9 @@ class Runtime:
     def drain(self, budget: float, begun: Callable[[int], None] | None = None) -> int:
         """A graceful stop's first part: refuse new work (/healthz says "draining"; every server refuses new
         sessions and new 2026-07-28 calls), tell `begun` how many requests are in flight, wait at most `budget`
-        seconds until none is, then leave the cluster's directory (until then its sessions' requests and its
-        parked calls' retries are still forwarded here). The number of requests still in flight."""
+        seconds until none is. The instance stays in the cluster's directory until its process exits (its
+        sessions' requests and its parked calls' retries are still forwarded here, and what it forwards is let in).
+        The number of requests still in flight."""
         self.draining = True
         if self.cluster is not None:  # not its work: the streams it relays for others end (serve/cluster/relayed.py)
             self.cluster.forwarder.relayed.end_all()
@@ -95,14 +98,21 @@ class Runtime:
         while busy and time.monotonic() < deadline:
             gevent.sleep(DRAIN_POLL)
             busy = sum(server.in_flight() for server in servers)
-        if self.cluster is not None:
-            self.cluster.directory.stop()  # nothing more is forwarded here
+        self.drained = not busy
         return busy
 
     def close(self, timeout: float) -> None:
         """Shut every server down (their sessions end, their children go down the stop ladder), waiting at most
-        about `timeout` seconds."""
-        self.servers.close(timeout=timeout)
+        about `timeout` seconds. Requests read after the drain found none in flight (the listener stays open a
+        moment longer) are answered first, for at most STRAGGLERS seconds: their sessions are then released whole
+        (serve/sessions/kept.py), never ended under a call."""
+        started = time.monotonic()
+        if self.drained:  # not when the drain's time ran out: what is in flight then is cut as before
+            while self.in_flight() and time.monotonic() < started + min(STRAGGLERS, timeout / 2):
+                gevent.sleep(DRAIN_POLL)
+        self.servers.close(timeout=max(0.0, timeout - (time.monotonic() - started)))
+        # It leaves the directory as the process exits (Cluster.stop, atexit): requests read until then (a
+        # kept-alive connection) and forwarded from here are let in by the others.
 
 
 def of(app: object) -> Runtime | None:

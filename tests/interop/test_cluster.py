@@ -425,7 +425,8 @@ def kill_instance(gw: Gateway) -> list[int]:
 
 
 def test_an_instance_killed_mid_run(cluster: Cluster) -> None:
-    victim = cluster.start("i4")
+    # its sessions are not kept (an opted-out server): they end with it; tests/serve/test_takeover.py takes them over
+    victim = cluster.start("i4", MCPGATE_SESSION_RESURRECT="false")
     try:
         with cluster.front("sticky") as lb:
             outcome: dict[str, Any] = {}
@@ -485,7 +486,7 @@ def test_a_graceful_drain(cluster: Cluster) -> None:
     new session there is refused 503 + Retry-After, and the answer, still sent through HAProxy, reaches the
     draining owner, so the call completes. Then the instance stops: the session's next call is refused and the
     client's new session is on another instance."""
-    drained = cluster.start("i4", MCPGATE_GRACEFUL_TIMEOUT="10")
+    drained = cluster.start("i4", MCPGATE_GRACEFUL_TIMEOUT="10", MCPGATE_SESSION_RESURRECT="false")  # not kept
     try:
         with cluster.front("sticky") as lb:
             others = [name for name in cluster.live() if name != "i4"]

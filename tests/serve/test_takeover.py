@@ -292,3 +292,84 @@ def test_another_principal_cannot_take_a_session_over(redis_url: str) -> None:
     finally:
         owner.stop()
         other.stop()
+
+
+def test_a_last_event_id_from_before_the_restart_gets_a_clear_answer(tmp_path: Path) -> None:
+    env = {"MCPGATE_COMMAND": COMMAND, "MCPGATE_STATE_DIR": str(tmp_path)}
+    started = [Gateway(env)]
+    try:
+        started[0].wait_ready()
+        session_id = opened_on(started[0])
+        [record] = tmp_path.glob("sessions/default/*.json")
+        before = f"{json.loads(record.read_text())['tag']}-1-0"  # an event id of the first life's first stream
+        restart_at(env, started[0], started)
+        headers = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id, "Last-Event-ID": before}
+        reply = started[-1].request("GET", headers=headers)
+        assert reply.status == 400, reply
+        error = reply.json()["error"]
+        assert "restarted" in error["message"] and error["data"]["expired"] is True, error
+        again = started[-1].request("POST", body=call_body(5, "echo", message="z"), headers=with_session(session_id))
+        assert again.status == 200 and "z" in again.body.decode(), again
+    finally:
+        for gw in started:
+            gw.stop()
+
+
+def with_session(session_id: str) -> dict[str, str]:
+    return {**HEADERS, "Mcp-Session-Id": session_id}
+
+
+def test_a_child_that_now_answers_another_version_ends_the_session(tmp_path: Path) -> None:
+    env = {"MCPGATE_COMMAND": COMMAND, "MCPGATE_STATE_DIR": str(tmp_path)}
+    changed = {**env, "KEPT_VERSION": "2025-03-26", "MCPGATE_PASS_ENV": "KEPT_VERSION"}
+    started = [Gateway(env)]
+    try:
+        started[0].wait_ready()
+        session_id = opened_on(started[0])
+        restart_at(changed, started[0], started)
+        reply = started[-1].request("POST", body=call_body(2, "echo", message="x"), headers=with_session(session_id))
+        assert reply.status == 404, reply
+        assert "could not be taken over" in started[-1].log(), started[-1].log_tail()
+        assert not list(tmp_path.glob("sessions/*/*.json")), list(tmp_path.rglob("*"))
+    finally:
+        for gw in started:
+            gw.stop()
+
+
+def race(keepers: list[Any], session_id: str, seen: str) -> list[bool]:
+    """Every keeper claims the session from `seen` at the same moment: who won."""
+    wins: list[bool] = []
+    barrier = threading.Barrier(len(keepers))
+
+    def claim(keeper: Any) -> None:
+        barrier.wait()
+        wins.append(keeper.claim(session_id, seen))
+
+    threads = [threading.Thread(target=claim, args=(keeper,)) for keeper in keepers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return wins
+
+
+def test_two_claimants_of_one_orphan_one_wins(redis_url: str, tmp_path: Path) -> None:
+    """The claim is atomic: of processes that read the same gone holder and claim at once, exactly one wins
+    (Redis's script; on one instance the file lock)."""
+    import redis
+
+    from mcpgate.serve.sessions.kept import DirStore, Keeper, RedisStore, Store
+
+    client = redis.Redis.from_url(redis_url)
+    stores: dict[str, Callable[[], Store]] = {
+        "redis": lambda: RedisStore(client, "race"),
+        "dir": lambda: DirStore(tmp_path / "race", 600.0),
+    }
+    for kind, store in stores.items():
+        keepers = [Keeper(store(), f"i{n}", 600.0, 65536, ()) for n in range(8)]
+        session_id = "sid-" + kind
+        keepers[0].opened(session_id, "static", {"protocolVersion": "2025-11-25"}, {"protocolVersion": "x"}, "t")
+        wins = race(keepers[1:], session_id, keepers[0].me)  # its holder, found gone by every claimant
+        assert sorted(wins) == [False] * (len(keepers) - 2) + [True], (kind, wins)
+        found = keepers[1].load(session_id)
+        assert found is not None and found[1] in {keeper.me for keeper in keepers[1:]}, (kind, found)

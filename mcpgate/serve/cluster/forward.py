@@ -314,13 +314,13 @@ class Forwarder:
                 conn.close()
 
     def report_gone(self, owner: str, reason: str) -> None:
-        """An owner that cannot be reached: its sessions are lost (404, the client starts again); said once."""
+        """An owner that cannot be reached: its kept sessions are taken over (serve/cluster/takeover.py); said once."""
         if owner in self._gone:
             return
         if len(self._gone) >= GONE_REPORTS:
             self._gone.clear()
         self._gone.add(owner)
-        log.warning("instance %s is gone (%s): its sessions are answered 404", owner, reason)
+        log.warning("instance %s is gone (%s): its kept sessions are taken over where asked for", owner, reason)
 
     def close(self) -> None:
         for idle in self._idle.values():

@@ -124,6 +124,14 @@ class Directory:
             return None
         return left / 1000 if isinstance(left, int) and left > 0 else None
 
+    def read(self, instance: str) -> str | None:
+        """An instance's entry as Redis has it now (no cache, no gone mark), None when absent or unreachable."""
+        try:
+            value = self.redis.get(INSTANCE_PREFIX + instance)
+        except self.errors:
+            return None
+        return value.decode() if isinstance(value, bytes) else None
+
     def lookup(self, instance: str) -> str | None:
         """The internal URL of a live instance, None when the directory does not know it (or Redis fails)."""
         if instance == self.instance:
@@ -164,7 +172,7 @@ class Cluster:
         self.forwarder = forwarder
         self.resent = Resent(forwarder.max_body, forwarder.sse_after)  # a forwarded POST sent again (resent.py)
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
-        self.peers = ForwardingPeers(self.lookup, peers)
+        self.peers = ForwardingPeers(self.sender_url, peers)
 
     def mint(self) -> str:
         """A session id naming this instance."""
@@ -175,6 +183,11 @@ class Cluster:
 
     def lookup(self, instance: str) -> str | None:
         return self.directory.lookup(instance)
+
+    def sender_url(self, instance: str) -> str | None:
+        """A forwarding instance's URL: as `lookup`, else read again from Redis (an instance restarted a moment ago
+        under the same id is not refused for what this one remembered of its absence)."""
+        return self.directory.lookup(instance) or self.directory.read(instance)
 
     def start(self) -> None:
         self.directory.start()

@@ -1,0 +1,126 @@
+"""A rolling redeploy behind the recipe's HAProxy (deploy/README.md, "Rolling redeploy"; issue 27): Redis, three
+instances, SDK sessions calling idempotent methods without a pause; each instance in turn stopped gracefully
+(SIGTERM) and started again under the same MCPGATE_INSTANCE_ID and address. No call fails, and every session keeps
+its id: the sessions of a replaced instance are taken over (serve/cluster/takeover.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.serve.test_takeover import RECIPE, instance_env
+from tests.support import Gateway, free_port, stop_process, wait_for
+from tests.support.fleet import Balancer, haproxy, redis_server
+
+NAMES = ("i1", "i2", "i3")
+SESSIONS = 4
+CALLS_BETWEEN = 3  # calls every session has had answered before the first and after each replacement
+HANG_GUARD = 240
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@dataclass
+class Caller:
+    index: int
+    answered: int = 0
+    ids: set[str] = field(default_factory=set)
+    failures: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def front(instances: dict[str, Gateway], routing: str) -> Iterator[Balancer]:
+    env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
+    dead = free_port()
+    for index in range(1, 5):
+        gw = instances.get(f"i{index}")
+        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
+    with haproxy(RECIPE, env) as lb:
+        yield lb
+
+
+def up(lb: Balancer, name: str) -> bool:
+    return lb.servers_up().get(f"sticky/{name}", False)
+
+
+async def call_on(caller: Caller, url: str, stop: anyio.Event) -> None:
+    async def seen(response: httpx2.Response) -> None:
+        if "mcp-session-id" in response.headers:
+            caller.ids.add(response.headers["mcp-session-id"])
+
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [seen]})
+    try:
+        async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+            while not stop.is_set():
+                try:
+                    if caller.answered % 2:
+                        listed = await client.list_tools()
+                        assert {tool.name for tool in listed.tools} >= {"echo", "state"}, listed
+                    else:
+                        message = f"c{caller.index}-{caller.answered}"
+                        echoed = await client.call_tool("echo", {"message": message})
+                        assert echoed.content[0].text == message, echoed  # type: ignore[union-attr]
+                    caller.answered += 1
+                except Exception as exc:  # noqa: BLE001 - counted: a failed call
+                    caller.failures.append(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - the client's transport failed under it
+        caller.failures.append(f"the client ended: {exc!r}")
+
+
+@pytest.mark.parametrize("routing", ["sticky", "roundrobin"])
+def test_a_rolling_redeploy_fails_no_call(routing: str) -> None:
+    with redis_server() as url:
+        envs = {name: instance_env(url, name) for name in NAMES}
+        live = {name: Gateway(envs[name]) for name in NAMES}
+        started = list(live.values())
+        try:
+            for gw in started:
+                gw.wait_ready()
+            with front(live, routing) as lb:
+                assert wait_for(lambda: all(up(lb, name) for name in NAMES), 30), lb.servers_up()
+
+                def replace(name: str) -> None:
+                    old = live[name]
+                    stop_process(old.proc, signal.SIGTERM, timeout=60)  # a graceful stop: drain, release
+                    new = Gateway(envs[name], port=old.port)
+                    started.append(new)
+                    new.wait_ready()
+                    live[name] = new
+                    assert wait_for(lambda: up(lb, name), 30), lb.servers_up()
+
+                callers = [Caller(index) for index in range(SESSIONS)]
+
+                async def conduct() -> None:
+                    stop = anyio.Event()
+
+                    async def answered_more(than: list[int]) -> None:
+                        while not all(c.answered >= n + CALLS_BETWEEN for c, n in zip(callers, than, strict=True)):
+                            await anyio.sleep(0.05)
+
+                    with anyio.fail_after(HANG_GUARD):
+                        async with anyio.create_task_group() as group:
+                            for caller in callers:
+                                group.start_soon(call_on, caller, lb.url, stop)
+                            await answered_more([0] * SESSIONS)
+                            for name in NAMES:
+                                await anyio.to_thread.run_sync(replace, name)
+                                await answered_more([c.answered for c in callers])
+                            stop.set()
+
+                anyio.run(conduct)
+            failed = {c.index: c.failures for c in callers if c.failures}
+            assert not failed, f"{routing}: failed calls: {failed}"
+            assert all(len(c.ids) == 1 for c in callers), [c.ids for c in callers]  # each kept its session
+            taken = sum(gw.log().count("taken over") for gw in started)
+            assert taken >= 1, "no session was taken over"
+        finally:
+            for gw in started:
+                gw.stop()
