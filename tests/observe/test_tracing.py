@@ -115,7 +115,6 @@ def test_a_traceparent_header_and_a_forward_to_the_sessions_owner(sink: Receiver
         message = reply_message(reply)
         trace_id = TRACEPARENT.split("-")[1]
         assert message["result"]["content"][0]["text"].split("-")[1] == trace_id, message
-        front = [s for s in sink.of_trace(trace_id) if s.kind == "SERVER" and s.service == "mcpgate"]
         wait_for(lambda: len(sink.named("mcpgate.forward")) == 1, timeout=30, what="the forward's span")
         forward = sink.named("mcpgate.forward")[0]
         front = [s for s in sink.of_trace(trace_id) if s.span_id == forward.parent_id]
