@@ -141,7 +141,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(5)
 
 
-def request(port: int, method: str, path: str, body: object = None, headers: dict[str, str] | None = None) -> tuple:
+def request(
+    port: int, method: str, path: str, body: object = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         data = json.dumps(body).encode() if body is not None else None
@@ -155,7 +157,7 @@ def request(port: int, method: str, path: str, body: object = None, headers: dic
 def open_session(port: int, path: str = "/mcp") -> str | None:
     """initialize, notifications/initialized and one tools/call; the session id (None: refused, e.g. no token)."""
     status, headers, _ = request(port, "POST", path, INIT, HEADERS)
-    session = {k.lower(): v for k, v in headers.items()}.get("mcp-session-id")
+    session: str | None = {k.lower(): v for k, v in headers.items()}.get("mcp-session-id")
     if status != 200 or not session:
         return None
     more = {**HEADERS, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"}
@@ -243,7 +245,7 @@ def issuer() -> Iterator[dict[str, str]]:
             raise RuntimeError("the OIDC issuer did not start")
         yield {"MCPGATE_OAUTH_ISSUER": url, "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}"}
     finally:
-        stop(proc)  # type: ignore[arg-type]
+        stop(proc)
         if proc.stdout is not None:
             proc.stdout.close()
 
@@ -349,7 +351,7 @@ def measure_relay(tmp: Path) -> dict[str, object]:
             proc.stdin.close()
             proc.wait(30)
         finally:
-            stop(proc)  # type: ignore[arg-type]
+            stop(proc)
             if proc.stdout is not None:
                 proc.stdout.close()
         modules = out.read_text().split() if out.exists() else []
