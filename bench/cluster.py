@@ -289,7 +289,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     errors[label] = errors.get(label, 0) + int(result["errors"])
                     print(f"round {round_no + 1}: {label}, {level} clients: {result['calls_per_s']:.0f} calls/s")
                     if result["errors"]:
-                        print(f"  {result['errors']} errors, e.g. {result['error_samples'][:2]}")
+                        samples: Any = result.get("error_samples", [])
+                        print(f"  {result['errors']} errors, e.g. {samples[:2]}")
             if 1 in fronts:
                 record(latency, "direct", errors, lambda: sequential_p50(fleet[0].port, args.calls, 10.0))
                 record(latency, "haproxy", errors, lambda: sequential_p50(fronts[1].port, args.calls, 10.0))
