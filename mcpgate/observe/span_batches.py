@@ -1,15 +1,16 @@
-"""The span processor of mcpgate's traces: ended spans queued (bounded) and exported in batches by one worker,
-as the SDK's BatchSpanProcessor does and configured by the same OTEL_BSP_* variables (OTEL_BSP_SCHEDULE_DELAY,
-OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE), but with no after-fork hook; and the provider
-without its own (ForkSafeTracerProvider).
+"""The export of mcpgate's spans: ended span records queued (bounded) and exported in batches by one worker, as
+the SDK's BatchSpanProcessor does and configured by the same OTEL_BSP_* variables (OTEL_BSP_SCHEDULE_DELAY,
+OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE), but with no after-fork hook. A batch is encoded to
+OTLP protobuf here, in the worker (observe/otlp_wire.py), and posted by the SDK's OTLPSpanExporter's HTTP client
+(its endpoint, headers, timeout, compression and retries from OTEL_EXPORTER_OTLP_*).
 
-The SDK's processor restarts its worker thread in every forked process. A gevent worker forks to exec each
-child; in the fork, before the exec, that start waits on an event, the copied hub runs the parent's greenlets,
-and they serve (and close) the parent's client connections. Here nothing runs after a fork. The worker is a
-`threading.Thread`: under gevent's monkey patching (the gateway's worker, the relay) a greenlet, whose export
-goes out on patched sockets without blocking requests.
+The SDK's processor restarts its worker thread in every forked process, and its TracerProvider detects the
+resource again after a fork. A gevent worker forks to exec each child; in the fork, before the exec, such a start
+waits on an event, the copied hub runs the parent's greenlets, and they serve (and close) the parent's client
+connections. Here nothing runs after a fork. The worker is a `threading.Thread`: under gevent's monkey patching
+(the gateway's worker, the relay) a greenlet, whose export goes out on patched sockets without blocking requests.
 
-Imported by mcpgate.observe.tracing only when tracing is on (it imports the SDK).
+Imported by mcpgate.observe.tracing only when tracing is on (it imports the SDK's exporter).
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ import collections
 import logging
 import os
 import threading
-from collections.abc import Sequence
 
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter
+from typing import Any
+
+from mcpgate.observe import otlp_wire
 
 log = logging.getLogger("mcpgate.tracing")
 
@@ -39,34 +39,24 @@ def setting(name: str) -> int:
     return value if value > 0 else DEFAULTS[name]
 
 
-class ForkSafeTracerProvider(TracerProvider):
-    """The SDK's TracerProvider without its after-fork hook, which detects the resource again in a thread pool and
-    waits on it: in a child forked to exec, under gevent, that wait runs the parent's greenlets too."""
+class SpanBatches:
+    """Ended, sampled span records into a bounded queue (the oldest dropped past it, counted); one worker exports a
+    batch when one is full or the schedule delay passed, and what is left at shutdown. `exporter` is the SDK's
+    OTLPSpanExporter, `head` the batch's resource and scope (otlp_wire.resource_head)."""
 
-    def _handle_fork(self) -> None:
-        pass
-
-
-class SpanBatches(SpanProcessor):
-    """Ended, sampled spans into a bounded queue (the oldest dropped past it, counted); one worker exports a
-    batch when one is full or the schedule delay passed, and what is left at shutdown."""
-
-    def __init__(self, exporter: SpanExporter) -> None:
-        self.exporter = exporter
+    def __init__(self, exporter: Any, head: tuple[bytes, bytes]) -> None:
+        self.exporter, self.head = exporter, head
         self.delay = setting("OTEL_BSP_SCHEDULE_DELAY") / 1000
         self.batch = setting("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
-        self.queue: collections.deque[ReadableSpan] = collections.deque(maxlen=setting("OTEL_BSP_MAX_QUEUE_SIZE"))
+        self.queue: collections.deque[otlp_wire.Record] = collections.deque(maxlen=setting("OTEL_BSP_MAX_QUEUE_SIZE"))
         self.dropped = 0
         self.stopped = False
         self.wake = threading.Event()
         self.worker = threading.Thread(target=self.run, name="mcpgate-span-export", daemon=True)
         self.worker.start()
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self.stopped or span.context is None or not span.context.trace_flags.sampled:
+    def on_end(self, span: otlp_wire.Record) -> None:
+        if self.stopped:
             return
         if len(self.queue) == self.queue.maxlen:
             self.dropped += 1
@@ -85,11 +75,24 @@ class SpanBatches(SpanProcessor):
             log.warning("%d spans dropped: the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE)", self.dropped)
             self.dropped = 0
         while self.queue:
-            spans: Sequence[ReadableSpan] = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
+            spans = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
             try:
-                self.exporter.export(spans)
+                self.send(otlp_wire.request(self.head, spans))
             except Exception as exc:  # noqa: BLE001 - an exporter's failure costs its batch, never the worker
                 log.warning("a batch of %d spans could not be exported: %s", len(spans), exc)
+
+    def send(self, data: bytes) -> None:
+        """One batch's body posted by the exporter's HTTP client (the SDK's private API: `_client.export` since
+        1.4x, `_export` with its own retries before)."""
+        client = getattr(self.exporter, "_client", None)
+        if client is not None:
+            result = client.export(data)
+            if not result.success:
+                log.warning("a batch of spans was not accepted: %s", getattr(result, "error", None))
+            return
+        reply = self.exporter._export(data, self.exporter._timeout)
+        if not reply.ok:
+            log.warning("a batch of spans was not accepted: HTTP %s", reply.status_code)
 
     def shutdown(self) -> None:
         self.stopped = True
