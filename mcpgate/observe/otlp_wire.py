@@ -10,7 +10,7 @@ a few concatenations. Field numbers are opentelemetry-proto's (trace/v1/trace.pr
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 CACHED = 4096  # encoded attribute pairs kept

@@ -19,7 +19,6 @@ import collections
 import logging
 import os
 import threading
-
 from typing import Any
 
 from mcpgate.observe import otlp_wire
