@@ -48,7 +48,8 @@ def test_importing_the_wsgi_module_spawns_nothing() -> None:
         "print(type(w.application).__name__, len(children_of(os.getpid())))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["Flask", "0"], out.stderr
+    # a plain configuration (no OAuth, no metrics) builds the Flask-free app: serve/front/bare.py
+    assert out.stdout.split() == ["BareApp", "0"], out.stderr
 
 
 def test_procfile_and_root_config() -> None:
