@@ -8,6 +8,7 @@
     python bench/run.py --quick --only mcpgate,mcpgate-modern,mcpgate-modern-child --phases speed   # the eras
     python bench/run.py --profile         # py-spy profiles of the serve worker (bench/out/serve-*.txt, .svg)
     python bench/run.py --profile --only mcpgate-modern   # the same for 2026-07-28 requests (serve-modern-*)
+    python bench/run.py --profile --only mcpgate-relay    # py-spy on the relay process (bench/out/relay-*.txt)
     python bench/run.py --snapshot        # measure a copy of mcpgate/ taken at the start (edits may go on)
     python bench/run.py --phases relay --only mcpgate-relay,mcpgate-relay-modern   # the relay's two host eras
     python bench/run.py --phases relay --only mcpgate-relay,mcpgate-relay-baseline --relay-baseline /tmp/old
@@ -646,7 +647,8 @@ def main() -> int:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="only profile the serve worker with py-spy (the --only row, default mcpgate)",
+        help="only profile the serve worker with py-spy (the --only row, default mcpgate), or the relay process "
+        "(--only mcpgate-relay, mcpgate-relay-modern or mcpgate-relay-baseline)",
     )
     parser.add_argument(
         "--snapshot",
