@@ -8,7 +8,8 @@ chunks as they arrive (never line by line) and fed to the core's SseDecoder.
 
 The requests.Session owns the settings (headers, proxies, TLS verification,
 cookies) and the urllib3 connection pools; each attempt goes straight to the pool
-requests would use for its URL (relay/http_routes.py).
+requests would use for its URL, or for a plain-HTTP URL without a proxy to the
+relay's own HTTP/1.1 client (relay/http_routes.py, relay/fast_http.py).
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ The requests.Session owns the settings (headers, proxies, TLS verification, cook
 pools. What requests works out per URL (the pool, the request target, the session's headers) is worked out once,
 with requests' own adapter methods, and kept in a Route (at most MAX_ROUTES, then worked out anew); each
 exchange then goes straight to that pool's urlopen(), without requests' per-call preparation, which cost more
-CPU than the rest of a relayed call. Contract of `Routes.exchange`: one attempt, no retry and no redirect
-followed (the retry policy is HttpClient.send's), failures mapped to the relay's errors, cookies the upstream
-sets kept in the session's jar and sent back; the reply comes back up to its headers (HttpReply), its body
-not read.
+CPU than the rest of a relayed call; a plain-HTTP route without a proxy goes to relay/fast_http.py's pool
+instead, cheaper again (urllib3's and http.client's per-request work was half of a relayed call's).
+Contract of `Routes.exchange`: one attempt, no retry and no redirect followed (the retry policy is
+HttpClient.send's), failures mapped to the relay's errors, cookies the upstream sets kept in the session's jar
+and sent back; the reply comes back up to its headers (HttpReply), its body not read.
 """
 
 from __future__ import annotations
