@@ -103,12 +103,15 @@ class Runtime:
 
     def close(self, timeout: float) -> None:
         """Shut every server down (their sessions end, their children go down the stop ladder), waiting at most
-        about `timeout` seconds. Requests read after the drain found none in flight (the listener stays open a
-        moment longer) are answered first, for at most STRAGGLERS seconds: their sessions are then released whole
-        (serve/sessions/kept.py), never ended under a call."""
+        about `timeout` seconds. After a clean drain, requests read since (kept-alive connections are read a moment
+        longer) are answered first, for at most STRAGGLERS seconds: each session ends once nothing of it is in
+        flight, released whole for a takeover (serve/sessions/kept.py), never under a call."""
         started = time.monotonic()
+        servers = [server for _name, server in self.servers.items()]
         if self.drained:  # not when the drain's time ran out: what is in flight then is cut as before
-            while self.in_flight() and time.monotonic() < started + min(STRAGGLERS, timeout / 2):
+            while time.monotonic() < started + min(STRAGGLERS, timeout / 2):
+                if not sum(server.end_quiet_sessions() for server in servers) and not self.in_flight():
+                    break
                 gevent.sleep(DRAIN_POLL)
         self.servers.close(timeout=max(0.0, timeout - (time.monotonic() - started)))
         # It leaves the directory as the process exits (Cluster.stop, atexit): requests read until then (a

@@ -79,10 +79,18 @@ def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Sessio
     done: AsyncResult = AsyncResult()
     gw.reviving[session_id] = done
     try:
-        return take_over(gw, keeper, session_id, kept) if keeper.claim(session_id, holder) else None
+        if keeper.claim(session_id, holder):
+            return take_over(gw, keeper, session_id, kept)
     finally:
         del gw.reviving[session_id]
         done.set(True)
+    again = keeper.load(session_id)  # another process won the claim: the request goes to it
+    winner = held_elsewhere(gw, keeper, again[1]) if again is not None else None
+    if winner is None:
+        return None
+    if forwarded:
+        raise HeldElsewhere(winner)
+    raise Forward(winner)
 
 
 def held_elsewhere(gw: PublishedServer, keeper: Keeper, holder: str) -> str | None:
