@@ -64,16 +64,18 @@ class SpanBatches:
             self.wake.set()
 
     def run(self) -> None:
+        """Woken by a full batch: the full batches go (what is left joins the next one); at the schedule delay,
+        everything (a busy worker whose exports take a while otherwise sends each remnant on its own)."""
         while not self.stopped:
-            self.wake.wait(self.delay)
+            woken = self.wake.wait(self.delay)
             self.wake.clear()
-            self.export_queued()
+            self.export_queued(whole=not woken)
 
-    def export_queued(self) -> None:
+    def export_queued(self, whole: bool = True) -> None:
         if self.dropped:
             log.warning("%d spans dropped: the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE)", self.dropped)
             self.dropped = 0
-        while self.queue:
+        while len(self.queue) >= (1 if whole else self.batch):
             spans = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
             try:
                 self.send(otlp_wire.request(self.head, spans))

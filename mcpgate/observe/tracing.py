@@ -50,6 +50,7 @@ _api: Any = None  # opentelemetry.trace, imported with the SDK
 _kinds: dict[int, Any] = {}  # OTLP's span kinds as the SDK's SpanKind (for the sampler)
 _propagator: Any = None
 _sampler: Any = None
+_empty: Any = None  # an empty Context: no parent (None would make the sampler read the current one)
 _HEADERS = tuple((key, f"HTTP_{key.upper()}") for key in TRACE_KEYS)
 _bits = random.getrandbits
 
@@ -57,10 +58,10 @@ _bits = random.getrandbits
 def setup(enabled: bool, service: str) -> None:
     """Switch tracing on for this process (a gateway worker, a relay): the SDK imported, its sampler, resource
     and exporter configured from OTEL_*; OTEL_SERVICE_NAME, when set, names the service instead of `service`."""
-    global TRACER, _api, _propagator, _sampler
+    global TRACER, _api, _propagator, _sampler, _empty
     if not enabled or TRACER is not None:
         return
-    from opentelemetry import trace
+    from opentelemetry import context, trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
     from opentelemetry.sdk.trace import sampling
@@ -76,6 +77,7 @@ def setup(enabled: bool, service: str) -> None:
     resource = OTELResourceDetector().detect().merge(Resource({SERVICE_NAME: name}))
     head = otlp_wire.resource_head(resource.attributes, "mcpgate", mcpgate.__version__)
     _api, _propagator, _sampler = trace, TraceContextTextMapPropagator(), sampling._get_from_env_or_default()
+    _empty = context.Context()
     _kinds.update({INTERNAL: trace.SpanKind.INTERNAL, SERVER: trace.SpanKind.SERVER, CLIENT: trace.SpanKind.CLIENT})
     TRACER = SpanBatches(OTLPSpanExporter(), head)
     atexit.register(TRACER.shutdown)
@@ -139,7 +141,7 @@ def root(parent: Any, name: str, kind: int, attributes: dict[str, Any], start: i
     (OTEL_TRACES_SAMPLER) decides; unsampled, it only carries the context on."""
     context = _api.get_current_span(parent).get_span_context() if parent is not None else None
     trace_id = context.trace_id if context is not None else _bits(128) or 1
-    decision = _sampler.should_sample(parent, trace_id, name, _kinds[kind], attributes)
+    decision = _sampler.should_sample(parent or _empty, trace_id, name, _kinds[kind], attributes)
     span = Span.__new__(Span)
     span.trace_id, span.span_id, span.remote_parent = trace_id, _bits(64) or 1, context is not None
     span.parent_id = context.span_id if context is not None else 0
