@@ -398,6 +398,19 @@ def aggregate(raw: dict, cfg: dict) -> dict:
 # -- profile -----------------------------------------------------------------------------------------------
 
 
+def _worker_of(master: int, timeout_s: float = 30.0) -> int:
+    """The gunicorn worker of `master`, waited for: on a busy machine the fork comes after the port is bound."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        parents = gateways._ppid_map()
+        found = [pid for pid, ppid in parents.items() if ppid == master and "gunicorn" in gateways._cmdline(pid)]
+        if found:
+            return found[0]
+        if time.monotonic() > deadline:
+            sys.exit(f"no gunicorn worker under the master {master} after {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
 def profile(cfg: dict, out_dir: Path, name: str = "mcpgate") -> None:
     """py-spy on the worker of mcpgate (or of `name`, e.g. mcpgate-modern): sequential calls (raw + svg), then
     16 client processes (raw)."""
@@ -411,10 +424,7 @@ def profile(cfg: dict, out_dir: Path, name: str = "mcpgate") -> None:
     prefix = "serve" if name == "mcpgate" else f"serve-{name.removeprefix('mcpgate-')}"
     running = gateways.start(spec, out_dir / "logs")
     try:
-        parents = gateways._ppid_map()
-        worker = next(
-            pid for pid, ppid in parents.items() if ppid == running.proc.pid and "gunicorn" in gateways._cmdline(pid)
-        )
+        worker = _worker_of(running.proc.pid)
         seconds = 12
         measure.sequential_http(running.port, spec.path, 500, 10.0, client=client)  # warm: imports, caches
         measure.concurrent_http(running.port, spec.path, 16, 1.0, client=client)
@@ -736,6 +746,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs_all:
         if spec.missing and (not only or spec.name in only):
             print(f"NOTE: {spec.name} skipped: {spec.missing}", flush=True)
+    procs.adopt_orphans()
     before = gateways.child_server_pids()
     running: dict[str, gateways.Running] = {}
     began = time.monotonic()
@@ -759,8 +770,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for run in running.values():
             gateways.stop(run)
-        leftovers = gateways.child_server_pids() - before
-        for pid in leftovers:  # child servers the gateways left behind: the bench started them, it ends them
+        # child servers our own gateways left behind (descendants of this process only: another run's are not ours)
+        leftovers = (gateways.child_server_pids() & procs.mine()) - before
+        for pid in leftovers:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
