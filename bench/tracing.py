@@ -40,10 +40,12 @@ def free_port() -> int:
 
 
 def sink() -> tuple[str, list[int]]:
-    """An OTLP/HTTP endpoint that takes every export (bytes counted, nothing decoded)."""
+    """An OTLP/HTTP endpoint that takes every export (bytes counted, nothing decoded), on kept connections."""
     got = [0, 0]
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections kept, as a collector keeps them
+
         def do_POST(self) -> None:
             got[0] += len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
             got[1] += 1
