@@ -15,7 +15,8 @@ given it.
 - `forwarded_principal`: the guard's check of a request another instance forwarded. Its Mcpgate-Forwarded
   value must be signed for this very request (body included), within a few seconds, by an instance of the
   directory connecting from that instance's address (or from MCPGATE_CLUSTER_PEERS), and seen for the first
-  time: its nonce is kept in Redis for the window (SET NX), so a captured value is refused when replayed.
+  time: its nonce is kept in Redis for the window (SET NX; cluster/nonces.py), so a captured value is refused
+  when replayed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from mcpgate.core import jsonrpc, session_ids, wire
 from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body
 from mcpgate.serve.cluster.gone import GoneMarks
 from mcpgate.serve.cluster.moved import held_by, restarted
+from mcpgate.serve.cluster.nonces import Nonces
 from mcpgate.serve.cluster.peers import ForwardingPeers
 from mcpgate.serve.cluster.resent import Resent
 from mcpgate.serve.front import auth
@@ -54,8 +56,6 @@ HEARTBEAT_TTL = 15  # seconds an entry outlives its instance's last heartbeat
 HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
 FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
 MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
-NONCE_PREFIX = "mcpgate:forwarded:"  # + the nonce of an accepted Mcpgate-Forwarded value, kept past its window
-NONCE_TTL = 2 * session_ids.FORWARDED_WINDOW + 1  # seconds: a value is valid that long at most, from any clock
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -171,6 +171,7 @@ class Cluster:
         self.directory = directory
         self.forwarder = forwarder
         self.resent = Resent(forwarder.max_body, forwarder.sse_after)  # a forwarded POST sent again (resent.py)
+        self.nonces = Nonces(redis)  # forwarded values seen, in Redis (checks sent together: nonces.py)
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
         self.peers = ForwardingPeers(self.sender_url, peers)
 
@@ -196,6 +197,7 @@ class Cluster:
     def stop(self) -> None:
         self.directory.stop()
         self.forwarder.close()
+        self.nonces.close()
 
     def forwarded_principal(self, environ: dict[str, Any]) -> str:
         """The principal of a request another instance forwarded, or a 403 Refusal (503: Redis unreachable).
@@ -232,7 +234,7 @@ class Cluster:
     def first_use(self, nonce: str) -> bool:
         """Whether no forwarded value with this nonce was accepted within the window (remembered in Redis)."""
         try:
-            return bool(self.redis.set(NONCE_PREFIX + nonce, b"1", nx=True, ex=NONCE_TTL))
+            return self.nonces.first_use(nonce)
         except self.directory.errors as exc:
             log.warning("could not record a forwarded request's nonce: %s", exc)
             raise Refusal(

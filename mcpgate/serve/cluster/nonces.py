@@ -1,0 +1,127 @@
+"""The single-use check of the nonces of forwarded requests (Mcpgate-Forwarded, core/session_ids), in Redis.
+
+Each accepted value's nonce is kept in Redis (SET NX) for NONCE_TTL seconds, longer than the value is valid from
+any clock: a value is accepted once across the whole fleet and across restarts of the instance it was sent to.
+A table in this process alone would not do: a process restarted under the same instance id (or the new worker
+of a HUP, which serves next to the old one on the same socket) starts with an empty table while the values the
+other accepted are still valid, and a session is taken over by whichever instance serves its next request
+(serve/cluster/takeover.py), so a replayed call would run again.
+
+The owner's profile had that command at a quarter of its CPU per forwarded call, most of it the Redis client's
+own work around the command (its retry wrapper, connection pool, command packing and reply parser: ~190 µs of
+CPU against ~65 µs for the same exchange written and read directly). So the checks have their own connection
+(made by the client's connection class from the same URL: its AUTH, database, TLS and timeouts), the command is
+packed here, and checks are sent together: the first check sends its command at once; checks made while one is
+on its way wait and then go in one write (each its own SET NX, each its own reply), as many as arrived, at most
+MOST_AT_ONCE. Nothing is answered before Redis has answered for it. A connection that fails is dropped, and the
+commands sent once more on a new one: a nonce set by the lost attempt then reads as used (a refusal, never a
+replay let through). Bounded: one waiting entry per request being checked (the worker's connections at most);
+each read waits at most the client's command timeout (serve/cluster/redis_client.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from gevent.event import AsyncResult
+
+from mcpgate.core import session_ids
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+NONCE_PREFIX = "mcpgate:forwarded:"  # + the nonce of an accepted Mcpgate-Forwarded value, kept past its window
+NONCE_TTL = 2 * session_ids.FORWARDED_WINDOW + 1  # seconds: a value is valid that long at most, from any clock
+MOST_AT_ONCE = 128  # nonces sent in one write at most
+_TAIL = b"\r\n$1\r\n1\r\n$2\r\nNX\r\n$2\r\nEX\r\n$%d\r\n%d\r\n" % (len(str(NONCE_TTL)), NONCE_TTL)
+
+
+def set_nx(key: bytes) -> bytes:
+    """SET <key> 1 NX EX NONCE_TTL in the Redis protocol."""
+    return b"*6\r\n$3\r\nSET\r\n$%d\r\n%s%s" % (len(key), key, _TAIL)
+
+
+class Nonces:
+    """`first_use(nonce)`: whether no value with this nonce was accepted within NONCE_TTL (it is recorded now).
+    Raises a RedisError or OSError when Redis does not answer (or answers an error)."""
+
+    def __init__(self, redis: Redis) -> None:
+        from redis.exceptions import ConnectionError, ResponseError, TimeoutError  # imported in a fleet only
+
+        self._lost = (ConnectionError, TimeoutError, OSError)  # the connection is not usable any more
+        self._refused, self._interrupted = ResponseError, ConnectionError
+        pool = redis.connection_pool
+        self._connection: Any = pool.connection_class(**pool.connection_kwargs)
+        self._waiting: list[tuple[bytes, AsyncResult]] = []
+        self._sending = False
+
+    def first_use(self, nonce: str) -> bool:
+        key = (NONCE_PREFIX + nonce).encode()
+        if self._sending:  # a command is on its way: this one goes with the next write
+            waiter = AsyncResult()
+            self._waiting.append((key, waiter))
+            return bool(waiter.get())
+        self._sending = True
+        try:
+            reply = self._exchange([key])[0]
+        finally:
+            self._next()
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply is not None
+
+    def close(self) -> None:
+        self._connection.disconnect()
+
+    def _next(self) -> None:
+        """Send what waits (in another greenlet, so that this request goes on), or let the next check send."""
+        if self._waiting:
+            gevent.spawn(self._send_waiting)
+        else:
+            self._sending = False
+
+    def _send_waiting(self) -> None:
+        batch, self._waiting = self._waiting[:MOST_AT_ONCE], self._waiting[MOST_AT_ONCE:]
+        try:
+            replies = self._exchange([key for key, _ in batch])
+            for (_, waiter), reply in zip(batch, replies, strict=True):
+                if isinstance(reply, BaseException):
+                    waiter.set_exception(reply)
+                else:
+                    waiter.set(reply is not None)
+        except BaseException as exc:  # Redis away (or this greenlet killed): every check in the batch fails
+            failure = exc if isinstance(exc, Exception) else self._interrupted("interrupted")
+            for _, waiter in batch:
+                if not waiter.ready():
+                    waiter.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._next()
+
+    def _exchange(self, keys: list[bytes]) -> list[Any]:
+        """Each key's reply (b"OK": set now; None: there already; a ResponseError), on a connection that is
+        made again, once, when it fails."""
+        try:
+            return self._send(keys)
+        except self._lost:
+            self._connection.disconnect()
+        except BaseException:  # interrupted between a write and its replies: never read them as another's
+            self._connection.disconnect()
+            raise
+        try:
+            return self._send(keys)
+        except BaseException:
+            self._connection.disconnect()
+            raise
+
+    def _send(self, keys: list[bytes]) -> list[Any]:
+        self._connection.send_packed_command([b"".join(set_nx(key) for key in keys)])
+        replies: list[Any] = []
+        for _ in keys:
+            try:
+                replies.append(self._connection.read_response())
+            except self._refused as exc:  # this command's error reply, read whole: the others' follow
+                replies.append(exc)
+        return replies
