@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcpgate.config import paths
+
 if TYPE_CHECKING:
     from redis import Redis
 
@@ -152,7 +154,7 @@ class DirStore:
 
     def __init__(self, directory: Path, ttl: float) -> None:
         self.dir, self.ttl = directory, ttl
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        paths.make_private_dirs(self.dir)
         self.sweep()
 
     def _path(self, digest: str, suffix: str) -> Path:
@@ -332,9 +334,7 @@ def keeper_for(settings: Settings, server: str, cluster: Cluster | None) -> Keep
     ttl, most = settings.session_idle_ttl, settings.session_kept_bytes
     if cluster is not None:
         return Keeper(RedisStore(cluster.redis, server), cluster.instance, ttl, most, cluster.directory.errors)
-    from mcpgate.config.paths import default_state_dir
-
-    where = Path(settings.state_dir or default_state_dir()) / "sessions" / server
+    where = Path(settings.state_dir or paths.default_state_dir()) / "sessions" / server
     try:
         return Keeper(DirStore(where, ttl + MARGIN), "", ttl, most, ())
     except OSError as exc:
