@@ -349,11 +349,14 @@ def test_an_oauth_principal_travels_with_the_forward(redis_url: str, gateway_fac
 # -- the owner gone -----------------------------------------------------------------------------------------------
 
 
+NOT_KEPT = {"MCPGATE_SESSION_RESURRECT": "false"}  # the opt-out: an owner gone ends its sessions (else taken over)
+
+
 def test_the_owner_gone_is_404_and_the_client_starts_again(redis_url: str, gateway_factory: Any) -> None:
-    a = Gateway(cluster_env(redis_url))
+    a = Gateway({**cluster_env(redis_url), **NOT_KEPT})
     try:
         a.wait_ready()
-        b = gateway_factory(cluster_env(redis_url))
+        b = gateway_factory({**cluster_env(redis_url), **NOT_KEPT})
         session = session_on(a)
         assert reply_message(b.request("POST", body=call("echo", {"message": "x"}), headers=session))["result"]
         workers = direct_children(a.proc.pid)
@@ -374,8 +377,9 @@ def test_the_owner_gone_is_404_and_the_client_starts_again(redis_url: str, gatew
 
 def test_a_made_key_a_fixed_id_and_a_graceful_stop(redis_url: str, gateway_factory: Any) -> None:
     """No MCPGATE_CLUSTER_SECRET: the instances share the key the first one kept in Redis; MCPGATE_INSTANCE_ID
-    names the ids; a graceful stop withdraws the instance from the directory."""
-    made = {k: v for k, v in cluster_env(redis_url).items() if k != "MCPGATE_CLUSTER_SECRET"}
+    names the ids; a graceful stop withdraws the instance from the directory (sessions not kept: with them,
+    tests/serve/test_takeover.py)."""
+    made = {k: v for k, v in cluster_env(redis_url).items() if k != "MCPGATE_CLUSTER_SECRET"} | NOT_KEPT
     a = Gateway({**made, "MCPGATE_INSTANCE_ID": "alpha"})
     try:
         a.wait_ready()
