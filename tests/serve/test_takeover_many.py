@@ -1,0 +1,161 @@
+"""Many 2025 sessions taken over at once (issue 27): Redis, three instances behind the recipe's HAProxy (sticky
+routing), 50 sessions of the official SDK client in one process; the instance holding the most of them SIGKILLed.
+Its sessions go on (at least 99 %: with 50 over three instances, every one) under their own session ids with no
+404, and so do the others'; the first call of each of its sessions after the kill adds at most 1.5 s at p99 to a
+normal call's time (the figures are printed: `-s` shows them)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+
+from tests.serve.test_takeover import Seen, front, instance_env, kill, sdk
+from tests.support import Gateway
+from tests.support.fleet import redis_server
+
+NAMES = ("i1", "i2", "i3")
+SESSIONS = 50
+AT_ONCE = 10  # sessions opening or calling at the same time (a two-core machine)
+CONTINUED = 0.99  # the share of the killed instance's sessions that must go on (the issue's figure)
+ADDED_P99 = 1.5  # seconds the first call after the takeover may add at p99 (the issue's figure)
+HANG_GUARD = 300
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@dataclass
+class Session:
+    index: int
+    seen: Seen = field(default_factory=Seen)
+    normal: float = 0.0  # seconds a call took before the kill
+    after: float = 0.0  # seconds the first call after the kill took
+    opening: float = 0.0  # seconds the open and first call took (a child started)
+    since_kill: float = 0.0  # seconds from the kill to the answer of the first call after it
+    failure: str = ""
+
+    def owner(self) -> str:
+        return next(iter(self.seen.ids)).split(".", 1)[0] if self.seen.ids else ""
+
+    def continued(self) -> bool:
+        return not self.failure and 404 not in self.seen.statuses and len(self.seen.ids) == 1
+
+
+async def timed_echo(client: object, message: str) -> float:
+    began = time.perf_counter()
+    result = await client.call_tool("echo", {"message": message})  # type: ignore[attr-defined]
+    took = time.perf_counter() - began
+    assert result.content[0].text == message, result
+    return took
+
+
+@dataclass
+class Run:
+    gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(AT_ONCE))
+    opened: list[Session] = field(default_factory=list)
+    killed: anyio.Event = field(default_factory=anyio.Event)
+    killed_at: float = 0.0
+
+
+async def one_session(session: Session, url: str, run: Run) -> None:
+    """Open the session and call twice (the second timed: a normal call), wait for the kill, call once more
+    (timed); a failure anywhere is the session's. At most AT_ONCE sessions open or call at a time."""
+    stage = "open"
+    await run.gate.acquire()
+    held = True
+    try:
+        began = time.perf_counter()
+        async with sdk(url, session.seen) as client:
+            await timed_echo(client, f"s{session.index}-warm")
+            session.opening = time.perf_counter() - began
+            session.normal = await timed_echo(client, f"s{session.index}-normal")
+            held = False
+            run.gate.release()
+            run.opened.append(session)
+            await run.killed.wait()
+            stage = "after the kill"
+            async with run.gate:
+                session.after = await timed_echo(client, f"s{session.index}-after")
+                session.since_kill = time.perf_counter() - run.killed_at
+    except Exception as exc:  # noqa: BLE001 - counted: a session that did not go on
+        session.failure = f"{stage}: {type(exc).__name__}: {exc}"
+        if stage == "open":
+            run.opened.append(session)
+    finally:
+        if held:
+            run.gate.release()
+
+
+def p(values: list[float], share: float) -> float:
+    """The nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def test_fifty_sessions_one_instance_killed_its_sessions_go_on() -> None:
+    with redis_server() as url:
+        gws = {name: Gateway(instance_env(url, name)) for name in NAMES}
+        sessions = [Session(index) for index in range(SESSIONS)]
+        try:
+            for gw in gws.values():
+                gw.wait_ready()
+            with front(gws, "sticky") as lb:
+
+                async def conduct() -> str:
+                    run = Run()
+                    with anyio.fail_after(HANG_GUARD):
+                        async with anyio.create_task_group() as group:
+                            for session in sessions:
+                                group.start_soon(one_session, session, lb.url, run)
+                            while len(run.opened) < SESSIONS:
+                                await anyio.sleep(0.05)
+                            failed = [s.failure for s in sessions if s.failure]
+                            assert not failed, f"sessions failed before the kill: {failed}"
+                            owners = [s.owner() for s in sessions]
+                            victim = max(NAMES, key=owners.count)
+                            run.killed_at = time.perf_counter()
+                            await anyio.to_thread.run_sync(kill, gws[victim])
+                            run.killed.set()
+                    return victim
+
+                victim = anyio.run(conduct)
+                print(f"\nHAProxy's log: {lb.log_path}")
+            report(sessions, victim, gws)
+        finally:
+            for gw in gws.values():
+                gw.stop()
+
+
+def report(sessions: list[Session], victim: str, gws: dict[str, Gateway]) -> None:
+    """Print the figures and check them against the issue's."""
+    theirs = [s for s in sessions if s.owner() == victim]
+    others = [s for s in sessions if s.owner() != victim]
+    went_on = [s for s in theirs if s.continued()]
+    normal = statistics.median(s.normal for s in sessions)
+    firsts = [s.after for s in went_on]
+    added = [took - normal for took in firsts]
+    if firsts:
+        ms = [
+            f"{label} p50 {p(values, 0.5) * 1000:.0f} ms, p99 {p(values, 0.99) * 1000:.0f} ms"
+            for label, values in (
+                ("the first call after the kill", firsts),
+                ("added", added),
+                ("kill to its answer", [s.since_kill for s in went_on]),
+                ("an open (a child started; before the kill, all sessions)", [s.opening for s in sessions]),
+            )
+        ]
+        print(f"\n{victim} killed: {len(went_on)} of its {len(theirs)} sessions (of {len(sessions)}) went on;")
+        print(f"a normal call {normal * 1000:.0f} ms (median); " + "; ".join(ms))
+    else:
+        print(f"\n{victim} killed: none of its {len(theirs)} sessions went on")
+    stopped = {s.index: (s.failure, s.seen.ids, s.seen.statuses) for s in sessions if not s.continued()}
+    assert theirs and len(went_on) >= CONTINUED * len(theirs), stopped
+    assert all(s.continued() for s in others), stopped  # the live instances' sessions are untouched
+    survivors = [gw for name, gw in gws.items() if name != victim]
+    taken = sum(gw.log().count(" taken over (child pid") for gw in survivors)
+    assert taken >= len(went_on), [gw.log_tail() for gw in survivors]
+    assert p(added, 0.99) <= ADDED_P99, (sorted(firsts), normal)
