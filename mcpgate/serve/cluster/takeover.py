@@ -25,6 +25,7 @@ import logging
 import time
 from typing import Any
 
+import gevent
 from gevent.event import AsyncResult
 
 from mcpgate.core import jsonrpc, replay
@@ -39,7 +40,7 @@ from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, Refusal
 from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.servers.server import PublishedServer
-from mcpgate.serve.sessions.kept import TAGS, Keeper, Kept
+from mcpgate.serve.sessions.kept import DYING, HELD, TAGS, Keeper, Kept, runs_here
 from mcpgate.serve.sessions.session import Delivery, Session
 
 log = logging.getLogger("mcpgate.session")
@@ -65,6 +66,8 @@ def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Sessio
         return None
     kept, holder = found
     elsewhere = held_elsewhere(gw, keeper, holder)
+    if elsewhere == LOCAL:  # another live process of this machine holds it: nowhere to send the request
+        return None
     forwarded = context(request.environ).forwarded
     if elsewhere is not None:
         if forwarded:
@@ -86,21 +89,35 @@ def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Sessio
         done.set(True)
     again = keeper.load(session_id)  # another process won the claim: the request goes to it
     winner = held_elsewhere(gw, keeper, again[1]) if again is not None else None
-    if winner is None:
+    if winner is None or winner == LOCAL:
         return None
     if forwarded:
         raise HeldElsewhere(winner)
     raise Forward(winner)
 
 
+DYING_POLL = 0.05  # seconds between looks at an orphaned holder on this machine
+LOCAL = "\x00local"  # held_elsewhere: by another live process of this machine (no instance to forward to)
+
+
 def held_elsewhere(gw: PublishedServer, keeper: Keeper, holder: str) -> str | None:
-    """The live instance other than this one that holds the session; None when it may be claimed here."""
+    """The live instance other than this one that holds the session (LOCAL: another live process of this
+    machine sharing the state directory); None when it may be claimed here."""
     if not holder or holder == keeper.me:
         return None
     instance = holder.partition("/")[0]
-    if gw.cluster is None or instance == gw.cluster.instance:  # this instance's earlier life
-        return None
+    if gw.cluster is None or instance == gw.cluster.instance:  # this machine: another process, or an earlier life
+        return LOCAL if outlives(holder, gw.settings.session_resurrect_timeout) else None
     return instance if gw.cluster.lookup(instance) is not None else None
+
+
+def outlives(holder: str, timeout: float) -> bool:
+    """Whether a holder on this machine goes on holding: True while it and its master run; an orphaned worker
+    (its master killed) is waited for, up to `timeout`, to exit."""
+    deadline = time.monotonic() + timeout
+    while (state := runs_here(holder)) == DYING and time.monotonic() < deadline:
+        gevent.sleep(DYING_POLL)
+    return state in (HELD, DYING)
 
 
 def take_over(gw: PublishedServer, keeper: Keeper, session_id: str, kept: Kept) -> Session | None:

@@ -104,6 +104,41 @@ class Store(Protocol):
     def refresh(self, digests: Iterable[str], ttl: float) -> None: ...
 
 
+def process_start(pid: int) -> tuple[str, str]:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22: with the pid it names one
+    process, never a later one given the same pid) and its parent's pid; ("", "") when unknown (not Linux, or no
+    such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode(), fields[1].decode()
+    except (OSError, IndexError):
+        return "", ""
+
+
+def holder_here() -> str:
+    """This process as a holder names it: pid, start time, parent's pid (a gunicorn worker's master)."""
+    started, parent = process_start(os.getpid())
+    return f"{os.getpid()}.{started}.{parent}"
+
+
+HELD, DYING = "held", "dying"
+
+
+def runs_here(holder: str) -> str | None:
+    """Whether `holder` (a Keeper.me) is another process of this machine that still runs: HELD when it and its
+    master run on (another worker, another gateway sharing the state directory: its sessions are not claimable,
+    only its death, a restart or a graceful stop's release hands them over), DYING when its master is gone (a
+    worker orphaned by a killed master exits within moments: wait for it), None when it does not run."""
+    pid, started, parent = [*holder.partition("/")[2].split("."), "", "", ""][:3]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return None
+    now, parent_now = process_start(int(pid))
+    if not now or now != started:
+        return None
+    return HELD if parent_now == parent else DYING
+
+
 def digest_of(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
@@ -249,7 +284,9 @@ class Keeper:
     ):
         self.store, self.ttl, self.max_bytes = store, ttl + MARGIN, max_bytes
         self.errors: tuple[type[BaseException], ...] = (*errors, OSError)  # what the store may raise
-        self.me = f"{instance}/{secrets.token_hex(6)}"  # who holds what this process keeps
+        # who holds what this process keeps: the instance, then this process (pid and start time: another
+        # process of this machine sharing the state directory asks whether the holder still runs) and a nonce
+        self.me = f"{instance}/{holder_here()}.{secrets.token_hex(6)}"
         self.records: dict[str, Kept] = {}  # this process's live sessions' records (one per session at most)
 
     def _safely(self, what: str, action: Any) -> Any:
