@@ -51,10 +51,17 @@ class Nonces:
 
         self._lost = (ConnectionError, TimeoutError, OSError)  # the connection is not usable any more
         self._refused, self._interrupted = ResponseError, ConnectionError
-        pool = redis.connection_pool
-        self._connection: Any = pool.connection_class(**pool.connection_kwargs)
+        self._redis = redis
+        self._made: Any = None  # the connection, made at the first check
         self._waiting: list[tuple[bytes, AsyncResult]] = []
         self._sending = False
+
+    @property
+    def _connection(self) -> Any:
+        if self._made is None:
+            pool = self._redis.connection_pool
+            self._made = pool.connection_class(**pool.connection_kwargs)
+        return self._made
 
     def first_use(self, nonce: str) -> bool:
         key = (NONCE_PREFIX + nonce).encode()
@@ -72,7 +79,8 @@ class Nonces:
         return reply is not None
 
     def close(self) -> None:
-        self._connection.disconnect()
+        if self._made is not None:
+            self._made.disconnect()
 
     def _next(self) -> None:
         """Send what waits (in another greenlet, so that this request goes on), or let the next check send."""

@@ -79,6 +79,10 @@ def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Sessio
     if waiting is not None:  # another request of this process is taking it over
         waiting.wait(gw.settings.session_resurrect_timeout)
         return gw.get(session_id, principal)
+    # taken over by another request of this process while this one read the store (no yield from here to the
+    # guard below: a takeover registers its session before it names this process the holder)
+    if (here := gw.get(session_id, principal)) is not None:
+        return here
     done: AsyncResult = AsyncResult()
     gw.reviving[session_id] = done
     try:
@@ -137,6 +141,9 @@ def take_over(gw: PublishedServer, keeper: Keeper, session_id: str, kept: Kept) 
         session.end(EndCause.SHUTTING_DOWN)
         keeper.release(session_id)  # held by nobody: another instance may take it
         raise
+    except ValueError:  # registered meanwhile (a guard above missed a race): one session, one child
+        session.end(EndCause.SHUTTING_DOWN)
+        return gw.get(session_id, kept.principal)
     kept.earlier = [*kept.earlier, kept.tag][-TAGS:]
     kept.tag = session.tag
     keeper.write(session_id, kept)
