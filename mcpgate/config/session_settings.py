@@ -78,7 +78,7 @@ class SessionSettings:
         "Keep what a session's takeover replays (the principal, the initialize exchange, the log level, the "
         "resource subscriptions; in Redis, else MCPGATE_STATE_DIR/sessions) so that after its instance's death, "
         "a redeploy or a restart another process starts a new child under the same session id. Off for a server "
-        "whose sessions hold state its clients rely on (per server: \"resurrect\": false).",
+        'whose sessions hold state its clients rely on (per server: "resurrect": false).',
     )
     session_resurrect_timeout: float = declare(
         30.0,
