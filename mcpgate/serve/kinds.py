@@ -35,3 +35,4 @@ class EndCause(Named):
     INITIALIZE_FAILED = "initialize did not succeed"
     IDLE = "idle for longer than MCPGATE_SESSION_IDLE_TTL"
     SHUTTING_DOWN = "the gateway is shutting down"
+    SERVER_REPLACED = "its server's entry changed or was removed"  # a reload: not kept for a takeover

@@ -23,7 +23,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.sessions import new_session_id
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
-from mcpgate.serve.kinds import RouteKind
+from mcpgate.serve.kinds import EndCause, RouteKind
 from mcpgate.serve.servers import config_file
 from mcpgate.serve.servers.config_file import PREFIX, ConfigError, ServerEntry
 from mcpgate.serve.servers.server import DEFAULT_NAME, PublishedServer
@@ -231,7 +231,7 @@ class PublishedServers:
 
     def _close_one(self, gateway: PublishedServer) -> None:
         settings = gateway.settings
-        gateway.shutdown(timeout=settings.close_timeout + settings.term_timeout + CLOSE_GRACE)
+        gateway.shutdown(settings.close_timeout + settings.term_timeout + CLOSE_GRACE, EndCause.SERVER_REPLACED)
 
     def close(self, timeout: float) -> None:
         """Shut every server down at once and wait (bounded) for their children."""

@@ -229,14 +229,15 @@ class PublishedServer:
                 session.end(EndCause.SHUTTING_DOWN)
         return busy
 
-    def shutdown(self, timeout: float) -> None:
-        """End every session and wait (bounded) for the children to exit."""
+    def shutdown(self, timeout: float, cause: EndCause = EndCause.SHUTTING_DOWN) -> None:
+        """End every session and wait (bounded) for the children to exit. SHUTTING_DOWN leaves the sessions' kept
+        records for a takeover; SERVER_REPLACED (a reload) deletes them: the server they were opened on is gone."""
         self.closing = True
         self._stopping.update(self.pool.shutdown())
         for session_id in self.sessions:
             session = self.sessions.get(session_id)
             if session is not None:
-                session.end(EndCause.SHUTTING_DOWN)
+                session.end(cause)
         deadline = time.monotonic() + timeout
         for child in list(self._stopping):
             child.join(max(0.0, deadline - time.monotonic()))
