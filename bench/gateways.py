@@ -368,7 +368,8 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _kb(path: str, key: bytes) -> int:
+def kb(path: str, key: bytes) -> int:
+    """The number after `key` in a /proc file of `key: value kB` lines (0 when absent)."""
     try:
         with open(path, "rb") as f:
             for line in f:
@@ -393,8 +394,8 @@ def tree_memory(root: int) -> dict[str, int]:
             excluded += 1
             continue
         procs += 1
-        rss += _kb(f"/proc/{pid}/status", b"VmRSS:")
-        pss += _kb(f"/proc/{pid}/smaps_rollup", b"Pss:")
+        rss += kb(f"/proc/{pid}/status", b"VmRSS:")
+        pss += kb(f"/proc/{pid}/smaps_rollup", b"Pss:")
         todo.extend(children.get(pid, []))
     return {"rss_kb": rss, "pss_kb": pss, "processes": procs, "children_excluded": excluded}
 

@@ -37,6 +37,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gateways
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 ISSUER = ROOT / "tests" / "fixtures" / "oidc_issuer.py"
@@ -92,25 +96,11 @@ INIT = {
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def kb(path: str, key: bytes) -> int:
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                if line.startswith(key):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def memory(pid: int) -> dict[str, int]:
-    return {"rss_kb": kb(f"/proc/{pid}/status", b"VmRSS:"), "pss_kb": kb(f"/proc/{pid}/smaps_rollup", b"Pss:")}
+    return {
+        "rss_kb": gateways.kb(f"/proc/{pid}/status", b"VmRSS:"),
+        "pss_kb": gateways.kb(f"/proc/{pid}/smaps_rollup", b"Pss:"),
+    }
 
 
 def children_of(pid: int) -> list[int]:
@@ -188,7 +178,7 @@ class Gateway:
 
 @contextlib.contextmanager
 def gateway(env: dict[str, str], tmp: Path) -> Iterator[Gateway]:
-    port = free_port()
+    port = gateways.free_port()
     out = tmp / f"modules-{port}.txt"
     config = tmp / f"gunicorn-{port}.py"
     config.write_text(HOOK.format(out=str(out)))
@@ -220,7 +210,7 @@ def redis_url() -> Iterator[dict[str, str]]:
     server = shutil.which("redis-server")
     if server is None:
         raise RuntimeError("redis-server is not installed")
-    port = free_port()
+    port = gateways.free_port()
     args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -108,7 +108,7 @@ def raise_nofile() -> dict[str, int]:
 
 
 def machine() -> dict:
-    mem_kb = gateways._kb("/proc/meminfo", b"MemTotal:")
+    mem_kb = gateways.kb("/proc/meminfo", b"MemTotal:")
     cpu = ""
     try:
         cpu = next(

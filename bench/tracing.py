@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,14 +28,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gateways
+
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sink() -> tuple[str, list[int]]:
@@ -105,7 +102,7 @@ def worker_cpu(master: int) -> float:
 
 
 def round_of(traced: bool, endpoint: str, seconds: float, clients: int) -> tuple[float, float]:
-    port = free_port()
+    port = gateways.free_port()
     env = {**os.environ, "MCPGATE_TRACING": "true" if traced else "false", "MCPGATE_MAX_SESSIONS": "200"}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
     env.setdefault("OTEL_TRACES_SAMPLER", "always_on")  # 100 % unless the caller's OTEL_* say otherwise
