@@ -10,7 +10,6 @@ theirs in flight at the kill may be answered with the "server restarted" error, 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 from collections.abc import Iterator
@@ -22,10 +21,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support import MODERN, ROOT, Gateway, direct_children, free_port, wait_for
-from tests.support.fleet import Balancer, haproxy, redis_server
+from tests.support import MODERN, Gateway, direct_children, wait_for
+from tests.support.fleet import Balancer, recipe_front, redis_server
 
-RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()
 SECRET = "fleet-kill-test-secret-0123456789abcdef"
 LIVE = ("i1", "i2")
 VICTIM = "i4"
@@ -59,20 +57,6 @@ def fleet() -> Iterator[tuple[str, dict[str, Gateway]]]:
         finally:
             for gw in live.values():
                 gw.stop()
-
-
-@contextlib.contextmanager
-def front(routing: str, instances: dict[str, Gateway]) -> Iterator[Balancer]:
-    env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
-    dead = free_port()
-    for index in range(1, 5):
-        gw = instances.get(f"i{index}")
-        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
-    with haproxy(RECIPE, env) as lb:
-        up = {f"sticky/{name}" for name in instances}
-        if not wait_for(lambda: up == {srv for srv, ok in lb.servers_up().items() if ok and "sticky/" in srv}):
-            raise RuntimeError(f"instances not up behind haproxy: {lb.servers_up()}\n{lb.log()}")
-        yield lb
 
 
 def kill(gw: Gateway) -> None:
@@ -176,7 +160,7 @@ def test_a_killed_instance_loses_no_call_of_a_live_session(fleet: tuple[str, dic
     victim = Gateway(instance_env(url, VICTIM))
     try:
         victim.wait_ready()
-        with front(routing, {**live, VICTIM: victim}) as lb:
+        with recipe_front({**live, VICTIM: victim}, routing) as lb:
             callers = anyio.run(under_load, lb, victim)
         owners = {caller.owner for caller in callers if not caller.modern}
         assert VICTIM in owners and set(LIVE) <= owners, owners  # round-robin initializes reached every instance

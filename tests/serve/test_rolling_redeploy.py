@@ -5,9 +5,7 @@ its id: the sessions of a replaced instance are taken over (serve/cluster/takeov
 
 from __future__ import annotations
 
-import contextlib
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import anyio
@@ -16,9 +14,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.serve.test_takeover import RECIPE, instance_env
-from tests.support import Gateway, free_port, stop_process, wait_for
-from tests.support.fleet import Balancer, haproxy, redis_server
+from tests.serve.test_takeover import instance_env
+from tests.support import Gateway, stop_process, wait_for
+from tests.support.fleet import Balancer, recipe_front, redis_server
 
 NAMES = ("i1", "i2", "i3")
 SESSIONS = 4
@@ -34,17 +32,6 @@ class Caller:
     answered: int = 0
     ids: set[str] = field(default_factory=set)
     failures: list[str] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def front(instances: dict[str, Gateway], routing: str) -> Iterator[Balancer]:
-    env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
-    dead = free_port()
-    for index in range(1, 5):
-        gw = instances.get(f"i{index}")
-        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
-    with haproxy(RECIPE, env) as lb:
-        yield lb
 
 
 def up(lb: Balancer, name: str) -> bool:
@@ -84,7 +71,7 @@ def test_a_rolling_redeploy_fails_no_call(routing: str) -> None:
         try:
             for gw in started:
                 gw.wait_ready()
-            with front(live, routing) as lb:
+            with recipe_front(live, routing, wait_up=False) as lb:
                 assert wait_for(lambda: all(up(lb, name) for name in NAMES), 30), lb.servers_up()
 
                 def replace(name: str) -> None:

@@ -13,7 +13,6 @@ what it was told (tests/fixtures/kept_server.py: its pid, log level and subscrip
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -29,11 +28,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support import ROOT, Gateway, direct_children, free_port, wait_for
-from tests.support.fleet import Balancer, haproxy, redis_server
+from tests.support import ROOT, Gateway, direct_children, wait_for
+from tests.support.fleet import recipe_front, redis_server
 from tests.support.http import HEADERS, init_body
 
-RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()
 SECRET = "takeover-test-secret-0123456789abcdef"
 COMMAND = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'kept_server.py'}"
 HANG_GUARD = 90
@@ -58,21 +56,6 @@ def kill(gw: Gateway) -> None:
     for worker in workers:
         os.kill(worker, signal.SIGKILL)
     gw.proc.wait(10)
-
-
-@contextlib.contextmanager
-def front(instances: dict[str, Gateway], routing: str = "roundrobin") -> Iterator[Balancer]:
-    """The recipe's HAProxy over the instances named i1..i4 (a name without an instance: a port nobody serves)."""
-    env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
-    dead = free_port()
-    for index in range(1, 5):
-        gw = instances.get(f"i{index}")
-        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
-    with haproxy(RECIPE, env) as lb:
-        up = {f"sticky/{name}" for name in instances}
-        if not wait_for(lambda: up <= {srv for srv, ok in lb.servers_up().items() if ok}):
-            raise RuntimeError(f"instances not up behind haproxy: {lb.servers_up()}\n{lb.log()}")
-        yield lb
 
 
 class Seen:
@@ -148,7 +131,7 @@ def test_a_killed_owners_session_is_taken_over_by_another_instance(redis_url: st
     try:
         for gw in gws.values():
             gw.wait_ready()
-        with front(gws) as lb:
+        with recipe_front(gws, "roundrobin") as lb:
 
             def kill_owner(session_id: str) -> None:
                 kill(gws[session_id.split(".", 1)[0]])

@@ -16,9 +16,9 @@ import anyio
 import httpx2
 import pytest
 
-from tests.serve.test_takeover import Seen, front, instance_env, kill, sdk
+from tests.serve.test_takeover import Seen, instance_env, kill, sdk
 from tests.support import Gateway
-from tests.support.fleet import redis_server
+from tests.support.fleet import recipe_front, redis_server
 
 NAMES = ("i1", "i2", "i3")
 SESSIONS = 50
@@ -133,7 +133,7 @@ def test_fifty_sessions_one_instance_killed_its_sessions_go_on() -> None:
         try:
             for gw in gws.values():
                 gw.wait_ready()
-            with front(gws, "sticky") as lb:
+            with recipe_front(gws, "sticky") as lb:
 
                 async def conduct() -> str:
                     run = Run()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.gateway import Gateway, free_port, stop_process
+from tests.support.gateway import ROOT, Gateway, free_port, stop_process
 from tests.support.http import Served
 from tests.support.waiting import wait_for, wait_listening
 
@@ -181,3 +181,22 @@ def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | Non
     finally:
         stop_process(proc)
         admin_path.unlink(missing_ok=True)
+
+
+RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()  # the deploy recipe's balancer
+
+
+@contextlib.contextmanager
+def recipe_front(instances: dict[str, Gateway], routing: str, wait_up: bool = True) -> Iterator[Balancer]:
+    """The recipe's HAProxy (deploy/haproxy.cfg, MCPGATE_ROUTING=`routing`) over the instances named i1..i4 (a
+    name without an instance: a port nobody serves); `wait_up`: until every named instance is up behind it."""
+    env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
+    dead = free_port()
+    for index in range(1, 5):
+        gw = instances.get(f"i{index}")
+        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
+    with haproxy(RECIPE, env) as lb:
+        up = {f"sticky/{name}" for name in instances}
+        if wait_up and not wait_for(lambda: up <= {srv for srv, ok in lb.servers_up().items() if ok}):
+            raise RuntimeError(f"instances not up behind haproxy: {lb.servers_up()}\n{lb.log()}")
+        yield lb
