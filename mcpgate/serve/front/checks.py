@@ -5,27 +5,23 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from mcpgate.core.jsonrpc import INVALID_REQUEST
+from mcpgate.serve.front import memo
 from mcpgate.serve.front.http import HttpRequest, Refusal
 
 JSON = "application/json"
 SSE = "text/event-stream"
 
 
-_SEEN: dict[str, frozenset[str]] = {}  # media_types of header values seen (a client sends the same one each time)
-_SEEN_MAX = 256  # values remembered, each at most _SEEN_CHARS long (past either: worked out each time)
-_SEEN_CHARS = 256
-
-
 def media_types(header: str | None) -> frozenset[str]:
     """The media ranges an Accept or Content-Type header names, without parameters."""
     if not header:
         return frozenset()
-    found = _SEEN.get(header)
-    if found is None:
-        found = frozenset(part.split(";", 1)[0].strip().lower() for part in header.split(",") if part.strip())
-        if len(_SEEN) < _SEEN_MAX and len(header) <= _SEEN_CHARS:
-            _SEEN[header] = found
-    return found
+    return _media_types(header)
+
+
+@memo.remembered
+def _media_types(header: str) -> frozenset[str]:
+    return frozenset(part.split(";", 1)[0].strip().lower() for part in header.split(",") if part.strip())
 
 
 def accepts(header: str | None, wanted: str) -> bool:

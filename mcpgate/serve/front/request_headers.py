@@ -30,6 +30,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO, NamedTuple
 
+from mcpgate.serve.front import memo
 from mcpgate.serve.front.auth import valid_host
 
 MAX_FIELD = 8190  # bytes of one field line with its CRLF, as gunicorn's limit_request_field_size
@@ -59,32 +60,8 @@ class RequestLine(NamedTuple):
     version: str
 
 
-_SEEN_LINES: dict[str, RequestLine] = {}  # request lines and Host values already checked (a client repeats them)
-_SEEN_HOSTS: dict[str, bool] = {}
-_SEEN_MAX = 256  # of each, remembered only when at most _SEEN_CHARS long (past either: checked each time)
-_SEEN_CHARS = 256
-
-
-def parse_request_line(text: str) -> RequestLine:
-    """The request line's three parts (RFC 9112 3), or a BadRequest."""
-    line = _SEEN_LINES.get(text)
-    if line is None:
-        line = _parse_request_line(text)
-        if len(_SEEN_LINES) < _SEEN_MAX and len(text) <= _SEEN_CHARS:
-            _SEEN_LINES[text] = line
-    return line
-
-
-def _valid_host(host: str) -> bool:
-    valid = _SEEN_HOSTS.get(host)
-    if valid is None:
-        valid = valid_host(host)
-        if len(_SEEN_HOSTS) < _SEEN_MAX and len(host) <= _SEEN_CHARS:
-            _SEEN_HOSTS[host] = valid
-    return valid
-
-
 def _parse_request_line(text: str) -> RequestLine:
+    """The request line's three parts (RFC 9112 3), or a BadRequest."""
     if not text.endswith("\r\n"):
         raise BadRequest("Request line not ended by CRLF")
     parts = text[:-2].split(" ")
@@ -98,6 +75,10 @@ def _parse_request_line(text: str) -> RequestLine:
     if not (_ORIGIN_FORM.fullmatch(target) or _ABSOLUTE_FORM.fullmatch(target) or (target, method) == ("*", "OPTIONS")):
         raise BadRequest("Invalid request target")
     return RequestLine(method, target, version)
+
+
+parse_request_line = memo.remembered(_parse_request_line)  # a client repeats its request lines
+_valid_host = memo.remembered(valid_host)  # and its Host
 
 
 def resolve_target(line: RequestLine, host: str | None) -> tuple[str, str | None]:
