@@ -52,6 +52,11 @@ def test_a_desktop_host_file_is_read_whole() -> None:
     assert config.skipped == ()
 
 
+def test_a_prefix_is_kept_and_defaults_to_none() -> None:
+    config = parse({"mcpServers": {"fs": {**DEMO, "prefix": "files"}, "demo": DEMO}})
+    assert [entry.prefix for entry in config.servers] == ["files", None]
+
+
 def test_other_transports_are_reported_and_skipped() -> None:
     config = parse(
         {
@@ -93,6 +98,8 @@ def test_other_transports_are_reported_and_skipped() -> None:
         ({"mcpServers": {"a": {**DEMO, "cwd": "/no/such/dir"}}}, "server 'a': cwd must name an existing directory"),
         ({"mcpServers": {"a": {**DEMO, "type": "pipe"}}}, "server 'a': type must be \"stdio\""),
         ({"mcpServers": {"a": {**DEMO, "disabled": True}}}, "server 'a': unknown key(s) 'disabled'"),
+        ({"mcpServers": {"a": {**DEMO, "prefix": "a b"}}}, "server 'a': prefix must be 1 to 64 letters"),
+        ({"mcpServers": {"a": {**DEMO, "prefix": 3}}}, "server 'a': prefix must be 1 to 64 letters"),
         ({"mcpServers": {"a": {**DEMO, "mcpgate": []}}}, "server 'a': mcpgate must be a JSON object"),
         (
             {"mcpServers": {"a": {**DEMO, "mcpgate": {"max_session": 3}}}},

@@ -2,8 +2,9 @@
 server.
 
 The format: `{"mcpServers": {"<name>": {"command": str, "args": [str], "env": {str: str}, "cwd": str,
-"resurrect": bool, "mcpgate": {<per-server settings by field name>}}}}` ("resurrect": MCPGATE_SESSION_RESURRECT
-for this server). Other top-level keys (a desktop host keeps its own preferences there) are left alone. An
+"resurrect": bool, "prefix": str, "mcpgate": {<per-server settings by field name>}}}}` ("resurrect":
+MCPGATE_SESSION_RESURRECT for this server; "prefix": the hub's namespace prefix for its names, default its name,
+checked like a name). Other top-level keys (a desktop host keeps its own preferences there) are left alone. An
 entry of another transport (a `url`, or `type` "sse" / "http") is reported and skipped, never guessed at; any
 other unknown key is an error naming it. Each per-server setting is checked with its declaration's validator.
 Every message names the file, the server and the field.
@@ -28,7 +29,7 @@ from mcpgate.config.settings import Settings
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PREFIX = "/servers"
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a config file larger than this is refused (it is read whole)
-ENTRY_KEYS = ("command", "args", "env", "cwd", "type", "resurrect", "mcpgate")
+ENTRY_KEYS = ("command", "args", "env", "cwd", "type", "resurrect", "prefix", "mcpgate")
 OTHER_TRANSPORTS = ("sse", "http", "streamable-http", "streamableHttp", "streamable_http", "ws", "websocket")
 # The settings an entry's "mcpgate" object may set for its server alone.
 PER_SERVER = (
@@ -66,6 +67,7 @@ class ServerEntry:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    prefix: str | None = None  # the hub's namespace prefix for this server's names (None: its name)
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,15 @@ def _entry(name: str, raw: dict[str, Any], where: str) -> ServerEntry:
         if not isinstance(raw["resurrect"], bool):
             raise ConfigError(f"{where}: resurrect must be true or false (got {raw['resurrect']!r})")
         overrides["session_resurrect"] = raw["resurrect"]
-    return ServerEntry(name, (command, *args), dict(env), cwd or None, overrides)
+    return ServerEntry(name, (command, *args), dict(env), cwd or None, overrides, _prefix(raw, where))
+
+
+def _prefix(raw: dict[str, Any], where: str) -> str | None:
+    """The entry's "prefix" (the hub's namespace for its names), checked like a server's name; None if absent."""
+    prefix = raw.get("prefix")
+    if prefix is not None and (not isinstance(prefix, str) or not NAME.fullmatch(prefix)):
+        raise ConfigError(f"{where}: prefix must be 1 to 64 letters, digits, '.', '_' or '-' (got {prefix!r})")
+    return prefix
 
 
 def _overrides(raw: Any, where: str) -> dict[str, Any]:
