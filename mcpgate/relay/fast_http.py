@@ -21,13 +21,12 @@ from typing import Protocol, overload
 
 import urllib3
 
+from mcpgate.core import http1
 from mcpgate.relay import errors
 
 RECV_BYTES = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024  # the status line and headers together (http.client allows 100 lines of 64 KiB)
-MAX_HEADERS = 100
 MAX_CHUNK_LINE = 4096
-NO_BODY_STATUSES = frozenset({204, 304})
 METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -174,11 +173,14 @@ def read_reply(conn: Connection, owner: Owner, method: str, url: str) -> FastRep
     """Read a reply's status line and headers (1xx interim replies skipped); the body is left to FastReply."""
     while True:
         head = _read_head(conn, url)
-        status, reason, version, items = _parse_head(head)
+        minor, status, reason, items = _parse_head(head)
         if not 100 <= status < 200 or status == 101:
             break
-    headers = Headers(items)
-    return FastReply(conn, owner, status, reason, version, headers, method)
+    try:
+        framing = http1.framing(status, minor, items, method)
+    except http1.ReplyError as exc:
+        raise urllib3.exceptions.ProtocolError(str(exc)) from None
+    return FastReply(conn, owner, status, reason, Headers(items), framing)
 
 
 def _read_head(conn: Connection, url: str) -> bytes:
@@ -206,50 +208,30 @@ def _recv(conn: Connection, url: str) -> bytes:
         raise urllib3.exceptions.ReadTimeoutError(None, url, "Read timed out.") from None  # type: ignore[arg-type]
 
 
-def _parse_head(head: bytes) -> tuple[int, str, int, list[tuple[str, str]]]:
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
-        raise urllib3.exceptions.ProtocolError(f"bad status line {lines[0][:80]!r}")
-    if len(lines) > MAX_HEADERS + 1:
-        raise urllib3.exceptions.ProtocolError(f"got more than {MAX_HEADERS} headers")
-    items: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if line[:1] in (" ", "\t") and items:  # an obsolete folded continuation
-            name, value = items[-1]
-            items[-1] = (name, f"{value} {line.strip()}")
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise urllib3.exceptions.ProtocolError(f"bad header line {line[:80]!r}")
-        items.append((name, value.strip()))
-    return int(parts[1]), parts[2] if len(parts) > 2 else "", 11 if parts[0] == "HTTP/1.1" else 10, items
+def _parse_head(block: bytes) -> tuple[int, int, str, list[tuple[str, str]]]:
+    try:
+        return http1.head(block)
+    except http1.ReplyError as exc:
+        raise urllib3.exceptions.ProtocolError(str(exc)) from None
 
 
 class FastReply:
     """A reply whose body is read as the caller asks: by Content-Length, chunked, or to the connection's end."""
 
     def __init__(
-        self, conn: Connection, owner: Owner, status: int, reason: str, version: int, headers: Headers, method: str
+        self, conn: Connection, owner: Owner, status: int, reason: str, headers: Headers, framing: http1.Framing
     ) -> None:
         self.status, self.reason, self.headers = status, reason, headers
         self._conn: Connection | None = conn
         self._owner = owner
         self._original_response = self  # requests' cookie extraction reads .msg of it
         self.msg = headers
-        framing = (headers.get("Transfer-Encoding") or "").lower()
-        length = headers.get("Content-Length")
-        self._chunked = "chunked" in framing
-        self._left: int | None = None  # body bytes left (length framing) or in the current chunk (chunked)
+        self._chunked = framing.chunked
+        # body bytes left (length framing) or in the current chunk (chunked); None: until the connection ends
+        self._left: int | None = framing.length
         self._crlf = False  # chunked: a chunk's closing CRLF is due before the next size line
-        self._done = method == "HEAD" or status in NO_BODY_STATUSES
-        if not self._chunked and not self._done and length is not None:
-            if not length.isdigit():
-                raise urllib3.exceptions.ProtocolError(f"bad Content-Length {length[:40]!r}")
-            self._left = int(length)
-            self._done = self._left == 0
-        self._keep = version == 11 and "close" not in (headers.get("Connection") or "").lower()
-        self._keep = self._keep and (self._chunked or self._left is not None or self._done)
+        self._done = framing.length == 0
+        self._keep = framing.keep
         encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
         self._decoder = _decoder(encoding)
 
@@ -337,11 +319,10 @@ class FastReply:
         if self._crlf:
             self._line(conn)
             self._crlf = False
-        line = self._line(conn).split(b";", 1)[0].strip()
         try:
-            size = int(line, 16)
-        except ValueError:
-            raise urllib3.exceptions.ProtocolError(f"bad chunk size {line[:40]!r}") from None
+            size = http1.chunk_size(self._line(conn))
+        except http1.ReplyError as exc:
+            raise urllib3.exceptions.ProtocolError(str(exc)) from None
         if size == 0:
             while self._line(conn):  # trailers, up to the empty line
                 pass

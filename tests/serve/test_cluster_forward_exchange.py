@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from mcpgate.core import http1
 from mcpgate.serve.cluster import forward
 from mcpgate.serve.cluster.forward import OwnerConnection, message
 
@@ -128,7 +129,7 @@ def test_a_cut_chunk_and_a_closed_connection_are_errors(connect: list[Owner]) ->
 
 
 def test_the_head_is_bounded(connect: list[Owner], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(forward, "MAX_HEADERS", 3)
+    monkeypatch.setattr(http1, "MAX_HEADERS", 3)
     many = exchange(connect, b"HTTP/1.1 200 OK\r\n" + b"X-A: 1\r\n" * 4 + b"\r\n")
     with pytest.raises(http.client.HTTPException, match="more than 3 headers"):
         send(many)

@@ -14,7 +14,8 @@ owner's SSE switch and two keepalives (the owner writes keepalive comments on ev
 The exchange is spoken here, not by http.client's request and response objects (the profile of a forwarding
 instance had them at a fifth of its CPU per call, the reply's headers parsed by the email package): the
 request's line, headers and body leave in one write, the reply is read through one buffered reader the
-connection keeps, its head parsed as bytes (bounded: a line at most MAX_LINE bytes, at most MAX_HEADERS lines).
+connection keeps, its head parsed as bytes by core/http1.py (bounded: a line at most MAX_LINE bytes, at most
+http1.MAX_HEADERS lines).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 from mcpgate.config.settings import Settings
-from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.core import http1, jsonrpc, session_ids, wire
 from mcpgate.observe import tracing
 from mcpgate.serve.cluster.relayed import Relayed
 from mcpgate.serve.front.context import context
@@ -49,9 +50,7 @@ NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-lengt
 NOT_RETURNED = HOP_BY_HOP | {"content-length"}
 GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
 MAX_LINE = 65536  # longest line of a reply's head (http.client's own bound)
-MAX_HEADERS = 100  # most header lines in a reply's head (http.client's own bound)
 READ_BUFFER = 16 * 1024  # a connection's buffered reader
-NO_BODY = frozenset({204, 304})
 
 
 class LostInFlight(ConnectionError):
@@ -102,15 +101,18 @@ class OwnerConnection(http.client.HTTPConnection):
             status_line = self.line()
             if not status_line:
                 raise http.client.RemoteDisconnected("the owner closed the connection without a reply")
-            version, _, rest = status_line.partition(b" ")
-            code = rest[:3]
-            if not version.startswith(b"HTTP/1.") or not code.isdigit():
-                raise http.client.BadStatusLine(status_line.decode("latin-1").rstrip())
-            status = int(code)
+            try:
+                minor, status, _ = http1.status_line(status_line)
+            except http1.ReplyError:
+                raise http.client.BadStatusLine(status_line.decode("latin-1").rstrip()) from None
             headers = self.header_lines()
             if not 100 <= status < 200:
                 break
-        return reply_of(status, version == b"HTTP/1.0", headers, method)
+        try:
+            framing = http1.framing(status, minor, headers, method)
+        except http1.ReplyError as exc:
+            raise http.client.HTTPException(f"the owner's reply: {exc}") from None
+        return Reply(status, headers, framing.length, framing.chunked, not framing.keep)
 
     def header_lines(self) -> list[tuple[str, str]]:
         headers: list[tuple[str, str]] = []
@@ -118,11 +120,10 @@ class OwnerConnection(http.client.HTTPConnection):
             line = self.line()
             if line in (b"\r\n", b"\n", b""):
                 return headers
-            if len(headers) >= MAX_HEADERS:
-                raise http.client.HTTPException(f"the owner's reply has more than {MAX_HEADERS} headers")
-            name, colon, value = line.decode("latin-1").partition(":")
-            if colon:
-                headers.append((name.strip(), value.strip()))
+            try:
+                http1.header_line(line.rstrip(b"\r\n"), headers)
+            except http1.ReplyError as exc:
+                raise http.client.HTTPException(f"the owner's reply: {exc}") from None
 
     def body(self, length: int) -> bytes:
         """A body of `length` bytes, whole (IncompleteRead when the connection ends first)."""
@@ -140,10 +141,9 @@ class OwnerConnection(http.client.HTTPConnection):
                 yield chunk
             return
         while True:
-            size_line = self.line().split(b";", 1)[0].strip()
             try:
-                size = int(size_line, 16)
-            except ValueError:
+                size = http1.chunk_size(self.line())
+            except http1.ReplyError:
                 raise http.client.IncompleteRead(b"") from None
             if size == 0:
                 self.header_lines()  # the trailers, if any
@@ -154,31 +154,6 @@ class OwnerConnection(http.client.HTTPConnection):
                 yield data
             if self.line() not in (b"\r\n", b"\n"):
                 raise http.client.IncompleteRead(b"")
-
-
-def reply_of(status: int, old: bool, headers: list[tuple[str, str]], method: str) -> Reply:
-    """How a reply's body is framed (RFC 9112 6.3): no body for HEAD, 204 and 304; chunked; a length; else
-    until the connection closes."""
-    length: int | None = None
-    chunked = will_close = False
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == "transfer-encoding":
-            chunked = value.lower().endswith("chunked")
-        elif lowered == "content-length":
-            try:
-                length = int(value)
-            except ValueError:
-                raise http.client.HTTPException(f"the owner's Content-Length is not a number: {value!r}") from None
-        elif lowered == "connection":
-            will_close = will_close or "close" in value.lower()
-    if old:
-        will_close = True
-    if method == "HEAD" or status in NO_BODY:
-        return Reply(status, headers, 0, False, will_close)
-    if chunked:
-        return Reply(status, headers, None, True, will_close)
-    return Reply(status, headers, length, False, will_close or length is None)
 
 
 class Forwarder:
