@@ -39,12 +39,14 @@ from mcpgate.config.observe_settings import ObserveSettings
 from mcpgate.config.relay_settings import TOKEN_ENV as TOKEN_ENV
 from mcpgate.config.relay_settings import RelaySettings as RelaySettings
 from mcpgate.config.session_settings import SessionSettings
+from mcpgate.config.vault_settings import VaultSettings
 
 
 # The fields come base by base from the last base to the first (dataclasses walk the MRO backwards): children,
-# front, auth, sessions, 2026-07-28, fleet, observe, the order of the README table.
+# front, auth, sessions, 2026-07-28, fleet, observe, vault, the order of the README table.
 @dataclass(frozen=True)
 class Settings(
+    VaultSettings,
     ObserveSettings, FleetSettings, ModernSettings, SessionSettings, AuthSettings, FrontSettings, ChildSettings
 ):
     """The gateway's settings, from MCPGATE_* environment variables (and PORT)."""

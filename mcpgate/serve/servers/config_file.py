@@ -25,11 +25,12 @@ from typing import Any
 from mcpgate.config import validators
 from mcpgate.config.declarations import Setting, SettingsError, check, convert, declared
 from mcpgate.config.settings import Settings
+from mcpgate.serve.vault import slots as vault_slots
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PREFIX = "/servers"
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a config file larger than this is refused (it is read whole)
-ENTRY_KEYS = ("command", "args", "env", "cwd", "type", "resurrect", "prefix", "mcpgate")
+ENTRY_KEYS = ("command", "args", "env", "cwd", "type", "resurrect", "prefix", "mcpgate", vault_slots.ENTRY_KEY)
 OTHER_TRANSPORTS = ("sse", "http", "streamable-http", "streamableHttp", "streamable_http", "ws", "websocket")
 # The settings an entry's "mcpgate" object may set for its server alone.
 PER_SERVER = (
@@ -68,6 +69,7 @@ class ServerEntry:
     cwd: str | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
     prefix: str | None = None  # the hub's namespace prefix for this server's names (None: its name)
+    slots: vault_slots.Slots | None = None  # per-user credential slots in env/args (serve/vault/slots.py)
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ def _entry(name: str, raw: dict[str, Any], where: str) -> ServerEntry:
     args = raw.get("args", [])
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
         raise ConfigError(f"{where}: args must be a list of strings")
-    env = raw.get("env", {})
+    env, slots = vault_slots.split(raw, where)  # {"user_secret": "<slot>"} values taken out (serve/vault)
     problem = validators.env_object(env)
     if problem:
         raise ConfigError(f"{where}: env {problem}")
@@ -187,7 +189,7 @@ def _entry(name: str, raw: dict[str, Any], where: str) -> ServerEntry:
         if not isinstance(raw["resurrect"], bool):
             raise ConfigError(f"{where}: resurrect must be true or false (got {raw['resurrect']!r})")
         overrides["session_resurrect"] = raw["resurrect"]
-    return ServerEntry(name, (command, *args), dict(env), cwd or None, overrides, _prefix(raw, where))
+    return ServerEntry(name, (command, *args), dict(env), cwd or None, overrides, _prefix(raw, where), slots=slots)
 
 
 def _prefix(raw: dict[str, Any], where: str) -> str | None:
