@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpgate.core.jsonrpc import Message
+
+if TYPE_CHECKING:  # only the OAuth modes make one (a plain worker imports no OAuth module)
+    from mcpgate.serve.oauth.identity import Identity
 
 CONTEXT = "mcpgate.request"  # the environ key of the request's RequestContext
 
@@ -24,6 +27,7 @@ PeerGone = Callable[[], bool]  # "has the client closed its connection?" (never 
 class RequestContext:
     peer_gone: PeerGone | None = None  # the worker's probe (None: served by another WSGI server)
     principal: str | None = None  # None: no authenticator named one (the no-auth and static-token case)
+    identity: Identity | None = None  # the OAuth token's, as verified (views read its subject, groups, scopes)
     forwarded: bool = False  # another instance of the fleet forwarded it here
     server: str | None = None  # the published server's name (None: not a request for an MCP endpoint)
     message: Message | None = None  # what the handler parsed from the body (None: not parsed, or put back)

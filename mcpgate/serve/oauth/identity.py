@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 
 @dataclass(frozen=True)
 class Identity:
     """A verified caller: the issuer that vouched for it, the subject it names, the scopes it was granted, and
-    the audiences its token names (canonical_resource of each: the guard checks the request's own resource)."""
+    the audiences its token names (canonical_resource of each: the guard checks the request's own resource).
+    `claims`: the token's claims as verified (views read their group claim there); never logged, not compared."""
 
     issuer: str
     subject: str
     scopes: frozenset[str]
     client_id: str | None = None
     audiences: frozenset[str] = frozenset()
+    claims: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def principal(self) -> str:

@@ -231,6 +231,7 @@ def identity_of(claims: Mapping[str, Any], issuer: str) -> Identity:
         scopes=scopes_of(claims),
         client_id=client_id if isinstance(client_id, str) else None,
         audiences=frozenset(canonical_resource(entry) for entry in audiences(claims)),
+        claims=claims,
     )
 
 

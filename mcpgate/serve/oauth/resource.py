@@ -19,6 +19,7 @@ from flask import Flask, Response
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.serve.front import auth
+from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.oauth.identity import Identity, TokenRejected, Verifier, canonical_resource
 from mcpgate.serve.oauth.introspection import EitherVerifier, IntrospectionLimited, IntrospectionVerifier
@@ -232,6 +233,7 @@ class ResourceGuard:
         missing = [scope for scope in resource.scopes if scope not in identity.scopes]
         if missing:
             raise refusal(resource, 403, "insufficient_scope", f"the token lacks the scope {' '.join(missing)}")
+        context(environ).identity = identity  # views choose by its subject, groups and scopes
         return identity.principal
 
     def _verify(self, token: str, resource: Protected, client: str) -> Identity:
