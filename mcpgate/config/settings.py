@@ -36,6 +36,7 @@ from mcpgate.config.front_settings import FrontSettings
 from mcpgate.config.modern_settings import ModernSettings
 from mcpgate.config.modes import AuthMode
 from mcpgate.config.observe_settings import ObserveSettings
+from mcpgate.config.pins_settings import PinsSettings
 from mcpgate.config.relay_settings import TOKEN_ENV as TOKEN_ENV
 from mcpgate.config.relay_settings import RelaySettings as RelaySettings
 from mcpgate.config.session_settings import SessionSettings
@@ -43,9 +44,10 @@ from mcpgate.config.vault_settings import VaultSettings
 
 
 # The fields come base by base from the last base to the first (dataclasses walk the MRO backwards): children,
-# front, auth, sessions, 2026-07-28, fleet, observe, vault, the order of the README table.
+# front, auth, sessions, 2026-07-28, fleet, observe, vault, pins, the order of the README table.
 @dataclass(frozen=True)
 class Settings(
+    PinsSettings,
     VaultSettings,
     ObserveSettings, FleetSettings, ModernSettings, SessionSettings, AuthSettings, FrontSettings, ChildSettings
 ):
