@@ -87,7 +87,7 @@ def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Sessio
     gw.reviving[session_id] = done
     try:
         if keeper.claim(session_id, holder):
-            return take_over(gw, keeper, session_id, kept)
+            return take_over(gw, keeper, session_id, kept, request.environ)
     finally:
         del gw.reviving[session_id]
         done.set(True)
@@ -124,10 +124,15 @@ def outlives(holder: str, timeout: float) -> bool:
     return state in (HELD, DYING)
 
 
-def take_over(gw: PublishedServer, keeper: Keeper, session_id: str, kept: Kept) -> Session | None:
+def take_over(
+    gw: PublishedServer, keeper: Keeper, session_id: str, kept: Kept, environ: dict[str, Any]
+) -> Session | None:
     started = time.monotonic()
     session = gw.adopt_session(session_id, kept.principal)
-    session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
+    if gw.views is None:
+        session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
+    else:  # the view of the request's caller (forwarded: of its principal alone, as views_file.ViewTable says)
+        session.tools = gw.views.tools(gw.name, gw.settings, environ)
     session.server = gw.name
     problem = replay_into(session, kept, gw.settings.session_resurrect_timeout)
     if problem is not None:

@@ -219,7 +219,9 @@ class Endpoint:
     ) -> HttpResponse:
         name, kind = route
         if server is None:
-            raise self.servers.unknown(name)
+            raise self.servers.unknown(name, environ)
+        if server.views is not None and not context(environ).forwarded and not server.views.sees(name, environ):
+            raise self.servers.unknown(name, environ)  # not there for this caller (a forwarder checked its own)
         context(environ).server = name
         if self.cluster is not None:  # here, or forwarded to the instance owning the session it names
             return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], server))

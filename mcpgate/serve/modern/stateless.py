@@ -22,6 +22,7 @@ from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.observe import audit, tracing
 from mcpgate.serve.errors import ShuttingDown
 from mcpgate.serve.front import auth
+from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
 from mcpgate.serve.front.reply import SSE_HEADERS, Client, Turn, answer_or_switch, events
 from mcpgate.serve.modern import tasks
@@ -31,6 +32,8 @@ from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions.stream import Stream
+from mcpgate.serve.vault import elicit
+from mcpgate.serve.vault.vault import SlotsEmpty
 
 log = logging.getLogger("mcpgate.http")
 
@@ -48,8 +51,12 @@ def post(gw: PublishedServer, request: HttpRequest, message: Request | Notificat
         return HttpResponse(202)  # 2026-07-28 defines no client notification over HTTP: accepted, dropped
     if gw.closing and not is_retry(message):  # draining: a retry may still resume the call it names here
         raise shutting_down(request_id)
+    if gw.child_spec.slots is not None:  # per-user credentials: a retry's answer to the vault's request dropped
+        message = elicit.retry_of(message)
     try:
         return serve(gw, request, message)
+    except SlotsEmpty as empty:  # the principal's child needs a slot it has not filled: sent to the vault's page
+        return elicit.modern_answer(empty, message)
     except Refusal as refusal:  # the pool's refusals (busy, crashing, cannot start) carry the request's id too
         if refusal.id is None:
             refusal.id = message.id
@@ -62,6 +69,8 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     principal = auth.principal(request.environ)
     s = gw.settings
     tools = ToolFilter.of(s.tools_allow, s.tools_deny) if s.tools_allow or s.tools_deny else None
+    if gw.views is not None and not context(request.environ).forwarded:  # a forwarder applied its caller's view
+        tools = gw.views.tools(gw.name, s, request.environ)
     if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check
         if audit.LOG is not None:
             audit.LOG.here(message, principal, gw.name, audit.MODERN, tools.refusal(request_id, hidden))

@@ -24,9 +24,11 @@ from mcpgate.core.sessions import new_session_id
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
 from mcpgate.serve.kinds import EndCause, RouteKind
-from mcpgate.serve.servers import config_file
+from mcpgate.serve.servers import config_file, views_file
 from mcpgate.serve.servers.config_file import PREFIX, ConfigError, ServerEntry
 from mcpgate.serve.servers.server import DEFAULT_NAME, PublishedServer
+from mcpgate.serve.servers.views_file import ViewTable
+from mcpgate.serve.vault.vault import SlotFill, Vault, open_vault
 
 log = logging.getLogger("mcpgate.servers")
 
@@ -68,9 +70,11 @@ class PublishedServers:
         self.named = bool(settings.config)
         self._gateways: dict[str, PublishedServer] = {}
         self._entries: dict[str, ServerEntry] = {}
+        self.vault: Vault | None = None  # per-user credentials, opened for the first server with slots (serve/vault)
         self._stamp: Stamp | None = None
         self._watcher: gevent.Greenlet | None = None
         self._fixed: dict[str, tuple[str, RouteKind]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
+        self.views: ViewTable | None = None  # MCPGATE_CONFIG's "views" (serve/servers/views_file.py)
         if not self.named:
             self._gateways[DEFAULT_NAME] = PublishedServer(settings, clock, cluster=cluster, minter=minter)
             served = {
@@ -92,6 +96,7 @@ class PublishedServers:
         for entry in config.servers:
             self._entries[entry.name] = entry
             self._gateways[entry.name] = self._gateway(entry)
+        self._show(views_file.load(settings.config))
 
     def _gateway(self, entry: ServerEntry) -> PublishedServer:
         return PublishedServer(
@@ -103,7 +108,21 @@ class PublishedServers:
             cwd=entry.cwd,
             cluster=self.cluster,
             minter=self.minter,
+            slots=self._slots(entry),
+            remote=entry.remote,
         )
+
+    def _slots(self, entry: ServerEntry) -> SlotFill | None:
+        if entry.slots is None:
+            return None
+        self.vault = self.vault or open_vault(self.settings, self.cluster)  # SettingsError: key missing or wrong
+        return SlotFill(entry.slots, self.vault)
+
+    def _show(self, views: ViewTable | None) -> None:
+        """The views (MCPGATE_CONFIG's, None: none) every server answers its callers by."""
+        self.views = views
+        for gateway in self._gateways.values():
+            gateway.views = views
 
     # -- lookups (cheap: on every request) --
 
@@ -137,16 +156,25 @@ class PublishedServers:
         route_kind = KINDS.get(kind[:-1] if kind.endswith("/") else kind)
         return (name, route_kind) if name and route_kind is not None else None
 
-    def unknown(self, name: str) -> Refusal:
-        """404 for a server name the file does not list, naming those it does."""
-        known = ", ".join(self.names()) or "(none)"
+    def unknown(self, name: str, environ: dict[str, Any] | None = None) -> Refusal:
+        """404 for a server name the file does not list (or the caller's view hides), naming those it does
+        (those the view of the caller of `environ` shows)."""
+        names = self.visible(environ)
+        known = ", ".join(names) or "(none)"
         shown = repr(name) if config_file.NAME.fullmatch(name) else "by that name"
         return Refusal(
             404,
             jsonrpc.INVALID_REQUEST,
             f"Not Found: no server {shown}; the servers here are: {known}",
-            data={"servers": self.names()},
+            data={"servers": names},
         )
+
+    def visible(self, environ: dict[str, Any] | None) -> list[str]:
+        """The servers' names, those the views hide from the caller of `environ` left out."""
+        if self.views is None or environ is None:
+            return self.names()
+        view = self.views.view(environ)
+        return [name for name in self._gateways if view.sees(name)]
 
     def listing(self, request: HttpRequest) -> HttpResponse:
         """GET /servers: each server's name, Streamable HTTP endpoint and HTTP+SSE endpoint (absolute paths)."""
@@ -156,6 +184,7 @@ class PublishedServers:
         listed = [
             {"name": name, "endpoint": root + gateway.settings.path, "sse": root + gateway.settings.sse_path}
             for name, gateway in self.items()
+            if self.views is None or self.views.sees(name, request.environ)
         ]
         return json_response(jsonrpc.encode({"servers": listed}))
 
@@ -176,8 +205,8 @@ class PublishedServers:
         if self.named:
             body["servers"] = states
         if broken:
-            what = "the MCP server command" if not self.named else f"the commands of {', '.join(broken)}"
-            body["error"] = f"{what} cannot be started; the gateway's log says why"
+            what = "the MCP server command" if not self.named else f"the servers {', '.join(broken)}"
+            body["error"] = f"{what} cannot be started or reached; the gateway's log says why"
         return (503 if status == "unavailable" else 200), body
 
     # -- reload --
@@ -189,6 +218,7 @@ class PublishedServers:
         self._stamp = stamp(self.settings.config)
         try:
             config = config_file.load(self.settings.config)
+            views = views_file.load(self.settings.config)
         except ConfigError as exc:
             log.error("%s; the servers already running go on unchanged", exc)
             return ReloadReport(unchanged=tuple(self._gateways), error=str(exc))
@@ -202,6 +232,7 @@ class PublishedServers:
         gateways = {name: self._gateways[name] if name in unchanged else self._gateway(new[name]) for name in new}
         old = [self._gateways[name] for name in (*replaced, *removed)]
         self._gateways, self._entries = gateways, new  # swapped at once: a request finds the old or the new
+        self._show(views)
         for name in added:
             log.info("server %s added at %s", name, config_file.paths(name)[0])
         for name in replaced:

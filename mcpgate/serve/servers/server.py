@@ -23,9 +23,12 @@ from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.metrics import Tally
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
+from mcpgate.serve.servers.config_file import RemoteEntry
+from mcpgate.serve.servers.views_file import ViewTable
 from mcpgate.serve.sessions.kept import keeper_for
 from mcpgate.serve.sessions.session import ChildSpec, Session
 from mcpgate.serve.sessions.stream import StreamLimits
+from mcpgate.serve.vault.vault import SlotFill
 
 log = logging.getLogger("mcpgate.server")
 
@@ -50,6 +53,8 @@ class PublishedServer:
         cwd: str | None = None,
         cluster: Cluster | None = None,
         minter: Callable[[], str] = new_session_id,
+        slots: SlotFill | None = None,  # per-user credentials in its children's env/args (serve/vault)
+        remote: RemoteEntry | None = None,  # a remote server: its children are RemoteChildren (serve/remote)
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -77,7 +82,14 @@ class PublishedServer:
             label_prefix=f"{name}/" if argv is not None else "",
             limits=ChildLimits.of(settings),
             user=self.user,
+            slots=slots,
         )
+        self.reachability: Callable[[], str | None] | None = None  # a remote server's: why it is unreachable
+        if remote is not None:
+            from mcpgate.serve.remote.spec import RemoteSpec  # the relay's client side, only for a remote server
+
+            remote_spec = RemoteSpec.of(settings, name, remote, self.child_spec.watch)
+            self.child_spec, self.reachability = remote_spec, lambda: remote_spec.reachability.problem
         self.stream_limits = StreamLimits(
             messages=settings.stream_queue,
             bytes=settings.stream_queue_bytes,
@@ -94,6 +106,7 @@ class PublishedServer:
         self.cluster = cluster
         self.keeper = keeper_for(settings, name, cluster)  # what a takeover replays (serve/cluster/takeover.py)
         self.reviving: dict[str, AsyncResult] = {}  # sessions being taken over here: their requests wait
+        self.views: ViewTable | None = None  # MCPGATE_CONFIG's views (serve/servers/views_file.py); None: none
 
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}
@@ -101,7 +114,10 @@ class PublishedServer:
         return env
 
     def command_problem(self) -> str | None:
-        """Why the configured command cannot be started right now, or None."""
+        """Why the configured command cannot be started right now (a remote server: why its last connection
+        attempt failed), or None."""
+        if self.reachability is not None:
+            return self.reachability()
         try:
             resolve_executable(self.argv[0], self.env.get("PATH", ""))
         except ChildSpawnError as exc:
@@ -121,7 +137,7 @@ class PublishedServer:
         except BaseException:
             self.caps.release(owner)
             raise
-        log.info("session %s opened (child pid %s)", session.label, session.child.pid)
+        log.info("session %s opened (child %s)", session.label, session.child.pid or "remote")
         self._ensure_reaper()
         return session
 
