@@ -34,7 +34,7 @@ from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.framing import LineDecoder, LineTooLong, frame
 from mcpgate.relay import errors
 from mcpgate.relay.admission import Admission, Job
-from mcpgate.relay.stdio import StdPipes, StopSignals, open_pipes
+from mcpgate.relay.stdio import IDLE_WAIT_SECONDS, StdPipes, StopSignals, open_pipes
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 
 log = logging.getLogger("mcpgate.relay")
@@ -327,24 +327,35 @@ class Relay:
     def run(self) -> int:
         """Relay until stdin ends or SIGINT/SIGTERM; then end the session and exit 0."""
         pipes = open_pipes(self.in_fd, self.out_fd)
+        signals = StopSignals(self._on_signal)
+        try:
+            return self.serve(pipes, signals.wait_seconds)
+        finally:
+            signals.cancel()
+            pipes.restore()
+
+    def serve(self, pipes: StdPipes, wake: float = IDLE_WAIT_SECONDS) -> int:
+        """Relay over `pipes` until their input ends or stop(); then end the session. No signal, no fd: an
+        in-process host (serve/remote's RemoteChild) runs a Relay over pipes of its own this way."""
         writer = gevent.spawn(self._write_loop, pipes)
         self._direct = pipes
         sender = gevent.spawn(self._send_loop)
         reader = gevent.spawn(self._read_loop, pipes)
         reader.link(lambda _: self._stop.set())
         writer.link(lambda _: self._stop.set())
-        signals = StopSignals(self._on_signal)
         try:
-            while not self._stop.wait(timeout=signals.wait_seconds):
+            while not self._stop.wait(timeout=wake):
                 pass
             reader.kill(block=True, timeout=1.0)
             self._drain(sender)
             self.transport.close()
         finally:
-            signals.cancel()
             self._finish_writer(writer)
-            pipes.restore()
         return 0
+
+    def stop(self) -> None:
+        """End the relay as stdin's end does (serve() drains, closes the upstream session and returns)."""
+        self._stop.set()
 
     def _on_signal(self, signum: int) -> None:
         log.info("received %s; shutting down", signal.Signals(signum).name)

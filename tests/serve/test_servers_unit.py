@@ -61,20 +61,15 @@ def test_other_transports_are_reported_and_skipped() -> None:
     config = parse(
         {
             "mcpServers": {
-                "remote": {"url": "https://mcp.example.com/mcp"},
-                "old": {"type": "sse", "url": "https://x/sse"},
-                "typed": {"type": "http", "command": "never-run"},
+                "remote": {"url": "https://mcp.example.com/mcp"},  # a remote server (tests/serve/test_remote_*)
+                "socket": {"type": "ws", "url": "wss://x/ws"},
                 "demo": DEMO,
             }
         }
     )
-    assert config.names() == ["demo"]
-    assert [line.split(" skipped")[0] for line in config.skipped] == [
-        "MCPGATE_CONFIG f.json: server 'remote'",
-        "MCPGATE_CONFIG f.json: server 'old'",
-        "MCPGATE_CONFIG f.json: server 'typed'",
-    ]
-    assert "url" in config.skipped[1] and "'http'" in config.skipped[2]
+    assert config.names() == ["remote", "demo"]
+    assert [line.split(" skipped")[0] for line in config.skipped] == ["MCPGATE_CONFIG f.json: server 'socket'"]
+    assert "'ws'" in config.skipped[0]
 
 
 @pytest.mark.parametrize(
@@ -84,8 +79,9 @@ def test_other_transports_are_reported_and_skipped() -> None:
         ('{"mcpServers": []}', 'must be a JSON object with an "mcpServers" object'),
         ("{not json", "not valid JSON"),
         ('{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', "the key 'a' appears twice"),
-        ({"mcpServers": {}}, "lists no stdio server"),
-        ({"mcpServers": {"r": {"url": "https://x"}}}, "lists no stdio server"),
+        ({"mcpServers": {}}, "lists no server"),
+        ({"mcpServers": {"r": {"type": "ws", "url": "wss://x"}}}, "lists no server"),
+        ({"mcpServers": {"a": {"type": "http", "command": "x"}}}, "server 'a': type 'http' names a remote server"),
         ({"mcpServers": {"my server": DEMO}}, "server 'my server': a name must be 1 to 64 letters"),
         ({"mcpServers": {"-x": DEMO}}, "server '-x': a name must be"),
         ({"mcpServers": {"x" * 65: DEMO}}, "a name must be 1 to 64"),

@@ -1,0 +1,185 @@
+"""RemoteChild: one upstream connection of a remote server, in the worker, with a ChildProcess's surface.
+
+Sessions and the pool talk to a child through send() (one encoded message), on_message (each message it sends)
+and on_exit (its end, once). A RemoteChild runs the relay's pump (mcpgate/relay/pump.py `Relay.serve`) over a
+pair of in-memory pipes instead of stdio: what send() queues is the relay's stdin, every line the relay writes is
+parsed and handed to on_message. So the relay's rules hold unchanged: a greenlet per request, at most
+max_inflight at once (more wait in a bounded queue, and while it is full the input is not read), notifications
+in order, a cancelled request's late reply dropped, the upstream's 404 answered by a new session (the client's
+initialize replayed). One RemoteChild is one upstream session (a 2025 client session's own; a pooled child's
+for 2026-07-28 calls, stateless when the upstream speaks 2026-07-28).
+
+There is no process: `pid` is None and nothing is ever signalled; `limits` is None (a remote server's
+request_timeout is the transport's: serve/remote/transport.py). send() never blocks: past
+max_write_queue_bytes unread, the child ends ("write queue full"), as a stdio child does. close() ends the
+input: the relay drains (at most the server's close_timeout), ends the upstream session (DELETE on 2025
+Streamable HTTP), and on_exit runs once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import gevent
+import gevent.event
+
+from mcpgate.child.limits import Usage
+from mcpgate.child.process import WRITE_QUEUE_FULL, OnMessage
+from mcpgate.core import jsonrpc
+from mcpgate.core.jsonrpc import Batch, Notification, Request, Response
+from mcpgate.relay import errors
+from mcpgate.relay.http_client import HttpClient
+from mcpgate.relay.pump import Relay
+
+if TYPE_CHECKING:
+    from mcpgate.serve.remote.spec import RemoteSpec
+
+log = logging.getLogger("mcpgate.remote")
+
+
+class MemoryPipes:
+    """The relay's stdin and stdout in memory: `put` feeds the input, every line written goes to `deliver`."""
+
+    def __init__(self, deliver: Callable[[bytes], None]) -> None:
+        self._input: deque[bytes] = deque()
+        self._arrived = gevent.event.Event()
+        self._ended = False
+        self.queued = 0  # bytes put and not read yet
+        self._deliver = deliver
+
+    def put(self, data: bytes) -> None:
+        self._input.append(data)
+        self.queued += len(data)
+        self._arrived.set()
+
+    def end(self) -> None:
+        self._ended = True
+        self._arrived.set()
+
+    def read(self) -> bytes:
+        while not self._input:
+            if self._ended:
+                return b""
+            self._arrived.clear()
+            self._arrived.wait()
+        data = b"".join(self._input)
+        self._input.clear()
+        self.queued = 0
+        return data
+
+    def write_all(self, data: bytes) -> None:
+        for line in data.split(b"\n")[:-1]:  # the relay writes whole lines only
+            self._deliver(line)
+
+    def restore(self) -> None:
+        pass
+
+
+class RemoteChild:
+    """One upstream session of a remote server; see the module docstring."""
+
+    pid: int | None = None
+    returncode: int | None = None
+    limits = None  # no process limits: a remote server's request_timeout is its transport's
+    user = None
+
+    def __init__(self, spec: RemoteSpec, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> None:
+        self.spec, self.label = spec, label
+        self._on_message, self._on_exit = on_message, on_exit
+        self.usage = Usage()
+        self.exit_reason: str | None = None
+        self.end_cause = ""  # "stopped" (ended on purpose) or "crash" (its relay failed, its queue overflowed)
+        self._pipes = MemoryPipes(self._line)
+        self._relay: Relay | None = None
+        self._greenlet: gevent.Greenlet | None = None
+        self._closing = False
+        self._reason: str | None = None
+        self._cause = "stopped"
+        self._done = gevent.event.Event()
+
+    @property
+    def alive(self) -> bool:
+        """Started and not shutting down (send() would accept)."""
+        return self._greenlet is not None and not self._closing
+
+    def start(self) -> None:
+        """Start relaying (the upstream is first reached by the first message sent)."""
+        if self._greenlet is not None or self._closing:
+            raise RuntimeError("RemoteChild can be started once, and not after close()")
+        http = self.spec.http_client()
+        self._relay = Relay(lambda sink: self.spec.transport(http, sink), self.spec.pump_options)
+        self._greenlet = gevent.spawn(self._run, self._relay, http)
+        log.info("child[%s] started: remote %s", self.label, errors.redact(self.spec.remote.url))
+
+    def send(self, data: bytes) -> bool:
+        """Queue one encoded message (no trailing newline); never blocks. False if refused."""
+        if not self.alive:
+            return False
+        if self._pipes.queued + len(data) + 1 > self.spec.max_write_queue_bytes:
+            log.warning("child[%s] remote: write queue full (%d bytes unread); closing", self.label, self._pipes.queued)
+            self.close(WRITE_QUEUE_FULL, cause="crash")
+            return False
+        self._pipes.put(data + b"\n")
+        return True
+
+    def close(self, reason: str, cause: str = "stopped") -> None:
+        """End the upstream session in a greenlet; idempotent, never blocks."""
+        if self._closing:
+            return
+        self._closing = True
+        self._reason, self._cause = reason, cause
+        if self._greenlet is None:
+            self.exit_reason, self.end_cause = reason, cause
+            self._done.set()
+            return
+        log.info("child[%s] closing remote: %s", self.label, reason)
+        self._pipes.end()
+
+    def stop(self, reason: str, timeout: float | None = None, cause: str = "stopped") -> bool:
+        """close() and wait until finished; True if on_exit ran."""
+        self.close(reason, cause)
+        if timeout is None:
+            timeout = self.spec.pump_options.shutdown_grace + self.spec.close_grace
+        return self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
+        return bool(self._done.wait(timeout))
+
+    def _run(self, relay: Relay, http: HttpClient) -> None:
+        try:
+            relay.serve(self._pipes)
+        except Exception as exc:  # the relay's own failure: the child ends as a crashed one does
+            log.exception("child[%s] remote relay failed", self.label)
+            if self._reason is None:
+                self._reason, self._cause = f"the remote relay failed: {exc!r}"[:300], "crash"
+        finally:
+            self._closing = True
+            http.close()
+            self._finish()
+
+    def _finish(self) -> None:
+        reason = self._reason if self._reason is not None else "the remote relay ended"
+        self.exit_reason, self.end_cause = reason, self._cause
+        log.info("child[%s] remote ended (reason: %s)", self.label, reason)
+        try:
+            self._on_exit(reason)
+        except Exception:  # a callback's failure must not stop the end
+            log.exception("child[%s] on_exit callback failed", self.label)
+        finally:
+            self._done.set()
+
+    def _line(self, line: bytes) -> None:
+        """One line the relay wrote: its message(s) to on_message."""
+        message = jsonrpc.parse_line(line)
+        members = message.items if isinstance(message, Batch) else [message]
+        for member in members:
+            if not isinstance(member, (Request, Notification, Response)):
+                log.warning("child[%s] remote: dropped an invalid message from the relay", self.label)
+                continue
+            try:
+                self._on_message(member)
+            except Exception:  # a callback's failure must not stop the relay's writer
+                log.exception("child[%s] on_message callback failed", self.label)
