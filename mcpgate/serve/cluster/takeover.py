@@ -154,7 +154,10 @@ def take_over(
     keeper.write(session_id, kept)
     session.keeper = keeper
     log.info(
-        "session %s taken over (child pid %s) in %.3f s", session.label, session.child.pid, time.monotonic() - started
+        "session %s taken over (child pid %s) in %.3f s",
+        session.label,
+        session.child.pid or "remote",
+        time.monotonic() - started,
     )
     return session
 

@@ -239,7 +239,8 @@ class Pool:
         except ChildSpawnError:  # the endpoint's table answers it (serve/errors.py: 502, the details logged)
             group.children.remove(child)
             raise
-        log.info("pooled child %s started for principal %s (pid %s)", child.label, group.principal, child.child.pid)
+        where = child.child.pid or "remote"
+        log.info("pooled child %s started for principal %s (pid %s)", child.label, group.principal, where)
         child.ready.rawlink(lambda _event: self._on_ready(group, child))
         self._ensure_reaper()
         return child
