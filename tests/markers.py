@@ -36,6 +36,7 @@ STARTERS = {
         "tests.support.relay.run_host",
         "tests.support.relay.run_bridged_host",
         "tests.support.oauth.oidc_issuer",
+        "tests.support.token_server.token_server",
     },
 }
 # nodeid prefixes of the tests marked slow: each takes 10 s or more on an idle two-core machine

@@ -91,7 +91,7 @@ def parse(raw: Any, where: str, environ: Mapping[str, str] | None = None) -> Cli
         raise _error(where, "", "must be a JSON object")
     unknown = sorted(str(name) for name in raw if name not in KEYS)
     if unknown:
-        raise _error(where, unknown[0], f"is not a client_credentials field (known: {', '.join(sorted(KEYS))})")
+        raise _error(where, unknown[0], f"not a client_credentials field (known: {', '.join(sorted(KEYS))})")
     if raw.get("type") != "client_credentials":
         raise _error(where, "type", 'must be "client_credentials"')
     client_id = _text(raw, "client_id", where, required=True)
@@ -120,7 +120,7 @@ def parse(raw: Any, where: str, environ: Mapping[str, str] | None = None) -> Cli
 
 
 def _error(where: str, name: str, problem: str) -> ClientCredentialsError:
-    return ClientCredentialsError(f"{where}: auth{'.' + name if name else ''} {problem}")
+    return ClientCredentialsError(f"{where}: auth{'.' + name if name else ''}: {problem}")
 
 
 def _text(raw: dict[str, Any], name: str, where: str, required: bool = False) -> str | None:
