@@ -8,6 +8,7 @@ their own (4 x 4 threads) on the same machine, so on a small machine they compet
 compare the two settings within one run only.
 
     python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16]
+    python bench/tracing.py --profile /tmp/traced.txt   # one traced round under py-spy: the worker's top functions
     OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01 python bench/tracing.py   # 1 % sampled
 """
 
@@ -101,7 +102,16 @@ def worker_cpu(master: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def round_of(traced: bool, endpoint: str, seconds: float, clients: int) -> tuple[float, float]:
+def spy(worker: int, seconds: float, target: str) -> subprocess.Popen[bytes]:
+    """py-spy (the venv's) sampling the worker for `seconds`, its raw (collapsed) stacks into `target`."""
+    py_spy = Path(sys.executable).parent / "py-spy"
+    args = [str(py_spy), "record", "--pid", str(worker), "--rate", "250", "--format", "raw"]
+    return subprocess.Popen([*args, "--duration", str(int(seconds)), "-o", target], stdout=subprocess.DEVNULL)
+
+
+def round_of(
+    traced: bool, endpoint: str, seconds: float, clients: int, profile: str | None = None
+) -> tuple[float, float]:
     port = gateways.free_port()
     env = {**os.environ, "MCPGATE_TRACING": "true" if traced else "false", "MCPGATE_MAX_SESSIONS": "200"}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
@@ -129,6 +139,11 @@ def round_of(traced: bool, endpoint: str, seconds: float, clients: int) -> tuple
         counts = multiprocessing.Array("i", clients)
         per = max(1, clients // 4)
         start_cpu = worker_cpu(gw.pid)
+        sampler = (
+            spy(int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0]), seconds, profile)
+            if profile
+            else None
+        )
         began = time.monotonic()
         until = began + seconds
         procs = [
@@ -141,6 +156,8 @@ def round_of(traced: bool, endpoint: str, seconds: float, clients: int) -> tuple
             p.join()
         elapsed = time.monotonic() - began
         cpu = worker_cpu(gw.pid) - start_cpu
+        if sampler is not None:
+            sampler.wait(timeout=60)
         calls = sum(counts)
         return calls / elapsed, cpu / max(calls, 1) * 1e6
     finally:
@@ -154,8 +171,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--profile", metavar="FILE", help="one traced round under py-spy; its summary printed")
     args = parser.parse_args()
     endpoint, got = sink()
+    if args.profile:
+        rate, cpu = round_of(True, endpoint, args.seconds, args.clients, args.profile)
+        print(f"tracing on : {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call (under py-spy)")
+        import report
+
+        print(report.profile_summary(Path(args.profile), top=40))
+        return 0
     results: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     for _ in range(args.rounds):
         for traced in (False, True):

@@ -11,30 +11,18 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 CACHED = 4096  # encoded attribute pairs kept
 ERROR = 2  # Status.code STATUS_CODE_ERROR
 HAS_IS_REMOTE, IS_REMOTE = 0x100, 0x200  # Span.flags: whether the parent is remote is known, and it is
 
-_FIXED64 = struct.Struct("<Q")
+_TIMES = struct.Struct("<BQBQ")  # start_time_unix_nano (field 7) and end_time_unix_nano (8), fixed64 each
 _pairs: dict[tuple[str, Any], bytes] = {}
-
-
-class Record(Protocol):
-    """What the encoder reads of a span."""
-
-    trace_id: int
-    span_id: int
-    parent_id: int
-    remote_parent: bool
-    state: str
-    name: str
-    kind: int
-    start: int
-    end: int
-    attributes: Mapping[str, Any]
-    error: bool
+_heads: dict[tuple[str, int], bytes] = {}  # a span's name and kind fields
+_LOCAL = b"\x85\x01" + (1 | HAS_IS_REMOTE).to_bytes(4, "little")  # Span.flags: sampled, parent known local
+_REMOTE = b"\x85\x01" + (1 | HAS_IS_REMOTE | IS_REMOTE).to_bytes(4, "little")
+UNCACHED = frozenset({"jsonrpc.request.id"})  # a value per request: never worth a cache entry
 
 
 def varint(value: int) -> bytes:
@@ -74,31 +62,46 @@ def key_value(number: int, key: str, value: Any) -> bytes:
     except TypeError:  # an unhashable value
         return field(number, field(1, key.encode()) + field(2, any_value(value)))
     encoded = field(number, field(1, key.encode()) + field(2, any_value(value)))
-    if number == 9 and len(_pairs) < CACHED:
+    if number == 9 and len(_pairs) < CACHED and key not in UNCACHED:
         _pairs[pair] = encoded
     return encoded
 
 
-def span(record: Record) -> bytes:
-    """A Span message's bytes."""
-    parts = [
-        b"\x0a\x10",
-        record.trace_id.to_bytes(16, "big"),
-        b"\x12\x08",
-        record.span_id.to_bytes(8, "big"),
-    ]
-    if record.state:
-        parts.append(field(3, record.state.encode()))
-    if record.parent_id:
-        parts += (b"\x22\x08", record.parent_id.to_bytes(8, "big"))
-    parts += (field(5, record.name.encode()), b"\x30", bytes((record.kind,)))
-    parts += (b"\x39", _FIXED64.pack(record.start), b"\x41", _FIXED64.pack(record.end))
-    parts += [key_value(9, key, value) for key, value in record.attributes.items()]
-    if record.error:
+def span(
+    trace_id: bytes,
+    span_id: bytes,
+    parent_id: bytes,
+    state: str,
+    name: str,
+    kind: int,
+    start: int,
+    end: int,
+    attributes: bytes,
+    error: bool,
+    remote_parent: bool,
+) -> bytes:
+    """A Span message's bytes (`attributes`: its KeyValue fields, encoded by `key_value(9, ...)`)."""
+    head = _heads.get((name, kind))
+    if head is None:
+        head = field(5, name.encode()) + b"\x30" + bytes((kind,))
+        if len(_heads) < CACHED:
+            _heads[(name, kind)] = head
+    parts = [b"\x0a\x10", trace_id, b"\x12\x08", span_id]
+    if state:
+        parts.append(field(3, state.encode()))
+    if parent_id:
+        parts += (b"\x22\x08", parent_id)
+    parts += (head, _TIMES.pack(0x39, start, 0x41, end), attributes)
+    if error:
         parts.append(b"\x7a\x02\x18\x02")  # status { code: ERROR }
-    flags = 1 | HAS_IS_REMOTE | (IS_REMOTE if record.remote_parent else 0)
-    parts += (b"\x85\x01", flags.to_bytes(4, "little"))
-    return field(2, b"".join(parts))
+    parts.append(_REMOTE if remote_parent else _LOCAL)
+    body = b"".join(parts)
+    return b"\x12" + varint(len(body)) + body
+
+
+def attributes(pairs: Mapping[str, Any]) -> bytes:
+    """A span's attributes as its KeyValue fields."""
+    return b"".join([key_value(9, key, value) for key, value in pairs.items()])
 
 
 def resource_head(resource: Mapping[str, Any], scope: str, version: str) -> tuple[bytes, bytes]:
@@ -107,8 +110,7 @@ def resource_head(resource: Mapping[str, Any], scope: str, version: str) -> tupl
     return field(1, attributes), field(1, field(1, scope.encode()) + field(2, version.encode()))
 
 
-def request(head: tuple[bytes, bytes], records: Iterable[Record]) -> bytes:
-    """The ExportTraceServiceRequest of `records`, under the resource and scope of `head`."""
+def request(head: tuple[bytes, bytes], spans: Iterable[bytes]) -> bytes:
+    """The ExportTraceServiceRequest of encoded `spans` (`span`'s), under the resource and scope of `head`."""
     resource, scope = head
-    spans = b"".join([span(record) for record in records])
-    return field(1, resource + field(2, scope + spans))
+    return field(1, resource + field(2, scope + b"".join(spans)))

@@ -1,7 +1,8 @@
-"""The export of mcpgate's spans: ended span records queued (bounded) and exported in batches by one worker, as
-the SDK's BatchSpanProcessor does and configured by the same OTEL_BSP_* variables (OTEL_BSP_SCHEDULE_DELAY,
-OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE), but with no after-fork hook. A batch is encoded to
-OTLP protobuf here, in the worker (observe/otlp_wire.py), and posted by the SDK's OTLPSpanExporter's HTTP client
+"""The export of mcpgate's spans: ended requests' Traces queued (bounded, counted in spans) and exported in batches
+by one worker, as the SDK's BatchSpanProcessor does and configured by the same OTEL_BSP_* variables
+(OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, each in spans), but with no
+after-fork hook. A batch is turned into spans and encoded to OTLP protobuf here, in the worker
+(observe/trace_spans.py, otlp_wire.py), off the requests' path, and posted by the SDK's OTLPSpanExporter's HTTP client
 (its endpoint, headers, timeout, compression and retries from OTEL_EXPORTER_OTLP_*).
 
 The SDK's processor restarts its worker thread in every forked process, and its TracerProvider detects the
@@ -19,7 +20,7 @@ import collections
 import logging
 import os
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from mcpgate.observe import otlp_wire
 
@@ -38,29 +39,41 @@ def setting(name: str) -> int:
     return value if value > 0 else DEFAULTS[name]
 
 
+class Ended(Protocol):
+    """A request's spans, ended: encoded when exported."""
+
+    def encoded(self) -> bytes: ...
+
+
 class SpanBatches:
-    """Ended, sampled span records into a bounded queue (the oldest dropped past it, counted); one worker exports a
-    batch when one is full or the schedule delay passed, and what is left at shutdown. `exporter` is the SDK's
-    OTLPSpanExporter, `head` the batch's resource and scope (otlp_wire.resource_head)."""
+    """Ended, sampled requests' spans into a bounded queue (the oldest dropped past it, counted); one worker
+    exports a batch when one is full or the schedule delay passed, and what is left at shutdown. `exporter` is
+    the SDK's OTLPSpanExporter, `head` the batch's resource and scope (otlp_wire.resource_head)."""
 
     def __init__(self, exporter: Any, head: tuple[bytes, bytes]) -> None:
         self.exporter, self.head = exporter, head
         self.delay = setting("OTEL_BSP_SCHEDULE_DELAY") / 1000
         self.batch = setting("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
-        self.queue: collections.deque[otlp_wire.Record] = collections.deque(maxlen=setting("OTEL_BSP_MAX_QUEUE_SIZE"))
+        self.bound = setting("OTEL_BSP_MAX_QUEUE_SIZE")
+        self.queue: collections.deque[tuple[Ended, int]] = collections.deque()
+        self.queued = 0  # spans in the queue
         self.dropped = 0
         self.stopped = False
         self.wake = threading.Event()
         self.worker = threading.Thread(target=self.run, name="mcpgate-span-export", daemon=True)
         self.worker.start()
 
-    def on_end(self, span: otlp_wire.Record) -> None:
+    def on_end(self, ended: Ended, spans: int) -> None:
+        """A request's `spans` ended (on the request's greenlet: one append)."""
         if self.stopped:
             return
-        if len(self.queue) == self.queue.maxlen:
-            self.dropped += 1
-        self.queue.append(span)
-        if len(self.queue) >= self.batch:
+        self.queue.append((ended, spans))
+        self.queued += spans
+        while self.queued > self.bound and len(self.queue) > 1:  # the oldest make room
+            lost = self.queue.popleft()[1]
+            self.dropped += lost
+            self.queued -= lost
+        if self.queued >= self.batch:
             self.wake.set()
 
     def run(self) -> None:
@@ -75,12 +88,18 @@ class SpanBatches:
         if self.dropped:
             log.warning("%d spans dropped: the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE)", self.dropped)
             self.dropped = 0
-        while len(self.queue) >= (1 if whole else self.batch):
-            spans = [self.queue.popleft() for _ in range(min(self.batch, len(self.queue)))]
+        while self.queue and self.queued >= (1 if whole else self.batch):
+            taken: list[Ended] = []
+            spans = 0
+            while self.queue and spans < self.batch:
+                ended, count = self.queue.popleft()
+                taken.append(ended)
+                spans += count
+            self.queued -= spans
             try:
-                self.send(otlp_wire.request(self.head, spans))
+                self.send(otlp_wire.request(self.head, [ended.encoded() for ended in taken]))
             except Exception as exc:  # noqa: BLE001 - an exporter's failure costs its batch, never the worker
-                log.warning("a batch of %d spans could not be exported: %s", len(spans), exc)
+                log.warning("a batch of %d spans could not be exported: %s", spans, exc)
 
     def send(self, data: bytes) -> None:
         """One batch's body posted by the exporter's HTTP client (the SDK's private API: `_client.export` since

@@ -1,0 +1,125 @@
+"""W3C Trace Context without the SDK (stdlib only): a `traceparent` read into a Parent, a context written back as
+its fields, span and trace ids drawn from one os.urandom per IDS_DRAWN bytes, and the fields put into a
+request's `params._meta` (in its raw bytes when that is safe, so the child gets the client's bytes plus the
+context and nothing is encoded again).
+
+The parsing follows the SDK's TraceContextTextMapPropagator: version "ff" and all-zero ids are invalid, a
+version-00 header has exactly four fields, a later version may carry more (ignored). A tracestate is passed on
+as it came when it is at most 512 printable ASCII characters (no CR or LF can reach a header), else dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+TRACE_KEYS = ("traceparent", "tracestate")  # in HTTP headers and in _meta alike
+IDS_DRAWN = 4096  # random bytes drawn at once for ids
+_TRACEPARENT = re.compile(r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?[ \t]*\Z")
+_TRACESTATE = re.compile(r"[ -~]{1,512}\Z")
+_HEX_CONTEXT = re.compile(r"[0-9a-f-]{55}\Z")  # a version-00 traceparent: its JSON string is its bytes
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
+_WHITESPACE = b" \t\r\n"
+
+
+@dataclass(slots=True, frozen=True)
+class Parent:
+    """A remote parent's context: trace id (16 bytes), span id (8), sampled flag, tracestate ("" for none)."""
+
+    trace_id: bytes
+    span_id: bytes
+    sampled: bool
+    state: str
+
+
+def parent_of(carrier: Any) -> Parent | None:
+    """The W3C context in a carrier (HTTP headers' or _meta's fields); None when it carries no valid one."""
+    if not isinstance(carrier, dict):
+        return None
+    header = carrier.get("traceparent")
+    if not isinstance(header, str) or len(header) > 512:
+        return None
+    found = _TRACEPARENT.match(header)
+    if found is None:
+        return None
+    version, trace_hex, span_hex, flags, rest = found.groups()
+    if version == "ff" or (version == "00" and rest) or trace_hex == _ZERO_TRACE or span_hex == _ZERO_SPAN:
+        return None
+    state = carrier.get("tracestate")
+    state = state.strip() if isinstance(state, str) and _TRACESTATE.match(state) else ""
+    return Parent(bytes.fromhex(trace_hex), bytes.fromhex(span_hex), bool(int(flags, 16) & 1), state)
+
+
+def traceparent(trace_id: bytes, span_id: bytes, sampled: bool) -> str:
+    return f"00-{trace_id.hex()}-{span_id.hex()}-{'01' if sampled else '00'}"
+
+
+class Ids:
+    """Random ids, sliced from one os.urandom draw (never all zero)."""
+
+    __slots__ = ("at", "drawn")
+
+    def __init__(self) -> None:
+        self.drawn, self.at = b"", 0
+
+    def take(self, size: int) -> bytes:
+        at, end = self.at, self.at + size
+        if end > len(self.drawn):
+            self.drawn, at, end = os.urandom(IDS_DRAWN), 0, size
+        self.at = end
+        taken = self.drawn[at:end]
+        return taken if taken.count(0) < size else taken[:-1] + b"\x01"
+
+
+def put_in_meta(message: Any, fields: dict[str, str]) -> None:
+    """`fields` (traceparent, tracestate) into a request's params._meta, in place (params a dict or absent); its
+    raw bytes spliced when that is safe, else dropped (the message is encoded again when sent)."""
+    params = message.params
+    if params is None:
+        params = message.params = message.obj["params"] = {}
+    meta = params.get("_meta")
+    raw = message.raw
+    if isinstance(meta, dict):
+        old = meta.get("traceparent")
+        params["_meta"] = {**{k: v for k, v in meta.items() if k not in TRACE_KEYS}, **fields}
+        if raw is not None and "tracestate" not in meta and "tracestate" not in fields and isinstance(old, str):
+            message.raw = replaced_context(raw, old, fields["traceparent"])
+        else:
+            message.raw = None
+        return
+    params["_meta"] = fields
+    message.raw = spliced_meta(raw, fields) if raw is not None and meta is None else None
+
+
+def replaced_context(raw: bytes, old: str, new: str) -> bytes | None:
+    """`raw` with its one traceparent string `old` replaced by `new` (None when that is not certain)."""
+    if not _HEX_CONTEXT.match(old) or b"\\u" in raw:
+        return None
+    before = old.encode()
+    return raw.replace(before, new.encode()) if raw.count(before) == 1 else None
+
+
+def spliced_meta(raw: bytes, fields: dict[str, str]) -> bytes | None:
+    """`raw` with `"_meta": fields` first in its params object (None when the params object cannot be found for
+    certain). With no \\u escape in the bytes, the top-level key is spelled `"params"`, so one occurrence is it."""
+    if b"\\u" in raw or raw.count(b'"params"') != 1:
+        return None
+    at = skip(raw, raw.index(b'"params"') + 8)
+    if raw[at : at + 1] != b":":
+        return None
+    at = skip(raw, at + 1)
+    if raw[at : at + 1] != b"{":
+        return None
+    after = skip(raw, at + 1)
+    meta = b'"_meta":' + json.dumps(fields, separators=(",", ":")).encode()
+    return raw[: at + 1] + meta + (b"" if raw[after : after + 1] == b"}" else b",") + raw[at + 1 :]
+
+
+def skip(raw: bytes, at: int) -> int:
+    """The index of the first byte at or after `at` that is no JSON whitespace."""
+    while raw[at : at + 1] and raw[at] in _WHITESPACE:
+        at += 1
+    return at
