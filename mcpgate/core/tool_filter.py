@@ -9,6 +9,11 @@ paths that carry messages do nothing new.
 Only tools/list results are ever decoded here. Even those are not, when their bytes surely name no
 hidden tool (`may_hide`: a deny list only, and none of its names in the bytes), so a large listing
 passes as it came.
+
+Pinned tool definitions (MCPGATE_TOOL_PINS, core/pins.py) act here too, through the server's `PinGuard`
+given to `of`: every tools/list result is then decoded and shown to it (it pins what it sees first and
+records changes), the names it returns are left out of that result, and a call of a tool it `blocks` is
+answered as a hidden tool's. Without a guard (pins off) nothing of this runs.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from mcpgate.core.jsonrpc import INVALID_PARAMS, Id, Request, Response, error_response
 
@@ -27,19 +32,36 @@ CALL = "tools/call"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
+class PinGuard(Protocol):
+    """A server's pinned tool definitions in force (serve/pins/guard.py's ServerPins)."""
+
+    def listed(self, tools: list[Any], complete: bool) -> frozenset[str]:
+        """Review a tools/list result's tools (`complete`: its last page): the names to leave out of it."""
+        ...
+
+    def blocks(self, name: str) -> bool:
+        """Whether a call of this tool is refused (its definition awaits approval)."""
+        ...
+
+    def __hash__(self) -> int: ...  # the filters are cached by their lists and guard
+
+
 @dataclass(frozen=True, slots=True)
 class ToolFilter:
     allow: frozenset[str]  # empty: every tool not denied
     deny: frozenset[str]
     _needles: tuple[bytes, ...] | None  # the deny list's names as JSON strings; None: no byte test is sure
+    pins: PinGuard | None = None  # the server's pinned tool definitions, when in force
 
     @classmethod
-    def of(cls, allow: tuple[str, ...], deny: tuple[str, ...]) -> ToolFilter | None:
-        """The filter for these lists (one per distinct pair), or None when both are empty."""
-        return _build(tuple(allow), tuple(deny))
+    def of(cls, allow: tuple[str, ...], deny: tuple[str, ...], *, pins: PinGuard | None = None) -> ToolFilter | None:
+        """The filter for these lists and pins (one per distinct triple), or None when the lists are empty and
+        there are no pins."""
+        return _build(tuple(allow), tuple(deny), pins)
 
     def visible(self, name: str) -> bool:
-        return (not self.allow or name in self.allow) and name not in self.deny
+        shown = (not self.allow or name in self.allow) and name not in self.deny
+        return shown and (self.pins is None or not self.pins.blocks(name))
 
     def hidden_call(self, message: Request) -> str | None:
         """The tool's name when `message` is a tools/call of a hidden tool, else None (a call that names no
@@ -57,7 +79,7 @@ class ToolFilter:
     def may_hide(self, raw: bytes | None) -> bool:
         """False when these bytes of a tools/list response surely name no hidden tool (they pass as they are,
         undecoded); True when they must be decoded to tell."""
-        if self._needles is None or raw is None or b"\\u" in raw:
+        if self._needles is None or raw is None or b"\\u" in raw:  # pins: _needles is None
             return True
         return any(needle in raw for needle in self._needles)
 
@@ -68,7 +90,11 @@ class ToolFilter:
         if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
             return None
         tools: list[Any] = result["tools"]
-        shown = [tool for tool in tools if self._shows(tool)]
+        if self.pins is not None:
+            pinned = self.pins.listed(tools, complete=result.get("nextCursor") is None)
+            shown = [tool for tool in tools if self._shows(tool) and not _named(tool, pinned)]
+        else:
+            shown = [tool for tool in tools if self._shows(tool)]
         return result if len(shown) == len(tools) else {**result, "tools": shown}
 
     def response(self, message: Response) -> Response | None:
@@ -92,15 +118,19 @@ class ToolFilter:
         name = tool.get("name") if isinstance(tool, dict) else None
         if not isinstance(name, str):
             return not self.allow  # no name: no allowed tool (and none a deny list names)
-        return self.visible(name)
+        return (not self.allow or name in self.allow) and name not in self.deny
+
+
+def _named(tool: object, names: frozenset[str]) -> bool:
+    return bool(names) and isinstance(tool, dict) and tool.get("name") in names
 
 
 @functools.lru_cache(maxsize=64)
-def _build(allow: tuple[str, ...], deny: tuple[str, ...]) -> ToolFilter | None:
+def _build(allow: tuple[str, ...], deny: tuple[str, ...], pins: PinGuard | None) -> ToolFilter | None:
     allowed = frozenset(name for name in allow if name)
     denied = frozenset(name for name in deny if name)
-    if not allowed and not denied:
+    if not allowed and not denied and pins is None:
         return None
-    plain = not allowed and all(_PLAIN_NAME.fullmatch(name) for name in denied)
+    plain = not allowed and pins is None and all(_PLAIN_NAME.fullmatch(name) for name in denied)
     needles = tuple(b'"' + name.encode() + b'"' for name in sorted(denied)) if plain else None
-    return ToolFilter(allowed, denied, needles)
+    return ToolFilter(allowed, denied, needles, pins)

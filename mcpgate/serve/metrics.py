@@ -31,6 +31,7 @@ from mcpgate.core.jsonrpc import Response as RpcResponse
 from mcpgate.observe import refusals
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import StartResponse
+from mcpgate.serve.pins import guard as pins
 
 if TYPE_CHECKING:  # prometheus_client and Flask are imported only when metrics are on (`install`)
     from flask import Flask
@@ -170,6 +171,7 @@ class FiguresCollector:
         yield from self._requests()
         yield from self._servers()
         yield refused()
+        yield pins.changes()
 
     def _requests(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily

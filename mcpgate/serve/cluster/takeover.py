@@ -130,7 +130,7 @@ def take_over(
     started = time.monotonic()
     session = gw.adopt_session(session_id, kept.principal)
     if gw.views is None:
-        session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
+        session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
     else:  # the view of the request's caller (forwarded: of its principal alone, as views_file.ViewTable says)
         session.tools = gw.views.tools(gw.name, gw.settings, environ)
     session.server = gw.name

@@ -19,6 +19,7 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.observe import audit, logs, refusals, tracing
 from mcpgate.serve import metrics
+from mcpgate.serve.admin import api as admin
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth, checks
 from mcpgate.serve.front.bare import BareApp, Health, Missing
@@ -325,4 +326,5 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
     if settings.metrics and not isinstance(app, BareApp):  # off: no /metrics route and no wrapper on any request
         observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
         app.wsgi_app = observed  # type: ignore[method-assign]
+    app.wsgi_app = admin.mount(app.wsgi_app, settings, runtime, guard.authenticator)  # type: ignore[method-assign]
     return app

@@ -68,7 +68,8 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     request_id = message.id
     principal = auth.principal(request.environ)
     s = gw.settings
-    tools = ToolFilter.of(s.tools_allow, s.tools_deny) if s.tools_allow or s.tools_deny else None
+    pins = gw.pins
+    tools = ToolFilter.of(s.tools_allow, s.tools_deny, pins=pins) if s.tools_allow or s.tools_deny or pins else None
     if gw.views is not None and not context(request.environ).forwarded:  # a forwarder applied its caller's view
         tools = gw.views.tools(gw.name, s, request.environ)
     if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check

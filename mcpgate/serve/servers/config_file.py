@@ -90,6 +90,7 @@ PER_SERVER = (
     "pool_idle_ttl",
     "oauth_scopes",
     "session_resurrect",
+    "tool_pins",
 )
 DECLARED: dict[str, Setting] = {s.name: s for s in declared(Settings) if s.name in PER_SERVER}
 # The per-server settings about the child process: they mean nothing for a remote server.

@@ -23,6 +23,7 @@ from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.metrics import Tally
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
+from mcpgate.serve.pins.guard import pins_for
 from mcpgate.serve.servers.config_file import RemoteEntry
 from mcpgate.serve.servers.views_file import ViewTable
 from mcpgate.serve.sessions.kept import keeper_for
@@ -108,6 +109,7 @@ class PublishedServer:
         self.reviving: dict[str, AsyncResult] = {}  # sessions being taken over here: their requests wait
         self.views: ViewTable | None = None  # MCPGATE_CONFIG's views (serve/servers/views_file.py); None: none
 
+        self.pins = pins_for(settings, name, cluster)  # pinned tool definitions (None: MCPGATE_TOOL_PINS off)
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}
         env.update(self.settings.child_env)

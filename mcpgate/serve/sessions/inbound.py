@@ -28,7 +28,7 @@ def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
     """A new session of the caller's principal, its child started (SessionLimitReached, ChildSpawnError)."""
     session = gw.open_session(auth.principal(request.environ))
     if gw.views is None:
-        session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny)
+        session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
     else:  # what the caller's view shows of this server, fixed for the session's life
         session.tools = gw.views.tools(gw.name, gw.settings, request.environ)
     session.server = gw.name

@@ -1,0 +1,1 @@
+"""The management API (api.py: the routes, access.py: who may use them)."""
