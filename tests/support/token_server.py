@@ -14,12 +14,13 @@ serves until SIGTERM. From a test: `with token_server() as server: ...` yields a
          (the one asked for, else "mcp"), iat, exp = iat + ttl, jti; expires_in = ttl.
 Control (tests only)
     POST /control         {"clients": {id: {"secret": s} | {"public_pem": pem}}, "ttl": seconds, "mode": ...,
-                          "bad_audience": n, "error": {...}} changes what it does; "mode" is one of
-                          ok | oversized (a 1 MiB JSON answer) | slow (a body dripped a byte at a time) |
-                          html (200 text/html) | error (the "error" object's status and code, and with
-                          "echo": true the secret it received in the description) | hold (token requests wait
-                          for POST /control/release, at most 60 s); "bad_audience": the next n tokens are issued
-                          for another audience (a resource server refuses them).
+                          "bad_audience": n, "error": {...}, "answer": {...}} changes what it does; "mode" is one
+                          of ok | oversized (a 1 MiB JSON answer) | slow (a body dripped a byte at a time) |
+                          html (200 text/html) | answer (the "answer" object as it is) | error (the "error"
+                          object's status and code, and with "echo": true what it received as the secret in the
+                          description) | hold (token requests wait for POST /control/release, at most 60 s);
+                          "bad_audience": the next n tokens are issued for another audience (a resource server
+                          refuses them).
     POST /control/reset   back to no clients, ttl 300, mode ok; the records emptied
     POST /control/release lets held token requests go on
     GET  /control/log     {"received": [what each token request carried, secrets and assertions left out, with
@@ -71,6 +72,7 @@ class State:
         self.mode = "ok"
         self.error: dict[str, Any] = {"status": 400, "error": "invalid_client"}
         self.bad_audience = 0
+        self.answer: dict[str, Any] = {}
         self.received: list[dict[str, Any]] = []
         self.issued: list[dict[str, Any]] = []
         self.assertions: set[str] = set()
@@ -111,7 +113,7 @@ def app_for(state: State) -> Flask:
     def control() -> Response:
         body = request.get_json(force=True)
         with state.lock:
-            for name in ("clients", "ttl", "mode", "error", "bad_audience"):
+            for name in ("clients", "ttl", "mode", "error", "bad_audience", "answer"):
                 if name in body:
                     setattr(state, name, body[name])
         return jsonify({})
@@ -258,6 +260,9 @@ def odd_answer(state: State, mode: str, form: dict[str, str]) -> Response:
     if mode == "oversized":
         body = {"access_token": "x" * 16, "token_type": "Bearer", "padding": "p" * (1024 * 1024)}
         return jsonify(body)
+    if mode == "answer":
+        with state.lock:
+            return jsonify(state.answer)
     if mode == "html":
         return Response("<html><body>Sign in</body></html>", 200, content_type="text/html")
     if mode == "slow":
