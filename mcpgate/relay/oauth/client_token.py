@@ -30,7 +30,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote_plus, urlsplit
 
 import gevent.lock
 import requests
@@ -217,8 +217,7 @@ class ClientCredentialsAuth:
             form["scope"] = client.scope
         headers = {"Accept": "application/json", "User-Agent": "mcpgate"}
         if client.method == "client_secret_basic":
-            pair = f"{quote(client.client_id, safe='')}:{quote(client.secret or '', safe='')}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+            headers["Authorization"] = "Basic " + _basic(client.client_id, client.secret or "")
         elif client.method == "client_secret_post":
             form.update(client_id=client.client_id, client_secret=client.secret or "")
         else:
@@ -252,9 +251,14 @@ class ClientCredentialsAuth:
         return answer
 
     def _blanked(self, text: str) -> str:
-        """A server's text with the client's secret blanked out (a server may echo what it was sent)."""
+        """A server's text with the client's secret blanked out, as sent and as encoded for Basic (a server
+        may echo what it received)."""
         secret = self.client.secret
-        return text.replace(secret, "***") if secret else text
+        if not secret:
+            return text
+        for form in (secret, quote_plus(secret, safe=""), _basic(self.client.client_id, secret)):
+            text = text.replace(form, "***")
+        return text
 
     def _named(self) -> str:
         return f"{errors.redact(self.upstream_url)} (client {self.client.client_id})"
@@ -331,6 +335,12 @@ def _bounded(resp: requests.Response, url: str, deadline: float) -> bytes:
         if time.monotonic() > deadline:
             raise TokenError(f"the token endpoint {errors.redact(url)} answered too slowly", retryable=True)
         parts.append(chunk)
+
+
+def _basic(client_id: str, secret: str) -> str:
+    """The Basic credentials of RFC 6749 2.3.1: both parts form-encoded first."""
+    pair = quote_plus(client_id, safe="") + ":" + quote_plus(secret, safe="")
+    return base64.b64encode(pair.encode()).decode()
 
 
 def _network(message: str, url: str) -> str:
