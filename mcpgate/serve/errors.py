@@ -25,6 +25,8 @@ from mcpgate.core.routing import DuplicateRequestId
 from mcpgate.core.sessions import SessionLimitReached
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
+from mcpgate.serve.vault import elicit
+from mcpgate.serve.vault.vault import SlotsEmpty
 
 log = logging.getLogger("mcpgate.http")
 
@@ -87,6 +89,7 @@ class Rule:
     headers: dict[str, str] = field(default_factory=dict)
     logged: str | None = None
     own_id: Callable[[Exception], jsonrpc.Id | None] | None = None
+    data: Callable[[Exception], Any] | None = None  # the error's data, from the exception
 
 
 def _request_id(exc: Exception) -> jsonrpc.Id | None:
@@ -100,6 +103,7 @@ REFUSALS: Final[dict[type[Exception], Rule]] = {
     ),
     ChildSpawnError: Rule(502, jsonrpc.INTERNAL_ERROR, lambda exc: CANNOT_START, logged="cannot start the MCP server"),
     DuplicateRequestId: Rule(400, jsonrpc.INVALID_REQUEST, lambda exc: f"Invalid Request: {exc}", own_id=_request_id),
+    SlotsEmpty: Rule(200, elicit.URL_ELICITATION_REQUIRED, str, data=elicit.error_data),  # a user's slot (serve/vault)
 }
 DOMAIN: Final = tuple(REFUSALS)
 
@@ -110,7 +114,8 @@ def refusal(exc: Exception, request_id: jsonrpc.Id | None = None) -> Refusal:
     if rule.logged is not None:
         log.error("%s: %s", rule.logged, exc)
     answer_id = rule.own_id(exc) if rule.own_id is not None else request_id
-    return Refusal(rule.status, rule.code, rule.message(exc), answer_id, headers=rule.headers)
+    data = rule.data(exc) if rule.data is not None else None
+    return Refusal(rule.status, rule.code, rule.message(exc), answer_id, data, headers=rule.headers)
 
 
 Handler = Callable[[Any, HttpRequest], HttpResponse]

@@ -320,11 +320,15 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
     audit.configure(settings.audit_log, settings.audit_queue, settings.audit_arguments, instance)
     # a BareApp only without an OAuth mode, whose authenticator (none, or the static token) registers no route
     guard = Guard(settings, authenticator(settings, cast("Flask", app), runtime), runtime.cluster)
+    if runtime.oauth is not None and servers.vault is not None:  # the per-user credentials' page (serve/vault)
+        from mcpgate.serve.vault.page import install_for
+
+        install_for(cast("Flask", app), runtime)
     servers.watch()
     cors = Cors(settings.cors_origins)
+    app.wsgi_app = admin.mount(app.wsgi_app, settings, runtime, guard.authenticator)  # type: ignore[method-assign]
     app.wsgi_app = Endpoint(app.wsgi_app, servers, guard, cors)  # type: ignore[method-assign]
     if settings.metrics and not isinstance(app, BareApp):  # off: no /metrics route and no wrapper on any request
         observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
         app.wsgi_app = observed  # type: ignore[method-assign]
-    app.wsgi_app = admin.mount(app.wsgi_app, settings, runtime, guard.authenticator)  # type: ignore[method-assign]
     return app

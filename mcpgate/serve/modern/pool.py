@@ -228,6 +228,7 @@ class Pool:
             on_listen_message=lambda c, message: self._on_listen_message(group, c, message),
             on_input_required=self._wrap_state,
             clock=self.clock,
+            principal=group.principal,  # its group's alone (a child with user secrets holds this principal's)
         )
         child.on_release = lambda: self._wake(group)
         group.children.append(child)  # counted (and waited for by others) from now on

@@ -60,9 +60,12 @@ class PooledChild:
         on_listen_message: Callable[[PooledChild, Notification], bool],
         on_input_required: Callable[[PooledChild, Call, dict[str, Any]], dict[str, Any] | None],
         clock: Callable[[], float] = time.monotonic,
+        principal: str | None = None,  # whose calls it serves: a child with user secrets gets that principal's
     ) -> None:
         self.label = label
-        self.child = spec.process(on_message=self._on_message, on_exit=self._on_exit, label=label)
+        self.child = spec.process(
+            on_message=self._on_message, on_exit=self._on_exit, label=label, principal=principal, on_revoke=self.revoke
+        )
         self.probe_timeout, self.init_timeout, self.ttl_ms = probe_timeout, init_timeout, ttl_ms
         self.start_timeout = start_timeout
         self.key = verdict_key(spec)  # its era is remembered per server command
@@ -394,6 +397,18 @@ class PooledChild:
 
     def close(self, reason: str) -> None:
         self.stopping = True
+        self.child.close(reason)
+
+    def revoke(self, reason: str) -> None:
+        """A user secret it holds changed (serve/vault): its calls fail now, naming why, before the child stops
+        (whatever it answers them on its way out is dropped), and it takes no new call."""
+        self.stopping = True
+        message = f"MCP server stopped: {reason}"
+        for call in list(self.calls.values()):
+            self.release(call)
+            if not call.parked:
+                error = jsonrpc.error_response(call.client_id, jsonrpc.CONNECTION_CLOSED, message)
+                call.stream.deliver(jsonrpc.encode(error), done=True, force=True)
         self.child.close(reason)
 
 

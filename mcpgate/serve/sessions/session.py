@@ -28,6 +28,7 @@ from mcpgate.core.versions import initialize_version
 from mcpgate.observe import audit
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.servers import watchdog
+from mcpgate.serve.vault.vault import SlotFill
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
 from mcpgate.serve.sessions.stream import END as END
 from mcpgate.serve.sessions.stream import Delivery as Delivery
@@ -57,14 +58,28 @@ class ChildSpec:
     label_prefix: str = ""  # a named server's "<name>/": its sessions' and pooled children's labels start with it
     limits: ChildLimits | None = None  # set in each spawned child (mcpgate/child/limits.py); None: none
     user: ChildUser | None = None  # who the children run as (MCPGATE_CHILD_USER); None: the gateway's user
+    slots: SlotFill | None = None  # per-user credentials filled in at each spawn (serve/vault); None: none
 
-    def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> ChildProcess:
-        """A ChildProcess for this spec, not started yet."""
+    def process(
+        self,
+        *,
+        on_message: OnMessage,
+        on_exit: Callable[[str], None],
+        label: str,
+        principal: str | None = None,
+        on_revoke: Callable[[str], None] | None = None,
+    ) -> ChildProcess:
+        """A ChildProcess for this spec, not started yet; with slots, filled with `principal`'s values (it must
+        then serve that principal alone) or SlotsEmpty (serve/vault/vault.py). `on_revoke(reason)`: how its
+        owner stops it when one of those values changes (None: the child is closed)."""
+        argv, env, stamp = self.argv, self.env, None
+        if self.slots is not None:
+            argv, env, stamp = self.slots.fill(principal, self.argv, self.env)
         child = ChildProcess(
-            list(self.argv),
+            list(argv),
             on_message=on_message,
             on_exit=on_exit if self.watch is None else lambda reason: self._ended(child, on_exit, reason),
-            env=self.env,
+            env=env,
             cwd=self.cwd,
             stderr=self.stderr,
             label=label,
@@ -75,6 +90,8 @@ class ChildSpec:
             limits=self.limits,
             user=self.user,
         )
+        if stamp is not None and self.slots is not None:
+            self.slots.hold(principal, child, stamp, on_revoke)
         return child
 
     def _ended(self, child: ChildProcess, on_exit: Callable[[str], None], reason: str) -> None:
@@ -106,7 +123,13 @@ class Session:
         self.owner = owner  # the principal that opened it; only its requests find it
         # What logs show: enough to tell sessions apart, too little to use (the id is a capability).
         self.label = child.label_prefix + session_ids.short(session_id)
-        self.child = child.process(on_message=self.on_child_message, on_exit=self.on_child_exit, label=self.label)
+        self.child = child.process(
+            on_message=self.on_child_message,
+            on_exit=self.on_child_exit,
+            label=self.label,
+            principal=owner,
+            on_revoke=self.end,  # a user secret it holds changed: the session ends, its requests told why
+        )
         self.router: Router[Stream] = watchdog.router(child.limits, CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
         self.buffer_bytes = 0

@@ -1,0 +1,112 @@
+"""The vault in Redis (REDIS_URL set): the same interface and rules as SqliteVaultStore (store.py), shared by every
+instance of a fleet.
+
+Keys (prefix mcpgate:vault:):
+    p:<sha256 of the principal>   hash: v:<slot> the sealed value, m:<slot> "<version> <updated_at>"
+    generation                    raised by every put and delete (INCR); a version is the generation it took
+    check                         the key check record (SET NX: the first instance's)
+
+A put that would give a principal more than its limit of slots, and the version it takes, are one Lua script
+(atomic). Keys never expire: use a maxmemory-policy that does not evict them (noeviction or volatile-*).
+Every Redis failure surfaces as VaultUnavailable: its message names the kind of failure, never the URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+
+import redis
+from redis.exceptions import RedisError
+
+from mcpgate.serve.vault.store import Entry
+
+PREFIX = "mcpgate:vault:"
+
+PUT = """
+local field = 'v:' .. ARGV[1]
+if redis.call('HEXISTS', KEYS[1], field) == 0 and redis.call('HLEN', KEYS[1]) / 2 >= tonumber(ARGV[3]) then
+  return 0
+end
+local version = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], field, ARGV[2], 'm:' .. ARGV[1], version .. ' ' .. ARGV[4])
+return 1
+"""
+
+DELETE = """
+if redis.call('HDEL', KEYS[1], 'v:' .. ARGV[1], 'm:' .. ARGV[1]) == 0 then
+  return 0
+end
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
+
+class VaultUnavailable(RuntimeError):
+    """Redis cannot be reached or refused the command (the kind of error only)."""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisVaultStore:
+    def __init__(self, client: redis.Redis, prefix: str = PREFIX) -> None:
+        self.redis, self.prefix = client, prefix
+        self._put = client.register_script(PUT)
+        self._delete = client.register_script(DELETE)
+
+    def _key(self, principal: str) -> str:
+        return self.prefix + "p:" + hashlib.sha256(principal.encode()).hexdigest()
+
+    def _guard(self, exc: RedisError) -> VaultUnavailable:
+        return VaultUnavailable(f"the vault's store (Redis) is unavailable ({type(exc).__name__})")
+
+    def check_once(self, make: Callable[[], bytes]) -> bytes:
+        try:
+            self.redis.set(self.prefix + "check", make(), nx=True)
+            value = self.redis.get(self.prefix + "check")
+        except RedisError as exc:
+            raise self._guard(exc) from None
+        return bytes(value) if isinstance(value, bytes) else _text(value).encode("latin-1")
+
+    def get(self, principal: str, slot: str) -> bytes | None:
+        try:
+            value = self.redis.hget(self._key(principal), "v:" + slot)
+        except RedisError as exc:
+            raise self._guard(exc) from None
+        return None if value is None else bytes(value)
+
+    def put(self, principal: str, slot: str, sealed: bytes, limit: int) -> bool:
+        keys = [self._key(principal), self.prefix + "generation"]
+        try:
+            return bool(self._put(keys=keys, args=[slot, sealed, limit, repr(time.time())]))
+        except RedisError as exc:
+            raise self._guard(exc) from None
+
+    def delete(self, principal: str, slot: str) -> bool:
+        try:
+            return bool(self._delete(keys=[self._key(principal), self.prefix + "generation"], args=[slot]))
+        except RedisError as exc:
+            raise self._guard(exc) from None
+
+    def listing(self, principal: str) -> dict[str, Entry]:
+        try:
+            fields = self.redis.hgetall(self._key(principal))
+        except RedisError as exc:
+            raise self._guard(exc) from None
+        out = {}
+        for name, value in fields.items():
+            field = _text(name)
+            if field.startswith("m:"):
+                version, updated_at = _text(value).split(" ", 1)
+                out[field[2:]] = Entry(float(updated_at), int(version))
+        return out
+
+    def generation(self) -> int:
+        try:
+            value = self.redis.get(self.prefix + "generation")
+        except RedisError as exc:
+            raise self._guard(exc) from None
+        return int(_text(value)) if value is not None else 0

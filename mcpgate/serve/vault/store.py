@@ -1,0 +1,156 @@
+"""Where the vault keeps sealed values: SQLite under MCPGATE_STATE_DIR (vault.sqlite3, the directory 0700, the file
+0600, as the OAuth state), or Redis when REDIS_URL is set (redis_store.py). One interface:
+
+    store.check_once(make) -> bytes          the key check record: made once (the first start), then read back
+    store.get(principal, slot) -> bytes | None            the sealed value
+    store.put(principal, slot, sealed, limit) -> bool     False (nothing stored) when the principal already has
+                                                          `limit` slots and this is a new one
+    store.delete(principal, slot) -> bool                 whether there was one
+    store.listing(principal) -> dict[slot, Entry]         which slots are set, when, at which version (no value)
+    store.generation() -> int                             raised by every put and delete, anywhere: a worker that
+                                                          sees it move reads its holders' versions again
+
+Every put and delete takes a new generation as the row's version, in one transaction, so a child's stamp (the
+versions of the slots it was given) differs from the listing as soon as any of them changed or went.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from mcpgate.config.paths import default_state_dir
+
+log = logging.getLogger("mcpgate.vault")
+
+DB_NAME = "vault.sqlite3"
+BUSY_TIMEOUT_S = 10.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS slots (
+    principal TEXT NOT NULL, slot TEXT NOT NULL, value BLOB NOT NULL, version INTEGER NOT NULL,
+    updated_at REAL NOT NULL, PRIMARY KEY (principal, slot));
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+INSERT OR IGNORE INTO meta (name, value) VALUES ('generation', 0);
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A slot that is set: when, and its version (what a child's stamp holds)."""
+
+    updated_at: float
+    version: int
+
+
+class VaultStore(Protocol):
+    def check_once(self, make: Callable[[], bytes]) -> bytes: ...
+    def get(self, principal: str, slot: str) -> bytes | None: ...
+    def put(self, principal: str, slot: str, sealed: bytes, limit: int) -> bool: ...
+    def delete(self, principal: str, slot: str) -> bool: ...
+    def listing(self, principal: str) -> dict[str, Entry]: ...
+    def generation(self) -> int: ...
+
+
+class SqliteVaultStore:
+    """The vault in one SQLite file; one connection per process, used under a lock, autocommit, WAL."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = Path(directory or default_state_dir()) / DB_NAME
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.path.parent.stat().st_mode & 0o077:
+            log.warning("%s is readable by other users: make it private (chmod 700)", self.path.parent)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        with self._db() as db:
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None or self._pid != os.getpid():  # a forked worker opens its own
+                self._conn, self._pid = self._connect(), os.getpid()
+            yield self._conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    @staticmethod
+    def _next_generation(db: sqlite3.Connection) -> int:
+        db.execute("UPDATE meta SET value = value + 1 WHERE name = 'generation'")
+        return int(db.execute("SELECT value FROM meta WHERE name = 'generation'").fetchone()[0])
+
+    def check_once(self, make: Callable[[], bytes]) -> bytes:
+        with self._db() as db:
+            db.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('check', ?)", (make(),))
+            return bytes(db.execute("SELECT value FROM meta WHERE name = 'check'").fetchone()[0])
+
+    def get(self, principal: str, slot: str) -> bytes | None:
+        with self._db() as db:
+            row = db.execute("SELECT value FROM slots WHERE principal = ? AND slot = ?", (principal, slot)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def put(self, principal: str, slot: str, sealed: bytes, limit: int) -> bool:
+        with self._transaction() as db:
+            known = db.execute("SELECT 1 FROM slots WHERE principal = ? AND slot = ?", (principal, slot)).fetchone()
+            count = db.execute("SELECT COUNT(*) FROM slots WHERE principal = ?", (principal,)).fetchone()[0]
+            if known is None and count >= limit:
+                return False
+            version = self._next_generation(db)
+            db.execute(
+                "INSERT OR REPLACE INTO slots (principal, slot, value, version, updated_at) VALUES (?, ?, ?, ?, ?)",
+                (principal, slot, sealed, version, time.time()),
+            )
+        return True
+
+    def delete(self, principal: str, slot: str) -> bool:
+        with self._transaction() as db:
+            gone = db.execute("DELETE FROM slots WHERE principal = ? AND slot = ?", (principal, slot)).rowcount
+            if gone:
+                self._next_generation(db)
+        return bool(gone)
+
+    def listing(self, principal: str) -> dict[str, Entry]:
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT slot, updated_at, version FROM slots WHERE principal = ?", (principal,)
+            ).fetchall()
+        return {slot: Entry(updated_at, version) for slot, updated_at, version in rows}
+
+    def generation(self) -> int:
+        with self._db() as db:
+            return int(db.execute("SELECT value FROM meta WHERE name = 'generation'").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -1,0 +1,246 @@
+"""Per-user credentials (issue 26) through gunicorn in embedded OAuth mode: three users, each signed in through the
+real sign-in pages, fill their slot on the vault's page; a stdio child (tests/fixtures/slot_echo_server.py) echoes
+the value it was started with (env and argv); the official SDK calls it in both eras, interleaved. A changed slot
+stops the holders (their in-flight call gets an error naming the reason) and reaches new calls; an empty slot is
+answered with a URL-mode elicitation (2025: the -32042 error; 2026-07-28: input_required) and the retry succeeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+import httpx2
+import mcp.types as types
+import pytest
+import requests
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from mcpgate.serve.oauth import passwords
+from tests.browser import Browser
+from tests.support import FIXTURES, HEADERS, Gateway, init_body, serving, wait_for, write_config
+from tests.support.oauth import authorize_query, embedded_env, redeem_code, register_public_client
+
+PASSWORD = "vault test password"
+USERS = ("alice", "bob", "carol")
+SERVER = "echo"
+CALLBACK = "http://127.0.0.1:9/callback"  # never fetched
+CSRF = re.compile(r"name='csrf_token' value='([^']+)'")
+ENTRY = {
+    "command": sys.executable,
+    "args": [str(FIXTURES / "slot_echo_server.py"), "--token=${user_secret:echo_token}"],
+    "env": {"ECHO_TOKEN": {"user_secret": "echo_token"}},
+    "user_secrets": {"echo_token": {"label": "Echo token", "help": "https://example.com/tokens"}},
+}
+SDK_GUARD = 60.0
+
+
+def vault_key() -> str:
+    return base64.b64encode(os.urandom(32)).decode()
+
+
+def vault_env(tmp: Path, key: str | None = None, **extra: str) -> dict[str, str]:
+    """A gateway in embedded mode publishing the echo server (its slot) for USERS, the vault under `tmp`."""
+    users = ",".join(f"{user}:{passwords.make_hash(PASSWORD)}" for user in USERS)
+    config = write_config(tmp / "servers.json", {SERVER: ENTRY})
+    env = embedded_env(tmp / "state", users, MCPGATE_CONFIG=config, **extra)
+    env["MCPGATE_VAULT_KEY"] = key or vault_key()
+    return env
+
+
+def access_token(gw: Gateway, user: str) -> str:
+    """`user` signed in through the embedded server's pages (login, consent), for the echo server's resource."""
+    resource = f"{gw.base}/servers/{SERVER}/mcp"
+    client_id = register_public_client(gw.base, CALLBACK, "vault tests")
+    verifier = secrets.token_urlsafe(40)
+    query = authorize_query(client_id, CALLBACK, resource, verifier, "st")
+    outcome = Browser(user, PASSWORD).visit(f"{gw.base}/authorize?{urlencode(query)}", stop_at=CALLBACK)
+    assert "code" in outcome.params, outcome.describe()
+    issued = redeem_code(gw.base, outcome.params["code"], verifier, client_id, CALLBACK, resource=resource)
+    assert issued.status_code == 200, issued.text
+    return str(issued.json()["access_token"])
+
+
+class VaultPage:
+    """One user's browser on the vault's page: signed in through its own form."""
+
+    def __init__(self, gw: Gateway, user: str) -> None:
+        self.base, self.http = gw.base, requests.Session()
+        reply = self.http.post(
+            self.base + "/vault/login",
+            data={"csrf_token": self.csrf(), "username": user, "password": PASSWORD},
+            allow_redirects=False,
+            timeout=60,
+        )
+        assert reply.status_code == 303, reply.text
+
+    def page(self) -> str:
+        reply = self.http.get(self.base + "/vault", timeout=30)
+        assert reply.status_code == 200 and reply.headers["cache-control"] == "no-store", reply.text
+        return reply.text
+
+    def csrf(self) -> str:
+        found = CSRF.search(self.page())
+        assert found, "no CSRF token on the page"
+        return found.group(1)
+
+    def post(self, **form: str) -> requests.Response:
+        return self.http.post(self.base + "/vault", data=form, allow_redirects=False, timeout=30)
+
+    def set(self, value: str) -> None:
+        reply = self.post(csrf_token=self.csrf(), slot="echo_token", action="set", value=value)
+        assert reply.status_code == 303, reply.text
+
+    def delete(self) -> None:
+        reply = self.post(csrf_token=self.csrf(), slot="echo_token", action="delete")
+        assert reply.status_code == 303, reply.text
+
+
+async def echo(url: str, token: str, mode: str, calls: int = 1, **options: Any) -> list[str]:
+    """The echo tool's answers to `calls` calls in one SDK client of `mode` ("legacy": a 2025 session)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    out = []
+    with anyio.fail_after(SDK_GUARD):
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
+            Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client,
+        ):
+            for _ in range(calls):
+                result = await client.call_tool("secret", {})
+                assert not result.is_error, result
+                block = result.content[0]
+                assert isinstance(block, types.TextContent)
+                out.append(block.text)
+    return out
+
+
+def echo_once(gw: Gateway, token: str, mode: str) -> str:
+    return anyio.run(lambda: echo(url_of(gw), token, mode))[0]
+
+
+def url_of(gw: Gateway) -> str:
+    return f"{gw.base}/servers/{SERVER}/mcp"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, dict[str, str], dict[str, VaultPage]]]:
+    tmp = tmp_path_factory.mktemp("vault")
+    with serving(vault_env(tmp, MCPGATE_LOG_LEVEL="debug")) as gw:
+        tokens = {user: access_token(gw, user) for user in USERS}
+        pages = {user: VaultPage(gw, user) for user in USERS}
+        yield gw, tokens, pages
+
+
+def test_three_users_in_interleaved_sessions_of_both_eras_each_see_only_their_own_value(site: Any) -> None:
+    gw, tokens, pages = site
+    values = {user: f"{user}-{secrets.token_hex(8)}" for user in USERS}
+    for user in USERS:
+        pages[user].set(values[user])
+    seen: dict[tuple[str, str], list[str]] = {}
+
+    async def run(user: str, mode: str) -> None:
+        seen[(user, mode)] = await echo(url_of(gw), tokens[user], mode, calls=8)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for _round in range(2):
+                for user in USERS:
+                    for mode in ("legacy", "2026-07-28"):
+                        group.start_soon(run, user, mode)
+
+    anyio.run(main)
+    for (user, _mode), answers in seen.items():
+        for answer in answers:
+            env_value, arg_value, _pid = answer.split("|")
+            assert (env_value, arg_value) == (values[user], values[user]), (user, answer)
+    assert len(seen) == 6 and all(len(answers) == 8 for answers in seen.values())
+    assert not [value for value in values.values() if value in pages["alice"].page()], "a value was shown back"
+
+
+def test_a_changed_slot_stops_its_holders_and_reaches_new_calls_others_untouched(site: Any) -> None:
+    gw, tokens, pages = site
+    pages["alice"].set("alice-steady")
+    pages["bob"].set("bob-old")
+    alice_pid = echo_once(gw, tokens["alice"], "2026-07-28").split("|")[2]
+    assert echo_once(gw, tokens["bob"], "2026-07-28").startswith("bob-old|bob-old|")
+    errors: list[str] = []
+
+    async def held(mode: str) -> None:
+        headers = {"Authorization": f"Bearer {tokens['bob']}"}
+        with anyio.fail_after(SDK_GUARD):
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
+                Client(streamable_http_client(url_of(gw), http_client=http), mode=mode) as client,
+            ):
+                try:
+                    result = await client.call_tool("hold", {"seconds": 45})
+                    errors.append(f"answered: {result}")
+                except Exception as exc:  # the SDK raises the JSON-RPC error
+                    errors.append(str(exc))
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(held, "legacy")
+            group.start_soon(held, "2026-07-28")
+            # both calls are in flight once bob's children are busy: change the slot from another thread
+            await anyio.sleep(0)
+            await anyio.to_thread.run_sync(lambda: wait_for(lambda: bob_busy(gw), 30, "bob's calls in flight"))
+            await anyio.to_thread.run_sync(lambda: pages["bob"].set("bob-new"))
+
+    anyio.run(main)
+    assert len(errors) == 2 and all("credential slot 'echo_token' was changed" in e for e in errors), errors
+    wait_for(
+        lambda: echo_once(gw, tokens["bob"], "2026-07-28").startswith("bob-new|bob-new|"), 2.0, "the new value"
+    )
+    assert echo_once(gw, tokens["bob"], "legacy").startswith("bob-new|bob-new|")
+    assert echo_once(gw, tokens["alice"], "2026-07-28").split("|")[2] == alice_pid  # alice's child untouched
+
+
+def bob_busy(gw: Gateway) -> bool:
+    """Whether two `hold` calls are in flight (the gateway's log names each child's incoming call at debug)."""
+    return gw.log().count('"name":"hold"') >= 2 or gw.log().count('"name": "hold"') >= 2
+
+
+def test_the_page_refuses_a_form_without_its_csrf_token_and_never_shows_a_value(site: Any) -> None:
+    gw, _tokens, pages = site
+    page = pages["carol"]
+    forged = page.post(csrf_token="forged", slot="echo_token", action="set", value="planted")
+    assert forged.status_code == 400 and "expired" in forged.text
+    other = requests.post(gw.base + "/vault", data={"slot": "echo_token", "action": "set", "value": "x"}, timeout=30)
+    assert other.status_code == 400  # another browser (no session, no token)
+    page.set("carol-visible?")
+    text = page.page()
+    assert "carol-visible?" not in text and "set 20" in text, text
+    page.delete()
+    assert "empty" in page.page()
+
+
+def test_an_empty_slot_is_a_url_elicitation_and_the_retry_after_filling_it_succeeds(site: Any) -> None:
+    gw, tokens, pages = site
+    page = pages["carol"]
+    page.delete() if "set 20" in page.page() else None
+    headers = {**HEADERS, "Authorization": f"Bearer {tokens['carol']}"}
+    refused = gw.request("POST", f"/servers/{SERVER}/mcp", body=init_body(), headers=headers).json()
+    assert refused["id"] == 1 and refused["error"]["code"] == -32042, refused
+    (elicitation,) = refused["error"]["data"]["elicitations"]
+    assert elicitation["mode"] == "url" and elicitation["url"] == gw.base + "/vault", elicitation
+    asked: list[str] = []
+
+    async def fill_it(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestURLParams) and params.url == gw.base + "/vault"
+        asked.append(params.url)
+        await anyio.to_thread.run_sync(lambda: page.set("carol-filled"))
+        return types.ElicitResult(action="accept")
+
+    answers = anyio.run(lambda: echo(url_of(gw), tokens["carol"], "2026-07-28", elicitation_callback=fill_it))
+    assert asked == [gw.base + "/vault"] and answers[0].startswith("carol-filled|carol-filled|"), answers
+    assert echo_once(gw, tokens["carol"], "legacy").startswith("carol-filled|")
