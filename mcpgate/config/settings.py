@@ -33,6 +33,7 @@ from mcpgate.config.declarations import unknown_variables
 from mcpgate.config.fleet_settings import FleetSettings
 from mcpgate.config.front_settings import BIND_DEFAULT as BIND_DEFAULT
 from mcpgate.config.front_settings import FrontSettings
+from mcpgate.config.hub_settings import HubSettings
 from mcpgate.config.modern_settings import ModernSettings
 from mcpgate.config.modes import AuthMode
 from mcpgate.config.observe_settings import ObserveSettings
@@ -47,6 +48,7 @@ from mcpgate.config.vault_settings import VaultSettings
 # front, auth, sessions, 2026-07-28, fleet, observe, vault, pins, the order of the README table.
 @dataclass(frozen=True)
 class Settings(
+    HubSettings,
     PinsSettings,
     VaultSettings,
     ObserveSettings, FleetSettings, ModernSettings, SessionSettings, AuthSettings, FrontSettings, ChildSettings

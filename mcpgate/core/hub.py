@@ -1,0 +1,570 @@
+"""One MCP server made of several: the hub's multiplexing state machine, sans-IO (serve/hub/child.py drives it).
+
+The hub speaks 2025 JSON-RPC to one client (a session above it) and to each member server. Messages go in
+through `from_client`, `from_member`, `member_gone` and `tick` (with the monotonic time), and every call returns
+what to do, in order: `ToClient` (a message for the client), `ToMember` (bytes for a member), `CloseMember`,
+`Wake` (call `tick` again after that many seconds) and `Note` (a line for the log). Names are the rules of
+core/hub_lists.py.
+
+- initialize: sent to every live member at once with the client's own params; answered once every member has
+  answered or is gone (or INIT_TIMEOUT passed: the silent one is closed). Capabilities are the union; the
+  protocol revision is the client's when every member accepted it, else the oldest a member answered (each
+  member goes on with the revision it chose). A member that refuses initialize is closed. None answered at all:
+  the client gets an error naming every member's reason.
+- Lists (tools, prompts, resources, resource templates): asked of every member with that capability at once,
+  merged in member order with namespaced names; a member's error or departure leaves its part out. Pagination:
+  the hub cursor carries each member's own next cursor; its next page asks only those members.
+- tools/call, prompts/get, completion/complete (ref/prompt): routed by the name's prefix, sent with the
+  member's own name. resources/read, subscribe, unsubscribe, completion/complete (ref/resource): routed by URI
+  (hub_lists.UriMap, filled from the members' resources/list answers, the hub's own included). An unknown
+  prefix is -32602 "Unknown tool"; a known member that is gone is -32000 naming the server and why.
+- Ids: every request to a member gets a hub id (a counter); its answer goes back with the client's id. A
+  member's request to the client (sampling, elicitation, roots) gets a hub id too, and the client's answer goes
+  back to that member with the member's id; the member's notifications/cancelled for it is renamed likewise.
+  The client's notifications/cancelled reaches the member(s) holding the request, under their hub ids; progress
+  from a member is passed on only for a token of a request that member holds. ping is answered here.
+- list_changed from any member, and a member with a list that goes, make one list_changed per kind for the
+  client, COALESCE seconds after the first (well within a second).
+- Bounds: at most `in_flight` requests to members (fan-outs count each member) and as many member requests to
+  the client; past them the request is refused with an error, never queued. The URI map holds `uris` URIs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcpgate.core import hub_lists, jsonrpc
+from mcpgate.core.hub_lists import CHANGED, LISTS, Ambiguous, UriMap
+from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+
+COALESCE = 0.2  # seconds between a member's list_changed and the client's
+INIT_TIMEOUT = 30.0  # seconds a member may take to answer initialize before it is closed
+PRIME_PAGES = 10  # pages of a member's resources/list the hub reads itself to fill the URI map
+SERVER_GONE = -32000
+RESOURCE_NOT_FOUND = -32002
+ROUTED_BY_NAME = {"tools/call": "Unknown tool", "prompts/get": "Unknown prompt"}
+ROUTED_BY_URI = ("resources/read", "resources/subscribe", "resources/unsubscribe")
+OWN_LISTS = ("resources/list", "resources/templates/list")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    name: str
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToClient:
+    message: Request | Notification | Response
+
+
+@dataclass(frozen=True, slots=True)
+class ToMember:
+    member: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseMember:
+    member: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    text: str
+
+
+Out = ToClient | ToMember | CloseMember | Wake | Note
+
+
+@dataclass(slots=True)
+class Fan:
+    """A client request asked of several members (or the hub's own list): their answers so far."""
+
+    method: str
+    client_id: Id | None  # None: the hub's own request (priming the URI map)
+    params: dict[str, Any]
+    waiting: set[str]
+    answers: dict[str, object] = field(default_factory=dict)
+    pages: int = 1
+
+
+@dataclass(slots=True)
+class Pending:
+    member: str
+    sent: float
+    client_id: Id | None = None  # a routed request's
+    token: IdKey | None = None  # its progress token
+    fan: Fan | None = None
+
+
+@dataclass(slots=True)
+class MemberState:
+    prefix: str
+    gone: str | None = None  # why it is not available
+    capabilities: dict[str, Any] | None = None  # set once it answered initialize
+
+
+class Hub:
+    """See the module docstring."""
+
+    def __init__(self, members: Sequence[Member], *, in_flight: int, uris: int) -> None:
+        self.members = {m.name: MemberState(m.prefix) for m in members}
+        self.by_prefix = {m.prefix: m.name for m in members}
+        self.in_flight, self.uris = in_flight, UriMap(uris)
+        self._next = 0
+        self._pending: dict[int, Pending] = {}
+        self._by_client: dict[IdKey, list[int]] = {}
+        self._tokens: dict[tuple[str, IdKey], int] = {}
+        self._outbound: dict[int, tuple[str, Id]] = {}  # hub id -> (member, its request id)
+        self._inbound: dict[tuple[str, IdKey], int] = {}
+        self._changed: set[str] = set()
+        self.initialized = False
+
+    # -- queries --------------------------------------------------------------------------------------------
+    def live(self) -> list[str]:
+        return [name for name, m in self.members.items() if m.gone is None]
+
+    def oldest(self, member: str) -> float | None:
+        """When the oldest request in flight on `member` was sent (its request timeout)."""
+        return min((p.sent for p in self._pending.values() if p.member == member), default=None)
+
+    def unavailable(self, member: str, reason: str, now: float) -> list[Out]:
+        """A member that could not be started: absent from here on."""
+        return self.member_gone(member, reason, now)
+
+    # -- from the client ------------------------------------------------------------------------------------
+    def from_client(self, message: Request | Notification | Response, now: float) -> list[Out]:
+        if isinstance(message, Response):
+            return self._client_answer(message)
+        if isinstance(message, Notification):
+            return self._client_notification(message)
+        params = message.params if isinstance(message.params, dict) else {}
+        method = message.method
+        if jsonrpc.id_key(message.id) in self._by_client:
+            return [_error(message.id, jsonrpc.INVALID_REQUEST, "request id already in flight")]
+        if method == "ping":
+            return [_answer(message.id, {})]
+        if method == "initialize":
+            return self._fan(message.id, method, params, self.live(), now)
+        if method in LISTS:
+            return self._list(message, params, now)
+        if method == "logging/setLevel":
+            return self._fan(message.id, method, params, self._ready(None), now)
+        if method in ROUTED_BY_NAME:
+            return self._by_name(message, params, str(params.get("name", "")), now, ROUTED_BY_NAME[method])
+        if method in ROUTED_BY_URI:
+            return self._by_uri(message, params, params.get("uri"), now)
+        if method == "completion/complete":
+            ref = params.get("ref") if isinstance(params.get("ref"), dict) else {}
+            assert isinstance(ref, dict)
+            if ref.get("type") == "ref/prompt":
+                return self._by_name(message, params, str(ref.get("name", "")), now, "Unknown prompt", ref)
+            return self._by_uri(message, params, ref.get("uri"), now, ref)
+        return [_error(message.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")]
+
+    def _client_notification(self, message: Notification) -> list[Out]:
+        params = message.params if isinstance(message.params, dict) else {}
+        if message.method == "notifications/cancelled":
+            request_id = params.get("requestId")
+            if not jsonrpc.is_valid_id(request_id):
+                return []
+            out: list[Out] = []
+            for hub_id in self._by_client.pop(jsonrpc.id_key(request_id), []):
+                pending = self._release(hub_id)
+                if pending is not None:
+                    data = {**params, "requestId": hub_id}
+                    out.append(ToMember(pending.member, _encode_note(message.method, data)))
+            return out
+        if message.method == "notifications/initialized":
+            self.initialized = True
+            out = [ToMember(name, jsonrpc.raw_bytes(message)) for name in self._ready(None)]
+            for name in self._ready("resources"):
+                out += self._prime(name, 0.0)
+            return out
+        return [ToMember(name, jsonrpc.raw_bytes(message)) for name in self._ready(None)]
+
+    def _client_answer(self, message: Response) -> list[Out]:
+        if message.id is None or not isinstance(message.id, int):
+            return []
+        held = self._outbound.pop(message.id, None)
+        if held is None:
+            return []
+        member, member_id = held
+        self._inbound.pop((member, jsonrpc.id_key(member_id)), None)
+        return [ToMember(member, _with_id(message, member_id))]
+
+    # -- routing ----------------------------------------------------------------------------------------------
+    def _by_name(
+        self, message: Request, params: dict[str, Any], name: str, now: float, unknown: str, ref: Any = None
+    ) -> list[Out]:
+        parts = hub_lists.split(name)
+        member = self.by_prefix.get(parts[0]) if parts is not None else None
+        if parts is None or member is None:
+            return [_error(message.id, jsonrpc.INVALID_PARAMS, f"{unknown}: {name}")]
+        named = {**ref, "name": parts[1]} if ref is not None else None
+        params = {**params, "ref": named} if named is not None else {**params, "name": parts[1]}
+        return self._route(message, member, params, now)
+
+    def _by_uri(self, message: Request, params: dict[str, Any], uri: object, now: float, ref: Any = None) -> list[Out]:
+        if not isinstance(uri, str):
+            return [_error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: a resource uri is required")]
+        found = self.uris.resolve(uri, tuple(self._ready("resources")))
+        if isinstance(found, Ambiguous):
+            names = ", ".join(found.members)
+            text = f"Resource {uri} is served by more than one server of this endpoint ({names}): ambiguous"
+            return [_error(message.id, jsonrpc.INVALID_PARAMS, text, {"uri": uri, "servers": list(found.members)})]
+        if found is None:
+            return [_error(message.id, RESOURCE_NOT_FOUND, f"Resource not found: no server here lists {uri}")]
+        return self._route(message, found, params, now)
+
+    def _route(self, message: Request, member: str, params: dict[str, Any], now: float) -> list[Out]:
+        state = self.members[member]
+        if state.gone is not None:
+            text = f"Server {member!r} of this endpoint is not available: {state.gone}"
+            return [_error(message.id, SERVER_GONE, text, {"server": member})]
+        if len(self._pending) >= self.in_flight:
+            return [_error(message.id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
+        hub_id = self._mint()
+        token = jsonrpc.progress_token(message)
+        key = jsonrpc.id_key(token) if token is not None else None
+        self._pending[hub_id] = Pending(member, now, message.id, key)
+        self._by_client[jsonrpc.id_key(message.id)] = [hub_id]
+        if key is not None:
+            self._tokens[(member, key)] = hub_id
+        return [ToMember(member, _encode_request(hub_id, message.method, params))]
+
+    def _list(self, message: Request, params: dict[str, Any], now: float) -> list[Out]:
+        capability = LISTS[message.method][1]
+        if "cursor" not in params:
+            return self._fan(message.id, message.method, params, self._ready(capability), now)
+        parts = hub_lists.decode_cursor(message.method, params["cursor"])
+        if parts is None:
+            return [_error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: invalid cursor")]
+        ready = self._ready(capability)
+        cursors = {name: parts[name] for name in ready if name in parts}
+        return self._fan(message.id, message.method, params, list(cursors), now, cursors)
+
+    def _fan(
+        self,
+        client_id: Id | None,
+        method: str,
+        params: dict[str, Any],
+        members: list[str],
+        now: float,
+        cursors: dict[str, str] | None = None,
+    ) -> list[Out]:
+        if client_id is not None and len(self._pending) + len(members) > self.in_flight:
+            return [_error(client_id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
+        sent = {k: v for k, v in params.items() if k != "cursor"}
+        meta = sent.get("_meta")
+        if isinstance(meta, dict) and "progressToken" in meta:  # one token, several members: not passed on
+            sent["_meta"] = {k: v for k, v in meta.items() if k != "progressToken"}
+        fan = Fan(method, client_id, sent, set(members))
+        out: list[Out] = []
+        ids = []
+        for name in members:
+            hub_id = self._mint()
+            ids.append(hub_id)
+            self._pending[hub_id] = Pending(name, now, fan=fan)
+            own = {**sent, "cursor": cursors[name]} if cursors and name in cursors else sent
+            out.append(ToMember(name, _encode_request(hub_id, method, own)))
+        if client_id is not None:
+            self._by_client[jsonrpc.id_key(client_id)] = ids
+        if method == "initialize" and members:
+            out.append(Wake(INIT_TIMEOUT))
+        return out + (self._finish(fan) if not members else [])
+
+    # -- from a member ------------------------------------------------------------------------------------
+    def from_member(self, member: str, message: Request | Notification | Response, now: float) -> list[Out]:
+        if self.members[member].gone is not None:
+            return []
+        if isinstance(message, Response):
+            return self._member_answer(member, message)
+        if isinstance(message, Request):
+            return self._member_request(member, message)
+        return self._member_notification(member, message)
+
+    def _member_answer(self, member: str, message: Response) -> list[Out]:
+        if not isinstance(message.id, int) or self._pending.get(message.id, None) is None:
+            return []
+        if self._pending[message.id].member != member:
+            return [Note(f"server {member!r} answered a request it was not sent; dropped")]
+        pending = self._release(message.id)
+        assert pending is not None
+        if pending.fan is None:
+            assert pending.client_id is not None
+            self._by_client.pop(jsonrpc.id_key(pending.client_id), None)
+            return [ToClient(_renamed_response(message, pending.client_id))]
+        fan = pending.fan
+        full = message.full()
+        fan.answers[member] = full.get("result") if "result" in full else full.get("error")
+        fan.waiting.discard(member)
+        return self._answered(member, fan, full)
+
+    def _answered(self, member: str, fan: Fan, full: dict[str, Any]) -> list[Out]:
+        out: list[Out] = []
+        if fan.method == "initialize":
+            result = full.get("result")
+            if isinstance(result, dict):
+                caps = result.get("capabilities")
+                self.members[member].capabilities = caps if isinstance(caps, dict) else {}
+            else:
+                why = _why(full.get("error"))
+                out += self._gone(member, f"it refused initialize ({why})")
+                out.append(CloseMember(member, f"refused initialize ({why})"))
+        if fan.client_id is None:
+            return out + self._primed(member, fan, full.get("result"))
+        if not fan.waiting:
+            out += self._finish(fan)
+        return out
+
+    def _finish(self, fan: Fan) -> list[Out]:
+        assert fan.client_id is not None
+        self._by_client.pop(jsonrpc.id_key(fan.client_id), None)
+        if fan.method == "initialize":
+            return self._initialized(fan)
+        if fan.method in LISTS:
+            order = [(n, self.members[n].prefix, fan.answers.get(n)) for n in self.members if n in fan.answers]
+            page = hub_lists.merge_page(fan.method, order)
+            notes: list[Out] = [
+                Note(f"server {n!r}: its next cursor is too long to carry; listing cut") for n in page.cut
+            ]
+            return [*notes, ToClient(_response(fan.client_id, page.result))]
+        return [ToClient(_response(fan.client_id, {}))]
+
+    def _initialized(self, fan: Fan) -> list[Out]:
+        assert fan.client_id is not None
+        ready = [n for n in self.members if self.members[n].capabilities is not None and self.members[n].gone is None]
+        if not ready:
+            why = "; ".join(f"{n}: {m.gone}" for n, m in self.members.items() if m.gone) or "none answered"
+            text = f"No server of this endpoint could be initialized ({why})"
+            return [_error(fan.client_id, jsonrpc.INTERNAL_ERROR, text)]
+        results = [fan.answers.get(n) for n in ready]
+        version = hub_lists.choose_version(
+            fan.params.get("protocolVersion"), [_get(r, "protocolVersion") for r in results]
+        )
+        result: dict[str, Any] = {
+            "protocolVersion": version,
+            "capabilities": hub_lists.merge_capabilities(self.members[n].capabilities for n in ready),
+            "serverInfo": {"name": "mcpgate-hub", "version": "1"},
+        }
+        lines = [
+            f"[{self.members[n].prefix}] {_get(r, 'instructions')}"
+            for n, r in zip(ready, results, strict=True)
+            if _get(r, "instructions")
+        ]
+        if lines:
+            result["instructions"] = "\n".join(lines)
+        return [ToClient(_response(fan.client_id, result))]
+
+    def _member_request(self, member: str, message: Request) -> list[Out]:
+        if message.method == "ping":
+            return [ToMember(member, jsonrpc.encode(jsonrpc_result(message.id, {})))]
+        if len(self._outbound) >= self.in_flight:
+            text = "Too many requests to the client in flight (MCPGATE_HUB_IN_FLIGHT)"
+            return [ToMember(member, jsonrpc.encode(jsonrpc.error_response(message.id, SERVER_GONE, text)))]
+        hub_id = self._mint()
+        self._outbound[hub_id] = (member, message.id)
+        self._inbound[(member, jsonrpc.id_key(message.id))] = hub_id
+        obj = {**message.obj, "id": hub_id}
+        return [ToClient(Request(hub_id, message.method, message.params, obj))]
+
+    def _member_notification(self, member: str, message: Notification) -> list[Out]:
+        params = message.params if isinstance(message.params, dict) else {}
+        method = message.method
+        if method == "notifications/progress":
+            token = params.get("progressToken")
+            if not jsonrpc.is_valid_id(token) or (member, jsonrpc.id_key(token)) not in self._tokens:
+                return []
+            return [ToClient(message)]
+        if method == "notifications/cancelled":
+            request_id = params.get("requestId")
+            hub_id = (
+                self._inbound.pop((member, jsonrpc.id_key(request_id)), None)
+                if jsonrpc.is_valid_id(request_id)
+                else None
+            )
+            if hub_id is None:
+                return []
+            self._outbound.pop(hub_id, None)
+            obj = {"jsonrpc": "2.0", "method": method, "params": {**params, "requestId": hub_id}}
+            return [ToClient(Notification(method, obj["params"], obj))]
+        if method in CHANGED:
+            out = self._changed_list(method)
+            if method == "notifications/resources/list_changed":
+                self.uris.forget(member)
+                out += self._prime(member, 0.0)
+            return out
+        return [ToClient(message)]
+
+    def _changed_list(self, method: str) -> list[Out]:
+        first = not self._changed
+        self._changed.add(method)
+        return [Wake(COALESCE)] if first else []
+
+    # -- time, departures ---------------------------------------------------------------------------------
+    def tick(self, now: float) -> list[Out]:
+        """Send the coalesced list_changed; close members silent on initialize past INIT_TIMEOUT."""
+        out: list[Out] = []
+        late = {
+            p.member
+            for p in self._pending.values()
+            if p.fan and p.fan.method == "initialize" and now - p.sent >= INIT_TIMEOUT
+        }
+        for member in late:
+            reason = f"no answer to initialize within {INIT_TIMEOUT:g} s"
+            out += [*self.member_gone(member, reason, now), CloseMember(member, reason)]
+        if self.initialized:
+            for method in sorted(self._changed):
+                obj = {"jsonrpc": "2.0", "method": method}
+                out.append(ToClient(Notification(method, None, obj)))
+            self._changed.clear()
+        return out
+
+    def member_gone(self, member: str, reason: str, now: float) -> list[Out]:
+        """A member ended (or never started): its requests fail, its lists vanish (list_changed)."""
+        if self.members[member].gone is not None:
+            return []
+        return self._gone(member, reason)
+
+    def _gone(self, member: str, reason: str) -> list[Out]:
+        state = self.members[member]
+        had = state.capabilities or {}
+        state.gone, state.capabilities = reason, None
+        out: list[Out] = [Note(f"server {member!r} is no longer part of this endpoint: {reason}")]
+        for hub_id in [h for h, p in self._pending.items() if p.member == member]:
+            pending = self._release(hub_id)
+            assert pending is not None
+            if pending.fan is not None:
+                pending.fan.waiting.discard(member)
+                if pending.fan.client_id is not None and not pending.fan.waiting:
+                    out += self._finish(pending.fan)
+            elif pending.client_id is not None:
+                self._by_client.pop(jsonrpc.id_key(pending.client_id), None)
+                text = f"Server {member!r} of this endpoint ended: {reason}"
+                out.append(ToClient(Response(pending.client_id, _error_response(pending.client_id, SERVER_GONE, text))))
+        for hub_id in [h for h, (m, _) in self._outbound.items() if m == member]:
+            _, member_id = self._outbound.pop(hub_id)
+            self._inbound.pop((member, jsonrpc.id_key(member_id)), None)
+            params = {"requestId": hub_id, "reason": f"server {member!r} ended"}
+            out.append(
+                ToClient(Notification("notifications/cancelled", params, _note_obj("notifications/cancelled", params)))
+            )
+        self.uris.forget(member)
+        for method, capability in CHANGED.items():
+            if capability in had:
+                out += self._changed_list(method)
+        return out
+
+    # -- the hub's own resource lists (the URI map) -------------------------------------------------------
+    def _prime(
+        self, member: str, now: float, method: str = "resources/list", cursor: str | None = None, pages: int = 1
+    ) -> list[Out]:
+        if len(self._pending) >= self.in_flight:
+            return []
+        out: list[Out] = []
+        for kind in (method,) if cursor is not None else OWN_LISTS:
+            hub_id = self._mint()
+            params: dict[str, Any] = {"cursor": cursor} if cursor is not None else {}
+            self._pending[hub_id] = Pending(member, now, fan=Fan(kind, None, {}, {member}, pages=pages))
+            out.append(ToMember(member, _encode_request(hub_id, kind, params)))
+        return out
+
+    def _primed(self, member: str, fan: Fan, result: object) -> list[Out]:
+        if not isinstance(result, dict):
+            return []
+        if fan.method == "resources/list":
+            items = result.get("resources")
+            self.uris.add(member, (_get(r, "uri") for r in items) if isinstance(items, list) else ())
+        else:
+            items = result.get("resourceTemplates")
+            self.uris.add_templates(member, (_get(t, "uriTemplate") for t in items) if isinstance(items, list) else ())
+        following = result.get("nextCursor")
+        if isinstance(following, str) and following and fan.pages < PRIME_PAGES:
+            return self._prime(member, 0.0, fan.method, following, fan.pages + 1)
+        return []
+
+    # -- helpers --------------------------------------------------------------------------------------------
+    def _ready(self, capability: str | None) -> list[str]:
+        return [
+            n
+            for n, m in self.members.items()
+            if m.gone is None and m.capabilities is not None and (capability is None or capability in m.capabilities)
+        ]
+
+    def _mint(self) -> int:
+        self._next += 1
+        return self._next
+
+    def _release(self, hub_id: int) -> Pending | None:
+        pending = self._pending.pop(hub_id, None)
+        if pending is not None and pending.token is not None:
+            self._tokens.pop((pending.member, pending.token), None)
+        return pending
+
+
+def _get(obj: object, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def _why(error: object) -> str:
+    return str(_get(error, "message") or "an error")
+
+
+def jsonrpc_result(request_id: Id, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def _response(request_id: Id, result: dict[str, Any]) -> Response:
+    return Response(request_id, jsonrpc_result(request_id, result))
+
+
+def _answer(request_id: Id, result: dict[str, Any]) -> ToClient:
+    return ToClient(_response(request_id, result))
+
+
+def _error_response(request_id: Id, code: int, text: str, data: Any = None) -> dict[str, Any]:
+    return jsonrpc.error_response(request_id, code, text, data)
+
+
+def _error(request_id: Id, code: int, text: str, data: Any = None) -> ToClient:
+    return ToClient(Response(request_id, _error_response(request_id, code, text, data)))
+
+
+def _note_obj(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def _encode_note(method: str, params: dict[str, Any]) -> bytes:
+    return jsonrpc.encode(_note_obj(method, params))
+
+
+def _encode_request(hub_id: int, method: str, params: dict[str, Any]) -> bytes:
+    return jsonrpc.encode({"jsonrpc": "2.0", "id": hub_id, "method": method, "params": params})
+
+
+def _with_id(message: Response, new_id: Id) -> bytes:
+    return jsonrpc.encode({**message.full(), "id": new_id})
+
+
+def _renamed_response(message: Response, client_id: Id) -> Response:
+    """A member's answer under the client's id: its bytes spliced when their head is the usual one (a large result
+    is not encoded again), else encoded."""
+    raw = message.raw
+    if raw is not None:
+        spliced = hub_lists.splice_id(raw, client_id)
+        if spliced is not None:
+            head = {"jsonrpc": "2.0", "id": client_id, ("error" if message.is_error else "result"): None}
+            obj = head if message.partial else {**message.obj, "id": client_id}
+            return Response(client_id, obj, spliced, partial=message.partial)
+    obj = {**message.full(), "id": client_id}
+    return Response(client_id, obj)

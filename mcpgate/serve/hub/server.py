@@ -1,0 +1,55 @@
+"""A group of servers as one published server: its sessions' and pooled children are HubChildren."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from mcpgate.config.settings import Settings
+from mcpgate.core.sessions import new_session_id
+from mcpgate.serve.cluster.instances import Cluster
+from mcpgate.serve.hub.child import HubMember
+from mcpgate.serve.hub.spec import HubSpec
+from mcpgate.serve.servers.server import PublishedServer
+
+HUB_ARGV0 = "mcpgate-hub"  # argv[0] of a group's spec: names no program, only the group (its era is remembered)
+
+
+class HubServer(PublishedServer):
+    """A published group: routing, sessions, the pool, HTTP+SSE and both eras are PublishedServer's; only its
+    children differ (serve/hub/child.py)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        name: str,
+        members: tuple[HubMember, ...],
+        cluster: Cluster | None = None,
+        minter: Callable[[], str] = new_session_id,
+    ) -> None:
+        argv = (HUB_ARGV0, name, *(f"{m.name}={m.prefix}" for m in members))
+        spec = HubSpec(
+            argv=argv,
+            env=None,
+            cwd=None,
+            stderr=settings.stderr,
+            max_line_bytes=settings.max_message_bytes,
+            max_write_queue_bytes=settings.write_queue_bytes,
+            close_timeout=settings.close_timeout,
+            term_timeout=settings.term_timeout,
+            label_prefix=f"{name}/",
+            members=members,
+            in_flight=settings.hub_in_flight,
+            uris=settings.hub_uris,
+        )
+        super().__init__(settings, clock, name=name, argv=argv, cluster=cluster, minter=minter, spec=spec)
+        self.members = members
+
+    def command_problem(self) -> str | None:
+        """None while one member at least can start (the others are left out, each logged)."""
+        problems = [f"{m.name}: {problem}" for m in self.members if (problem := m.problem())]
+        if self.members and len(problems) == len(self.members):
+            return "no server of this endpoint can start (" + "; ".join(problems) + ")"
+        return None

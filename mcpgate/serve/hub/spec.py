@@ -1,0 +1,36 @@
+"""What a group's children are made of: its members (each a published server's own ChildSpec), and a ChildSpec
+whose `process(...)` makes a HubChild instead of a process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from mcpgate.child.process import ChildProcess, OnMessage
+from mcpgate.serve.hub.child import HubChild, HubMember
+from mcpgate.serve.sessions.session import ChildSpec
+
+
+@dataclass(frozen=True)
+class HubSpec(ChildSpec):
+    """A group's spec: `process(...)` returns a HubChild (typed as the ChildProcess whose surface it has). argv
+    names the group and its members, so a remembered era (serve/modern/era_probe.py) is the group's own."""
+
+    members: tuple[HubMember, ...] = ()
+    in_flight: int = 1024
+    uris: int = 10_000
+
+    def process(
+        self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str, **extra: Any
+    ) -> ChildProcess:
+        child = HubChild(
+            self.members,
+            on_message=on_message,
+            on_exit=on_exit,
+            label=label,
+            in_flight=self.in_flight,
+            uris=self.uris,
+            extra=extra,
+        )
+        return cast(ChildProcess, child)
