@@ -56,6 +56,7 @@ class PublishedServer:
         minter: Callable[[], str] = new_session_id,
         slots: SlotFill | None = None,  # per-user credentials in its children's env/args (serve/vault)
         remote: RemoteEntry | None = None,  # a remote server: its children are RemoteChildren (serve/remote)
+        spec: ChildSpec | None = None,  # its children's spec when given (a group's HubSpec: serve/hub/spec.py)
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -91,6 +92,8 @@ class PublishedServer:
 
             remote_spec = RemoteSpec.of(settings, name, remote, self.child_spec.watch)
             self.child_spec, self.reachability = remote_spec, lambda: remote_spec.reachability.problem
+        if spec is not None:
+            self.child_spec = spec
         self.stream_limits = StreamLimits(
             messages=settings.stream_queue,
             bytes=settings.stream_queue_bytes,
