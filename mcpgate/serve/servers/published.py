@@ -23,6 +23,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.sessions import new_session_id
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
+from mcpgate.serve.hub import groups as hub_groups
 from mcpgate.serve.kinds import EndCause, RouteKind
 from mcpgate.serve.servers import config_file, views_file
 from mcpgate.serve.servers.config_file import PREFIX, ConfigError, ServerEntry
@@ -75,6 +76,7 @@ class PublishedServers:
         self._watcher: gevent.Greenlet | None = None
         self._fixed: dict[str, tuple[str, RouteKind]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
         self.views: ViewTable | None = None  # MCPGATE_CONFIG's "views" (serve/servers/views_file.py)
+        self.hub = hub_groups.Groups(settings, clock, cluster=cluster, minter=minter)  # groups (serve/hub/groups.py)
         if not self.named:
             self._gateways[DEFAULT_NAME] = PublishedServer(settings, clock, cluster=cluster, minter=minter)
             served = {
@@ -96,6 +98,8 @@ class PublishedServers:
         for entry in config.servers:
             self._entries[entry.name] = entry
             self._gateways[entry.name] = self._gateway(entry)
+        groups = hub_groups.plan(settings, config.servers)
+        self._gateways.update(self.hub.apply(groups, self._entries, self._gateways)[0])
         self._show(views_file.load(settings.config))
 
     def _gateway(self, entry: ServerEntry) -> PublishedServer:
@@ -151,7 +155,7 @@ class PublishedServers:
         if not self.named:
             return self._fixed.get(path)
         if not path.startswith(PREFIX + "/"):
-            return None
+            return self.hub.route(path)  # a group's, or the aggregate's
         name, _, kind = path[len(PREFIX) + 1 :].partition("/")
         route_kind = KINDS.get(kind[:-1] if kind.endswith("/") else kind)
         return (name, route_kind) if name and route_kind is not None else None
@@ -219,6 +223,7 @@ class PublishedServers:
         try:
             config = config_file.load(self.settings.config)
             views = views_file.load(self.settings.config)
+            groups = hub_groups.plan(self.settings, config.servers)
         except ConfigError as exc:
             log.error("%s; the servers already running go on unchanged", exc)
             return ReloadReport(unchanged=tuple(self._gateways), error=str(exc))
@@ -231,6 +236,9 @@ class PublishedServers:
         unchanged = [name for name in new if name in self._entries and new[name] == self._entries[name]]
         gateways = {name: self._gateways[name] if name in unchanged else self._gateway(new[name]) for name in new}
         old = [self._gateways[name] for name in (*replaced, *removed)]
+        hubs, retired = self.hub.apply(groups, new, gateways)  # a group whose servers changed is replaced
+        gateways.update(hubs)
+        old += retired
         self._gateways, self._entries = gateways, new  # swapped at once: a request finds the old or the new
         self._show(views)
         for name in added:
