@@ -17,13 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from joserfc.jwk import ECKey, RSAKey
+from mcp import Client
 
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.oauth.client_credentials import ClientCredentials, ClientCredentialsError, parse
 from mcpgate.relay.oauth.client_token import MAX_TOKEN_BYTES, TokenError
-from tests.support import HEADERS, Gateway, free_port, init_body, serving, wait_for
+from tests.support import HEADERS, MODERN, Gateway, free_port, init_body, serving, wait_for, write_config
 from tests.support.relay import http_options
 from tests.support.token_server import TokenServer, token_server
 
@@ -125,6 +127,12 @@ def test_neither_a_secret_nor_a_key_is_refused(server: TokenServer) -> None:
     del raw["client_secret_env"]
     with pytest.raises(ClientCredentialsError, match="exactly one of client_secret_env and private_key_file"):
         credentials(raw)
+
+
+def test_a_where_that_ends_with_the_auth_key_is_not_repeated(server: TokenServer) -> None:
+    with pytest.raises(ClientCredentialsError) as caught:
+        parse({**secret_entry(server), "scope": ""}, f"{WHERE}: auth", environ={SECRET_ENV: SECRET})
+    assert str(caught.value) == f"{WHERE}: auth: scope: must be a non-empty string"
 
 
 def test_an_empty_variable_is_named_as_not_set(server: TokenServer) -> None:
@@ -414,3 +422,32 @@ def test_a_token_the_upstream_keeps_refusing_is_fetched_once_per_request_never_i
     assert auth.fetches == 2  # the first token, then one more after the 401
     assert initialize(auth, url) == 401
     assert auth.fetches == 2 and len(server.log()["received"]) == 2  # refused just after its fetch: not again yet
+
+
+def test_a_gateway_calls_its_remote_upstream_with_one_token_for_every_session(
+    server: TokenServer, protected: Gateway, tmp_path: Path
+) -> None:
+    """The whole path: an mcpServers entry with a url and this auth (config_file parses it, serve/remote plugs the
+    token source into each remote child's HttpClient); a 2025 session and 2026-07-28 calls reach the protected
+    upstream's demo server, on one token fetched once; the secret is in no log line of the gateway."""
+    auth = {k: v for k, v in secret_entry(server).items() if k != "token_url"}  # discovered from the upstream
+    config = write_config(tmp_path / "mcp.json", {"up": {"url": mcp_url(protected), "auth": auth}})
+    with serving({"MCPGATE_CONFIG": config, SECRET_ENV: SECRET, "MCPGATE_LOG_LEVEL": "debug"}) as gw:
+
+        async def main() -> list[str]:
+            texts = []
+            for mode in ("legacy", MODERN):
+                async with Client(f"{gw.base}/servers/up/mcp", mode=mode) as session:
+                    result = await session.call_tool("echo", {"message": mode})
+                    texts.append(str(result.content[0].text))
+            return texts
+
+        async def guarded() -> list[str]:
+            with anyio.fail_after(90):
+                return await main()
+
+        assert anyio.run(guarded) == ["legacy", MODERN]
+        log = gw.log()
+    received = server.log()["received"]
+    assert len(received) == 1 and received[0]["resource"] == mcp_url(protected), received
+    no_secret_in(log)

@@ -16,7 +16,8 @@ The entry's object:
                           | "private_key_jwt" (with a key, the only one)}
 
 The secret and the key are read at parse time (a variable that is not set is an error naming it); no message
-and no repr holds either. Every message starts with `where` and names the field (auth.<field>).
+and no repr holds either. Every message starts with `where` and names the field (`where: auth.<field>: ...`, or
+`where: <field>: ...` when `where` already ends with "auth").
 
 `ClientCredentialsError` derives from mcpgate.config.declarations.SettingsError and not from the config file's
 own ConfigError: config_file imports this module (lazily, only for entries that have an auth), so this module
@@ -120,6 +121,9 @@ def parse(raw: Any, where: str, environ: Mapping[str, str] | None = None) -> Cli
 
 
 def _error(where: str, name: str, problem: str) -> ClientCredentialsError:
+    """`where: auth.<name>: problem`, or `where: <name>: problem` when `where` already ends with the auth key."""
+    if where.rstrip().endswith("auth"):
+        return ClientCredentialsError(f"{where}{': ' + name if name else ''}: {problem}")
     return ClientCredentialsError(f"{where}: auth{'.' + name if name else ''}: {problem}")
 
 

@@ -84,7 +84,7 @@ class RemoteSpec(ChildSpec):
             pump_options=pump,
             request_timeout=settings.request_timeout,
             close_grace=1.0 + RELAY.connect_timeout,  # the upstream session's DELETE after the drain
-            authorizer=remote.auth.auth() if remote.auth is not None else None,
+            authorizer=remote.auth.auth(remote.url) if remote.auth is not None else None,
         )
 
     def process(
