@@ -121,6 +121,15 @@ class ToolFilter:
         return (not self.allow or name in self.allow) and name not in self.deny
 
 
+def pinned(tools: ToolFilter | None, pins: PinGuard | None) -> ToolFilter | None:
+    """`tools` (a view's filter, say) with the server's pins too (`tools` itself without pins)."""
+    if pins is None or (tools is not None and tools.pins is pins):
+        return tools
+    if tools is None:
+        return _build((), (), pins)
+    return _build(tuple(sorted(tools.allow)), tuple(sorted(tools.deny)), pins)
+
+
 def _named(tool: object, names: frozenset[str]) -> bool:
     return bool(names) and isinstance(tool, dict) and tool.get("name") in names
 

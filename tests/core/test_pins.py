@@ -404,3 +404,48 @@ def test_pin_round_trips() -> None:
     assert Pin.decode(json.loads(json.dumps(pin.encode()))) == pin
     assert Pin.decode({"fingerprint": 1}) is None
     assert Pin.decode({"fingerprint": "x", "fields": {"a": 1}}) is None
+
+
+class Guard:
+    """A PinGuard that blocks the names it is given and records what it was shown."""
+
+    def __init__(self, blocked: set[str]) -> None:
+        self.blocked = blocked
+        self.shown: list[tuple[list[str], bool]] = []
+
+    def listed(self, tools: list[Any], complete: bool) -> frozenset[str]:
+        self.shown.append(([tool["name"] for tool in tools], complete))
+        return frozenset(self.blocked)
+
+    def blocks(self, name: str) -> bool:
+        return name in self.blocked
+
+
+def test_the_tool_filter_asks_its_pins_on_every_listing_and_call() -> None:
+    from mcpgate.core import jsonrpc
+    from mcpgate.core.jsonrpc import Request, Response
+    from mcpgate.core.tool_filter import ToolFilter, pinned
+
+    guard = Guard({"search"})
+    assert ToolFilter.of((), ()) is None and pinned(None, None) is None
+    tools = ToolFilter.of((), (), pins=guard)
+    assert tools is not None and pinned(None, guard) is tools and pinned(tools, guard) is tools
+    assert tools.may_hide(b'{"tools":[]}')  # with pins every listing is read
+    raw = jsonrpc.encode({"jsonrpc": "2.0", "id": 1, "result": {"tools": tools_list(), "nextCursor": "2"}})
+    message = jsonrpc.parse_line(raw)
+    assert isinstance(message, Response)
+    shown = tools.response(message)
+    assert shown is not None
+    assert [tool["name"] for tool in shown.full()["result"]["tools"]] == ["read_file", "delete_file"]
+    assert guard.shown == [(["read_file", "delete_file", "search"], False)]  # a page: not complete
+    call = Request(7, "tools/call", {"name": "search"}, {}, None)
+    assert tools.hidden_call(call) == "search"
+    assert tools.hidden_call(Request(8, "tools/call", {"name": "echo"}, {}, None)) is None
+    denied = ToolFilter.of((), ("delete_file",))
+    both = pinned(denied, guard)
+    assert both is not None and both.deny == {"delete_file"} and both.pins is guard
+    assert pinned(denied, None) is denied
+
+
+def tools_list() -> list[Tool]:
+    return tools()

@@ -32,7 +32,7 @@ from mcpgate.core import jsonrpc, replay
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.replay import CannotResume
 from mcpgate.core.sessions import SessionLimitReached
-from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.serve.cluster.instances import Forward
 from mcpgate.serve.cluster.moved import HELD_BY
 from mcpgate.serve.front import auth
@@ -132,7 +132,7 @@ def take_over(
     if gw.views is None:
         session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
     else:  # the view of the request's caller (forwarded: of its principal alone, as views_file.ViewTable says)
-        session.tools = gw.views.tools(gw.name, gw.settings, environ)
+        session.tools = pinned(gw.views.tools(gw.name, gw.settings, environ), gw.pins)
     session.server = gw.name
     problem = replay_into(session, kept, gw.settings.session_resurrect_timeout)
     if problem is not None:

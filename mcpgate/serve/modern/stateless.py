@@ -18,7 +18,7 @@ from typing import Any
 from mcpgate.core import jsonrpc, modern, mrtr, versions
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
-from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.observe import audit, tracing
 from mcpgate.serve.errors import ShuttingDown
 from mcpgate.serve.front import auth
@@ -71,7 +71,7 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     pins = gw.pins
     tools = ToolFilter.of(s.tools_allow, s.tools_deny, pins=pins) if s.tools_allow or s.tools_deny or pins else None
     if gw.views is not None and not context(request.environ).forwarded:  # a forwarder applied its caller's view
-        tools = gw.views.tools(gw.name, s, request.environ)
+        tools = pinned(gw.views.tools(gw.name, s, request.environ), pins)
     if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check
         if audit.LOG is not None:
             audit.LOG.here(message, principal, gw.name, audit.MODERN, tools.refusal(request_id, hidden))

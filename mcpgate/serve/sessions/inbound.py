@@ -13,7 +13,7 @@ from typing import Any
 from mcpgate.core import jsonrpc, versions
 from mcpgate.core.jsonrpc import Batch, Message, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
-from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.serve.errors import BadRequest
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.http import HttpRequest
@@ -30,7 +30,7 @@ def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
     if gw.views is None:
         session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
     else:  # what the caller's view shows of this server, fixed for the session's life
-        session.tools = gw.views.tools(gw.name, gw.settings, request.environ)
+        session.tools = pinned(gw.views.tools(gw.name, gw.settings, request.environ), gw.pins)
     session.server = gw.name
     session.keeper = gw.keeper
     return session
