@@ -23,17 +23,23 @@ _heads: dict[tuple[str, int], bytes] = {}  # a span's name and kind fields
 _LOCAL = b"\x85\x01" + (1 | HAS_IS_REMOTE).to_bytes(4, "little")  # Span.flags: sampled, parent known local
 _REMOTE = b"\x85\x01" + (1 | HAS_IS_REMOTE | IS_REMOTE).to_bytes(4, "little")
 UNCACHED = frozenset({"jsonrpc.request.id"})  # a value per request: never worth a cache entry
+_SHORT = 1 << 14  # varints below it are looked up
 
 
 def varint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
+    return _VARINTS[value] if value < _SHORT else _varint(value)
+
+
+def _varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+_VARINTS = [_varint(value) for value in range(_SHORT)]
 
 
 def field(number: int, payload: bytes) -> bytes:
@@ -96,7 +102,8 @@ def span(
         parts.append(b"\x7a\x02\x18\x02")  # status { code: ERROR }
     parts.append(_REMOTE if remote_parent else _LOCAL)
     body = b"".join(parts)
-    return b"\x12" + varint(len(body)) + body
+    size = len(body)
+    return b"\x12" + (_VARINTS[size] if size < _SHORT else varint(size)) + body
 
 
 def attributes(pairs: Mapping[str, Any]) -> bytes:

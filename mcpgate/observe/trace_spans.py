@@ -8,73 +8,102 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import otlp_wire, w3c
 
 if TYPE_CHECKING:
     from mcpgate.observe.tracing import Trace
 
+INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds (tracing's)
 IDS = w3c.Ids()  # the export's own (a relay's export may run on a thread of its own)
-_TCP = otlp_wire.attributes({"network.transport": "tcp"})
-_HTTP = otlp_wire.attributes({"network.transport": "tcp", "network.protocol.name": "http"})
 _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
+_shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes
+_owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code): the request span's own attributes
 
 
 def encoded(trace: Trace) -> bytes:
     """Every span of an ended, sampled request."""
-    from mcpgate.observe import tracing
-
-    message = trace.message
-    if isinstance(message, Request):
-        name, described = tracing.described(message)
-        common = otlp_wire.attributes(described)
-    else:
-        name = str(getattr(message, "method", "batch")) if message is not None else trace.http_method
-        common = b""
-    own = trace.span_id or IDS.take(8)
-    extra: dict[str, Any] = {}
-    if trace.kind == tracing.SERVER:
-        if trace.server:
-            extra["mcpgate.server"] = trace.server
-        short = tracing.session_short(trace)
-        if short is not None:
-            extra["mcp.session.id"] = short
-        error = trace.code is not None or trace.status >= 500
-    else:
-        error = trace.status == 0 or trace.status >= 400
-    if trace.status:
-        extra["http.response.status_code"] = trace.status
-    if trace.code is not None:
-        extra["error.type"] = extra["rpc.response.status_code"] = str(trace.code)
-    base = _HTTP if trace.kind == tracing.SERVER else _TCP
+    name, common = shape(trace)
+    ids = trace.span_id or IDS.take(8)
+    error = trace.code is not None or trace.status >= 500 if trace.kind == SERVER else not 0 < trace.status < 400
     parent = trace.parent
     spans = [
         otlp_wire.span(
             trace.trace_id,
-            own,
+            ids,
             parent.span_id if parent is not None else b"",
             trace.state,
             name,
             trace.kind,
             trace.start,
             trace.end_at,
-            common + base + otlp_wire.attributes(extra),
+            common + own_attributes(trace),
             error,
             parent is not None,
         )
     ]
-    spans += children(trace, own, name, common)
+    spans += children(trace, ids, name, common)
     return b"".join(spans)
+
+
+def shape(trace: Trace) -> tuple[str, bytes]:
+    """The request's span name and the attributes its span and the wait's share (described once per method, tool
+    and version; the request id apart)."""
+    from mcpgate.observe import tracing
+
+    message = trace.message
+    if not isinstance(message, Request):
+        return (str(getattr(message, "method", "batch")) if message is not None else trace.http_method), b""
+    params = message.params if isinstance(message.params, dict) else {}
+    meta = params.get("_meta")
+    key = (message.method, params.get("name"), meta.get(wire.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None)
+    try:
+        found = _shapes.get(key)
+    except TypeError:  # a name or version that is no string
+        found = None
+    if found is None:
+        name, described = tracing.described(message)
+        del described["jsonrpc.request.id"]
+        found = name, otlp_wire.attributes(described)
+        if len(_shapes) < otlp_wire.CACHED and all(isinstance(part, str | None) for part in key):
+            _shapes[key] = found
+    return found[0], found[1] + otlp_wire.key_value(9, "jsonrpc.request.id", str(message.id))
+
+
+def own_attributes(trace: Trace) -> bytes:
+    """The request's own span's attributes beyond the shared ones: transport, server, session, status, error."""
+    from mcpgate.observe import tracing
+
+    key = (trace.kind, trace.server, trace.session, trace.status, trace.code)
+    found = _owns.get(key)
+    if found is not None:
+        return found
+    extra: dict[str, Any] = {"network.transport": "tcp"}
+    if trace.kind == SERVER:
+        extra["network.protocol.name"] = "http"
+        if trace.server:
+            extra["mcpgate.server"] = trace.server
+        short = tracing.session_short(trace)
+        if short is not None:
+            extra["mcp.session.id"] = short
+    if trace.status:
+        extra["http.response.status_code"] = trace.status
+    if trace.code is not None:
+        extra["error.type"] = extra["rpc.response.status_code"] = str(trace.code)
+    found = otlp_wire.attributes(extra)
+    if len(_owns) < otlp_wire.CACHED:
+        _owns[key] = found
+    return found
 
 
 def children(trace: Trace, own: bytes, name: str, common: bytes) -> list[bytes]:
     """The request's child spans: its steps, the wait for the child, a forward."""
-    from mcpgate.observe.tracing import CLIENT, INTERNAL
-
     ids, state, end = trace.trace_id, trace.state, trace.end_at
+    drawn = IDS.take(8 * len(trace.steps)) if trace.steps else b""
     out = [
-        otlp_wire.span(ids, IDS.take(8), own, state, step, INTERNAL, began, ended, b"", False, False)
-        for step, began, ended in trace.steps
+        otlp_wire.span(ids, drawn[8 * n : 8 * n + 8], own, state, step, INTERNAL, began, ended, b"", False, False)
+        for n, (step, began, ended) in enumerate(trace.steps)
     ]
     if trace.wait is not None:
         span_id, began = trace.wait

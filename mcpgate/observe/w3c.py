@@ -22,7 +22,7 @@ _TRACEPARENT = re.compile(r"[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([
 _TRACESTATE = re.compile(r"[ -~]{1,512}\Z")
 _HEX_CONTEXT = re.compile(r"[0-9a-f-]{55}\Z")  # a version-00 traceparent: its JSON string is its bytes
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
-_WHITESPACE = b" \t\r\n"
+_PARAMS = re.compile(rb'"params"[ \t\r\n]*:[ \t\r\n]*\{()[ \t\r\n]*(\}?)')  # group 1: inside the object
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,19 +107,12 @@ def spliced_meta(raw: bytes, fields: dict[str, str]) -> bytes | None:
     certain). With no \\u escape in the bytes, the top-level key is spelled `"params"`, so one occurrence is it."""
     if b"\\u" in raw or raw.count(b'"params"') != 1:
         return None
-    at = skip(raw, raw.index(b'"params"') + 8)
-    if raw[at : at + 1] != b":":
+    found = _PARAMS.search(raw)
+    if found is None:
         return None
-    at = skip(raw, at + 1)
-    if raw[at : at + 1] != b"{":
-        return None
-    after = skip(raw, at + 1)
-    meta = b'"_meta":' + json.dumps(fields, separators=(",", ":")).encode()
-    return raw[: at + 1] + meta + (b"" if raw[after : after + 1] == b"}" else b",") + raw[at + 1 :]
-
-
-def skip(raw: bytes, at: int) -> int:
-    """The index of the first byte at or after `at` that is no JSON whitespace."""
-    while raw[at : at + 1] and raw[at] in _WHITESPACE:
-        at += 1
-    return at
+    cut = found.start(1)
+    meta = b'"_meta":{"traceparent":"' + fields["traceparent"].encode()
+    meta += (
+        b'"}' if "tracestate" not in fields else b'","tracestate":' + json.dumps(fields["tracestate"]).encode() + b"}"
+    )
+    return b"".join((raw[:cut], meta, b"" if found.group(2) else b",", raw[cut:]))
