@@ -48,6 +48,7 @@ MAX_TOKEN_BYTES = 64 * 1024  # a token endpoint's answer is a few hundred bytes 
 CHUNK_BYTES = 16 * 1024
 REFRESH_MARGIN = 60.0  # fetch again this long before expiry (at most half the token's lifetime)
 REFUSED_REFETCH_AFTER = 30.0  # a token the upstream refused right after its fetch: no new fetch for this long
+FAILURE_HOLD = 5.0  # a failed fetch's error stands this long (no new fetch: the token endpoint is not hammered)
 ASSERTION_LIFETIME = 120  # seconds a private_key_jwt assertion is valid (RFC 7523; at most 5 minutes)
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 # OAuth error codes (RFC 6749 5.2) after which trying again later can help
@@ -68,6 +69,10 @@ class TokenError(errors.RelayError):
         self.retryable = retryable
         self.oauth_error = oauth_error
         self.status = status
+
+    def again(self) -> TokenError:
+        """The same error, raised anew (for a caller within FAILURE_HOLD of the failed fetch)."""
+        return TokenError(self.message, retryable=self.retryable, oauth_error=self.oauth_error, status=self.status)
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ def usable_endpoint(url: str) -> str | None:
 class _Held:
     header: str
     refresh_at: float  # monotonic; inf when the server named no lifetime
+    expires_at: float
 
 
 class ClientCredentialsAuth:
@@ -116,6 +122,7 @@ class ClientCredentialsAuth:
         self._held: _Held | None = None
         self._unproven: str | None = None  # fetched after a 401, not accepted yet
         self._unproven_at = 0.0
+        self._failed: tuple[TokenError, float] | None = None  # the last failed fetch, and until when it stands
         self._token_url = client.token_url
         self._resource = canonical_resource(upstream_url)
         self.fetches = 0  # token endpoint exchanges that issued a token
@@ -129,14 +136,24 @@ class ClientCredentialsAuth:
         return url == self.upstream_url or origin(url) == self._origin
 
     def authorization(self) -> str | None:
+        """The held token, fetched first when there is none or it is about to expire; when that fetch fails
+        and the held token has not expired yet, the held one (tried again after FAILURE_HOLD)."""
         held = self._held
         if held is not None and time.monotonic() < held.refresh_at:
             return held.header
         with self._locked():
             held = self._held
-            if held is None or time.monotonic() >= held.refresh_at:
-                held = self._fetch()
-            return held.header
+            if held is not None and time.monotonic() < held.refresh_at:
+                return held.header
+            try:
+                return self._fetch().header
+            except TokenError as exc:
+                now = time.monotonic()
+                if held is None or now >= held.expires_at:
+                    raise
+                held.refresh_at = min(held.expires_at, now + FAILURE_HOLD)
+                log.warning("%s; the token held is still valid and stays in use", exc.message)
+                return held.header
 
     def accepted(self, sent: str | None) -> None:
         if sent is not None and sent == self._unproven:
@@ -171,6 +188,19 @@ class ClientCredentialsAuth:
         return _Lock(self._lock, self.timeout, self.upstream_url)
 
     def _fetch(self) -> _Held:
+        """A new token; a failure is remembered for FAILURE_HOLD (callers meanwhile get it without a fetch)."""
+        failed = self._failed
+        if failed is not None and time.monotonic() < failed[1]:
+            raise failed[0].again()
+        try:
+            held = self._fetch_now()
+        except TokenError as exc:
+            self._failed = (exc, time.monotonic() + FAILURE_HOLD)
+            raise
+        self._failed = None
+        return held
+
+    def _fetch_now(self) -> _Held:
         started = time.monotonic()
         deadline = started + self.timeout
         url = self._endpoint(deadline)
@@ -179,8 +209,11 @@ class ClientCredentialsAuth:
         answer = self._answer(url, status, body)
         token = answer["access_token"]
         lifetime = _lifetime(answer.get("expires_in"))
-        refresh_at = started + lifetime - min(REFRESH_MARGIN, lifetime / 2) if lifetime is not None else float("inf")
-        self._held = _Held(f"Bearer {token}", refresh_at)
+        if lifetime is None:
+            self._held = _Held(f"Bearer {token}", float("inf"), float("inf"))
+        else:
+            refresh_at = started + lifetime - min(REFRESH_MARGIN, lifetime / 2)
+            self._held = _Held(f"Bearer {token}", refresh_at, started + lifetime)
         self.fetches += 1
         log.info(
             "client %s got a token for %s from %s (%s)",
@@ -237,7 +270,7 @@ class ClientCredentialsAuth:
                 f"{where} answered HTTP {status} without a JSON object", retryable=status >= 500, status=status
             )
         if status != 200 or "error" in answer:
-            code = printable(answer.get("error"))[:100] or None
+            code = self._blanked(printable(answer.get("error"))[:100]) or None
             description = self._blanked(printable(answer.get("error_description"))[:300])
             text = f"{where} refused: {code or f'HTTP {status}'}" + (f" ({description})" if description else "")
             retry = status >= 500 or status == 429 or code in TRANSIENT_ERRORS
@@ -247,7 +280,8 @@ class ClientCredentialsAuth:
             raise TokenError(f"{where} answered without a usable access_token", retryable=False, status=status)
         kind = str(answer.get("token_type") or "")
         if kind.lower() != "bearer":
-            raise TokenError(f"{where} issued a {printable(kind)[:40]!r} token, not a Bearer token", retryable=False)
+            shown = self._blanked(printable(kind)[:40])
+            raise TokenError(f"{where} issued a {shown!r} token, not a Bearer token", retryable=False)
         return answer
 
     def _blanked(self, text: str) -> str:
