@@ -40,6 +40,7 @@ from mcpgate.config.observe_settings import ObserveSettings
 from mcpgate.config.pins_settings import PinsSettings
 from mcpgate.config.relay_settings import TOKEN_ENV as TOKEN_ENV
 from mcpgate.config.relay_settings import RelaySettings as RelaySettings
+from mcpgate.config.search_settings import SearchSettings
 from mcpgate.config.session_settings import SessionSettings
 from mcpgate.config.vault_settings import VaultSettings
 
@@ -48,6 +49,7 @@ from mcpgate.config.vault_settings import VaultSettings
 # front, auth, sessions, 2026-07-28, fleet, observe, vault, pins, the order of the README table.
 @dataclass(frozen=True)
 class Settings(
+    SearchSettings,
     HubSettings,
     PinsSettings,
     VaultSettings,

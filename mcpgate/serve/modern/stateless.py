@@ -72,6 +72,8 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     tools = ToolFilter.of(s.tools_allow, s.tools_deny, pins=pins) if s.tools_allow or s.tools_deny or pins else None
     if gw.views is not None and not context(request.environ).forwarded:  # a forwarder applied its caller's view
         tools = pinned(gw.views.tools(gw.name, s, request.environ), pins)
+    if gw.search is not None and (found := gw.search.response(pool, principal, tools, message, stamped=True)):
+        return json_response(jsonrpc.encode(found))  # the search view's (serve/servers/search_view.py)
     if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check
         if audit.LOG is not None:
             audit.LOG.here(message, principal, gw.name, audit.MODERN, tools.refusal(request_id, hidden))

@@ -91,6 +91,7 @@ PER_SERVER = (
     "oauth_scopes",
     "session_resurrect",
     "tool_pins",
+    "tool_search",
 )
 DECLARED: dict[str, Setting] = {s.name: s for s in declared(Settings) if s.name in PER_SERVER}
 # The per-server settings about the child process: they mean nothing for a remote server.

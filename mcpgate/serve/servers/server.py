@@ -25,6 +25,7 @@ from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
 from mcpgate.serve.pins.guard import pins_for
 from mcpgate.serve.servers.config_file import RemoteEntry
+from mcpgate.serve.servers.search_view import SearchView
 from mcpgate.serve.servers.views_file import ViewTable
 from mcpgate.serve.sessions.kept import keeper_for
 from mcpgate.serve.sessions.session import ChildSpec, Session
@@ -111,6 +112,7 @@ class PublishedServer:
         self.keeper = keeper_for(settings, name, cluster)  # what a takeover replays (serve/cluster/takeover.py)
         self.reviving: dict[str, AsyncResult] = {}  # sessions being taken over here: their requests wait
         self.views: ViewTable | None = None  # MCPGATE_CONFIG's views (serve/servers/views_file.py); None: none
+        self.search = SearchView(settings, clock) if settings.tool_search else None  # the search view, when on
 
         self.pins = pins_for(settings, name, cluster)  # pinned tool definitions (None: MCPGATE_TOOL_PINS off)
     def _configured_env(self) -> dict[str, str]:

@@ -7,7 +7,9 @@ id in flight) is the endpoint's to answer (serve/errors.py).
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from mcpgate.core import jsonrpc, versions
@@ -31,6 +33,8 @@ def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
         session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
     else:  # what the caller's view shows of this server, fixed for the session's life
         session.tools = pinned(gw.views.tools(gw.name, gw.settings, request.environ), gw.pins)
+    if gw.search is not None:  # the search view answers tools/list and search_tools (serve/servers/search_view.py)
+        session.search = functools.partial(gw.search.response, gw.pool, session.owner, session.tools)
     session.server = gw.name
     session.keeper = gw.keeper
     return session
@@ -47,6 +51,8 @@ def batch_items(session: Session, message: Message) -> list[Any]:
 
 def forward(session: Session, item: Request | Notification | RpcResponse) -> None:
     """One client message to the child (a hidden tool's call is answered here; a cancellation answers its POST)."""
+    if session.search is not None and isinstance(item, Request) and answered_search(session, session.search, item):
+        return
     if session.tools is not None and isinstance(item, Request) and answered_hidden(session, session.tools, item):
         return
     if session.keeper is not None and isinstance(item, Request) and item.method in WATCHED:  # kept for a takeover
@@ -61,6 +67,14 @@ def forward(session: Session, item: Request | Notification | RpcResponse) -> Non
             session.label,
             session.ended or "child not accepting input",
         )
+
+
+def answered_search(session: Session, search: Callable[[Request], dict[str, Any] | None], item: Request) -> bool:
+    """In the search view, tools/list and a call of search_tools are answered here, never forwarded."""
+    response = search(item)
+    if response is not None:
+        session.answer(item.id, response)
+    return response is not None
 
 
 def answered_hidden(session: Session, tools: ToolFilter, item: Request) -> bool:

@@ -285,6 +285,8 @@ class Session:
     keeper: Keeper | None = None  # where what a takeover replays is kept (serve/sessions/kept.py); inbound sets it
     handshake: tuple[Any, Any] | None = None  # the client's initialize params and the child's result, once answered
 
+    # the search view's answer to a request, None when it is not the view's (serve/servers/search_view.py)
+    search: Callable[[Request], dict[str, Any] | None] | None = None
     def open_event_stream(self) -> Stream | None:
         """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are
         added (add_requests), so every message of the session goes there; None when a GET stream is open."""
