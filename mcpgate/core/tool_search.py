@@ -35,10 +35,11 @@ SYNONYM_WEIGHT = 0.4
 
 _PARTS = re.compile(r"[^A-Za-z0-9]+")
 _HUMPS = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-STOP = frozenset(
-    "a an and are as at be by can do does for from get give how i in into is it its me my of on or please "
-    "some that the their them then there these this to use using want what when which with you your".split()
+_STOP_WORDS = (
+    "a an and are as at be by can do does for from get give how i in into is it its me my of on or please some "
 )
+_STOP_WORDS += "that the their them then there these this to use using want what when which with you your"
+STOP = frozenset(_STOP_WORDS.split(" "))
 # A few verbs and nouns agents and servers name differently; each group is one meaning.
 SYNONYMS = (
     ("find", "search", "lookup", "query", "look"),

@@ -43,8 +43,16 @@ def test_words(text: str, terms: list[str]) -> None:
 
 @pytest.mark.parametrize(
     ("word", "stemmed"),
-    [("files", "file"), ("file", "file"), ("creating", "creat"), ("create", "creat"), ("created", "creat")]
-    + [("class", "class"), ("queries", "query"), ("bus", "bus")],
+    [
+        ("files", "file"),
+        ("file", "file"),
+        ("creating", "creat"),
+        ("create", "creat"),
+        ("created", "creat"),
+        ("class", "class"),
+        ("queries", "query"),
+        ("bus", "bus"),
+    ],
 )
 def test_stem(word: str, stemmed: str) -> None:
     assert stem(word) == stemmed
