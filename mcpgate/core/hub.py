@@ -32,11 +32,34 @@ core/hub_lists.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from mcpgate.core import hub_lists, jsonrpc
 from mcpgate.core.hub_lists import CHANGED, LISTS, Ambiguous, UriMap
+from mcpgate.core.hub_messages import (
+    CloseMember,
+    Fan,
+    Member,
+    MemberState,
+    Note,
+    Out,
+    Pending,
+    ToClient,
+    ToMember,
+    Wake,
+    answer,
+    encode_note,
+    encode_request,
+    error,
+    error_response,
+    get,
+    jsonrpc_result,
+    note_obj,
+    renamed_response,
+    response,
+    why,
+    with_id,
+)
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 
 COALESCE = 0.2  # seconds between a member's list_changed and the client's
@@ -47,70 +70,6 @@ RESOURCE_NOT_FOUND = -32002
 ROUTED_BY_NAME = {"tools/call": "Unknown tool", "prompts/get": "Unknown prompt"}
 ROUTED_BY_URI = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 OWN_LISTS = ("resources/list", "resources/templates/list")
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    name: str
-    prefix: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToClient:
-    message: Request | Notification | Response
-
-
-@dataclass(frozen=True, slots=True)
-class ToMember:
-    member: str
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class CloseMember:
-    member: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    delay: float
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    text: str
-
-
-Out = ToClient | ToMember | CloseMember | Wake | Note
-
-
-@dataclass(slots=True)
-class Fan:
-    """A client request asked of several members (or the hub's own list): their answers so far."""
-
-    method: str
-    client_id: Id | None  # None: the hub's own request (priming the URI map)
-    params: dict[str, Any]
-    waiting: set[str]
-    answers: dict[str, object] = field(default_factory=dict)
-    pages: int = 1
-
-
-@dataclass(slots=True)
-class Pending:
-    member: str
-    sent: float
-    client_id: Id | None = None  # a routed request's
-    token: IdKey | None = None  # its progress token
-    fan: Fan | None = None
-
-
-@dataclass(slots=True)
-class MemberState:
-    prefix: str
-    gone: str | None = None  # why it is not available
-    capabilities: dict[str, Any] | None = None  # set once it answered initialize
 
 
 class Hub:
@@ -150,9 +109,9 @@ class Hub:
         params = message.params if isinstance(message.params, dict) else {}
         method = message.method
         if jsonrpc.id_key(message.id) in self._by_client:
-            return [_error(message.id, jsonrpc.INVALID_REQUEST, "request id already in flight")]
+            return [error(message.id, jsonrpc.INVALID_REQUEST, "request id already in flight")]
         if method == "ping":
-            return [_answer(message.id, {})]
+            return [answer(message.id, {})]
         if method == "initialize":
             return self._fan(message.id, method, params, self.live(), now)
         if method in LISTS:
@@ -169,7 +128,7 @@ class Hub:
             if ref.get("type") == "ref/prompt":
                 return self._by_name(message, params, str(ref.get("name", "")), now, "Unknown prompt", ref)
             return self._by_uri(message, params, ref.get("uri"), now, ref)
-        return [_error(message.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")]
+        return [error(message.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")]
 
     def _client_notification(self, message: Notification) -> list[Out]:
         params = message.params if isinstance(message.params, dict) else {}
@@ -182,7 +141,7 @@ class Hub:
                 pending = self._release(hub_id)
                 if pending is not None:
                     data = {**params, "requestId": hub_id}
-                    out.append(ToMember(pending.member, _encode_note(message.method, data)))
+                    out.append(ToMember(pending.member, encode_note(message.method, data)))
             return out
         if message.method == "notifications/initialized":
             self.initialized = True
@@ -200,7 +159,7 @@ class Hub:
             return []
         member, member_id = held
         self._inbound.pop((member, jsonrpc.id_key(member_id)), None)
-        return [ToMember(member, _with_id(message, member_id))]
+        return [ToMember(member, with_id(message, member_id))]
 
     # -- routing ----------------------------------------------------------------------------------------------
     def _by_name(
@@ -209,30 +168,30 @@ class Hub:
         parts = hub_lists.split(name)
         member = self.by_prefix.get(parts[0]) if parts is not None else None
         if parts is None or member is None:
-            return [_error(message.id, jsonrpc.INVALID_PARAMS, f"{unknown}: {name}")]
+            return [error(message.id, jsonrpc.INVALID_PARAMS, f"{unknown}: {name}")]
         named = {**ref, "name": parts[1]} if ref is not None else None
         params = {**params, "ref": named} if named is not None else {**params, "name": parts[1]}
         return self._route(message, member, params, now)
 
     def _by_uri(self, message: Request, params: dict[str, Any], uri: object, now: float, ref: Any = None) -> list[Out]:
         if not isinstance(uri, str):
-            return [_error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: a resource uri is required")]
+            return [error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: a resource uri is required")]
         found = self.uris.resolve(uri, tuple(self._ready("resources")))
         if isinstance(found, Ambiguous):
             names = ", ".join(found.members)
             text = f"Resource {uri} is served by more than one server of this endpoint ({names}): ambiguous"
-            return [_error(message.id, jsonrpc.INVALID_PARAMS, text, {"uri": uri, "servers": list(found.members)})]
+            return [error(message.id, jsonrpc.INVALID_PARAMS, text, {"uri": uri, "servers": list(found.members)})]
         if found is None:
-            return [_error(message.id, RESOURCE_NOT_FOUND, f"Resource not found: no server here lists {uri}")]
+            return [error(message.id, RESOURCE_NOT_FOUND, f"Resource not found: no server here lists {uri}")]
         return self._route(message, found, params, now)
 
     def _route(self, message: Request, member: str, params: dict[str, Any], now: float) -> list[Out]:
         state = self.members[member]
         if state.gone is not None:
             text = f"Server {member!r} of this endpoint is not available: {state.gone}"
-            return [_error(message.id, SERVER_GONE, text, {"server": member})]
+            return [error(message.id, SERVER_GONE, text, {"server": member})]
         if len(self._pending) >= self.in_flight:
-            return [_error(message.id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
+            return [error(message.id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
         hub_id = self._mint()
         token = jsonrpc.progress_token(message)
         key = jsonrpc.id_key(token) if token is not None else None
@@ -240,7 +199,7 @@ class Hub:
         self._by_client[jsonrpc.id_key(message.id)] = [hub_id]
         if key is not None:
             self._tokens[(member, key)] = hub_id
-        return [ToMember(member, _encode_request(hub_id, message.method, params))]
+        return [ToMember(member, encode_request(hub_id, message.method, params))]
 
     def _list(self, message: Request, params: dict[str, Any], now: float) -> list[Out]:
         capability = LISTS[message.method][1]
@@ -248,7 +207,7 @@ class Hub:
             return self._fan(message.id, message.method, params, self._ready(capability), now)
         parts = hub_lists.decode_cursor(message.method, params["cursor"])
         if parts is None:
-            return [_error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: invalid cursor")]
+            return [error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: invalid cursor")]
         ready = self._ready(capability)
         cursors = {name: parts[name] for name in ready if name in parts}
         return self._fan(message.id, message.method, params, list(cursors), now, cursors)
@@ -263,7 +222,7 @@ class Hub:
         cursors: dict[str, str] | None = None,
     ) -> list[Out]:
         if client_id is not None and len(self._pending) + len(members) > self.in_flight:
-            return [_error(client_id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
+            return [error(client_id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
         sent = {k: v for k, v in params.items() if k != "cursor"}
         meta = sent.get("_meta")
         if isinstance(meta, dict) and "progressToken" in meta:  # one token, several members: not passed on
@@ -276,7 +235,7 @@ class Hub:
             ids.append(hub_id)
             self._pending[hub_id] = Pending(name, now, fan=fan)
             own = {**sent, "cursor": cursors[name]} if cursors and name in cursors else sent
-            out.append(ToMember(name, _encode_request(hub_id, method, own)))
+            out.append(ToMember(name, encode_request(hub_id, method, own)))
         if client_id is not None:
             self._by_client[jsonrpc.id_key(client_id)] = ids
         if method == "initialize" and members:
@@ -303,7 +262,7 @@ class Hub:
         if pending.fan is None:
             assert pending.client_id is not None
             self._by_client.pop(jsonrpc.id_key(pending.client_id), None)
-            return [ToClient(_renamed_response(message, pending.client_id))]
+            return [ToClient(renamed_response(message, pending.client_id))]
         fan = pending.fan
         full = message.full()
         fan.answers[member] = full.get("result") if "result" in full else full.get("error")
@@ -318,9 +277,9 @@ class Hub:
                 caps = result.get("capabilities")
                 self.members[member].capabilities = caps if isinstance(caps, dict) else {}
             else:
-                why = _why(full.get("error"))
-                out += self._gone(member, f"it refused initialize ({why})")
-                out.append(CloseMember(member, f"refused initialize ({why})"))
+                refusal = why(full.get("error"))
+                out += self._gone(member, f"it refused initialize ({refusal})")
+                out.append(CloseMember(member, f"refused initialize ({refusal})"))
         if fan.client_id is None:
             return out + self._primed(member, fan, full.get("result"))
         if not fan.waiting:
@@ -338,8 +297,8 @@ class Hub:
             notes: list[Out] = [
                 Note(f"server {n!r}: its next cursor is too long to carry; listing cut") for n in page.cut
             ]
-            return [*notes, ToClient(_response(fan.client_id, page.result))]
-        return [ToClient(_response(fan.client_id, {}))]
+            return [*notes, ToClient(response(fan.client_id, page.result))]
+        return [ToClient(response(fan.client_id, {}))]
 
     def _initialized(self, fan: Fan) -> list[Out]:
         assert fan.client_id is not None
@@ -347,24 +306,10 @@ class Hub:
         if not ready:
             why = "; ".join(f"{n}: {m.gone}" for n, m in self.members.items() if m.gone) or "none answered"
             text = f"No server of this endpoint could be initialized ({why})"
-            return [_error(fan.client_id, jsonrpc.INTERNAL_ERROR, text)]
-        results = [fan.answers.get(n) for n in ready]
-        version = hub_lists.choose_version(
-            fan.params.get("protocolVersion"), [_get(r, "protocolVersion") for r in results]
-        )
-        result: dict[str, Any] = {
-            "protocolVersion": version,
-            "capabilities": hub_lists.merge_capabilities(self.members[n].capabilities for n in ready),
-            "serverInfo": {"name": "mcpgate-hub", "version": "1"},
-        }
-        lines = [
-            f"[{self.members[n].prefix}] {_get(r, 'instructions')}"
-            for n, r in zip(ready, results, strict=True)
-            if _get(r, "instructions")
-        ]
-        if lines:
-            result["instructions"] = "\n".join(lines)
-        return [ToClient(_response(fan.client_id, result))]
+            return [error(fan.client_id, jsonrpc.INTERNAL_ERROR, text)]
+        answers = [(self.members[n].prefix, fan.answers.get(n)) for n in ready]
+        result = hub_lists.initialize_result(fan.params.get("protocolVersion"), answers)
+        return [ToClient(response(fan.client_id, result))]
 
     def _member_request(self, member: str, message: Request) -> list[Out]:
         if message.method == "ping":
@@ -451,13 +396,13 @@ class Hub:
             elif pending.client_id is not None:
                 self._by_client.pop(jsonrpc.id_key(pending.client_id), None)
                 text = f"Server {member!r} of this endpoint ended: {reason}"
-                out.append(ToClient(Response(pending.client_id, _error_response(pending.client_id, SERVER_GONE, text))))
+                out.append(ToClient(Response(pending.client_id, error_response(pending.client_id, SERVER_GONE, text))))
         for hub_id in [h for h, (m, _) in self._outbound.items() if m == member]:
             _, member_id = self._outbound.pop(hub_id)
             self._inbound.pop((member, jsonrpc.id_key(member_id)), None)
             params = {"requestId": hub_id, "reason": f"server {member!r} ended"}
             out.append(
-                ToClient(Notification("notifications/cancelled", params, _note_obj("notifications/cancelled", params)))
+                ToClient(Notification("notifications/cancelled", params, note_obj("notifications/cancelled", params)))
             )
         self.uris.forget(member)
         for method, capability in CHANGED.items():
@@ -476,7 +421,7 @@ class Hub:
             hub_id = self._mint()
             params: dict[str, Any] = {"cursor": cursor} if cursor is not None else {}
             self._pending[hub_id] = Pending(member, now, fan=Fan(kind, None, {}, {member}, pages=pages))
-            out.append(ToMember(member, _encode_request(hub_id, kind, params)))
+            out.append(ToMember(member, encode_request(hub_id, kind, params)))
         return out
 
     def _primed(self, member: str, fan: Fan, result: object) -> list[Out]:
@@ -484,10 +429,10 @@ class Hub:
             return []
         if fan.method == "resources/list":
             items = result.get("resources")
-            self.uris.add(member, (_get(r, "uri") for r in items) if isinstance(items, list) else ())
+            self.uris.add(member, (get(r, "uri") for r in items) if isinstance(items, list) else ())
         else:
             items = result.get("resourceTemplates")
-            self.uris.add_templates(member, (_get(t, "uriTemplate") for t in items) if isinstance(items, list) else ())
+            self.uris.add_templates(member, (get(t, "uriTemplate") for t in items) if isinstance(items, list) else ())
         following = result.get("nextCursor")
         if isinstance(following, str) and following and fan.pages < PRIME_PAGES:
             return self._prime(member, 0.0, fan.method, following, fan.pages + 1)
@@ -510,61 +455,3 @@ class Hub:
         if pending is not None and pending.token is not None:
             self._tokens.pop((pending.member, pending.token), None)
         return pending
-
-
-def _get(obj: object, key: str) -> Any:
-    return obj.get(key) if isinstance(obj, dict) else None
-
-
-def _why(error: object) -> str:
-    return str(_get(error, "message") or "an error")
-
-
-def jsonrpc_result(request_id: Id, result: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "result": result}
-
-
-def _response(request_id: Id, result: dict[str, Any]) -> Response:
-    return Response(request_id, jsonrpc_result(request_id, result))
-
-
-def _answer(request_id: Id, result: dict[str, Any]) -> ToClient:
-    return ToClient(_response(request_id, result))
-
-
-def _error_response(request_id: Id, code: int, text: str, data: Any = None) -> dict[str, Any]:
-    return jsonrpc.error_response(request_id, code, text, data)
-
-
-def _error(request_id: Id, code: int, text: str, data: Any = None) -> ToClient:
-    return ToClient(Response(request_id, _error_response(request_id, code, text, data)))
-
-
-def _note_obj(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "method": method, "params": params}
-
-
-def _encode_note(method: str, params: dict[str, Any]) -> bytes:
-    return jsonrpc.encode(_note_obj(method, params))
-
-
-def _encode_request(hub_id: int, method: str, params: dict[str, Any]) -> bytes:
-    return jsonrpc.encode({"jsonrpc": "2.0", "id": hub_id, "method": method, "params": params})
-
-
-def _with_id(message: Response, new_id: Id) -> bytes:
-    return jsonrpc.encode({**message.full(), "id": new_id})
-
-
-def _renamed_response(message: Response, client_id: Id) -> Response:
-    """A member's answer under the client's id: its bytes spliced when their head is the usual one (a large result
-    is not encoded again), else encoded."""
-    raw = message.raw
-    if raw is not None:
-        spliced = hub_lists.splice_id(raw, client_id)
-        if spliced is not None:
-            head = {"jsonrpc": "2.0", "id": client_id, ("error" if message.is_error else "result"): None}
-            obj = head if message.partial else {**message.obj, "id": client_id}
-            return Response(client_id, obj, spliced, partial=message.partial)
-    obj = {**message.full(), "id": client_id}
-    return Response(client_id, obj)

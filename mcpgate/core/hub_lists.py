@@ -168,6 +168,21 @@ def choose_version(requested: object, answered: Iterable[object]) -> str | None:
     return min(versions)
 
 
+def initialize_result(requested: object, answers: list[tuple[str, object]]) -> dict[str, Any]:
+    """The hub's InitializeResult from the (prefix, result) answers of the members that initialized: the revision
+    (`choose_version`), the union of their capabilities, and their instructions, each line led by its prefix."""
+    results = [result if isinstance(result, dict) else {} for _, result in answers]
+    out: dict[str, Any] = {
+        "protocolVersion": choose_version(requested, [r.get("protocolVersion") for r in results]),
+        "capabilities": merge_capabilities(r.get("capabilities") for r in results),
+        "serverInfo": {"name": "mcpgate-hub", "version": "1"},
+    }
+    lines = [f"[{p}] {r['instructions']}" for (p, _), r in zip(answers, results, strict=True) if r.get("instructions")]
+    if lines:
+        out["instructions"] = "\n".join(lines)
+    return out
+
+
 class Ambiguous:
     """A URI (or template start) that more than one member serves."""
 

@@ -27,7 +27,7 @@ import gevent.event
 from mcpgate.child.limits import Usage
 from mcpgate.child.process import ChildProcess, OnMessage
 from mcpgate.child.spawn import ChildSpawnError
-from mcpgate.core import hub, jsonrpc
+from mcpgate.core import hub, hub_messages, jsonrpc
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.serve.servers import watchdog
 
@@ -70,7 +70,7 @@ class HubChild:
     ) -> None:
         self.label = label
         self.members = {m.name: m for m in members}
-        self.core = hub.Hub([hub.Member(m.name, m.prefix) for m in members], in_flight=in_flight, uris=uris)
+        self.core = hub.Hub([hub_messages.Member(m.name, m.prefix) for m in members], in_flight=in_flight, uris=uris)
         self.usage = Usage()
         self.exit_reason: str | None = None
         self.end_cause = ""
@@ -174,21 +174,21 @@ class HubChild:
             self.close("every server of this endpoint ended", "crash")
 
     # -- doing what the core decided -------------------------------------------------------------------------------
-    def _apply(self, outs: list[hub.Out], *, deferred: bool = False) -> None:
+    def _apply(self, outs: list[hub_messages.Out], *, deferred: bool = False) -> None:
         to_client: list[Request | Notification | Response] = []
         for out in outs:
-            if isinstance(out, hub.ToMember):
+            if isinstance(out, hub_messages.ToMember):
                 child = self._children.get(out.member)
                 if child is not None:
                     child.send(out.data)
-            elif isinstance(out, hub.ToClient):
+            elif isinstance(out, hub_messages.ToClient):
                 to_client.append(out.message)
-            elif isinstance(out, hub.CloseMember):
+            elif isinstance(out, hub_messages.CloseMember):
                 child = self._children.get(out.member)
                 if child is not None:
                     log.warning("hub %s: server %s closed: %s", self.label, out.member, out.reason)
                     child.close(out.reason)
-            elif isinstance(out, hub.Wake):
+            elif isinstance(out, hub_messages.Wake):
                 self._wake(out.delay)
             else:
                 log.warning("hub %s: %s", self.label, out.text)

@@ -1,0 +1,136 @@
+"""The hub's messages: what its state machine (core/hub.py) tells its driver to do, and the JSON-RPC it builds.
+
+`ToClient` (a message for the client), `ToMember` (bytes for a member), `CloseMember`, `Wake` (call `tick` after
+that many seconds) and `Note` (a line for the log) are the outputs; the functions build answers and requests,
+and give a member's answer the client's id (splicing the bytes of a large one instead of encoding it again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcpgate.core import hub_lists, jsonrpc
+from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    name: str
+    prefix: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToClient:
+    message: Request | Notification | Response
+
+
+@dataclass(frozen=True, slots=True)
+class ToMember:
+    member: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CloseMember:
+    member: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    text: str
+
+
+Out = ToClient | ToMember | CloseMember | Wake | Note
+
+
+@dataclass(slots=True)
+class Fan:
+    """A client request asked of several members (or the hub's own list): their answers so far."""
+
+    method: str
+    client_id: Id | None  # None: the hub's own request (priming the URI map)
+    params: dict[str, Any]
+    waiting: set[str]
+    answers: dict[str, object] = field(default_factory=dict)
+    pages: int = 1
+
+
+@dataclass(slots=True)
+class Pending:
+    member: str
+    sent: float
+    client_id: Id | None = None  # a routed request's
+    token: IdKey | None = None  # its progress token
+    fan: Fan | None = None
+
+
+@dataclass(slots=True)
+class MemberState:
+    prefix: str
+    gone: str | None = None  # why it is not available
+    capabilities: dict[str, Any] | None = None  # set once it answered initialize
+
+
+def get(obj: object, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def why(error: object) -> str:
+    return str(get(error, "message") or "an error")
+
+
+def jsonrpc_result(request_id: Id, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def response(request_id: Id, result: dict[str, Any]) -> Response:
+    return Response(request_id, jsonrpc_result(request_id, result))
+
+
+def answer(request_id: Id, result: dict[str, Any]) -> ToClient:
+    return ToClient(response(request_id, result))
+
+
+def error_response(request_id: Id, code: int, text: str, data: Any = None) -> dict[str, Any]:
+    return jsonrpc.error_response(request_id, code, text, data)
+
+
+def error(request_id: Id, code: int, text: str, data: Any = None) -> ToClient:
+    return ToClient(Response(request_id, error_response(request_id, code, text, data)))
+
+
+def note_obj(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+def encode_note(method: str, params: dict[str, Any]) -> bytes:
+    return jsonrpc.encode(note_obj(method, params))
+
+
+def encode_request(hub_id: int, method: str, params: dict[str, Any]) -> bytes:
+    return jsonrpc.encode({"jsonrpc": "2.0", "id": hub_id, "method": method, "params": params})
+
+
+def with_id(message: Response, new_id: Id) -> bytes:
+    return jsonrpc.encode({**message.full(), "id": new_id})
+
+
+def renamed_response(message: Response, client_id: Id) -> Response:
+    """A member's answer under the client's id: its bytes spliced when their head is the usual one (a large result
+    is not encoded again), else encoded."""
+    raw = message.raw
+    if raw is not None:
+        spliced = hub_lists.splice_id(raw, client_id)
+        if spliced is not None:
+            head = {"jsonrpc": "2.0", "id": client_id, ("error" if message.is_error else "result"): None}
+            obj = head if message.partial else {**message.obj, "id": client_id}
+            return Response(client_id, obj, spliced, partial=message.partial)
+    obj = {**message.full(), "id": client_id}
+    return Response(client_id, obj)
