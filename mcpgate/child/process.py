@@ -79,6 +79,7 @@ class ChildProcess:
         if not argv:
             raise ValueError("argv is empty")
         self.argv = list(argv)
+        self.shown_argv: list[str] | None = None  # what the log shows instead (a user's secret kept out: serve/vault)
         self.env, self.cwd, self.stderr_mode, self.label = env, cwd, stderr, label
         self.max_line_bytes, self.max_write_queue_bytes = max_line_bytes, max_write_queue_bytes
         self.close_timeout, self.term_timeout, self.max_junk_lines = close_timeout, term_timeout, max_junk_lines
@@ -147,7 +148,7 @@ class ChildProcess:
             if stream is not None:
                 os.set_blocking(stream.fileno(), False)
         self._log.info("child[%s] started pid=%s: %s", self.label, self.pid, executable)
-        self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.argv))
+        self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.shown_argv or self.argv))
         self._greenlets["stdout"] = gevent.spawn(self._read_stdout, proc.stdout.fileno())
         self._stdin.fd = proc.stdin.fileno()
         if proc.stderr is not None:

@@ -26,7 +26,7 @@ def vault_key(value: str) -> str | None:
     except (binascii.Error, ValueError):
         raw = b""
     if len(raw) != VAULT_KEY_BYTES:
-        return "must be base64 of 32 random bytes (python -c 'import os,base64; print(base64.b64encode(os.urandom(32)).decode())')"
+        return "must be base64 of 32 random bytes (openssl rand -base64 32 makes one)"
     return None
 
 

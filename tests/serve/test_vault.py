@@ -7,128 +7,20 @@ answered with a URL-mode elicitation (2025: the -32042 error; 2026-07-28: input_
 
 from __future__ import annotations
 
-import base64
-import os
-import re
 import secrets
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import anyio
 import httpx2
 import mcp.types as types
 import pytest
 import requests
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpgate.serve.oauth import passwords
-from tests.browser import Browser
-from tests.support import FIXTURES, HEADERS, Gateway, init_body, serving, wait_for, write_config
-from tests.support.oauth import authorize_query, embedded_env, redeem_code, register_public_client
-
-PASSWORD = "vault test password"
-USERS = ("alice", "bob", "carol")
-SERVER = "echo"
-CALLBACK = "http://127.0.0.1:9/callback"  # never fetched
-CSRF = re.compile(r"name='csrf_token' value='([^']+)'")
-ENTRY = {
-    "command": sys.executable,
-    "args": [str(FIXTURES / "slot_echo_server.py"), "--token=${user_secret:echo_token}"],
-    "env": {"ECHO_TOKEN": {"user_secret": "echo_token"}},
-    "user_secrets": {"echo_token": {"label": "Echo token", "help": "https://example.com/tokens"}},
-}
-SDK_GUARD = 60.0
-
-
-def vault_key() -> str:
-    return base64.b64encode(os.urandom(32)).decode()
-
-
-def vault_env(tmp: Path, key: str | None = None, **extra: str) -> dict[str, str]:
-    """A gateway in embedded mode publishing the echo server (its slot) for USERS, the vault under `tmp`."""
-    users = ",".join(f"{user}:{passwords.make_hash(PASSWORD)}" for user in USERS)
-    config = write_config(tmp / "servers.json", {SERVER: ENTRY})
-    env = embedded_env(tmp / "state", users, MCPGATE_CONFIG=config, **extra)
-    env["MCPGATE_VAULT_KEY"] = key or vault_key()
-    return env
-
-
-def access_token(gw: Gateway, user: str) -> str:
-    """`user` signed in through the embedded server's pages (login, consent), for the echo server's resource."""
-    resource = f"{gw.base}/servers/{SERVER}/mcp"
-    client_id = register_public_client(gw.base, CALLBACK, "vault tests")
-    verifier = secrets.token_urlsafe(40)
-    query = authorize_query(client_id, CALLBACK, resource, verifier, "st")
-    outcome = Browser(user, PASSWORD).visit(f"{gw.base}/authorize?{urlencode(query)}", stop_at=CALLBACK)
-    assert "code" in outcome.params, outcome.describe()
-    issued = redeem_code(gw.base, outcome.params["code"], verifier, client_id, CALLBACK, resource=resource)
-    assert issued.status_code == 200, issued.text
-    return str(issued.json()["access_token"])
-
-
-class VaultPage:
-    """One user's browser on the vault's page: signed in through its own form."""
-
-    def __init__(self, gw: Gateway, user: str) -> None:
-        self.base, self.http = gw.base, requests.Session()
-        reply = self.http.post(
-            self.base + "/vault/login",
-            data={"csrf_token": self.csrf(), "username": user, "password": PASSWORD},
-            allow_redirects=False,
-            timeout=60,
-        )
-        assert reply.status_code == 303, reply.text
-
-    def page(self) -> str:
-        reply = self.http.get(self.base + "/vault", timeout=30)
-        assert reply.status_code == 200 and reply.headers["cache-control"] == "no-store", reply.text
-        return reply.text
-
-    def csrf(self) -> str:
-        found = CSRF.search(self.page())
-        assert found, "no CSRF token on the page"
-        return found.group(1)
-
-    def post(self, **form: str) -> requests.Response:
-        return self.http.post(self.base + "/vault", data=form, allow_redirects=False, timeout=30)
-
-    def set(self, value: str) -> None:
-        reply = self.post(csrf_token=self.csrf(), slot="echo_token", action="set", value=value)
-        assert reply.status_code == 303, reply.text
-
-    def delete(self) -> None:
-        reply = self.post(csrf_token=self.csrf(), slot="echo_token", action="delete")
-        assert reply.status_code == 303, reply.text
-
-
-async def echo(url: str, token: str, mode: str, calls: int = 1, **options: Any) -> list[str]:
-    """The echo tool's answers to `calls` calls in one SDK client of `mode` ("legacy": a 2025 session)."""
-    headers = {"Authorization": f"Bearer {token}"}
-    out = []
-    with anyio.fail_after(SDK_GUARD):
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
-            Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client,
-        ):
-            for _ in range(calls):
-                result = await client.call_tool("secret", {})
-                assert not result.is_error, result
-                block = result.content[0]
-                assert isinstance(block, types.TextContent)
-                out.append(block.text)
-    return out
-
-
-def echo_once(gw: Gateway, token: str, mode: str) -> str:
-    return anyio.run(lambda: echo(url_of(gw), token, mode))[0]
-
-
-def url_of(gw: Gateway) -> str:
-    return f"{gw.base}/servers/{SERVER}/mcp"
+from tests.support import HEADERS, Gateway, init_body, serving, wait_for
+from tests.support.vault import SDK_GUARD, SERVER, USERS, VaultPage, access_token, echo, echo_once, url_of, vault_env
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +76,7 @@ def test_a_changed_slot_stops_its_holders_and_reaches_new_calls_others_untouched
                 try:
                     result = await client.call_tool("hold", {"seconds": 45})
                     errors.append(f"answered: {result}")
-                except Exception as exc:  # the SDK raises the JSON-RPC error
+                except MCPError as exc:  # the SDK raises the JSON-RPC error
                     errors.append(str(exc))
 
     async def main() -> None:
@@ -198,9 +90,7 @@ def test_a_changed_slot_stops_its_holders_and_reaches_new_calls_others_untouched
 
     anyio.run(main)
     assert len(errors) == 2 and all("credential slot 'echo_token' was changed" in e for e in errors), errors
-    wait_for(
-        lambda: echo_once(gw, tokens["bob"], "2026-07-28").startswith("bob-new|bob-new|"), 2.0, "the new value"
-    )
+    wait_for(lambda: echo_once(gw, tokens["bob"], "2026-07-28").startswith("bob-new|bob-new|"), 2.0, "the new value")
     assert echo_once(gw, tokens["bob"], "legacy").startswith("bob-new|bob-new|")
     assert echo_once(gw, tokens["alice"], "2026-07-28").split("|")[2] == alice_pid  # alice's child untouched
 

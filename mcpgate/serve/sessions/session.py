@@ -11,7 +11,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +28,13 @@ from mcpgate.core.versions import initialize_version
 from mcpgate.observe import audit
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.servers import watchdog
-from mcpgate.serve.vault.vault import SlotFill
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
 from mcpgate.serve.sessions.stream import END as END
 from mcpgate.serve.sessions.stream import Delivery as Delivery
 from mcpgate.serve.sessions.stream import End as End
 from mcpgate.serve.sessions.stream import Stream as Stream
 from mcpgate.serve.sessions.stream import StreamLimits
+from mcpgate.serve.vault.vault import SlotFill
 
 if TYPE_CHECKING:
     from mcpgate.serve.sessions.kept import Keeper
@@ -72,7 +72,8 @@ class ChildSpec:
         """A ChildProcess for this spec, not started yet; with slots, filled with `principal`'s values (it must
         then serve that principal alone) or SlotsEmpty (serve/vault/vault.py). `on_revoke(reason)`: how its
         owner stops it when one of those values changes (None: the child is closed)."""
-        argv, env, stamp = self.argv, self.env, None
+        argv: Sequence[str] = self.argv
+        env, stamp = self.env, None
         if self.slots is not None:
             argv, env, stamp = self.slots.fill(principal, self.argv, self.env)
         child = ChildProcess(
@@ -91,6 +92,7 @@ class ChildSpec:
             user=self.user,
         )
         if stamp is not None and self.slots is not None:
+            child.shown_argv = list(self.argv)  # the log shows the placeholders, never the values
             self.slots.hold(principal, child, stamp, on_revoke)
         return child
 
@@ -283,10 +285,10 @@ class Session:
     event_stream: Stream | None = None
     server: str = "default"  # the published server's name (the audit log's; serve/sessions/inbound.py sets it)
     keeper: Keeper | None = None  # where what a takeover replays is kept (serve/sessions/kept.py); inbound sets it
-    handshake: tuple[Any, Any] | None = None  # the client's initialize params and the child's result, once answered
-
     # the search view's answer to a request, None when it is not the view's (serve/servers/search_view.py)
     search: Callable[[Request], dict[str, Any] | None] | None = None
+    handshake: tuple[Any, Any] | None = None  # the client's initialize params and the child's result, once answered
+
     def open_event_stream(self) -> Stream | None:
         """The 2024-11-05 transport's stream: the session's GET stream, to which its clients' requests are
         added (add_requests), so every message of the session goes there; None when a GET stream is open."""

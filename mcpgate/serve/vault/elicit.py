@@ -31,7 +31,8 @@ MRTR_METHODS = ("tools/call", "prompts/get", "resources/read")
 
 def elicitation(empty: SlotsEmpty) -> dict[str, Any]:
     """One URL-mode elicitation (ElicitRequestURLParams) sending the user to the page."""
-    return {"mode": "url", "elicitationId": "vault-" + secrets.token_urlsafe(9), "url": empty.url, "message": str(empty)}
+    elicitation_id = "vault-" + secrets.token_urlsafe(9)
+    return {"mode": "url", "elicitationId": elicitation_id, "url": empty.url, "message": str(empty)}
 
 
 def error_data(exc: Exception) -> dict[str, Any] | None:

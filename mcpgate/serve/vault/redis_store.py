@@ -76,7 +76,7 @@ class RedisVaultStore:
             value = self.redis.hget(self._key(principal), "v:" + slot)
         except RedisError as exc:
             raise self._guard(exc) from None
-        return None if value is None else bytes(value)
+        return None if value is None else value if isinstance(value, bytes) else value.encode("latin-1")
 
     def put(self, principal: str, slot: str, sealed: bytes, limit: int) -> bool:
         keys = [self._key(principal), self.prefix + "generation"]

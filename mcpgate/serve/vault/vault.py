@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gevent
 
-from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
-from mcpgate.serve.vault.crypto import Cipher, CannotOpen, VaultKeyMissing, WrongVaultKey, key_bytes
+from mcpgate.serve.vault.crypto import CannotOpen, Cipher, VaultKeyMissing, WrongVaultKey, key_bytes
+from mcpgate.serve.vault.redis_store import VaultUnavailable
 from mcpgate.serve.vault.slots import SlotInfo, Slots
 from mcpgate.serve.vault.store import Entry, SqliteVaultStore, VaultStore
 
@@ -63,7 +64,11 @@ class Vault:
     """One worker's vault (see the module docstring)."""
 
     def __init__(
-        self, store: VaultStore | None, cipher: Cipher | None, settings: Settings, environ: Mapping[str, str] = os.environ
+        self,
+        store: VaultStore | None,
+        cipher: Cipher | None,
+        settings: Settings,
+        environ: Mapping[str, str] = os.environ,
     ) -> None:
         self.store, self.cipher, self.settings = store, cipher, settings
         self.url = settings.public_url.rstrip("/") + PAGE_PATH if store is not None else None
@@ -93,7 +98,7 @@ class Vault:
             try:
                 values[info.name] = self.cipher.open(principal, info.name, sealed).decode()
             except CannotOpen:
-                log.error("a vault value of slot %s does not open (moved between principals?): treated as empty", info.name)
+                log.error("a vault value of slot %s does not open here (moved?): treated as empty", info.name)
                 raise SlotsEmpty([info], self.url) from None
         return values, tuple((info.name, listing[info.name].version) for info in slots.info)
 
@@ -162,7 +167,7 @@ class Vault:
             gevent.sleep(self.settings.vault_poll)
             try:
                 generation = self.store.generation() if self.store is not None else 0
-            except Exception as exc:  # the store is away for a moment: checked again next time
+            except (sqlite3.Error, VaultUnavailable) as exc:  # the store is away a moment: checked again next time
                 log.warning("cannot check the vault for changes: %s", type(exc).__name__)
                 continue
             if generation == self._seen:
