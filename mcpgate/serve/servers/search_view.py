@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.search")
 
 KEPT = 64  # principals whose index a server keeps (the least recently used one goes first)
-PAGES = 20  # tools/list pages read for one listing
+PAGES = 100  # tools/list pages read for one listing (and no more than MCPGATE_TOOL_SEARCH_MAX_TOOLS tools)
 UNLISTED = "the server's tools could not be listed just now; try again"
 
 
