@@ -15,8 +15,18 @@ from typing import Any
 
 import pytest
 
-from tests.support import DEMO_ENTRY, FIXTURES, Gateway, call, modern_body, modern_headers, named, post_modern
-from tests.support import reply_message, serving
+from tests.support import (
+    DEMO_ENTRY,
+    FIXTURES,
+    Gateway,
+    call,
+    modern_body,
+    modern_headers,
+    named,
+    post_modern,
+    reply_message,
+    serving,
+)
 from tests.support.oauth import mint_token, post_with_token
 
 AUDIENCE = "api://views"
