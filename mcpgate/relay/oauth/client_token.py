@@ -196,6 +196,7 @@ class ClientCredentialsAuth:
             held = self._fetch_now()
         except TokenError as exc:
             self._failed = (exc, time.monotonic() + FAILURE_HOLD)
+            self._token_url = self.client.token_url  # a discovered endpoint: discovered again next time
             raise
         self._failed = None
         return held
