@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import Gateway, serving
+from tests.support import Gateway, open_session, serving, worker_children
 from tests.support.oauth import mint_token, oidc_issuer, resource_server_env
 
 TOKEN = "the-admin-token-7f3a9c1e5b"
@@ -68,6 +68,11 @@ def test_the_admin_token_is_let_in_and_never_logged(gw: Gateway) -> None:
     assert status == 409, body  # authenticated; no such pending change
     ask(gw, "GET", "/admin/servers", f"Bearer {TOKEN}x")
     assert TOKEN not in gw.log()
+    open_session(gw)  # a child started: the admin token is not in its environment
+    pids = worker_children(gw)
+    assert pids
+    for pid in pids:
+        assert TOKEN.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
 
 
 def test_without_a_token_or_scope_the_api_does_not_exist(tmp_path: Path) -> None:

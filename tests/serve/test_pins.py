@@ -18,7 +18,18 @@ import pytest
 from mcpgate.config.settings import Settings
 from mcpgate.core.pins import pin_of
 from mcpgate.serve.pins.store import Pending, RedisPins
-from tests.support import FIXTURES, Gateway, call, modern_body, open_session, post_modern, reply_message, serving
+from tests.support import (
+    DEMO_ENTRY,
+    FIXTURES,
+    Gateway,
+    call,
+    modern_body,
+    open_session,
+    post_modern,
+    reply_message,
+    serving,
+    write_config,
+)
 from tests.support.fleet import redis_server
 
 ADMIN = "admin-secret-for-the-pins-test"
@@ -191,3 +202,21 @@ def test_the_redis_store_pins_records_and_decides() -> None:
         after = store.load()
         assert after.pins == {"search": new} and not after.pending
         client.close()
+
+
+def test_block_on_the_aggregate_hides_a_members_changed_tool(tmp_path: Path, tools_file: Path) -> None:
+    entry = {
+        "command": sys.executable,
+        "args": [str(FIXTURES / "pins_server.py")],
+        "env": {"PINS_TOOLS": str(tools_file)},
+    }
+    config = write_config(tmp_path / "servers.json", {"files": entry, "demo": DEMO_ENTRY})
+    environ = env(tmp_path, tools_file, "block", MCPGATE_CONFIG=config)
+    del environ["MCPGATE_COMMAND"]
+    with serving(environ) as gw:  # every server also at /mcp, namespaced
+        names = listed(gw, open_session(gw))
+        assert "files__search" in names
+        write_tools(tools_file, changed_tools())
+        headers = open_session(gw)
+        assert listed(gw, headers) == [name for name in names if name != "files__search"]
+        assert called(gw, headers, "files__search")["error"]["message"] == "Unknown tool: files__search"
