@@ -19,8 +19,29 @@ import requests
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support import HEADERS, Gateway, init_body, serving, wait_for
-from tests.support.vault import SDK_GUARD, SERVER, USERS, VaultPage, access_token, echo, echo_once, url_of, vault_env
+from tests.support import (
+    HEADERS,
+    Gateway,
+    init_body,
+    modern_body,
+    modern_headers,
+    reply_message,
+    serving,
+    wait_for,
+)
+from tests.support.fleet import redis_server
+from tests.support.vault import (
+    SDK_GUARD,
+    SERVER,
+    USERS,
+    VaultPage,
+    access_token,
+    echo,
+    echo_once,
+    url_of,
+    vault_env,
+    vault_key,
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +71,14 @@ def test_three_users_in_interleaved_sessions_of_both_eras_each_see_only_their_ow
                         group.start_soon(run, user, mode)
 
     anyio.run(main)
+    pids: dict[str, set[str]] = {user: set() for user in USERS}
     for (user, _mode), answers in seen.items():
         for answer in answers:
-            env_value, arg_value, _pid = answer.split("|")
+            env_value, arg_value, pid = answer.split("|")
             assert (env_value, arg_value) == (values[user], values[user]), (user, answer)
+            pids[user].add(pid)
+    # the pool groups children by principal and each 2025 session has its own: no process served two users
+    assert not (pids["alice"] & pids["bob"] or pids["alice"] & pids["carol"] or pids["bob"] & pids["carol"]), pids
     assert len(seen) == 6 and all(len(answers) == 8 for answers in seen.values())
     assert not [value for value in values.values() if value in pages["alice"].page()], "a value was shown back"
 
@@ -134,3 +159,41 @@ def test_an_empty_slot_is_a_url_elicitation_and_the_retry_after_filling_it_succe
     answers = anyio.run(lambda: echo(url_of(gw), tokens["carol"], "2026-07-28", elicitation_callback=fill_it))
     assert asked == [gw.base + "/vault"] and answers[0].startswith("carol-filled|carol-filled|"), answers
     assert echo_once(gw, tokens["carol"], "legacy").startswith("carol-filled|")
+
+
+# -- a fleet: two instances on one Redis --------------------------------------------------------------------------
+
+
+def modern_secret(gw: Gateway, host: str, token: str) -> str:
+    """The echo tool's answer to one 2026-07-28 call at `gw` (the fleet's public Host)."""
+    body = modern_body(secrets.randbelow(10**9), "tools/call", {"name": "secret", "arguments": {}})
+    headers = {**modern_headers("tools/call", "secret"), "Authorization": f"Bearer {token}", "Host": host}
+    answer = reply_message(gw.request("POST", f"/servers/{SERVER}/mcp", body=body, headers=headers))
+    return str(answer["result"]["content"][0]["text"])
+
+
+def test_in_a_fleet_a_slot_set_on_one_instance_stops_the_holders_on_another(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    key, started = vault_key(), []
+    try:
+        with redis_server() as url:
+            first = Gateway(vault_env(tmp_path_factory.mktemp("one"), key, REDIS_URL=url))
+            started.append(first)
+            first.wait_ready()
+            second = Gateway(
+                vault_env(tmp_path_factory.mktemp("two"), key, REDIS_URL=url, MCPGATE_PUBLIC_URL=first.base)
+            )
+            started.append(second)
+            second.wait_ready()
+            host = f"127.0.0.1:{first.port}"
+            token, page = access_token(first, "alice"), VaultPage(first, "alice")
+            page.set("fleet-one")
+            old = modern_secret(second, host, token)
+            assert old.startswith("fleet-one|fleet-one|"), old
+            page.set("fleet-two")  # on the first instance: the second's child holds the old value
+            wait_for(lambda: "child echo/pool-1 stopped" in second.log(), 2.0, "the second instance's holder stopped")
+            assert modern_secret(second, host, token).startswith("fleet-two|fleet-two|")
+    finally:
+        for gw in started:
+            gw.stop()
