@@ -251,3 +251,22 @@ def test_request_timeout_answers_the_call_and_the_session_goes_on(
         assert "remote server 'sdk'" in error and "request_timeout (1 s)" in error, error
         assert after == "8"
         assert "request_timeout (1 s)" in modern_error, modern_error
+
+
+def test_a_remote_member_of_the_aggregate_in_both_eras(tmp_path: Path, upstreams: Callable[..., SdkUpstream]) -> None:
+    """The hub starts a remote server's member child through its spec like a stdio one's (its prefix names it)."""
+    upstream = upstreams("stateless")
+    entries = {"far": {"url": upstream.url, "prefix": "sdk"}, "demo": DEMO_ENTRY}
+    with serving({"MCPGATE_CONFIG": remote_config(tmp_path / "mcp.json", entries)}) as gw:
+
+        async def main() -> list[str]:
+            answers = []
+            for mode in ("legacy", MODERN):
+                async with Client(f"{gw.base}/mcp", mode=mode) as c:
+                    names = {tool.name for tool in (await c.list_tools()).tools}
+                    assert {"sdk__add", "demo__echo"} <= names, names
+                    answers.append(text(await c.call_tool("sdk__add", {"a": 5, "b": 6})))
+            return answers
+
+        assert run(main) == ["11", "11"]
+        assert "Traceback" not in gw.log()

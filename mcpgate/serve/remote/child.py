@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import gevent
 import gevent.event
@@ -32,12 +32,32 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Batch, Notification, Request, Response
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
-from mcpgate.relay.pump import Relay
-
-if TYPE_CHECKING:
-    from mcpgate.serve.remote.spec import RemoteSpec
+from mcpgate.relay.pump import PumpOptions, Relay
+from mcpgate.relay.transport import Sink, Transport
+from mcpgate.serve.servers.config_file import RemoteEntry
 
 log = logging.getLogger("mcpgate.remote")
+
+
+class Source(Protocol):
+    """What a RemoteChild is made from (serve/remote/spec.py's RemoteSpec), read-only."""
+
+    @property
+    def remote(self) -> RemoteEntry: ...
+    @property
+    def close_timeout(self) -> float: ...
+    @property
+    def close_grace(self) -> float: ...
+    @property
+    def max_line_bytes(self) -> int: ...
+    @property
+    def max_write_queue_bytes(self) -> int: ...
+    @property
+    def pump_options(self) -> PumpOptions: ...
+
+    def http_client(self) -> HttpClient: ...
+
+    def transport(self, http: HttpClient, sink: Sink) -> Transport: ...
 
 
 class MemoryPipes:
@@ -86,8 +106,11 @@ class RemoteChild:
     limits = None  # no process limits: a remote server's request_timeout is its transport's
     user = None
 
-    def __init__(self, spec: RemoteSpec, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> None:
+    def __init__(self, spec: Source, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str) -> None:
         self.spec, self.label = spec, label
+        self.argv = [spec.remote.url]
+        self.close_timeout, self.term_timeout = spec.close_timeout, 0.0  # the drain at its end; no signal ladder
+        self.max_line_bytes, self.max_write_queue_bytes = spec.max_line_bytes, spec.max_write_queue_bytes
         self._on_message, self._on_exit = on_message, on_exit
         self.usage = Usage()
         self.exit_reason: str | None = None
