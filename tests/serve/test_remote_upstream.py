@@ -19,10 +19,22 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 
 from tests.interop import conformance
-from tests.support import DEMO_ENTRY, MODERN, Gateway, free_port, on_elicit, on_sample, serving, stop_process
+from tests.support import (
+    DEMO_ENTRY,
+    MODERN,
+    Gateway,
+    cancel_a_slow_call,
+    demo_round_trips,
+    free_port,
+    on_elicit,
+    on_sample,
+    serving,
+    stop_process,
+)
 from tests.support.remote import SdkUpstream, remote_config
 from tests.support.waiting import wait_listening
 
@@ -65,10 +77,9 @@ def upstreams(tmp_path: Path) -> Iterator[Callable[..., SdkUpstream]]:
 
 
 def test_another_mcpgate_upstream_in_both_eras_with_its_round_trips(tmp_path: Path) -> None:
-    """Progress, elicitation and sampling from the upstream's demo server reach the 2025 client through its
-    one upstream session; a 2026-07-28 client is served by the pool's remote children."""
-    from tests.support import demo_round_trips
-
+    """Progress, elicitation, sampling and a cancel between the upstream's demo server and the 2025 client go
+    through its one upstream session; a 2026-07-28 client is served by the pool's remote children, a 2024-11-05
+    (HTTP+SSE) client by a session like a 2025 one."""
     with serving({}) as upstream:
         config = remote_config(tmp_path / "mcp.json", {"up": {"url": upstream.url, "prefix": "upstream"}})
         with serving({"MCPGATE_CONFIG": config}) as gw:
@@ -76,12 +87,15 @@ def test_another_mcpgate_upstream_in_both_eras_with_its_round_trips(tmp_path: Pa
             async def main() -> list[str]:
                 async with client(gw, "up", "legacy") as legacy:
                     await demo_round_trips(legacy)
+                    await cancel_a_slow_call(legacy)
                     first = text(await legacy.call_tool("echo", {"message": "2025"}))
                 async with client(gw, "up", MODERN) as modern:
                     second = text(await modern.call_tool("echo", {"message": "2026"}))
-                return [first, second]
+                async with Client(sse_client(f"{gw.base}/servers/up/sse"), mode="legacy") as old:
+                    third = text(await old.call_tool("echo", {"message": "2024"}))
+                return [first, second, third]
 
-            assert run(main) == ["2025", "2026"]
+            assert run(main) == ["2025", "2026", "2024"]
             assert "session up/" in gw.log() and "(child remote)" in gw.log()
 
 
