@@ -236,6 +236,7 @@ class DirPins:
         paths.make_private_dirs(directory)
         self.path = directory / f"{server}.json"
         self.lock = directory / f"{server}.lock"
+        self._seen: tuple[tuple[int, int, int], State] | None = None  # the file's stamp and what it held
 
     def _read(self) -> State:
         try:
@@ -264,7 +265,15 @@ class DirPins:
             os.close(fd)
 
     def load(self) -> State:
-        return self._read()
+        """The file's state, read again only when it changed (its mtime, size or inode)."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            return State()
+        stamp = (info.st_mtime_ns, info.st_size, info.st_ino)
+        if self._seen is None or self._seen[0] != stamp:
+            self._seen = (stamp, self._read())
+        return self._seen[1]
 
     def update(self, pin: Mapping[str, Pin], pending: Mapping[str, Pending], settle: Iterable[str], seal: bool) -> None:
         with self._locked() as state:
