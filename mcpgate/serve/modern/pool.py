@@ -38,6 +38,7 @@ from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.modern.tasks import Tasks
 from mcpgate.serve.sessions.session import ChildSpec
 from mcpgate.serve.sessions.stream import StreamLimits
+from mcpgate.serve.vault.vault import SlotsEmpty
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -237,8 +238,8 @@ class Pool:
             gevent.sleep(backoff)
         try:
             child.start()
-        except ChildSpawnError:  # the endpoint's table answers it (serve/errors.py: 502, the details logged)
-            group.children.remove(child)
+        except (ChildSpawnError, SlotsEmpty):  # the endpoint's table answers it (serve/errors.py), e.g. 502
+            group.children.remove(child)  # (SlotsEmpty here: a group's member needs a user's slot: serve/vault)
             raise
         where = child.child.pid or "remote"
         log.info("pooled child %s started for principal %s (pid %s)", child.label, group.principal, where)
@@ -267,6 +268,8 @@ class Pool:
             log.warning("could not start a spare pooled child: %s", refusal.message)
         except ChildSpawnError as exc:
             log.error("could not start a spare pooled child: cannot start the MCP server: %s", exc)
+        except SlotsEmpty:  # a user's slot deleted meanwhile: the next call is answered with the page (serve/vault)
+            log.info("no spare pooled child: a credential slot of its principal is empty")
         finally:
             group.spares_coming -= 1
 
