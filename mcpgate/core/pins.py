@@ -120,10 +120,12 @@ class Finding:
     pin: Pin | None = None  # the listed tool's Pin (NEW, CHANGED)
 
 
-def _listed(tools: Iterable[object]) -> list[tuple[str, Pin | None]]:
-    return [
-        (tool["name"], pin_of(tool)) for tool in tools if isinstance(tool, dict) and isinstance(tool.get("name"), str)
-    ]
+def _whole(tool: dict[str, Any]) -> str | None:
+    """The tool's fingerprint alone (no field digests: what an unchanged tool costs), None when unwritable."""
+    try:
+        return hashlib.sha256(canonical(definition(tool))).hexdigest()
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
 def compare(tools: Iterable[object], pinned: Mapping[str, Pin], complete: bool = True) -> list[Finding]:
@@ -132,18 +134,21 @@ def compare(tools: Iterable[object], pinned: Mapping[str, Pin], complete: bool =
     tool that cannot be fingerprinted counts as CHANGED (every field) when pinned, NEW otherwise."""
     findings: list[Finding] = []
     seen: set[str] = set()
-    for name, pin in _listed(tools):
+    for tool in tools:
+        if not isinstance(tool, dict) or not isinstance(name := tool.get("name"), str):
+            continue
         seen.add(name)
         old = pinned.get(name)
+        if old is not None and _whole(tool) == old.fingerprint:
+            findings.append(Finding(name, Verdict.UNCHANGED, old.fingerprint, old.fingerprint))
+            continue
+        pin = pin_of(tool)
+        new = pin.fingerprint if pin is not None else None
         if old is None:
-            findings.append(Finding(name, Verdict.NEW, None, pin.fingerprint if pin else None, (), pin))
-        elif pin is not None and pin.fingerprint == old.fingerprint:
-            findings.append(Finding(name, Verdict.UNCHANGED, old.fingerprint, pin.fingerprint))
+            findings.append(Finding(name, Verdict.NEW, None, new, (), pin))
         else:
             fields = old.changed(pin) if pin is not None else DEFINITION
-            findings.append(
-                Finding(name, Verdict.CHANGED, old.fingerprint, pin.fingerprint if pin else None, fields, pin)
-            )
+            findings.append(Finding(name, Verdict.CHANGED, old.fingerprint, new, fields, pin))
     if complete:
         findings.extend(
             Finding(name, Verdict.REMOVED, pin.fingerprint) for name, pin in pinned.items() if name not in seen
