@@ -76,7 +76,7 @@ class Hub:
     """See the module docstring."""
 
     def __init__(self, members: Sequence[Member], *, in_flight: int, uris: int) -> None:
-        self.members = {m.name: MemberState(m.prefix) for m in members}
+        self.members = {m.name: MemberState(m.prefix, tools=m.tools) for m in members}
         self.by_prefix = {m.prefix: m.name for m in members}
         self.in_flight, self.uris = in_flight, UriMap(uris)
         self._next = 0
@@ -167,7 +167,9 @@ class Hub:
     ) -> list[Out]:
         parts = hub_lists.split(name)
         member = self.by_prefix.get(parts[0]) if parts is not None else None
-        if parts is None or member is None:
+        tools = self.members[member].tools if member is not None else None
+        hidden = tools is not None and message.method == "tools/call" and not tools.visible(parts[1] if parts else "")
+        if parts is None or member is None or hidden:  # a tool its server hides does not exist here either
             return [error(message.id, jsonrpc.INVALID_PARAMS, f"{unknown}: {name}")]
         named = {**ref, "name": parts[1]} if ref is not None else None
         params = {**params, "ref": named} if named is not None else {**params, "name": parts[1]}
@@ -292,13 +294,18 @@ class Hub:
         if fan.method == "initialize":
             return self._initialized(fan)
         if fan.method in LISTS:
-            order = [(n, self.members[n].prefix, fan.answers.get(n)) for n in self.members if n in fan.answers]
+            order = [(n, self.members[n].prefix, self._shown(n, fan)) for n in self.members if n in fan.answers]
             page = hub_lists.merge_page(fan.method, order)
             notes: list[Out] = [
                 Note(f"server {n!r}: its next cursor is too long to carry; listing cut") for n in page.cut
             ]
             return [*notes, ToClient(response(fan.client_id, page.result))]
         return [ToClient(response(fan.client_id, {}))]
+
+    def _shown(self, member: str, fan: Fan) -> object:
+        """A member's part of a list, without the tools its server hides."""
+        answer, tools = fan.answers.get(member), self.members[member].tools
+        return tools.result(answer) if tools is not None and fan.method == "tools/list" else answer
 
     def _initialized(self, fan: Fan) -> list[Out]:
         assert fan.client_id is not None

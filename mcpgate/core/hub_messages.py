@@ -12,12 +12,14 @@ from typing import Any
 
 from mcpgate.core import hub_lists, jsonrpc
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+from mcpgate.core.tool_filter import ToolFilter
 
 
 @dataclass(frozen=True, slots=True)
 class Member:
     name: str
     prefix: str
+    tools: ToolFilter | None = None  # the server's own tool lists (its allow/deny): what it hides stays hidden
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,7 @@ class MemberState:
     prefix: str
     gone: str | None = None  # why it is not available
     capabilities: dict[str, Any] | None = None  # set once it answered initialize
+    tools: ToolFilter | None = None
 
 
 def get(obj: object, key: str) -> Any:

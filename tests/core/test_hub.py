@@ -421,3 +421,18 @@ def test_a_large_answer_is_spliced_not_reencoded() -> None:
     [out] = [o for o in hub.from_member("a", message, 0.0) if isinstance(o, ToClient)]
     assert out.message.id == "big" and out.message.raw is not None
     assert out.message.raw.startswith(b'{"jsonrpc":"2.0","id":"big","result"') and len(out.message.raw) > 300_000
+
+
+def test_a_tool_its_server_hides_is_hidden_on_the_aggregate_too() -> None:
+    from mcpgate.core.tool_filter import ToolFilter
+
+    hub = Hub([Member("a", "a", ToolFilter.of((), ("secret",))), Member("b", "b")], in_flight=64, uris=10)
+    asked = sent(hub.from_client(req(0, "initialize", {}), 0.0))
+    for member, [init] in asked.items():
+        hub.from_member(member, res(init["id"], {"protocolVersion": "2025-06-18", "capabilities": CAPS}), 0.0)
+    [hidden] = to_client(hub.from_client(req(1, "tools/call", {"name": "a__secret"}), 0.0))
+    assert hidden["error"] == {"code": jsonrpc.INVALID_PARAMS, "message": "Unknown tool: a__secret"}
+    listed = sent(hub.from_client(req(2, "tools/list"), 0.0))
+    hub.from_member("a", res(listed["a"][0]["id"], {"tools": [{"name": "secret"}, {"name": "open"}]}), 0.0)
+    [page] = to_client(hub.from_member("b", res(listed["b"][0]["id"], {"tools": [{"name": "secret"}]}), 0.0))
+    assert [t["name"] for t in page["result"]["tools"]] == ["a__open", "b__secret"]

@@ -179,7 +179,8 @@ def test_the_fleet_routes_named_paths(tmp_path: Path) -> None:
     assert fleet.route("/servers/demo/mcp") == ("demo", "mcp")
     assert fleet.route("/servers/fs.v2/sse/") == ("fs.v2", "sse")
     assert fleet.route("/servers/nope/messages") == ("nope", "messages")  # answered by fleet.unknown
-    assert [fleet.route(p) for p in ("/mcp", "/servers", "/servers/demo", "/servers/demo/other")] == [None] * 4
+    assert [fleet.route(p) for p in ("/servers", "/servers/demo", "/servers/demo/other")] == [None] * 3
+    assert fleet.route("/mcp") == ("*", "mcp")  # two servers: the aggregate of both (serve/hub/groups.py)
     gateway = fleet.get("fs.v2")
     assert gateway is not None and gateway.name == "fs.v2" and gateway.settings.max_sessions == 2
     assert gateway.argv == ["npx"] and gateway.child_spec.label_prefix == "fs.v2/"

@@ -29,6 +29,7 @@ from mcpgate.child.process import ChildProcess, OnMessage
 from mcpgate.child.spawn import ChildSpawnError
 from mcpgate.core import hub, hub_messages, jsonrpc
 from mcpgate.core.jsonrpc import Notification, Request, Response
+from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.serve.servers import watchdog
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class HubMember:
     prefix: str
     spec: ChildSpec
     problem: Callable[[], str | None] = field(default=lambda: None, compare=False)  # why it cannot start now
+    tools: ToolFilter | None = None  # its own tools_allow / tools_deny: hidden on the aggregate too
 
 
 class HubChild:
@@ -70,7 +72,9 @@ class HubChild:
     ) -> None:
         self.label = label
         self.members = {m.name: m for m in members}
-        self.core = hub.Hub([hub_messages.Member(m.name, m.prefix) for m in members], in_flight=in_flight, uris=uris)
+        self.core = hub.Hub(
+            [hub_messages.Member(m.name, m.prefix, m.tools) for m in members], in_flight=in_flight, uris=uris
+        )
         self.usage = Usage()
         self.exit_reason: str | None = None
         self.end_cause = ""

@@ -27,6 +27,7 @@ from typing import Any
 from mcpgate.config.settings import Settings
 from mcpgate.core import hub_lists
 from mcpgate.core.sessions import new_session_id
+from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.hub.child import HubMember
 from mcpgate.serve.hub.server import HubServer
@@ -143,6 +144,12 @@ class Groups:
     def route(self, path: str) -> tuple[str, RouteKind] | None:
         return self._paths.get(path) if self._paths else None
 
+    def get(self, key: str) -> HubServer | None:
+        return self._servers.get(key)
+
+    def items(self) -> list[tuple[str, HubServer]]:
+        return list(self._servers.items())
+
     def apply(
         self, groups: Sequence[Group], entries: Mapping[str, ServerEntry], servers: Mapping[str, PublishedServer]
     ) -> tuple[dict[str, HubServer], list[HubServer]]:
@@ -169,13 +176,15 @@ class Groups:
         }
         return built, retired
 
+    @staticmethod
+    def _member(entry: ServerEntry, server: PublishedServer) -> HubMember:
+        tools = ToolFilter.of(server.settings.tools_allow, server.settings.tools_deny)  # hidden here too
+        return HubMember(entry.name, prefix_of(entry), server.child_spec, server.command_problem, tools)
+
     def _server(
         self, group: Group, entries: Mapping[str, ServerEntry], servers: Mapping[str, PublishedServer]
     ) -> HubServer:
-        members = tuple(
-            HubMember(name, prefix_of(entries[name]), servers[name].child_spec, servers[name].command_problem)
-            for name in group.servers
-        )
+        members = tuple(self._member(entries[name], servers[name]) for name in group.servers)
         mcp, sse, messages = group.paths
         settings = dataclasses.replace(self.settings, path=mcp, sse_path=sse, messages_path=messages)
         return HubServer(

@@ -99,7 +99,7 @@ class PublishedServers:
             self._entries[entry.name] = entry
             self._gateways[entry.name] = self._gateway(entry)
         groups = hub_groups.plan(settings, config.servers)
-        self._gateways.update(self.hub.apply(groups, self._entries, self._gateways)[0])
+        self.hub.apply(groups, self._entries, self._gateways)
         self._show(views_file.load(settings.config))
 
     def _gateway(self, entry: ServerEntry) -> PublishedServer:
@@ -125,16 +125,18 @@ class PublishedServers:
     def _show(self, views: ViewTable | None) -> None:
         """The views (MCPGATE_CONFIG's, None: none) every server answers its callers by."""
         self.views = views
-        for gateway in self._gateways.values():
+        for _name, gateway in self.items():
             gateway.views = views
 
     # -- lookups (cheap: on every request) --
 
     def get(self, name: str) -> PublishedServer | None:
-        return self._gateways.get(name)
+        gateway = self._gateways.get(name)
+        return gateway if gateway is not None else self.hub.get(name)  # a group's (serve/hub/groups.py)
 
     def items(self) -> list[tuple[str, PublishedServer]]:
-        return list(self._gateways.items())
+        """The servers, then the groups (sessions, draining, metrics); `names()` and GET /servers: the servers."""
+        return [*self._gateways.items(), *self.hub.items()]
 
     def names(self) -> list[str]:
         return list(self._gateways)
@@ -187,7 +189,7 @@ class PublishedServers:
         root = request.environ.get("SCRIPT_NAME", "").rstrip("/")
         listed = [
             {"name": name, "endpoint": root + gateway.settings.path, "sse": root + gateway.settings.sse_path}
-            for name, gateway in self.items()
+            for name, gateway in self._gateways.items()
             if self.views is None or self.views.sees(name, request.environ)
         ]
         return json_response(jsonrpc.encode({"servers": listed}))
@@ -236,9 +238,7 @@ class PublishedServers:
         unchanged = [name for name in new if name in self._entries and new[name] == self._entries[name]]
         gateways = {name: self._gateways[name] if name in unchanged else self._gateway(new[name]) for name in new}
         old = [self._gateways[name] for name in (*replaced, *removed)]
-        hubs, retired = self.hub.apply(groups, new, gateways)  # a group whose servers changed is replaced
-        gateways.update(hubs)
-        old += retired
+        old += self.hub.apply(groups, new, gateways)[1]  # a group whose servers changed is replaced
         self._gateways, self._entries = gateways, new  # swapped at once: a request finds the old or the new
         self._show(views)
         for name in added:
@@ -276,7 +276,7 @@ class PublishedServers:
         """Shut every server down at once and wait (bounded) for their children."""
         if self._watcher is not None:
             self._watcher.kill(block=False)
-        greenlets = [gevent.spawn(gateway.shutdown, timeout) for gateway in self._gateways.values()]
+        greenlets = [gevent.spawn(gateway.shutdown, timeout) for _name, gateway in self.items()]
         gevent.joinall(greenlets, timeout=timeout + CLOSE_GRACE)
 
 
