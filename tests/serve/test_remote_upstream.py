@@ -35,6 +35,7 @@ from tests.support import (
     serving,
     stop_process,
 )
+from tests.support.relay import EraServer
 from tests.support.remote import SdkUpstream, remote_config
 from tests.support.waiting import wait_listening
 
@@ -284,3 +285,24 @@ def test_a_remote_member_of_the_aggregate_in_both_eras(tmp_path: Path, upstreams
 
         assert run(main) == ["11", "11"]
         assert "Traceback" not in gw.log()
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_an_upstream_of_one_era_serves_clients_of_both(era: str, tmp_path: Path) -> None:
+    """A modern-only upstream (it refuses initialize) and a legacy-only one (it refuses 2026-07-28 requests):
+    era "auto" finds out, and the client of the other era goes through the relay's bridge."""
+    upstream = EraServer(era, tmp_path).start()
+    try:
+        config = remote_config(tmp_path / "mcp.json", {"one": {"url": upstream.url}})
+        with serving({"MCPGATE_CONFIG": config}) as gw:
+
+            async def main() -> list[str]:
+                answers = []
+                for mode in ("legacy", MODERN):
+                    async with client(gw, "one", mode) as c:
+                        answers.append(text(await c.call_tool("echo", {"message": mode})))
+                return answers
+
+            assert run(main) == ["legacy", MODERN]
+    finally:
+        upstream.stop()
