@@ -220,3 +220,14 @@ def test_block_on_the_aggregate_hides_a_members_changed_tool(tmp_path: Path, too
         headers = open_session(gw)
         assert listed(gw, headers) == [name for name in names if name != "files__search"]
         assert called(gw, headers, "files__search")["error"]["message"] == "Unknown tool: files__search"
+
+
+def test_pins_outlive_a_restart_of_the_gateway(tmp_path: Path, tools_file: Path) -> None:
+    environ = env(tmp_path, tools_file, "block")
+    with serving(environ) as gw:
+        assert listed(gw, open_session(gw)) == ["echo", "search"]
+    state = tmp_path / "state" / "pins" / "default.json"
+    assert state.stat().st_mode & 0o777 == 0o600 and (state.parent.stat().st_mode & 0o077) == 0
+    write_tools(tools_file, changed_tools())
+    with serving(environ) as gw:  # the same state directory: the pins of the first life hold
+        assert listed(gw, open_session(gw)) == ["echo"]
