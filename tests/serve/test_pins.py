@@ -231,3 +231,21 @@ def test_pins_outlive_a_restart_of_the_gateway(tmp_path: Path, tools_file: Path)
     write_tools(tools_file, changed_tools())
     with serving(environ) as gw:  # the same state directory: the pins of the first life hold
         assert listed(gw, open_session(gw)) == ["echo"]
+
+
+def test_block_with_the_pins_in_redis(tmp_path: Path, tools_file: Path) -> None:
+    redis = pytest.importorskip("redis")
+    with redis_server() as url, serving(env(tmp_path, tools_file, "block", REDIS_URL=url)) as gw:
+        assert listed(gw, open_session(gw)) == ["echo", "search"]
+        client = redis.Redis.from_url(url)
+        try:
+            assert set(client.hkeys("mcpgate:pins:default")) == {b"echo", b"search"}
+        finally:
+            client.close()
+        assert not list((tmp_path / "state").glob("pins/*.json"))  # in Redis, not on disk
+        write_tools(tools_file, changed_tools())
+        headers = open_session(gw)
+        assert listed(gw, headers) == ["echo"]
+        change = admin(gw, "GET", "/admin/pins")["servers"]["default"]["pending"][0]
+        admin(gw, "POST", "/admin/pins/approve", {"server": "default", "tool": "search", "fingerprint": change["new"]})
+        assert listed(gw, headers) == ["echo", "search"]
