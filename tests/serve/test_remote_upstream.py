@@ -30,6 +30,7 @@ from tests.support import (
     cancel_a_slow_call,
     demo_round_trips,
     free_port,
+    gunicorn_refusal,
     on_elicit,
     on_sample,
     serving,
@@ -306,3 +307,13 @@ def test_an_upstream_of_one_era_serves_clients_of_both(era: str, tmp_path: Path)
             assert run(main) == ["legacy", MODERN]
     finally:
         upstream.stop()
+
+
+def test_an_unset_variable_stops_the_start_naming_it_and_no_secret(tmp_path: Path) -> None:
+    entry = {"url": "http://127.0.0.1:9/mcp", "headers": {"X-Other": "${SET_ONE}", "X-Key": "${NOT_SET_ANYWHERE}"}}
+    config = remote_config(tmp_path / "mcp.json", {"far": entry})
+    out = gunicorn_refusal(
+        {"MCPGATE_CONFIG": config, "SET_ONE": "visible-secret-value"}, "-b", f"127.0.0.1:{free_port()}"
+    )
+    assert "server 'far': headers.X-Key names the environment variable NOT_SET_ANYWHERE, which is not set" in out
+    assert "visible-secret-value" not in out
