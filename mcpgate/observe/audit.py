@@ -1,4 +1,5 @@
-"""The audit log (MCPGATE_AUDIT_LOG): one JSON line per tool call, resource read, prompt get and sign-in.
+"""The audit log (MCPGATE_AUDIT_LOG): one JSON line per tool call, resource read, prompt get, task method
+(tasks/get, tasks/result, tasks/cancel, tasks/update), sign-in, and request refused at the endpoint.
 
 A line is written when the call's outcome is known, where its request and its answer meet: a 2025 session's
 (serve/sessions/session.py: its requests registered, the child's response routed, a cancellation, the session's
@@ -9,7 +10,16 @@ of the embedded authorization server (serve/oauth/signin.py). Its members:
     session (its short id), method, tool / resource / prompt, arguments_sha256 (of the canonical JSON of the
     arguments: keys sorted, no spaces, UTF-8; `arguments` too only with MCPGATE_AUDIT_ARGUMENTS), outcome
     (ok, error, cancelled, ended; a sign-in's ok, failed, refused), error_code (the JSON-RPC code of an error
-    answer), latency_ms, bytes_in (the request message), bytes_out (the answer message).
+    answer), error_type (an error's: jsonrpc_error, or tool_error for a tools/call result with isError true, found
+    in the answer's bytes as they pass: decoded only when they may say so), latency_ms, bytes_in (the request
+    message), bytes_out (the answer message). A task method names its task by `task`, the first 16 hex digits of
+    the sha256 of its taskId (a 2026-07-28 task id is a sealed token).
+
+A request the Endpoint refuses (serve/front/app.py: a token missing or wrong, an unknown session, a Host or Origin,
+a body too large, a rate limit, a pool that cannot take it ...) is a line of its own: event "refused", `kind` (the
+defence's, as in /metrics' mcpgate_refusals_total, else the status's: unauthorized, session_not_found ...),
+status, error_code, the principal only when the guard had named one, the server, method and tool when known, the
+remote address; never a header's value (a token, the session id asked for).
 
 Writing never blocks a call: a line is formatted on the worker and put on a bounded queue that one OS thread
 of its own writes out (os.write, to stderr or a file opened for appending); past MCPGATE_AUDIT_QUEUE lines
@@ -24,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import time
 from _queue import Empty, SimpleQueue  # the C queue: never patched by gevent, safe between the worker and the writer
@@ -37,7 +48,14 @@ from mcpgate.core.jsonrpc import Id, IdKey, Request, Response
 log = logging.getLogger("mcpgate.audit")
 
 NAMED = {"tools/call": "tool", "resources/read": "resource", "prompts/get": "prompt"}  # the methods audited
-OK, ERROR, CANCELLED, ENDED = "ok", "error", "cancelled", "ended"
+NAMED.update(dict.fromkeys(("tasks/get", "tasks/result", "tasks/cancel", "tasks/update"), "task"))  # both eras'
+OK, ERROR, CANCELLED, ENDED, REFUSED = "ok", "error", "cancelled", "ended", "refused"
+TOOL_ERROR, JSONRPC_ERROR = "tool_error", "jsonrpc_error"  # an error's error_type: a result's isError, an error
+# a refusal's kind when no defence named one (refusals.py names Host, Origin, body too large, rate limit), by status
+REFUSAL_KINDS = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method"}
+REFUSAL_KINDS.update({406: "not_acceptable", 409: "conflict", 413: "body_too_large", 415: "media_type"})
+REFUSAL_KINDS.update({429: "rate_limit", 502: "bad_gateway", 503: "unavailable", 504: "timeout"})
+_IS_ERROR = re.compile(rb'"isError"[ \t\r\n]*:[ \t\r\n]*true')  # may be a result's isError (then decoded)
 SESSION, LEGACY_SSE, MODERN = "2025-session", "http+sse", "2026-07-28"
 WRITE_BATCH = 256  # lines joined into one write
 EXIT_WAIT = 2.0  # seconds the process's exit waits for the lines still queued
@@ -169,7 +187,9 @@ class AuditLog:
         """An audited request's line so far (`request.method` is one of NAMED)."""
         params = request.params if isinstance(request.params, dict) else {}
         key = NAMED[request.method]
-        name = params.get("uri" if key == "resource" else "name")
+        name = params.get({"resource": "uri", "task": "taskId"}.get(key, "name"))
+        if key == "task" and isinstance(name, str):  # a task id may be a sealed token: its digest names it
+            name = hashlib.sha256(name.encode()).hexdigest()[:16]
         arguments = params.get("arguments")
         fields: dict[str, Any] = {
             "time": None,
@@ -188,11 +208,15 @@ class AuditLog:
         fields["bytes_in"] = len(request.raw) if request.raw is not None else len(jsonrpc.encode(request.obj))
         return Started(fields, time.monotonic())
 
-    def finish(self, started: Started, code: int | None, bytes_out: int, outcome: str | None = None) -> None:
+    def finish(
+        self, started: Started, code: int | None, bytes_out: int, outcome: str | None = None, tool_error: bool = False
+    ) -> None:
         fields = started.fields
         fields["time"] = now()
-        fields["outcome"] = outcome or (ERROR if code is not None else OK)
+        fields["outcome"] = outcome or (ERROR if code is not None or tool_error else OK)
         fields["error_code"] = code
+        if fields["outcome"] == ERROR:
+            fields["error_type"] = TOOL_ERROR if tool_error and code is None else JSONRPC_ERROR
         fields["latency_ms"] = round((time.monotonic() - started.at) * 1000, 3)
         fields["bytes_out"] = bytes_out
         self.write(fields)
@@ -227,7 +251,9 @@ class AuditLog:
             return
         self.in_flight -= 1
         size = len(message.raw) if message.raw is not None else len(jsonrpc.encode(message.obj))
-        self.finish(started, error_code(message), size)
+        code = error_code(message)
+        failed = code is None and started.fields["method"] == "tools/call" and is_tool_error(message.raw, message.full)
+        self.finish(started, code, size, tool_error=failed)
 
     def closed(self, session: AuditedSession, request_id: Id, code: int, outcome: str) -> None:
         table = self.pending.get(session.id)
@@ -241,6 +267,32 @@ class AuditLog:
         for started in (self.pending.pop(session.id, None) or {}).values():
             self.in_flight -= 1
             self.finish(started, jsonrpc.CONNECTION_CLOSED, 0, ENDED)
+
+    # -- requests refused at the endpoint, before any session or pool saw them ----------------------------------
+    def refused(self, environ: dict[str, Any], status: int, code: int, kind: str | None, request: Any) -> None:
+        """A refused request's line: its kind (a defence's, else its status's), the principal only when the guard
+        named one, the server and method when known; never a header's value (a token, a session id)."""
+        message = getattr(request, "message", None)
+        method = getattr(message, "method", None)
+        fields: dict[str, Any] = {
+            "time": now(),
+            "instance": self.instance,
+            "event": "refused",
+            "kind": kind or refusal_kind(status, environ),
+            "principal": getattr(request, "principal", None),
+            "server": getattr(request, "server", None),
+            "http_method": environ.get("REQUEST_METHOD"),
+            "method": method if isinstance(method, str) and len(method) <= 128 else None,
+            "outcome": REFUSED,
+            "status": status,
+            "error_code": code,
+            "remote": environ.get("REMOTE_ADDR"),
+        }
+        key = NAMED.get(fields["method"] or "")
+        if key is not None and key != "task" and isinstance(message, Request) and isinstance(message.params, dict):
+            name = message.params.get("uri" if key == "resource" else "name")
+            fields[key] = name if isinstance(name, str) and len(name) <= 1024 else None
+        self.write(fields)
 
     # -- sign-ins of the embedded authorization server ------------------------------------------------------
     def sign_in(self, subject: str | None, outcome: str, how: str, started: float, account: str | None = None) -> None:
@@ -256,6 +308,22 @@ class AuditLog:
         if account is not None:
             fields["account"] = account
         self.write(fields)
+
+
+def refusal_kind(status: int, environ: dict[str, Any]) -> str:
+    """The kind of a refusal no defence named, from its status (a 404 naming a session: session_not_found)."""
+    if status == 404 and environ.get("HTTP_MCP_SESSION_ID"):
+        return "session_not_found"
+    return REFUSAL_KINDS.get(status, f"status_{status}")
+
+
+def is_tool_error(raw: bytes | None, full: Callable[[], dict[str, Any]]) -> bool:
+    """Whether a tools/call answer is a result with isError true: its bytes searched (no decoding), decoded only
+    when they may say so (a result's isError, or an "isError" deeper in it)."""
+    if raw is not None and _IS_ERROR.search(raw) is None:
+        return False
+    result = full().get("result")
+    return isinstance(result, dict) and result.get("isError") is True
 
 
 def error_code(message: Response) -> int | None:
@@ -282,7 +350,25 @@ def configure(target: str, bound: int, arguments: bool, instance: str | None) ->
     return LOG
 
 
-def done(started: Started, code: int | None, bytes_out: int, outcome: str | None = None) -> None:
-    """A pooled call's outcome (its Started was made while the log was on)."""
-    if LOG is not None:
-        LOG.finish(started, code, bytes_out, outcome)
+def done(
+    started: Started, code: int | None, bytes_out: int, outcome: str | None = None, answer: bytes | None = None
+) -> None:
+    """A pooled call's outcome (its Started was made while the log was on); `answer`: the bytes the client gets
+    (a tools/call result with isError true is an error: a tool error)."""
+    if LOG is None:
+        return
+    failed = (
+        answer is not None
+        and code is None
+        and started.fields["method"] == "tools/call"
+        and is_tool_error(answer, lambda: _decoded(answer))
+    )
+    LOG.finish(started, code, bytes_out, outcome, tool_error=failed)
+
+
+def _decoded(data: bytes) -> dict[str, Any]:
+    try:
+        found = json.loads(data)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import audit
-from tests.support import MODERN, Gateway, call, open_session, reply_message, serving, wait_for
+from tests.support import HEADERS, MODERN, Gateway, call, init_body, open_session, reply_message, serving, wait_for
 from tests.support.fleet import instances
 from tests.support.oauth import embedded_env, sign_in
 from tests.support.security import PASSWORD, USER, USERS
@@ -264,3 +264,102 @@ def test_a_hidden_tools_call_is_audited_in_both_eras(tmp_path: Path) -> None:
     for line, code in zip((legacy, modern), codes, strict=True):
         assert (line["tool"], line["outcome"], line["error_code"]) == ("add", "error", code)
         assert line["arguments_sha256"] == digest({"a": 1, "b": 2})
+
+
+def test_a_tool_error_result_is_audited_as_an_error(audited: tuple[Gateway, Path]) -> None:
+    """A tools/call whose result has isError true (the demo child's `add` of a non-number) is an error, a tool
+    error (no JSON-RPC code); a result with isError false stays ok. Both eras."""
+    gw, path = audited
+    before = len(lines(path))
+
+    async def body() -> None:
+        for mode in ("legacy", MODERN):
+            async with http() as client, Client(streamable_http_client(gw.url, http_client=client), mode=mode) as c:
+                failed = await c.call_tool("add", {"a": "not a number", "b": 1})
+                assert failed.is_error
+                assert not (await c.call_tool("add", {"a": 1, "b": 2})).is_error
+
+    run(body)
+    wait_for(lambda: len(lines(path)) >= before + 4, timeout=30, what="the calls' audit lines")
+    written = [line for line in lines(path)[before:] if line.get("tool") == "add"]
+    outcomes = [(line["era"], line["outcome"], line["error_code"], line.get("error_type")) for line in written]
+    assert outcomes == [
+        ("2025-session", "error", None, "tool_error"),
+        ("2025-session", "ok", None, None),
+        ("2026-07-28", "error", None, "tool_error"),
+        ("2026-07-28", "ok", None, None),
+    ]
+
+
+def test_a_jsonrpc_error_is_told_apart_from_a_tool_error(audited: tuple[Gateway, Path]) -> None:
+    gw, path = audited
+    before = len(lines(path))
+
+    async def body() -> None:
+        async with http() as client, Client(streamable_http_client(gw.url, http_client=client), mode="legacy") as c:
+            with pytest.raises(MCPError):
+                await c.call_tool("no_such_tool", {})
+
+    run(body)
+    wait_for(lambda: len(lines(path)) > before, timeout=30, what="the call's audit line")
+    (line,) = [line for line in lines(path)[before:] if line.get("tool") == "no_such_tool"]
+    assert line["outcome"] == "error" and line["error_type"] == "jsonrpc_error" and line["error_code"] is not None
+
+
+def test_refusals_before_a_session_have_a_line_each_without_secrets(audited: tuple[Gateway, Path]) -> None:
+    """A wrong token (401), an unknown session (404), a Host not allowed: one line each, its kind, a principal
+    only once the guard named one, neither the token sent nor the session id asked for."""
+    gw, path = audited
+    wrong = "wrong-token-never-logged-" + "w" * 16
+    unknown = "unknown-session-never-logged-" + "u" * 16
+    before = len(lines(path))
+    reply = gw.request(
+        "POST", body=call("echo", {"message": SECRET_ARGUMENT}), headers={**HEADERS, "Authorization": f"Bearer {wrong}"}
+    )
+    assert reply.status == 401
+    headers = {
+        **HEADERS,
+        "Authorization": f"Bearer {TOKEN}",
+        "Mcp-Session-Id": unknown,
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    assert gw.request("POST", body=call("echo", {"message": SECRET_ARGUMENT}), headers=headers).status == 404
+    assert (
+        gw.request("POST", body=call("echo", {"message": "x"}), headers={**headers, "Host": "rebound.example"}).status
+        == 421
+    )
+    wait_for(lambda: len(lines(path)) >= before + 3, timeout=30, what="the refusals' audit lines")
+    written = [line for line in lines(path)[before:] if line["event"] == "refused"]
+    assert [(line["kind"], line["status"], line["outcome"]) for line in written] == [
+        ("unauthorized", 401, "refused"),
+        ("session_not_found", 404, "refused"),
+        ("host", 421, "refused"),
+    ]
+    assert [line["principal"] for line in written] == [None, "static", None]  # the token's principal once known
+    assert all(line["instance"] == "audit-i1" for line in written)
+    assert written[1]["method"] == "tools/call" and written[1]["tool"] == "echo" and written[1]["server"] == "default"
+    text = path.read_text()
+    assert wrong not in text and unknown not in text and TOKEN not in text and SECRET_ARGUMENT not in text
+
+
+def test_a_task_method_is_audited(audited: tuple[Gateway, Path]) -> None:
+    """tasks/get in a 2025 session (the demo child has no tasks: its -32601): a line naming the task by digest."""
+    gw, path = audited
+    auth = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    reply = gw.request("POST", body=init_body(), headers=auth)
+    assert reply.status == 200, reply
+    session = {**auth, "Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert gw.request("POST", body=initialized, headers=session).status == 202
+    before = len(lines(path))
+    task = "task-id-of-the-client-7"
+    body = {"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": {"taskId": task}}
+    answer = reply_message(gw.request("POST", body=body, headers=session))
+    wait_for(lambda: len(lines(path)) > before, timeout=30, what="the task method's audit line")
+    (line,) = lines(path)[before:]
+    assert (line["method"], line["task"], line["era"]) == (
+        "tasks/get",
+        hashlib.sha256(task.encode()).hexdigest()[:16],
+        "2025-session",
+    )
+    assert line["error_code"] == answer.get("error", {}).get("code") and task not in path.read_text()

@@ -210,6 +210,8 @@ class Endpoint:
         except Refusal as refusal:
             if refusal.kind is not None:  # a defence's: counted here, once (/metrics' mcpgate_refusals)
                 refusals.count(refusal.kind)
+            if audit.LOG is not None:  # its audit line: the kind, never a token (mcpgate/observe/audit.py)
+                audit.LOG.refused(environ, refusal.status, refusal.code, refusal.kind, context(environ))
             response = refusal.response()
         if tracing.KEY in environ:  # the request's spans end with its response
             return tracing.finish(environ, response.status, response.body, response(environ, start_response))

@@ -299,7 +299,7 @@ class PooledChild:
     def _answered(self, call: Call, data: bytes) -> None:
         self.release(call)
         if call.audit is not None:
-            audit.done(call.audit, call.error_code, len(data))
+            audit.done(call.audit, call.error_code, len(data), answer=data)  # isError: a tool error
         if call.continuation is not None:  # it asked for input: delivered now, or held for the retry while parked
             call.continuation.finished(data)
             return

@@ -92,6 +92,8 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
         return listen(gw, pool.hub(principal), message, client)
     if message.method in core_tasks.METHODS:  # to the child holding the task, wherever it is (modern/tasks.py)
         call = tasks.start(pool.tasks, pool.holder, principal, message, new_call, Stream(pool.limits, expected=1))
+        if audit.LOG is not None:  # a task method's line (audit.NAMED)
+            call.audit = audit.LOG.start(message, principal, gw.name, audit.MODERN, None)
         return reply(gw, pool, call, client)
     listed = tools if message.method == "tools/list" else None
     with tracing.step(request.environ, "mcpgate.pool", message):  # the pool's child, or an MRTR round's
