@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.hub")
 
 MEMBER_GRACE = 1.0  # seconds beyond a member's own stop ladder its end is waited for
+KILL_GRACE = 5.0  # as ChildProcess waits after SIGKILL
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ class HubChild:
         self._reason, self._cause = "", "stopped"
         self._done = gevent.event.Event()
         self._timers: set[gevent.Greenlet] = set()
+        # how long the members' own stop ladders may take (their specs'), the SIGKILL grace, and a margin
+        ladders = [2 * m.spec.close_timeout + m.spec.term_timeout for m in members]
+        self._member_wait = max(ladders, default=0.0) + KILL_GRACE + MEMBER_GRACE
 
     @property
     def alive(self) -> bool:
@@ -98,6 +102,8 @@ class HubChild:
         self._started = True
         failed = []
         for name, member in self.members.items():
+            if self._closing:  # closed while starting: the rest are not started
+                break
             child = member.spec.process(
                 on_message=functools.partial(self._from_member, name),
                 on_exit=functools.partial(self._member_exit, name),
@@ -113,6 +119,8 @@ class HubChild:
                 continue
             self._children[name] = child
             watchdog.register(child, functools.partial(self.core.oldest, name))
+            if self._closing:  # closed while a member was starting (a start may yield): this one goes too
+                child.close(self._reason, self._cause)
         if not self._children:
             self._closing = True
             self.exit_reason, self.end_cause = "no member could start", "crash"
@@ -136,24 +144,22 @@ class HubChild:
         self._reason, self._cause = reason, cause
         for timer in self._timers:
             timer.kill(block=False)
-        for child in self._children.values():
+        for child in list(self._children.values()):
             child.close(reason, cause)
         gevent.spawn(self._finish)
 
     def stop(self, reason: str, timeout: float | None = None, cause: str = "stopped") -> bool:
         self.close(reason, cause)
-        if timeout is None:
-            timeout = max((2 * c.close_timeout + c.term_timeout for c in self._children.values()), default=0.0)
-            timeout += 5.0 + MEMBER_GRACE
-        return self.join(timeout)
+        return self.join(self._member_wait if timeout is None else timeout)
 
     def join(self, timeout: float) -> bool:
         return bool(self._done.wait(timeout))
 
     def _finish(self) -> None:
         try:
-            for child in self._children.values():
-                child.join(2 * child.close_timeout + child.term_timeout + 5.0 + MEMBER_GRACE)
+            deadline = time.monotonic() + self._member_wait
+            for child in list(self._children.values()):
+                child.join(max(0.0, deadline - time.monotonic()))
         finally:
             self.exit_reason, self.end_cause = self._reason, self._cause
             log.info("hub %s ended: %s", self.label, self._reason)
