@@ -209,9 +209,10 @@ def test_block_on_the_aggregate_hides_a_members_changed_tool(tmp_path: Path, too
         "command": sys.executable,
         "args": [str(FIXTURES / "pins_server.py")],
         "env": {"PINS_TOOLS": str(tools_file)},
+        "mcpgate": {"tool_pins": "block"},  # this server alone
     }
     config = write_config(tmp_path / "servers.json", {"files": entry, "demo": DEMO_ENTRY})
-    environ = env(tmp_path, tools_file, "block", MCPGATE_CONFIG=config)
+    environ = env(tmp_path, tools_file, "off", MCPGATE_CONFIG=config)
     del environ["MCPGATE_COMMAND"]
     with serving(environ) as gw:  # every server also at /mcp, namespaced
         names = listed(gw, open_session(gw))
@@ -220,6 +221,12 @@ def test_block_on_the_aggregate_hides_a_members_changed_tool(tmp_path: Path, too
         headers = open_session(gw)
         assert listed(gw, headers) == [name for name in names if name != "files__search"]
         assert called(gw, headers, "files__search")["error"]["message"] == "Unknown tool: files__search"
+        pins = admin(gw, "GET", "/admin/pins")["servers"]
+        assert list(pins) == ["files"]  # the member's own store, by its own names; the group pins nothing
+        change = pins["files"]["pending"][0]
+        assert change["name"] == "search"
+        admin(gw, "POST", "/admin/pins/approve", {"server": "files", "tool": "search", "fingerprint": change["new"]})
+        assert listed(gw, headers) == names
 
 
 def test_pins_outlive_a_restart_of_the_gateway(tmp_path: Path, tools_file: Path) -> None:

@@ -178,7 +178,8 @@ class Groups:
 
     @staticmethod
     def _member(entry: ServerEntry, server: PublishedServer) -> HubMember:
-        tools = ToolFilter.of(server.settings.tools_allow, server.settings.tools_deny)  # hidden here too
+        # hidden here too; and its pinned definitions (serve/pins) hold here, in its own store, by its own names
+        tools = ToolFilter.of(server.settings.tools_allow, server.settings.tools_deny, pins=server.pins)
         return HubMember(entry.name, prefix_of(entry), server.child_spec, server.command_problem, tools)
 
     def _server(
@@ -186,7 +187,8 @@ class Groups:
     ) -> HubServer:
         members = tuple(self._member(entries[name], servers[name]) for name in group.servers)
         mcp, sse, messages = group.paths
-        settings = dataclasses.replace(self.settings, path=mcp, sse_path=sse, messages_path=messages)
+        # the group pins nothing of its own: each member's pins act on its part (`_member`)
+        settings = dataclasses.replace(self.settings, path=mcp, sse_path=sse, messages_path=messages, tool_pins="off")
         return HubServer(
             settings, self.clock, name=group.key, members=members, cluster=self.cluster, minter=self.minter
         )
