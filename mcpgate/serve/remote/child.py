@@ -12,7 +12,7 @@ for 2026-07-28 calls, stateless when the upstream speaks 2026-07-28).
 There is no process: `pid` is None and nothing is ever signalled; `limits` is None (a remote server's
 request_timeout is the transport's: serve/remote/transport.py). send() never blocks: past
 max_write_queue_bytes unread, the child ends ("write queue full"), as a stdio child does. close() ends the
-input: the relay drains (at most the server's close_timeout), ends the upstream session (DELETE on 2025
+input and stops the relay: it drains (at most the server's close_timeout), ends the upstream session (DELETE on 2025
 Streamable HTTP), and on_exit runs once.
 """
 
@@ -160,6 +160,8 @@ class RemoteChild:
             return
         log.info("child[%s] closing remote: %s", self.label, reason)
         self._pipes.end()
+        if self._relay is not None:  # at once, even with its input reader waiting for a place (a full queue)
+            self._relay.stop()
 
     def stop(self, reason: str, timeout: float | None = None, cause: str = "stopped") -> bool:
         """close() and wait until finished; True if on_exit ran."""
