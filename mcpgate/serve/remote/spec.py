@@ -87,9 +87,7 @@ class RemoteSpec(ChildSpec):
             authorizer=remote.auth.auth(remote.url) if remote.auth is not None else None,
         )
 
-    def process(
-        self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str, **_: Any
-    ) -> ChildProcess:
+    def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str, **_: Any) -> ChildProcess:
         """A RemoteChild (typed as the ChildProcess whose surface it has), not started yet."""
         child = RemoteChild(
             self,
