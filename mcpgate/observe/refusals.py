@@ -1,7 +1,8 @@
 """What the hostile-network defences refused, by kind: the counts /metrics shows (mcpgate_refusals_total).
 
 Counted where each refusal is answered, once: the worker's reader (serve/front/worker.py: a request's framing,
-its header limits, a client too slow), the Endpoint's answer to a Refusal carrying a `kind` (serve/front/app.py:
+its header limits, a client too slow), the waiting-connections budget closing the longest-waiting connection
+(serve/front/reading.py), the Endpoint's answer to a Refusal carrying a `kind` (serve/front/app.py:
 Host, Origin, a body too large, a rate limit), the embedded authorization server's own limits. A plain count per
 kind in the worker's process (one thread: no lock), read when /metrics is scraped; a refusal is never the hot
 path, so it is counted whether or not metrics are on.
@@ -16,7 +17,9 @@ HOST = "host"  # a Host not allowed (DNS rebinding)
 ORIGIN = "origin"  # an Origin not allowed, a cross-site browser request
 BODY_TOO_LARGE = "body_too_large"  # a body past its limit (413)
 RATE_LIMIT = "rate_limit"  # past a per-address or per-name limit (429)
-KINDS = (FRAMING, HEADER_LIMITS, SLOW_CLIENT, HOST, ORIGIN, BODY_TOO_LARGE, RATE_LIMIT)
+CONNECTION_BUDGET = "connection_budget"  # closed while waiting on its client: newer connections needed its place
+KINDS = (FRAMING, HEADER_LIMITS, SLOW_CLIENT, HOST, ORIGIN, BODY_TOO_LARGE, RATE_LIMIT, CONNECTION_BUDGET)
+EVICTED = "closed for the waiting-connections budget"  # an evicted connection's failed read (counted when evicted)
 
 COUNTS: dict[str, int] = dict.fromkeys(KINDS, 0)
 
@@ -31,7 +34,7 @@ def count(kind: str) -> None:
 def client_error(reason: str) -> str | None:
     """The kind of a request the worker refused, from its reason (worker.log_refusal's); None: no defence's (the
     client closed its connection before its body was whole)."""
-    if "end of file" in reason:
+    if "end of file" in reason or EVICTED in reason:
         return None
     if any(word in reason for word in _SLOW):
         return SLOW_CLIENT

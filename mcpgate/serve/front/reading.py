@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 from gevent.pywsgi import Input, _InvalidClientInput
 
+from mcpgate.observe import refusals
+
 
 class ReadTimeout(_InvalidClientInput):  # type: ignore[misc]
     """A client too slow to read from: pywsgi closes the connection (with 400 when nothing was sent yet)."""
@@ -48,6 +50,7 @@ class TimedReader(io.RawIOBase):
         self.rate = 0.0  # bytes a second: each byte received moves the deadline 1/rate s later (0: it stays)
         self.waiting_until: float | None = None  # while a read waits: when it must have ended
         self.failed = False
+        self.reason = "timed out"  # what a failed read says (an evicted connection's: refusals.EVICTED)
 
     def within(self, seconds: float) -> None:
         self.pause, self.deadline, self.rate = None, time.monotonic() + seconds, 0.0
@@ -62,8 +65,10 @@ class TimedReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def fail(self) -> None:
+    def fail(self, reason: str = "timed out") -> None:
         """End the current wait and every later read (a timeout, or the connection evicted)."""
+        if not self.failed:
+            self.reason = reason
         self.failed = True
         try:
             self.sock.shutdown(socket.SHUT_RD)
@@ -79,25 +84,25 @@ class TimedReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         if self.failed:
-            raise ReadTimeout("timed out")
+            raise ReadTimeout(self.reason)
         now = time.monotonic()
         until = self.deadline
         if self.pause is not None and (until is None or now + self.pause < until):
             until = now + self.pause
         if until is not None and until <= now:
             self.failed = True
-            raise ReadTimeout("timed out")
+            raise ReadTimeout(self.reason)
         self.waiting_until = until
         try:
             count = self.sock.recv_into(buffer)
         except OSError:  # gevent cancels the wait when `fail` shuts the read side (cancel_wait_ex, EBADF)
             if self.failed:
-                raise ReadTimeout("timed out") from None
+                raise ReadTimeout(self.reason) from None
             raise
         finally:
             self.waiting_until = None
         if self.failed:
-            raise ReadTimeout("timed out")
+            raise ReadTimeout(self.reason)
         if self.rate and self.deadline is not None:
             self.deadline += count / self.rate
         return count
@@ -178,6 +183,7 @@ class Waiting:
             oldest = next(iter(self.connections))
             del self.connections[oldest]
             oldest.evict()
+            refusals.count(refusals.CONNECTION_BUDGET)
         self.connections[connection] = None
 
     def leave(self, connection: Evictable) -> None:

@@ -113,8 +113,8 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
 
     def evict(self) -> None:
         """Close a connection that waits on its client while newer ones need its place: a read in progress (a
-        body's) fails as a timeout does."""
-        self.reader.fail()
+        body's) fails as a timeout does, counted as the budget's (refusals.EVICTED), not as a slow client."""
+        self.reader.fail(refusals.EVICTED)
         try:
             self.socket.shutdown(socket.SHUT_RDWR)
         except (AttributeError, OSError):  # already closed (pywsgi clears self.socket)
