@@ -17,7 +17,8 @@ import pytest
 
 from mcpgate.config.settings import Settings
 from mcpgate.core.pins import pin_of
-from mcpgate.serve.pins.store import Pending, RedisPins
+from mcpgate.serve.pins.guard import ServerPins
+from mcpgate.serve.pins.store import MemoryPins, Pending, RedisPins
 from tests.support import (
     DEMO_ENTRY,
     FIXTURES,
@@ -256,3 +257,59 @@ def test_block_with_the_pins_in_redis(tmp_path: Path, tools_file: Path) -> None:
         change = admin(gw, "GET", "/admin/pins")["servers"]["default"]["pending"][0]
         admin(gw, "POST", "/admin/pins/approve", {"server": "default", "tool": "search", "fingerprint": change["new"]})
         assert listed(gw, headers) == ["echo", "search"]
+
+
+# -- the guard in process (serve/pins/guard.py), its bounds and decisions, over the in-memory store --
+
+
+def guard(block: bool = True, **bounds: int) -> ServerPins:
+    settings = Settings.from_env({}, **{f"pins_{name}": value for name, value in bounds.items()})
+    return ServerPins("srv", block, MemoryPins(), settings)
+
+
+def test_the_guard_pins_first_then_hides_and_refuses_a_change() -> None:
+    pins = guard()
+    assert pins.listed([SEARCH, ECHO], complete=True) == frozenset()
+    assert not pins.blocks("search") and pins.blocks("never_listed")  # sealed: a tool without a pin is refused
+    assert pins.listed(changed_tools(), complete=True) == {"search"}
+    assert pins.blocks("search") and not pins.blocks("echo")
+    [change] = pins.pending()
+    assert (change["name"], change["fields"], change["status"]) == ("search", ["description"], "pending")
+    assert pins.decide("search", change["new"], approve=True) is not None
+    assert not pins.blocks("search") and pins.listed(changed_tools(), complete=True) == frozenset()
+
+
+def test_warn_hides_nothing() -> None:
+    pins = guard(block=False)
+    pins.listed([SEARCH, ECHO], complete=True)
+    assert pins.listed(changed_tools(), complete=True) == frozenset() and not pins.blocks("search")
+    assert [change["name"] for change in pins.pending()] == ["search"]
+
+
+def test_the_guards_bounds() -> None:
+    few = guard(max_tools=1)
+    assert few.listed([SEARCH, ECHO], complete=True) == {"search"}  # past the bound: not pinned, hidden
+    one = guard(max_pending=1)
+    one.listed([SEARCH, ECHO], complete=True)
+    renamed = [{**SEARCH, "description": "x"}, {**ECHO, "description": "y"}]
+    assert one.listed(renamed, complete=True) == {"search", "echo"}  # both hidden, one recorded
+    assert len(one.pending()) == 1
+    small = guard(definition_bytes=10)
+    small.listed([SEARCH], complete=True)
+    small.listed(changed_tools(), complete=True)
+    assert small.pending()[0]["definition"] is None  # kept as its fingerprint only
+
+
+def test_a_server_back_to_its_pin_settles_its_change() -> None:
+    pins = guard()
+    pins.listed([SEARCH, ECHO], complete=True)
+    pins.listed(changed_tools(), complete=True)
+    assert pins.listed([SEARCH, ECHO], complete=True) == frozenset()
+    assert pins.pending() == [] and not pins.blocks("search")
+
+
+def test_the_pages_of_the_first_listing_pin_as_they_come() -> None:
+    pins = guard()
+    assert pins.listed([SEARCH], complete=False) == frozenset()
+    assert pins.listed([ECHO], complete=True) == frozenset()  # the last page: pinned too, then sealed
+    assert pins.listed([{"name": "exec", "inputSchema": {}}], complete=True) == {"exec"}
