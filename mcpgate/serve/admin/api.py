@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from mcpgate.config.modes import AuthMode
 from mcpgate.core import jsonrpc
 from mcpgate.serve.admin.access import AdminAccess
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartResponse, json_response
@@ -185,7 +186,11 @@ class AdminApi:
 def mount(app: WsgiApp, settings: Settings, runtime: Runtime, authenticator: Authenticator | None) -> WsgiApp:
     """`app` behind the management API when it is on (MCPGATE_ADMIN_TOKEN, or MCPGATE_ADMIN_SCOPE with an OAuth
     mode), else `app` itself."""
-    if not settings.admin_token and not (settings.admin_scope and authenticator is not None):
+    oauth = settings.auth in (AuthMode.RESOURCE_SERVER, AuthMode.EMBEDDED) and authenticator is not None
+    if settings.admin_scope and not oauth:
+        log.warning("MCPGATE_ADMIN_SCOPE is set without an OAuth mode: no access token opens the management API")
+    scope = settings.admin_scope if oauth else ""
+    if not settings.admin_token and not scope:
         return app
-    access = AdminAccess(settings.admin_token, settings.admin_scope, authenticator)
+    access = AdminAccess(settings.admin_token, scope, authenticator)
     return AdminApi(app, runtime.servers, access, settings.admin_body_bytes)
