@@ -7,7 +7,7 @@ what to do, in order: `ToClient` (a message for the client), `ToMember` (bytes f
 core/hub_lists.py.
 
 - initialize: sent to every live member at once with the client's own params; answered once every member has
-  answered or is gone (or INIT_TIMEOUT passed: the silent one is closed). Capabilities are the union; the
+  answered or is gone (or `init_timeout` passed: the silent one is closed). Capabilities are the union; the
   protocol revision is the client's when every member accepted it, else the oldest a member answered (each
   member goes on with the revision it chose). A member that refuses initialize is closed. None answered at all:
   the client gets an error naming every member's reason.
@@ -44,6 +44,7 @@ from mcpgate.core.hub_messages import (
     Note,
     Out,
     Pending,
+    ServerRequests,
     ToClient,
     ToMember,
     Wake,
@@ -63,7 +64,7 @@ from mcpgate.core.hub_messages import (
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 
 COALESCE = 0.2  # seconds between a member's list_changed and the client's
-INIT_TIMEOUT = 30.0  # seconds a member may take to answer initialize before it is closed
+INIT_TIMEOUT = 60.0  # seconds a member may take to answer initialize before it is closed (by default)
 PRIME_PAGES = 10  # pages of a member's resources/list the hub reads itself to fill the URI map
 SERVER_GONE = -32000
 RESOURCE_NOT_FOUND = -32002
@@ -75,7 +76,10 @@ OWN_LISTS = ("resources/list", "resources/templates/list")
 class Hub:
     """See the module docstring."""
 
-    def __init__(self, members: Sequence[Member], *, in_flight: int, uris: int) -> None:
+    def __init__(
+        self, members: Sequence[Member], *, in_flight: int, uris: int, init_timeout: float = INIT_TIMEOUT
+    ) -> None:
+        self.init_timeout = init_timeout
         self.members = {m.name: MemberState(m.prefix, tools=m.tools) for m in members}
         self.by_prefix = {m.prefix: m.name for m in members}
         self.in_flight, self.uris = in_flight, UriMap(uris)
@@ -83,8 +87,7 @@ class Hub:
         self._pending: dict[int, Pending] = {}
         self._by_client: dict[IdKey, list[int]] = {}
         self._tokens: dict[tuple[str, IdKey], int] = {}
-        self._outbound: dict[int, tuple[str, Id]] = {}  # hub id -> (member, its request id)
-        self._inbound: dict[tuple[str, IdKey], int] = {}
+        self._asked = ServerRequests()  # the members' requests to the client
         self._changed: set[str] = set()
         self.initialized = False
 
@@ -154,12 +157,8 @@ class Hub:
     def _client_answer(self, message: Response) -> list[Out]:
         if message.id is None or not isinstance(message.id, int):
             return []
-        held = self._outbound.pop(message.id, None)
-        if held is None:
-            return []
-        member, member_id = held
-        self._inbound.pop((member, jsonrpc.id_key(member_id)), None)
-        return [ToMember(member, with_id(message, member_id))]
+        held = self._asked.answered(message.id)
+        return [ToMember(held[0], with_id(message, held[1]))] if held is not None else []
 
     # -- routing ----------------------------------------------------------------------------------------------
     def _by_name(
@@ -241,7 +240,7 @@ class Hub:
         if client_id is not None:
             self._by_client[jsonrpc.id_key(client_id)] = ids
         if method == "initialize" and members:
-            out.append(Wake(INIT_TIMEOUT))
+            out.append(Wake(self.init_timeout))
         return out + (self._finish(fan) if not members else [])
 
     # -- from a member ------------------------------------------------------------------------------------
@@ -321,12 +320,11 @@ class Hub:
     def _member_request(self, member: str, message: Request) -> list[Out]:
         if message.method == "ping":
             return [ToMember(member, jsonrpc.encode(jsonrpc_result(message.id, {})))]
-        if len(self._outbound) >= self.in_flight:
+        if len(self._asked) >= self.in_flight:
             text = "Too many requests to the client in flight (MCPGATE_HUB_IN_FLIGHT)"
             return [ToMember(member, jsonrpc.encode(jsonrpc.error_response(message.id, SERVER_GONE, text)))]
         hub_id = self._mint()
-        self._outbound[hub_id] = (member, message.id)
-        self._inbound[(member, jsonrpc.id_key(message.id))] = hub_id
+        self._asked.add(hub_id, member, message.id)
         obj = {**message.obj, "id": hub_id}
         return [ToClient(Request(hub_id, message.method, message.params, obj))]
 
@@ -339,15 +337,9 @@ class Hub:
                 return []
             return [ToClient(message)]
         if method == "notifications/cancelled":
-            request_id = params.get("requestId")
-            hub_id = (
-                self._inbound.pop((member, jsonrpc.id_key(request_id)), None)
-                if jsonrpc.is_valid_id(request_id)
-                else None
-            )
+            hub_id = self._asked.withdrawn(member, params.get("requestId"))
             if hub_id is None:
                 return []
-            self._outbound.pop(hub_id, None)
             obj = {"jsonrpc": "2.0", "method": method, "params": {**params, "requestId": hub_id}}
             return [ToClient(Notification(method, obj["params"], obj))]
         if method in CHANGED:
@@ -365,15 +357,15 @@ class Hub:
 
     # -- time, departures ---------------------------------------------------------------------------------
     def tick(self, now: float) -> list[Out]:
-        """Send the coalesced list_changed; close members silent on initialize past INIT_TIMEOUT."""
+        """Send the coalesced list_changed; close members silent on initialize past `init_timeout`."""
         out: list[Out] = []
         late = {
             p.member
             for p in self._pending.values()
-            if p.fan and p.fan.method == "initialize" and now - p.sent >= INIT_TIMEOUT
+            if p.fan and p.fan.method == "initialize" and now - p.sent >= self.init_timeout
         }
         for member in late:
-            reason = f"no answer to initialize within {INIT_TIMEOUT:g} s"
+            reason = f"no answer to initialize within {self.init_timeout:g} s (MCPGATE_START_TIMEOUT)"
             out += [*self.member_gone(member, reason, now), CloseMember(member, reason)]
         if self.initialized:
             for method in sorted(self._changed):
@@ -404,9 +396,7 @@ class Hub:
                 self._by_client.pop(jsonrpc.id_key(pending.client_id), None)
                 text = f"Server {member!r} of this endpoint ended: {reason}"
                 out.append(ToClient(Response(pending.client_id, error_response(pending.client_id, SERVER_GONE, text))))
-        for hub_id in [h for h, (m, _) in self._outbound.items() if m == member]:
-            _, member_id = self._outbound.pop(hub_id)
-            self._inbound.pop((member, jsonrpc.id_key(member_id)), None)
+        for hub_id in self._asked.of(member):
             params = {"requestId": hub_id, "reason": f"server {member!r} ended"}
             out.append(
                 ToClient(Notification("notifications/cancelled", params, note_obj("notifications/cancelled", params)))

@@ -73,6 +73,44 @@ class Pending:
     fan: Fan | None = None
 
 
+class ServerRequests:
+    """The members' requests to the client in flight, under the hub ids the client sees, both ways."""
+
+    def __init__(self) -> None:
+        self._by_hub: dict[int, tuple[str, Id]] = {}  # hub id -> (member, its request id)
+        self._by_member: dict[tuple[str, IdKey], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_hub)
+
+    def add(self, hub_id: int, member: str, member_id: Id) -> None:
+        self._by_hub[hub_id] = (member, member_id)
+        self._by_member[(member, jsonrpc.id_key(member_id))] = hub_id
+
+    def answered(self, hub_id: int) -> tuple[str, Id] | None:
+        """(member, its id) of the request the client answered; None when it is none in flight."""
+        held = self._by_hub.pop(hub_id, None)
+        if held is not None:
+            self._by_member.pop((held[0], jsonrpc.id_key(held[1])), None)
+        return held
+
+    def withdrawn(self, member: str, member_id: object) -> int | None:
+        """The hub id of the request the member cancelled; None when it is none in flight."""
+        if not jsonrpc.is_valid_id(member_id):
+            return None
+        hub_id = self._by_member.pop((member, jsonrpc.id_key(member_id)), None)
+        if hub_id is not None:
+            self._by_hub.pop(hub_id, None)
+        return hub_id
+
+    def of(self, member: str) -> list[int]:
+        """The hub ids of a departed member's requests, forgotten."""
+        ids = [hub_id for hub_id, (m, _) in self._by_hub.items() if m == member]
+        for hub_id in ids:
+            self.answered(hub_id)
+        return ids
+
+
 @dataclass(slots=True)
 class MemberState:
     prefix: str

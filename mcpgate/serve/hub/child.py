@@ -69,12 +69,16 @@ class HubChild:
         label: str,
         in_flight: int,
         uris: int,
+        init_timeout: float = hub.INIT_TIMEOUT,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.label = label
         self.members = {m.name: m for m in members}
         self.core = hub.Hub(
-            [hub_messages.Member(m.name, m.prefix, m.tools) for m in members], in_flight=in_flight, uris=uris
+            [hub_messages.Member(m.name, m.prefix, m.tools) for m in members],
+            in_flight=in_flight,
+            uris=uris,
+            init_timeout=init_timeout,
         )
         self.usage = Usage()
         self.exit_reason: str | None = None

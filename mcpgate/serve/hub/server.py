@@ -43,6 +43,7 @@ class HubServer(PublishedServer):
             members=members,
             in_flight=settings.hub_in_flight,
             uris=settings.hub_uris,
+            init_timeout=settings.start_timeout,
         )
         super().__init__(settings, clock, name=name, argv=argv, cluster=cluster, minter=minter, spec=spec)
         self.members = members

@@ -20,6 +20,7 @@ class HubSpec(ChildSpec):
     members: tuple[HubMember, ...] = ()
     in_flight: int = 1024
     uris: int = 10_000
+    init_timeout: float = 60.0  # MCPGATE_START_TIMEOUT: a member silent on initialize so long is left out
 
     def process(
         self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str, **extra: Any
@@ -31,6 +32,7 @@ class HubSpec(ChildSpec):
             label=label,
             in_flight=self.in_flight,
             uris=self.uris,
+            init_timeout=self.init_timeout,
             extra=extra,
         )
         return cast(ChildProcess, child)
