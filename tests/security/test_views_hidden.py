@@ -42,6 +42,7 @@ CONFIG = {
         "rules": [
             {"name": "ops", "groups": ["ops"], "servers": {"*": "*"}},
             {"name": "reader", "subjects": ["rita"], "servers": {"files": {"deny": list(HIDDEN)}}},
+            {"name": "mixed", "subjects": ["max"], "servers": {"*": "*", "files": {"deny": list(HIDDEN)}}},
         ]
     },
 }
@@ -67,7 +68,7 @@ def tokens(issuer: str) -> dict[str, str]:
     def token(sub: str, **claims: Any) -> str:
         return mint_token(issuer, {"sub": sub, "aud": AUDIENCE, "scope": "mcp", **claims})
 
-    return {"reader": token("rita"), "ops": token("olga", groups=["ops"])}
+    return {"reader": token("rita"), "ops": token("olga", groups=["ops"]), "mixed": token("max")}
 
 
 def session(gw: Gateway, bearer: str, server: str = "files") -> dict[str, str]:
@@ -135,3 +136,27 @@ def test_a_hidden_server_is_not_there_on_any_path(gw: Gateway, tokens: dict[str,
     assert messages.status == 404, messages
     listing = gw.request("GET", "/servers", headers={"Authorization": f"Bearer {bearer}"}).json()
     assert [server["name"] for server in listing["servers"]] == ["files"]
+
+
+def test_the_aggregate_is_not_a_way_around_a_view(gw: Gateway, tokens: dict[str, str]) -> None:
+    """/mcp serves every server as one (the hub): a caller whose view narrows any of them (even one that gives
+    every server, "*") is kept off it, in both eras, and its servers' own paths serve it; a view that shows
+    every server whole uses it."""
+    ops, mixed = tokens["ops"], tokens["mixed"]  # mixed: every server, files less its two hidden tools
+    for bearer in (tokens["reader"], mixed):
+        assert post_with_token(gw, bearer).status == 404
+        headers = {**modern_headers("tools/call", f"files__{HIDDEN[0]}"), "Authorization": f"Bearer {bearer}"}
+        body = modern_body("m-4", "tools/call", {"name": f"files__{HIDDEN[0]}", "arguments": {}})
+        assert gw.request("POST", "/mcp", body=body, headers=headers).status == 404
+    assert post_with_token(gw, mixed, path="/servers/notes/mcp").status == 200  # its servers' own paths serve it
+    mixed_headers = session(gw, mixed)
+    hidden = legacy(gw, mixed, mixed_headers, call(HIDDEN[0], {}, 3))
+    assert hidden["error"] == {"code": -32602, "message": f"Unknown tool: {HIDDEN[0]}"}
+    reply = post_with_token(gw, ops)
+    assert reply.status == 200, reply
+    session_headers = {"Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    post_with_token(gw, ops, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **session_headers)
+    listed = reply_message(
+        post_with_token(gw, ops, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, **session_headers)
+    )
+    assert f"files__{HIDDEN[0]}" in [tool["name"] for tool in listed["result"]["tools"]]

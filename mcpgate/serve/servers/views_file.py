@@ -26,7 +26,7 @@ Every message names the file and the rule.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcpgate.core import views as core
@@ -53,6 +53,8 @@ class ViewTable:
     def __init__(self, views: Views) -> None:
         self.views = views
         self._filters: dict[tuple[str, int], ToolFilter | None] = {}
+        # the hub's groups (and its aggregate) by name: their servers' names (serve/servers/published.py sets it)
+        self.groups: Mapping[str, tuple[str, ...]] = {}
 
     def caller(self, environ: dict[str, Any]) -> Caller:
         """Who the request is from, as the views see it (a forwarded request: its principal only)."""
@@ -70,7 +72,17 @@ class ViewTable:
 
     def sees(self, server: str, environ: dict[str, Any]) -> bool:
         """Whether the server is there at all for the request's caller (else its paths answer as unknown)."""
-        return self.view(environ).sees(server)
+        return self.grant(self.views.key(self.caller(environ)), server) is not None
+
+    def grant(self, key: int, server: str) -> Grant | None:
+        """What the rule `key` gives of `server`. A group of the hub (or its aggregate) is there, whole, only when
+        the rule gives every one of its servers whole: the hub does not narrow a member per caller, so a view that
+        narrows one keeps its callers off the group's paths (each server's own path serves them)."""
+        rule = self.views.rule(key)
+        members = self.groups.get(server)
+        if members is None:
+            return rule.grant(server)
+        return core.EVERY_TOOL if all(rule.grant(name) == core.EVERY_TOOL for name in members) else None
 
     def tools(self, server: str, settings: Settings, environ: dict[str, Any]) -> ToolFilter | None:
         """The filter of what the caller may see of `server`: its own lists and the view's grant together."""
@@ -79,7 +91,7 @@ class ViewTable:
             return self._filters[(server, key)]
         except KeyError:
             pass
-        grant = self.views.rule(key).grant(server)
+        grant = self.grant(key, server)
         tools = ToolFilter.of(*core.combined(grant, settings.tools_allow, settings.tools_deny))
         if len(self._filters) < MAX_CACHED:
             self._filters[(server, key)] = tools
