@@ -21,25 +21,13 @@ import os
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from mcpgate.config.declarations import SettingsError
+from mcpgate.serve.vault.errors import CannotOpen as CannotOpen  # raised here, declared apart (errors.py)
 
 VERSION = b"v1"
 NONCE_BYTES = 12
 CHECK_PRINCIPAL = ""  # no principal is empty: the check record's row is no one's
 CHECK_SLOT = "\x00key-check"
 CHECK_VALUE = b"mcpgate vault key check"
-
-
-class CannotOpen(Exception):
-    """A sealed value that this key does not open for this principal and slot (or that is not one)."""
-
-
-class WrongVaultKey(SettingsError):
-    """MCPGATE_VAULT_KEY does not open what the vault keeps."""
-
-
-class VaultKeyMissing(SettingsError):
-    """Slots are declared, OAuth is on, and no MCPGATE_VAULT_KEY is set."""
 
 
 def key_bytes(setting: str) -> bytes:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import redis
 from redis.exceptions import RedisError
 
+from mcpgate.serve.vault.errors import VaultUnavailable
 from mcpgate.serve.vault.store import Entry
 
 PREFIX = "mcpgate:vault:"
@@ -41,10 +42,6 @@ end
 redis.call('INCR', KEYS[2])
 return 1
 """
-
-
-class VaultUnavailable(RuntimeError):
-    """Redis cannot be reached or refused the command (the kind of error only)."""
 
 
 def _text(value: object) -> str:

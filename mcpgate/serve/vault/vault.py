@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from mcpgate.config.settings import Settings
-from mcpgate.serve.vault.crypto import CannotOpen, Cipher, VaultKeyMissing, WrongVaultKey, key_bytes
-from mcpgate.serve.vault.redis_store import VaultUnavailable
+from mcpgate.serve.vault.errors import CannotOpen, VaultKeyMissing, VaultUnavailable, WrongVaultKey
 from mcpgate.serve.vault.slots import SlotInfo, Slots
 from mcpgate.serve.vault.store import Entry, SqliteVaultStore, VaultStore
 
 if TYPE_CHECKING:
     from mcpgate.serve.cluster.instances import Cluster
+    from mcpgate.serve.vault.crypto import Cipher
 
 log = logging.getLogger("mcpgate.vault")
 
@@ -188,6 +188,8 @@ def open_vault(settings: Settings, cluster: Cluster | None = None) -> Vault:
         raise VaultKeyMissing(
             "MCPGATE_CONFIG declares user_secrets: set MCPGATE_VAULT_KEY (base64 of 32 random bytes) to keep them"
         )
+    from mcpgate.serve.vault.crypto import Cipher, key_bytes  # the cipher's library only where a vault is kept
+
     cipher = Cipher(key_bytes(settings.vault_key))
     store: VaultStore
     if settings.redis_url:
