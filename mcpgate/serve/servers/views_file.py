@@ -99,8 +99,8 @@ class ViewTable:
 
 
 def load(path: str) -> ViewTable | None:
-    """The views of the file at `path` (ConfigError), None when it has none. A rule may name the file's servers
-    (`mcpServers`) and groups (`groups`, the aggregates)."""
+    """The views of the file at `path` (ConfigError), None when it has none. A rule names the file's servers
+    (`mcpServers`); a group of the hub is there for a rule's callers when the rule gives all its servers whole."""
     source = f"MCPGATE_CONFIG {path}"
     try:
         with open(path, "rb") as file:
@@ -108,7 +108,7 @@ def load(path: str) -> ViewTable | None:
         document = json.loads(data[:MAX_FILE_BYTES].decode("utf-8-sig"))
     except (OSError, ValueError) as exc:  # config_file.load read it first and says why in detail
         raise ConfigError(f"{source}: cannot read its views ({exc})") from None
-    servers = [name for key in ("mcpServers", "groups") for name in _names(document, key)]
+    servers = _names(document, "mcpServers")
     views = parse(document, source, servers)
     return ViewTable(views) if views is not None else None
 
