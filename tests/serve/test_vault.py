@@ -132,6 +132,11 @@ def test_the_page_refuses_a_form_without_its_csrf_token_and_never_shows_a_value(
     assert forged.status_code == 400 and "expired" in forged.text
     other = requests.post(gw.base + "/vault", data={"slot": "echo_token", "action": "set", "value": "x"}, timeout=30)
     assert other.status_code == 400  # another browser (no session, no token)
+    for bad in ("", "x" * 8193, "nul\x00inside"):  # empty, past MCPGATE_VAULT_VALUE_BYTES, no env value can hold it
+        refused = page.post(csrf_token=page.csrf(), slot="echo_token", action="set", value=bad)
+        assert refused.status_code == 400 and "MCPGATE_VAULT_VALUE_BYTES" in refused.text
+    unknown = page.post(csrf_token=page.csrf(), slot="not_declared", action="set", value="x")
+    assert unknown.status_code == 400 and "No such credential" in unknown.text
     page.set("carol-visible?")
     text = page.page()
     assert "carol-visible?" not in text and "set 20" in text, text

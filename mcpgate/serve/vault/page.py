@@ -106,8 +106,8 @@ class VaultPage:
             return redirect(PAGE_PATH, 303)  # type: ignore[return-value]
         value = request.form.get("value", "")
         limit = self.vault.settings.vault_value_bytes
-        if action != "set" or not value or len(value.encode()) > limit:
-            return self.show(f"Give a value of 1 to {limit} bytes (MCPGATE_VAULT_VALUE_BYTES).", 400)
+        if action != "set" or not value or len(value.encode()) > limit or "\x00" in value:
+            return self.show(f"Give a value of 1 to {limit} bytes, without NUL (MCPGATE_VAULT_VALUE_BYTES).", 400)
         if not self.vault.put(principal, slot, value):
             return self.show("You keep the most credentials allowed (MCPGATE_VAULT_SLOTS): delete one first.", 400)
         log.info("%s set their credential slot %s", who[0], slot)  # never the value
