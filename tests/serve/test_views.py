@@ -30,6 +30,7 @@ from tests.support import (
     post_modern,
     reply_message,
     serving,
+    wait_for,
 )
 from tests.support.oauth import mint_token, post_with_token
 
@@ -167,6 +168,36 @@ def test_modern_lists_and_calls_follow_the_view(gw: Gateway, tokens: dict[str, s
         named(gw, "notes"), body, {**modern_headers("tools/list"), "Authorization": f"Bearer {reader}"}
     )
     assert refused.status == 404, refused
+
+
+# -- a reload --------------------------------------------------------------------------------------------------
+
+
+def test_a_reload_changes_the_views_of_new_sessions(issuer: str, tmp_path: Path, tokens: dict[str, str]) -> None:
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(CONFIG))
+    env = {
+        "MCPGATE_CONFIG": str(path),
+        "MCPGATE_CONFIG_POLL": "0.2",
+        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
+        "MCPGATE_OAUTH_ISSUER": issuer,
+        "MCPGATE_OAUTH_AUDIENCE": AUDIENCE,
+    }
+    reader = tokens["reader"]
+    with serving(env) as gw:
+        before = session(gw, "files", reader)
+        wider = json.loads(json.dumps(CONFIG))
+        wider["views"]["rules"][1]["servers"]["files"]["allow"].append("add")
+        staged = path.with_name("staged.json")
+        staged.write_text(json.dumps(wider))
+        staged.replace(path)
+        wait_for(lambda: "add" in listed(gw, "files", reader, session(gw, "files", reader)), what="the new view")
+        assert listed(gw, "files", reader, before) == ["echo", "slow"]  # a session keeps the view it opened with
+        broken = {**wider, "views": {"rules": [{"name": "r", "servers": {"mail": "*"}}]}}
+        staged.write_text(json.dumps(broken))
+        staged.replace(path)
+        wait_for(lambda: "views: rule 'r': no server 'mail'" in gw.log(), what="the refused views in the log")
+        assert listed(gw, "files", reader, session(gw, "files", reader)) == ["add", "echo", "slow"]  # unchanged
 
 
 # -- the file's views, checked -----------------------------------------------------------------------------------
