@@ -53,7 +53,13 @@ class Settings(
     HubSettings,
     PinsSettings,
     VaultSettings,
-    ObserveSettings, FleetSettings, ModernSettings, SessionSettings, AuthSettings, FrontSettings, ChildSettings
+    ObserveSettings,
+    FleetSettings,
+    ModernSettings,
+    SessionSettings,
+    AuthSettings,
+    FrontSettings,
+    ChildSettings,
 ):
     """The gateway's settings, from MCPGATE_* environment variables (and PORT)."""
 
