@@ -124,3 +124,12 @@ def test_reload_keeps_an_unchanged_group_and_replaces_a_changed_one(tmp_path: Pa
     write(path, {"a": DEMO, "b": DEMO, "c": DEMO}, groups={"ab": {"servers": ["a"]}, "bad": {"servers": ["z"]}})
     refused = servers.reload()
     assert refused.error is not None and "'z' is no server" in refused.error and servers.get("ab") is ab
+
+
+def test_the_gateways_tool_lists_apply_to_each_member_not_to_the_namespaced_names(tmp_path: Path) -> None:
+    env = {"MCPGATE_TOOLS_ALLOW": "echo,add"}
+    aggregate = published(tmp_path / "mcp.json", {"a": DEMO, "b": DEMO}, env).get(AGGREGATE)
+    assert isinstance(aggregate, HubServer)
+    assert aggregate.settings.tools_allow == () and aggregate.settings.tools_deny == ()  # "a__echo" is not "echo"
+    for member in aggregate.members:
+        assert member.tools is not None and member.tools.visible("echo") and not member.tools.visible("slow")

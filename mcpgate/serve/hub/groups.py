@@ -187,8 +187,17 @@ class Groups:
     ) -> HubServer:
         members = tuple(self._member(entries[name], servers[name]) for name in group.servers)
         mcp, sse, messages = group.paths
-        # the group pins nothing of its own: each member's pins act on its part (`_member`)
-        settings = dataclasses.replace(self.settings, path=mcp, sse_path=sse, messages_path=messages, tool_pins="off")
+        # the group pins and filters nothing of its own: each member's pins and tool lists act on its part
+        # (`_member`), on its own names (the gateway's MCPGATE_TOOLS_* would never match "<prefix>__<name>")
+        settings = dataclasses.replace(
+            self.settings,
+            path=mcp,
+            sse_path=sse,
+            messages_path=messages,
+            tool_pins="off",
+            tools_allow=(),
+            tools_deny=(),
+        )
         return HubServer(
             settings, self.clock, name=group.key, members=members, cluster=self.cluster, minter=self.minter
         )
