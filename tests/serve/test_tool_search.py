@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +25,7 @@ from tests.support import (
     open_session,
     post_modern,
     reply_message,
+    write_config,
 )
 
 SERVER = f"{sys.executable} {FIXTURES / 'corpus_tools_server.py'}"
@@ -149,3 +151,22 @@ def test_a_paginated_listing_is_read_to_its_end(gateways: Callable[[str], Gatewa
     headers = open_session(gw)
     tools = found(reply_message(gw.request("POST", body=search_call("high tide times"), headers=headers)))
     assert DEFINITIONS["weather__get_tide_times"] in tools  # the last server's: on the listing's last pages
+
+
+def test_the_aggregate_searches_its_namespaced_tools(gateway_factory: Callable[..., Gateway], tmp_path: Path) -> None:
+    """MCPGATE_TOOL_SEARCH for every server: the aggregate at /mcp (two servers of 300 tools, as "a" and "b")
+    lists search_tools alone too, finds a tool by its namespaced name, and the hub routes its call."""
+    entry = {"command": sys.executable, "args": [str(FIXTURES / "corpus_tools_server.py")]}
+    config = write_config(tmp_path / "servers.json", {"a": entry, "b": entry})
+    gw = gateway_factory({"MCPGATE_CONFIG": config, "MCPGATE_TOOL_SEARCH": "true"})
+    headers = open_session(gw)
+    reply = gw.request("POST", body={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
+    assert [tool["name"] for tool in reply_message(reply)["result"]["tools"]] == ["search_tools"]
+    assert len(reply.body) < 2048
+    tools = found(reply_message(gw.request("POST", body=search_call("high tide times", limit=10), headers=headers)))
+    names = [tool["name"] for tool in tools]
+    assert "a__weather__get_tide_times" in names and "b__weather__get_tide_times" in names, names
+    done = reply_message(
+        gw.request("POST", body=call("b__weather__get_tide_times", {"station": "X"}, 4), headers=headers)
+    )
+    assert done["result"]["content"][0]["text"] == 'called weather__get_tide_times with {"station": "X"}'
