@@ -113,17 +113,12 @@ class ServerPins:
 
     def _recorded(self, fresh: list[Finding], tools: list[Any], state: State) -> dict[str, Pending]:
         recorded: dict[str, Pending] = {}
+        left_out = 0
         for finding in fresh:
             if finding.new is None or finding.pin is None:
                 continue
             if finding.name not in state.pending and len(state.pending) + len(recorded) >= self.max_pending:
-                log.warning(
-                    "server %s: tool %s changed but MCPGATE_PINS_MAX_PENDING (%d) changes already wait; not recorded%s",
-                    self.server,
-                    shown(finding.name),
-                    self.max_pending,
-                    " (hidden)" if self.block else "",
-                )
+                left_out += 1
                 continue
             verdict = "new" if finding.verdict is Verdict.NEW else "changed"
             recorded[finding.name] = Pending(
@@ -146,6 +141,14 @@ class ServerPins:
                 shown(finding.name),
                 what,
                 "hidden" if self.block else "the change is served (warn)",
+            )
+        if left_out:  # one line per listing, however many
+            log.warning(
+                "server %s: %d tool change(s) not recorded: MCPGATE_PINS_MAX_PENDING (%d) changes already wait%s",
+                self.server,
+                left_out,
+                self.max_pending,
+                " (hidden)" if self.block else "",
             )
         return recorded
 
