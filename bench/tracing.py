@@ -9,6 +9,7 @@ compare the two settings within one run only.
 
     python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16]
     python bench/tracing.py --profile /tmp/traced.txt   # one traced round under py-spy: the worker's top functions
+    python bench/tracing.py --in-process   # CPU per traced request of the request path's hooks and of encoding
     OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01 python bench/tracing.py   # 1 % sampled
 """
 
@@ -166,13 +167,69 @@ def round_of(
         log.close()
 
 
+def in_process(repeats: int = 7, calls: int = 2000) -> None:
+    """The tracing hooks a traced 2025 tools/call meets (begin, the guard's and the session's steps, to_child,
+    finish), its spans' encoding, and an unsampled request's hooks: CPU per request, the best of `repeats`."""
+    os.environ.setdefault("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")
+    from mcpgate.core import jsonrpc
+    from mcpgate.observe import otlp_wire, tracing
+
+    tracing.setup(True, "bench")
+    ended: list[Any] = []
+    tracing.TRACER.on_end = lambda trace, spans: ended.append(trace)
+    raw = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"x"}}}'
+    answer = b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"x"}],"isError":false}}'
+    session = {"HTTP_MCP_SESSION_ID": "a" * 32, "REQUEST_METHOD": "POST"}
+    unsampled = {**session, "HTTP_TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"}
+
+    def hooks(environ: dict[str, Any]) -> None:
+        tracing.begin(environ, "default")
+        with tracing.step(environ, "mcpgate.guard"):
+            pass
+        message = tracing.to_child(environ, jsonrpc.parse(raw))
+        with tracing.step(environ, "mcpgate.session"):
+            pass
+        tracing.finish(environ, 200, answer, [jsonrpc.raw_bytes(message)])
+
+    def parse_only(environ: dict[str, Any]) -> None:
+        jsonrpc.raw_bytes(jsonrpc.parse(raw))
+
+    def best(run: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            ended.clear()
+            began = time.process_time()
+            for _ in range(calls):
+                run(dict(environ_of[run]))
+            times.append((time.process_time() - began) / calls * 1e6)
+        return min(times)
+
+    environ_of: dict[Any, dict[str, Any]] = {hooks: session, parse_only: session}
+    floor = best(parse_only)
+    traced = best(hooks) - floor
+    spans = list(ended)
+    encode = []
+    for _ in range(repeats):
+        began = time.process_time()
+        otlp_wire.request(tracing.TRACER.head, [trace.encoded() for trace in spans])
+        encode.append((time.process_time() - began) / len(spans) * 1e6)
+    environ_of[hooks] = unsampled
+    quiet = best(hooks) - floor
+    print(f"per traced request: {traced:.1f} us on the request path, {min(encode):.1f} us encoding (export greenlet)")
+    print(f"per unsampled request: {quiet:.1f} us; the parse the hooks are measured against: {floor:.1f} us")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--profile", metavar="FILE", help="one traced round under py-spy; its summary printed")
+    parser.add_argument("--in-process", action="store_true", help="only the hooks' and the encoding's CPU, in process")
     args = parser.parse_args()
+    if args.in_process:
+        in_process()
+        return 0
     endpoint, got = sink()
     if args.profile:
         rate, cpu = round_of(True, endpoint, args.seconds, args.clients, args.profile)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mcpgate.core import wire
-from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import otlp_wire, w3c
 
 if TYPE_CHECKING:
@@ -52,23 +50,21 @@ def shape(trace: Trace) -> tuple[str, bytes]:
     and version; the request id apart)."""
     from mcpgate.observe import tracing
 
-    message = trace.message
-    if not isinstance(message, Request):
-        return (str(getattr(message, "method", "batch")) if message is not None else trace.http_method), b""
-    params = message.params if isinstance(message.params, dict) else {}
-    meta = params.get("_meta")
-    key = (message.method, params.get("name"), meta.get(wire.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None)
+    what = trace.what
+    if isinstance(what, str):
+        return what or trace.http_method, b""
+    method, target, version, request_id = what
+    key = (method, target, version)
     try:
         found = _shapes.get(key)
-    except TypeError:  # a name or version that is no string
+    except TypeError:  # a name or version that is no string (unhashable)
         found = None
     if found is None:
-        name, described = tracing.described(message)
-        del described["jsonrpc.request.id"]
+        name, described = tracing.named(method, target, version)
         found = name, otlp_wire.attributes(described)
         if len(_shapes) < otlp_wire.CACHED and all(isinstance(part, str | None) for part in key):
             _shapes[key] = found
-    return found[0], found[1] + otlp_wire.key_value(9, "jsonrpc.request.id", str(message.id))
+    return found[0], found[1] + otlp_wire.key_value(9, "jsonrpc.request.id", str(request_id))
 
 
 def own_attributes(trace: Trace) -> bytes:

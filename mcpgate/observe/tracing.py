@@ -38,7 +38,7 @@ from typing import Any
 
 from mcpgate.core import session_ids, wire
 from mcpgate.core.jsonrpc import Message, Request
-from mcpgate.observe import otlp_wire, w3c
+from mcpgate.observe import otlp_wire, trace_spans, w3c
 from mcpgate.observe.w3c import TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
@@ -126,21 +126,32 @@ def meta_of(message: Message | None) -> Mapping[str, Any] | None:
 
 def described(message: Request) -> tuple[str, dict[str, Any]]:
     """A request's span name and attributes (OpenTelemetry's MCP conventions; never its arguments)."""
-    attributes: dict[str, Any] = {"mcp.method.name": message.method, "jsonrpc.request.id": str(message.id)}
+    name, attributes = named(*request_of(message)[:3])
+    return name, {"jsonrpc.request.id": str(message.id), **attributes}
+
+
+def request_of(message: Request) -> tuple[str, Any, Any, Any]:
+    """What a request's spans say of it: its method, params.name, _meta's protocol version, id (as they came)."""
     params = message.params if isinstance(message.params, dict) else {}
-    target = params.get("name") if message.method in ("tools/call", "prompts/get") else None
-    if not isinstance(target, str) or len(target) > 128:
+    meta = params.get("_meta")
+    version = meta.get(wire.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+    return message.method, params.get("name"), version, message.id
+
+
+def named(method: str, target: Any, version: Any) -> tuple[str, dict[str, Any]]:
+    """The span name and attributes of a request of `method` naming `target` (a tool, a prompt), `version`."""
+    attributes: dict[str, Any] = {"mcp.method.name": method}
+    if method not in ("tools/call", "prompts/get") or not isinstance(target, str) or len(target) > 128:
         target = None
-    if message.method == "tools/call":
+    if method == "tools/call":
         attributes["gen_ai.operation.name"] = "execute_tool"
         if target:
             attributes["gen_ai.tool.name"] = target
     elif target:
         attributes["gen_ai.prompt.name"] = target
-    version = (meta_of(message) or {}).get(wire.META_PROTOCOL_VERSION)
     if isinstance(version, str) and len(version) <= 32:
         attributes["mcp.protocol.version"] = version
-    return (f"{message.method} {target}" if target else message.method), attributes
+    return (f"{method} {target}" if target else method), attributes
 
 
 def error_code(body: bytes) -> int | None:
@@ -166,7 +177,6 @@ class Trace:
         "forward",
         "http_method",
         "kind",
-        "message",
         "parent",
         "sampled",
         "server",
@@ -178,6 +188,7 @@ class Trace:
         "steps",
         "trace_id",
         "wait",
+        "what",
     )
 
     def __init__(self, server: str | None, kind: int = SERVER) -> None:
@@ -187,7 +198,7 @@ class Trace:
         self.wait: tuple[bytes, int] | None = None  # the wait for the child: span id, start
         self.forward: tuple[bytes, int, str] | None = None  # a forward: span id, start, the owner instance
         self.span_id = b""  # the request's own span's id: given by the export (the relay's: when sent)
-        self.message: Message | None = None
+        self.what: tuple[str, Any, Any, Any] | str = ""  # a request's request_of, else the span's name
         self.session: str | None = None  # the Mcp-Session-Id the request names
         self.http_method = ""
         self.code: int | None = None
@@ -198,7 +209,11 @@ class Trace:
         """The sampling decision (once): the parent from the traceparent header, else from the message's _meta."""
         if self.decided:
             return
-        self.decided, self.message = True, message
+        self.decided = True
+        if isinstance(message, Request):
+            self.what = request_of(message)
+        else:
+            self.what = str(getattr(message, "method", "batch")) if message is not None else ""
         self.session, self.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
         header = environ.get("HTTP_TRACEPARENT")
         parent = None
@@ -231,8 +246,6 @@ class Trace:
 
     def encoded(self) -> bytes:
         """Its spans, encoded (on the export's greenlet)."""
-        from mcpgate.observe import trace_spans
-
         return trace_spans.encoded(self)
 
 
