@@ -1,0 +1,157 @@
+"""The W3C Trace Context of mcpgate's traces without the SDK (mcpgate/observe/w3c.py), from tables: a traceparent
+read as the SDK's propagator reads it, the context put into a request's `_meta` in its raw bytes only where that is
+certain (the bytes the child gets then decode to what re-encoding would give), ids never zero; and a request's
+Trace turned into OTLP spans (observe/trace_spans.py) that opentelemetry-proto decodes."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.propagators.textmap import DefaultGetter
+from opentelemetry.trace import get_current_span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.jsonrpc import Request
+from mcpgate.observe import w3c
+from tests.support.otlp import decode
+
+TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+CONTEXT = f"00-{TRACE}-{SPAN}-01"
+
+TRACEPARENTS = [
+    (CONTEXT, True),
+    (f"00-{TRACE}-{SPAN}-00", True),
+    (f"  00-{TRACE}-{SPAN}-01\t", True),
+    (f"01-{TRACE}-{SPAN}-01-future", True),  # a later version may carry more
+    (f"00-{TRACE}-{SPAN}-01-more", False),  # version 00 has four fields
+    (f"ff-{TRACE}-{SPAN}-01", False),
+    (f"00-{'0' * 32}-{SPAN}-01", False),
+    (f"00-{TRACE}-{'0' * 16}-01", False),
+    (f"00-{TRACE.upper()}-{SPAN}-01", False),
+    (f"00-{TRACE}-{SPAN}", False),
+    ("", False),
+    ("x" * 600, False),
+]
+
+
+@pytest.mark.parametrize(("header", "valid"), TRACEPARENTS)
+def test_a_traceparent_is_read_as_the_sdk_reads_it(header: str, valid: bool) -> None:
+    ours = w3c.parent_of({"traceparent": header})
+    theirs = get_current_span(TraceContextTextMapPropagator().extract({"traceparent": header}, getter=DefaultGetter()))
+    assert (ours is not None) is valid is theirs.get_span_context().is_valid
+    if ours is not None:
+        context = theirs.get_span_context()
+        assert ours.trace_id == context.trace_id.to_bytes(16, "big")
+        assert ours.span_id == context.span_id.to_bytes(8, "big")
+        assert ours.sampled is context.trace_flags.sampled
+
+
+@pytest.mark.parametrize(
+    ("state", "kept"),
+    [("rojo=00f067aa0ba902b7", "rojo=00f067aa0ba902b7"), ("a=1\r\nX-Injected: 1", ""), ("x" * 513, ""), (7, "")],
+)
+def test_a_tracestate_is_kept_only_when_it_can_go_in_a_header(state: Any, kept: str) -> None:
+    parent = w3c.parent_of({"traceparent": CONTEXT, "tracestate": state})
+    assert parent is not None and parent.state == kept
+
+
+def message(raw: bytes) -> Request:
+    parsed = jsonrpc.parse(raw)
+    assert isinstance(parsed, Request)
+    return parsed
+
+
+FIELDS = {"traceparent": f"00-{TRACE}-a269f801cf0054d7-01"}
+SPLICED = [  # the raw request; whether its bytes are kept (spliced) or encoded again
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"m":"x"}}}', True),
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}', True),
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params" :\n { }}', True),
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}', False),  # no params object to put it in
+    (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"arguments":{"params":{"a":1}}}}', False),  # two "params"
+    (b'{"jsonrpc":"2.0","id":1,"method":"t","p\\u0061rams":{"arguments":{"params":{}}}}', False),  # an escape
+    (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"_meta":"not an object"}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"_meta":{"progressToken":3}}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"_meta":{"traceparent":"' + CONTEXT.encode() + b'"}}}', True),
+]
+
+
+@pytest.mark.parametrize(("raw", "kept"), SPLICED)
+def test_the_context_goes_into_meta_in_the_raw_bytes_only_when_certain(raw: bytes, kept: bool) -> None:
+    request = message(raw)
+    w3c.put_in_meta(request, dict(FIELDS))
+    assert (request.raw is not None) is kept
+    sent = jsonrpc.raw_bytes(request)
+    decoded = json.loads(sent)
+    assert decoded == request.obj  # what the child gets is the message as changed, whichever way it was made
+    assert decoded["params"]["_meta"]["traceparent"] == FIELDS["traceparent"]
+    if kept:
+        assert b"\n" not in sent.replace(b"\n { }", b"")  # still one line where it was one
+
+
+def test_a_tracestate_is_written_as_a_json_string() -> None:
+    request = message(b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}')
+    w3c.put_in_meta(request, {**FIELDS, "tracestate": 'a="b\\'})
+    assert json.loads(jsonrpc.raw_bytes(request))["params"]["_meta"]["tracestate"] == 'a="b\\'
+
+
+def test_ids_are_drawn_in_one_go_and_never_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    draws: list[int] = []
+
+    def urandom(size: int) -> bytes:
+        draws.append(size)
+        return bytes(size)  # all zero: each id still is not
+
+    monkeypatch.setattr(os, "urandom", urandom)
+    ids = w3c.Ids()
+    taken = [ids.take(8) for _ in range(100)] + [ids.take(16)]
+    assert draws == [w3c.IDS_DRAWN] and all(any(one) for one in taken)
+
+
+@pytest.fixture
+def ended(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Tracing on in this process for one test (its ended Traces collected, nothing exported), then off again."""
+    from mcpgate.observe import tracing
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")
+    assert tracing.TRACER is None
+    tracing.setup(True, "w3c-test")
+    got: list[Any] = []
+    export = tracing.TRACER
+    export.on_end = lambda trace, spans: got.append((trace, spans))
+    try:
+        yield got
+    finally:
+        tracing.TRACER = None
+        export.stopped = True
+        export.wake.set()
+        export.worker.join(5)
+
+
+def test_a_traces_spans_decode_with_opentelemetry_proto(ended: list[Any]) -> None:
+    """A traced request's Trace, made by the hooks as the Endpoint calls them, encoded as the export does."""
+    from mcpgate.observe import otlp_wire, tracing
+
+    environ: dict[str, Any] = {"HTTP_TRACEPARENT": CONTEXT, "HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
+    tracing.begin(environ, "default")
+    with tracing.step(environ, "mcpgate.guard"):
+        pass
+    sent = tracing.to_child(environ, message(SPLICED[0][0]))
+    answer = b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}'
+    tracing.finish(environ, 200, answer, [b""])
+    ((trace, count),) = ended
+    spans = {(s.name, s.kind): s for s in decode(otlp_wire.request(tracing.TRACER.head, [trace.encoded()]))}
+    assert count == len(spans) == 3
+    server, guard = spans["tools/call echo", "SERVER"], spans["mcpgate.guard", "INTERNAL"]
+    wait = spans["tools/call echo", "CLIENT"]
+    assert server.trace_id == TRACE and server.parent_id == SPAN and server.service == "w3c-test"
+    assert guard.parent_id == wait.parent_id == server.span_id
+    assert json.loads(jsonrpc.raw_bytes(sent))["params"]["_meta"]["traceparent"] == f"00-{TRACE}-{wait.span_id}-01"
+    assert server.error and server.attributes["rpc.response.status_code"] == "-32602"
+    assert server.attributes["gen_ai.tool.name"] == "echo" and server.attributes["jsonrpc.request.id"] == "1"
+    assert server.attributes["mcp.session.id"] == "s" * 8 and wait.attributes["network.transport"] == "pipe"
+    assert server.start <= guard.start <= guard.end <= wait.start <= wait.end == server.end
