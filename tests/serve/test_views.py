@@ -243,3 +243,14 @@ def test_a_bad_view_in_the_file_names_the_file(tmp_path: Path) -> None:
     path.write_text(json.dumps(CONFIG))
     table = views_file.load(str(path))
     assert table is not None and [rule.name for rule in table.views.rules] == ["ops", "readers"]
+
+
+def test_healthz_names_only_the_servers_a_caller_sees(gw: Gateway, tokens: dict[str, str]) -> None:
+    def names(bearer: str) -> list[str]:
+        reply = gw.request("GET", "/healthz", headers={"Authorization": f"Bearer {bearer}"})
+        assert reply.status == 200, reply
+        return sorted(reply.json()["servers"])
+
+    assert names(tokens["ops"]) == ["*", "files", "notes"]  # "*": the aggregate of both
+    assert names(tokens["reader"]) == ["files"]
+    assert names(tokens["stranger"]) == []

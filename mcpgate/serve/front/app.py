@@ -311,6 +311,8 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
             status, body = 503, {**body, "status": "draining"}
         if not guard.may_know(environ):  # a balancer needs the status; names and counts are not its
             body = {"status": body["status"]}
+        elif servers.views is not None:  # the servers the caller's view shows (serve/servers/published.py)
+            body = servers.seen_health(body, environ)
         return status, body
 
     def missing(environ: dict[str, Any]) -> str:

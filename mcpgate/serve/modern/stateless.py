@@ -73,6 +73,8 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     if gw.views is not None and not context(request.environ).forwarded:  # a forwarder applied its caller's view
         tools = pinned(gw.views.tools(gw.name, s, request.environ), pins)
     if gw.search is not None and (found := gw.search.response(pool, principal, tools, message, stamped=True)):
+        if audit.LOG is not None:
+            audit.LOG.here(message, principal, gw.name, audit.MODERN, found)
         return json_response(jsonrpc.encode(found))  # the search view's (serve/servers/search_view.py)
     if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check
         if audit.LOG is not None:

@@ -196,6 +196,20 @@ class PublishedServers:
         ]
         return json_response(jsonrpc.encode({"servers": listed}))
 
+    def seen_health(self, body: dict[str, Any], environ: dict[str, Any]) -> dict[str, Any]:
+        """/healthz's body as the caller of `environ` may see it: only the servers its view shows (the error
+        then names none)."""
+        states = body.get("servers")
+        if self.views is None or not isinstance(states, dict):
+            return body
+        shown = {name: state for name, state in states.items() if self.views.sees(name, environ)}
+        if len(shown) == len(states):
+            return body
+        seen = {**body, "servers": shown}
+        if "error" in seen:
+            seen["error"] = "some servers cannot be started; the gateway's log says why"
+        return seen
+
     def health(self) -> tuple[int, dict[str, Any]]:
         """/healthz: sessions and children, and whether the commands can be started (503 when none can; with
         several servers, "degraded" when some cannot). The reasons are in the log, not for every caller."""
