@@ -252,6 +252,13 @@ def main() -> int:
     on_cpu = statistics.median(c for _, c in results[True])
     print(f"median off: {off:.0f} calls/s ({off_cpu:.0f} us/call); on: {on:.0f} calls/s ({on_cpu:.0f} us/call)")
     print(f"throughput on/off: {on / off:.1%}; exports received: {got[1]} ({got[0]} bytes)")
+    pairs = [on_ / off_ for (off_, _), (on_, _) in zip(results[False], results[True], strict=True)]
+    cpu = [off_ / on_ for (_, off_), (_, on_) in zip(results[False], results[True], strict=True)]
+    print(  # each round's pair ran back to back: its ratio is less moved by the machine's other load
+        f"per round, throughput on/off: {', '.join(f'{r:.1%}' for r in pairs)} "
+        f"(median {statistics.median(pairs):.1%}); "
+        f"worker CPU per call off/on: median {statistics.median(cpu):.1%}"
+    )
     return 0
 
 
