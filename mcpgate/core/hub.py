@@ -152,6 +152,10 @@ class Hub:
             for name in self._ready("resources"):
                 out += self._prime(name, 0.0)
             return out
+        if message.method == "notifications/progress":  # on a member's request: to that member, its own token
+            held = self._asked.progress(params.get("progressToken"))
+            own = {**params, "progressToken": held[1]} if held is not None else {}
+            return [ToMember(held[0], encode_note(message.method, own))] if held is not None else []
         return [ToMember(name, jsonrpc.raw_bytes(message)) for name in self._ready(None)]
 
     def _client_answer(self, message: Response) -> list[Out]:
@@ -324,9 +328,7 @@ class Hub:
             text = "Too many requests to the client in flight (MCPGATE_HUB_IN_FLIGHT)"
             return [ToMember(member, jsonrpc.encode(jsonrpc.error_response(message.id, SERVER_GONE, text)))]
         hub_id = self._mint()
-        self._asked.add(hub_id, member, message.id)
-        obj = {**message.obj, "id": hub_id}
-        return [ToClient(Request(hub_id, message.method, message.params, obj))]
+        return [ToClient(self._asked.add(hub_id, member, message))]
 
     def _member_notification(self, member: str, message: Notification) -> list[Out]:
         params = message.params if isinstance(message.params, dict) else {}

@@ -74,22 +74,40 @@ class Pending:
 
 
 class ServerRequests:
-    """The members' requests to the client in flight, under the hub ids the client sees, both ways."""
+    """The members' requests to the client in flight, under the hub ids the client sees, both ways; a request's
+    progress token is the hub id too (two members may use one token), mapped back for the client's progress."""
 
     def __init__(self) -> None:
         self._by_hub: dict[int, tuple[str, Id]] = {}  # hub id -> (member, its request id)
         self._by_member: dict[tuple[str, IdKey], int] = {}
+        self._tokens: dict[int, Id] = {}  # hub id -> the member's own progress token
+
+    def progress(self, token: object) -> tuple[str, Id] | None:
+        """(member, its own token) for the client's progress on a member's request; None for another token."""
+        if not isinstance(token, int) or isinstance(token, bool):
+            return None
+        held, own = self._by_hub.get(token), self._tokens.get(token)
+        return (held[0], own) if held is not None and own is not None else None
 
     def __len__(self) -> int:
         return len(self._by_hub)
 
-    def add(self, hub_id: int, member: str, member_id: Id) -> None:
-        self._by_hub[hub_id] = (member, member_id)
-        self._by_member[(member, jsonrpc.id_key(member_id))] = hub_id
+    def add(self, hub_id: int, member: str, request: Request) -> Request:
+        """The member's request as the client sees it: the hub id, and the hub id as its progress token."""
+        self._by_hub[hub_id] = (member, request.id)
+        self._by_member[(member, jsonrpc.id_key(request.id))] = hub_id
+        obj = {**request.obj, "id": hub_id}
+        token = jsonrpc.progress_token(request)
+        if token is not None:
+            self._tokens[hub_id] = token
+            params = request.params
+            obj["params"] = {**params, "_meta": {**params["_meta"], "progressToken": hub_id}}
+        return Request(hub_id, request.method, obj.get("params"), obj)
 
     def answered(self, hub_id: int) -> tuple[str, Id] | None:
         """(member, its id) of the request the client answered; None when it is none in flight."""
         held = self._by_hub.pop(hub_id, None)
+        self._tokens.pop(hub_id, None)
         if held is not None:
             self._by_member.pop((held[0], jsonrpc.id_key(held[1])), None)
         return held
@@ -101,6 +119,7 @@ class ServerRequests:
         hub_id = self._by_member.pop((member, jsonrpc.id_key(member_id)), None)
         if hub_id is not None:
             self._by_hub.pop(hub_id, None)
+            self._tokens.pop(hub_id, None)
         return hub_id
 
     def of(self, member: str) -> list[int]:

@@ -436,3 +436,16 @@ def test_a_tool_its_server_hides_is_hidden_on_the_aggregate_too() -> None:
     hub.from_member("a", res(listed["a"][0]["id"], {"tools": [{"name": "secret"}, {"name": "open"}]}), 0.0)
     [page] = to_client(hub.from_member("b", res(listed["b"][0]["id"], {"tools": [{"name": "secret"}]}), 0.0))
     assert [t["name"] for t in page["result"]["tools"]] == ["a__open", "b__secret"]
+
+
+def test_the_clients_progress_on_a_members_request_reaches_that_member_under_its_own_token() -> None:
+    hub = ready_hub()
+    asked_a = to_client(hub.from_member("a", req(1, "sampling/createMessage", {"_meta": {"progressToken": "p"}}), 0))
+    asked_b = to_client(hub.from_member("b", req(1, "sampling/createMessage", {"_meta": {"progressToken": "p"}}), 0))
+    token_a, token_b = asked_a[0]["params"]["_meta"]["progressToken"], asked_b[0]["params"]["_meta"]["progressToken"]
+    assert token_a != token_b  # one token of two members: two tokens for the client
+    outs = hub.from_client(note("notifications/progress", {"progressToken": token_b, "progress": 1}), 0.0)
+    assert sent(outs) == {
+        "b": [{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p", "progress": 1}}]
+    }
+    assert hub.from_client(note("notifications/progress", {"progressToken": 999, "progress": 1}), 0.0) == []
