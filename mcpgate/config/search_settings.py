@@ -31,6 +31,12 @@ class SearchSettings:
     tool_search_max_tools: int = declare(
         2000,
         "Most tools of a server's listing the search view reads and indexes (the rest is not found); the listing "
-        "is read from the caller's pooled child, at most once per MCPGATE_CACHE_TTL_MS.",
+        "is read from the caller's pooled child.",
+        validate=positive,
+    )
+    tool_search_max_age: float = declare(
+        5.0,
+        "Seconds the search view answers from a listing before it reads the server's again: a tool added, changed "
+        "or hidden shows in searches within it.",
         validate=positive,
     )

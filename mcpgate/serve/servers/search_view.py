@@ -1,9 +1,9 @@
 """The search view of a published server (MCPGATE_TOOL_SEARCH, per server in MCPGATE_CONFIG): the gateway answers
 tools/list with the search_tools meta-tool (and the pinned tools), and a call of search_tools from the server's
 full listing, read from a pooled child of the caller's principal (the one its 2026-07-28 calls use: its
-listing is the caller's, with the caller's own credentials) at most once per MCPGATE_CACHE_TTL_MS (1 s at
-least), up to MCPGATE_TOOL_SEARCH_MAX_TOOLS tools. Every other request, the calls of real tools among them, goes
-on as before; what the caller's ToolFilter hides (its server's lists, its view) is never found nor pinned.
+listing is the caller's, with the caller's own credentials) at most once per MCPGATE_TOOL_SEARCH_MAX_AGE, up to
+MCPGATE_TOOL_SEARCH_MAX_TOOLS tools. Every other request, the calls of real tools among them, goes on as before;
+what the caller's ToolFilter hides (its server's lists, its view, its pins) is never found nor pinned.
 
 Answered where hidden tools are (serve/sessions/inbound.py for 2025 sessions, serve/modern/stateless.py for
 2026-07-28 requests), before them: the meta-tool is the gateway's own, never hidden by a server's lists. A
@@ -41,7 +41,7 @@ class SearchView:
 
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings, self.clock = settings, clock
-        self.ttl = max(1.0, settings.cache_ttl_ms / 1000)
+        self.ttl = settings.tool_search_max_age
         self.pinned = frozenset(settings.tool_search_pinned)
         self._kept: OrderedDict[str, tuple[float, ToolIndex]] = OrderedDict()
 
@@ -73,7 +73,7 @@ class SearchView:
         return {"jsonrpc": "2.0", "id": message.id, "result": result}
 
     def index(self, pool: Pool, principal: str, tools: ToolFilter | None) -> ToolIndex | None:
-        """The principal's index, read again when older than the cache hint; None when it cannot be read. The
+        """The principal's index, read again past MCPGATE_TOOL_SEARCH_MAX_AGE; None when it cannot be read. The
         listing goes through the caller's filter first, as a listing would (the server's pins review it)."""
         now = self.clock()
         kept = self._kept.get(principal)
