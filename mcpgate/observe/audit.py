@@ -361,12 +361,12 @@ def done(
         answer is not None
         and code is None
         and started.fields["method"] == "tools/call"
-        and is_tool_error(answer, lambda: _decoded(answer))
+        and is_tool_error(answer, lambda: decoded(answer))
     )
     LOG.finish(started, code, bytes_out, outcome, tool_error=failed)
 
 
-def _decoded(data: bytes) -> dict[str, Any]:
+def decoded(data: bytes) -> dict[str, Any]:
     try:
         found = json.loads(data)
     except ValueError:

@@ -17,14 +17,17 @@ INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds (tracing's)
 IDS = w3c.Ids()  # the export's own (a relay's export may run on a thread of its own)
 _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
 _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes
-_owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code): the request span's own attributes
+_owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code, tool error): the request span's own
 
 
 def encoded(trace: Trace) -> bytes:
     """Every span of an ended, sampled request."""
     name, common = shape(trace)
     ids = trace.span_id or IDS.take(8)
-    error = trace.code is not None or trace.status >= 500 if trace.kind == SERVER else not 0 < trace.status < 400
+    if trace.kind == SERVER:
+        error = trace.code is not None or trace.tool_error or trace.status >= 500
+    else:
+        error = not 0 < trace.status < 400
     parent = trace.parent
     spans = [
         otlp_wire.span(
@@ -71,7 +74,7 @@ def own_attributes(trace: Trace) -> bytes:
     """The request's own span's attributes beyond the shared ones: transport, server, session, status, error."""
     from mcpgate.observe import tracing
 
-    key = (trace.kind, trace.server, trace.session, trace.status, trace.code)
+    key = (trace.kind, trace.server, trace.session, trace.status, trace.code, trace.tool_error)
     found = _owns.get(key)
     if found is not None:
         return found
@@ -87,6 +90,8 @@ def own_attributes(trace: Trace) -> bytes:
         extra["http.response.status_code"] = trace.status
     if trace.code is not None:
         extra["error.type"] = extra["rpc.response.status_code"] = str(trace.code)
+    elif trace.tool_error:
+        extra["error.type"] = "tool_error"  # OpenTelemetry's MCP conventions
     found = otlp_wire.attributes(extra)
     if len(_owns) < otlp_wire.CACHED:
         _owns[key] = found

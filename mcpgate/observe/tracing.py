@@ -22,7 +22,8 @@ request) is what the child's request carries in `_meta.traceparent`, put into th
 a forward to another instance sends its own span's context in the `traceparent` header. Every span ends when
 the response is done (an SSE stream: when it closes). Attributes follow the OpenTelemetry conventions for MCP
 (mcp.method.name, jsonrpc.request.id, gen_ai.tool.name, mcp.session.id as the session's short id, error.type and
-rpc.response.status_code for a JSON-RPC error); a request's arguments, its headers and any token are never
+rpc.response.status_code for a JSON-RPC error, error.type "tool_error" for a tools/call result with isError true,
+both read from a whole JSON answer); a request's arguments, its headers and any token are never
 recorded.
 """
 
@@ -38,7 +39,7 @@ from typing import Any
 
 from mcpgate.core import session_ids, wire
 from mcpgate.core.jsonrpc import Message, Request
-from mcpgate.observe import otlp_wire, trace_spans, w3c
+from mcpgate.observe import audit, otlp_wire, trace_spans, w3c
 from mcpgate.observe.w3c import TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
@@ -186,6 +187,7 @@ class Trace:
         "state",
         "status",
         "steps",
+        "tool_error",
         "trace_id",
         "wait",
         "what",
@@ -202,6 +204,7 @@ class Trace:
         self.session: str | None = None  # the Mcp-Session-Id the request names
         self.http_method = ""
         self.code: int | None = None
+        self.tool_error = False  # a tools/call result with isError true
         self.status, self.end_at, self.trace_id, self.state = 0, 0, b"", ""
         self.parent: Parent | None = None
 
@@ -242,6 +245,8 @@ class Trace:
             return
         self.end_at, self.status = _time(), status
         self.code = error_code(body) if body else None
+        if body and self.code is None and isinstance(self.what, tuple) and self.what[0] == "tools/call":
+            self.tool_error = audit.is_tool_error(body, lambda: audit.decoded(body))
         TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
 
     def encoded(self) -> bytes:

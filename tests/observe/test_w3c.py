@@ -155,3 +155,27 @@ def test_a_traces_spans_decode_with_opentelemetry_proto(ended: list[Any]) -> Non
     assert server.attributes["gen_ai.tool.name"] == "echo" and server.attributes["jsonrpc.request.id"] == "1"
     assert server.attributes["mcp.session.id"] == "s" * 8 and wait.attributes["network.transport"] == "pipe"
     assert server.start <= guard.start <= guard.end <= wait.start <= wait.end == server.end
+
+
+def test_a_tool_error_marks_the_requests_span(ended: list[Any]) -> None:
+    """A tools/call answered with a result whose isError is true: the span is an error of type tool_error (one
+    with isError false, or true only deeper in the result, is not)."""
+    from mcpgate.observe import otlp_wire, tracing
+
+    answers = [
+        b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}',
+        b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}',
+        b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"structuredContent":{"isError":true}}}',
+    ]
+    for answer in answers:
+        environ: dict[str, Any] = {"REQUEST_METHOD": "POST"}
+        tracing.begin(environ, "default")
+        tracing.to_child(environ, message(SPLICED[0][0]))
+        tracing.finish(environ, 200, answer, [b""])
+    spans = decode(otlp_wire.request(tracing.TRACER.head, [trace.encoded() for trace, _ in ended]))
+    servers = [s for s in spans if s.kind == "SERVER"]
+    assert [(s.error, s.attributes.get("error.type")) for s in servers] == [
+        (True, "tool_error"),
+        (False, None),
+        (False, None),
+    ]
