@@ -22,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcpgate.serve.oauth import passwords
 from tests.browser import Browser
+from tests.support.fleet import Balancer
 from tests.support.gateway import FIXTURES, Gateway
 from tests.support.http import write_config
 from tests.support.oauth import authorize_query, embedded_env, redeem_code, register_public_client
@@ -53,7 +54,7 @@ def vault_env(tmp: Path, key: str | None = None, **extra: str) -> dict[str, str]
     return env
 
 
-def access_token(gw: Gateway, user: str) -> str:
+def access_token(gw: Gateway | Balancer, user: str) -> str:
     """`user` signed in through the embedded server's pages (login, consent), for the echo server's resource."""
     resource = f"{gw.base}/servers/{SERVER}/mcp"
     client_id = register_public_client(gw.base, CALLBACK, "vault tests")
@@ -69,7 +70,7 @@ def access_token(gw: Gateway, user: str) -> str:
 class VaultPage:
     """One user's browser on the vault's page: signed in through its own form."""
 
-    def __init__(self, gw: Gateway, user: str) -> None:
+    def __init__(self, gw: Gateway | Balancer, user: str) -> None:
         self.base, self.http = gw.base, requests.Session()
         reply = self.http.post(
             self.base + "/vault/login",
@@ -123,5 +124,5 @@ def echo_once(gw: Gateway, token: str, mode: str) -> str:
     return anyio.run(lambda: echo(url_of(gw), token, mode))[0]
 
 
-def url_of(gw: Gateway) -> str:
+def url_of(gw: Gateway | Balancer) -> str:
     return f"{gw.base}/servers/{SERVER}/mcp"

@@ -129,27 +129,31 @@ class Vault:
         sealed = self.cipher.seal(principal, slot, value.encode())
         stored = self.store.put(principal, slot, sealed, self.settings.vault_slots)
         if stored:
-            self.sweep(principal, f"the credential slot {slot!r} was changed by its owner")
+            self.sweep(principal)
         return stored
 
     def delete(self, principal: str, slot: str) -> bool:
         assert self.store is not None
         gone = self.store.delete(principal, slot)
         if gone:
-            self.sweep(principal, f"the credential slot {slot!r} was deleted by its owner")
+            self.sweep(principal)
         return gone
 
     # -- holders ---------------------------------------------------------------------------------------------
-    def sweep(self, principal: str, reason: str = "a credential slot it holds changed") -> int:
-        """Stop the principal's children whose stamp no longer matches the store; how many."""
+    def sweep(self, principal: str) -> int:
+        """Stop the principal's children whose stamp no longer matches the store (the reason names the slot that
+        changed or went); how many."""
         holders = self._holders.get(principal)
         if not holders or self.store is None:
             return 0
         current = {slot: entry.version for slot, entry in self.store.listing(principal).items()}
         stopped = 0
         for child, (stamp, ender) in list(holders.items()):
-            if all(current.get(slot) == version for slot, version in stamp):
+            changed = [slot for slot, version in stamp if current.get(slot) != version]
+            if not changed:
                 continue
+            how = "changed" if changed[0] in current else "deleted"
+            reason = f"the credential slot {changed[0]!r} was {how} by its owner"
             del holders[child]
             if child.alive:
                 log.info("child %s stopped: %s", child.label, reason)
