@@ -22,7 +22,8 @@ core/hub_lists.py.
   member's request to the client (sampling, elicitation, roots) gets a hub id too, and the client's answer goes
   back to that member with the member's id; the member's notifications/cancelled for it is renamed likewise.
   The client's notifications/cancelled reaches the member(s) holding the request, under their hub ids; progress
-  from a member is passed on only for a token of a request that member holds. ping is answered here.
+  from a member is passed on only for a token of a request that member holds, and the client's progress on a
+  member's request (whose token the hub renamed to its hub id) reaches that member alone. ping is answered here.
 - list_changed from any member, and a member with a list that goes, make one list_changed per kind for the
   client, COALESCE seconds after the first (well within a second).
 - Bounds: at most `in_flight` requests to members (fan-outs count each member) and as many member requests to
@@ -52,10 +53,8 @@ from mcpgate.core.hub_messages import (
     encode_note,
     encode_request,
     error,
-    error_response,
-    get,
     jsonrpc_result,
-    note_obj,
+    notification,
     renamed_response,
     response,
     why,
@@ -340,10 +339,7 @@ class Hub:
             return [ToClient(message)]
         if method == "notifications/cancelled":
             hub_id = self._asked.withdrawn(member, params.get("requestId"))
-            if hub_id is None:
-                return []
-            obj = {"jsonrpc": "2.0", "method": method, "params": {**params, "requestId": hub_id}}
-            return [ToClient(Notification(method, obj["params"], obj))]
+            return [ToClient(notification(method, {**params, "requestId": hub_id}))] if hub_id is not None else []
         if method in CHANGED:
             out = self._changed_list(method)
             if method == "notifications/resources/list_changed":
@@ -397,12 +393,9 @@ class Hub:
             elif pending.client_id is not None:
                 self._by_client.pop(jsonrpc.id_key(pending.client_id), None)
                 text = f"Server {member!r} of this endpoint ended: {reason}"
-                out.append(ToClient(Response(pending.client_id, error_response(pending.client_id, SERVER_GONE, text))))
-        for hub_id in self._asked.of(member):
-            params = {"requestId": hub_id, "reason": f"server {member!r} ended"}
-            out.append(
-                ToClient(Notification("notifications/cancelled", params, note_obj("notifications/cancelled", params)))
-            )
+                out.append(error(pending.client_id, SERVER_GONE, text, {"server": member}))
+        for hub_id in self._asked.of(member):  # its requests to the client are withdrawn
+            out.append(ToClient(notification("notifications/cancelled", {"requestId": hub_id, "reason": "it ended"})))
         self.uris.forget(member)
         for method, capability in CHANGED.items():
             if capability in had:
@@ -424,18 +417,12 @@ class Hub:
         return out
 
     def _primed(self, member: str, fan: Fan, result: object) -> list[Out]:
-        if not isinstance(result, dict):
-            return []
-        if fan.method == "resources/list":
-            items = result.get("resources")
-            self.uris.add(member, (get(r, "uri") for r in items) if isinstance(items, list) else ())
-        else:
-            items = result.get("resourceTemplates")
-            self.uris.add_templates(member, (get(t, "uriTemplate") for t in items) if isinstance(items, list) else ())
-        following = result.get("nextCursor")
-        if isinstance(following, str) and following and fan.pages < PRIME_PAGES:
-            return self._prime(member, 0.0, fan.method, following, fan.pages + 1)
-        return []
+        following = self.uris.take(member, fan.method, result)
+        return (
+            self._prime(member, 0.0, fan.method, following, fan.pages + 1)
+            if following and fan.pages < PRIME_PAGES
+            else []
+        )
 
     # -- helpers --------------------------------------------------------------------------------------------
     def _ready(self, capability: str | None) -> list[str]:

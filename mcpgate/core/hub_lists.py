@@ -222,6 +222,17 @@ class UriMap:
                 if start and start not in starts:
                     starts.append(start)
 
+    def take(self, member: str, method: str, result: object) -> str | None:
+        """What a member's resources/list or resources/templates/list answer tells of its URIs; its next cursor."""
+        if not isinstance(result, dict):
+            return None
+        key, field = ("resources", "uri") if method == "resources/list" else ("resourceTemplates", "uriTemplate")
+        items = result.get(key)
+        found = [item.get(field) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        self.add(member, found) if method == "resources/list" else self.add_templates(member, found)
+        following = result.get("nextCursor")
+        return following if isinstance(following, str) and following else None
+
     def forget(self, member: str, *, templates: bool = True) -> None:
         for uri in [uri for uri, held in self._uris.items() if member in held]:
             rest = tuple(m for m in self._uris[uri] if m != member)

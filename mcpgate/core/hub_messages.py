@@ -170,6 +170,10 @@ def note_obj(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": params}
 
 
+def notification(method: str, params: dict[str, Any]) -> Notification:
+    return Notification(method, params, note_obj(method, params))
+
+
 def encode_note(method: str, params: dict[str, Any]) -> bytes:
     return jsonrpc.encode(note_obj(method, params))
 
