@@ -18,7 +18,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import w3c
-from tests.support.otlp import decode
+from tests.support.otlp import decode, receiver
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 CONTEXT = f"00-{TRACE}-{SPAN}-01"
@@ -179,3 +179,31 @@ def test_a_tool_error_marks_the_requests_span(ended: list[Any]) -> None:
         (False, None),
         (False, None),
     ]
+
+
+def test_a_batch_goes_out_on_the_lean_connection_to_a_plain_http_receiver() -> None:
+    """A plain-HTTP endpoint without compression: batches on a connection of its own (kept when the receiver keeps
+    it), with the SDK client's headers; https, compression, or no such client: the SDK client posts."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from mcpgate.observe.span_batches import LeanPost
+
+    with receiver() as got:
+        lean = LeanPost.of(OTLPSpanExporter(endpoint=got.url, headers={"x-tenant": "t1"})._client)
+        assert lean is not None
+        body = otlp_request()
+        assert lean.post(body) and lean.post(body)
+        assert got.bodies == [body, body]
+        lean.close()
+    assert LeanPost.of(OTLPSpanExporter(endpoint="https://collector.example/v1/traces")._client) is None
+    assert LeanPost.of(OTLPSpanExporter(endpoint=got.url, compression=Compression.Gzip)._client) is None
+    assert LeanPost.of(None) is None
+
+
+def otlp_request() -> bytes:
+    from mcpgate.observe import otlp_wire
+
+    head = otlp_wire.resource_head({"service.name": "lean"}, "mcpgate", "0")
+    span = otlp_wire.span(b"\x01" * 16, b"\x02" * 8, b"", "", "s", 1, 1, 2, b"", False, False)
+    return otlp_wire.request(head, [span])
