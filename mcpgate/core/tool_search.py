@@ -15,6 +15,7 @@ Pure: stdlib only, no I/O (serve/servers/search_view.py fetches the listing and 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -33,8 +34,9 @@ K1, B = 1.2, 0.75
 WEIGHTS = {"name": 3.0, "title": 2.0, "description": 1.0, "param": 1.0, "param_text": 0.5}
 SYNONYM_WEIGHT = 0.4
 
-_PARTS = re.compile(r"[^A-Za-z0-9]+")
-_HUMPS = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# a word: a run of capitals not followed by a small letter ("HTML" of "HTMLParser"), a capital and its small
+# letters, small letters, or digits; anything else separates words
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _STOP_WORDS = (
     "a an and are as at be by can do does for from get give how i in into is it its me my of on or please some "
 )
@@ -65,6 +67,7 @@ SYNONYMS = (
 )
 
 
+@functools.lru_cache(maxsize=8192)
 def stem(word: str) -> str:
     """A light suffix stemmer: enough that "files", "filed" and "file" meet, and "creating" and "create"."""
     if len(word) > 4 and word.endswith("ies"):
@@ -84,11 +87,10 @@ def words(text: str) -> list[str]:
     """The index's terms of a text: split at non-alphanumerics and camelCase humps, lowercased, stop words out,
     stemmed."""
     out = []
-    for part in _PARTS.split(text):
-        for piece in _HUMPS.split(part):
-            word = piece.lower()
-            if word and word not in STOP:
-                out.append(stem(word))
+    for piece in _WORD.findall(text):
+        word = piece.lower()
+        if word not in STOP:
+            out.append(stem(word))
     return out
 
 
