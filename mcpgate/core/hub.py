@@ -296,6 +296,9 @@ class Hub:
         if fan.method == "initialize":
             return self._initialized(fan)
         if fan.method in LISTS:
+            if fan.method in OWN_LISTS:  # what the client is told of URIs, the URI map learns too
+                for name, answer in fan.answers.items():
+                    self.uris.take(name, fan.method, answer)
             order = [(n, self.members[n].prefix, self._shown(n, fan)) for n in self.members if n in fan.answers]
             page = hub_lists.merge_page(fan.method, order)
             notes: list[Out] = [

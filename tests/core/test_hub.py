@@ -449,3 +449,12 @@ def test_the_clients_progress_on_a_members_request_reaches_that_member_under_its
         "b": [{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p", "progress": 1}}]
     }
     assert hub.from_client(note("notifications/progress", {"progressToken": 999, "progress": 1}), 0.0) == []
+
+
+def test_the_clients_own_resource_lists_fill_the_uri_map_too() -> None:
+    hub = ready_hub()  # its own priming requests never answered
+    asked = sent(hub.from_client(req("r", "resources/list"), 0.0))
+    hub.from_member("a", res(asked["a"][0]["id"], {"resources": [{"uri": "x://1"}]}), 0.0)
+    hub.from_member("b", res(asked["b"][0]["id"], {"resources": []}), 0.0)
+    [read] = sent(hub.from_client(req(1, "resources/read", {"uri": "x://1"}), 0.0))["a"]
+    assert read["params"] == {"uri": "x://1"}

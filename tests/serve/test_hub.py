@@ -106,6 +106,26 @@ def test_merged_tools_are_namespaced_and_calls_routed(hub: Gateway) -> None:
     run(main)
 
 
+def test_resources_keep_their_uris_and_prompts_are_namespaced(hub: Gateway) -> None:
+    async def main() -> None:
+        async with client(hub.url) as c:
+            uris = {str(r.uri) for r in (await c.list_resources()).resources}
+            assert {"demo://readme", "demo://time"} <= uris
+            templates = (await c.list_resource_templates()).resource_templates
+            assert [(t.name, t.uri_template) for t in templates] == [("demo__echo", "demo://echo/{text}")]
+            readme = await c.read_resource("demo://readme")
+            assert "mcpgate demo server" in readme.contents[0].text  # type: ignore[union-attr]
+            echoed = await c.read_resource("demo://echo/hi")  # routed by its template's start
+            assert echoed.contents[0].text == "hi"  # type: ignore[union-attr]
+            with pytest.raises(Exception, match="no server here lists"):
+                await c.read_resource("nobody://x")
+            assert "demo__greet" in [p.name for p in (await c.list_prompts()).prompts]
+            prompt = await c.get_prompt("demo__greet", {"name": "Ada"})
+            assert prompt.messages[0].content.text == "Please greet Ada warmly."  # type: ignore[union-attr]
+
+    run(main)
+
+
 def test_pagination_across_members_gives_every_tool_once(hub: Gateway) -> None:
     async def main() -> None:
         async with client(hub.url) as c:
