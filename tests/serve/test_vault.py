@@ -155,9 +155,13 @@ def test_an_empty_slot_is_a_url_elicitation_and_the_retry_after_filling_it_succe
     assert elicitation["mode"] == "url" and elicitation["url"] == gw.base + "/vault", elicitation
     # 2026-07-28 without URL elicitation declared, or a request that cannot be answered input_required: an error
     # naming the page (-32042 is not a 2026-07-28 code)
-    for method, params in (("tools/call", {"name": "secret", "arguments": {}}), ("tools/list", {})):
+    calls: list[tuple[str, dict[str, Any], str | None]] = [
+        ("tools/call", {"name": "secret", "arguments": {}}, "secret"),
+        ("tools/list", {}, None),
+    ]
+    for method, params, name in calls:
         body = modern_body(7, method, params)
-        sent = {**modern_headers(method, params.get("name")), "Authorization": f"Bearer {tokens['carol']}"}
+        sent = {**modern_headers(method, name), "Authorization": f"Bearer {tokens['carol']}"}
         answer = reply_message(gw.request("POST", f"/servers/{SERVER}/mcp", body=body, headers=sent))
         assert answer["id"] == 7 and answer["error"]["code"] == -32603, answer
         assert gw.base + "/vault" in answer["error"]["message"] and "result" not in answer
