@@ -133,3 +133,8 @@ def test_the_gateways_tool_lists_apply_to_each_member_not_to_the_namespaced_name
     assert aggregate.settings.tools_allow == () and aggregate.settings.tools_deny == ()  # "a__echo" is not "echo"
     for member in aggregate.members:
         assert member.tools is not None and member.tools.visible("echo") and not member.tools.visible("slow")
+
+
+def test_health_names_the_servers_alone(tmp_path: Path) -> None:
+    status, body = published(tmp_path / "mcp.json", {"a": DEMO, "b": DEMO}, groups={"g": {"servers": ["a"]}}).health()
+    assert status == 200 and set(body["servers"]) == {"a", "b"} and body["sessions"] == 0

@@ -213,16 +213,17 @@ class PublishedServers:
     def health(self) -> tuple[int, dict[str, Any]]:
         """/healthz: sessions and children, and whether the commands can be started (503 when none can; with
         several servers, "degraded" when some cannot). The reasons are in the log, not for every caller."""
-        states = {}
-        for name, gateway in self.items():
+        states: dict[str, dict[str, Any]] = {}
+        for name, gateway in self._gateways.items():  # the servers; the groups' sessions count in the totals
             state = "unavailable" if gateway.command_problem() else "ok"
             states[name] = {"status": state, "sessions": len(gateway.sessions), "children": gateway.live_children()}
         broken = [name for name, state in states.items() if state["status"] != "ok"]
         status = "unavailable" if len(broken) == len(states) else "degraded" if broken else "ok"
+        groups = self.hub.items()
         body: dict[str, Any] = {
             "status": status,
-            "sessions": sum(state["sessions"] for state in states.values()),
-            "children": sum(state["children"] for state in states.values()),
+            "sessions": sum(state["sessions"] for state in states.values()) + sum(len(g.sessions) for _, g in groups),
+            "children": sum(state["children"] for state in states.values()) + sum(g.live_children() for _, g in groups),
         }
         if self.named:
             body["servers"] = states
