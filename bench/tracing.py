@@ -10,6 +10,7 @@ compare the two settings within one run only.
     python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16]
     python bench/tracing.py --profile /tmp/traced.txt   # one traced round under py-spy: the worker's top functions
     python bench/tracing.py --in-process   # CPU per traced request of the request path's hooks and of encoding
+    python bench/tracing.py --together     # both gateways at once, 8 clients each: a busy machine loads both alike
     OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01 python bench/tracing.py   # 1 % sampled
 """
 
@@ -110,9 +111,8 @@ def spy(worker: int, seconds: float, target: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*args, "--duration", str(int(seconds)), "-o", target], stdout=subprocess.DEVNULL)
 
 
-def round_of(
-    traced: bool, endpoint: str, seconds: float, clients: int, profile: str | None = None
-) -> tuple[float, float]:
+def start(traced: bool, endpoint: str) -> tuple[subprocess.Popen[bytes], int, Any]:
+    """A gateway (gunicorn, one worker) with tracing on or off, answering /healthz: its process, port, log."""
     port = gateways.free_port()
     env = {**os.environ, "MCPGATE_TRACING": "true" if traced else "false", "MCPGATE_MAX_SESSIONS": "200"}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
@@ -125,46 +125,78 @@ def round_of(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/healthz")
-                conn.getresponse().read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        counts = multiprocessing.Array("i", clients)
-        per = max(1, clients // 4)
-        start_cpu = worker_cpu(gw.pid)
-        sampler = (
-            spy(int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0]), seconds, profile)
-            if profile
-            else None
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+            return gw, port, log
+        except OSError:
+            if time.monotonic() > deadline:
+                stop(gw, log)
+                raise
+            time.sleep(0.1)
+
+
+def stop(gw: subprocess.Popen[bytes], log: Any) -> None:
+    gw.send_signal(signal.SIGTERM)
+    gw.wait(timeout=30)
+    log.close()
+
+
+def load(ports: list[int], seconds: float, clients: int) -> tuple[list[int], float]:
+    """`clients` (4 a process) calling for `seconds`, spread evenly over `ports`: the calls each port served."""
+    counts = multiprocessing.Array("i", clients)
+    per = max(1, clients // 4)
+    began = time.monotonic()
+    until = began + seconds
+    procs = [
+        multiprocessing.Process(
+            target=process, args=(ports[first // per % len(ports)], until, counts, first, min(per, clients - first))
         )
-        began = time.monotonic()
-        until = began + seconds
-        procs = [
-            multiprocessing.Process(target=process, args=(port, until, counts, first, min(per, clients - first)))
-            for first in range(0, clients, per)
-        ]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-        elapsed = time.monotonic() - began
+        for first in range(0, clients, per)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    elapsed = time.monotonic() - began
+    served = [0] * len(ports)
+    for index in range(clients):
+        served[index // per % len(ports)] += counts[index]
+    return served, elapsed
+
+
+def round_of(
+    traced: bool, endpoint: str, seconds: float, clients: int, profile: str | None = None
+) -> tuple[float, float]:
+    gw, port, log = start(traced, endpoint)
+    try:
+        start_cpu = worker_cpu(gw.pid)
+        worker = int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0])
+        sampler = spy(worker, seconds, profile) if profile else None
+        (calls,), elapsed = load([port], seconds, clients)
         cpu = worker_cpu(gw.pid) - start_cpu
         if sampler is not None:
             sampler.wait(timeout=60)
-        calls = sum(counts)
         return calls / elapsed, cpu / max(calls, 1) * 1e6
     finally:
-        gw.send_signal(signal.SIGTERM)
-        gw.wait(timeout=30)
-        log.close()
+        stop(gw, log)
+
+
+def together(endpoint: str, seconds: float, clients: int) -> tuple[float, float]:
+    """Both gateways at once, half the clients each: whatever else loads the machine loads both alike. The
+    on/off ratios of calls served and of the worker's CPU per call."""
+    (off, off_port, off_log), (on, on_port, on_log) = start(False, endpoint), start(True, endpoint)
+    try:
+        cpu = [worker_cpu(off.pid), worker_cpu(on.pid)]
+        (off_calls, on_calls), _ = load([off_port, on_port], seconds, clients)
+        off_cpu, on_cpu = worker_cpu(off.pid) - cpu[0], worker_cpu(on.pid) - cpu[1]
+        return on_calls / max(off_calls, 1), (off_cpu / max(off_calls, 1)) / max(on_cpu / max(on_calls, 1), 1e-9)
+    finally:
+        stop(off, off_log)
+        stop(on, on_log)
 
 
 def in_process(repeats: int = 7, calls: int = 2000) -> None:
@@ -226,11 +258,17 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--profile", metavar="FILE", help="one traced round under py-spy; its summary printed")
     parser.add_argument("--in-process", action="store_true", help="only the hooks' and the encoding's CPU, in process")
+    parser.add_argument("--together", action="store_true", help="off and on served at once, half the clients each")
     args = parser.parse_args()
     if args.in_process:
         in_process()
         return 0
     endpoint, got = sink()
+    if args.together:
+        for _ in range(args.rounds):
+            calls, cpu = together(endpoint, args.seconds, args.clients)
+            print(f"together: calls on/off {calls:.1%}, worker CPU per call off/on {cpu:.1%}", flush=True)
+        return 0
     if args.profile:
         rate, cpu = round_of(True, endpoint, args.seconds, args.clients, args.profile)
         print(f"tracing on : {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call (under py-spy)")

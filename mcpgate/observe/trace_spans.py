@@ -6,18 +6,38 @@ request path did not need are drawn here; the attributes the request and its wai
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from mcpgate.core import session_ids
 from mcpgate.observe import otlp_wire, w3c
 
-if TYPE_CHECKING:
-    from mcpgate.observe.tracing import Trace
-
-INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds (tracing's)
+INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
 IDS = w3c.Ids()  # the export's own (a relay's export may run on a thread of its own)
 _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
 _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes
 _owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code, tool error): the request span's own
+
+
+class Trace(Protocol):
+    """What the export reads of a request's Trace (observe/tracing.py)."""
+
+    what: tuple[str, Any, Any, Any] | str  # (method, params.name, protocol version, id), or the span's name
+    http_method: str
+    kind: int
+    server: str | None
+    session: str | None  # the Mcp-Session-Id it named
+    trace_id: bytes
+    span_id: bytes  # its own span's, when the request path needed it (b"": drawn here)
+    parent: w3c.Parent | None
+    state: str
+    start: int
+    end_at: int
+    status: int
+    code: int | None
+    tool_error: bool
+    steps: list[tuple[str, int, int]]
+    wait: tuple[bytes, int] | None
+    forward: tuple[bytes, int, str] | None
 
 
 def encoded(trace: Trace) -> bytes:
@@ -51,8 +71,6 @@ def encoded(trace: Trace) -> bytes:
 def shape(trace: Trace) -> tuple[str, bytes]:
     """The request's span name and the attributes its span and the wait's share (described once per method, tool
     and version; the request id apart)."""
-    from mcpgate.observe import tracing
-
     what = trace.what
     if isinstance(what, str):
         return what or trace.http_method, b""
@@ -63,7 +81,7 @@ def shape(trace: Trace) -> tuple[str, bytes]:
     except TypeError:  # a name or version that is no string (unhashable)
         found = None
     if found is None:
-        name, described = tracing.named(method, target, version)
+        name, described = named(method, target, version)
         found = name, otlp_wire.attributes(described)
         if len(_shapes) < otlp_wire.CACHED and all(isinstance(part, str | None) for part in key):
             _shapes[key] = found
@@ -72,8 +90,6 @@ def shape(trace: Trace) -> tuple[str, bytes]:
 
 def own_attributes(trace: Trace) -> bytes:
     """The request's own span's attributes beyond the shared ones: transport, server, session, status, error."""
-    from mcpgate.observe import tracing
-
     key = (trace.kind, trace.server, trace.session, trace.status, trace.code, trace.tool_error)
     found = _owns.get(key)
     if found is not None:
@@ -83,9 +99,8 @@ def own_attributes(trace: Trace) -> bytes:
         extra["network.protocol.name"] = "http"
         if trace.server:
             extra["mcpgate.server"] = trace.server
-        short = tracing.session_short(trace)
-        if short is not None:
-            extra["mcp.session.id"] = short
+        if isinstance(trace.session, str) and trace.session:
+            extra["mcp.session.id"] = session_ids.short(trace.session)
     if trace.status:
         extra["http.response.status_code"] = trace.status
     if trace.code is not None:
@@ -115,3 +130,19 @@ def children(trace: Trace, own: bytes, name: str, common: bytes) -> list[bytes]:
         forward = "mcpgate.forward"
         out.append(otlp_wire.span(ids, span_id, own, state, forward, CLIENT, began, end, instance, False, False))
     return out
+
+
+def named(method: str, target: Any, version: Any) -> tuple[str, dict[str, Any]]:
+    """The span name and attributes of a request of `method` naming `target` (a tool, a prompt), `version`."""
+    attributes: dict[str, Any] = {"mcp.method.name": method}
+    if method not in ("tools/call", "prompts/get") or not isinstance(target, str) or len(target) > 128:
+        target = None
+    if method == "tools/call":
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        if target:
+            attributes["gen_ai.tool.name"] = target
+    elif target:
+        attributes["gen_ai.prompt.name"] = target
+    if isinstance(version, str) and len(version) <= 32:
+        attributes["mcp.protocol.version"] = version
+    return (f"{method} {target}" if target else method), attributes

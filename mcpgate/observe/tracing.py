@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from mcpgate.core import session_ids, wire
+from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Message, Request
 from mcpgate.observe import audit, otlp_wire, trace_spans, w3c
 from mcpgate.observe.w3c import TRACE_KEYS, Parent
@@ -127,7 +127,7 @@ def meta_of(message: Message | None) -> Mapping[str, Any] | None:
 
 def described(message: Request) -> tuple[str, dict[str, Any]]:
     """A request's span name and attributes (OpenTelemetry's MCP conventions; never its arguments)."""
-    name, attributes = named(*request_of(message)[:3])
+    name, attributes = trace_spans.named(*request_of(message)[:3])
     return name, {"jsonrpc.request.id": str(message.id), **attributes}
 
 
@@ -137,22 +137,6 @@ def request_of(message: Request) -> tuple[str, Any, Any, Any]:
     meta = params.get("_meta")
     version = meta.get(wire.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
     return message.method, params.get("name"), version, message.id
-
-
-def named(method: str, target: Any, version: Any) -> tuple[str, dict[str, Any]]:
-    """The span name and attributes of a request of `method` naming `target` (a tool, a prompt), `version`."""
-    attributes: dict[str, Any] = {"mcp.method.name": method}
-    if method not in ("tools/call", "prompts/get") or not isinstance(target, str) or len(target) > 128:
-        target = None
-    if method == "tools/call":
-        attributes["gen_ai.operation.name"] = "execute_tool"
-        if target:
-            attributes["gen_ai.tool.name"] = target
-    elif target:
-        attributes["gen_ai.prompt.name"] = target
-    if isinstance(version, str) and len(version) <= 32:
-        attributes["mcp.protocol.version"] = version
-    return (f"{method} {target}" if target else method), attributes
 
 
 def error_code(body: bytes) -> int | None:
@@ -379,9 +363,3 @@ def relayed(body: bytes | None, headers: Mapping[str, str], send: Callable[[Mapp
         raise
     trace.end({}, getattr(reply, "status_code", 0), None)
     return reply
-
-
-def session_short(trace: Trace) -> str | None:
-    """The short id of the session the request names (its Mcp-Session-Id header)."""
-    session = trace.session
-    return session_ids.short(session) if isinstance(session, str) and session else None
