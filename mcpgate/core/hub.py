@@ -88,7 +88,8 @@ class Hub:
         self._tokens: dict[tuple[str, IdKey], int] = {}
         self._asked = ServerRequests()  # the members' requests to the client
         self._changed: set[str] = set()
-        self.initialized = False
+        self.handshake = False  # initialize was asked
+        self.initialized = False  # notifications/initialized came
 
     # -- queries --------------------------------------------------------------------------------------------
     def live(self) -> list[str]:
@@ -114,7 +115,10 @@ class Hub:
             return [error(message.id, jsonrpc.INVALID_REQUEST, "request id already in flight")]
         if method == "ping":
             return [answer(message.id, {})]
-        if method == "initialize":
+        if method == "initialize":  # once: a member would refuse a second one (and be left out for it)
+            if self.handshake:
+                return [error(message.id, jsonrpc.INVALID_REQUEST, "Invalid Request: already initialized")]
+            self.handshake = True
             return self._fan(message.id, method, params, self.live(), now)
         if method in LISTS:
             return self._list(message, params, now)

@@ -458,3 +458,15 @@ def test_the_clients_own_resource_lists_fill_the_uri_map_too() -> None:
     hub.from_member("b", res(asked["b"][0]["id"], {"resources": []}), 0.0)
     [read] = sent(hub.from_client(req(1, "resources/read", {"uri": "x://1"}), 0.0))["a"]
     assert read["params"] == {"uri": "x://1"}
+
+
+def test_a_member_refusing_initialize_is_closed_and_a_second_initialize_refused() -> None:
+    hub = Hub([Member("a", "a"), Member("b", "b")], in_flight=8, uris=8)
+    asked = sent(hub.from_client(req(1, "initialize", {"protocolVersion": "2025-06-18"}), 0.0))
+    hub.from_member("a", res(asked["a"][0]["id"], {"protocolVersion": "2025-06-18", "capabilities": CAPS}), 0.0)
+    outs = hub.from_member("b", res(asked["b"][0]["id"], error={"code": -32602, "message": "no such version"}), 0.0)
+    assert CloseMember("b", "refused initialize (no such version)") in outs
+    [answer] = to_client(outs)
+    assert answer["result"]["protocolVersion"] == "2025-06-18" and hub.live() == ["a"]
+    [again] = to_client(hub.from_client(req(2, "initialize", {}), 0.0))
+    assert again["error"]["code"] == jsonrpc.INVALID_REQUEST
