@@ -51,7 +51,7 @@ class Group:
 
 
 def prefix_of(entry: ServerEntry) -> str:
-    return getattr(entry, "prefix", None) or entry.name
+    return entry.prefix or entry.name
 
 
 def paths(name: str) -> tuple[str, str, str]:
