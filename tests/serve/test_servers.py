@@ -116,7 +116,8 @@ def test_three_servers_each_driven_by_the_sdk_at_once(gateway_factory: Any, tmp_
 
 @pytest.fixture(scope="module")
 def fleet_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """demo and sdk (at most one session), demo2 (another demo, its own env), one url entry skipped."""
+    """demo and sdk (at most one session), other (the sdk fixture, its own env), one websocket entry skipped; no
+    aggregate at MCPGATE_PATH (MCPGATE_HUB=false: tests/serve/test_hub.py has it)."""
     directory = tmp_path_factory.mktemp("servers")
     config = write_config(
         directory / "mcp.json",
@@ -124,7 +125,7 @@ def fleet_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "demo": DEMO_ENTRY,
             "sdk": {**NAMED_ENTRY, "env": {"ONLY_SDK": "sdk-value"}, "mcpgate": {"max_sessions": 1}},
             "other": {**NAMED_ENTRY, "env": {"ONLY_OTHER": "other-value"}, "mcpgate": {"pass_env": ["PASSED_ON"]}},
-            "remote": {"url": "https://mcp.example.com/mcp"},
+            "remote": {"type": "ws", "url": "ws://127.0.0.1:9/mcp"},
         },
     )
     env = {
@@ -132,6 +133,7 @@ def fleet_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "MCPGATE_CHILD_ENV": json.dumps({"FOR_EVERY_SERVER": "yes"}),
         "PASSED_ON": "passed-value",
         "GATEWAY_SECRET": "must-not-leak",
+        "MCPGATE_HUB": "false",
     }
     with serving(env) as gw:
         yield gw
@@ -148,7 +150,7 @@ def test_the_listing_and_the_health_of_the_fleet(fleet_gateway: Gateway) -> None
     }
     health = fleet_gateway.request("GET", "/healthz").json()
     assert health["status"] == "ok" and set(health["servers"]) == {"demo", "sdk", "other"}
-    assert "server 'remote' skipped: it names a url" in fleet_gateway.log()
+    assert "server 'remote' skipped: its type is 'ws'" in fleet_gateway.log()
 
 
 def test_an_unknown_name_is_404_naming_the_known_ones(fleet_gateway: Gateway) -> None:
@@ -279,7 +281,10 @@ def test_the_guard_and_token_cover_the_named_paths(gateway_factory: Any, tmp_pat
             {"demo": {**DEMO_ENTRY, "mcpgate": {"session_idle_ttl": 0}}},
             "server 'demo': mcpgate.session_idle_ttl must be greater than 0 (got 0.0)",
         ),
-        ({"remote": {"url": "https://mcp.example.com/mcp"}}, "lists no stdio server"),
+        (
+            {"remote": {"type": "ws", "url": "ws://127.0.0.1:9/mcp"}},
+            "lists no server (an entry with a command or a url)",
+        ),
     ],
 )
 def test_an_invalid_file_stops_the_start_with_a_clear_message(
