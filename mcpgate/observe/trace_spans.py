@@ -14,6 +14,7 @@ from mcpgate.observe import otlp_wire, w3c
 INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
 IDS = w3c.Ids()  # the export's own (a relay's export may run on a thread of its own)
 _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
+_ID_KEY = otlp_wire.field(1, b"jsonrpc.request.id")
 _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes
 _owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code, tool error): the request span's own
 
@@ -85,7 +86,16 @@ def shape(trace: Trace) -> tuple[str, bytes]:
         found = name, otlp_wire.attributes(described)
         if len(_shapes) < otlp_wire.CACHED and all(isinstance(part, str | None) for part in key):
             _shapes[key] = found
-    return found[0], found[1] + otlp_wire.key_value(9, "jsonrpc.request.id", str(request_id))
+    return found[0], found[1] + id_attribute(str(request_id))
+
+
+def id_attribute(value: str) -> bytes:
+    """The jsonrpc.request.id attribute (a value per request: its KeyValue written around the key's bytes)."""
+    encoded = value.encode()
+    if len(encoded) > 100:  # a length past one varint byte somewhere: the general writer
+        return otlp_wire.key_value(9, "jsonrpc.request.id", value)
+    any_value = b"\x12" + bytes((len(encoded) + 2,)) + b"\x0a" + bytes((len(encoded),)) + encoded
+    return b"\x4a" + bytes((len(_ID_KEY) + len(any_value),)) + _ID_KEY + any_value
 
 
 def own_attributes(trace: Trace) -> bytes:
