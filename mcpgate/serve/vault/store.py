@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mcpgate.config.paths import default_state_dir
+
+if TYPE_CHECKING:
+    import sqlite3  # imported when a store connects: a worker without the vault does not load SQLite
 
 log = logging.getLogger("mcpgate.vault")
 
@@ -75,6 +77,8 @@ class SqliteVaultStore:
             db.executescript(SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
+        import sqlite3
+
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             os.fchmod(fd, 0o600)

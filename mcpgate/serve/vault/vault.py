@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -167,6 +166,8 @@ class Vault:
 
     def _watch(self) -> None:
         """While children hold values: every MCPGATE_VAULT_POLL, a changed generation sweeps every holder."""
+        import sqlite3  # (here, not at the top: a worker without the vault does not load SQLite)
+
         while self._holders:
             gevent.sleep(self.settings.vault_poll)
             try:
