@@ -6,10 +6,12 @@ A cluster session id is `<instance>.<random>.<mac>`: the instance that owns the 
 an instance, so a forged id is simply unknown (404 like any).
 
 A request one instance forwards to another carries
-`Mcpgate-Forwarded: <principal>.<sender>.<time>.<nonce>.<mac>`: the principal the first instance authenticated
-(base64url), the sending instance, the unix time it was signed, a fresh random nonce and an HMAC over these and
-the request as sent (method, path, query string, session id and the SHA-256 of its body). The owner takes the
-principal from it instead of authenticating again (the token never travels) within a window of a few seconds,
+`Mcpgate-Forwarded: <principal>.<sender>.<time>.<nonce>.<view>.<mac>`: the principal the first instance
+authenticated (base64url), the sending instance, the unix time it was signed, a fresh random nonce, the view the
+caller's verified identity selected there (`<rule index>~<fingerprint of the views>`, empty without views: the
+owner, which sees no token, applies that view and no other) and an HMAC over these and the request as sent
+(method, path, query string, session id and the SHA-256 of its body). The owner takes the principal and the view
+from it instead of authenticating again (the token never travels) within a window of a few seconds,
 once: the caller remembers each nonce for the window (serve/cluster/instances.py), so a captured value cannot be
 replayed, not even with the same body, and is worth nothing for any other request.
 
@@ -30,7 +32,7 @@ RANDOM_CHARS = 43  # secrets.token_urlsafe(32)
 MAC_BYTES = 16  # 22 base64url characters
 FORWARDED_WINDOW = 5  # seconds a signed Mcpgate-Forwarded value is accepted for, either side of now
 NONCE_BYTES = 16  # a forwarded value's nonce: 22 base64url characters
-_FORWARDED_DOMAIN = "mcpgate-forwarded-2"  # a JSON array: never the input of a session id's MAC
+_FORWARDED_DOMAIN = "mcpgate-forwarded-3"  # a JSON array: never the input of a session id's MAC
 
 
 def _b64(data: bytes) -> str:
@@ -89,9 +91,19 @@ class Forwarded:
     principal: str
     sender: str
     nonce: str
+    view: str = ""  # the view the sender's caller got (views_file.ViewTable.key reads it); "": no views there
 
 
-def _forwarded_mac(key: bytes, fields: tuple[str, str, str, str], request: ForwardedRequest) -> str:
+MAX_VIEW_CHARS = 64  # a view's token: "<rule index>~<fingerprint>"
+VIEW_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-_~")
+
+
+def valid_view(view: str) -> bool:
+    """A view's token as a forwarded value may carry it: up to MAX_VIEW_CHARS of [A-Za-z0-9-_~] (never a dot)."""
+    return len(view) <= MAX_VIEW_CHARS and all(ch in VIEW_CHARS for ch in view)
+
+
+def _forwarded_mac(key: bytes, fields: tuple[str, ...], request: ForwardedRequest) -> str:
     digest = _b64(hashlib.sha256(request.body).digest())
     text = json.dumps(
         [_FORWARDED_DOMAIN, *fields, request.method, request.path, request.query, request.session_id, digest],
@@ -100,10 +112,12 @@ def _forwarded_mac(key: bytes, fields: tuple[str, str, str, str], request: Forwa
     return _mac(key, text)
 
 
-def forwarded(principal: str, sender: str, now: float, request: ForwardedRequest, key: bytes) -> str:
-    """The Mcpgate-Forwarded value for a request instance `sender` has authenticated as `principal` (a fresh
-    nonce each time)."""
-    fields = (_b64(principal.encode()), sender, str(int(now)), _b64(secrets.token_bytes(NONCE_BYTES)))
+def forwarded(principal: str, sender: str, now: float, request: ForwardedRequest, key: bytes, view: str = "") -> str:
+    """The Mcpgate-Forwarded value for a request instance `sender` has authenticated as `principal`, whose
+    identity selected `view` there (a fresh nonce each time)."""
+    if not valid_view(view):
+        raise ValueError("a view's token holds only [A-Za-z0-9-_~], at most 64 of them")
+    fields = (_b64(principal.encode()), sender, str(int(now)), _b64(secrets.token_bytes(NONCE_BYTES)), view)
     return ".".join((*fields, _forwarded_mac(key, fields, request)))
 
 
@@ -111,7 +125,7 @@ def forwarded_sender(value: str) -> str | None:
     """The instance a well-formed Mcpgate-Forwarded value names as its sender, not yet checked (the caller may
     look at the connection before reading the body the MAC covers)."""
     parts = value.split(".")
-    return parts[1] if len(parts) == 5 and valid_instance(parts[1]) else None
+    return parts[1] if len(parts) == 6 and valid_instance(parts[1]) else None
 
 
 def forwarded_check(
@@ -121,18 +135,18 @@ def forwarded_check(
     another request (another body, query, path, method or session), by another key, or outside the window.
     Whether its nonce was seen before is the caller's to check."""
     parts = value.split(".")
-    if len(parts) != 5:
+    if len(parts) != 6:
         return None
-    principal_b64, sender, stamp, nonce, mac = parts
+    principal_b64, sender, stamp, nonce, view, mac = parts
     if not (stamp.isdigit() and len(stamp) <= 12 and valid_instance(sender) and 0 < len(nonce) <= 64):
         return None
-    if abs(now - int(stamp)) > window:
+    if abs(now - int(stamp)) > window or not valid_view(view):
         return None
-    expected = _forwarded_mac(key, (principal_b64, sender, stamp, nonce), request)
+    expected = _forwarded_mac(key, (principal_b64, sender, stamp, nonce, view), request)
     if not hmac.compare_digest(mac.encode(), expected.encode()):
         return None
     try:
         principal = base64.urlsafe_b64decode(principal_b64 + "=" * (-len(principal_b64) % 4)).decode()
     except (binascii.Error, UnicodeDecodeError):
         return None
-    return Forwarded(principal, sender, nonce)
+    return Forwarded(principal, sender, nonce, view)

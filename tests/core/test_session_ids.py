@@ -120,26 +120,40 @@ def test_the_window_is_a_few_seconds() -> None:
         "",
         "a.b",
         "a.i1.1.n",
-        "a.i1.1.n.mac.x",
-        "YWxpY2U.i1.x.nonce.mac",
-        "YWxpY2U.i1.99999999999999.nonce.mac",
-        "YWxpY2U.i1.1800000000.nonce.mac",
-        "YWxpY2U.i/1.1800000000.nonce.mac",
-        "YWxpY2U.i1.1800000000..mac",
+        "a.i1.1.n.mac",
+        "a.i1.1.n.v.mac.x",
+        "YWxpY2U.i1.x.nonce..mac",
+        "YWxpY2U.i1.99999999999999.nonce..mac",
+        "YWxpY2U.i1.1800000000.nonce..mac",
+        "YWxpY2U.i/1.1800000000.nonce..mac",
+        "YWxpY2U.i1.1800000000...mac",
+        "YWxpY2U.i1.1800000000.nonce.0 1.mac",
     ],
 )
 def test_malformed_forwarded_values_are_refused(value: str) -> None:
     assert session_ids.forwarded_check(value, NOW, REQUEST, KEY) is None
 
 
-def test_a_forwarded_principal_sender_or_nonce_cannot_be_swapped() -> None:
-    value = session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY)
-    principal, sender, stamp, nonce, mac = value.split(".")
+def test_a_forwarded_principal_sender_nonce_or_view_cannot_be_swapped() -> None:
+    value = session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY, view="0~abc")
+    principal, sender, stamp, nonce, view, mac = value.split(".")
     bob = session_ids.forwarded("bob", "i1", NOW, REQUEST, KEY).split(".")[0]
     other_nonce = session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY).split(".")[3]
     for forged in (
-        f"{bob}.{sender}.{stamp}.{nonce}.{mac}",
-        f"{principal}.i2.{stamp}.{nonce}.{mac}",
-        f"{principal}.{sender}.{stamp}.{other_nonce}.{mac}",
+        f"{bob}.{sender}.{stamp}.{nonce}.{view}.{mac}",
+        f"{principal}.i2.{stamp}.{nonce}.{view}.{mac}",
+        f"{principal}.{sender}.{stamp}.{other_nonce}.{view}.{mac}",
+        f"{principal}.{sender}.{stamp}.{nonce}.1~abc.{mac}",  # a broader rule's view
+        f"{principal}.{sender}.{stamp}.{nonce}..{mac}",  # as if the sender had no views
     ):
         assert session_ids.forwarded_check(forged, NOW, REQUEST, KEY) is None
+
+
+def test_a_forwarded_value_carries_the_view_its_sender_chose() -> None:
+    value = session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY, view="-1~0123abcd")
+    checked = session_ids.forwarded_check(value, NOW, REQUEST, KEY)
+    assert checked is not None and checked.view == "-1~0123abcd"
+    plain = session_ids.forwarded_check(session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY), NOW, REQUEST, KEY)
+    assert plain is not None and plain.view == ""
+    with pytest.raises(ValueError):
+        session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY, view="0.x")

@@ -3,8 +3,10 @@ kept-alive connection, and its reply streamed back as it comes.
 
 The request goes as it came (method, path, query, body, end-to-end headers, the client's Host and Origin for
 the owner's own checks) without its Authorization (the token does not travel) and with Mcpgate-Forwarded: the
-principal this instance authenticated and this instance's id, signed with the cluster key for this method,
-path, query, session and body, with a fresh nonce (core/session_ids; the owner accepts each value once).
+principal this instance authenticated, the view the caller's verified identity selected here (its rule and the
+views' fingerprint: the owner sees no token, so it applies this view, and refuses it when its own views differ)
+and this instance's id, signed with the cluster key for this method, path, query, session and body, with a
+fresh nonce (core/session_ids; the owner accepts each value once).
 
 A reply with a length is read whole and its connection goes back to the pool at once; any other (an SSE
 stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes it, and its connection is
@@ -181,7 +183,9 @@ class Forwarder:
         if tracing.KEY in environ:  # the forward's span: its context in the traceparent header
             tracing.forwarding(environ, headers, body, owner)
         signed = session_ids.ForwardedRequest(method, path, environ.get("QUERY_STRING", ""), session_id, body)
-        headers.append((wire.FORWARDED, session_ids.forwarded(principal, self.instance, time.time(), signed, self.key)))
+        view = context(environ).view or ""  # the view the caller's identity chose here (the owner applies it)
+        value = session_ids.forwarded(principal, self.instance, time.time(), signed, self.key, view)
+        headers.append((wire.FORWARDED, value))
         if body or method in ("POST", "PUT", "PATCH"):
             headers.append(("Content-Length", str(len(body))))
         target = quote(environ.get("SCRIPT_NAME", "") + path, safe="/%:@!$&'()*+,;=-._~")

@@ -223,7 +223,9 @@ class Cluster:
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
         elif not self.first_use(claim.nonce):
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded value was used before (a replay)")
-        context(environ).forwarded = True
+        found = context(environ)
+        found.forwarded = True
+        found.view = claim.view  # the view its forwarder chose (views_file.ViewTable.key checks it is ours)
         return claim.principal
 
     @staticmethod

@@ -31,6 +31,7 @@ from gevent.event import AsyncResult
 from mcpgate.core import jsonrpc, replay
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.replay import CannotResume
+from mcpgate.core.session_ids import short
 from mcpgate.core.sessions import SessionLimitReached
 from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.serve.cluster.instances import Forward
@@ -87,7 +88,7 @@ def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Sessio
     gw.reviving[session_id] = done
     try:
         if keeper.claim(session_id, holder):
-            return take_over(gw, keeper, session_id, kept, request.environ)
+            return take_over(gw, keeper, session_id, kept)
     finally:
         del gw.reviving[session_id]
         done.set(True)
@@ -124,15 +125,20 @@ def outlives(holder: str, timeout: float) -> bool:
     return state in (HELD, DYING)
 
 
-def take_over(
-    gw: PublishedServer, keeper: Keeper, session_id: str, kept: Kept, environ: dict[str, Any]
-) -> Session | None:
+def take_over(gw: PublishedServer, keeper: Keeper, session_id: str, kept: Kept) -> Session | None:
     started = time.monotonic()
+    views = gw.views
+    key = views.key_of(kept.view) if views is not None else None
+    if views is not None and key is None:  # opened under other views (a reload since): its view is no more
+        log.warning("session %s not taken over: opened under other views than this instance's", short(session_id))
+        keeper.forget(session_id)
+        return None
     session = gw.adopt_session(session_id, kept.principal)
-    if gw.views is None:
+    if views is None or key is None:
         session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
-    else:  # the view of the request's caller (forwarded: of its principal alone, as views_file.ViewTable says)
-        session.tools = pinned(gw.views.tools(gw.name, gw.settings, environ), gw.pins)
+    else:  # the view chosen when it opened (kept with it), never one chosen from this request
+        session.tools = pinned(views.tools_of(key, gw.name, gw.settings), gw.pins)
+        session.view = kept.view
     session.server = gw.name
     problem = replay_into(session, kept, gw.settings.session_resurrect_timeout)
     if problem is not None:

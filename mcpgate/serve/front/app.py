@@ -29,7 +29,7 @@ from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartRe
 from mcpgate.serve.kinds import RouteKind
 from mcpgate.serve.oauth.setup import Authenticator, authenticator
 from mcpgate.serve.runtime import Runtime
-from mcpgate.serve.servers import config_file
+from mcpgate.serve.servers import config_file, views_file
 from mcpgate.serve.servers.published import LISTING, PublishedServers
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions import legacy_sse, streamable
@@ -223,10 +223,12 @@ class Endpoint:
         name, kind = route
         if server is None:
             raise self.servers.unknown(name, environ)
-        if server.views is not None and not context(environ).forwarded and not server.views.sees(name, environ):
-            raise self.servers.unknown(name, environ)  # not there for this caller (a forwarder checked its own)
+        if server.views is not None and not server.views.sees(name, environ):  # forwarded: the view it signed
+            raise self.servers.unknown(name, environ)  # not there for this caller
         context(environ).server = name
         if self.cluster is not None:  # here, or forwarded to the instance owning the session it names
+            if server.views is None and context(environ).view:  # a forwarder's view, and no views here
+                raise views_file.mismatch(str(context(environ).view), "")
             return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], server))
         return HANDLERS[kind](server, HttpRequest(environ))
 

@@ -29,6 +29,8 @@ class RequestContext:
     principal: str | None = None  # None: no authenticator named one (the no-auth and static-token case)
     identity: Identity | None = None  # the OAuth token's, as verified (views read its subject, groups, scopes)
     forwarded: bool = False  # another instance of the fleet forwarded it here
+    # the caller's view "<rule>~<fingerprint>" (views_file.ViewTable.key): chosen here once, or signed by a forwarder
+    view: str | None = None
     server: str | None = None  # the published server's name (None: not a request for an MCP endpoint)
     message: Message | None = None  # what the handler parsed from the body (None: not parsed, or put back)
 

@@ -22,7 +22,6 @@ from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.observe import audit, tracing
 from mcpgate.serve.errors import ShuttingDown
 from mcpgate.serve.front import auth
-from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
 from mcpgate.serve.front.reply import SSE_HEADERS, Client, Turn, answer_or_switch, events
 from mcpgate.serve.modern import tasks
@@ -70,7 +69,7 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     s = gw.settings
     pins = gw.pins
     tools = ToolFilter.of(s.tools_allow, s.tools_deny, pins=pins) if s.tools_allow or s.tools_deny or pins else None
-    if gw.views is not None and not context(request.environ).forwarded:  # a forwarder applied its caller's view
+    if gw.views is not None:  # forwarded: the view its forwarder signed (views_file.ViewTable.key)
         tools = pinned(gw.views.tools(gw.name, s, request.environ), pins)
     if gw.search is not None and (found := gw.search.response(pool, principal, tools, message, stamped=True)):
         if audit.LOG is not None:

@@ -25,15 +25,18 @@ Every message names the file and the rule.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from mcpgate.core import jsonrpc
 from mcpgate.core import views as core
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.core.views import Caller, Grant, Rule, View, Views
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.context import context
+from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.servers.config_file import MAX_FILE_BYTES, NAME, ConfigError
 
 if TYPE_CHECKING:
@@ -48,16 +51,22 @@ MAX_CACHED = 4096  # (server, rule) filters kept: servers x (rules + 1) fits unl
 
 
 class ViewTable:
-    """A worker's views, and the ToolFilter each (server, rule) comes to, computed once and kept."""
+    """A worker's views, and the ToolFilter each (server, rule) comes to, computed once and kept.
 
-    def __init__(self, views: Views) -> None:
+    `fingerprint` names the views as configured (a digest of their JSON): a rule's index means the same rule
+    only between instances whose fingerprints agree. A request's view travels as the token
+    `<index>~<fingerprint>`: signed in a forwarded request (core/session_ids.py), and kept with a 2025 session
+    for its takeover (serve/sessions/kept.py)."""
+
+    def __init__(self, views: Views, fingerprint: str = "") -> None:
         self.views = views
+        self.fingerprint = fingerprint
         self._filters: dict[tuple[str, int], ToolFilter | None] = {}
         # the hub's groups (and its aggregate) by name: their servers' names (serve/servers/published.py sets it)
         self.groups: Mapping[str, tuple[str, ...]] = {}
 
     def caller(self, environ: dict[str, Any]) -> Caller:
-        """Who the request is from, as the views see it (a forwarded request: its principal only)."""
+        """Who the request is from, as the views see it (never asked of a forwarded request: its view came signed)."""
         found = context(environ)
         identity = found.identity
         principal = found.principal if found.principal is not None else auth.STATIC_PRINCIPAL
@@ -66,13 +75,39 @@ class ViewTable:
         groups = core.claim_values(identity.claims.get(self.views.group_claim))
         return Caller(principal, identity.subject, groups, identity.scopes)
 
+    def key(self, environ: dict[str, Any]) -> int:
+        """The index of the rule deciding the request's view, chosen once per request from the verified identity
+        (noted in its context as a token, which a forward signs); a forwarded request's is the one its forwarder
+        signed, which means the same rule here only when both have the same views (else 503, never a guess)."""
+        found = context(environ)
+        token = found.view
+        if token is None:
+            key = self.views.key(self.caller(environ))
+            found.view = f"{key}~{self.fingerprint}"
+            return key
+        signed = self.key_of(token)
+        if signed is None:
+            raise mismatch(token, self.fingerprint)
+        return signed
+
+    def token(self, key: int) -> str:
+        return f"{key}~{self.fingerprint}"
+
+    def key_of(self, token: str) -> int | None:
+        """The rule a view's token names, None when it was chosen under other views (another fingerprint)."""
+        index, sep, fingerprint = token.partition("~")
+        if not sep or fingerprint != self.fingerprint or not index.lstrip("-").isdigit():
+            return None
+        key = int(index)
+        return key if key == core.DEFAULT or 0 <= key < len(self.views.rules) else None
+
     def view(self, environ: dict[str, Any]) -> View:
         """The request's caller's view (what the aggregate gives `core.views.visible` for each member's tool)."""
-        return self.views.view(self.caller(environ))
+        return View(self.views, self.key(environ))
 
     def sees(self, server: str, environ: dict[str, Any]) -> bool:
         """Whether the server is there at all for the request's caller (else its paths answer as unknown)."""
-        return self.grant(self.views.key(self.caller(environ)), server) is not None
+        return self.grant(self.key(environ), server) is not None
 
     def grant(self, key: int, server: str) -> Grant | None:
         """What the rule `key` gives of `server`. A group of the hub (or its aggregate) is there, whole, only when
@@ -86,7 +121,10 @@ class ViewTable:
 
     def tools(self, server: str, settings: Settings, environ: dict[str, Any]) -> ToolFilter | None:
         """The filter of what the caller may see of `server`: its own lists and the view's grant together."""
-        key = self.views.key(self.caller(environ))
+        return self.tools_of(self.key(environ), server, settings)
+
+    def tools_of(self, key: int, server: str, settings: Settings) -> ToolFilter | None:
+        """The filter of what rule `key` shows of `server` (a takeover's: the rule kept with its session)."""
         try:
             return self._filters[(server, key)]
         except KeyError:
@@ -110,7 +148,26 @@ def load(path: str) -> ViewTable | None:
         raise ConfigError(f"{source}: cannot read its views ({exc})") from None
     servers = _names(document, "mcpServers")
     views = parse(document, source, servers)
-    return ViewTable(views) if views is not None else None
+    return ViewTable(views, fingerprint(document[KEY])) if views is not None else None
+
+
+def fingerprint(raw: Any) -> str:
+    """The views' fingerprint: 16 hex digits of the SHA-256 of their canonical JSON (keys sorted, no spaces)."""
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def mismatch(token: str, ours: str) -> Refusal:
+    """A forwarded request whose view was chosen under other views than this instance's (a reload that reached
+    one instance and not yet the other): refused, not guessed (a rule's index may name another rule here)."""
+    theirs = token.partition("~")[2] or "none"
+    return Refusal(
+        503,
+        jsonrpc.INTERNAL_ERROR,
+        f"Service Unavailable: the instances of the fleet have different views (fingerprint {theirs} where the "
+        f"request was received, {ours or 'none'} here): reload MCPGATE_CONFIG on every instance",
+        headers={"Retry-After": "1"},
+    )
 
 
 def parse(document: Any, source: str, servers: Collection[str] = ()) -> Views | None:

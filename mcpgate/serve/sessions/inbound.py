@@ -31,8 +31,10 @@ def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
     session = gw.open_session(auth.principal(request.environ))
     if gw.views is None:
         session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
-    else:  # what the caller's view shows of this server, fixed for the session's life
-        session.tools = pinned(gw.views.tools(gw.name, gw.settings, request.environ), gw.pins)
+    else:  # what the caller's view shows of this server, fixed for the session's life (and a takeover's)
+        key = gw.views.key(request.environ)
+        session.tools = pinned(gw.views.tools_of(key, gw.name, gw.settings), gw.pins)
+        session.view = gw.views.token(key)
     if gw.search is not None:  # the search view answers tools/list and search_tools (serve/servers/search_view.py)
         session.search = functools.partial(gw.search.response, gw.pool, session.owner, session.tools)
     session.server = gw.name

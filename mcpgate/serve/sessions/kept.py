@@ -1,8 +1,9 @@
 """What is kept of a 2025 session so that another server process can take it over (serve/cluster/takeover.py):
-the principal that opened it, the client's initialize parameters (protocol version, capabilities, client
-info), the child's InitializeResult, the log level the client set, its resource subscriptions, and the tags of
-its earlier lives' event ids (a Last-Event-ID from before a takeover is answered as such). Nothing the child
-said besides its InitializeResult: no message, no stream, no call.
+the principal that opened it and the view its identity chose then (views_file.ViewTable: the rule and the views'
+fingerprint; a takeover applies that view, whoever's request or forward brings it), the client's initialize
+parameters (protocol version, capabilities, client info), the child's InitializeResult, the log level the client
+set, its resource subscriptions, and the tags of its earlier lives' event ids (a Last-Event-ID from before a
+takeover is answered as such). Nothing the child said besides its InitializeResult: no message, no stream, no call.
 
 Where: in Redis with REDIS_URL (`mcpgate:kept:<server>:<digest>` and who holds the session,
 `mcpgate:held:<server>:<digest>`), else in files under MCPGATE_STATE_DIR/sessions/<server>/ (0600). Each is
@@ -73,6 +74,7 @@ class Kept:
     level: str | None = None
     subscriptions: list[str] = field(default_factory=list)
     earlier: list[str] = field(default_factory=list)  # earlier lives' tags, newest last
+    view: str = ""  # the view its caller's identity chose at open ("<rule>~<fingerprint>"; "": no views): a takeover's
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -85,6 +87,7 @@ class Kept:
         except (ValueError, TypeError):
             return None
         fine = isinstance(kept.principal, str) and isinstance(kept.initialize, dict) and isinstance(kept.result, dict)
+        fine = fine and isinstance(kept.view, str)
         return kept if fine and isinstance(kept.subscriptions, list) and isinstance(kept.earlier, list) else None
 
     def version(self) -> str | None:
@@ -305,10 +308,10 @@ class Keeper:
         self.records[session_id] = kept
         self._safely("write one", lambda: self.store.save(digest_of(session_id), data, self.me, self.ttl))
 
-    def opened(self, session_id: str, principal: str, params: Any, result: Any, tag: str) -> None:
-        """A session's initialize succeeded: keep what a takeover replays."""
+    def opened(self, session_id: str, principal: str, params: Any, result: Any, tag: str, view: str = "") -> None:
+        """A session's initialize succeeded: keep what a takeover replays (and the view it applies)."""
         if isinstance(params, dict) and isinstance(result, dict):
-            self.write(session_id, Kept(principal, params, result, tag))
+            self.write(session_id, Kept(principal, params, result, tag, view=view))
 
     def note(self, session_id: str, method: str, params: Any) -> None:
         """The client sent logging/setLevel, resources/subscribe or resources/unsubscribe (WATCHED)."""

@@ -148,6 +148,7 @@ class Session:
         self._on_end = on_end
         self._clock = clock
         self.tools: ToolFilter | None = None  # the server's tool lists (serve/sessions/streamable.py sets it)
+        self.view = ""  # its caller's view's token at open ("": no views), kept for a takeover (serve/sessions/kept.py)
         self._tool_lists: set[jsonrpc.IdKey] = set()  # tools/list requests in flight, while there is a filter
         # A child that speaks only 2026-07-28 (remembered for its command, or found when it refuses initialize)
         # is spoken to through the bridge; `verdict` names the command (serve/pooled_child.verdict_key).

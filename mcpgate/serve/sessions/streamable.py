@@ -200,7 +200,7 @@ def check_initialized(session: Session) -> None:
     if session.version is None:
         session.end(EndCause.INITIALIZE_FAILED)
     elif session.keeper is not None and session.handshake is not None and session.bridge is None:
-        session.keeper.opened(session.id, session.owner, *session.handshake, session.tag)  # serve/sessions/kept.py
+        session.keeper.opened(session.id, session.owner, *session.handshake, session.tag, session.view)  # kept.py
 
 
 def get(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
