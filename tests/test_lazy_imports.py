@@ -50,6 +50,20 @@ def post_worker_init(worker):
 """
 # never in a plain gateway's processes
 FEATURE_ONLY = ("authlib", "joserfc", "redis", "requests", "prometheus_client", "mcpgate.relay")
+# this session's features (issue 25 and 26), each imported only when configured: a remote upstream in
+# MCPGATE_CONFIG, the management API's token or scope, the vault's SQLite store and its sealing
+NEW_FEATURES = ("mcpgate.serve.remote", "mcpgate.serve.admin", "sqlite3", "_sqlite3", "cryptography")
+# imported at module level by modules every worker loads (serve/servers/published.py and server.py,
+# serve/sessions/session.py, serve/errors.py, serve/modern/pool.py and stateless.py): still in a plain worker
+NOT_YET_LAZY = (
+    "mcpgate.serve.hub",
+    "mcpgate.core.hub",
+    "mcpgate.serve.pins",
+    "mcpgate.core.pins",
+    "mcpgate.serve.vault",
+    "mcpgate.core.views",
+    "mcpgate.core.tool_search",
+)
 # only with a feature that adds routes (an OAuth mode, metrics): a plain worker's app is a BareApp
 FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 # the OAuth modes' modules: only the mode's dispatcher (oauth/setup.py, standard library only) is always there
@@ -104,13 +118,24 @@ def test_a_plain_worker_holds_no_feature_module(plain: tuple[Gateway, Path]) -> 
     oauth = of(modules, "mcpgate.serve.oauth") - OAUTH_ALWAYS
     assert not oauth, f"OAuth modules in a plain worker: {sorted(oauth)}"
     assert "mcpgate.serve.cluster.redis_client" not in modules
+    for package in NEW_FEATURES:
+        assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
+
+
+@pytest.mark.xfail(strict=True, reason="hub, pins, vault, views and search are imported by every worker yet")
+def test_a_plain_worker_holds_none_of_the_hubs_modules(plain: tuple[Gateway, Path]) -> None:
+    gw, out = plain
+    used(gw)
+    modules = worker_modules(gw, out)
+    held = {package: sorted(of(modules, package))[:3] for package in NOT_YET_LAZY if of(modules, package)}
+    assert not held, f"in a plain worker: {held}"
 
 
 def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, Path]) -> None:
     _, out = plain
     modules = set(Path(f"{out}.master").read_text().split())  # written before the worker was started
     assert "mcpgate.gunicorn_config" in modules
-    for package in MASTER_NEVER:
+    for package in (*MASTER_NEVER, *NEW_FEATURES):
         assert not of(modules, package), f"{package} in the master: {sorted(of(modules, package))[:5]}"
 
 
@@ -169,3 +194,14 @@ def test_redis_url_imports_the_redis_client(tmp_path: Path) -> None:
         modules = worker_modules(gw, out)
     assert {"redis", "mcpgate.serve.cluster.redis_client"} <= modules
     assert not of(modules, "authlib") and not of(modules, "prometheus_client")
+
+
+def test_the_admin_token_imports_the_management_api(tmp_path: Path) -> None:
+    config, out = config_file(tmp_path)
+    env = {"MCPGATE_ADMIN_TOKEN": "t" * 32, "MCPGATE_STATE_DIR": str(tmp_path / "state")}
+    with serving(env, config=config) as gw:
+        used(gw)
+        assert gw.request("GET", "/admin/servers").status == 401  # no token sent: refused, the API is there
+        modules = worker_modules(gw, out)
+    assert "mcpgate.serve.admin.api" in modules
+    assert not of(modules, "sqlite3") and not of(modules, "mcpgate.serve.remote")

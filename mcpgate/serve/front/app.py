@@ -19,7 +19,6 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.observe import audit, logs, refusals, tracing
 from mcpgate.serve import metrics
-from mcpgate.serve.admin import api as admin
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth, checks
 from mcpgate.serve.front.bare import BareApp, Health, Missing
@@ -332,7 +331,10 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
         install_for(cast("Flask", app), runtime)
     servers.watch()
     cors = Cors(settings.cors_origins)
-    app.wsgi_app = admin.mount(app.wsgi_app, settings, runtime, guard.authenticator)  # type: ignore[method-assign]
+    if settings.admin_token or settings.admin_scope:  # the management API (serve/admin): not imported when off
+        from mcpgate.serve.admin import api as admin
+
+        app.wsgi_app = admin.mount(app.wsgi_app, settings, runtime, guard.authenticator)  # type: ignore[method-assign]
     app.wsgi_app = Endpoint(app.wsgi_app, servers, guard, cors)  # type: ignore[method-assign]
     if settings.metrics and not isinstance(app, BareApp):  # off: no /metrics route and no wrapper on any request
         observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
