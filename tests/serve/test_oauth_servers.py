@@ -315,7 +315,8 @@ def test_the_embedded_server_issues_a_token_for_the_server_asked_for(embedded: G
 
 
 def test_the_embedded_server_refuses_unknown_resources_and_wants_one(embedded: Gateway, signer: Signer) -> None:
-    for wrong in ("https://other.example/mcp", f"{embedded.base}/servers/nope/mcp", embedded.base + "/mcp"):
+    # (base + "/mcp" is the aggregate of both servers: a resource of its own, tests/serve/test_hub_oauth.py)
+    for wrong in ("https://other.example/mcp", f"{embedded.base}/servers/nope/mcp", embedded.base + "/groups/x/mcp"):
         params = signer.authorize(secrets.token_urlsafe(40), "mcp", wrong)
         assert params.get("error") == "invalid_target" and params["iss"] == embedded.base, params
         assert "files" not in params.get("error_description", ""), params  # the names are not told here

@@ -230,9 +230,10 @@ class SdkUser:
         )
         return OAuthClientProvider(url, metadata, self.storage, self.open_browser, self.wait_for_callback)
 
-    def call_add(self, url: str, expired: bool = False, mode: str = "legacy") -> Any:
+    def call_add(self, url: str, expired: bool = False, mode: str = "legacy", tool: str = "add") -> Any:
         """Connect with OAuth (signing in when the storage holds no token; refreshing first when `expired`)
-        and call the demo's add, in the era `mode` names ("legacy": initialize; MODERN: 2026-07-28)."""
+        and call the demo's add (`tool`: by another name, e.g. an aggregate's), in the era `mode` names
+        ("legacy": initialize; MODERN: 2026-07-28)."""
 
         async def main() -> Any:
             provider = self.provider(url)
@@ -244,7 +245,7 @@ class SdkUser:
                     httpx2.AsyncClient(auth=provider, timeout=timeout) as http,
                     Client(streamable_http_client(url, http_client=http), mode=mode) as client,
                 ):
-                    result = await client.call_tool("add", {"a": 2, "b": 3})
+                    result = await client.call_tool(tool, {"a": 2, "b": 3})
                     return result.structured_content
 
         return anyio.run(main)

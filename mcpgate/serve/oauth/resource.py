@@ -30,6 +30,8 @@ from mcpgate.serve.servers.config_file import PREFIX
 log = logging.getLogger("mcpgate.oauth")
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
+GROUPS = "/groups"  # the hub's groups' paths (serve/hub/groups.py PREFIX)
+AGGREGATE = "*"  # the aggregate's key among the groups (serve/hub/groups.py AGGREGATE)
 RETRY_AFTER = "5"  # seconds, when the issuer cannot be reached
 # RFC 6750 3: error_description is %x20-21 / %x23-5B / %x5D-7E (no quote, no backslash)
 _UNSAFE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
@@ -76,10 +78,24 @@ class Single:
         return [self.settings]
 
 
+def group_settings(published: Published) -> list[Settings]:
+    """The settings of the hub's groups and aggregate (serve/hub/groups.py), each its own protected resource at its
+    own path ([] for a Published without groups)."""
+    found = getattr(published, "group_settings", None)
+    return list(found()) if found is not None else []
+
+
+def group_of(published: Published, key: str) -> Settings | None:
+    """A group's settings by its name (AGGREGATE: the aggregate at MCPGATE_PATH), or None."""
+    found = getattr(published, "group_of", None)
+    return found(key) if found is not None else None
+
+
 def published_resources(settings: Settings, published: Published) -> list[str]:
-    """Every resource a token may be for: each server's resource URL and, with named servers, the gateway's own
+    """Every resource a token may be for: each server's resource URL, each group's (its own path's: a member
+    server's token does not open it, nor its token a member) and, with named servers, the gateway's own
     (public_url: the listing's)."""
-    resources = [server.resource_url for server in published.server_settings()]
+    resources = [server.resource_url for server in (*published.server_settings(), *group_settings(published))]
     return [*resources, settings.public_url.rstrip("/")] if published.named else resources
 
 
@@ -192,6 +208,19 @@ class ResourceGuard:
                     self._serve_server_metadata,
                     methods=["GET"],
                 )
+                app.add_url_rule(  # a group's (serve/hub/groups.py)
+                    f"{WELL_KNOWN}{prefix}{GROUPS}/<name>/mcp",
+                    f"oauth_protected_resource_group_{index}",
+                    self._serve_group_metadata,
+                    methods=["GET"],
+                )
+                if prefix + self.settings.path not in ("", urlsplit(self.resource).path):
+                    app.add_url_rule(  # the aggregate's, at MCPGATE_PATH
+                        f"{WELL_KNOWN}{prefix}{self.settings.path}",
+                        f"oauth_protected_resource_aggregate_{index}",
+                        functools.partial(self._serve_group_metadata, AGGREGATE),
+                        methods=["GET"],
+                    )
 
     def _serve_metadata(self) -> Response:
         return metadata_response(self.metadata())
@@ -207,6 +236,14 @@ class ResourceGuard:
             body = {"error": "not_found", "error_description": "no such protected resource"}
             return Response(jsonrpc.encode(body), status=404, mimetype="application/json")
         return metadata_response(self.metadata(self.server(settings), name))
+
+    def _serve_group_metadata(self, name: str) -> Response:
+        """A group's (or the aggregate's) metadata: its own resource, as a named server's (404 when none)."""
+        settings = group_of(self.published, name)
+        if settings is None:
+            body = {"error": "not_found", "error_description": "no such protected resource"}
+            return Response(jsonrpc.encode(body), status=404, mimetype="application/json")
+        return metadata_response(self.metadata(self.server(settings), "" if name == AGGREGATE else name))
 
     # -- the check --
 

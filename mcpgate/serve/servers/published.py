@@ -117,6 +117,9 @@ class PublishedServers:
         )
 
     def _slots(self, entry: ServerEntry) -> SlotFill | None:
+        if entry.remote is not None and getattr(entry.remote.auth, "per_user", False):  # user_oauth: its tokens
+            self.vault = self.vault or open_vault(self.settings, self.cluster)
+            entry.remote.auth.attach(self.vault)  # (serve/vault/upstream_oauth.py)
         if entry.slots is None:
             return None
         self.vault = self.vault or open_vault(self.settings, self.cluster)  # SettingsError: key missing or wrong
@@ -150,6 +153,14 @@ class PublishedServers:
 
     def server_settings(self) -> list[Settings]:
         return [gateway.settings for gateway in self._gateways.values()]
+
+    def group_settings(self) -> list[Settings]:
+        """The groups' (and the aggregate's) settings: each is its own OAuth resource, at its own path."""
+        return [group.settings for _key, group in self.hub.items()]
+
+    def group_of(self, key: str) -> Settings | None:
+        group = self.hub.get(key)
+        return group.settings if group is not None else None
 
     # -- routing --
 
