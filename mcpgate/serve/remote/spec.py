@@ -14,6 +14,7 @@ credentials' token source, when the entry has one, is the server's, shared by it
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -45,6 +46,7 @@ class RemoteSpec(ChildSpec):
     request_timeout: float
     close_grace: float
     authorizer: Any = field(default=None, compare=False)  # the client credentials' Authorizer (HttpClient.auth)
+    user_auth: Any = field(default=None, compare=False)  # user_oauth: each principal's sign-in (vault/upstream_oauth)
 
     @classmethod
     def of(
@@ -57,6 +59,7 @@ class RemoteSpec(ChildSpec):
             cancel_filter=True,
             shutdown_grace=max(0.1, settings.close_timeout),
         )
+        per_user = getattr(remote.auth, "per_user", False)  # user_oauth: a token per principal, none shared
         http = HttpOptions(
             connect_timeout=RELAY.connect_timeout,
             read_timeout=RELAY.read_timeout,
@@ -84,17 +87,35 @@ class RemoteSpec(ChildSpec):
             pump_options=pump,
             request_timeout=settings.request_timeout,
             close_grace=1.0 + RELAY.connect_timeout,  # the upstream session's DELETE after the drain
-            authorizer=remote.auth.auth(remote.url) if remote.auth is not None else None,
+            authorizer=remote.auth.auth(remote.url) if remote.auth is not None and not per_user else None,
+            user_auth=remote.auth.upstream(settings, name, remote.url) if per_user else None,
         )
 
-    def process(self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str, **_: Any) -> ChildProcess:
-        """A RemoteChild (typed as the ChildProcess whose surface it has), not started yet."""
+    def process(
+        self,
+        *,
+        on_message: OnMessage,
+        on_exit: Callable[[str], None],
+        label: str,
+        principal: str | None = None,
+        on_revoke: Callable[[str], None] | None = None,
+        **_: Any,
+    ) -> ChildProcess:
+        """A RemoteChild (typed as the ChildProcess whose surface it has), not started yet. With user_oauth its
+        HTTP client carries `principal`'s token alone (SlotsEmpty when they have not signed in upstream), and it
+        is stopped (`on_revoke`) when that sign-in ends."""
+        spec, stamp = self, None
+        if self.user_auth is not None:
+            token, stamp = self.user_auth.token_source(principal)
+            spec = dataclasses.replace(self, authorizer=token)
         child = RemoteChild(
-            self,
+            spec,
             on_message=on_message,
             on_exit=on_exit if self.watch is None else lambda reason: self._ended_remote(child, on_exit, reason),
             label=label,
         )
+        if stamp is not None and principal is not None:
+            self.user_auth.vault.hold(principal, child, stamp, on_revoke)
         return cast(ChildProcess, child)
 
     def _ended_remote(self, child: RemoteChild, on_exit: Callable[[str], None], reason: str) -> None:

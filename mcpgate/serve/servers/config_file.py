@@ -425,8 +425,16 @@ def _auth(raw: Any, where: str) -> tuple[str | None, str, Any]:
     if kind == "client_credentials":
         assert isinstance(raw, dict)
         return None, json.dumps(raw, sort_keys=True), _client_credentials(raw, where)
+    if kind == "user_oauth":  # each signed-in user signs in to the upstream (serve/vault/upstream_oauth.py)
+        assert isinstance(raw, dict)
+        try:
+            user_oauth = importlib.import_module("mcpgate.serve.vault.upstream_oauth")
+            return None, json.dumps(raw, sort_keys=True), user_oauth.parse(raw, where)
+        except SettingsError as exc:
+            raise ConfigError(str(exc)) from None
     raise ConfigError(
-        f'{where} must be {{"type": "bearer", "token_env": "NAME"}} or {{"type": "client_credentials", ...}}'
+        f'{where} must be {{"type": "bearer", "token_env": "NAME"}}, {{"type": "client_credentials", ...}} '
+        'or {"type": "user_oauth", ...}'
     )
 
 

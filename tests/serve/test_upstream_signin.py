@@ -1,0 +1,230 @@
+"""Per-user OAuth to a remote upstream (issue 26): the upstream is a real protected MCP server (gunicorn mcpgate in
+embedded OAuth mode serving the demo server, with its own users, sign-in pages and DCR), published by the gateway
+under test (embedded OAuth for its own users) as a remote entry with `"auth": {"type": "user_oauth"}`.
+
+Two gateway users (alice, bob) sign in to the gateway (its /authorize for their MCP token, its /vault form for the
+browser session); each signs in to the upstream as a different upstream user through the upstream's real sign-in
+and consent pages (tests/browser.py's stand-in browser), the gateway's callback receiving the code in that user's
+gateway session. Which token each upstream call carried is read at the upstream: its audit log names the principal
+of every tools/call.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import anyio
+import httpx2
+import mcp.types as types
+import pytest
+import requests
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from mcpgate.serve.oauth import passwords
+from tests.browser import Browser
+from tests.support import HEADERS, Gateway, init_body, serving, wait_for
+from tests.support.http import write_config
+from tests.support.oauth import authorize_query, embedded_env, redeem_code, register_public_client
+from tests.support.vault import vault_key
+
+PASSWORD = "upstream sign-in password"
+USERS = {"alice": "up-alice", "bob": "up-bob"}  # gateway user -> the upstream user they sign in as
+SERVER = "up"
+CALLBACK = "http://127.0.0.1:9/callback"  # the MCP client's own (never fetched)
+SDK_GUARD = 60.0
+
+
+def _users(names: list[str]) -> str:
+    return ",".join(f"{name}:{passwords.make_hash(PASSWORD)}" for name in names)
+
+
+@dataclass
+class Site:
+    upstream: Gateway
+    gateway: Gateway
+    audit: Path
+    tokens: dict[str, str]  # each gateway user's MCP token for the gateway
+    browsers: dict[str, requests.Session]  # each gateway user's browser session on the gateway's pages
+
+    @property
+    def url(self) -> str:
+        return f"{self.gateway.base}/servers/{SERVER}/mcp"
+
+    @property
+    def page(self) -> str:
+        return f"{self.gateway.base}/vault/oauth/{SERVER}"
+
+    def upstream_principals(self) -> list[str]:
+        """The principal of every tools/call the upstream served, in order."""
+        if not self.audit.exists():
+            return []
+        lines = [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
+        return [str(line.get("principal")) for line in lines if line.get("event") == "call"]
+
+    def csrf(self, user: str) -> str:
+        text = self.browsers[user].get(self.page, timeout=30).text
+        start = text.index("name='csrf_token' value='") + len("name='csrf_token' value='")
+        return text[start : text.index("'", start)]
+
+    def start_signin(self, user: str) -> str:
+        """The gateway's 303 to the upstream's authorization endpoint, for `user`'s browser."""
+        reply = self.browsers[user].post(
+            self.page, data={"csrf_token": self.csrf(user), "action": "signin"}, allow_redirects=False, timeout=60
+        )
+        assert reply.status_code == 303, reply.text
+        return str(reply.headers["Location"])
+
+    def upstream_code(self, user: str, authorize_url: str) -> dict[str, str]:
+        """The upstream's sign-in and consent pages as `user`'s upstream user: the callback's parameters."""
+        outcome = Browser(USERS[user], PASSWORD).visit(authorize_url, stop_at=self.page + "/callback")
+        params = dict(parse_qsl(urlsplit(outcome.url).query))
+        assert "code" in params and "state" in params, outcome.describe()
+        return params
+
+    def callback(self, user: str, params: dict[str, str]) -> requests.Response:
+        return self.browsers[user].get(f"{self.page}/callback?{urlencode(params)}", timeout=60)
+
+    def sign_in_upstream(self, user: str) -> None:
+        reply = self.callback(user, self.upstream_code(user, self.start_signin(user)))
+        assert reply.status_code == 200 and "Signed in" in reply.text, reply.text
+
+    def sign_out_upstream(self, user: str) -> None:
+        reply = self.browsers[user].post(
+            self.page, data={"csrf_token": self.csrf(user), "action": "signout"}, timeout=60
+        )
+        assert reply.status_code == 200 and "Signed out" in reply.text, reply.text
+
+    def initialize(self, user: str) -> dict[str, Any]:
+        headers = {**HEADERS, "Authorization": f"Bearer {self.tokens[user]}"}
+        reply = requests.post(self.url, json=init_body(), headers=headers, timeout=60)
+        return dict(reply.json()) if reply.headers.get("content-type", "").startswith("application/json") else {}
+
+
+def gateway_token(gw: Gateway, user: str) -> str:
+    """`user`'s MCP token for the gateway's remote server, through the gateway's own sign-in pages."""
+    resource = f"{gw.base}/servers/{SERVER}/mcp"
+    client_id = register_public_client(gw.base, CALLBACK, "upstream sign-in tests")
+    verifier = secrets.token_urlsafe(40)
+    query = authorize_query(client_id, CALLBACK, resource, verifier, "st")
+    outcome = Browser(user, PASSWORD).visit(f"{gw.base}/authorize?{urlencode(query)}", stop_at=CALLBACK)
+    assert "code" in outcome.params, outcome.describe()
+    issued = redeem_code(gw.base, outcome.params["code"], verifier, client_id, CALLBACK, resource=resource)
+    assert issued.status_code == 200, issued.text
+    return str(issued.json()["access_token"])
+
+
+def vault_session(gw: Gateway, user: str) -> requests.Session:
+    """A browser session signed in to the gateway's pages through the vault's form."""
+    http = requests.Session()
+    text = http.get(gw.base + "/vault", timeout=30).text
+    start = text.index("name='csrf_token' value='") + len("name='csrf_token' value='")
+    csrf = text[start : text.index("'", start)]
+    reply = http.post(
+        gw.base + "/vault/login",
+        data={"csrf_token": csrf, "username": user, "password": PASSWORD},
+        allow_redirects=False,
+        timeout=60,
+    )
+    assert reply.status_code == 303, reply.text
+    return http
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    tmp = tmp_path_factory.mktemp("upstream-signin")
+    audit = tmp / "upstream-audit.jsonl"
+    upstream_env = embedded_env(tmp / "upstream-state", _users(list(USERS.values())), MCPGATE_AUDIT_LOG=str(audit))
+    with serving(upstream_env) as upstream:
+        entry = {"url": upstream.url, "auth": {"type": "user_oauth", "label": "the test upstream"}}
+        config = write_config(tmp / "servers.json", {SERVER: entry})
+        env = embedded_env(tmp / "state", _users(list(USERS)), MCPGATE_CONFIG=config, MCPGATE_VAULT_KEY=vault_key())
+        env["MCPGATE_VAULT_POLL"] = "0.2"
+        with serving(env) as gateway:
+            tokens = {user: gateway_token(gateway, user) for user in USERS}
+            browsers = {user: vault_session(gateway, user) for user in USERS}
+            yield Site(upstream, gateway, audit, tokens, browsers)
+
+
+async def echo(site: Site, user: str, mode: str, calls: int = 1) -> list[str]:
+    headers = {"Authorization": f"Bearer {site.tokens[user]}"}
+    out = []
+    with anyio.fail_after(SDK_GUARD):
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
+            Client(streamable_http_client(site.url, http_client=http), mode=mode) as client,
+        ):
+            for n in range(calls):
+                result = await client.call_tool("echo", {"message": f"{user}-{n}"})
+                assert not result.is_error, result
+                block = result.content[0]
+                assert isinstance(block, types.TextContent)
+                out.append(block.text)
+    return out
+
+
+def upstream_principal_of(site: Site, user: str) -> str:
+    """The upstream principal of `user`'s calls (one call made now, read at the upstream)."""
+    before = len(site.upstream_principals())
+    assert anyio.run(echo, site, user, "legacy") == [f"{user}-0"]
+    wait_for(lambda: len(site.upstream_principals()) > before, timeout=20)
+    return site.upstream_principals()[before]
+
+
+def test_each_user_signs_in_upstream_and_each_upstream_call_carries_their_own_token(site: Site) -> None:
+    # before signing in upstream: the call is answered with a URL-mode elicitation pointing at the sign-in page
+    for user in USERS:
+        refused = site.initialize(user)
+        assert refused.get("error", {}).get("code") == -32042, refused
+        (elicitation,) = refused["error"]["data"]["elicitations"]
+        assert elicitation["mode"] == "url" and elicitation["url"] == site.page, elicitation
+    for user in USERS:
+        site.sign_in_upstream(user)
+    principals = {user: upstream_principal_of(site, user) for user in USERS}
+    assert principals["alice"] != principals["bob"], principals
+    assert principals["alice"].endswith(USERS["alice"]) or USERS["alice"] in principals["alice"], principals
+    before = len(site.upstream_principals())
+    seen: dict[tuple[str, str], list[str]] = {}
+
+    async def run(user: str, mode: str) -> None:
+        seen[(user, mode)] = await echo(site, user, mode, calls=5)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for user in USERS:
+                for mode in ("legacy", "2026-07-28"):
+                    group.start_soon(run, user, mode)
+
+    anyio.run(main)
+    for (user, _mode), answers in seen.items():
+        assert answers == [f"{user}-{n}" for n in range(5)], answers
+    wait_for(lambda: len(site.upstream_principals()) >= before + 20, timeout=30)
+    counted = site.upstream_principals()[before:]
+    assert sorted(set(counted)) == sorted(principals.values()), counted
+    assert counted.count(principals["alice"]) == 10 and counted.count(principals["bob"]) == 10, counted
+    # the tokens never show in the gateway's log
+    log = site.gateway.log()
+    assert "access_token" not in log and "Bearer ey" not in log
+
+
+def test_signing_out_stops_that_users_children_and_asks_again_the_other_user_untouched(site: Site) -> None:
+    for user in USERS:
+        if site.initialize(user).get("error"):
+            site.sign_in_upstream(user)
+    site.sign_out_upstream("bob")
+    deadline = time.monotonic() + 30
+    refused = site.initialize("bob")
+    while refused.get("error", {}).get("code") != -32042 and time.monotonic() < deadline:
+        refused = site.initialize("bob")
+    assert refused["error"]["code"] == -32042 and refused["error"]["data"]["elicitations"][0]["url"] == site.page
+    assert anyio.run(echo, site, "alice", "2026-07-28") == ["alice-0"]
+    assert anyio.run(echo, site, "alice", "legacy") == ["alice-0"]
+    site.sign_in_upstream("bob")  # and after signing in again, the retry succeeds
+    assert anyio.run(echo, site, "bob", "2026-07-28") == ["bob-0"]
