@@ -11,8 +11,12 @@ of every tools/call.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
+import os
 import secrets
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,14 +25,21 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import anyio
+import gevent
 import httpx2
 import mcp.types as types
 import pytest
 import requests
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpgate.config.settings import Settings
+from mcpgate.relay.oauth.discovery import Discovery
 from mcpgate.serve.oauth import passwords
+from mcpgate.serve.vault import upstream_oauth
+from mcpgate.serve.vault.crypto import Cipher, key_bytes
+from mcpgate.serve.vault.store import SqliteVaultStore
+from mcpgate.serve.vault.vault import SlotsEmpty, Vault
 from tests.browser import Browser
 from tests.support import HEADERS, Gateway, init_body, serving, wait_for
 from tests.support.http import write_config
@@ -40,6 +51,7 @@ USERS = {"alice": "up-alice", "bob": "up-bob"}  # gateway user -> the upstream u
 SERVER = "up"
 CALLBACK = "http://127.0.0.1:9/callback"  # the MCP client's own (never fetched)
 SDK_GUARD = 60.0
+TOKEN_TTL = 62  # the upstream's access tokens: the gateway refreshes them from 2 s after they are issued
 
 
 def _users(names: list[str]) -> str:
@@ -53,6 +65,17 @@ class Site:
     audit: Path
     tokens: dict[str, str]  # each gateway user's MCP token for the gateway
     browsers: dict[str, requests.Session]  # each gateway user's browser session on the gateway's pages
+    state: Path  # the gateway's MCPGATE_STATE_DIR (its vault.sqlite3)
+    key: str  # the gateway's MCPGATE_VAULT_KEY
+
+    def principal(self, user: str) -> str:
+        """The gateway principal of `user` (issuer#subject), as the vault's rows name it."""
+        with sqlite3.connect(self.state / "vault.sqlite3") as db:
+            rows = {row[0] for row in db.execute("SELECT principal FROM slots")}
+        (found,) = [row for row in rows if row.rsplit("#", 1)[-1] in (user, f"user:{user}")] or [
+            row for row in rows if user in row.rsplit("#", 1)[-1]
+        ]
+        return found
 
     @property
     def url(self) -> str:
@@ -142,15 +165,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     tmp = tmp_path_factory.mktemp("upstream-signin")
     audit = tmp / "upstream-audit.jsonl"
     upstream_env = embedded_env(tmp / "upstream-state", _users(list(USERS.values())), MCPGATE_AUDIT_LOG=str(audit))
+    upstream_env["MCPGATE_OAUTH_ACCESS_TTL"] = str(TOKEN_TTL)  # within a second of the refresh margin (60 s)
     with serving(upstream_env) as upstream:
         entry = {"url": upstream.url, "auth": {"type": "user_oauth", "label": "the test upstream"}}
         config = write_config(tmp / "servers.json", {SERVER: entry})
-        env = embedded_env(tmp / "state", _users(list(USERS)), MCPGATE_CONFIG=config, MCPGATE_VAULT_KEY=vault_key())
+        key = vault_key()
+        env = embedded_env(tmp / "state", _users(list(USERS)), MCPGATE_CONFIG=config, MCPGATE_VAULT_KEY=key)
         env["MCPGATE_VAULT_POLL"] = "0.2"
         with serving(env) as gateway:
             tokens = {user: gateway_token(gateway, user) for user in USERS}
             browsers = {user: vault_session(gateway, user) for user in USERS}
-            yield Site(upstream, gateway, audit, tokens, browsers)
+            yield Site(upstream, gateway, audit, tokens, browsers, tmp / "state", key)
 
 
 async def echo(site: Site, user: str, mode: str, calls: int = 1) -> list[str]:
@@ -174,7 +199,7 @@ def upstream_principal_of(site: Site, user: str) -> str:
     """The upstream principal of `user`'s calls (one call made now, read at the upstream)."""
     before = len(site.upstream_principals())
     assert anyio.run(echo, site, user, "legacy") == [f"{user}-0"]
-    wait_for(lambda: len(site.upstream_principals()) > before, timeout=20)
+    wait_for(lambda: len(site.upstream_principals()) > before, timeout=20, what="the upstream's audit line")
     return site.upstream_principals()[before]
 
 
@@ -205,7 +230,7 @@ def test_each_user_signs_in_upstream_and_each_upstream_call_carries_their_own_to
     anyio.run(main)
     for (user, _mode), answers in seen.items():
         assert answers == [f"{user}-{n}" for n in range(5)], answers
-    wait_for(lambda: len(site.upstream_principals()) >= before + 20, timeout=30)
+    wait_for(lambda: len(site.upstream_principals()) >= before + 20, timeout=30, what="20 audit lines upstream")
     counted = site.upstream_principals()[before:]
     assert sorted(set(counted)) == sorted(principals.values()), counted
     assert counted.count(principals["alice"]) == 10 and counted.count(principals["bob"]) == 10, counted
@@ -228,3 +253,95 @@ def test_signing_out_stops_that_users_children_and_asks_again_the_other_user_unt
     assert anyio.run(echo, site, "alice", "legacy") == ["alice-0"]
     site.sign_in_upstream("bob")  # and after signing in again, the retry succeeds
     assert anyio.run(echo, site, "bob", "2026-07-28") == ["bob-0"]
+
+
+def stored_tokens(site: Site, user: str) -> dict[str, Any]:
+    """The upstream tokens the gateway keeps for `user` (opened with the vault key, as only its operator can)."""
+    store = SqliteVaultStore(str(site.state))
+    try:
+        principal = site.principal(user)
+        sealed = store.get(principal, f"oauth:{SERVER}")
+        assert sealed is not None, user
+        record = json.loads(Cipher(key_bytes(site.key)).open(principal, f"oauth:{SERVER}", sealed))
+    finally:
+        store.close()
+    return dict(record["tokens"])
+
+
+def test_a_token_about_to_expire_is_refreshed_and_the_calls_go_on(site: Site) -> None:
+    if site.initialize("alice").get("error"):
+        site.sign_in_upstream("alice")
+    first = stored_tokens(site, "alice")
+    assert first.get("refresh_token") and first.get("expires_at"), sorted(first)
+    principal = upstream_principal_of(site, "alice")
+
+    def refreshed() -> bool:  # each call past the margin refreshes first
+        assert anyio.run(echo, site, "alice", "2026-07-28") == ["alice-0"]
+        return stored_tokens(site, "alice")["access_token"] != first["access_token"]
+
+    wait_for(refreshed, timeout=60, what="a refreshed token")
+    assert stored_tokens(site, "alice")["refresh_token"] != first["refresh_token"]  # rotated, and kept
+    assert upstream_principal_of(site, "alice") == principal
+
+
+def test_signing_out_ends_that_users_open_session_and_not_the_other_users(site: Site) -> None:
+    for user in USERS:
+        if site.initialize(user).get("error"):
+            site.sign_in_upstream(user)
+
+    async def main() -> None:
+        opened = []
+        with anyio.fail_after(SDK_GUARD):
+            async with contextlib.AsyncExitStack() as stack:
+                for user in USERS:
+                    headers = {"Authorization": f"Bearer {site.tokens[user]}"}
+                    http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=30))
+                    transport = streamable_http_client(site.url, http_client=http)
+                    client = await stack.enter_async_context(Client(transport, mode="legacy"))
+                    assert not (await client.call_tool("echo", {"message": user})).is_error
+                    opened.append(client)
+                alice, bob = opened
+                await anyio.to_thread.run_sync(site.sign_out_upstream, "bob")
+                try:  # bob's upstream session was stopped with his sign-in: his session is gone, or the call fails
+                    ended = (await bob.call_tool("echo", {"message": "bob"})).is_error
+                except MCPError:
+                    ended = True
+                assert ended
+                result = await alice.call_tool("echo", {"message": "alice"})  # alice's goes on, the same session
+                assert not result.is_error and isinstance(result.content[0], types.TextContent), result
+                assert result.content[0].text == "alice"
+
+    anyio.run(main)
+
+
+def test_step_up_on_insufficient_scope_asks_a_new_signin_with_the_union_of_scopes(tmp_path: Path) -> None:
+    key = os.urandom(32)
+    settings = Settings(public_url="https://gw.example", vault_key=base64.b64encode(key).decode())
+    vault = Vault(SqliteVaultStore(str(tmp_path)), Cipher(key), settings)
+    config = upstream_oauth.parse({"type": "user_oauth", "scope": "read"}, "servers.up.auth")
+    config.attach(vault)
+    signin = config.upstream(settings, "up", "https://up.example/mcp")
+    record = {"client": {"client_id": "c"}, "resource": "https://up.example/mcp", "token_endpoint": "https://as/t"}
+    record["tokens"] = {"access_token": "AT-1", "scope": "read", "expires_at": time.time() + 3600}
+    vault.put("p#alice", "oauth:up", json.dumps(record))
+    vault.put("p#alice", "oauth-grant:up", "{}")
+    token, _stamp = signin.token_source("p#alice")
+    assert token.authorization() == "Bearer AT-1" and "AT-1" not in repr(token)
+    with pytest.raises(SlotsEmpty) as empty:
+        signin.token_source("p#bob")
+    assert empty.value.url == "https://gw.example/vault/oauth/up" and "AT-1" not in str(empty.value)
+    assert not token.covers("https://elsewhere.example/mcp")  # its token goes to its upstream's origin alone
+    challenge = 'Bearer error="insufficient_scope", scope="write", resource_metadata="https://up.example/x"'
+    assert token.on_forbidden(challenge, "Bearer AT-1") is False
+    gevent.wait(timeout=10)  # the grant ends in a greenlet of its own (the sweep stops this very child)
+    with pytest.raises(SlotsEmpty):
+        signin.token_source("p#alice")
+    signin._discovery = Discovery(
+        "https://up.example/mcp",
+        "https://as.example",
+        {"authorization_endpoint": "https://as.example/a", "token_endpoint": "https://as.example/t"}
+        | {"code_challenge_methods_supported": ["S256"]},
+    )
+    signin._clients["https://as.example"] = {"client_id": "c", "token_endpoint_auth_method": "none"}
+    query = dict(parse_qsl(urlsplit(signin.begin("p#alice")).query))
+    assert query["scope"].split() == ["read", "write"] and query["resource"] == "https://up.example/mcp", query
