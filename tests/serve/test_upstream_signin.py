@@ -15,6 +15,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import secrets
 import sqlite3
 import time
@@ -36,6 +37,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcpgate.config.settings import Settings
 from mcpgate.relay.oauth.discovery import Discovery
 from mcpgate.serve.oauth import passwords
+from mcpgate.serve.servers import config_file
 from mcpgate.serve.vault import upstream_oauth
 from mcpgate.serve.vault.crypto import Cipher, key_bytes
 from mcpgate.serve.vault.store import SqliteVaultStore
@@ -345,3 +347,21 @@ def test_step_up_on_insufficient_scope_asks_a_new_signin_with_the_union_of_scope
     signin._clients["https://as.example"] = {"client_id": "c", "token_endpoint_auth_method": "none"}
     query = dict(parse_qsl(urlsplit(signin.begin("p#alice")).query))
     assert query["scope"].split() == ["read", "write"] and query["resource"] == "https://up.example/mcp", query
+
+
+def test_the_entry_is_checked_when_the_file_is_read() -> None:
+    def entry(auth: dict[str, Any]) -> str:
+        return json.dumps({"mcpServers": {"up": {"url": "https://up.example/mcp", "auth": auth}}})
+
+    (server,) = config_file.parse(entry({"type": "user_oauth", "scope": "read write", "label": "Tracker"})).servers
+    assert server.remote is not None and server.remote.auth.scope == ("read", "write")
+    assert server.remote.auth.per_user and server.remote.auth.label == "Tracker"
+    refusals = {
+        "client_secret": "auth.client_secret: not a user_oauth field",
+        "authorization_server": "auth.authorization_server: must be an https URL",
+        "client_secret_env": "auth.client_secret_env: names",
+    }
+    values = {"client_secret": "x", "authorization_server": "http://as.example", "client_secret_env": "NOT_SET_X9"}
+    for field, expected in refusals.items():
+        with pytest.raises(config_file.ConfigError, match=re.escape(expected)):
+            config_file.parse(entry({"type": "user_oauth", "client_id": "c", field: values[field]}))

@@ -39,6 +39,7 @@ from mcpgate.config.declarations import SettingsError
 from mcpgate.config.settings import Settings
 from mcpgate.relay.oauth import discovery as found
 from mcpgate.relay.oauth import flow, registration
+from mcpgate.relay.oauth.client_token import usable_endpoint
 from mcpgate.relay.oauth.discovery import Challenge, Discovery, SignInError
 from mcpgate.serve.vault.errors import CannotOpen
 from mcpgate.serve.vault.slots import SlotInfo
@@ -112,8 +113,8 @@ def parse(raw: Any, where: str, environ: Any = None) -> UserOAuth:
         if not text["client_id"]:
             raise UserOAuthError(f"{where}.client_secret_env: goes with client_id")
     for name in ("client_metadata_url", "authorization_server"):
-        if text[name] and found.origin(text[name] or "") == "":
-            raise UserOAuthError(f"{where}.{name}: must be an https:// URL")
+        if text[name] and (problem := usable_endpoint(text[name] or "")) is not None:
+            raise UserOAuthError(f"{where}.{name}: {problem}")
     return UserOAuth(
         client_id=text["client_id"],
         client_secret=secret,
@@ -197,7 +198,10 @@ class UpstreamSignIn:
                 renewed = flow.refresh(
                     record["client"], endpoint, refresh_token, record["resource"], tokens.get("scope")
                 )
-            except SignInError as exc:
+            except SignInError as exc:  # another worker may have spent the (rotating) refresh token just now
+                again = self.tokens(principal)
+                if again is not None and (again.get("tokens") or {}).get("refresh_token") != refresh_token:
+                    return again
                 log.warning("refreshing a token for server %s failed: %s", self.server, exc)
                 return None
             record["tokens"] = renewed
