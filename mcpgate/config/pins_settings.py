@@ -61,3 +61,8 @@ class PinsSettings:
         "Bytes of a management API request body at most (413 past it).",
         validate=positive,
     )
+    admin_vault_principals: int = declare(
+        100000,
+        "Principals whose vault slots GET /admin/vault counts at most (past it the counts are marked incomplete).",
+        validate=positive,
+    )

@@ -21,6 +21,7 @@ ENDPOINTS = [
     ("POST", "/admin/pins/approve"),
     ("POST", "/admin/pins/reject"),
     ("POST", "/admin/reload"),
+    ("GET", "/admin/vault"),
 ]
 DECISION = {"server": "default", "tool": "echo", "fingerprint": "0" * 64}
 SCOPE = "mcpgate-admin"
@@ -66,6 +67,8 @@ def test_the_admin_token_is_let_in_and_never_logged(gw: Gateway) -> None:
     assert b'"name":"default"' in body
     status, body = ask(gw, "POST", "/admin/pins/approve", f"Bearer {TOKEN}")
     assert status == 409, body  # authenticated; no such pending change
+    status, body = ask(gw, "GET", "/admin/vault", f"Bearer {TOKEN}")
+    assert status == 200 and body == b'{"store":"off","servers":{}}', body  # no server has user secrets
     ask(gw, "GET", "/admin/servers", f"Bearer {TOKEN}x")
     assert TOKEN not in gw.log()
     open_session(gw)  # a child started: the admin token is not in its environment

@@ -139,6 +139,18 @@ def test_a_store_keeps_versions_bounds_slots_and_makes_the_check_record_once(sto
     assert store.generation() == g1 + 1 and set(store.listing("p1")) == {"b"}
 
 
+def test_a_store_summarizes_each_slot_across_principals_bounded(store: VaultStore) -> None:
+    """GET /admin/vault's counts (serve/admin/vault.py): per slot, how many principals and first/last set."""
+    assert store.summary(10) == ({}, True)
+    for principal in ("p1", "p2", "p3"):
+        assert store.put(principal, "a", b"sealed-" + principal.encode(), limit=4)
+    assert store.put("p2", "b", b"sealed-b", limit=4)
+    found, complete = store.summary(10)
+    assert complete and set(found) == {"a", "b"} and (found["a"].principals, found["b"].principals) == (3, 1)
+    assert found["a"].first_set <= found["a"].last_set
+    assert not store.summary(1)[1], "past the bound the counts say they are incomplete"
+
+
 def test_the_sqlite_store_is_private(tmp_path: Path) -> None:
     store = SqliteVaultStore(str(tmp_path / "state"))
     store.put("p", "a", b"x", limit=1)

@@ -7,6 +7,9 @@ Host and Origin checks and the pages' body bound apply first); off, /admin/ is a
 - POST /admin/pins/approve    {"server", "tool", "fingerprint"}: pin the new definition, show the tool again
 - POST /admin/pins/reject     {"server", "tool", "fingerprint"}: keep the old pin, the tool stays hidden
 - POST /admin/reload          read MCPGATE_CONFIG again (PublishedServers.reload): what changed
+- GET  /admin/vault           per server, each user-secret slot: how many principals set it, first and last
+                              (?principal=<name>: that principal's slots, set or not and when); never a value
+                              (serve/admin/vault.py)
 
 Every request is authenticated first (serve/admin/access.py), then routed; every refusal is a Refusal (a JSON
 body) answered once by the Endpoint. POST bodies are JSON objects of at most MCPGATE_ADMIN_BODY_BYTES.
@@ -23,6 +26,7 @@ from urllib.parse import parse_qs
 
 from mcpgate.config.modes import AuthMode
 from mcpgate.core import jsonrpc
+from mcpgate.serve.admin import vault
 from mcpgate.serve.admin.access import AdminAccess
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartResponse, json_response
 from mcpgate.serve.modern import era_probe
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.admin")
 
 PREFIX = "/admin"
+WHO = "mcpgate.admin"  # the environ key naming who was let in (access.check's answer), for the handlers' logs
 FINGERPRINT_CHARS = 64
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
@@ -52,14 +57,18 @@ def ok(body: dict[str, Any]) -> HttpResponse:
 class AdminApi:
     """WSGI middleware: /admin/... answered here, every other path passed to `app`."""
 
-    def __init__(self, app: WsgiApp, servers: PublishedServers, access: AdminAccess, body_bytes: int) -> None:
+    def __init__(
+        self, app: WsgiApp, servers: PublishedServers, access: AdminAccess, body_bytes: int, vault_principals: int
+    ) -> None:
         self.app, self.servers, self.access, self.body_bytes = app, servers, access, body_bytes
+        self.vault_principals = vault_principals
         self.routes: dict[tuple[str, str], Callable[[HttpRequest], HttpResponse]] = {
             ("GET", "/servers"): self.list_servers,
             ("GET", "/pins"): self.list_pins,
             ("POST", "/pins/approve"): self.approve,
             ("POST", "/pins/reject"): self.reject,
             ("POST", "/reload"): self.reload,
+            ("GET", "/vault"): self.vault,
         }
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -70,6 +79,7 @@ class AdminApi:
 
     def answer(self, request: HttpRequest, route: str) -> HttpResponse:
         who = self.access.check(request.environ)  # before anything is told, even which paths exist
+        request.environ[WHO] = who
         handler = self.routes.get((request.method, route))
         if handler is None:
             allowed = [method for method, path in self.routes if path == route]
@@ -111,6 +121,12 @@ class AdminApi:
             if (wanted is None or name == wanted[0]) and server.pins is not None:
                 listed[name] = {"policy": server.pins.policy, "pending": server.pins.pending()}
         return ok({"servers": listed})
+
+    def vault(self, request: HttpRequest) -> HttpResponse:
+        wanted = parse_qs(request.environ.get("QUERY_STRING", "")).get("principal")
+        who = str(request.environ.get(WHO, "?"))
+        principal = wanted[0] if wanted is not None else None
+        return ok(vault.report(self.servers, principal, self.vault_principals, who))
 
     # -- deciding --
 
@@ -193,4 +209,4 @@ def mount(app: WsgiApp, settings: Settings, runtime: Runtime, authenticator: Aut
     if not settings.admin_token and not scope:
         return app
     access = AdminAccess(settings.admin_token, scope, authenticator)
-    return AdminApi(app, runtime.servers, access, settings.admin_body_bytes)
+    return AdminApi(app, runtime.servers, access, settings.admin_body_bytes, settings.admin_vault_principals)

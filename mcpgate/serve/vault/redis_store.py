@@ -21,9 +21,10 @@ import redis
 from redis.exceptions import RedisError
 
 from mcpgate.serve.vault.errors import VaultUnavailable
-from mcpgate.serve.vault.store import Entry
+from mcpgate.serve.vault.store import Entry, SlotSummary
 
 PREFIX = "mcpgate:vault:"
+SCAN_BATCH = 500  # principals' hashes read per round trip by `summary`
 
 PUT = """
 local field = 'v:' .. ARGV[1]
@@ -107,3 +108,34 @@ class RedisVaultStore:
         except RedisError as exc:
             raise self._guard(exc) from None
         return int(_text(value)) if value is not None else 0
+
+    def summary(self, limit: int) -> tuple[dict[str, SlotSummary], bool]:
+        """Per slot: its principals, first and last set, from at most `limit` principals' hashes (their slots'
+        times only: HSCAN m:*, never a value); complete or not."""
+        found: dict[str, SlotSummary] = {}
+        seen = 0
+        try:
+            batch: list[str] = []
+            for key in self.redis.scan_iter(match=self.prefix + "p:*", count=SCAN_BATCH):
+                if seen >= limit:
+                    return found, False
+                seen += 1
+                batch.append(_text(key))
+                if len(batch) == SCAN_BATCH:
+                    self._summarize(batch, found)
+                    batch = []
+            self._summarize(batch, found)
+        except RedisError as exc:
+            raise self._guard(exc) from None
+        return found, True
+
+    def _summarize(self, keys: list[str], found: dict[str, SlotSummary]) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hscan(key, 0, match="m:*", count=1000)
+        for _cursor, fields in pipe.execute():
+            for name, value in fields.items():
+                updated_at = float(_text(value).split(" ", 1)[1])
+                slot = _text(name)[2:]
+                known = found.get(slot)
+                found[slot] = known.add(updated_at) if known else SlotSummary(1, updated_at, updated_at)

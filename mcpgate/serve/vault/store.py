@@ -9,6 +9,9 @@
     store.listing(principal) -> dict[slot, Entry]         which slots are set, when, at which version (no value)
     store.generation() -> int                             raised by every put and delete, anywhere: a worker that
                                                           sees it move reads its holders' versions again
+    store.summary(limit) -> (dict[slot, SlotSummary], complete)   per slot: how many principals set it, first and
+                                                          last set, from at most `limit` principals (the
+                                                          management API's; no value, no principal)
 
 Every put and delete takes a new generation as the row's version, in one transaction, so a child's stamp (the
 versions of the slots it was given) differs from the listing as soon as any of them changed or went.
@@ -53,6 +56,18 @@ class Entry:
     version: int
 
 
+@dataclass(frozen=True)
+class SlotSummary:
+    """A slot across principals: how many have it set, the oldest and the newest of their values' times."""
+
+    principals: int
+    first_set: float
+    last_set: float
+
+    def add(self, updated_at: float) -> SlotSummary:
+        return SlotSummary(self.principals + 1, min(self.first_set, updated_at), max(self.last_set, updated_at))
+
+
 class VaultStore(Protocol):
     def check_once(self, make: Callable[[], bytes]) -> bytes: ...
     def get(self, principal: str, slot: str) -> bytes | None: ...
@@ -60,6 +75,7 @@ class VaultStore(Protocol):
     def delete(self, principal: str, slot: str) -> bool: ...
     def listing(self, principal: str) -> dict[str, Entry]: ...
     def generation(self) -> int: ...
+    def summary(self, limit: int) -> tuple[dict[str, SlotSummary], bool]: ...
 
 
 class SqliteVaultStore:
@@ -152,6 +168,17 @@ class SqliteVaultStore:
     def generation(self) -> int:
         with self._db() as db:
             return int(db.execute("SELECT value FROM meta WHERE name = 'generation'").fetchone()[0])
+
+    def summary(self, limit: int) -> tuple[dict[str, SlotSummary], bool]:
+        """Per slot: its principals, first and last set, from at most `limit` principals; complete or not."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT slot, COUNT(*), MIN(updated_at), MAX(updated_at) FROM slots WHERE principal IN "
+                "(SELECT DISTINCT principal FROM slots LIMIT ?) GROUP BY slot",
+                (limit,),
+            ).fetchall()
+            principals = db.execute("SELECT COUNT(DISTINCT principal) FROM slots").fetchone()[0]
+        return {slot: SlotSummary(count, first, last) for slot, count, first, last in rows}, principals <= limit
 
     def close(self) -> None:
         with self._lock:
