@@ -433,7 +433,7 @@ def _auth(raw: Any, where: str) -> tuple[str | None, str, Any]:
         except SettingsError as exc:
             raise ConfigError(str(exc)) from None
     raise ConfigError(
-        f'{where} must be {{"type": "bearer", "token_env": "NAME"}}, {{"type": "client_credentials", ...}} '
+        f'{where} must be {{"type": "bearer", "token_env": "NAME"}} or {{"type": "client_credentials", ...}} '
         'or {"type": "user_oauth", ...}'
     )
 
