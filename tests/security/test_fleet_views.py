@@ -12,20 +12,26 @@ the caller is what the forward carries (signed: core/session_ids.py).
   the group rule was skipped and the catch-all matched).
 - The instances' views differ (one reloaded, the other not): a forwarded request is refused 503 naming the reason,
   not served under a rule index that means another rule there.
+- A 2026-07-28 call forwarded with the contractors' view (signed with the cluster key, as an instance forwards an
+  MRTR retry to the one holding the call) is held to that view by the owner: a hidden tool is unknown (the owner
+  applied no view to a forwarded request before).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mcpgate.core import session_ids
 from mcpgate.demo_tools import TOOLS
+from mcpgate.serve.servers.views_file import fingerprint
 from tests.serve.test_takeover import SECRET, kill
-from tests.support import DEMO_ENTRY, Gateway, call, reply_message
+from tests.support import DEMO_ENTRY, Gateway, call, modern_body, modern_headers, reply_message
 from tests.support.fleet import redis_server
 from tests.support.oauth import mint_token, post_with_token
 
@@ -136,3 +142,30 @@ def test_a_forwarded_request_between_instances_with_other_views_is_refused(
     finally:
         owner.stop()
         other.stop()
+
+
+def test_a_forwarded_modern_call_is_held_to_the_view_its_forwarder_signed(
+    redis_url: str, issuer: str, tmp_path: Path
+) -> None:
+    path = config(tmp_path, "servers.json", VIEWS)
+    owner = Gateway(instance_env(redis_url, issuer, "k1", path))
+    sender = Gateway(instance_env(redis_url, issuer, "k2", path))  # in the directory: its forwards are let in
+    try:
+        owner.wait_ready()
+        sender.wait_ready()
+        contractors = f"0~{fingerprint(VIEWS)}"  # rule 1, as k2 chose it from the contractor's token
+        for n, (tool, arguments) in enumerate([("add", {"a": 1, "b": 2}), ("echo", {"message": "hi"})]):
+            body = json.dumps(modern_body(n, "tools/call", {"name": tool, "arguments": arguments})).encode()
+            signed = session_ids.ForwardedRequest("POST", PATH, "", "", body)
+            value = session_ids.forwarded(
+                f"{issuer}#carol", "k2", time.time(), signed, SECRET.encode(), view=contractors
+            )
+            headers = {**modern_headers("tools/call", tool), "Mcpgate-Forwarded": value}
+            message = reply_message(owner.request("POST", PATH, body=body, headers=headers))
+            if tool == "add":
+                assert message.get("error") == {"code": UNKNOWN, "message": "Unknown tool: add"}, message
+            else:
+                assert "hi" in json.dumps(message["result"]), message
+    finally:
+        owner.stop()
+        sender.stop()

@@ -81,14 +81,14 @@ class ViewTable:
         signed, which means the same rule here only when both have the same views (else 503, never a guess)."""
         found = context(environ)
         token = found.view
-        if token is None:
-            key = self.views.key(self.caller(environ))
-            found.view = f"{key}~{self.fingerprint}"
-            return key
-        signed = self.key_of(token)
-        if signed is None:
-            raise mismatch(token, self.fingerprint)
-        return signed
+        known = self.key_of(token) if token is not None else None
+        if known is not None:
+            return known
+        if found.forwarded:
+            raise mismatch(token or "", self.fingerprint)
+        key = self.views.key(self.caller(environ))  # first asked, or the views were reloaded since
+        found.view = f"{key}~{self.fingerprint}"
+        return key
 
     def token(self, key: int) -> str:
         return f"{key}~{self.fingerprint}"
