@@ -96,6 +96,11 @@ class Admission:
         if not self.running and not self._queue:
             self.idle.set()
 
+    @property
+    def room(self) -> bool:
+        """Whether a request arriving now is admitted without waiting (wait_for_room returns at once)."""
+        return bool(self._room.is_set())
+
     def wait_for_room(self, warn_every: float) -> None:
         """Back-pressure: called by the stdin reader, which reads nothing more while the queue is full."""
         if self._room.is_set():

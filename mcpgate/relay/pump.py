@@ -11,7 +11,10 @@ messages may ride it), its response and progress dropped. Everything bound for
 stdout goes through the cancel filter, then is written under one lock: by the
 request itself when it is the only one in flight and nothing is queued, else
 through a bounded queue by the writer greenlet (answers ready together leave in
-one write); stdout only ever carries whole lines, in order.
+one write); stdout only ever carries whole lines, in order. An in-process host
+(serve/remote's RemoteChild) hands its lines to take_line() when the reader is
+idle and takes the upstream's messages parsed (MessagePipes): no line is framed
+and parsed again on its way through.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import gevent
 from gevent.event import AsyncResult, Event
@@ -40,6 +44,14 @@ from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 log = logging.getLogger("mcpgate.relay")
 
 WRITE_BATCH = 256
+Out = bytes | Upstream  # what goes to the host: an upstream message, or a line the relay made itself
+
+
+class MessagePipes(StdPipes, Protocol):
+    """An in-process host's pipes (serve/remote's RemoteChild): what the relay writes reaches it as the messages
+    (or the relay's own lines) themselves, in order, never encoded and parsed again."""
+
+    def write_messages(self, items: list[Out]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,7 @@ class Relay:
         # stdout: the writer greenlet's, or the one request in flight's when nothing is queued (see _write).
         self._direct: StdPipes | None = None
         self._writing = Semaphore()
+        self._take_messages: Callable[[list[Out]], None] | None = None  # a MessagePipes' write_messages
 
     # -- stdout -----------------------------------------------------------------------------
 
@@ -109,7 +122,7 @@ class Relay:
             return
         if self._cancelled_progress_note(message):
             return
-        self._write(jsonrpc.raw_bytes(message))
+        self._write(message)
 
     def _cancelled_progress_note(self, message: Upstream) -> bool:
         """Whether message is progress for a request the host cancelled (not for the host any more)."""
@@ -129,7 +142,9 @@ class Relay:
             log.info("dropped the late reply to cancelled request %r", msg_id)
         return dropped
 
-    def _write(self, line: bytes) -> None:
+    def _write(self, item: Out) -> None:
+        """One message for the host: an upstream message (encoded as late as the host needs it: an in-process
+        host takes it as it is) or a line the relay made (its own errors)."""
         if self._host_gone:
             return
         # The only request in flight writes its own answer (no hand-off to the writer greenlet); under
@@ -137,16 +152,24 @@ class Relay:
         direct = self._direct
         if direct and self._out.empty() and len(self._admission.running) <= 1 and self._writing.acquire(False):
             try:
-                direct.write_all(frame(line))
+                self._emit(direct, [item])
             except OSError as exc:
                 self._stdout_closed(exc)
             finally:
                 self._writing.release()
             return
         try:
-            self._out.put(line, timeout=self.options.out_put_timeout)
+            self._out.put(item, timeout=self.options.out_put_timeout)
         except Full:
             log.error("the host has not read stdout for %gs; dropped a message", self.options.out_put_timeout)
+
+    def _emit(self, pipes: StdPipes, items: list[Out]) -> None:
+        """Whole lines to stdout in one write, or the items as they are to an in-process host's MessagePipes."""
+        take = self._take_messages
+        if take is not None:
+            take(items)
+            return
+        pipes.write_all(b"".join(frame(item if isinstance(item, bytes) else jsonrpc.raw_bytes(item)) for item in items))
 
     def _write_loop(self, pipes: StdPipes) -> None:
         while True:
@@ -154,11 +177,11 @@ class Relay:
             while len(batch) < WRITE_BATCH and not self._out.empty():
                 batch.append(self._out.get_nowait())
             done = None in batch
-            data = b"".join(frame(line) for line in batch if line is not None)
+            items = [item for item in batch if item is not None]
             try:
-                if data:
+                if items:
                     with self._writing:  # after a direct write still under way: whole lines, in order
-                        pipes.write_all(data)
+                        self._emit(pipes, items)
             except OSError as exc:
                 self._stdout_closed(exc)
                 return
@@ -190,6 +213,29 @@ class Relay:
             self._handle_line(tail)
         log.info("stdin closed")
         self._stop.set()
+
+    def take_line(self, line: bytes) -> bool:
+        """An in-process host's line (no line end) handled at once in the caller's greenlet, as the stdin reader
+        would handle it, when that can neither block, nor overtake anything, nor answer before this returns: the
+        caller has checked that the reader waits on empty input; here, that the line is one message the reader
+        would take whole, neither refused at once (invalid, its id in use) nor waiting for a full request or
+        one-way queue. False: the caller feeds it through the pipes instead."""
+        if (
+            self._stop.is_set()
+            or len(line) > self.options.max_message_bytes
+            or line[:1] != b"{"
+            or b"\n" in line
+            or not self._admission.room
+            or self._oneway.full()
+        ):
+            return False
+        message = jsonrpc.parse(line)
+        if not isinstance(message, (jsonrpc.Request, jsonrpc.Notification, jsonrpc.Response)) or (
+            isinstance(message, jsonrpc.Request) and jsonrpc.id_key(message.id) in self._admission.jobs
+        ):
+            return False
+        self._handle(message)
+        return True
 
     def _handle_line(self, line: bytes | LineTooLong) -> None:
         if isinstance(line, LineTooLong):
@@ -262,19 +308,19 @@ class Relay:
 
     def _run_request(self, job: Job) -> None:
         try:
-            line = self._answer(job)
+            answer = self._answer(job)
             if job.cancelled:
                 log.info("dropped the reply to cancelled request %r", job.req.id)
             elif not self._drop_late(job.req.id):
-                self._write(line)
+                self._write(answer)
         finally:
             self._admission.release(job)
 
-    def _answer(self, job: Job) -> bytes:
+    def _answer(self, job: Job) -> Out:
         req = job.req
         try:
             self._wait_barrier(job.after)
-            return jsonrpc.raw_bytes(self.transport.request(req))
+            return self.transport.request(req)
         except errors.RelayError as exc:
             level = logging.INFO if exc.routine else logging.WARNING
             log.log(level, "%s (id %r) failed: %s", req.method, req.id, exc.message)
@@ -337,6 +383,7 @@ class Relay:
     def serve(self, pipes: StdPipes, wake: float = IDLE_WAIT_SECONDS) -> int:
         """Relay over `pipes` until their input ends or stop(); then end the session. No signal, no fd: an
         in-process host (serve/remote's RemoteChild) runs a Relay over pipes of its own this way."""
+        self._take_messages = getattr(pipes, "write_messages", None)
         writer = gevent.spawn(self._write_loop, pipes)
         self._direct = pipes
         sender = gevent.spawn(self._send_loop)

@@ -32,8 +32,8 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Batch, Notification, Request, Response
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
-from mcpgate.relay.pump import PumpOptions, Relay
-from mcpgate.relay.transport import Sink, Transport
+from mcpgate.relay.pump import Out, PumpOptions, Relay
+from mcpgate.relay.transport import Sink, Transport, Upstream
 from mcpgate.serve.servers.config_file import RemoteEntry
 
 log = logging.getLogger("mcpgate.remote")
@@ -61,14 +61,21 @@ class Source(Protocol):
 
 
 class MemoryPipes:
-    """The relay's stdin and stdout in memory: `put` feeds the input, every line written goes to `deliver`."""
+    """The relay's stdin and stdout in memory: `put` feeds the input; what the relay writes goes to `deliver` as
+    messages (write_messages: the relay's MessagePipes), or lines parsed (write_all)."""
 
-    def __init__(self, deliver: Callable[[bytes], None]) -> None:
+    def __init__(self, deliver: Callable[[Upstream], None]) -> None:
         self._input: deque[bytes] = deque()
         self._arrived = gevent.event.Event()
         self._ended = False
+        self._waiting = False  # the relay's reader waits in read() on empty input
         self.queued = 0  # bytes put and not read yet
         self._deliver = deliver
+
+    @property
+    def idle(self) -> bool:
+        """Whether the relay's reader waits for input with none unread (a line may go to Relay.take_line)."""
+        return self._waiting and not self._input and not self._ended
 
     def put(self, data: bytes) -> None:
         self._input.append(data)
@@ -84,7 +91,11 @@ class MemoryPipes:
             if self._ended:
                 return b""
             self._arrived.clear()
-            self._arrived.wait()
+            self._waiting = True
+            try:
+                self._arrived.wait()
+            finally:
+                self._waiting = False
         data = b"".join(self._input)
         self._input.clear()
         self.queued = 0
@@ -92,7 +103,23 @@ class MemoryPipes:
 
     def write_all(self, data: bytes) -> None:
         for line in data.split(b"\n")[:-1]:  # the relay writes whole lines only
-            self._deliver(line)
+            self._lines(line)
+
+    def write_messages(self, items: list[Out]) -> None:
+        for item in items:
+            if isinstance(item, bytes):
+                self._lines(item)
+            else:
+                self._deliver(item)
+
+    def _lines(self, line: bytes) -> None:
+        """A line the relay made (its own errors): its message(s)."""
+        message = jsonrpc.parse_line(line)
+        for member in message.items if isinstance(message, Batch) else [message]:
+            if isinstance(member, (Request, Notification, Response)):
+                self._deliver(member)
+            else:
+                log.warning("remote: dropped an invalid message from the relay")
 
     def restore(self) -> None:
         pass
@@ -115,7 +142,7 @@ class RemoteChild:
         self.usage = Usage()
         self.exit_reason: str | None = None
         self.end_cause = ""  # "stopped" (ended on purpose) or "crash" (its relay failed, its queue overflowed)
-        self._pipes = MemoryPipes(self._line)
+        self._pipes = MemoryPipes(self._message)
         self._relay: Relay | None = None
         self._greenlet: gevent.Greenlet | None = None
         self._closing = False
@@ -145,6 +172,9 @@ class RemoteChild:
             log.warning("child[%s] remote: write queue full (%d bytes unread); closing", self.label, self._pipes.queued)
             self.close(WRITE_QUEUE_FULL, cause="crash")
             return False
+        relay = self._relay
+        if relay is not None and self._pipes.idle and relay.take_line(data):
+            return True  # handled as the relay's reader would, without waking it
         self._pipes.put(data + b"\n")
         return True
 
@@ -196,15 +226,9 @@ class RemoteChild:
         finally:
             self._done.set()
 
-    def _line(self, line: bytes) -> None:
-        """One line the relay wrote: its message(s) to on_message."""
-        message = jsonrpc.parse_line(line)
-        members = message.items if isinstance(message, Batch) else [message]
-        for member in members:
-            if not isinstance(member, (Request, Notification, Response)):
-                log.warning("child[%s] remote: dropped an invalid message from the relay", self.label)
-                continue
-            try:
-                self._on_message(member)
-            except Exception:  # a callback's failure must not stop the relay's writer
-                log.exception("child[%s] on_message callback failed", self.label)
+    def _message(self, message: Upstream) -> None:
+        """One message the relay wrote, to on_message."""
+        try:
+            self._on_message(message)
+        except Exception:  # a callback's failure must not stop the relay's writer
+            log.exception("child[%s] on_message callback failed", self.label)
