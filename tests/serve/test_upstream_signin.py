@@ -180,13 +180,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             yield Site(upstream, gateway, audit, tokens, browsers, tmp / "state", key)
 
 
-async def echo(site: Site, user: str, mode: str, calls: int = 1) -> list[str]:
+async def echo(site: Site, user: str, mode: str, calls: int = 1, **options: Any) -> list[str]:
     headers = {"Authorization": f"Bearer {site.tokens[user]}"}
     out = []
     with anyio.fail_after(SDK_GUARD):
         async with (
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
-            Client(streamable_http_client(site.url, http_client=http), mode=mode) as client,
+            Client(streamable_http_client(site.url, http_client=http), mode=mode, **options) as client,
         ):
             for n in range(calls):
                 result = await client.call_tool("echo", {"message": f"{user}-{n}"})
@@ -365,3 +365,18 @@ def test_the_entry_is_checked_when_the_file_is_read() -> None:
     for field, expected in refusals.items():
         with pytest.raises(config_file.ConfigError, match=re.escape(expected)):
             config_file.parse(entry({"type": "user_oauth", "client_id": "c", field: values[field]}))
+
+
+def test_in_2026_07_28_the_call_asks_the_signin_by_url_elicitation_and_its_retry_succeeds(site: Site) -> None:
+    if not site.initialize("bob").get("error"):
+        site.sign_out_upstream("bob")
+    asked: list[str] = []
+
+    async def sign_in(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        asked.append(params.url)
+        await anyio.to_thread.run_sync(site.sign_in_upstream, "bob")  # the user, in their browser
+        return types.ElicitResult(action="accept")
+
+    answers = anyio.run(lambda: echo(site, "bob", "2026-07-28", elicitation_callback=sign_in))
+    assert asked == [site.page] and answers == ["bob-0"], (asked, answers)
