@@ -139,24 +139,54 @@ def test_a_hidden_server_is_not_there_on_any_path(gw: Gateway, tokens: dict[str,
 
 
 def test_the_aggregate_is_not_a_way_around_a_view(gw: Gateway, tokens: dict[str, str]) -> None:
-    """/mcp serves every server as one (the hub): a caller whose view narrows any of them (even one that gives
-    every server, "*") is kept off it, in both eras, and its servers' own paths serve it; a view that shows
-    every server whole uses it."""
-    ops, mixed = tokens["ops"], tokens["mixed"]  # mixed: every server, files less its two hidden tools
-    for bearer in (tokens["reader"], mixed):
-        assert post_with_token(gw, bearer).status == 404
-        headers = {**modern_headers("tools/call", f"files__{HIDDEN[0]}"), "Authorization": f"Bearer {bearer}"}
-        body = modern_body("m-4", "tools/call", {"name": f"files__{HIDDEN[0]}", "arguments": {}})
-        assert gw.request("POST", "/mcp", body=body, headers=headers).status == 404
-    assert post_with_token(gw, mixed, path="/servers/notes/mcp").status == 200  # its servers' own paths serve it
-    mixed_headers = session(gw, mixed)
-    hidden = legacy(gw, mixed, mixed_headers, call(HIDDEN[0], {}, 3))
-    assert hidden["error"] == {"code": -32602, "message": f"Unknown tool: {HIDDEN[0]}"}
-    reply = post_with_token(gw, ops)
-    assert reply.status == 200, reply
-    session_headers = {"Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-    post_with_token(gw, ops, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **session_headers)
-    listed = reply_message(
-        post_with_token(gw, ops, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, **session_headers)
-    )
-    assert f"files__{HIDDEN[0]}" in [tool["name"] for tool in listed["result"]["tools"]]
+    """/mcp serves every server as one (the hub), its children made per caller's view: what a view hides of a
+    server is hidden there too, under the namespaced names, in both eras (absent from tools/list, its call an
+    unknown tool that no server sees), a server it does not give is not started for it, and a view that shows
+    every server whole sees and calls everything."""
+    for who in ("reader", "mixed"):
+        bearer = tokens[who]
+        reply = post_with_token(gw, bearer)
+        assert reply.status == 200, reply
+        headers = {"Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        post_with_token(gw, bearer, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **headers)
+        listed = every_tool(lambda page, b=bearer, h=headers: reply_message(post_with_token(gw, b, page, **h)))
+        modern_listed = every_tool(lambda page, b=bearer: reply_message(modern_at(gw, b, page)), modern=True)
+        for shown in (listed, modern_listed):
+            assert any(n.startswith("files__") for n in shown), shown
+            assert not {f"files__{name}" for name in HIDDEN} & shown, shown
+            assert any(n.startswith("notes__") for n in shown) == (who == "mixed"), (who, shown)
+        for name in (f"files__{HIDDEN[0]}", f"files__{HIDDEN[1]}"):
+            answer = reply_message(post_with_token(gw, bearer, call(name, {}, 3), **headers))
+            assert answer["error"] == {"code": -32602, "message": f"Unknown tool: {name}"}, answer
+            body = modern_body("m-4", "tools/call", {"name": name, "arguments": {}})
+            modern_answer = reply_message(modern_at(gw, bearer, body))
+            assert modern_answer["error"] == {"code": -32602, "message": f"Unknown tool: {name}"}, modern_answer
+    ops = tokens["ops"]
+    body = modern_body("m-6", "tools/call", {"name": f"files__{HIDDEN[0]}", "arguments": {}})
+    assert reply_message(modern_at(gw, ops, body))["result"]["content"][0]["text"].startswith("called")
+
+
+def modern_at(gw: Gateway, bearer: str, body: dict[str, Any]) -> Any:
+    """A 2026-07-28 request to the aggregate (/mcp)."""
+    name = body["params"].get("name")
+    headers = {**modern_headers(body["method"], name), "Authorization": f"Bearer {bearer}"}
+    return gw.request("POST", "/mcp", body=body, headers=headers)
+
+
+def every_tool(ask: Any, modern: bool = False) -> set[str]:
+    """Every tool name of a paginated tools/list (all its pages), asked through `ask(body)`."""
+    found: set[str] = set()
+    cursor = None
+    for number in range(100):
+        params = {"cursor": cursor} if cursor is not None else {}
+        page = modern_body(f"p-{number}", "tools/list", params) if modern else call_list(number, params)
+        result = ask(page)["result"]
+        found |= {tool["name"] for tool in result["tools"]}
+        cursor = result.get("nextCursor")
+        if cursor is None:
+            return found
+    raise AssertionError("tools/list did not end within 100 pages")
+
+
+def call_list(number: int, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 100 + number, "method": "tools/list", "params": params}

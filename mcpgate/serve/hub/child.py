@@ -30,6 +30,8 @@ from mcpgate.child.spawn import ChildSpawnError
 from mcpgate.core import hub, hub_messages, jsonrpc
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.core.views import View
+from mcpgate.serve.hub.views import member_tools
 from mcpgate.serve.servers import watchdog
 
 if TYPE_CHECKING:
@@ -71,11 +73,17 @@ class HubChild:
         uris: int,
         init_timeout: float = hub.INIT_TIMEOUT,
         extra: Mapping[str, Any] | None = None,
+        view: View | None = None,
     ) -> None:
         self.label = label
+        if view is not None:  # the caller's view decides per member (serve/hub/views.py)
+            members = [m for m in members if view.sees(m.name)]
         self.members = {m.name: m for m in members}
         self.core = hub.Hub(
-            [hub_messages.Member(m.name, m.prefix, m.tools) for m in members],
+            [
+                hub_messages.Member(m.name, m.prefix, m.tools if view is None else member_tools(m, view))
+                for m in members
+            ],
             in_flight=in_flight,
             uris=uris,
             init_timeout=init_timeout,

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import new_session_id
+from mcpgate.core.views import View
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.hub.child import HubMember
 from mcpgate.serve.hub.spec import HubSpec
+from mcpgate.serve.hub.views import NOTHING, Resolver, pool_key
 from mcpgate.serve.servers.server import PublishedServer
+from mcpgate.serve.sessions.session import Session
 
 HUB_ARGV0 = "mcpgate-hub"  # argv[0] of a group's spec: names no program, only the group (its era is remembered)
 
@@ -47,6 +51,23 @@ class HubServer(PublishedServer):
         )
         super().__init__(settings, clock, name=name, argv=argv, cluster=cluster, minter=minter, spec=spec)
         self.members = members
+        self.pool.resolve = Resolver(lambda: self.views)  # pooled HubChildren: one per (principal, view)
+
+    # -- views: the caller's decides per member (serve/hub/views.py) --
+    def member_view(self, environ: dict[str, Any]) -> View | None:
+        return self.views.view(environ) if self.views is not None else None
+
+    def pool_key(self, principal: str, environ: dict[str, Any]) -> str:
+        if self.views is None:
+            return principal
+        return pool_key(principal, self.views.token(self.views.key(environ)))
+
+    def _new_session(self, session_id: str, owner: str, view: View | None = None) -> Session:
+        """A session's HubChild is made for its caller's view; with views on and none given (a session taken
+        over without one), for the view that shows nothing: never every member."""
+        if view is None and self.views is not None:
+            view = NOTHING
+        return super()._new_session(session_id, owner, view)
 
     def command_problem(self) -> str | None:
         """None while one member at least can start (the others are left out, each logged)."""

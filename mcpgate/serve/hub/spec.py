@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from mcpgate.child.process import ChildProcess, OnMessage
+from mcpgate.core.views import View
 from mcpgate.serve.hub.child import HubChild, HubMember
 from mcpgate.serve.sessions.session import ChildSpec
 
@@ -23,8 +24,16 @@ class HubSpec(ChildSpec):
     init_timeout: float = 60.0  # MCPGATE_START_TIMEOUT: a member silent on initialize so long is left out
 
     def process(
-        self, *, on_message: OnMessage, on_exit: Callable[[str], None], label: str, **extra: Any
+        self,
+        *,
+        on_message: OnMessage,
+        on_exit: Callable[[str], None],
+        label: str,
+        view: View | None = None,
+        **extra: Any,
     ) -> ChildProcess:
+        """A HubChild for the caller whose view this is (None: views off, every member whole); `extra` (the
+        principal, on_revoke) goes to each member's own `process(...)`."""
         child = HubChild(
             self.members,
             on_message=on_message,
@@ -34,5 +43,6 @@ class HubSpec(ChildSpec):
             uris=self.uris,
             init_timeout=self.init_timeout,
             extra=extra,
+            view=view,
         )
         return cast(ChildProcess, child)

@@ -28,6 +28,7 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
+from mcpgate.core.views import View
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern import tool_notes
@@ -92,6 +93,8 @@ class Pool:
         self._stopping: set[PooledChild] = set()  # stopped on purpose, not yet exited: still processes
         self._waiters: list[gevent.event.Event] = []  # requests waiting for room under pool_children_total
         self.closing = False
+        # a group's pool (serve/hub/views.py): its keys are a principal and a view, read back at each spawn
+        self.resolve: Callable[[str], tuple[str, View | None]] | None = None
 
     def group(self, principal: str) -> Group:
         group = self.groups.get(principal)
@@ -216,6 +219,7 @@ class Pool:
 
     def _spawn(self, group: Group) -> PooledChild:
         self._numbers += 1
+        owner, view = self.resolve(group.principal) if self.resolve is not None else (group.principal, None)
         child = PooledChild(
             self.spec,
             label=f"{self.spec.label_prefix}pool-{self._numbers}",
@@ -229,7 +233,8 @@ class Pool:
             on_listen_message=lambda c, message: self._on_listen_message(group, c, message),
             on_input_required=self._wrap_state,
             clock=self.clock,
-            principal=group.principal,  # its group's alone (a child with user secrets holds this principal's)
+            principal=owner,  # its group's alone (a child with user secrets holds this principal's)
+            view=view,  # and a hub group's, that principal's view (serve/hub/views.py)
         )
         child.on_release = lambda: self._wake(group)
         group.children.append(child)  # counted (and waited for by others) from now on

@@ -24,6 +24,7 @@ from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern, mrtr, tasks, versions, wire
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.core.views import View
 from mcpgate.observe import audit
 from mcpgate.serve.modern import calls, era_probe
 from mcpgate.serve.modern.calls import (
@@ -61,10 +62,17 @@ class PooledChild:
         on_input_required: Callable[[PooledChild, Call, dict[str, Any]], dict[str, Any] | None],
         clock: Callable[[], float] = time.monotonic,
         principal: str | None = None,  # whose calls it serves: a child with user secrets gets that principal's
+        view: View | None = None,  # whose view it serves (a group's HubChild: serve/hub/views.py)
     ) -> None:
         self.label = label
+        viewed = {"view": view} if view is not None else {}
         self.child = spec.process(
-            on_message=self._on_message, on_exit=self._on_exit, label=label, principal=principal, on_revoke=self.revoke
+            on_message=self._on_message,
+            on_exit=self._on_exit,
+            label=label,
+            principal=principal,
+            on_revoke=self.revoke,
+            **viewed,
         )
         self.probe_timeout, self.init_timeout, self.ttl_ms = probe_timeout, init_timeout, ttl_ms
         self.start_timeout = start_timeout

@@ -65,19 +65,20 @@ def post(gw: PublishedServer, request: HttpRequest, message: Request | Notificat
 def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpResponse:
     pool = gw.pool
     request_id = message.id
-    principal = auth.principal(request.environ)
+    principal = who = auth.principal(request.environ)  # `who` for the audit; `principal` keys the pool
     s = gw.settings
     pins = gw.pins
     tools = ToolFilter.of(s.tools_allow, s.tools_deny, pins=pins) if s.tools_allow or s.tools_deny or pins else None
     if gw.views is not None:  # forwarded: the view its forwarder signed (views_file.ViewTable.key)
         tools = pinned(gw.views.tools(gw.name, s, request.environ), pins)
+        principal = gw.pool_key(who, request.environ)  # a group's children: one per (principal, view)
     if gw.search is not None and (found := gw.search.response(pool, principal, tools, message, stamped=True)):
         if audit.LOG is not None:
-            audit.LOG.here(message, principal, gw.name, audit.MODERN, found)
+            audit.LOG.here(message, who, gw.name, audit.MODERN, found)
         return json_response(jsonrpc.encode(found))  # the search view's (serve/servers/search_view.py)
     if tools is not None and (hidden := tools.hidden_call(message)) is not None:  # before any header or state check
         if audit.LOG is not None:
-            audit.LOG.here(message, principal, gw.name, audit.MODERN, tools.refusal(request_id, hidden))
+            audit.LOG.here(message, who, gw.name, audit.MODERN, tools.refusal(request_id, hidden))
         return json_response(jsonrpc.encode(tools.refusal(request_id, hidden)))
     param_headers = pool.param_headers(principal, message) if message.method == "tools/call" else None
     if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
@@ -94,13 +95,13 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     if message.method in core_tasks.METHODS:  # to the child holding the task, wherever it is (modern/tasks.py)
         call = tasks.start(pool.tasks, pool.holder, principal, message, new_call, Stream(pool.limits, expected=1))
         if audit.LOG is not None:  # a task method's line (audit.NAMED)
-            call.audit = audit.LOG.start(message, principal, gw.name, audit.MODERN, None)
+            call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
         return reply(gw, pool, call, client)
     listed = tools if message.method == "tools/list" else None
     with tracing.step(request.environ, "mcpgate.pool", message):  # the pool's child, or an MRTR round's
         call = start(pool, principal, message, listed, closing=gw.closing)
     if audit.LOG is not None and call.audit is None and message.method in audit.NAMED:  # a retry's call has one
-        call.audit = audit.LOG.start(message, principal, gw.name, audit.MODERN, None)
+        call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
     return reply(gw, pool, call, client)
 
 

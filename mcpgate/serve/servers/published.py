@@ -128,7 +128,7 @@ class PublishedServers:
     def _show(self, views: ViewTable | None) -> None:
         """The views (MCPGATE_CONFIG's, None: none) every server answers its callers by."""
         self.views = views
-        if views is not None:  # a group is there for a caller whose view gives all its servers whole
+        if views is not None:  # a group is there for a caller whose view gives one of its servers (serve/hub/views.py)
             views.groups = {name: tuple(m.name for m in group.members) for name, group in self.hub.items()}
         for _name, gateway in self.items():
             gateway.views = views

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import gevent
 from gevent.event import AsyncResult
@@ -17,6 +18,7 @@ from mcpgate.child.process import ChildProcess
 from mcpgate.child.spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionRegistry, new_session_id
+from mcpgate.core.views import View
 from mcpgate.serve.cluster import caps
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.kinds import EndCause
@@ -110,11 +112,11 @@ class PublishedServer:
         self.caps = caps.for_server(settings, name, cluster)
         self.cluster = cluster
         self.keeper = keeper_for(settings, name, cluster)  # what a takeover replays (serve/cluster/takeover.py)
+        self.pins = pins_for(settings, name, cluster)  # pinned tool definitions (None: MCPGATE_TOOL_PINS off)
         self.reviving: dict[str, AsyncResult] = {}  # sessions being taken over here: their requests wait
         self.views: ViewTable | None = None  # MCPGATE_CONFIG's views (serve/servers/views_file.py); None: none
         self.search = SearchView(settings, clock) if settings.tool_search else None  # the search view, when on
 
-        self.pins = pins_for(settings, name, cluster)  # pinned tool definitions (None: MCPGATE_TOOL_PINS off)
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}
         env.update(self.settings.child_env)
@@ -131,11 +133,12 @@ class PublishedServer:
             return str(exc)
         return None
 
-    def open_session(self, owner: str) -> Session:
-        """Register a session owned by a principal and start its child (SessionLimitReached, ChildSpawnError)."""
+    def open_session(self, owner: str, view: View | None = None) -> Session:
+        """Register a session owned by a principal and start its child (SessionLimitReached, ChildSpawnError);
+        `view`: the caller's, for a child made per view (a group's: serve/hub/views.py)."""
         self.caps.acquire(owner)  # MCPGATE_PRINCIPAL_SESSIONS, across the fleet (PrincipalLimitReached)
         try:
-            session = self.sessions.create(functools.partial(self._new_session, owner=owner), self.clock())
+            session = self.sessions.create(functools.partial(self._new_session, owner=owner, view=view), self.clock())
             try:
                 session.start()
             except BaseException:
@@ -148,13 +151,13 @@ class PublishedServer:
         self._ensure_reaper()
         return session
 
-    def adopt_session(self, session_id: str, owner: str) -> Session:
+    def adopt_session(self, session_id: str, owner: str, view: View | None = None) -> Session:
         """A session taken over under its own id (serve/cluster/takeover.py), its child started, not registered
         yet: `register` it once its handshake is replayed (until then its requests wait for the takeover)."""
         self.sessions.room()
         self.caps.acquire(owner)
         try:
-            session = self._new_session(session_id, owner)
+            session = self._new_session(session_id, owner, view)
             session.start()
         except BaseException:
             self.caps.release(owner)
@@ -166,7 +169,16 @@ class PublishedServer:
         self.sessions.adopt(session.id, session, self.clock())
         self._ensure_reaper()
 
-    def _new_session(self, session_id: str, owner: str) -> Session:
+    def member_view(self, environ: dict[str, Any]) -> View | None:
+        """The view a child of this server is made for (None: its children do not depend on the caller's view;
+        a group's do: serve/hub/server.py)."""
+        return None
+
+    def pool_key(self, principal: str, environ: dict[str, Any]) -> str:
+        """The pool's key of the caller's children (a group's: the principal and its view)."""
+        return principal
+
+    def _new_session(self, session_id: str, owner: str, view: View | None = None) -> Session:
         s = self.settings
         return Session(
             session_id,
@@ -179,6 +191,7 @@ class PublishedServer:
             on_end=self._forget,
             clock=self.clock,
             verdict=verdict_key(self.child_spec),  # a 2026-07-28-only server's sessions are bridged (its era)
+            view=view,
         )
 
     def get(self, session_id: str, owner: str) -> Session | None:

@@ -110,14 +110,14 @@ class ViewTable:
         return self.grant(self.key(environ), server) is not None
 
     def grant(self, key: int, server: str) -> Grant | None:
-        """What the rule `key` gives of `server`. A group of the hub (or its aggregate) is there, whole, only when
-        the rule gives every one of its servers whole: the hub does not narrow a member per caller, so a view that
-        narrows one keeps its callers off the group's paths (each server's own path serves them)."""
+        """What the rule `key` gives of `server`. A group of the hub (or its aggregate) is there when the rule gives
+        one of its servers at least: the group's children are made per view, each member's tools as the rule gives
+        them and the members it does not give left out (serve/hub/views.py), so the group itself is given whole."""
         rule = self.views.rule(key)
         members = self.groups.get(server)
         if members is None:
             return rule.grant(server)
-        return core.EVERY_TOOL if all(rule.grant(name) == core.EVERY_TOOL for name in members) else None
+        return core.EVERY_TOOL if any(rule.grant(name) is not None for name in members) else None
 
     def tools(self, server: str, settings: Settings, environ: dict[str, Any]) -> ToolFilter | None:
         """The filter of what the caller may see of `server`: its own lists and the view's grant together."""

@@ -28,7 +28,8 @@ log = logging.getLogger("mcpgate.http")
 
 def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
     """A new session of the caller's principal, its child started (SessionLimitReached, ChildSpawnError)."""
-    session = gw.open_session(auth.principal(request.environ))
+    view = gw.member_view(request.environ) if gw.views is not None else None  # a group's child is made per view
+    session = gw.open_session(auth.principal(request.environ), view)
     if gw.views is None:
         session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
     else:  # what the caller's view shows of this server, fixed for the session's life (and a takeover's)
@@ -36,7 +37,8 @@ def open_session(gw: PublishedServer, request: HttpRequest) -> Session:
         session.tools = pinned(gw.views.tools_of(key, gw.name, gw.settings), gw.pins)
         session.view = gw.views.token(key)
     if gw.search is not None:  # the search view answers tools/list and search_tools (serve/servers/search_view.py)
-        session.search = functools.partial(gw.search.response, gw.pool, session.owner, session.tools)
+        owner = gw.pool_key(session.owner, request.environ) if gw.views is not None else session.owner
+        session.search = functools.partial(gw.search.response, gw.pool, owner, session.tools)
     session.server = gw.name
     session.keeper = gw.keeper
     return session

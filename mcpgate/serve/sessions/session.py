@@ -37,6 +37,7 @@ from mcpgate.serve.sessions.stream import StreamLimits
 from mcpgate.serve.vault.vault import SlotFill
 
 if TYPE_CHECKING:
+    from mcpgate.core.views import View
     from mcpgate.serve.sessions.kept import Keeper
 
 log = logging.getLogger("mcpgate.session")
@@ -120,6 +121,7 @@ class Session:
         on_end: Callable[[Session, str], None],
         clock: Callable[[], float] = time.monotonic,
         verdict: era_probe.Key | None = None,
+        view: View | None = None,  # the caller's, for a child made per view (a group's HubChild: serve/hub)
     ) -> None:
         self.id = session_id
         self.owner = owner  # the principal that opened it; only its requests find it
@@ -131,6 +133,7 @@ class Session:
             label=self.label,
             principal=owner,
             on_revoke=self.end,  # a user secret it holds changed: the session ends, its requests told why
+            **({"view": view} if view is not None else {}),
         )
         self.router: Router[Stream] = watchdog.router(child.limits, CancelTracker(ttl=60.0))
         self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
