@@ -169,3 +169,28 @@ def test_a_forwarded_modern_call_is_held_to_the_view_its_forwarder_signed(
     finally:
         owner.stop()
         sender.stop()
+
+
+def test_a_session_opened_under_other_views_is_not_taken_over(
+    redis_url: str, issuer: str, contractor: str, tmp_path: Path
+) -> None:
+    """Its view at open no longer exists (a reload since): 404, its client opens a new session under the views now
+    in force; never a view chosen from the request that happens to come."""
+    first = Gateway(instance_env(redis_url, issuer, "m1", config(tmp_path, "one.json", VIEWS)))
+    started = [first]
+    try:
+        first.wait_ready()
+        headers = opened(first, contractor)
+        kill(first)
+        again = Gateway(
+            instance_env(redis_url, issuer, "m1", config(tmp_path, "two.json", OTHER_VIEWS)), port=first.port
+        )
+        started.append(again)
+        again.wait_ready()
+        gone = post_with_token(again, contractor, call("echo", {"message": "x"}, 3), PATH, **headers)
+        assert gone.status == 404, gone
+        assert "opened under other views" in again.log() and "taken over (child" not in again.log(), again.log_tail()
+        assert listed(again, contractor, opened(again, contractor)) == ["echo"]  # a new session: the new views
+    finally:
+        for gw in started:
+            gw.stop()
