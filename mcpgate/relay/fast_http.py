@@ -13,13 +13,13 @@ HTTPS, proxies and client certificates stay on urllib3 (TLS and proxy tunnels ar
 
 from __future__ import annotations
 
-import select
 import socket
 import zlib
 from http.client import RemoteDisconnected
 from typing import Protocol, overload
 
 import urllib3
+from gevent.monkey import get_original
 
 from mcpgate.core import http1
 from mcpgate.relay import errors
@@ -28,6 +28,10 @@ RECV_BYTES = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024  # the status line and headers together (http.client allows 100 lines of 64 KiB)
 MAX_CHUNK_LINE = 4096
 METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+MAX_HEADS = 32  # request heads kept per pool (a call's headers are the same on every call of a session)
+# The platform's select, not gevent's: asked with no timeout it never waits, and costs a system call, not a hub
+# round of watchers.
+_select = get_original("select", "select")
 
 
 class Headers:
@@ -78,7 +82,7 @@ class Connection:
     def dropped(self) -> bool:
         """Whether an idle connection was closed by the server (or sent something unasked): not reusable."""
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            readable, _, _ = _select([self.sock], [], [], 0)
         except (OSError, ValueError):
             return True
         return bool(readable) or bool(self.buf)
@@ -101,6 +105,8 @@ class Pool:
         self.host, self.port, self.size = host, port, size
         self.host_header = (f"[{host}]" if ":" in host else host) + ("" if port == 80 else f":{port}")
         self._idle: list[Connection] = []
+        # the head of a request without its Content-Length, and whether one is to be added, by what makes it
+        self._heads: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[bytes, bool]] = {}
 
     def serves(self, host: str, port: int | None) -> bool:
         return (host, port or 80) == (self.host, self.port)
@@ -120,6 +126,19 @@ class Pool:
             raise
 
     def _head(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
+        key = (method, target, tuple(headers.items()))
+        made = self._heads.get(key)
+        if made is None:
+            if len(self._heads) >= MAX_HEADS:
+                self._heads.clear()
+            made = self._heads[key] = self._make_head(method, target, headers)
+        head, sized = made
+        if sized or not (body or method in METHODS_WITH_BODY):
+            return head + b"\r\n"
+        return head + b"Content-Length: %d\r\n\r\n" % (len(body) if body else 0)
+
+    def _make_head(self, method: str, target: str, headers: dict[str, str]) -> tuple[bytes, bool]:
+        """The request line and header lines, each ending in CRLF; whether the headers give a Content-Length."""
         lines = [f"{method} {target} HTTP/1.1"]
         names = {name.lower() for name in headers}
         if "host" not in names:
@@ -127,10 +146,8 @@ class Pool:
         if "accept-encoding" not in names:
             lines.append("Accept-Encoding: identity")  # what http.client says when not told otherwise
         lines += [f"{name}: {value}" for name, value in headers.items()]
-        if "content-length" not in names and (body or method in METHODS_WITH_BODY):
-            lines.append(f"Content-Length: {len(body) if body else 0}")
-        lines.append("\r\n")
-        return "\r\n".join(lines).encode("latin-1")
+        lines.append("")
+        return "\r\n".join(lines).encode("latin-1"), "content-length" in names
 
     def _connection(self, timeout: urllib3.Timeout, url: str) -> Connection:
         while self._idle:
