@@ -316,6 +316,9 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         """gunicorn's, within the addresses this worker listens on (the app factory's cluster names them)."""
         from mcpgate.serve.runtime import listening_on
 
+        # Each request, stream and child's reader runs in a greenlet: recording the spawning stack and tree of each
+        # (gevent's default, for debugging) cost memory per idle session and CPU per spawn (the relay's choice too).
+        gevent.config.track_greenlet_tree = False
         with listening_on(self.listening):
             super().load_wsgi()
 
