@@ -1,8 +1,10 @@
 """MCPGATE_CONFIG's groups, and the aggregate of every server, published as servers of their own.
 
 The file's top-level `"groups"` object (config_file.py leaves it alone): `{"groups": {"<name>": {"servers":
-["a", "b"]}}}` publishes each group at /groups/<name>/mcp (and /sse, /messages as a named server has). A group's
-name is a server name's shape and no server's name; it lists one server at least, each of the file's, once.
+["a", "b"]}}}` publishes each group at /groups/<name>/mcp (and /sse, /messages as a named server has);
+`"tool_search": true` (or false) puts the search view on (off) on that group's path, whatever MCPGATE_TOOL_SEARCH.
+A group's name is a server name's shape and no server's name; it lists one server at least, each of the file's,
+once.
 Every member's names are namespaced by its prefix (its `prefix`, or its name: core/hub_lists.py), and a prefix
 that cannot namespace, or two members with one prefix, refuse the file with the group and the server named.
 
@@ -40,7 +42,7 @@ log = logging.getLogger("mcpgate.hub")
 
 PREFIX = "/groups"
 AGGREGATE = "*"  # the key of the aggregate of every server (no server's or group's name can be it)
-GROUP_KEYS = ("servers",)
+GROUP_KEYS = ("servers", "tool_search")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class Group:
     key: str  # its name; AGGREGATE for the default aggregate
     servers: tuple[str, ...]
     paths: tuple[str, str, str]  # Streamable HTTP, HTTP+SSE, messages
+    tool_search: bool | None = None  # its "tool_search" (None: the gateway's MCPGATE_TOOL_SEARCH)
 
 
 def prefix_of(entry: ServerEntry) -> str:
@@ -88,7 +91,12 @@ def _group(name: object, value: object, servers: Mapping[str, ServerEntry], wher
     if name in servers:
         raise ConfigError(f"{where}: a server has that name already; give the group another")
     if not isinstance(value, dict) or set(value) - set(GROUP_KEYS):
-        raise ConfigError(f'{where}: must be an object {{"servers": ["<server>", ...]}} (no other key)')
+        raise ConfigError(
+            f'{where}: must be an object {{"servers": ["<server>", ...], "tool_search": bool}} (no other key)'
+        )
+    tool_search = value.get("tool_search")
+    if tool_search is not None and not isinstance(tool_search, bool):
+        raise ConfigError(f"{where}: tool_search must be true or false (the search view on the group's path)")
     members = value.get("servers")
     if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
         raise ConfigError(f"{where}: servers must be a non-empty list of the file's server names")
@@ -108,7 +116,7 @@ def _group(name: object, value: object, servers: Mapping[str, ServerEntry], wher
         if prefix in prefixes:
             raise ConfigError(f"{where}: servers {prefixes[prefix]!r} and {member!r} share the prefix {prefix!r}")
         prefixes[prefix] = member
-    return Group(name, tuple(members), paths(name))
+    return Group(name, tuple(members), paths(name), tool_search)
 
 
 def _aggregate(settings: Settings, entries: Sequence[ServerEntry], source: str) -> Group:
@@ -197,6 +205,7 @@ class Groups:
             tool_pins="off",
             tools_allow=(),
             tools_deny=(),
+            tool_search=self.settings.tool_search if group.tool_search is None else group.tool_search,
         )
         return HubServer(
             settings, self.clock, name=group.key, members=members, cluster=self.cluster, minter=self.minter
