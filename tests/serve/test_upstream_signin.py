@@ -35,7 +35,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpgate.config.settings import Settings
-from mcpgate.relay.oauth.discovery import Discovery
+from mcpgate.relay.oauth.discovery import Discovery, SignInError
 from mcpgate.serve.oauth import passwords
 from mcpgate.serve.servers import config_file
 from mcpgate.serve.vault import upstream_oauth
@@ -380,3 +380,19 @@ def test_in_2026_07_28_the_call_asks_the_signin_by_url_elicitation_and_its_retry
 
     answers = anyio.run(lambda: echo(site, "bob", "2026-07-28", elicitation_callback=sign_in))
     assert asked == [site.page] and answers == ["bob-0"], (asked, answers)
+
+
+def test_an_authorization_server_naming_a_plain_http_or_script_endpoint_is_refused(tmp_path: Path) -> None:
+    key = os.urandom(32)
+    settings = Settings(public_url="https://gw.example", vault_key=base64.b64encode(key).decode())
+    config = upstream_oauth.parse({"type": "user_oauth"}, "servers.up.auth")
+    config.attach(Vault(SqliteVaultStore(str(tmp_path)), Cipher(key), settings))
+    signin = config.upstream(settings, "up", "https://up.example/mcp")
+    signin._clients["https://as.example"] = {"client_id": "c", "token_endpoint_auth_method": "none"}
+    for endpoint in ("http://as.example/a", "javascript:alert(1)"):
+        metadata = {"authorization_endpoint": endpoint, "token_endpoint": "https://as.example/t"}
+        signin._discovery = Discovery(
+            "https://up.example/mcp", "https://as.example", metadata | {"code_challenge_methods_supported": ["S256"]}
+        )
+        with pytest.raises(SignInError, match="not https"):
+            signin.begin("p#alice")

@@ -265,9 +265,12 @@ class UpstreamSignIn:
         """Where the principal's browser goes to sign in to the upstream; the state is kept for them alone."""
         disc = self.discovery()
         flow.require_pkce(disc)
-        endpoint = disc.endpoint("authorization_endpoint")
-        if endpoint is None or disc.endpoint("token_endpoint") is None:
+        endpoint, token_endpoint = disc.endpoint("authorization_endpoint"), disc.endpoint("token_endpoint")
+        if endpoint is None or token_endpoint is None:
             raise SignInError(f"the authorization server {disc.issuer} names no endpoints to sign in")
+        for url in (endpoint, token_endpoint):  # a browser is sent there, a code and a verifier are posted there
+            if usable_endpoint(url) is not None:
+                raise SignInError(f"the authorization server {disc.issuer} names an endpoint that is not https")
         client = self.client(disc)
         held = tuple((self.tokens(principal) or {}).get("step_up") or ())
         scopes = found.choose_scope(" ".join(self.config.scope), Challenge(), disc, held)
