@@ -194,3 +194,34 @@ def test_a_session_opened_under_other_views_is_not_taken_over(
     finally:
         for gw in started:
             gw.stop()
+
+
+def test_a_session_of_the_aggregate_taken_over_keeps_its_view_per_member(
+    redis_url: str, issuer: str, contractor: str, tmp_path: Path
+) -> None:
+    """The aggregate (/mcp of two servers) makes its child per view: taken over, the child is made for the view
+    kept at open (files' echo alone), neither every member nor nothing."""
+    path = tmp_path / "hub.json"
+    path.write_text(json.dumps({"mcpServers": {"files": DEMO_ENTRY, "notes": DEMO_ENTRY}, "views": VIEWS}))
+    env = instance_env(redis_url, issuer, "h1", str(path))
+    first = Gateway(env)
+    started = [first]
+    try:
+        first.wait_ready()
+        reply = post_with_token(first, contractor)
+        assert reply.status == 200, reply
+        headers = {"Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        assert post_with_token(first, contractor, {"jsonrpc": "2.0", "method": "notifications/initialized"}, **headers)
+        body = {"jsonrpc": "2.0", "id": "L", "method": "tools/list"}
+        before = reply_message(post_with_token(first, contractor, body, **headers))["result"]["tools"]
+        assert [tool["name"] for tool in before] == ["files__echo"], before
+        kill(first)
+        again = Gateway(env, port=first.port)
+        started.append(again)
+        again.wait_ready()
+        after = reply_message(post_with_token(again, contractor, body, **headers))
+        assert "taken over (child" in again.log(), again.log_tail()
+        assert [tool["name"] for tool in after["result"]["tools"]] == ["files__echo"], after
+    finally:
+        for gw in started:
+            gw.stop()

@@ -133,7 +133,10 @@ def take_over(gw: PublishedServer, keeper: Keeper, session_id: str, kept: Kept) 
         log.warning("session %s not taken over: opened under other views than this instance's", short(session_id))
         keeper.forget(session_id)
         return None
-    session = gw.adopt_session(session_id, kept.principal)
+    opened_as: dict[str, Any] = {}  # the request that opened it, as the views see it: its kept view
+    context(opened_as).view = kept.view
+    member = gw.member_view(opened_as) if views is not None else None  # a group's child is made per view
+    session = gw.adopt_session(session_id, kept.principal, member)
     if views is None or key is None:
         session.tools = ToolFilter.of(gw.settings.tools_allow, gw.settings.tools_deny, pins=gw.pins)
     else:  # the view chosen when it opened (kept with it), never one chosen from this request
