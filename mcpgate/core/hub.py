@@ -4,7 +4,8 @@ The hub speaks 2025 JSON-RPC to one client (a session above it) and to each memb
 through `from_client`, `from_member`, `member_gone` and `tick` (with the monotonic time), and every call returns
 what to do, in order: `ToClient` (a message for the client), `ToMember` (bytes for a member), `CloseMember`,
 `Wake` (call `tick` again after that many seconds) and `Note` (a line for the log). Names are the rules of
-core/hub_lists.py.
+core/hub_lists.py; what is asked of every member and answered as one (initialize, the lists, the hub's own
+resources lists) is core/hub_fan.py's `Lists`, which also holds the state; this module routes the rest.
 
 - initialize: sent to every live member at once with the client's own params; answered once every member has
   answered or is gone (or `init_timeout` passed: the silent one is closed). Capabilities are the union; the
@@ -32,20 +33,18 @@ core/hub_lists.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from mcpgate.core import hub_lists, jsonrpc
-from mcpgate.core.hub_lists import CHANGED, LISTS, Ambiguous, UriMap
+from mcpgate.core.hub_fan import INIT_TIMEOUT as INIT_TIMEOUT  # the default, named here too
+from mcpgate.core.hub_fan import SERVER_GONE, Lists
+from mcpgate.core.hub_lists import CHANGED, LISTS, Ambiguous
 from mcpgate.core.hub_messages import (
     CloseMember,
     Fan,
-    Member,
-    MemberState,
     Note,
     Out,
     Pending,
-    ServerRequests,
     ToClient,
     ToMember,
     Wake,
@@ -56,40 +55,19 @@ from mcpgate.core.hub_messages import (
     jsonrpc_result,
     notification,
     renamed_response,
-    response,
     why,
     with_id,
 )
-from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
+from mcpgate.core.jsonrpc import Notification, Request, Response
 
 COALESCE = 0.2  # seconds between a member's list_changed and the client's
-INIT_TIMEOUT = 60.0  # seconds a member may take to answer initialize before it is closed (by default)
-PRIME_PAGES = 10  # pages of a member's resources/list the hub reads itself to fill the URI map
-SERVER_GONE = -32000
 RESOURCE_NOT_FOUND = -32002
 ROUTED_BY_NAME = {"tools/call": "Unknown tool", "prompts/get": "Unknown prompt"}
 ROUTED_BY_URI = ("resources/read", "resources/subscribe", "resources/unsubscribe")
-OWN_LISTS = ("resources/list", "resources/templates/list")
 
 
-class Hub:
+class Hub(Lists):
     """See the module docstring."""
-
-    def __init__(
-        self, members: Sequence[Member], *, in_flight: int, uris: int, init_timeout: float = INIT_TIMEOUT
-    ) -> None:
-        self.init_timeout = init_timeout
-        self.members = {m.name: MemberState(m.prefix, tools=m.tools) for m in members}
-        self.by_prefix = {m.prefix: m.name for m in members}
-        self.in_flight, self.uris = in_flight, UriMap(uris)
-        self._next = 0
-        self._pending: dict[int, Pending] = {}
-        self._by_client: dict[IdKey, list[int]] = {}
-        self._tokens: dict[tuple[str, IdKey], int] = {}
-        self._asked = ServerRequests()  # the members' requests to the client
-        self._changed: set[str] = set()
-        self.handshake = False  # initialize was asked
-        self.initialized = False  # notifications/initialized came
 
     # -- queries --------------------------------------------------------------------------------------------
     def live(self) -> list[str]:
@@ -209,47 +187,6 @@ class Hub:
             self._tokens[(member, key)] = hub_id
         return [ToMember(member, encode_request(hub_id, message.method, params))]
 
-    def _list(self, message: Request, params: dict[str, Any], now: float) -> list[Out]:
-        capability = LISTS[message.method][1]
-        if "cursor" not in params:
-            return self._fan(message.id, message.method, params, self._ready(capability), now)
-        parts = hub_lists.decode_cursor(message.method, params["cursor"])
-        if parts is None:
-            return [error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: invalid cursor")]
-        ready = self._ready(capability)
-        cursors = {name: parts[name] for name in ready if name in parts}
-        return self._fan(message.id, message.method, params, list(cursors), now, cursors)
-
-    def _fan(
-        self,
-        client_id: Id | None,
-        method: str,
-        params: dict[str, Any],
-        members: list[str],
-        now: float,
-        cursors: dict[str, str] | None = None,
-    ) -> list[Out]:
-        if client_id is not None and len(self._pending) + len(members) > self.in_flight:
-            return [error(client_id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
-        sent = {k: v for k, v in params.items() if k != "cursor"}
-        meta = sent.get("_meta")
-        if isinstance(meta, dict) and "progressToken" in meta:  # one token, several members: not passed on
-            sent["_meta"] = {k: v for k, v in meta.items() if k != "progressToken"}
-        fan = Fan(method, client_id, sent, set(members))
-        out: list[Out] = []
-        ids = []
-        for name in members:
-            hub_id = self._mint()
-            ids.append(hub_id)
-            self._pending[hub_id] = Pending(name, now, fan=fan)
-            own = {**sent, "cursor": cursors[name]} if cursors and name in cursors else sent
-            out.append(ToMember(name, encode_request(hub_id, method, own)))
-        if client_id is not None:
-            self._by_client[jsonrpc.id_key(client_id)] = ids
-        if method == "initialize" and members:
-            out.append(Wake(self.init_timeout))
-        return out + (self._finish(fan) if not members else [])
-
     # -- from a member ------------------------------------------------------------------------------------
     def from_member(self, member: str, message: Request | Notification | Response, now: float) -> list[Out]:
         if self.members[member].gone is not None:
@@ -293,39 +230,6 @@ class Hub:
         if not fan.waiting:
             out += self._finish(fan)
         return out
-
-    def _finish(self, fan: Fan) -> list[Out]:
-        assert fan.client_id is not None
-        self._by_client.pop(jsonrpc.id_key(fan.client_id), None)
-        if fan.method == "initialize":
-            return self._initialized(fan)
-        if fan.method in LISTS:
-            if fan.method in OWN_LISTS:  # what the client is told of URIs, the URI map learns too
-                for name, answer in fan.answers.items():
-                    self.uris.take(name, fan.method, answer)
-            order = [(n, self.members[n].prefix, self._shown(n, fan)) for n in self.members if n in fan.answers]
-            page = hub_lists.merge_page(fan.method, order)
-            notes: list[Out] = [
-                Note(f"server {n!r}: its next cursor is too long to carry; listing cut") for n in page.cut
-            ]
-            return [*notes, ToClient(response(fan.client_id, page.result))]
-        return [ToClient(response(fan.client_id, {}))]
-
-    def _shown(self, member: str, fan: Fan) -> object:
-        """A member's part of a list, without the tools its server hides."""
-        answer, tools = fan.answers.get(member), self.members[member].tools
-        return tools.result(answer) if tools is not None and fan.method == "tools/list" else answer
-
-    def _initialized(self, fan: Fan) -> list[Out]:
-        assert fan.client_id is not None
-        ready = [n for n in self.members if self.members[n].capabilities is not None and self.members[n].gone is None]
-        if not ready:
-            why = "; ".join(f"{n}: {m.gone}" for n, m in self.members.items() if m.gone) or "none answered"
-            text = f"No server of this endpoint could be initialized ({why})"
-            return [error(fan.client_id, jsonrpc.INTERNAL_ERROR, text)]
-        answers = [(self.members[n].prefix, fan.answers.get(n)) for n in ready]
-        result = hub_lists.initialize_result(fan.params.get("protocolVersion"), answers)
-        return [ToClient(response(fan.client_id, result))]
 
     def _member_request(self, member: str, message: Request) -> list[Out]:
         if message.method == "ping":
@@ -409,40 +313,7 @@ class Hub:
                 out += self._changed_list(method)
         return out
 
-    # -- the hub's own resource lists (the URI map) -------------------------------------------------------
-    def _prime(
-        self, member: str, now: float, method: str = "resources/list", cursor: str | None = None, pages: int = 1
-    ) -> list[Out]:
-        if len(self._pending) >= self.in_flight:
-            return []
-        out: list[Out] = []
-        for kind in (method,) if cursor is not None else OWN_LISTS:
-            hub_id = self._mint()
-            params: dict[str, Any] = {"cursor": cursor} if cursor is not None else {}
-            self._pending[hub_id] = Pending(member, now, fan=Fan(kind, None, {}, {member}, pages=pages))
-            out.append(ToMember(member, encode_request(hub_id, kind, params)))
-        return out
-
-    def _primed(self, member: str, fan: Fan, result: object) -> list[Out]:
-        following = self.uris.take(member, fan.method, result)
-        return (
-            self._prime(member, 0.0, fan.method, following, fan.pages + 1)
-            if following and fan.pages < PRIME_PAGES
-            else []
-        )
-
     # -- helpers --------------------------------------------------------------------------------------------
-    def _ready(self, capability: str | None) -> list[str]:
-        return [
-            n
-            for n, m in self.members.items()
-            if m.gone is None and m.capabilities is not None and (capability is None or capability in m.capabilities)
-        ]
-
-    def _mint(self) -> int:
-        self._next += 1
-        return self._next
-
     def _release(self, hub_id: int) -> Pending | None:
         pending = self._pending.pop(hub_id, None)
         if pending is not None and pending.token is not None:
