@@ -3,7 +3,7 @@
 A relayed call's POST through urllib3 and http.client cost more CPU than the rest of the call: per request a
 connection object's state machine, a header block parsed by the email package, a response object built for
 every feature urllib3 has. For a plain-HTTP route without a proxy or client certificate (http_routes.py decides)
-the relay speaks HTTP/1.1 itself: the request line, headers and body are written with one sendall; the reply's
+the relay speaks HTTP/1.1 itself: the request line, headers and body are written with one send; the reply's
 headers are split by hand; the body is read by Content-Length, chunked framing or to the end of the connection,
 and decoded when the server compressed it anyway. What the transports read of a reply is what they read of
 urllib3's (`FastReply` has the same few members: status, reason, headers, read, read1, isclosed, release_conn,
@@ -119,7 +119,9 @@ class Pool:
         conn = self._connection(timeout, url)
         try:
             conn.sock.settimeout(_seconds(timeout.read_timeout))
-            conn.sock.sendall(payload)
+            sent = conn.sock.send(payload)  # a call's request fits the socket's buffer: one send, no sendall loop
+            if sent < len(payload):
+                conn.sock.sendall(memoryview(payload)[sent:])
             return read_reply(conn, self, method, url)
         except BaseException:
             conn.close()

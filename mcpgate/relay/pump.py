@@ -148,9 +148,11 @@ class Relay:
         if self._host_gone:
             return
         # The only request in flight writes its own answer (no hand-off to the writer greenlet); under
-        # load answers go through the queue, so that those ready together leave in one write.
+        # load answers go through the queue, so that those ready together leave in one write. An in-process
+        # host gains nothing from one write: each answer goes to it at once whenever nothing is queued.
         direct = self._direct
-        if direct and self._out.empty() and len(self._admission.running) <= 1 and self._writing.acquire(False):
+        alone = self._take_messages is not None or len(self._admission.running) <= 1
+        if direct and alone and self._out.empty() and self._writing.acquire(False):
             try:
                 self._emit(direct, [item])
             except OSError as exc:
