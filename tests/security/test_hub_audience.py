@@ -18,7 +18,8 @@ from tests.support import DEMO_ENTRY, Gateway, Reply, serving
 from tests.support.oauth import mint_token, post_with_token
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
-SERVERS = {"files": DEMO_ENTRY, "notes": DEMO_ENTRY}
+SERVERS = {"files": DEMO_ENTRY, "notes": {**DEMO_ENTRY, "mcpgate": {"oauth_scopes": ["mcp", "notes"]}}}
+SCOPES = {"aggregate": "mcp notes", "dev": "mcp notes", "files": "mcp", "notes": "mcp notes"}  # each path's
 PATHS = {"aggregate": "/mcp", "dev": "/groups/dev/mcp", "files": "/servers/files/mcp", "notes": "/servers/notes/mcp"}
 SEEN: list[str] = []  # every token sent: none may reach the gateway's log
 
@@ -32,7 +33,7 @@ def gw(issuer: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatewa
         "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
         "MCPGATE_AUTH_MODE": "resource-server",
         "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_SCOPES": "mcp",
+        "MCPGATE_OAUTH_SCOPES": "mcp",  # files'; notes needs notes too
     }
     with serving(env) as gateway:
         yield gateway
@@ -40,8 +41,8 @@ def gw(issuer: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatewa
     assert not [token for token in SEEN if token in log], "a token reached the gateway's log"
 
 
-def mint(issuer: str, aud: str) -> str:
-    token = mint_token(issuer, {"aud": aud, "scope": "mcp"})
+def mint(issuer: str, aud: str, scope: str = "mcp notes") -> str:
+    token = mint_token(issuer, {"aud": aud, "scope": scope})
     SEEN.append(token)
     return token
 
@@ -61,10 +62,12 @@ def test_the_aggregate_and_a_group_publish_their_own_metadata(gw: Gateway, issue
     assert reply.status == 200, reply
     document = reply.json()
     assert document["resource"] == gw.base + PATHS[where], document
-    assert document["authorization_servers"] == [issuer] and document["scopes_supported"] == ["mcp"], document
+    assert document["authorization_servers"] == [issuer], document
+    assert document["scopes_supported"] == ["mcp", "notes"], document  # every member's own scopes
     missing = ping(gw, None, where)  # the challenge names that document
     assert missing.status == 401, missing
-    assert missing.headers["www-authenticate"] == f'Bearer scope="mcp", resource_metadata="{metadata_url(gw, where)}"'
+    expected = f'Bearer scope="mcp notes", resource_metadata="{metadata_url(gw, where)}"'
+    assert missing.headers["www-authenticate"] == expected
     assert gw.request("GET", f"{WELL_KNOWN}/groups/nope/mcp").status == 404
 
 
@@ -83,7 +86,7 @@ def test_a_token_for_another_resource_is_refused(gw: Gateway, issuer: str, minte
     assert reply.status == 401, reply
     assert reply.headers["www-authenticate"] == (
         'Bearer error="invalid_token", error_description="the token is meant for another audience", '
-        f'scope="mcp", resource_metadata="{metadata_url(gw, asked_at)}"'
+        f'scope="{SCOPES[asked_at]}", resource_metadata="{metadata_url(gw, asked_at)}"'
     )
     assert gw.request("GET", f"{WELL_KNOWN}{PATHS[asked_at]}").status == 200  # the document it names exists
 
@@ -91,3 +94,15 @@ def test_a_token_for_another_resource_is_refused(gw: Gateway, issuer: str, minte
 @pytest.mark.parametrize("where", list(PATHS))
 def test_a_token_for_the_path_opens_it(gw: Gateway, issuer: str, where: str) -> None:
     assert ping(gw, mint(issuer, gw.base + PATHS[where]), where).status == 400  # past the guard: no session
+
+
+@pytest.mark.parametrize("where", ["aggregate", "dev"])
+def test_a_group_needs_every_members_scopes(gw: Gateway, issuer: str, where: str) -> None:
+    """notes' own path needs the scope notes: a token for the group without it opens none of the group (else it
+    would reach notes' tools that notes' own path refuses it)."""
+    reply = ping(gw, mint(issuer, gw.base + PATHS[where], "mcp"), where)
+    assert reply.status == 403, reply
+    assert reply.headers["www-authenticate"] == (
+        'Bearer error="insufficient_scope", error_description="the token lacks the scope notes", '
+        f'scope="mcp notes", resource_metadata="{metadata_url(gw, where)}"'
+    )

@@ -206,6 +206,8 @@ class Groups:
             tools_allow=(),
             tools_deny=(),
             tool_search=self.settings.tool_search if group.tool_search is None else group.tool_search,
+            # OAuth: every member's own required scopes (a token for the group opens no member its own path refuses)
+            oauth_scopes=tuple(dict.fromkeys(s for n in group.servers for s in servers[n].settings.oauth_scopes)),
         )
         return HubServer(
             settings, self.clock, name=group.key, members=members, cluster=self.cluster, minter=self.minter
