@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from mcpgate.core import views as core_views
+from mcpgate.serve.hub import views as hub_views
+from mcpgate.serve.servers import views_file
 from tests.support import (
     DEMO_ENTRY,
     Gateway,
@@ -128,3 +131,28 @@ def test_2026_requests_are_decided_per_request_and_never_share_a_child(gw: Gatew
     hidden = modern_body("c-2", "tools/call", {"name": "notes__echo", "arguments": {"message": "x"}})
     assert unknown(modern(gw, tokens["sam-reader"], hidden), "notes__echo")
     assert "result" in modern(gw, tokens["sam-ops"], hidden)
+
+
+def test_a_group_is_there_for_a_view_giving_one_of_its_servers_at_least() -> None:
+    views = views_file.parse(CONFIG, "F")
+    assert views is not None
+    table = views_file.ViewTable(views)
+    table.groups = {"both": ("files", "notes"), "notes-only": ("notes",)}
+    ops, readers = 0, 1  # the rules' indexes
+    assert table.grant(readers, "both") == core_views.EVERY_TOOL  # the HubChild narrows each member itself
+    assert table.grant(readers, "notes-only") is None  # no member given: not there (404)
+    assert table.grant(core_views.DEFAULT, "both") is None
+    assert table.grant(ops, "notes-only") == core_views.EVERY_TOOL
+
+
+def test_the_pool_key_reads_back_its_principal_and_view_and_nothing_else() -> None:
+    views = views_file.parse(CONFIG, "F")
+    assert views is not None
+    table = views_file.ViewTable(views, "f1")
+    resolve = hub_views.Resolver(lambda: table)
+    tricky = "iss#x#view:0~f1"  # a subject that looks like a key still reads back whole
+    principal, view = resolve(hub_views.pool_key(tricky, table.token(1)))
+    assert principal == tricky and view is not None and view.name == "readers"
+    assert resolve(hub_views.pool_key("alice", "0~other"))[1] is hub_views.NOTHING  # other views: nothing
+    assert resolve("alice") == ("alice", hub_views.NOTHING)  # no view given while views are on: nothing
+    assert hub_views.Resolver(lambda: None)("alice") == ("alice", None)  # views off
