@@ -143,8 +143,7 @@ class Relay:
         return dropped
 
     def _write(self, item: Out) -> None:
-        """One message for the host: an upstream message (encoded as late as the host needs it: an in-process
-        host takes it as it is) or a line the relay made (its own errors)."""
+        """One message for the host: an upstream message (encoded only for stdout) or a line the relay made."""
         if self._host_gone:
             return
         # The only request in flight writes its own answer (no hand-off to the writer greenlet); under
@@ -217,11 +216,9 @@ class Relay:
         self._stop.set()
 
     def take_line(self, line: bytes) -> bool:
-        """An in-process host's line (no line end) handled at once in the caller's greenlet, as the stdin reader
-        would handle it, when that can neither block, nor overtake anything, nor answer before this returns: the
-        caller has checked that the reader waits on empty input; here, that the line is one message the reader
-        would take whole, neither refused at once (invalid, its id in use) nor waiting for a full request or
-        one-way queue. False: the caller feeds it through the pipes instead."""
+        """An in-process host's line handled at once in its greenlet as the reader would (the host has seen the
+        reader wait on empty input), unless that could block, overtake or answer before returning (a line not
+        whole, invalid or batched, an id in use, a full queue): False, and the host puts it in the pipes."""
         if (
             self._stop.is_set()
             or len(line) > self.options.max_message_bytes
