@@ -28,7 +28,17 @@ from mcp import Client, StdioServerParameters, types
 from mcp.shared.exceptions import MCPError
 
 from tests.interop import conformance
-from tests.support import DEMO_ENTRY, FIXTURES, MODERN, Gateway, free_port, send, stop_process
+from tests.support import (
+    DEMO_ENTRY,
+    FIXTURES,
+    MODERN,
+    Gateway,
+    free_port,
+    modern_body,
+    modern_headers,
+    send,
+    stop_process,
+)
 from tests.support.remote import SdkUpstream
 from tests.support.waiting import wait_listening
 
@@ -281,3 +291,37 @@ def test_the_inspector_cli_lists_and_calls_on_the_aggregate(
     assert {"evstdio__echo", "evhttp__echo", "evsse__echo", "stateful__add", "demo__add"} <= names, names
     args = ["--tool-arg", "a=20", "--tool-arg", "b=22"]
     assert inspector("tools/call", "--tool-name", "json__add", *args)["content"][0]["text"] == "42"
+
+
+# -- last: leaves a call parked at input_required on server-everything over Streamable HTTP ---------------------
+
+UNANSWERED_REASON = (
+    "a 2025-only remote upstream (server-everything over Streamable HTTP, era auto) serves 2026-07-28 calls on its "
+    "own path through the relay's ModernHostBridge inside ONE pooled RemoteChild, which the pool takes for a "
+    "2026-07-28 child (shared, never parked): a call left at input_required holds the bridge's candidate gate "
+    "(mcpgate/relay/bridge_calls.py Gate, until input_ttl 120 s), so every other caller's tools/call to that "
+    "server waits; a stdio 2025 child is parked instead and another child answers"
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "prefix"),
+    [
+        ("/mcp", "evhttp__"),
+        pytest.param("/servers/evhttp/mcp", "", marks=pytest.mark.xfail(strict=True, reason=UNANSWERED_REASON)),
+    ],
+)
+def test_an_unanswered_elicitation_holds_up_no_other_callers_call(hub: Gateway, path: str, prefix: str) -> None:
+    """A 2026-07-28 client leaves server-everything's elicitation unanswered; another caller's plain call is served:
+    through the aggregate (whose members speak 2025 to the hub) and on the server's own path."""
+    tool = f"{prefix}trigger-elicitation-request"
+    asks = modern_body(1, "tools/call", {"name": tool, "arguments": {}}, {"elicitation": {}})
+    asked = hub.request("POST", path, asks, modern_headers("tools/call", tool))
+    assert asked.status == 200 and b'"input_required"' in asked.body, asked
+    echo = f"{prefix}echo"
+    plain = modern_body(2, "tools/call", {"name": echo, "arguments": {"message": "not held up"}})
+    try:
+        answered = hub.request("POST", path, plain, modern_headers("tools/call", echo), timeout=15)
+    except TimeoutError:
+        pytest.fail("a plain call waited 15 s behind another caller's unanswered elicitation")
+    assert answered.status == 200 and b"not held up" in answered.body, answered
