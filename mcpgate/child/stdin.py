@@ -21,6 +21,8 @@ from gevent.hub import get_hub
 _MAX_IOV = 512  # messages per writev (two iovecs each; IOV_MAX is 1024 on Linux)
 _NEWLINE = b"\n"
 _WRITABLE = 2  # libev's EV_WRITE
+# every writer's queue until its pipe first refuses a write: most children never need one (a deque is ~0.7 KB)
+_NO_QUEUE: deque[bytes | memoryview] = deque(maxlen=0)
 
 
 class StdinWriter:
@@ -30,7 +32,7 @@ class StdinWriter:
         self.fd = -1
         self.queued = 0  # bytes accepted by put() and not yet written
         self.greenlet: gevent.Greenlet | None = None  # the latest writer (dead once the queue was drained)
-        self._queue: deque[bytes | memoryview] = deque()
+        self._queue = _NO_QUEUE  # made on first need (_more)
         self._writing = False  # a writer greenlet is draining the queue
         self._on_failure, self._stopping = on_failure, stopping
 
@@ -39,7 +41,7 @@ class StdinWriter:
         size = len(data) + 1
         if not self._queue and not self._writing:
             return self._write_now(data, size)
-        self._queue.append(data)
+        self._more().append(data)
         self.queued += size
         self._ensure_writer()
         return True
@@ -61,10 +63,16 @@ class StdinWriter:
             return False
         if written < size:
             rest = memoryview(data)[written:] if written < len(data) else b""
-            self._queue.append(rest)
+            self._more().append(rest)
             self.queued += size - written
             self._ensure_writer()
         return True
+
+    def _more(self) -> deque[bytes | memoryview]:
+        """The queue, made the first time the pipe does not take a message at once."""
+        if self._queue is _NO_QUEUE:
+            self._queue = deque()
+        return self._queue
 
     def _ensure_writer(self) -> None:
         """Start a writer greenlet for what the pipe could not take at once (at most one at a time)."""
