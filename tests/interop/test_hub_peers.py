@@ -293,27 +293,21 @@ def test_the_inspector_cli_lists_and_calls_on_the_aggregate(
     assert inspector("tools/call", "--tool-name", "json__add", *args)["content"][0]["text"] == "42"
 
 
-# -- last: leaves a call parked at input_required on server-everything over Streamable HTTP ---------------------
-
-UNANSWERED_REASON = (
-    "a 2025-only remote upstream (server-everything over Streamable HTTP, era auto) serves 2026-07-28 calls on its "
-    "own path through the relay's ModernHostBridge inside ONE pooled RemoteChild, which the pool takes for a "
-    "2026-07-28 child (shared, never parked): a call left at input_required holds the bridge's candidate gate "
-    "(mcpgate/relay/bridge_calls.py Gate, until input_ttl 120 s), so every other caller's tools/call to that "
-    "server waits; a stdio 2025 child is parked instead and another child answers"
-)
+# -- last: leaves calls parked at input_required on server-everything over Streamable HTTP ----------------------
 
 
 @pytest.mark.parametrize(
     ("path", "prefix"),
     [
         ("/mcp", "evhttp__"),
-        pytest.param("/servers/evhttp/mcp", "", marks=pytest.mark.xfail(strict=True, reason=UNANSWERED_REASON)),
+        ("/servers/evhttp/mcp", ""),
     ],
 )
 def test_an_unanswered_elicitation_holds_up_no_other_callers_call(hub: Gateway, path: str, prefix: str) -> None:
     """A 2026-07-28 client leaves server-everything's elicitation unanswered; another caller's plain call is served:
-    through the aggregate (whose members speak 2025 to the hub) and on the server's own path."""
+    through the aggregate (whose members speak 2025 to the hub) and on the server's own path (a 2025-only remote
+    upstream refuses 2026-07-28 requests, so the pool serves it through its own bridge, which parks the waiting
+    call's child: through the relay's one-session bridge every caller waited behind it, up to 120 s)."""
     tool = f"{prefix}trigger-elicitation-request"
     asks = modern_body(1, "tools/call", {"name": tool, "arguments": {}}, {"elicitation": {}})
     asked = hub.request("POST", path, asks, modern_headers("tools/call", tool))

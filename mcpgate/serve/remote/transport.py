@@ -7,6 +7,12 @@ the limit (and, on a 2025 session, cancelled upstream), and the session goes on.
 relay's HttpClient telling the server's `Reachability` how each exchange went: one that could not reach the
 upstream (connection refused, a timeout, a broken connection, TLS) marks it unreachable, any HTTP answer
 reachable again.
+
+An upstream that does not speak 2026-07-28 (its era set to 2025, or refusing server/discover when probed on the
+first 2026-07-28 request) gets no 2026-07-28 request: they are answered -32601, so the pool takes the child for
+a 2025 one and serves it through its own bridge (a call waiting for the client's input keeps the child to itself
+and another child serves the other callers). Through the relay's bridge the one upstream session would be shared
+by every caller of the pool's child, and its gate makes them all wait behind a call left at input_required.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import gevent
 from mcpgate.config.settings import TOKEN_ENV
 from mcpgate.core import jsonrpc, modern
 from mcpgate.relay import errors
+from mcpgate.relay.eras import MODERN, EraTransport
 from mcpgate.relay.http_client import HttpClient, HttpOptions, HttpReply
 from mcpgate.relay.transport import OneWay, Transport
 
 log = logging.getLogger("mcpgate.remote")
 
 TIMED_OUT = -32001  # the JSON-RPC code of a request that passed request_timeout (the SDKs' request timeout code)
+NOT_MODERN = "this server does not speak 2026-07-28"
 
 
 class Reachability:
@@ -86,12 +94,24 @@ class RemoteTransport:
 
     def request(self, req: jsonrpc.Request) -> jsonrpc.Response:
         try:
+            if modern.is_modern(req) and self._legacy_only():
+                error = jsonrpc.error_response(req.id, jsonrpc.METHOD_NOT_FOUND, NOT_MODERN)
+                return jsonrpc.Response(req.id, error)
             if not self.request_timeout:
                 return self.inner.request(req)
             return self._timed(req)
         except errors.RelayError as exc:
             exc.message = self._named(exc.message)
             raise
+
+    def _legacy_only(self) -> bool:
+        """Whether the upstream is known not to speak 2026-07-28 (probed once when not known yet)."""
+        era = self.inner
+        if not isinstance(era, EraTransport):
+            return False
+        if era.speaks[MODERN] is None:
+            era._probe_modern()  # the relay's own probe (server/discover), once per upstream connection
+        return era.speaks[MODERN] is False
 
     def _timed(self, req: jsonrpc.Request) -> jsonrpc.Response:
         timer = gevent.Timeout(self.request_timeout)
