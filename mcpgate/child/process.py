@@ -13,6 +13,7 @@ import os
 import shlex
 import signal
 from collections.abc import Callable
+from io import FileIO
 from typing import IO, Any
 
 import gevent
@@ -96,6 +97,7 @@ class ChildProcess:
         self.usage = Usage()  # what the watchdog and the stderr reader saw (for putting an exit down to a limit)
         self._cause: str | None = None  # the cause given to close(); first one wins
         self._proc: Any = None
+        self._pipes: tuple[FileIO | None, ...] = ()  # the gateway's ends: stdin, stdout, stderr (None: not a pipe)
         self._reason: str | None = None  # the close reason; first one wins
         self._closing = False
         self._discard = False  # stop delivering stdout (after junk / oversized line)
@@ -124,13 +126,18 @@ class ChildProcess:
             argv0 = os.path.join(self.cwd, argv0)
         executable = resolve_executable(argv0, env_path)
         stderr_target = self._open_stderr()
+        # the pipes made here, not by Popen: its ends are plain FileIO, not gevent file objects (each of those holds
+        # io watchers and delegated bound methods: ~5 KB per idle child)
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe() if stderr_target is gevent.subprocess.PIPE else (-1, -1)
         try:
             self._proc = gevent.subprocess.Popen(
                 self.argv,
                 executable=executable,
-                stdin=gevent.subprocess.PIPE,
-                stdout=gevent.subprocess.PIPE,
-                stderr=stderr_target,
+                stdin=stdin_r,
+                stdout=stdout_w,
+                stderr=stderr_w if stderr_w >= 0 else stderr_target,
                 env=self.env,
                 cwd=self.cwd,
                 close_fds=True,
@@ -139,20 +146,25 @@ class ChildProcess:
                 preexec_fn=run_as(self.user, preexec(self.limits, os.getpid()), os.getpid()),
             )  # unbuffered: we use the fds
         except (OSError, ValueError, gevent.subprocess.SubprocessError) as exc:
+            _close_fds(stdin_w, stdout_r, stderr_r)
             close_quietly(self._stderr_file)
             why = getattr(exc, "strerror", None) or exc
             raise ChildSpawnError(f"cannot execute {self.argv[0]!r} ({executable}): {why}") from exc
+        finally:
+            _close_fds(stdin_r, stdout_w, stderr_w)  # the child's ends: it has its own copies
+        self._pipes = (FileIO(stdin_w, "wb"), FileIO(stdout_r, "rb"), FileIO(stderr_r, "rb") if stderr_r >= 0 else None)
         proc = self._proc
         self.pid = proc.pid
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
+        for stream in self._pipes:
             if stream is not None:
                 os.set_blocking(stream.fileno(), False)
         self._log.info("child[%s] started pid=%s: %s", self.label, self.pid, executable)
         self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.shown_argv or self.argv))
-        self._greenlets["stdout"] = gevent.spawn(self._read_stdout, proc.stdout.fileno())
-        self._stdin.fd = proc.stdin.fileno()
-        if proc.stderr is not None:
-            self._greenlets["stderr"] = gevent.spawn(self._read_stderr, proc.stderr.fileno())
+        stdin, stdout, stderr = self._pipes
+        self._greenlets["stdout"] = gevent.spawn(self._read_stdout, stdout.fileno())
+        self._stdin.fd = stdin.fileno()
+        if stderr is not None:
+            self._greenlets["stderr"] = gevent.spawn(self._read_stderr, stderr.fileno())
         proc.rawlink(lambda _proc: gevent.spawn(self._supervise))  # no greenlet waits while the child runs
 
     def _open_stderr(self) -> Any:
@@ -210,7 +222,7 @@ class ChildProcess:
         writer = self._stdin.greenlet
         if writer is not None:
             writer.kill(block=True, timeout=1.0)
-        close_quietly(self._proc.stdin)
+        close_quietly(self._pipes[0])
         if self._exited.wait(self.close_timeout):
             return
         self._log.info("child[%s] pid=%s still running after stdin closed; SIGTERM", self.label, self.pid)
@@ -266,13 +278,13 @@ class ChildProcess:
 
     def _finish_pipes(self) -> None:
         """Let the readers deliver what was already written, then stop every pipe greenlet."""
-        proc, greenlets = self._proc, self._greenlets
+        greenlets = self._greenlets
         readers = [greenlets[name] for name in ("stdout", "stderr") if name in greenlets]
         if len(gevent.joinall(readers, timeout=self.close_timeout)) < len(readers):
             self._log.warning("child[%s] output pipe still open after exit (held by another process)", self.label)
         writer = [self._stdin.greenlet] if self._stdin.greenlet is not None else []
         gevent.killall(readers + writer, block=True, timeout=1.0)
-        for stream in (proc.stdin, proc.stdout, proc.stderr, self._stderr_file):
+        for stream in (*self._pipes, self._stderr_file):
             close_quietly(stream)
         self._stdin.clear()
 
@@ -370,3 +382,9 @@ class ChildProcess:
         for line in lines:
             text = line[: _LOG_TEXT * 4].decode("utf-8", "replace").rstrip("\r")[:_LOG_TEXT]
             self._log.info("child[%s] stderr: %s", self.label, text)
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)
