@@ -9,9 +9,8 @@ and elicitation reach the client through the aggregate from each of its three tr
 
 In front: the TypeScript SDK client (tests/fixtures/ts_hub_client.cjs) over Streamable HTTP and HTTP+SSE, and
 mcp-remote (stdio to Streamable HTTP, driven by the Python SDK over its stdio). The Python SDK in both eras is
-tests/serve/test_hub.py's. The Inspector CLI (`@modelcontextprotocol/inspector@2.12.0`, `--cli`) over both transports
-when installed: tests/peers/install.sh does not install it (its test skips; MCPGATE_TEST_INSPECTOR names the
-launcher's build/index.js of an Inspector installed elsewhere)."""
+tests/serve/test_hub.py's. The Inspector CLI (`@modelcontextprotocol/inspector@2.12.0`, `--cli`, installed by
+tests/peers/install.sh into tests/.peers/inspector/) over both transports."""
 
 from __future__ import annotations
 
@@ -48,13 +47,9 @@ HANG_GUARD = 90
 NODE = conformance.NODE
 EVERYTHING = conformance.PEERS / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 MCP_REMOTE = conformance.PEERS / "mcp-remote" / "dist" / "proxy.js"
-# the Inspector 2.12's launcher (`--cli`); tests/peers/install.sh does not install it: elsewhere, name it here
-INSPECTOR = Path(
-    os.environ.get(
-        "MCPGATE_TEST_INSPECTOR",
-        conformance.PEERS / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js",
-    )
-)
+# the Inspector 2.12's launcher (`--cli`), in a prefix of its own (tests/peers/install.sh)
+INSPECTOR = conformance.PEERS.parent / "inspector" / "node_modules" / "@modelcontextprotocol" / "inspector"
+INSPECTOR_CLI = INSPECTOR / "clients" / "launcher" / "build" / "index.js"
 EVERYTHINGS = ("evstdio", "evhttp", "evsse")  # server-everything's three transports, by prefix
 SDKS = ("stateful", "stateless", "json")  # the SDK's MCPServer in its three HTTP modes, by prefix
 
@@ -278,11 +273,10 @@ def test_a_remote_member_gone_fails_its_calls_by_name_and_the_others_go_on(tmp_p
 def test_the_inspector_cli_lists_and_calls_on_the_aggregate(
     hub: Gateway, tmp_path: Path, transport: str, path: str
 ) -> None:
-    if not INSPECTOR.exists():
-        pytest.skip(f"the Inspector CLI is not installed ({INSPECTOR}; tests/peers/install.sh does not install it)")
+    assert INSPECTOR_CLI.exists(), f"the Inspector CLI is not installed ({INSPECTOR_CLI}): run tests/peers/install.sh"
 
     def inspector(*args: str) -> Any:
-        cli = [str(NODE), str(INSPECTOR), "--cli", hub.base + path, "--transport", transport, "--method", *args]
+        cli = [str(NODE), str(INSPECTOR_CLI), "--cli", hub.base + path, "--transport", transport, "--method", *args]
         done = subprocess.run(cli, capture_output=True, text=True, timeout=HANG_GUARD, cwd=tmp_path)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return json.loads(done.stdout)

@@ -27,6 +27,10 @@ SDK_VERSION="1.32.2"
 # A third-party OAuth client (stdio in, Streamable HTTP out, signs in through $BROWSER): tests/serve/test_oauth_e2e.py.
 REMOTE_PKG="mcp-remote"
 REMOTE_VERSION="0.15.1"
+# The Inspector's scriptable client (`--cli`), in a prefix of its own (its dependencies stay out of the others'):
+# tests/interop/test_hub_peers.py.
+INSPECTOR_PKG="@modelcontextprotocol/inspector"
+INSPECTOR_VERSION="2.12.0"
 
 src="${BASH_SOURCE[0]}"
 [[ "$src" == */* ]] && here="${src%/*}" || here=.
@@ -37,6 +41,7 @@ node_bin="$mods/$NODE_PKG/bin"
 conformance="$mods/.bin/conformance"
 next_peers="$peers/conformance-next"
 next_conformance="$next_peers/node_modules/.bin/conformance"
+inspector_peers="$peers/inspector"
 
 die() { echo "tests/peers/install.sh: $*" >&2; exit 1; }
 
@@ -89,6 +94,19 @@ if [[ "$(pkg_version "$CONF_PKG" "$next_peers/node_modules")" != "$CONF_NEXT_VER
     fi
     [[ "$(pkg_version "$CONF_PKG" "$next_peers/node_modules")" == "$CONF_NEXT_VERSION" ]] \
         || die "after npm install, $CONF_PKG@$CONF_NEXT_VERSION is not present in $next_peers/node_modules"
+fi
+
+if [[ "$(pkg_version "$INSPECTOR_PKG" "$inspector_peers/node_modules")" != "$INSPECTOR_VERSION" ]]; then
+    command -v npm >/dev/null 2>&1 || die "npm not found on PATH (needed to install $INSPECTOR_PKG@$INSPECTOR_VERSION)"
+    mkdir -p "$inspector_peers"
+    log="$inspector_peers/npm-install.log"
+    if ! npm install --prefix "$inspector_peers" --no-audit --no-fund --save-exact --loglevel=error \
+            "$INSPECTOR_PKG@$INSPECTOR_VERSION" >"$log" 2>&1; then
+        cat "$log" >&2
+        die "npm install of $INSPECTOR_PKG@$INSPECTOR_VERSION into $inspector_peers failed (log: $log)"
+    fi
+    [[ "$(pkg_version "$INSPECTOR_PKG" "$inspector_peers/node_modules")" == "$INSPECTOR_VERSION" ]] \
+        || die "after npm install, $INSPECTOR_PKG@$INSPECTOR_VERSION is not present in $inspector_peers/node_modules"
 fi
 
 # Sanity check: the CLI must start under the Node 22 we installed (on Node 20 it
