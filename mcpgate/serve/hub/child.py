@@ -81,7 +81,7 @@ class HubChild:
         self.members = {m.name: m for m in members}
         self.core = hub.Hub(
             [
-                hub_messages.Member(m.name, m.prefix, m.tools if view is None else member_tools(m, view))
+                hub_messages.Member(m.name, m.prefix, m.tools if view is None else member_tools(m.name, m.tools, view))
                 for m in members
             ],
             in_flight=in_flight,

@@ -22,19 +22,17 @@ from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.core.views import View, Views
 
 if TYPE_CHECKING:
-    from mcpgate.serve.hub.child import HubMember
     from mcpgate.serve.servers.views_file import ViewTable
 
 MARK = "#view:"  # between a principal and its view's token in a group's pool key (a token holds no "#")
 NOTHING = View(Views((), default=core.DENY_ALL), core.DEFAULT)  # the view that shows no server at all
 
 
-def member_tools(member: HubMember, view: View) -> ToolFilter | None:
-    """What `view` shows of `member`'s tools, its own lists and pins kept (its own names)."""
-    own = member.tools
+def member_tools(name: str, own: ToolFilter | None, view: View) -> ToolFilter | None:
+    """What `view` shows of member `name`'s tools, its own lists and pins (`own`) kept (its own names)."""
     allow = tuple(sorted(own.allow)) if own is not None else ()
     deny = tuple(sorted(own.deny)) if own is not None else ()
-    shown = ToolFilter.of(*core.combined(view.grant(member.name), allow, deny))
+    shown = ToolFilter.of(*core.combined(view.grant(name), allow, deny))
     return pinned(shown, own.pins if own is not None else None)
 
 

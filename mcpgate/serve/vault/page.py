@@ -153,6 +153,3 @@ def install_for(app: Flask, runtime: Runtime) -> None:
         return found
 
     install(app, servers.vault, oauth.issuer, slots, signin.Pages(oauth, runtime.settings))
-    from mcpgate.serve.vault import upstream_page  # per-user OAuth to remote upstreams (user_oauth entries)
-
-    upstream_page.install_for(app, runtime)

@@ -120,7 +120,7 @@ def install(app: Flask, issuer: str, find: Callable[[str], UpstreamSignIn | None
 
 
 def install_for(app: Flask, runtime: Runtime) -> None:
-    """The pages when a published server signs its users in to its upstream (page.install_for's hook)."""
+    """The pages when a published server signs its users in to its upstream (installed beside page.install_for)."""
     servers, oauth = runtime.servers, runtime.oauth
     if oauth is None:
         return
