@@ -105,6 +105,10 @@ class ChildSpec:
                 self.watch(child)
 
 
+# every session's buffer until a message first waits for a stream: never appended to (a deque is ~0.7 KB)
+_NO_BUFFER: deque[bytes] = deque(maxlen=0)
+
+
 class Session:
     """One MCP session: the child, its routing state and where its messages go."""
 
@@ -136,7 +140,8 @@ class Session:
             **({"view": view} if view is not None else {}),
         )
         self.router: Router[Stream] = watchdog.router(child.limits, CancelTracker(ttl=60.0))
-        self.buffer: deque[bytes] = deque(maxlen=buffer_messages)
+        self.buffer = _NO_BUFFER  # made when a message first waits for a stream (most sessions never need it)
+        self._buffer_messages = buffer_messages
         self.buffer_bytes = 0
         self._buffer_limit = buffer_bytes
         self._limits = limits
@@ -229,6 +234,8 @@ class Session:
         if len(data) > self._buffer_limit:
             log.warning("session %s: no stream open; dropped a message larger than the buffer", self.label)
             return
+        if self.buffer is _NO_BUFFER:
+            self.buffer = deque(maxlen=self._buffer_messages)
         dropped = 0
         while self.buffer and (
             len(self.buffer) == self.buffer.maxlen or self.buffer_bytes + len(data) > self._buffer_limit
