@@ -25,16 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from mcpgate.config.paths import default_state_dir
 from mcpgate.serve.oauth.records import REVOKED_FAMILY_TTL_S, NamedSecrets
 from mcpgate.serve.oauth.records import (
     UNUSED_CLIENT_TTL_S as UNUSED_CLIENT_TTL_S,  # re-exported: what both storages share
@@ -46,10 +41,10 @@ from mcpgate.serve.oauth.records import Storage as Storage
 from mcpgate.serve.oauth.records import access_binding as access_binding
 from mcpgate.serve.oauth.records import fingerprint as fingerprint
 from mcpgate.serve.oauth.sealing import Sealer
+from mcpgate.serve.private_sqlite import PrivateSqlite
 
 log = logging.getLogger("mcpgate.oauth.storage")
 
-BUSY_TIMEOUT_S = 10.0
 PURGE_EVERY_S = 600.0
 DB_NAME = "oauth.sqlite3"
 
@@ -74,61 +69,18 @@ CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
 
-class SqliteStorage(NamedSecrets):
-    """Storage in one SQLite file: the directory is made 0700, the file 0600."""
+class SqliteStorage(PrivateSqlite, NamedSecrets):
+    """Storage in one SQLite file: the directory is made 0700, the file 0600 (serve/private_sqlite.py)."""
 
     def __init__(self, directory: str, sealer: Sealer | None = None) -> None:
+        super().__init__(directory, DB_NAME)
         self.sealer = sealer  # MCPGATE_STATE_KEY's: the secrets table is sealed with it (sealing.py)
-        self.path = Path(directory or default_state_dir()) / DB_NAME
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.path.parent.stat().st_mode & 0o077:
-            log.warning("%s is readable by other users: make it private (chmod 700)", self.path.parent)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
         self._purged = 0.0
         with self._db() as db:
             db.executescript(SCHEMA)
             columns = {row[1] for row in db.execute("PRAGMA table_info(access_tokens)")}
             if "binding" not in columns:  # a state made before jti rows were bound: their tokens are refused
                 db.execute("ALTER TABLE access_tokens ADD COLUMN binding TEXT")
-
-    # -- connection -------------------------------------------------------------------------------------------
-
-    def _connect(self) -> sqlite3.Connection:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            os.fchmod(fd, 0o600)  # an older file made wider (by hand, or a umask) is narrowed
-        finally:
-            os.close(fd)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._conn is None or self._pid != os.getpid():  # a forked worker opens its own
-                self._conn, self._pid = self._connect(), os.getpid()
-            yield self._conn
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
 
     # -- named secrets and keys -------------------------------------------------------------------------------
 

@@ -122,6 +122,12 @@ def install(app: Flask, vault: Vault, issuer: str, slots: Callable[[], dict[str,
     bp.add_url_rule(PAGE_PATH, "show", lambda: page.show(), methods=["GET"])
     bp.add_url_rule(PAGE_PATH, "change", page.change, methods=["POST"])
     bp.add_url_rule(PAGE_PATH + "/login", "login", page.login, methods=["POST"])
+    register(app, bp)
+
+
+def register(app: Flask, bp: Blueprint) -> None:
+    """Register a blueprint of the vault's pages: a refused page answered as one, the sign-in's security headers
+    on every answer."""
 
     @bp.errorhandler(signin.PageRefused)
     def refused(exc: signin.PageRefused) -> Response:

@@ -20,16 +20,12 @@ versions of the slots it was given) differs from the listing as soon as any of t
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from mcpgate.config.paths import default_state_dir
+from mcpgate.serve.private_sqlite import PrivateSqlite
 
 if TYPE_CHECKING:
     import sqlite3  # imported when a store connects: a worker without the vault does not load SQLite
@@ -37,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.vault")
 
 DB_NAME = "vault.sqlite3"
-BUSY_TIMEOUT_S = 10.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS slots (
@@ -78,50 +73,14 @@ class VaultStore(Protocol):
     def summary(self, limit: int) -> tuple[dict[str, SlotSummary], bool]: ...
 
 
-class SqliteVaultStore:
-    """The vault in one SQLite file; one connection per process, used under a lock, autocommit, WAL."""
+class SqliteVaultStore(PrivateSqlite):
+    """The vault in one SQLite file (serve/private_sqlite.py: 0600 in a 0700 directory, one connection per
+    process, used under a lock, autocommit, WAL)."""
 
     def __init__(self, directory: str) -> None:
-        self.path = Path(directory or default_state_dir()) / DB_NAME
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.path.parent.stat().st_mode & 0o077:
-            log.warning("%s is readable by other users: make it private (chmod 700)", self.path.parent)
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
+        super().__init__(directory, DB_NAME)
         with self._db() as db:
             db.executescript(SCHEMA)
-
-    def _connect(self) -> sqlite3.Connection:
-        import sqlite3
-
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-        finally:
-            os.close(fd)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._conn is None or self._pid != os.getpid():  # a forked worker opens its own
-                self._conn, self._pid = self._connect(), os.getpid()
-            yield self._conn
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
 
     @staticmethod
     def _next_generation(db: sqlite3.Connection) -> int:
@@ -179,9 +138,3 @@ class SqliteVaultStore:
             ).fetchall()
             principals = db.execute("SELECT COUNT(DISTINCT principal) FROM slots").fetchone()[0]
         return {slot: SlotSummary(count, first, last) for slot, count, first, last in rows}, principals <= limit
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None

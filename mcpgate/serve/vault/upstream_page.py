@@ -22,7 +22,7 @@ from markupsafe import escape
 
 from mcpgate.relay.oauth.discovery import SignInError
 from mcpgate.serve.oauth import signin
-from mcpgate.serve.vault.page import _html
+from mcpgate.serve.vault.page import _html, register
 from mcpgate.serve.vault.upstream_oauth import UpstreamSignIn
 from mcpgate.serve.vault.vault import PAGE_PATH
 
@@ -103,20 +103,7 @@ def install(app: Flask, issuer: str, find: Callable[[str], UpstreamSignIn | None
     bp.add_url_rule(path, "show", lambda server: pages.show(server), methods=["GET"])
     bp.add_url_rule(path, "change", pages.change, methods=["POST"])
     bp.add_url_rule(path + "/callback", "callback", pages.callback, methods=["GET"])
-
-    @bp.errorhandler(signin.PageRefused)
-    def refused(exc: signin.PageRefused) -> Response:
-        response = _html(exc.title, f"<p>{escape(exc.message)}</p>", exc.status)
-        response.headers.update(exc.headers)
-        return response
-
-    @bp.after_request
-    def protect(response: Response) -> Response:
-        for name, value in signin.SECURITY_HEADERS.items():
-            response.headers[name] = value
-        return response
-
-    app.register_blueprint(bp)
+    register(app, bp)
 
 
 def install_for(app: Flask, runtime: Runtime) -> None:
