@@ -27,7 +27,7 @@ from tests.support import (
     reply_message,
     serving,
 )
-from tests.support.oauth import mint_token, post_with_token
+from tests.support.oauth import mint_token, post_with_token, resource_server_env
 
 AUDIENCE = "api://views"
 HIDDEN = ("jira__create_ticket", "jira__delete_ticket")
@@ -53,12 +53,7 @@ QUERIES = ["create a jira ticket", "delete ticket", "jira", "ticket bug issue", 
 def gw(issuer: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     path = tmp_path_factory.mktemp("views") / "servers.json"
     path.write_text(json.dumps(CONFIG))
-    env = {
-        "MCPGATE_CONFIG": str(path),
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_AUDIENCE": AUDIENCE,
-    }
+    env = resource_server_env(issuer, MCPGATE_CONFIG=str(path), MCPGATE_OAUTH_AUDIENCE=AUDIENCE)
     with serving(env) as gateway:
         yield gateway
 

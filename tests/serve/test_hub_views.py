@@ -29,7 +29,7 @@ from tests.support import (
     reply_message,
     serving,
 )
-from tests.support.oauth import mint_token, post_with_token
+from tests.support.oauth import mint_token, post_with_token, resource_server_env
 
 AUDIENCE = "api://hub-views"
 CONFIG = {
@@ -48,12 +48,7 @@ HIDDEN_FROM_READERS = ("files__add", "notes__add", "notes__echo")
 def gw(issuer: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     path = tmp_path_factory.mktemp("hub-views") / "servers.json"
     path.write_text(json.dumps(CONFIG))
-    env = {
-        "MCPGATE_CONFIG": str(path),
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_AUDIENCE": AUDIENCE,
-    }
+    env = resource_server_env(issuer, MCPGATE_CONFIG=str(path), MCPGATE_OAUTH_AUDIENCE=AUDIENCE)
     with serving(env) as gateway:
         yield gateway
 

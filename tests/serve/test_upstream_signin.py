@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -45,13 +44,12 @@ from mcpgate.serve.vault.vault import SlotsEmpty, Vault
 from tests.browser import Browser
 from tests.support import HEADERS, Gateway, init_body, modern_body, modern_headers, reply_message, serving, wait_for
 from tests.support.http import write_config
-from tests.support.oauth import authorize_query, embedded_env, redeem_code, register_public_client
+from tests.support.oauth import embedded_env, sign_in
 from tests.support.vault import vault_key
 
 PASSWORD = "upstream sign-in password"
 USERS = {"alice": "up-alice", "bob": "up-bob"}  # gateway user -> the upstream user they sign in as
 SERVER = "up"
-CALLBACK = "http://127.0.0.1:9/callback"  # the MCP client's own (never fetched)
 SDK_GUARD = 60.0
 TOKEN_TTL = 62  # the upstream's access tokens: the gateway refreshes them from 2 s after they are issued
 
@@ -135,15 +133,7 @@ class Site:
 
 def gateway_token(gw: Gateway, user: str) -> str:
     """`user`'s MCP token for the gateway's remote server, through the gateway's own sign-in pages."""
-    resource = f"{gw.base}/servers/{SERVER}/mcp"
-    client_id = register_public_client(gw.base, CALLBACK, "upstream sign-in tests")
-    verifier = secrets.token_urlsafe(40)
-    query = authorize_query(client_id, CALLBACK, resource, verifier, "st")
-    outcome = Browser(user, PASSWORD).visit(f"{gw.base}/authorize?{urlencode(query)}", stop_at=CALLBACK)
-    assert "code" in outcome.params, outcome.describe()
-    issued = redeem_code(gw.base, outcome.params["code"], verifier, client_id, CALLBACK, resource=resource)
-    assert issued.status_code == 200, issued.text
-    return str(issued.json()["access_token"])
+    return str(sign_in(gw.base, user, PASSWORD, resource=f"{gw.base}/servers/{SERVER}/mcp")["access_token"])
 
 
 def vault_session(gw: Gateway, user: str) -> requests.Session:

@@ -32,7 +32,7 @@ from tests.support import (
     serving,
     wait_for,
 )
-from tests.support.oauth import mint_token, post_with_token
+from tests.support.oauth import mint_token, post_with_token, resource_server_env
 
 AUDIENCE = "api://mcpgate"
 UNKNOWN = -32602
@@ -51,12 +51,7 @@ SEEN: list[str] = []
 def gw(issuer: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     path = tmp_path_factory.mktemp("views") / "servers.json"
     path.write_text(json.dumps(CONFIG))
-    env = {
-        "MCPGATE_CONFIG": str(path),
-        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
-        "MCPGATE_OAUTH_ISSUER": issuer,
-        "MCPGATE_OAUTH_AUDIENCE": AUDIENCE,
-    }
+    env = resource_server_env(issuer, MCPGATE_CONFIG=str(path), MCPGATE_OAUTH_AUDIENCE=AUDIENCE)
     with serving(env) as gateway:
         yield gateway
     assert not any(token in gateway.log() for token in SEEN)  # no token in a log line

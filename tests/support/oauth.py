@@ -281,16 +281,17 @@ def redeem_code(
 SIGN_IN_CALLBACK = "http://127.0.0.1:9/callback"  # never fetched: the browser stops there
 
 
-def sign_in(base: str, user: str, password: str) -> dict[str, Any]:
+def sign_in(base: str, user: str, password: str, resource: str | None = None) -> dict[str, Any]:
     """The token endpoint's answer (plus the client_id) for `user` signing in to the embedded server at `base`
-    (whose resource is base + "/mcp"): a public client registered with a loopback redirect URI, the stand-in
-    browser through login and consent, the code redeemed with its PKCE verifier."""
+    for `resource` (default base + "/mcp"): a public client registered with a loopback redirect URI, the
+    stand-in browser through login and consent, the code redeemed with its PKCE verifier."""
+    resource = resource or base + "/mcp"
     client_id = register_public_client(base, SIGN_IN_CALLBACK, "sign_in")
     verifier = secrets.token_urlsafe(40)
-    query = authorize_query(client_id, SIGN_IN_CALLBACK, base + "/mcp", verifier, secrets.token_hex(4))
+    query = authorize_query(client_id, SIGN_IN_CALLBACK, resource, verifier, secrets.token_hex(4))
     outcome = Browser(user, password).visit(f"{base}/authorize?{urlencode(query)}", stop_at=SIGN_IN_CALLBACK)
     assert "code" in outcome.params, outcome.describe()
-    issued = redeem_code(base, outcome.params["code"], verifier, client_id, SIGN_IN_CALLBACK, resource=base + "/mcp")
+    issued = redeem_code(base, outcome.params["code"], verifier, client_id, SIGN_IN_CALLBACK, resource=resource)
     assert issued.status_code == 200, issued.text
     return {**issued.json(), "client_id": client_id}
 

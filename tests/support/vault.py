@@ -7,11 +7,9 @@ from __future__ import annotations
 import base64
 import os
 import re
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 import anyio
 import httpx2
@@ -21,16 +19,14 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpgate.serve.oauth import passwords
-from tests.browser import Browser
 from tests.support.fleet import Balancer
 from tests.support.gateway import FIXTURES, Gateway
 from tests.support.http import write_config
-from tests.support.oauth import authorize_query, embedded_env, redeem_code, register_public_client
+from tests.support.oauth import embedded_env, sign_in
 
 PASSWORD = "vault test password"
 USERS = ("alice", "bob", "carol")
 SERVER = "echo"
-CALLBACK = "http://127.0.0.1:9/callback"  # never fetched
 CSRF = re.compile(r"name='csrf_token' value='([^']+)'")
 ENTRY = {
     "command": sys.executable,
@@ -56,15 +52,7 @@ def vault_env(tmp: Path, key: str | None = None, **extra: str) -> dict[str, str]
 
 def access_token(gw: Gateway | Balancer, user: str) -> str:
     """`user` signed in through the embedded server's pages (login, consent), for the echo server's resource."""
-    resource = f"{gw.base}/servers/{SERVER}/mcp"
-    client_id = register_public_client(gw.base, CALLBACK, "vault tests")
-    verifier = secrets.token_urlsafe(40)
-    query = authorize_query(client_id, CALLBACK, resource, verifier, "st")
-    outcome = Browser(user, PASSWORD).visit(f"{gw.base}/authorize?{urlencode(query)}", stop_at=CALLBACK)
-    assert "code" in outcome.params, outcome.describe()
-    issued = redeem_code(gw.base, outcome.params["code"], verifier, client_id, CALLBACK, resource=resource)
-    assert issued.status_code == 200, issued.text
-    return str(issued.json()["access_token"])
+    return str(sign_in(gw.base, user, PASSWORD, resource=f"{gw.base}/servers/{SERVER}/mcp")["access_token"])
 
 
 class VaultPage:
