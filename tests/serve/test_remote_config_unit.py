@@ -1,6 +1,6 @@
 """MCPGATE_CONFIG's remote servers (entries with a url) without gunicorn: what an entry becomes, the refusals
 (each naming the file, the server and the field, never a header value or a token), and the settings and spec a
-remote server gets (serve/servers/config_file.py, serve/remote/spec.py)."""
+remote server gets (serve/servers/config_file.py, remote_entry.py, serve/remote/spec.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from mcpgate.config.settings import Settings
 from mcpgate.serve.servers import config_file
-from mcpgate.serve.servers.config_file import ConfigError, RemoteEntry, ServerEntry
+from mcpgate.serve.servers.config_file import ConfigError, ServerEntry
+from mcpgate.serve.servers.remote_entry import RemoteEntry
 
 URL = "https://mcp.example.com/mcp"
 SECRET = "s3cret-header-value"

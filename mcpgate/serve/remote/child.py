@@ -34,7 +34,7 @@ from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.pump import Out, PumpOptions, Relay
 from mcpgate.relay.transport import Sink, Transport, Upstream
-from mcpgate.serve.servers.config_file import RemoteEntry
+from mcpgate.serve.servers.remote_entry import RemoteEntry
 
 log = logging.getLogger("mcpgate.remote")
 

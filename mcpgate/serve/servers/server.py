@@ -26,7 +26,7 @@ from mcpgate.serve.metrics import Tally
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
 from mcpgate.serve.pins.guard import pins_for
-from mcpgate.serve.servers.config_file import RemoteEntry
+from mcpgate.serve.servers.remote_entry import RemoteEntry
 from mcpgate.serve.servers.search_view import SearchView
 from mcpgate.serve.servers.views_file import ViewTable
 from mcpgate.serve.sessions.kept import keeper_for
