@@ -12,7 +12,7 @@ InputRequiredResult; the child may go on working; a retry carries the call on), 
 
 Events and what they do:
 - Asked(request): the child asks. Refused when the call has ended or finished (as if there were no candidate
-  call) or when the client did not declare the capability it needs (core.modern.missing_for_input); answered at
+  call) or when the client did not declare the capability it needs (core.capabilities.missing_for_input); answered at
   once when the call carried an answer under its key (stateless MRTR; each answer used once); refused when
   `max_pending` are pending already; else pending under its key (core.mrtr.input_key). A RUNNING call's first
   pending request opens the gather window: `gather` seconds later the client is asked for every pending one.
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, Union
 
 from mcpgate.core import jsonrpc, modern, mrtr
+from mcpgate.core.capabilities import INPUT_CAPABILITY, missing_for_input
 from mcpgate.core.jsonrpc import Id, Request
 
 GATHER = 0.05  # seconds to wait for more input requests of the same round (a child may ask several at once)
@@ -176,7 +177,7 @@ Action = Union[AnswerChild, RefuseChild, AskClient, Resumed, Deliver[T], CancelC
 
 def no_candidate(request: Request) -> RefuseChild:
     """The refusal of an input request that belongs to no call whose client may be asked."""
-    needed = modern.INPUT_CAPABILITY.get(request.method, request.method)
+    needed = INPUT_CAPABILITY.get(request.method, request.method)
     return undeclared(request, {needed: {}})
 
 
@@ -236,10 +237,10 @@ class Continuation(Generic[T]):
     def _asked(self, request: Request, now: float) -> list[Action[T]]:
         if self.phase is Phase.ENDED or self.finished:
             return [no_candidate(request)]
-        missing = modern.missing_for_input(request.method, request.params, self.capabilities)
+        missing = missing_for_input(request.method, request.params, self.capabilities)
         if missing:
             return [undeclared(request, missing)]
-        needed = modern.INPUT_CAPABILITY[request.method]
+        needed = INPUT_CAPABILITY[request.method]
         key, self.keys = mrtr.input_key(request, needed, self.pending, self.keys)
         given = mrtr.legacy_answer(self.answers.pop(key, None)) if self.answers else None
         if given is not None:

@@ -7,13 +7,13 @@ The ladder, first failure wins (the statuses and codes of the 2026-07-28 transpo
   2. MCP-Protocol-Version, Mcp-Method, Mcp-Name, Mcp-Param-* headers
      missing, invalid or disagreeing with the body                  -> 400 / -32020 (HeaderMismatch)
   3. a protocol version this gateway does not serve                 -> 400 / -32022, data {supported, requested}
-  4. a client capability the request needs (missing_capabilities)   -> 400 / -32021 (decided by the caller)
+  4. a client capability the request needs (core/capabilities.py)  -> 400 / -32021 (decided by the caller)
   5. a method the modern era does not have                          -> 404 / -32601
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,12 +32,6 @@ MODERN_ERRORS = frozenset({HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, jsonrpc.U
 CACHEABLE = frozenset(
     {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
 )
-INPUT_CAPABILITY: Mapping[str, str] = {
-    "elicitation/create": "elicitation",
-    "sampling/createMessage": "sampling",
-    "roots/list": "roots",
-}
-INPUT_METHODS = frozenset(INPUT_CAPABILITY)
 MRTR_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 # The ClientRequest union of the 2026-07-28 schema (ping, initialize, logging/setLevel, resources/subscribe and
 # resources/unsubscribe are gone).
@@ -281,68 +275,6 @@ def _check_params(
                 name, f"{name} header value {show(decoded)} does not match the body's argument {key!r} {show(body)}"
             )
     return None
-
-
-# -- capabilities ------------------------------------------------------------------------------------------------
-
-
-def client_capabilities(message: Request | Notification) -> dict[str, Any]:
-    """The clientCapabilities the request declares ({} when it declares none)."""
-    meta = request_meta(message)
-    capabilities = meta.get(wire.META_CLIENT_CAPABILITIES) if meta is not None else None
-    return capabilities if isinstance(capabilities, dict) else {}
-
-
-def missing_capabilities(needed: Iterable[str], declared: Mapping[str, Any]) -> dict[str, Any]:
-    """The needed capabilities the client did not declare, as a ClientCapabilities object ({"sampling": {}});
-    `needed` names capabilities or input methods ("elicitation/create" needs "elicitation")."""
-    missing: dict[str, Any] = {}
-    for item in needed:
-        capability = INPUT_CAPABILITY.get(item, item)
-        if declared.get(capability) is None:
-            missing[capability] = {}
-    return missing
-
-
-def capability_failure(missing: Mapping[str, Any]) -> Failure:
-    """Rung 4: the MissingRequiredClientCapabilityError for what missing_capabilities found."""
-    names = ", ".join(missing)
-    return Failure(
-        400,
-        MISSING_CLIENT_CAPABILITY,
-        f"Missing required client capability: {names} (declare it in _meta[{wire.META_CLIENT_CAPABILITIES!r}])",
-        {"requiredCapabilities": dict(missing)},
-    )
-
-
-def input_requirement(method: str, params: object) -> dict[str, Any]:
-    """The ClientCapabilities an input request (elicitation/create, sampling/createMessage, roots/list) needs:
-    {"elicitation": {"url": {}}} for a URL-mode elicitation, {"sampling": {"tools": {}}} for sampling with tools;
-    {} for any other method."""
-    capability = INPUT_CAPABILITY.get(method)
-    if capability is None:
-        return {}
-    body = params if isinstance(params, dict) else {}
-    detail = None
-    if method == "elicitation/create":
-        detail = "url" if body.get("mode") == "url" else "form"
-    elif method == "sampling/createMessage" and body.get("tools"):
-        detail = "tools"
-    return {capability: {detail: {}} if detail else {}}
-
-
-def missing_for_input(method: str, params: object, declared: Mapping[str, Any]) -> dict[str, Any]:
-    """What input_requirement needs and the client did not declare ({} when nothing is missing). A declared
-    "elicitation": {} means form mode only."""
-    for capability, details in input_requirement(method, params).items():
-        have = declared.get(capability)
-        if not isinstance(have, dict):
-            return {capability: details}
-        for detail in details:
-            implicit_form = capability == "elicitation" and detail == "form" and not have
-            if not implicit_form and have.get(detail) is None:
-                return {capability: {detail: {}}}
-    return {}
 
 
 # -- rewriting between the eras ----------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from collections.abc import Container, Mapping
 from typing import Any
 
 from mcpgate.core import jsonrpc, versions
+from mcpgate.core.capabilities import INPUT_METHODS, missing_for_input
 from mcpgate.core.jsonrpc import Request
-from mcpgate.core.modern import INPUT_METHODS, NAME_FIELD, missing_for_input
+from mcpgate.core.modern import NAME_FIELD
 from mcpgate.core.wire import META_SERVER_INFO
 
 INPUT_REQUIRED = "input_required"

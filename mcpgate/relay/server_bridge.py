@@ -32,6 +32,7 @@ from gevent.pool import Group
 
 from mcpgate import __version__
 from mcpgate.core import continuation, jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core.capabilities import INPUT_CAPABILITY, INPUT_METHODS, client_capabilities
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.relay import errors
@@ -116,7 +117,7 @@ class ModernHostBridge:
         return self._call(req, params)
 
     def _call(self, req: Request, params: dict[str, Any]) -> Response:
-        capabilities = modern.client_capabilities(req)
+        capabilities = client_capabilities(req)
         raw_meta = params.get("_meta")
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         ahead = params.get("inputResponses")
@@ -133,7 +134,7 @@ class ModernHostBridge:
             sent_token=meta.get("progressToken"),  # kept upstream (legacy_params), the call's for its life
         )
         if req.method in modern.MRTR_METHODS:
-            candidate = any(cap in capabilities for cap in modern.INPUT_CAPABILITY.values())
+            candidate = any(cap in capabilities for cap in INPUT_CAPABILITY.values())
             if not self._gate.enter(call, candidate, GATE_WAIT):
                 raise errors.RelayError(f"{req.method} waited {GATE_WAIT:g}s for another call's input request")
             call.gated = True
@@ -314,7 +315,7 @@ class ModernHostBridge:
         if isinstance(message, Request):
             if message.method == "ping":
                 self._answer_upstream(message.id, {"result": {}})
-            elif message.method in modern.INPUT_METHODS:
+            elif message.method in INPUT_METHODS:
                 self._on_input_request(message)
             else:
                 self._refuse_upstream(message.id, jsonrpc.METHOD_NOT_FOUND, f"the host cannot serve {message.method}")

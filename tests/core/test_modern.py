@@ -446,7 +446,7 @@ def test_notifications(params: Any, headers: dict[str, str], expected: tuple[int
     assert outcome(modern.validate(note, lookup(headers))) == expected
 
 
-# -- era, capabilities -----------------------------------------------------------------------------------------
+# -- era --------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -469,47 +469,7 @@ def test_is_modern(method: str, params: Any, modern_: bool) -> None:
     assert modern.is_modern(message(method, params)) is modern_
 
 
-@pytest.mark.parametrize(
-    ("params", "declared"),
-    [
-        (with_meta(), {}),
-        ({"_meta": {**META, wire.META_CLIENT_CAPABILITIES: {"sampling": {}}}}, {"sampling": {}}),
-        ({"_meta": {**META, wire.META_CLIENT_CAPABILITIES: ["sampling"]}}, {}),
-        (DROP, {}),
-    ],
-)
-def test_client_capabilities(params: Any, declared: dict[str, Any]) -> None:
-    msg = message("tools/call", params)
-    assert isinstance(msg, Request)
-    assert modern.client_capabilities(msg) == declared
-
-
-@pytest.mark.parametrize(
-    ("needed", "declared", "missing"),
-    [
-        (["sampling"], {}, {"sampling": {}}),
-        (["sampling"], {"sampling": {}}, {}),
-        (["elicitation/create"], {}, {"elicitation": {}}),
-        (["elicitation/create", "roots/list"], {"elicitation": {"form": {}}}, {"roots": {}}),
-        (["sampling/createMessage", "sampling"], {}, {"sampling": {}}),
-        (["roots"], {"roots": None}, {"roots": {}}),
-        ([], {}, {}),
-    ],
-)
-def test_missing_capabilities(needed: list[str], declared: dict[str, Any], missing: dict[str, Any]) -> None:
-    assert modern.missing_capabilities(needed, declared) == missing
-
-
-def test_capability_failure_is_the_schema_error() -> None:
-    failure = modern.capability_failure({"sampling": {}})
-    assert (failure.status, failure.code) == (400, -32021)
-    assert failure.data == {"requiredCapabilities": {"sampling": {}}}  # conformance: an object, not a list
-    assert "sampling" in failure.message
-
-
-def test_input_tables() -> None:
-    assert {"elicitation/create", "sampling/createMessage", "roots/list"} == modern.INPUT_METHODS
-    assert set(modern.INPUT_CAPABILITY.values()) == {"elicitation", "sampling", "roots"}
+def test_method_tables() -> None:
     assert modern.SUPPORTED_MODERN == (V,)
     assert modern.MRTR_METHODS <= modern.MODERN_METHODS and modern.CACHEABLE <= modern.MODERN_METHODS
 
@@ -679,45 +639,6 @@ def test_is_discover_result(result: object, answer: bool) -> None:
 )
 def test_recognised_modern_error(error: object, answer: bool) -> None:
     assert modern.recognised_modern_error(error) is answer
-
-
-@pytest.mark.parametrize(
-    ("method", "params", "needed"),
-    [
-        ("elicitation/create", {"message": "m", "requestedSchema": {}}, {"elicitation": {"form": {}}}),
-        ("elicitation/create", {"mode": "form"}, {"elicitation": {"form": {}}}),
-        ("elicitation/create", {"mode": "url", "url": "https://x"}, {"elicitation": {"url": {}}}),
-        ("sampling/createMessage", {"messages": [], "maxTokens": 1}, {"sampling": {}}),
-        ("sampling/createMessage", {"messages": [], "tools": [{"name": "t"}]}, {"sampling": {"tools": {}}}),
-        ("roots/list", None, {"roots": {}}),
-        ("tools/call", {}, {}),
-    ],
-)
-def test_input_requirement(method: str, params: Any, needed: dict[str, Any]) -> None:
-    assert modern.input_requirement(method, params) == needed
-
-
-@pytest.mark.parametrize(
-    ("method", "params", "declared", "missing"),
-    [
-        ("elicitation/create", {}, {}, {"elicitation": {"form": {}}}),
-        ("elicitation/create", {}, {"elicitation": {}}, {}),  # {} means form mode
-        ("elicitation/create", {}, {"elicitation": {"form": {}}}, {}),
-        ("elicitation/create", {}, {"elicitation": {"url": {}}}, {"elicitation": {"form": {}}}),
-        ("elicitation/create", {"mode": "url"}, {"elicitation": {}}, {"elicitation": {"url": {}}}),
-        ("elicitation/create", {"mode": "url"}, {"elicitation": {"url": {}}}, {}),
-        ("elicitation/create", {}, {"elicitation": True}, {"elicitation": {"form": {}}}),
-        ("sampling/createMessage", {}, {}, {"sampling": {}}),
-        ("sampling/createMessage", {}, {"sampling": {}}, {}),
-        ("sampling/createMessage", {"tools": [{}]}, {"sampling": {}}, {"sampling": {"tools": {}}}),
-        ("sampling/createMessage", {"tools": [{}]}, {"sampling": {"tools": {}}}, {}),
-        ("roots/list", {}, {"roots": {"listChanged": True}}, {}),
-        ("roots/list", {}, {"sampling": {}}, {"roots": {}}),
-        ("tools/list", {}, {}, {}),
-    ],
-)
-def test_missing_for_input(method: str, params: Any, declared: dict[str, Any], missing: dict[str, Any]) -> None:
-    assert modern.missing_for_input(method, params, declared) == missing
 
 
 def test_sentinel_on_a_plain_header_is_a_mismatch_not_a_decode() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from mcpgate.core import jsonrpc, modern, mrtr, subscriptions
+from mcpgate.core.capabilities import INPUT_CAPABILITY
 
 
 def request(method: str = "elicitation/create", params: Any = None, req_id: jsonrpc.Id = 7) -> jsonrpc.Request:
@@ -184,7 +185,7 @@ def test_without_subscription_id(params: Any, expected: Any) -> None:
 
 
 def test_bridged_capabilities_cover_every_input_method() -> None:
-    assert set(mrtr.BRIDGED_CAPABILITIES) == set(modern.INPUT_CAPABILITY.values())
+    assert set(mrtr.BRIDGED_CAPABILITIES) == set(INPUT_CAPABILITY.values())
 
 
 INFO = "io.modelcontextprotocol/serverInfo"

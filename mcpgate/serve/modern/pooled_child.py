@@ -22,6 +22,7 @@ import gevent.event
 from mcpgate import __version__
 from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern, mrtr, tasks, versions, wire
+from mcpgate.core.capabilities import INPUT_METHODS
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.core.views import View
@@ -342,7 +343,7 @@ class PooledChild:
     def _on_request(self, message: Request) -> None:
         if message.method == "ping":
             self.answer(message.id, {})
-        elif message.method in modern.INPUT_METHODS and not self.modern:
+        elif message.method in INPUT_METHODS and not self.modern:
             self._on_input_request(self, message)
         else:
             self.refuse(message.id, jsonrpc.METHOD_NOT_FOUND, f"the gateway does not serve {message.method!r}")

@@ -17,6 +17,7 @@ from typing import Any
 
 from mcpgate.core import jsonrpc, modern, mrtr, versions
 from mcpgate.core import tasks as core_tasks
+from mcpgate.core.capabilities import INPUT_CAPABILITY, client_capabilities
 from mcpgate.core.jsonrpc import Notification, Request
 from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.observe import audit, tracing
@@ -39,7 +40,7 @@ log = logging.getLogger("mcpgate.http")
 # The HTTP status of a JSON reply carrying one of these errors (else 200).
 ERROR_STATUS = {jsonrpc.METHOD_NOT_FOUND: 404, modern.HEADER_MISMATCH: 400, modern.MISSING_CLIENT_CAPABILITY: 400}
 ERROR_STATUS[jsonrpc.UNSUPPORTED_PROTOCOL_VERSION] = 400
-_INPUT_CAPABILITIES = frozenset(modern.INPUT_CAPABILITY.values())
+_INPUT_CAPABILITIES = frozenset(INPUT_CAPABILITY.values())
 
 
 def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
@@ -141,7 +142,7 @@ def start(
     gateway's envelope) goes back to the child that issued it; `tools` filters a tools/list call's result.
     `closing`: the gateway drains, and takes no new call."""
     params = message.params if isinstance(message.params, dict) else {}
-    capabilities = modern.client_capabilities(message)
+    capabilities = client_capabilities(message)
     stream = Stream(pool.limits, expected=1)
     state = params.get("requestState")
     holder: PooledChild | None = None

@@ -33,8 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mcpgate.core import jsonrpc, modern
+from mcpgate.core import jsonrpc
 from mcpgate.core import tasks as core_tasks
+from mcpgate.core.capabilities import client_capabilities
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.modern import Failure
 from mcpgate.core.request_state import Opened, StateSealer, carried, carry
@@ -163,7 +164,7 @@ def start(
 ) -> Call:
     """A task method on its way to the child holding the task (see the module docstring for the refusals);
     `holder(principal, label)`: the principal's live child of that label (the pool's)."""
-    capabilities = modern.client_capabilities(request)
+    capabilities = client_capabilities(request)
     if not core_tasks.declares(capabilities):
         raise refusal(core_tasks.missing_extension(request.method), request)
     routed = tasks.route(principal, request)
@@ -190,5 +191,5 @@ def refuse_untasked(notes: ToolNotes | None, request: Request) -> None:
     name = params.get("name")
     if notes is None or not isinstance(name, str) or name not in notes.task_required:
         return
-    if not core_tasks.declares(modern.client_capabilities(request)):
+    if not core_tasks.declares(client_capabilities(request)):
         raise refusal(core_tasks.missing_extension(f"tools/call of {name!r}"), request)

@@ -19,7 +19,8 @@ import dataclasses
 import secrets
 from typing import Any
 
-from mcpgate.core import jsonrpc, modern
+from mcpgate.core import jsonrpc
+from mcpgate.core.capabilities import client_capabilities
 from mcpgate.core.jsonrpc import Request
 from mcpgate.serve.front.http import HttpResponse, Refusal, json_response
 from mcpgate.serve.vault.vault import SlotsEmpty
@@ -44,7 +45,7 @@ def error_data(exc: Exception) -> dict[str, Any] | None:
 
 def modern_answer(empty: SlotsEmpty, message: Request) -> HttpResponse:
     """The 2026-07-28 answer to a request whose child needs empty slots (see the module docstring)."""
-    declared = modern.client_capabilities(message).get("elicitation")
+    declared = client_capabilities(message).get("elicitation")
     url_mode = isinstance(declared, dict) and isinstance(declared.get("url"), dict)
     if empty.url is None or message.method not in MRTR_METHODS or not url_mode:
         data = error_data(empty)
