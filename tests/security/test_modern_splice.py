@@ -1,4 +1,4 @@
-"""A pooled child's result spliced into the client's answer (serve/modern/pooled_child.py) never carries a CR.
+"""A pooled child's result spliced into the client's answer (serve/modern/answers.py) never carries a CR.
 
 A 2026-07-28 answer goes out as one SSE `data:` line once the reply has turned into a stream (progress came first),
 and a CR ends an SSE line: a child whose result held one (JSON allows it as whitespace between members) could then

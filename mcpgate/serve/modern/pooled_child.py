@@ -5,13 +5,13 @@ Every client request is rewritten to a gateway-minted id (and progress token) on
 way out, so clients that use the same ids never collide. What the child sends is routed here: responses and
 progress to the call they belong to, input requests (a legacy child's elicitation, sampling, roots) and their
 withdrawals (notifications/cancelled) to the MRTR bridge, list-changed and resource updates to the listen hub.
+A call's answer is rewritten for its client by answers.py (the client's id, the stamp, a spliced result).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,13 +21,13 @@ import gevent.event
 
 from mcpgate import __version__
 from mcpgate.child.limits import ended_message
-from mcpgate.core import jsonrpc, modern, mrtr, tasks, versions, wire
+from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core.capabilities import INPUT_METHODS
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
-from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.core.views import View
 from mcpgate.observe import audit
 from mcpgate.serve.modern import calls, era_probe
+from mcpgate.serve.modern.answers import Answers
 from mcpgate.serve.modern.calls import (
     Call as Call,  # re-exported: the pool, the bridge and the endpoint name it from here
 )
@@ -37,11 +37,6 @@ from mcpgate.serve.servers import watchdog
 from mcpgate.serve.sessions.session import ChildSpec
 
 log = logging.getLogger("mcpgate.pool")
-
-# The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
-_STAMPED = re.compile(rb'"(?:resultType|_meta|ttlMs|cacheScope)"')
-_EMPTY = re.compile(rb"\{[ \t\r\n]*\}")  # a result object with no member (matching stops at the first one)
-UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
 
 
 class PooledChild:
@@ -75,12 +70,12 @@ class PooledChild:
             on_revoke=self.revoke,
             **viewed,
         )
-        self.probe_timeout, self.init_timeout, self.ttl_ms = probe_timeout, init_timeout, ttl_ms
+        self.probe_timeout, self.init_timeout = probe_timeout, init_timeout
         self.start_timeout = start_timeout
         self.key = verdict_key(spec)  # its era is remembered per server command
         self._on_exit_cb, self._on_input_request = on_exit, on_input_request
         self._on_input_withdrawn = on_input_withdrawn
-        self._on_listen_message, self._on_input_required = on_listen_message, on_input_required
+        self._on_listen_message = on_listen_message
         self.clock = clock
         self.ready = gevent.event.Event()
         self.era: Era | None = None
@@ -99,7 +94,7 @@ class PooledChild:
         self.ended: str | None = None
         self.stopping = False  # stopped on purpose (idle, shutdown): its exit is not a crash
         self.on_release: Callable[[], None] = lambda: None  # a call's slot is free again
-        self._stamps: dict[bool, bytes] = {}  # the stamp's members, encoded, for (not) cacheable results
+        self.answers = Answers(label, ttl_ms, lambda call, result: on_input_required(self, call, result))
 
     # -- start and probe ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -280,30 +275,7 @@ class PooledChild:
         if call is None:
             log.debug("pooled child %s: dropped a late or unknown response", self.label)
             return
-        spliced = not message.is_error and call.method not in tasks.METHODS  # its answer names the task: rewritten
-        spliced = spliced and (call.tools is None or not call.tools.may_hide(message.raw))
-        data = self._spliced(call, message) if spliced else None
-        if data is not None:
-            self._answered(call, data)
-            return
-        obj = message.full()
-        result = obj.get("result")
-        if isinstance(result, dict) and (mrtr.is_input_required(result) or tasks.names_task(call.method, result)):
-            result = self._on_input_required(self, call, result)  # its requestState or task id sealed for the principal
-            if result is None:
-                obj = jsonrpc.error_response(call.client_id, jsonrpc.INTERNAL_ERROR, UNCARRIED)
-        if isinstance(result, dict):
-            if call.tools is not None and not mrtr.is_input_required(result):
-                result = self._without_hidden_tools(call.tools, result)
-            result = modern.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=self.server_info)
-            obj = {"jsonrpc": "2.0", "id": call.client_id, "result": result}
-        else:
-            error = obj.get("error")
-            call.error_code = (
-                error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), int) else None
-            )
-            obj = {**obj, "id": call.client_id}
-        self._answered(call, jsonrpc.encode(obj))
+        self._answered(call, self.answers.of(call, message, self.server_info))
 
     def _answered(self, call: Call, data: bytes) -> None:
         self.release(call)
@@ -313,32 +285,6 @@ class PooledChild:
             call.continuation.finished(data)
             return
         call.stream.deliver(data, done=True)
-
-    def _without_hidden_tools(self, tools: ToolFilter, result: dict[str, Any]) -> dict[str, Any]:
-        shown = tools.result(result)
-        if shown is None:
-            log.warning("pooled child %s: a tools/list result could not be read; passed unchanged", self.label)
-        return result if shown is None else shown
-
-    def _spliced(self, call: Call, message: Response) -> bytes | None:
-        """A result answered without decoding or encoding it again (a large one was classified from its head and
-        never decoded): its bytes with the client's id and the stamp's members appended. None when the result
-        names any member the stamp could add (a byte search, no parse: the stamp never duplicates one), holds a CR
-        (an SSE line would end there), or the message is not laid out as {"jsonrpc", "id", "result"}."""
-        result = jsonrpc.result_object(message.raw) if message.raw is not None else None
-        if result is None or b"\r" in result or _STAMPED.search(result) is not None:
-            return None
-        cacheable = call.method in modern.CACHEABLE
-        members = self._stamps.get(cacheable)
-        if members is None:  # the same for every result of its kind from this child: encoded once
-            stamp = modern.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=self.server_info)
-            members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
-        client_id = call.client_id
-        encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
-        head = b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":'
-        if _EMPTY.fullmatch(result):  # no member of its own
-            return head + b"{" + members + b"}}"
-        return b"".join((head, memoryview(result)[:-1], b",", members, b"}}"))  # its bytes copied once
 
     def _on_request(self, message: Request) -> None:
         if message.method == "ping":

@@ -1,0 +1,95 @@
+"""A pooled child's answer to a call, as the call's client gets it.
+
+    Answers(label, ttl_ms, sealed).of(call, response, server_info) -> bytes     the client's JSON-RPC message
+
+The client's id replaces the minted one. A result gets what a 2026-07-28 result must or should carry
+(core/modern.stamp_result: resultType, a cacheable method's ttlMs and cacheScope, the child's serverInfo); a
+tools/list result loses the tools its filter hides; an input_required result, or one naming a task, goes to
+`sealed` first, which seals its requestState or task id for the call's principal (None: it cannot be passed on,
+and the client gets a 502-like internal error instead). An error answer keeps its error, and its code is noted on
+the call (call.error_code). A plain result, neither of those, is spliced: its bytes are passed on with the
+stamp's members appended, without decoding or encoding it again (a large one was classified from its head and
+never decoded), unless it names a member the stamp could add or holds a CR (an SSE line would end there).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from mcpgate.core import jsonrpc, modern, mrtr, tasks
+from mcpgate.core.jsonrpc import Response
+from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.serve.modern.calls import Call
+
+log = logging.getLogger("mcpgate.pool")
+
+# The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
+_STAMPED = re.compile(rb'"(?:resultType|_meta|ttlMs|cacheScope)"')
+_EMPTY = re.compile(rb"\{[ \t\r\n]*\}")  # a result object with no member (matching stops at the first one)
+UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
+
+
+class Answers:
+    """One child's answers rewritten for their clients (see the module docstring). `sealed(call, result)` is the
+    pool's: the result with its requestState or task id sealed, or None."""
+
+    def __init__(
+        self, label: str, ttl_ms: int, sealed: Callable[[Call, dict[str, Any]], dict[str, Any] | None]
+    ) -> None:
+        self.label, self.ttl_ms, self.sealed = label, ttl_ms, sealed
+        self._stamps: dict[bool, bytes] = {}  # the stamp's members, encoded, for (not) cacheable results
+
+    def of(self, call: Call, message: Response, server_info: dict[str, Any] | None) -> bytes:
+        """What the call's client gets for the child's answer `message`."""
+        spliced = not message.is_error and call.method not in tasks.METHODS  # its answer names the task: rewritten
+        spliced = spliced and (call.tools is None or not call.tools.may_hide(message.raw))
+        data = self._spliced(call, message, server_info) if spliced else None
+        if data is not None:
+            return data
+        obj = message.full()
+        result = obj.get("result")
+        if isinstance(result, dict) and (mrtr.is_input_required(result) or tasks.names_task(call.method, result)):
+            result = self.sealed(call, result)  # its requestState or task id sealed for the principal
+            if result is None:
+                obj = jsonrpc.error_response(call.client_id, jsonrpc.INTERNAL_ERROR, UNCARRIED)
+        if isinstance(result, dict):
+            if call.tools is not None and not mrtr.is_input_required(result):
+                result = self._without_hidden_tools(call.tools, result)
+            result = modern.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=server_info)
+            obj = {"jsonrpc": "2.0", "id": call.client_id, "result": result}
+        else:
+            error = obj.get("error")
+            call.error_code = (
+                error.get("code") if isinstance(error, dict) and isinstance(error.get("code"), int) else None
+            )
+            obj = {**obj, "id": call.client_id}
+        return jsonrpc.encode(obj)
+
+    def _without_hidden_tools(self, tools: ToolFilter, result: dict[str, Any]) -> dict[str, Any]:
+        shown = tools.result(result)
+        if shown is None:
+            log.warning("pooled child %s: a tools/list result could not be read; passed unchanged", self.label)
+        return result if shown is None else shown
+
+    def _spliced(self, call: Call, message: Response, server_info: dict[str, Any] | None) -> bytes | None:
+        """A result answered without decoding or encoding it again: its bytes with the client's id and the stamp's
+        members appended. None when the result names any member the stamp could add (a byte search, no parse: the
+        stamp never duplicates one), holds a CR (an SSE line would end there), or the message is not laid out as
+        {"jsonrpc", "id", "result"}."""
+        result = jsonrpc.result_object(message.raw) if message.raw is not None else None
+        if result is None or b"\r" in result or _STAMPED.search(result) is not None:
+            return None
+        cacheable = call.method in modern.CACHEABLE
+        members = self._stamps.get(cacheable)
+        if members is None:  # the same for every result of its kind from this child: encoded once
+            stamp = modern.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=server_info)
+            members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
+        client_id = call.client_id
+        encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
+        head = b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":'
+        if _EMPTY.fullmatch(result):  # no member of its own
+            return head + b"{" + members + b"}}"
+        return b"".join((head, memoryview(result)[:-1], b",", members, b"}}"))  # its bytes copied once
