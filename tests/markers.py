@@ -34,6 +34,7 @@ STARTERS = {
         "tests.support.relay.Upstream",
         "tests.support.relay.EraServer",
         "tests.support.remote.SdkUpstream",
+        "tests.support.fastmcp.FastmcpUpstream",
         "tests.support.relay.run_host",
         "tests.support.relay.run_bridged_host",
         "tests.support.oauth.oidc_issuer",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the real-peer tools used by the conformance tests into tests/.peers/
-# (git-ignored): Node 22 from the npm registry and the official MCP conformance suite.
+# (git-ignored): Node 22 from the npm registry and the official MCP conformance suite; fastmcp from PyPI in
+# tests/.peers/fastmcp-venv/.
 #
 # Idempotent: when both packages are already present at the pinned versions the
 # npm step is skipped. Works from any cwd. Quiet on success; on failure prints a
@@ -31,6 +32,11 @@ REMOTE_VERSION="0.15.1"
 # tests/interop/test_hub_peers.py.
 INSPECTOR_PKG="@modelcontextprotocol/inspector"
 INSPECTOR_VERSION="2.12.0"
+# fastmcp, a third-party Python server framework, from PyPI into a virtual environment of its own (its dependencies
+# may differ from the project's pinned `mcp`): tests/interop/test_hub_fastmcp.py runs tests/fixtures/fastmcp_server.py
+# with tests/.peers/fastmcp-venv/bin/python. Made with $FASTMCP_BASE_PYTHON (python3 on PATH unless set).
+FASTMCP_PKG="fastmcp"
+FASTMCP_VERSION="4.0.10"
 
 src="${BASH_SOURCE[0]}"
 [[ "$src" == */* ]] && here="${src%/*}" || here=.
@@ -42,6 +48,17 @@ conformance="$mods/.bin/conformance"
 next_peers="$peers/conformance-next"
 next_conformance="$next_peers/node_modules/.bin/conformance"
 inspector_peers="$peers/inspector"
+fastmcp_venv="$peers/fastmcp-venv"
+
+# Whether the fastmcp venv holds the pinned version (its dist-info directory, read without starting Python).
+fastmcp_ok() {
+    local found
+    [[ -x "$fastmcp_venv/bin/python" ]] || return 1
+    for found in "$fastmcp_venv"/lib/python3*/site-packages/"$FASTMCP_PKG-$FASTMCP_VERSION".dist-info; do
+        [[ -d "$found" ]] && return 0
+    done
+    return 1
+}
 
 die() { echo "tests/peers/install.sh: $*" >&2; exit 1; }
 
@@ -118,4 +135,22 @@ fi
 if ! out="$(PATH="$node_bin:$PATH" "$next_conformance" --version 2>&1)"; then
     echo "$out" >&2
     die "conformance $CONF_NEXT_VERSION CLI failed to start with $node_bin/node"
+fi
+
+if ! fastmcp_ok; then
+    base="${FASTMCP_BASE_PYTHON:-python3}"
+    command -v "$base" >/dev/null 2>&1 || die "$base not found on PATH (needed to make $fastmcp_venv for $FASTMCP_PKG==$FASTMCP_VERSION)"
+    mkdir -p "$peers"
+    log="$peers/fastmcp-install.log"
+    if ! { "$base" -m venv --clear "$fastmcp_venv" \
+            && "$fastmcp_venv/bin/python" -m pip install --quiet --disable-pip-version-check "$FASTMCP_PKG==$FASTMCP_VERSION"; } \
+            >"$log" 2>&1; then
+        cat "$log" >&2
+        die "pip install of $FASTMCP_PKG==$FASTMCP_VERSION into $fastmcp_venv failed (log: $log)"
+    fi
+    fastmcp_ok || die "after pip install, $FASTMCP_PKG $FASTMCP_VERSION is not present in $fastmcp_venv"
+    if ! out="$("$fastmcp_venv/bin/python" -c 'import fastmcp' 2>&1)"; then
+        echo "$out" >&2
+        die "$FASTMCP_PKG $FASTMCP_VERSION does not import in $fastmcp_venv"
+    fi
 fi
