@@ -14,7 +14,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
@@ -24,7 +24,6 @@ from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core.capabilities import INPUT_METHODS
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
-from mcpgate.core.views import View
 from mcpgate.observe import audit
 from mcpgate.serve.modern import calls, era_probe
 from mcpgate.serve.modern.answers import Answers
@@ -35,6 +34,9 @@ from mcpgate.serve.modern.calls import mint
 from mcpgate.serve.modern.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
 from mcpgate.serve.servers import watchdog
 from mcpgate.serve.sessions.session import ChildSpec
+
+if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are configured
+    from mcpgate.core.views import View
 
 log = logging.getLogger("mcpgate.pool")
 
