@@ -11,8 +11,11 @@ worker's. Nothing is added to the gateway itself.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,9 +56,9 @@ FEATURE_ONLY = ("authlib", "joserfc", "redis", "requests", "prometheus_client", 
 # this session's features (issue 25 and 26), each imported only when configured: a remote upstream in
 # MCPGATE_CONFIG, the management API's token or scope, the vault's SQLite store and its sealing
 NEW_FEATURES = ("mcpgate.serve.remote", "mcpgate.serve.admin", "sqlite3", "_sqlite3", "cryptography")
-# imported at module level by modules every worker loads (serve/servers/published.py and server.py,
-# serve/sessions/session.py, serve/errors.py, serve/modern/pool.py and stateless.py): still in a plain worker
-NOT_YET_LAZY = (
+# MCPGATE_CONFIG's features (its reader, groups, views, pins, the search view, the vault) and metrics: each imported
+# where it is configured (serve/servers/published.py and server.py), not by a plain worker
+CONFIGURED_ONLY = (
     "mcpgate.serve.hub",
     "mcpgate.core.hub",
     "mcpgate.serve.pins",
@@ -63,7 +66,14 @@ NOT_YET_LAZY = (
     "mcpgate.serve.vault",
     "mcpgate.core.views",
     "mcpgate.core.tool_search",
+    "mcpgate.serve.servers.config_file",
+    "mcpgate.serve.servers.remote_entry",
+    "mcpgate.serve.servers.views_file",
+    "mcpgate.serve.servers.search_view",
+    "mcpgate.serve.metrics",
 )
+# of the vault, only its errors (standard library only): the endpoint's table and the pool catch SlotsEmpty
+VAULT_ALWAYS = {"mcpgate.serve.vault", "mcpgate.serve.vault.errors"}
 # only with a feature that adds routes (an OAuth mode, metrics): a plain worker's app is a BareApp
 FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 # the OAuth modes' modules: only the mode's dispatcher (oauth/setup.py, standard library only) is always there
@@ -130,20 +140,19 @@ def test_a_plain_worker_holds_no_feature_module(plain: tuple[Gateway, Path]) -> 
         assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
 
 
-@pytest.mark.xfail(strict=True, reason="hub, pins, vault, views and search are imported by every worker yet")
 def test_a_plain_worker_holds_none_of_the_hubs_modules(plain: tuple[Gateway, Path]) -> None:
     gw, out = plain
     used(gw)
     modules = worker_modules(gw, out)
-    held = {package: sorted(of(modules, package))[:3] for package in NOT_YET_LAZY if of(modules, package)}
-    assert not held, f"in a plain worker: {held}"
+    held = {package: sorted(of(modules, package) - VAULT_ALWAYS)[:3] for package in CONFIGURED_ONLY}
+    assert not any(held.values()), f"in a plain worker: { {k: v for k, v in held.items() if v} }"
 
 
 def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, Path]) -> None:
     _, out = plain
     modules = set(Path(f"{out}.master").read_text().split())  # written before the worker was started
     assert "mcpgate.gunicorn_config" in modules
-    for package in (*MASTER_NEVER, *NEW_FEATURES, *MASTER_NOT_SERVING):
+    for package in (*MASTER_NEVER, *NEW_FEATURES, *MASTER_NOT_SERVING, *CONFIGURED_ONLY):
         assert not of(modules, package), f"{package} in the master: {sorted(of(modules, package))[:5]}"
 
 
@@ -213,3 +222,81 @@ def test_the_admin_token_imports_the_management_api(tmp_path: Path) -> None:
         modules = worker_modules(gw, out)
     assert "mcpgate.serve.admin.api" in modules
     assert not of(modules, "sqlite3") and not of(modules, "mcpgate.serve.remote")
+
+
+# -- what one import loads, in a fresh interpreter (no gateway started): each cut above, one module at a time --
+
+
+def imported(code: str, env: dict[str, str] | None = None) -> set[str]:
+    """The modules a fresh interpreter holds after running `code`, with none of the gateway's settings in its
+    environment but `env`'s."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MCPGATE_", "REDIS_", "OTEL_"))}
+    dump = "\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code + dump],
+        env={**clean, "MCPGATE_LOG_LEVEL": "WARNING", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return set(done.stdout.split())
+
+
+WORKER_APP = "from gevent import monkey\nmonkey.patch_all()\nimport mcpgate.wsgi"  # what a worker loads
+
+
+def held(modules: set[str], packages: tuple[str, ...], allowed: set[str] = VAULT_ALWAYS) -> dict[str, list[str]]:
+    found = {package: sorted(of(modules, package) - allowed)[:3] for package in packages}
+    return {package: names for package, names in found.items() if names}
+
+
+def test_the_plain_app_imports_no_configured_feature() -> None:
+    modules = imported(WORKER_APP)
+    assert "mcpgate.serve.servers.published" in modules
+    assert not held(modules, (*CONFIGURED_ONLY, *FEATURE_ONLY, *FLASK, *NEW_FEATURES))
+
+
+def test_the_master_config_imports_no_server_module() -> None:
+    """mcpgate.gunicorn_config (the master's settings and hooks) without MCPGATE_CONFIG: not the file's reader."""
+    modules = imported("import mcpgate.gunicorn_config")
+    assert not held(modules, (*CONFIGURED_ONLY, *MASTER_NOT_SERVING, *MASTER_NEVER), allowed=set())
+
+
+def test_a_config_file_without_groups_imports_the_reader_not_the_hub(tmp_path: Path) -> None:
+    """One server in MCPGATE_CONFIG: the file's reader and groups' plan, not the hub's children, pins or views."""
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"one": {"command": sys.executable, "args": ["-V"]}}}))
+    modules = imported(WORKER_APP, {"MCPGATE_CONFIG": str(config)})
+    assert {"mcpgate.serve.servers.config_file", "mcpgate.serve.hub.groups"} <= modules
+    assert not held(modules, ("mcpgate.serve.hub.server", "mcpgate.serve.hub.child", "mcpgate.core.hub"))
+    assert not held(modules, ("mcpgate.serve.pins", "mcpgate.serve.servers.search_view", "mcpgate.serve.metrics"))
+
+
+def test_a_group_imports_the_hub(tmp_path: Path) -> None:
+    """Two servers: the aggregate publishes them together, its modules are there (the test above can fail)."""
+    entry = {"command": sys.executable, "args": ["-V"]}
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"one": entry, "two": entry}}))
+    modules = imported(WORKER_APP, {"MCPGATE_CONFIG": str(config)})
+    assert {"mcpgate.serve.hub.server", "mcpgate.serve.hub.child", "mcpgate.core.hub"} <= modules
+
+
+def test_each_feature_setting_imports_its_module() -> None:
+    """The settings that bring a module in (the plain app's test above holds none of them)."""
+    features = {
+        "MCPGATE_TOOL_PINS": ("warn", "mcpgate.serve.pins.guard"),
+        "MCPGATE_TOOL_SEARCH": ("true", "mcpgate.serve.servers.search_view"),
+        "MCPGATE_METRICS": ("true", "mcpgate.serve.metrics"),
+    }
+    env = {name: value for name, (value, _module) in features.items()}
+    modules = imported(WORKER_APP, env)
+    assert {module for _value, module in features.values()} <= modules
+
+
+def test_the_named_servers_listing_path_is_the_config_files() -> None:
+    """published.PREFIX is named there so that a plain worker does not load the file's reader for GET /servers."""
+    from mcpgate.serve.servers import config_file, published
+
+    assert published.PREFIX == config_file.PREFIX

@@ -25,8 +25,7 @@ from mcpgate.core.routing import DuplicateRequestId
 from mcpgate.core.sessions import SessionLimitReached
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
-from mcpgate.serve.vault import elicit
-from mcpgate.serve.vault.vault import SlotsEmpty
+from mcpgate.serve.vault.errors import URL_ELICITATION_REQUIRED, SlotsEmpty  # (not the vault: vault/errors.py)
 
 log = logging.getLogger("mcpgate.http")
 
@@ -96,6 +95,12 @@ def _request_id(exc: Exception) -> jsonrpc.Id | None:
     return exc.request_id if isinstance(exc, DuplicateRequestId) else None
 
 
+def _elicitations(exc: Exception) -> Any:
+    from mcpgate.serve.vault import elicit  # only a server with per-user credentials raises SlotsEmpty
+
+    return elicit.error_data(exc)
+
+
 # The one table: a domain exception (or a subclass: PrincipalLimitReached is a SessionLimitReached) -> its refusal.
 REFUSALS: Final[dict[type[Exception], Rule]] = {
     SessionLimitReached: Rule(
@@ -103,7 +108,7 @@ REFUSALS: Final[dict[type[Exception], Rule]] = {
     ),
     ChildSpawnError: Rule(502, jsonrpc.INTERNAL_ERROR, lambda exc: CANNOT_START, logged="cannot start the MCP server"),
     DuplicateRequestId: Rule(400, jsonrpc.INVALID_REQUEST, lambda exc: f"Invalid Request: {exc}", own_id=_request_id),
-    SlotsEmpty: Rule(200, elicit.URL_ELICITATION_REQUIRED, str, data=elicit.error_data),  # a user's slot (serve/vault)
+    SlotsEmpty: Rule(200, URL_ELICITATION_REQUIRED, str, data=_elicitations),  # a user's slot (serve/vault)
 }
 DOMAIN: Final = tuple(REFUSALS)
 

@@ -18,7 +18,6 @@ from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.observe import audit, logs, refusals, tracing
-from mcpgate.serve import metrics
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth, checks
 from mcpgate.serve.front.bare import BareApp, Health, Missing
@@ -28,7 +27,6 @@ from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartRe
 from mcpgate.serve.kinds import RouteKind
 from mcpgate.serve.oauth.setup import Authenticator, authenticator
 from mcpgate.serve.runtime import Runtime
-from mcpgate.serve.servers import config_file, views_file
 from mcpgate.serve.servers.published import LISTING, PublishedServers
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions import legacy_sse, streamable
@@ -227,6 +225,8 @@ class Endpoint:
         context(environ).server = name
         if self.cluster is not None:  # here, or forwarded to the instance owning the session it names
             if server.views is None and context(environ).view:  # a forwarder's view, and no views here
+                from mcpgate.serve.servers import views_file
+
                 raise views_file.mismatch(str(context(environ).view), "")
             return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], server))
         return HANDLERS[kind](server, HttpRequest(environ))
@@ -254,6 +254,8 @@ def where(servers: PublishedServers, guard: Guard, environ: dict[str, Any]) -> s
     """What a 404 adds after "Not Found": where the MCP endpoints are, the named servers' path shape (their names
     from GET /servers, behind its authentication), MCPGATE_PATH to a caller who may know what is served."""
     if servers.named:
+        from mcpgate.serve.servers import config_file
+
         return f": the MCP endpoints here are {config_file.paths('<name>')[0]} (GET {config_file.PREFIX} lists them)"
     if guard.may_know(environ):
         return f": the MCP endpoint here is {servers.settings.path}"
@@ -338,6 +340,8 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
         app.wsgi_app = admin.mount(app.wsgi_app, settings, runtime, guard.authenticator)  # type: ignore[method-assign]
     app.wsgi_app = Endpoint(app.wsgi_app, servers, guard, cors)  # type: ignore[method-assign]
     if settings.metrics and not isinstance(app, BareApp):  # off: no /metrics route and no wrapper on any request
+        from mcpgate.serve import metrics
+
         observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
         app.wsgi_app = observed  # type: ignore[method-assign]
     return app

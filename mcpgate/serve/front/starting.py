@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from mcpgate.child.spawn import split_command
 from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
-from mcpgate.serve.servers import config_file
 
 
 def describe(settings: Settings, binds: Sequence[str]) -> str:
@@ -25,6 +24,8 @@ def describe(settings: Settings, binds: Sequence[str]) -> str:
     100); auth: none."""
     bases = [address if address.startswith(("unix:", "fd:")) else f"http://{address}" for address in binds]
     if settings.config:
+        from mcpgate.serve.servers import config_file  # (the file's reader: only a master serving one loads it)
+
         names = [entry.name for entry in config_file.load(settings.config).servers]
         what = f"the servers of MCPGATE_CONFIG={settings.config} ({', '.join(names) or 'none'})"
         paths = config_file.paths("<name>")

@@ -24,19 +24,21 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import hub_lists
 from mcpgate.core.sessions import new_session_id
 from mcpgate.core.tool_filter import ToolFilter
-from mcpgate.serve.cluster.instances import Cluster
-from mcpgate.serve.hub.child import HubMember
-from mcpgate.serve.hub.server import HubServer
 from mcpgate.serve.kinds import RouteKind
 from mcpgate.serve.servers import config_file
 from mcpgate.serve.servers.config_file import ConfigError, ServerEntry
-from mcpgate.serve.servers.server import PublishedServer
+
+if TYPE_CHECKING:  # the hub's machinery (its children, core/hub.py) is imported when a group is published
+    from mcpgate.serve.cluster.instances import Cluster
+    from mcpgate.serve.hub.child import HubMember
+    from mcpgate.serve.hub.server import HubServer
+    from mcpgate.serve.servers.server import PublishedServer
 
 log = logging.getLogger("mcpgate.hub")
 
@@ -186,6 +188,8 @@ class Groups:
 
     @staticmethod
     def _member(entry: ServerEntry, server: PublishedServer) -> HubMember:
+        from mcpgate.serve.hub.child import HubMember
+
         # hidden here too; and its pinned definitions (serve/pins) hold here, in its own store, by its own names
         tools = ToolFilter.of(server.settings.tools_allow, server.settings.tools_deny, pins=server.pins)
         return HubMember(entry.name, prefix_of(entry), server.child_spec, server.command_problem, tools)
@@ -193,6 +197,8 @@ class Groups:
     def _server(
         self, group: Group, entries: Mapping[str, ServerEntry], servers: Mapping[str, PublishedServer]
     ) -> HubServer:
+        from mcpgate.serve.hub.server import HubServer
+
         members = tuple(self._member(entries[name], servers[name]) for name in group.servers)
         mcp, sse, messages = group.paths
         # the group pins and filters nothing of its own: each member's pins and tool lists act on its part

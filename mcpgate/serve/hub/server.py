@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import new_session_id
-from mcpgate.core.views import View
-from mcpgate.serve.cluster.instances import Cluster
-from mcpgate.serve.hub.child import HubMember
 from mcpgate.serve.hub.spec import HubSpec
 from mcpgate.serve.hub.views import NOTHING, Resolver, pool_key
 from mcpgate.serve.servers.server import PublishedServer
-from mcpgate.serve.sessions.session import Session
+
+if TYPE_CHECKING:
+    from mcpgate.core.views import View
+    from mcpgate.serve.cluster.instances import Cluster
+    from mcpgate.serve.hub.child import HubMember
+    from mcpgate.serve.sessions.session import Session
 
 HUB_ARGV0 = "mcpgate-hub"  # argv[0] of a group's spec: names no program, only the group (its era is remembered)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
@@ -28,7 +28,6 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
-from mcpgate.core.views import View
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern import tool_notes
@@ -39,7 +38,10 @@ from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.modern.tasks import Tasks
 from mcpgate.serve.sessions.session import ChildSpec
 from mcpgate.serve.sessions.stream import StreamLimits
-from mcpgate.serve.vault.vault import SlotsEmpty
+from mcpgate.serve.vault.errors import SlotsEmpty
+
+if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are configured
+    from mcpgate.core.views import View
 
 log = logging.getLogger("mcpgate.pool")
 

@@ -32,8 +32,7 @@ from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions.stream import Stream
-from mcpgate.serve.vault import elicit
-from mcpgate.serve.vault.vault import SlotsEmpty
+from mcpgate.serve.vault.errors import SlotsEmpty
 
 log = logging.getLogger("mcpgate.http")
 
@@ -52,10 +51,14 @@ def post(gw: PublishedServer, request: HttpRequest, message: Request | Notificat
     if gw.closing and not is_retry(message):  # draining: a retry may still resume the call it names here
         raise shutting_down(request_id)
     if gw.child_spec.slots is not None:  # per-user credentials: a retry's answer to the vault's request dropped
+        from mcpgate.serve.vault import elicit  # (only then: a plain worker holds none of the vault)
+
         message = elicit.retry_of(message)
     try:
         return serve(gw, request, message)
     except SlotsEmpty as empty:  # the principal's child needs a slot it has not filled: sent to the vault's page
+        from mcpgate.serve.vault import elicit
+
         return elicit.modern_answer(empty, message)
     except Refusal as refusal:  # the pool's refusals (busy, crashing, cannot start) carry the request's id too
         if refusal.id is None:

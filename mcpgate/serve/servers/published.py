@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 
@@ -23,16 +23,20 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.sessions import new_session_id
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
-from mcpgate.serve.hub import groups as hub_groups
 from mcpgate.serve.kinds import EndCause, RouteKind
-from mcpgate.serve.servers import config_file, views_file
-from mcpgate.serve.servers.config_file import PREFIX, ConfigError, ServerEntry
 from mcpgate.serve.servers.server import DEFAULT_NAME, PublishedServer
-from mcpgate.serve.servers.views_file import ViewTable
-from mcpgate.serve.vault.vault import SlotFill, Vault, open_vault
+
+if TYPE_CHECKING:  # MCPGATE_CONFIG's modules (its reader, groups, views, the vault): only a worker serving it
+    from mcpgate.serve.hub.groups import Groups
+    from mcpgate.serve.servers.config_file import ServerEntry
+    from mcpgate.serve.servers.views_file import ViewTable
+    from mcpgate.serve.vault.vault import SlotFill, Vault
 
 log = logging.getLogger("mcpgate.servers")
 
+# config_file.PREFIX (tests/test_lazy_imports.py checks they agree): a worker without MCPGATE_CONFIG serves GET
+# /servers too, and does not load the file's reader for it
+PREFIX = "/servers"
 KINDS = {kind.value: kind for kind in RouteKind}  # a server's paths: Streamable HTTP, HTTP+SSE stream and messages
 LISTING = (PREFIX, PREFIX + "/")  # GET: the servers and their endpoints
 Stamp = tuple[int, int, int]  # the file's (mtime_ns, size, inode)
@@ -76,7 +80,7 @@ class PublishedServers:
         self._watcher: gevent.Greenlet | None = None
         self._fixed: dict[str, tuple[str, RouteKind]] = {}  # MCPGATE_COMMAND's paths, each also with "/"
         self.views: ViewTable | None = None  # MCPGATE_CONFIG's "views" (serve/servers/views_file.py)
-        self.hub = hub_groups.Groups(settings, clock, cluster=cluster, minter=minter)  # groups (serve/hub/groups.py)
+        self.hub: Groups | None = None  # MCPGATE_CONFIG's groups (serve/hub/groups.py); None: no file
         if not self.named:
             self._gateways[DEFAULT_NAME] = PublishedServer(settings, clock, cluster=cluster, minter=minter)
             served = {
@@ -86,8 +90,11 @@ class PublishedServers:
             }
             self._fixed = {p: (DEFAULT_NAME, kind) for path, kind in served.items() for p in (path, path + "/")}
             return
+        from mcpgate.serve.hub import groups as hub_groups
+        from mcpgate.serve.servers import config_file, views_file
+
         if settings.command:
-            raise ConfigError(
+            raise config_file.ConfigError(
                 "MCPGATE_CONFIG and MCPGATE_COMMAND are both set: list the command as a server of the file, "
                 "or unset MCPGATE_CONFIG"
             )
@@ -98,11 +105,13 @@ class PublishedServers:
         for entry in config.servers:
             self._entries[entry.name] = entry
             self._gateways[entry.name] = self._gateway(entry)
-        groups = hub_groups.plan(settings, config.servers)
-        self.hub.apply(groups, self._entries, self._gateways)
+        self.hub = hub_groups.Groups(settings, clock, cluster=cluster, minter=minter)
+        self.hub.apply(hub_groups.plan(settings, config.servers), self._entries, self._gateways)
         self._show(views_file.load(settings.config))
 
     def _gateway(self, entry: ServerEntry) -> PublishedServer:
+        from mcpgate.serve.servers import config_file
+
         return PublishedServer(
             config_file.settings_for(self.settings, entry),
             self.clock,
@@ -117,6 +126,8 @@ class PublishedServers:
         )
 
     def _slots(self, entry: ServerEntry) -> SlotFill | None:
+        from mcpgate.serve.vault.vault import SlotFill, open_vault  # (no vault unless an entry needs it)
+
         if entry.remote is not None and getattr(entry.remote.auth, "per_user", False):  # user_oauth: its tokens
             self.vault = self.vault or open_vault(self.settings, self.cluster)
             entry.remote.auth.attach(self.vault)  # (serve/vault/upstream_oauth.py)
@@ -128,7 +139,8 @@ class PublishedServers:
     def _show(self, views: ViewTable | None) -> None:
         """The views (MCPGATE_CONFIG's, None: none) every server answers its callers by."""
         self.views = views
-        if views is not None:  # a group is there for a caller whose view gives one of its servers (serve/hub/views.py)
+        if views is not None and self.hub is not None:  # a group is there for a caller whose view gives one of its
+            # servers (serve/hub/views.py)
             views.groups = {name: tuple(m.name for m in group.members) for name, group in self.hub.items()}
         for _name, gateway in self.items():
             gateway.views = views
@@ -137,11 +149,13 @@ class PublishedServers:
 
     def get(self, name: str) -> PublishedServer | None:
         gateway = self._gateways.get(name)
-        return gateway if gateway is not None else self.hub.get(name)  # a group's (serve/hub/groups.py)
+        if gateway is not None or self.hub is None:
+            return gateway
+        return self.hub.get(name)  # a group's (serve/hub/groups.py)
 
     def items(self) -> list[tuple[str, PublishedServer]]:
         """The servers, then the groups (sessions, draining, metrics); `names()` and GET /servers: the servers."""
-        return [*self._gateways.items(), *self.hub.items()]
+        return [*self._gateways.items(), *(self.hub.items() if self.hub is not None else ())]
 
     def names(self) -> list[str]:
         return list(self._gateways)
@@ -156,10 +170,10 @@ class PublishedServers:
 
     def group_settings(self) -> list[Settings]:
         """The groups' (and the aggregate's) settings: each is its own OAuth resource, at its own path."""
-        return [group.settings for _key, group in self.hub.items()]
+        return [group.settings for _key, group in self.hub.items()] if self.hub is not None else []
 
     def group_of(self, key: str) -> Settings | None:
-        group = self.hub.get(key)
+        group = self.hub.get(key) if self.hub is not None else None
         return group.settings if group is not None else None
 
     # -- routing --
@@ -167,7 +181,7 @@ class PublishedServers:
     def route(self, path: str) -> tuple[str, RouteKind] | None:
         """(server name, kind) of a request path, or None when it is none of the servers' paths. A named
         server's path is routed whether or not the name is known (`unknown` answers it)."""
-        if not self.named:
+        if self.hub is None:  # not named
             return self._fixed.get(path)
         if not path.startswith(PREFIX + "/"):
             return self.hub.route(path)  # a group's, or the aggregate's
@@ -180,7 +194,9 @@ class PublishedServers:
         (those the view of the caller of `environ` shows)."""
         names = self.visible(environ)
         known = ", ".join(names) or "(none)"
-        shown = repr(name) if config_file.NAME.fullmatch(name) else "by that name"
+        from mcpgate.serve.servers.config_file import NAME
+
+        shown = repr(name) if NAME.fullmatch(name) else "by that name"
         return Refusal(
             404,
             jsonrpc.INVALID_REQUEST,
@@ -230,7 +246,7 @@ class PublishedServers:
             states[name] = {"status": state, "sessions": len(gateway.sessions), "children": gateway.live_children()}
         broken = [name for name, state in states.items() if state["status"] != "ok"]
         status = "unavailable" if len(broken) == len(states) else "degraded" if broken else "ok"
-        groups = self.hub.items()
+        groups = self.hub.items() if self.hub is not None else []
         body: dict[str, Any] = {
             "status": status,
             "sessions": sum(state["sessions"] for state in states.values()) + sum(len(g.sessions) for _, g in groups),
@@ -247,14 +263,17 @@ class PublishedServers:
 
     def reload(self) -> ReloadReport:
         """Read the file again and apply what changed (see the module's docstring)."""
-        if not self.named:
+        if self.hub is None:  # not named
             return ReloadReport(unchanged=tuple(self._gateways))
+        from mcpgate.serve.hub import groups as hub_groups
+        from mcpgate.serve.servers import config_file, views_file
+
         self._stamp = stamp(self.settings.config)
         try:
             config = config_file.load(self.settings.config)
             views = views_file.load(self.settings.config)
             groups = hub_groups.plan(self.settings, config.servers)
-        except ConfigError as exc:
+        except config_file.ConfigError as exc:
             log.error("%s; the servers already running go on unchanged", exc)
             return ReloadReport(unchanged=tuple(self._gateways), error=str(exc))
         for warning in config.skipped:

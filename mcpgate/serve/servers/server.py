@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from gevent.event import AsyncResult
@@ -18,21 +18,23 @@ from mcpgate.child.process import ChildProcess
 from mcpgate.child.spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionRegistry, new_session_id
-from mcpgate.core.views import View
 from mcpgate.serve.cluster import caps
 from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.kinds import EndCause
-from mcpgate.serve.metrics import Tally
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
-from mcpgate.serve.pins.guard import pins_for
-from mcpgate.serve.servers.remote_entry import RemoteEntry
-from mcpgate.serve.servers.search_view import SearchView
-from mcpgate.serve.servers.views_file import ViewTable
 from mcpgate.serve.sessions.kept import keeper_for
 from mcpgate.serve.sessions.session import ChildSpec, Session
 from mcpgate.serve.sessions.stream import StreamLimits
-from mcpgate.serve.vault.vault import SlotFill
+
+if TYPE_CHECKING:  # each feature's modules are imported where it is configured (tests/test_lazy_imports.py)
+    from mcpgate.core.views import View
+    from mcpgate.serve.metrics import Tally
+    from mcpgate.serve.pins.guard import ServerPins
+    from mcpgate.serve.servers.remote_entry import RemoteEntry
+    from mcpgate.serve.servers.search_view import SearchView
+    from mcpgate.serve.servers.views_file import ViewTable
+    from mcpgate.serve.vault.vault import SlotFill
 
 log = logging.getLogger("mcpgate.server")
 
@@ -64,7 +66,11 @@ class PublishedServer:
         self.settings = settings
         self.clock = clock
         self.name = name
-        self.tally = Tally() if settings.metrics else None  # child exits, drops, write-queue closes for /metrics
+        self.tally: Tally | None = None  # child exits, drops, write-queue closes for /metrics (MCPGATE_METRICS)
+        if settings.metrics:
+            from mcpgate.serve.metrics import Tally
+
+            self.tally = Tally()
         self.sessions: SessionRegistry[Session] = SessionRegistry(
             settings.max_sessions, settings.session_idle_ttl, minter
         )
@@ -112,10 +118,18 @@ class PublishedServer:
         self.caps = caps.for_server(settings, name, cluster)
         self.cluster = cluster
         self.keeper = keeper_for(settings, name, cluster)  # what a takeover replays (serve/cluster/takeover.py)
-        self.pins = pins_for(settings, name, cluster)  # pinned tool definitions (None: MCPGATE_TOOL_PINS off)
+        self.pins: ServerPins | None = None  # pinned tool definitions (None: MCPGATE_TOOL_PINS off)
+        if settings.tool_pins != "off":
+            from mcpgate.serve.pins.guard import pins_for
+
+            self.pins = pins_for(settings, name, cluster)
         self.reviving: dict[str, AsyncResult] = {}  # sessions being taken over here: their requests wait
         self.views: ViewTable | None = None  # MCPGATE_CONFIG's views (serve/servers/views_file.py); None: none
-        self.search = SearchView(settings, clock) if settings.tool_search else None  # the search view, when on
+        self.search: SearchView | None = None  # the search view (MCPGATE_TOOL_SEARCH), when on
+        if settings.tool_search:
+            from mcpgate.serve.servers.search_view import SearchView
+
+            self.search = SearchView(settings, clock)
 
     def _configured_env(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in self.settings.pass_env if name in os.environ}

@@ -34,11 +34,11 @@ from mcpgate.serve.sessions.stream import Delivery as Delivery
 from mcpgate.serve.sessions.stream import End as End
 from mcpgate.serve.sessions.stream import Stream as Stream
 from mcpgate.serve.sessions.stream import StreamLimits
-from mcpgate.serve.vault.vault import SlotFill
 
 if TYPE_CHECKING:
     from mcpgate.core.views import View
     from mcpgate.serve.sessions.kept import Keeper
+    from mcpgate.serve.vault.vault import SlotFill
 
 log = logging.getLogger("mcpgate.session")
 

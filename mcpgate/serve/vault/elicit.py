@@ -23,9 +23,9 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.capabilities import client_capabilities
 from mcpgate.core.jsonrpc import Request
 from mcpgate.serve.front.http import HttpResponse, Refusal, json_response
-from mcpgate.serve.vault.vault import SlotsEmpty
+from mcpgate.serve.vault.errors import URL_ELICITATION_REQUIRED as URL_ELICITATION_REQUIRED
+from mcpgate.serve.vault.errors import SlotsEmpty
 
-URL_ELICITATION_REQUIRED = -32042
 INPUT_KEY = "mcpgate-vault"
 MRTR_METHODS = ("tools/call", "prompts/get", "resources/read")
 

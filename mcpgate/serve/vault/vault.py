@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from mcpgate.config.settings import Settings
+from mcpgate.serve.vault.errors import ENV_PREFIX as ENV_PREFIX  # declared apart (errors.py), named here too
 from mcpgate.serve.vault.errors import CannotOpen, VaultKeyMissing, VaultUnavailable, WrongVaultKey
-from mcpgate.serve.vault.slots import SlotInfo, Slots
+from mcpgate.serve.vault.errors import SlotsEmpty as SlotsEmpty
+from mcpgate.serve.vault.slots import Slots
 from mcpgate.serve.vault.store import Entry, SqliteVaultStore, VaultStore
 
 if TYPE_CHECKING:
@@ -39,24 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.vault")
 
 REVOKED = "credentials"  # the end cause of a child stopped because a slot it holds changed (not a crash)
-ENV_PREFIX = "USER_SECRET_"  # without OAuth: slot x is the operator's USER_SECRET_X
 PAGE_PATH = "/vault"
 
 Stamp = tuple[tuple[str, int], ...]
-
-
-class SlotsEmpty(Exception):
-    """A child of `principal` needs slots that are empty: the user fills them at `url` (None: the operator sets
-    them in the gateway's environment). The message names the slots' labels, never a value."""
-
-    def __init__(self, missing: Sequence[SlotInfo], url: str | None) -> None:
-        self.missing, self.url = tuple(missing), url
-        labels = ", ".join(info.label for info in self.missing)
-        if url is None:
-            names = ", ".join(ENV_PREFIX + info.name.upper() for info in self.missing)
-            super().__init__(f"The MCP server needs {labels}: the gateway's operator must set {names}")
-        else:
-            super().__init__(f"The MCP server needs your {labels}: set it at {url}, then retry")
 
 
 class Vault:
