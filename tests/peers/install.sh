@@ -86,6 +86,25 @@ installed_ok() {
         && [[ "$(pkg_version "$REMOTE_PKG")" == "$REMOTE_VERSION" && -x "$mods/.bin/mcp-remote" ]]
 }
 
+# First, so a machine without npm still gets it.
+if ! fastmcp_ok; then
+    base="${FASTMCP_BASE_PYTHON:-python3}"
+    command -v "$base" >/dev/null 2>&1 || die "$base not found on PATH (needed to make $fastmcp_venv for $FASTMCP_PKG==$FASTMCP_VERSION)"
+    mkdir -p "$peers"
+    log="$peers/fastmcp-install.log"
+    if ! { "$base" -m venv --clear "$fastmcp_venv" \
+            && "$fastmcp_venv/bin/python" -m pip install --quiet --disable-pip-version-check "$FASTMCP_PKG==$FASTMCP_VERSION"; } \
+            >"$log" 2>&1; then
+        cat "$log" >&2
+        die "pip install of $FASTMCP_PKG==$FASTMCP_VERSION into $fastmcp_venv failed (log: $log)"
+    fi
+    fastmcp_ok || die "after pip install, $FASTMCP_PKG $FASTMCP_VERSION is not present in $fastmcp_venv"
+    if ! out="$("$fastmcp_venv/bin/python" -c 'import fastmcp' 2>&1)"; then
+        echo "$out" >&2
+        die "$FASTMCP_PKG $FASTMCP_VERSION does not import in $fastmcp_venv"
+    fi
+fi
+
 if ! installed_ok; then
     command -v npm >/dev/null 2>&1 || die "npm not found on PATH (needed to install $NODE_PKG@$NODE_MAJOR and $CONF_PKG@$CONF_VERSION)"
     mkdir -p "$peers"
@@ -135,22 +154,4 @@ fi
 if ! out="$(PATH="$node_bin:$PATH" "$next_conformance" --version 2>&1)"; then
     echo "$out" >&2
     die "conformance $CONF_NEXT_VERSION CLI failed to start with $node_bin/node"
-fi
-
-if ! fastmcp_ok; then
-    base="${FASTMCP_BASE_PYTHON:-python3}"
-    command -v "$base" >/dev/null 2>&1 || die "$base not found on PATH (needed to make $fastmcp_venv for $FASTMCP_PKG==$FASTMCP_VERSION)"
-    mkdir -p "$peers"
-    log="$peers/fastmcp-install.log"
-    if ! { "$base" -m venv --clear "$fastmcp_venv" \
-            && "$fastmcp_venv/bin/python" -m pip install --quiet --disable-pip-version-check "$FASTMCP_PKG==$FASTMCP_VERSION"; } \
-            >"$log" 2>&1; then
-        cat "$log" >&2
-        die "pip install of $FASTMCP_PKG==$FASTMCP_VERSION into $fastmcp_venv failed (log: $log)"
-    fi
-    fastmcp_ok || die "after pip install, $FASTMCP_PKG $FASTMCP_VERSION is not present in $fastmcp_venv"
-    if ! out="$("$fastmcp_venv/bin/python" -c 'import fastmcp' 2>&1)"; then
-        echo "$out" >&2
-        die "$FASTMCP_PKG $FASTMCP_VERSION does not import in $fastmcp_venv"
-    fi
 fi
