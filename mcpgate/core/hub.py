@@ -18,7 +18,10 @@ resources lists) is core/hub_fan.py's `Lists`, which also holds the state; this 
 - tools/call, prompts/get, completion/complete (ref/prompt): routed by the name's prefix, sent with the
   member's own name. resources/read, subscribe, unsubscribe, completion/complete (ref/resource): routed by URI
   (hub_lists.UriMap, filled from the members' resources/list answers, the hub's own included). An unknown
-  prefix is -32602 "Unknown tool"; a known member that is gone is -32000 naming the server and why.
+  prefix is -32602 "Unknown tool"; a known member that is gone is -32000 naming the server and why. A URI no
+  member is known to list, while the hub's own resources lists are still out (a read right after
+  notifications/initialized, or after a resources list_changed), is held until they are answered (at most
+  PRIME_WAIT seconds, and within `in_flight`), then routed or answered -32002.
 - Ids: every request to a member gets a hub id (a counter); its answer goes back with the client's id. A
   member's request to the client (sampling, elicitation, roots) gets a hub id too, and the client's answer goes
   back to that member with the member's id; the member's notifications/cancelled for it is renamed likewise.
@@ -61,6 +64,7 @@ from mcpgate.core.hub_messages import (
 from mcpgate.core.jsonrpc import Notification, Request, Response
 
 COALESCE = 0.2  # seconds between a member's list_changed and the client's
+PRIME_WAIT = 5.0  # seconds a request for a URI no member lists yet waits for the hub's own resources lists
 RESOURCE_NOT_FOUND = -32002
 ROUTED_BY_NAME = {"tools/call": "Unknown tool", "prompts/get": "Unknown prompt"}
 ROUTED_BY_URI = ("resources/read", "resources/subscribe", "resources/unsubscribe")
@@ -104,14 +108,8 @@ class Hub(Lists):
             return self._fan(message.id, method, params, self._ready(None), now)
         if method in ROUTED_BY_NAME:
             return self._by_name(message, params, str(params.get("name", "")), now, ROUTED_BY_NAME[method])
-        if method in ROUTED_BY_URI:
-            return self._by_uri(message, params, params.get("uri"), now)
-        if method == "completion/complete":
-            ref = params.get("ref") if isinstance(params.get("ref"), dict) else {}
-            assert isinstance(ref, dict)
-            if ref.get("type") == "ref/prompt":
-                return self._by_name(message, params, str(ref.get("name", "")), now, "Unknown prompt", ref)
-            return self._by_uri(message, params, ref.get("uri"), now, ref)
+        if method in ROUTED_BY_URI or method == "completion/complete":
+            return self._by_resource(message, params, now)
         return [error(message.id, jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}")]
 
     def _client_notification(self, message: Notification) -> list[Out]:
@@ -120,6 +118,7 @@ class Hub(Lists):
             request_id = params.get("requestId")
             if not jsonrpc.is_valid_id(request_id):
                 return []
+            self._held.pop(jsonrpc.id_key(request_id), None)  # held for the URI map: never sent
             out: list[Out] = []
             for hub_id in self._by_client.pop(jsonrpc.id_key(request_id), []):
                 pending = self._release(hub_id)
@@ -159,17 +158,59 @@ class Hub(Lists):
         params = {**params, "ref": named} if named is not None else {**params, "name": parts[1]}
         return self._route(message, member, params, now)
 
-    def _by_uri(self, message: Request, params: dict[str, Any], uri: object, now: float, ref: Any = None) -> list[Out]:
+    def _by_resource(
+        self, message: Request, params: dict[str, Any], now: float, hold: float | None = None
+    ) -> list[Out]:
+        """A request routed by its URI (a completion of a prompt argument: by the prompt's name). `hold`: since
+        when it has been held (None: it is new); -1: it may not be held again."""
+        if message.method != "completion/complete":
+            return self._by_uri(message, params, params.get("uri"), now, hold)
+        ref = params.get("ref") if isinstance(params.get("ref"), dict) else {}
+        assert isinstance(ref, dict)
+        if ref.get("type") == "ref/prompt":
+            return self._by_name(message, params, str(ref.get("name", "")), now, "Unknown prompt", ref)
+        return self._by_uri(message, params, ref.get("uri"), now, hold)
+
+    def _by_uri(
+        self, message: Request, params: dict[str, Any], uri: object, now: float, hold: float | None
+    ) -> list[Out]:
         if not isinstance(uri, str):
             return [error(message.id, jsonrpc.INVALID_PARAMS, "Invalid params: a resource uri is required")]
         found = self.uris.resolve(uri, tuple(self._ready("resources")))
-        if isinstance(found, Ambiguous):
-            names = ", ".join(found.members)
-            text = f"Resource {uri} is served by more than one server of this endpoint ({names}): ambiguous"
-            return [error(message.id, jsonrpc.INVALID_PARAMS, text, {"uri": uri, "servers": list(found.members)})]
+        if isinstance(found, Ambiguous):  # named in the file's order, whichever listed it first
+            servers = [name for name in self.members if name in found.members]
+            text = (
+                f"Resource {uri} is served by more than one server of this endpoint ({', '.join(servers)}): ambiguous"
+            )
+            return [error(message.id, jsonrpc.INVALID_PARAMS, text, {"uri": uri, "servers": servers})]
         if found is None:
+            if hold != -1 and self._hold(message, now if hold is None else hold):
+                return [Wake(PRIME_WAIT)] if hold is None else []
             return [error(message.id, RESOURCE_NOT_FOUND, f"Resource not found: no server here lists {uri}")]
         return self._route(message, found, params, now)
+
+    def _hold(self, message: Request, since: float) -> bool:
+        """Hold a request for a URI nobody is known to list while the hub's own resources lists are out."""
+        if not self._priming() or len(self._pending) + len(self._held) >= self.in_flight:
+            return False
+        key = jsonrpc.id_key(message.id)
+        self._held[key] = (message, since)
+        self._by_client[key] = []  # in flight: its id is taken, its cancel finds nothing to send
+        return True
+
+    def _priming(self) -> bool:
+        return any(p.fan is not None and p.fan.client_id is None for p in self._pending.values())
+
+    def _release_held(self, now: float) -> list[Out]:
+        """The held requests whose URI a member now lists routed; once the hub's own lists are answered (or
+        after PRIME_WAIT), the others answered not found."""
+        out: list[Out] = []
+        for key, (message, since) in list(self._held.items()):
+            del self._held[key]
+            self._by_client.pop(key, None)
+            params = message.params if isinstance(message.params, dict) else {}
+            out += self._by_resource(message, params, now, since if now - since < PRIME_WAIT else -1)
+        return out
 
     def _route(self, message: Request, member: str, params: dict[str, Any], now: float) -> list[Out]:
         state = self.members[member]
@@ -192,7 +233,8 @@ class Hub(Lists):
         if self.members[member].gone is not None:
             return []
         if isinstance(message, Response):
-            return self._member_answer(member, message)
+            out = self._member_answer(member, message)
+            return out + self._release_held(now) if self._held else out
         if isinstance(message, Request):
             return self._member_request(member, message)
         return self._member_notification(member, message)
@@ -281,13 +323,14 @@ class Hub(Lists):
                 obj = {"jsonrpc": "2.0", "method": method}
                 out.append(ToClient(Notification(method, None, obj)))
             self._changed.clear()
-        return out
+        return out + self._release_held(now)
 
     def member_gone(self, member: str, reason: str, now: float) -> list[Out]:
         """A member ended (or never started): its requests fail, its lists vanish (list_changed)."""
         if self.members[member].gone is not None:
             return []
-        return self._gone(member, reason)
+        out = self._gone(member, reason)
+        return out + self._release_held(now) if self._held else out
 
     def _gone(self, member: str, reason: str) -> list[Out]:
         state = self.members[member]

@@ -50,6 +50,7 @@ class Lists:
         self._by_client: dict[IdKey, list[int]] = {}
         self._tokens: dict[tuple[str, IdKey], int] = {}
         self._asked = ServerRequests()  # the members' requests to the client
+        self._held: dict[IdKey, tuple[Request, float]] = {}  # URI-routed requests waiting for the URI map
         self._changed: set[str] = set()
         self.handshake = False  # initialize was asked
         self.initialized = False  # notifications/initialized came

@@ -2,8 +2,10 @@
 
 It is what a group's spec makes (serve/hub/spec.py), so a 2025 session, the 2026-07-28 pool and its bridge, and
 HTTP+SSE talk to it as to any child. `start()` starts one member child per member server through that server's
-own `spec.process(...)` (a stdio ChildProcess, or whatever that spec makes); a member that cannot start is
-logged and left out (its names absent; a call naming it is told why). Every message is handed to the pure
+own `spec.process(...)` (a stdio ChildProcess, or whatever that spec makes), held as a MemberChild
+(serve/hub/member.py: spoken to through the legacy/modern bridge when its server speaks only 2026-07-28, so
+the hub speaks 2025 to every member); a member that cannot start is logged and left out (its names absent; a
+call naming it is told why). Every message is handed to the pure
 multiplexer (mcpgate/core/hub.py) and what it decides is done here: bytes to a member, a message to
 `on_message`, a member closed, a timer.
 
@@ -25,12 +27,13 @@ import gevent
 import gevent.event
 
 from mcpgate.child.limits import Usage
-from mcpgate.child.process import ChildProcess, OnMessage
+from mcpgate.child.process import OnMessage
 from mcpgate.child.spawn import ChildSpawnError
 from mcpgate.core import hub, hub_messages, jsonrpc
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.core.views import View
+from mcpgate.serve.hub.member import MemberChild
 from mcpgate.serve.hub.views import member_tools
 from mcpgate.serve.servers import watchdog
 
@@ -93,7 +96,7 @@ class HubChild:
         self.end_cause = ""
         self._on_message, self._on_exit = on_message, on_exit
         self._extra = dict(extra or {})
-        self._children: dict[str, ChildProcess] = {}
+        self._children: dict[str, MemberChild] = {}
         self._started = self._closing = False
         self._reason, self._cause = "", "stopped"
         self._done = gevent.event.Event()
@@ -116,11 +119,12 @@ class HubChild:
         for name, member in self.members.items():
             if self._closing:  # closed while starting: the rest are not started
                 break
-            child = member.spec.process(
+            child = MemberChild(  # 2025 to the hub whatever its server's era (serve/hub/member.py)
+                member.spec,
                 on_message=functools.partial(self._from_member, name),
                 on_exit=functools.partial(self._member_exit, name),
                 label=f"{self.label}/{name}",
-                **self._extra,
+                extra=self._extra,
             )
             try:
                 child.start()
@@ -130,7 +134,7 @@ class HubChild:
                 self._apply(self.core.unavailable(name, f"it cannot start ({exc})", time.monotonic()))
                 continue
             self._children[name] = child
-            watchdog.register(child, functools.partial(self.core.oldest, name))
+            watchdog.register(child.child, functools.partial(self.core.oldest, name))
             if self._closing:  # closed while a member was starting (a start may yield): this one goes too
                 child.close(self._reason, self._cause)
         if not self._children:
@@ -202,7 +206,7 @@ class HubChild:
             if isinstance(out, hub_messages.ToMember):
                 child = self._children.get(out.member)
                 if child is not None:
-                    child.send(out.data)
+                    child.from_hub(out.data)
             elif isinstance(out, hub_messages.ToClient):
                 to_client.append(out.message)
             elif isinstance(out, hub_messages.CloseMember):
