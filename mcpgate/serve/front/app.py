@@ -340,8 +340,8 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
         app.wsgi_app = admin.mount(app.wsgi_app, settings, runtime, guard.authenticator)  # type: ignore[method-assign]
     app.wsgi_app = Endpoint(app.wsgi_app, servers, guard, cors)  # type: ignore[method-assign]
     if settings.metrics and not isinstance(app, BareApp):  # off: no /metrics route and no wrapper on any request
-        from mcpgate.serve import metrics
+        from mcpgate.serve import metrics, request_figures
 
-        observed = metrics.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
+        observed = request_figures.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
         app.wsgi_app = observed  # type: ignore[method-assign]
     return app
