@@ -38,20 +38,28 @@ def fastmcp_entry(*args: str) -> dict[str, Any]:
 
 
 class FastmcpUpstream:
-    """The fixture over Streamable HTTP on a free loopback port (or `port`, for a restart at the same address; its
-    `url`), started and stopped by PID; `args`: the fixture's options."""
+    """The fixture over Streamable HTTP (HTTP+SSE with --sse) on a free loopback port (or `port`, for a restart at
+    the same address; its `url`), started and stopped by PID; `args`: the fixture's options."""
 
     def __init__(self, state_dir: Path, *args: str, port: int | None = None) -> None:
         self.args = args
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.url = f"http://127.0.0.1:{self.port}/{'sse' if '--sse' in args else 'mcp'}"
         self.log = state_dir / f"fastmcp-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> FastmcpUpstream:
+        return self.launch().ready()
+
+    def launch(self) -> FastmcpUpstream:
+        """Started, not waited for (several start side by side: fastmcp takes a second or two to import)."""
         argv = [fastmcp_python(), str(SERVER), "--port", str(self.port), *self.args]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        return self
+
+    def ready(self) -> FastmcpUpstream:
+        """Once it listens (it exiting first raises, with its log)."""
         wait_listening(self.port, self.proc, "the fastmcp server", self.log)
         return self
 
