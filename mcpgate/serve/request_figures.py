@@ -1,6 +1,6 @@
 """What each MCP endpoint request counts, while metrics are on (serve/metrics.py serves them at /metrics).
 
-    Observed(app, metrics)        WSGI middleware around the Endpoint, feeding metrics.figures
+    Observed(app, figures)        WSGI middleware around the Endpoint, feeding the Metrics' figures
     Figures                       the per-request figures, plain numbers read at scrape time
     method_label(environ)         a request's bounded method label
 
@@ -18,16 +18,13 @@ import bisect
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Batch, Invalid, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import StartResponse
-
-if TYPE_CHECKING:  # metrics.py imports this module: its Metrics named for type checking only
-    from mcpgate.serve.metrics import Metrics
 
 METHOD_HEADER = "HTTP_" + wire.METHOD.upper().replace("-", "_")  # Mcp-Method in a WSGI environ
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -140,8 +137,8 @@ class Observed:
     """WSGI middleware around the Endpoint: the per-request figures of the MCP endpoint requests (those the
     Endpoint routed to a server: it names it in the request's context before calling the handler)."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], metrics: Metrics) -> None:
-        self.app, self.figures = app, metrics.figures
+    def __init__(self, app: Callable[..., Iterable[bytes]], figures: Figures) -> None:
+        self.app, self.figures = app, figures
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()

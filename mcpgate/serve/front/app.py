@@ -342,6 +342,7 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
     if settings.metrics and not isinstance(app, BareApp):  # off: no /metrics route and no wrapper on any request
         from mcpgate.serve import metrics, request_figures
 
-        observed = request_figures.Observed(app.wsgi_app, metrics.install(app, settings.metrics_token, servers.items))
+        installed = metrics.install(app, settings.metrics_token, servers.items)
+        observed = request_figures.Observed(app.wsgi_app, installed.figures)
         app.wsgi_app = observed  # type: ignore[method-assign]
     return app
