@@ -20,8 +20,9 @@ and no repr holds either. Every message starts with `where` and names the field 
 `where: <field>: ...` when `where` already ends with "auth").
 
 `ClientCredentialsError` derives from mcpgate.config.declarations.SettingsError and not from the config file's
-own ConfigError: config_file imports this module (lazily, only for entries that have an auth), so this module
-does not import it back. Its message is complete: config_file raises its ConfigError with `str(exc)`.
+own ConfigError: serve/servers/remote_entry.py imports this module (lazily, only for entries that have an auth),
+so this module does not import it back. Its message is complete: remote_entry raises it again with `str(exc)`,
+and config_file its ConfigError.
 
 `auth(url)` returns the same ClientCredentialsAuth for the same upstream URL every time (one token shared by
 every session to that upstream); its fetching, caching and errors are mcpgate.relay.oauth.client_token's.
