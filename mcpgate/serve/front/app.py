@@ -133,7 +133,7 @@ class Guard:
                 "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)",
                 kind=refusals.ORIGIN,
             )
-        if endpoint:
+        if endpoint and "HTTP_SEC_FETCH_SITE" in environ:  # only a browser's request says where it comes from
             self.check_cross_site(environ)
         if endpoint and self.cluster is not None and "HTTP_MCPGATE_FORWARDED" in environ:
             context(environ).principal = self.cluster.forwarded_principal(environ)  # instead of the token (403)
@@ -195,8 +195,12 @@ class Endpoint:
                     ),
                 )
             else:
-                with tracing.step(environ, "mcpgate.guard"):
-                    self.guard.check(environ, endpoint, server.settings if server is not None else None)
+                target = server.settings if server is not None else None
+                if tracing.KEY in environ:  # tracing off: no span, not even an empty one
+                    with tracing.step(environ, "mcpgate.guard"):
+                        self.guard.check(environ, endpoint, target)
+                else:
+                    self.guard.check(environ, endpoint, target)
                 if route is not None:
                     response = self._serve(environ, route, server)
                 elif listing:

@@ -50,8 +50,11 @@ def build(
     if isinstance(address, tuple):
         environ["REMOTE_ADDR"] = str(address[0])
         environ["REMOTE_PORT"] = str(address[1])
+    keys = _KEYS
     for name, value in headers.fields:
-        key = key_of(name)
+        key = keys.get(name, "")
+        if key == "":
+            key = key_of(name)
         if key is None:
             continue
         value = value.strip()

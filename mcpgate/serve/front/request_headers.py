@@ -40,7 +40,8 @@ MAX_DROPPED = MAX_HEADERS * (MAX_FIELD + 2)  # bytes of dropped fields (gunicorn
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"  # RFC 9110 5.6.2
 _VALUE = r"[\t\x20-\x7e\x80-\xff]*"  # RFC 9110 5.5: VCHAR, obs-text, SP, HTAB
 _FIELD = re.compile(f"({_TOKEN}):({_VALUE})\r\n")
-_BLOCK = re.compile(f"(?:{_TOKEN}:{_VALUE}\r\n)*\r\n")  # a whole block of well-formed field lines
+_PLAIN = r"[!#$%&'*+\-.^`|~0-9A-Za-z]+"  # a token without "_" (a field named with one is dropped: _read_lines)
+_BLOCK = re.compile(f"(?:{_PLAIN}:{_VALUE}\r\n)*\r\n")  # a whole block of well-formed field lines, none dropped
 _FIELDS = re.compile(f"({_TOKEN}):({_VALUE})\r\n")
 _NAME = re.compile(_TOKEN)
 _SINGLE = frozenset(("host", "content-type", "content-length", "transfer-encoding"))
@@ -101,10 +102,10 @@ class RequestHeaders:
 
     __slots__ = ("_first", "fields", "status")
 
-    def __init__(self, fields: list[tuple[str, str]], status: str = "") -> None:
+    def __init__(self, fields: list[tuple[str, str]], status: str = "", first: dict[str, str] | None = None) -> None:
         self.fields = fields
         self.status = status  # non-empty: pywsgi answers 400
-        self._first: dict[str, str] | None = None  # lower-cased name -> its first value, made on first lookup
+        self._first = first  # lower-cased name -> its first value (made on first lookup when not given)
 
     @classmethod
     def read(cls, fp: BinaryIO) -> RequestHeaders:
@@ -128,12 +129,20 @@ class RequestHeaders:
         if _BLOCK.fullmatch(text) is None:
             return None
         found = _FIELDS.findall(text)
-        if len(found) > MAX_HEADERS or any("_" in name for name, _ in found):
+        if len(found) > MAX_HEADERS:
             return None
         fp.read(end)
-        fields = [(name, value.strip(" \t")) for name, value in found]
-        status = _framing(fields)
-        return cls([] if status else fields, status)
+        fields: list[tuple[str, str]] = []
+        first: dict[str, str] = {}
+        for name, value in found:
+            value = value.strip(" \t")
+            fields.append((name, value))
+            key = name.lower()
+            if key not in first:
+                first[key] = value
+        # no name repeated: the framing checks read the first values (with repeats, _framing says which)
+        status = _framing(fields) if len(first) < len(fields) else _framing_of(first)
+        return cls([], status) if status else cls(fields, "", first)
 
     @classmethod
     def _read_lines(cls, fp: BinaryIO) -> RequestHeaders:
@@ -214,6 +223,14 @@ def _why(text: str, after_field: bool) -> str:
     return "Invalid header value"
 
 
+def _framing_of(first: dict[str, str]) -> str:
+    """_framing's answer for fields with no name repeated, from their lower-cased names' values."""
+    expect = first.get("expect")
+    if expect is not None and expect.lower() != "100-continue":
+        return "Unsupported Expect"
+    return _length_and_coding(first.get("content-length"), first.get("transfer-encoding"))
+
+
 def _framing(fields: list[tuple[str, str]]) -> str:
     """Why the fields as a whole are refused (repeats, message framing, Expect), or ""."""
     found: dict[str, str] = {}
@@ -226,7 +243,11 @@ def _framing(fields: list[tuple[str, str]]) -> str:
         if key == "expect" and value.lower() != "100-continue":
             return "Unsupported Expect"
         found[key] = value
-    length, coding = found.get("content-length"), found.get("transfer-encoding")
+    return _length_and_coding(found.get("content-length"), found.get("transfer-encoding"))
+
+
+def _length_and_coding(length: str | None, coding: str | None) -> str:
+    """Why a Content-Length and Transfer-Encoding (the first of each) are refused, or ""."""
     if length is not None and not (length.isascii() and length.isdigit()):
         return "Invalid Content-Length"
     if coding is not None:

@@ -94,6 +94,7 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         super().__init__(sock, address, server, rfile=io.BufferedReader(self.reader, READ_BUFFER))
         self.limits: Limits = server.limits
         self.requests = 0
+        self.peer_gone = functools.partial(peer_gone, sock)  # every request's probe of this connection
 
     def handle(self) -> None:
         server: Server = self.server
@@ -173,7 +174,7 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         body = self.wsgi_input = Body(self.rfile, self.content_length, expect, chunked)
         body.connection = self
         environ["wsgi.input"], environ["wsgi.input_terminated"] = body, True  # no upgrade reads the raw socket
-        environ[CONTEXT] = RequestContext(peer_gone=functools.partial(peer_gone, self.socket))
+        environ[CONTEXT] = RequestContext(peer_gone=self.peer_gone)
         if logs.REQUEST is not None:  # JSON logs: this greenlet's lines name the request's server and principal
             logs.REQUEST.set(environ[CONTEXT])
         if body.whole:  # no body: nothing more to wait for from the client
@@ -194,7 +195,45 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             self.close_connection = True
             if not any(name.lower() == "connection" for name, _ in headers):
                 headers = [*headers, ("Connection", "close")]
+        if exc_info is None and self._started(status, headers):
+            return self.write
         return super().start_response(status, headers, exc_info)
+
+    def _started(self, status: str, headers: list[tuple[str, str]]) -> bool:
+        """pywsgi's start_response in one pass over the headers, leaving the same state; False, with nothing
+        changed, for anything pywsgi's would refuse (which then raises its own error): a name or value that is
+        not a str, holds a CR or LF or is not latin-1, a status not "NNN ...", a 204 or 304 with a length."""
+        if type(status) is not str or "\r" in status or "\n" in status:
+            return False
+        encoded: list[tuple[bytes, bytes]] = []
+        connection = date = length = None
+        try:
+            for name, value in headers:
+                if type(name) is not str or type(value) is not str:
+                    return False
+                if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+                    return False
+                encoded.append((name.encode("latin-1"), value.encode("latin-1")))
+                lower = name.lower()
+                if lower == "connection":
+                    connection = value
+                elif lower == "date":
+                    date = value
+                elif lower == "content-length":
+                    length = value
+            code = int(status.split(" ", 1)[0])
+            raw_status = status.encode("latin-1")
+        except (UnicodeEncodeError, ValueError):
+            return False
+        if code in (304, 204) and length is not None and length != "0":
+            return False
+        if self.request_version == "HTTP/1.0" and connection is None:
+            encoded.append((b"Connection", b"close" if self.close_connection else b"keep-alive"))
+        elif connection == "close":
+            self.close_connection = True
+        self.status, self._orig_status, self.response_headers, self.code = raw_status, status, encoded, code
+        self.provided_date, self.provided_content_length = date, length
+        return True
 
     def _handle_client_error(self, ex: Exception) -> Any:  # pywsgi's hook for a request it refuses
         """A request refused by the worker (its head, or a body too slow or cut short): one line in gunicorn's error

@@ -55,9 +55,11 @@ def find_session(gw: PublishedServer, request: HttpRequest) -> Session:
         session = takeover.revive(gw, request, session_id)
     if session is None or session.ended:
         raise SessionNotFound("Session not found: initialize a new session")
-    check = versions.check_header(request.header(wire.PROTOCOL_VERSION), session.version)
-    if check.error:
-        raise BadRequest(f"Bad Request: {check.error}")
+    header = request.header(wire.PROTOCOL_VERSION)
+    if header is not None and header not in versions.HANDSHAKE:  # a revision a handshake gives passes as it is
+        check = versions.check_header(header, session.version)
+        if check.error:
+            raise BadRequest(f"Bad Request: {check.error}")
     return session
 
 
@@ -77,7 +79,10 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
     if isinstance(message, Request) and message.method == "initialize":
         return initialize(gw, request, message)
-    with tracing.step(request.environ, "mcpgate.session"):
+    if tracing.KEY in request.environ:
+        with tracing.step(request.environ, "mcpgate.session"):
+            session = find_session(gw, request)
+    else:
         session = find_session(gw, request)
     return exchange(gw, session, batch_items(session, message), Client.of(request.environ))
 
