@@ -39,7 +39,9 @@ except SettingsError as _exc:
         print(f"mcpgate: warning: {_line}", file=sys.stderr)
     raise SystemExit(f"mcpgate: invalid setting: {_exc}") from None
 
-worker_class = "mcpgate.serve.front.worker.GatewayWorker"  # gevent_pywsgi with a lighter header parser
+# gevent_pywsgi with a lighter header parser (serve/front/worker.py), which the master does not load: it loads
+# a stand-in that becomes it in the worker (serve/front/lazy_worker.py)
+worker_class = "mcpgate.serve.front.lazy_worker.GatewayWorker"
 workers = 1
 bind = _settings.addresses
 # Each open SSE stream (GET streams, long tool calls) holds one connection.

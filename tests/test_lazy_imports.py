@@ -78,8 +78,9 @@ VAULT_ALWAYS = {"mcpgate.serve.vault", "mcpgate.serve.vault.errors"}
 FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 # the OAuth modes' modules: only the mode's dispatcher (oauth/setup.py, standard library only) is always there
 OAUTH_ALWAYS = {"mcpgate.serve.oauth", "mcpgate.serve.oauth.setup"}
-# the master checks the configuration and starts the worker: none of the app's libraries
-MASTER_NEVER = (*FEATURE_ONLY, "flask", "jinja2", "werkzeug", "cryptography")
+# the master checks the configuration and starts the worker: none of the app's libraries, nor gevent (the worker
+# class it loads is a stand-in: serve/front/lazy_worker.py)
+MASTER_NEVER = (*FEATURE_ONLY, "flask", "jinja2", "werkzeug", "cryptography", "gevent", "mcpgate.serve.front.worker")
 # nor the serving stack: the servers' start checks run in a process forked for them (serve/front/preflight.py), so
 # the worker imports the stack after its fork and no page of it is counted in both processes
 MASTER_NOT_SERVING = (
@@ -106,7 +107,7 @@ def worker_modules(gw: Gateway, out: Path) -> set[str]:
     [worker] = direct_children(gw.proc.pid)
     written = Path(f"{out}.worker")
     os.kill(worker, signal.SIGUSR2)
-    wait_for(written.exists, timeout=20)
+    assert wait_for(written.exists, timeout=20), "the worker wrote no modules"
     return set(written.read_text().split())
 
 
@@ -154,6 +155,16 @@ def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, P
     assert "mcpgate.gunicorn_config" in modules
     for package in (*MASTER_NEVER, *NEW_FEATURES, *MASTER_NOT_SERVING, *CONFIGURED_ONLY):
         assert not of(modules, package), f"{package} in the master: {sorted(of(modules, package))[:5]}"
+
+
+def test_the_worker_beats_the_heart_the_master_watches(plain: tuple[Gateway, Path]) -> None:
+    """The stand-in the master made hands its heartbeat file to the gateway's worker: the file the master holds is
+    touched by the worker (else the master would kill it after `timeout` seconds)."""
+    gw, _ = plain
+    fds = Path(f"/proc/{gw.proc.pid}/fd")
+    [beat] = [fd for fd in fds.iterdir() if "wgunicorn-" in os.readlink(fd)]  # gunicorn's WorkerTmp, unlinked
+    first = beat.stat().st_mtime
+    assert wait_for(lambda: beat.stat().st_mtime != first, timeout=20), "the heartbeat file the master holds is still"
 
 
 def test_a_plain_worker_answers_beside_the_endpoint_as_the_flask_app_did(plain: tuple[Gateway, Path]) -> None:
@@ -262,6 +273,15 @@ def test_the_master_config_imports_no_server_module() -> None:
     """mcpgate.gunicorn_config (the master's settings and hooks) without MCPGATE_CONFIG: not the file's reader."""
     modules = imported("import mcpgate.gunicorn_config")
     assert not held(modules, (*CONFIGURED_ONLY, *MASTER_NOT_SERVING, *MASTER_NEVER), allowed=set())
+
+
+def test_the_worker_class_the_master_loads_imports_no_gevent() -> None:
+    """gunicorn loads the configured worker class in the master: the stand-in, not the gateway's worker."""
+    modules = imported(
+        "import mcpgate.gunicorn_config as c\nfrom gunicorn import util\nutil.load_class(c.worker_class)"
+    )
+    assert "mcpgate.serve.front.lazy_worker" in modules
+    assert not held(modules, ("gevent", "greenlet", "gunicorn.workers.ggevent", "mcpgate.serve.front.worker"))
 
 
 def test_a_config_file_without_groups_imports_the_reader_not_the_hub(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ def test_packaged_config_works_outside_the_project_root(gateway_factory: Any, tm
     gw = gateway_factory(cwd=tmp_path, config="python:mcpgate.gunicorn_config")
     status, _headers, body = gw.request("POST", body=init_body(), headers=HEADERS)
     assert status == 200 and json.loads(body)["result"]["serverInfo"]["name"] == "mcpgate-demo"
-    assert "Using worker: mcpgate.serve.front.worker.GatewayWorker" in gw.log()
+    assert "Using worker: mcpgate.serve.front.lazy_worker.GatewayWorker" in gw.log()
 
 
 def test_a_non_gevent_worker_is_refused_with_a_clear_message(tmp_path: Path) -> None:
@@ -67,7 +67,9 @@ def test_port_selects_the_heroku_bind() -> None:
         env={"PATH": "/usr/bin:/bin", "PORT": "5123"},
         timeout=60,
     )
-    assert env_port.stdout.split() == ["0.0.0.0:5123", "mcpgate.serve.front.worker.GatewayWorker", "1"], env_port.stderr
+    assert env_port.stdout.split() == ["0.0.0.0:5123", "mcpgate.serve.front.lazy_worker.GatewayWorker", "1"], (
+        env_port.stderr
+    )
     no_port = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
