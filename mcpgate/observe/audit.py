@@ -19,7 +19,10 @@ A request the Endpoint refuses (serve/front/app.py: a token missing or wrong, an
 a body too large, a rate limit, a pool that cannot take it ...) is a line of its own: event "refused", `kind` (the
 defence's, as in /metrics' mcpgate_refusals_total, else the status's: unauthorized, session_not_found ...),
 status, error_code, the principal only when the guard had named one, the server, method and tool when known, the
-remote address; never a header's value (a token, the session id asked for).
+remote address; never a header's value (a token, the session id asked for). So is one the worker's reader
+refuses before the Endpoint sees a request (observe/refusals.py: framing, header_limits, slow_client, or a
+connection closed for the waiting-connections budget, connection_budget, whose status is null): the kind, the
+status answered and the remote address only, nothing of what the client sent.
 
 Writing never blocks a call: a line is formatted on the worker and put on a bounded queue that one OS thread
 of its own writes out (os.write, to stderr or a file opened for appending); past MCPGATE_AUDIT_QUEUE lines
@@ -292,6 +295,25 @@ class AuditLog:
         if key is not None and key != "task" and isinstance(message, Request) and isinstance(message.params, dict):
             name = message.params.get("uri" if key == "resource" else "name")
             fields[key] = name if isinstance(name, str) and len(name) <= 1024 else None
+        self.write(fields)
+
+    def rejected(self, kind: str, status: int | None, remote: str | None) -> None:
+        """A request the worker's reader refused, or a connection closed for the waiting-connections budget: the
+        same members as `refused`'s, those no request named null."""
+        fields: dict[str, Any] = {
+            "time": now(),
+            "instance": self.instance,
+            "event": "refused",
+            "kind": kind,
+            "principal": None,
+            "server": None,
+            "http_method": None,
+            "method": None,
+            "outcome": REFUSED,
+            "status": status,
+            "error_code": None,
+            "remote": remote,
+        }
         self.write(fields)
 
     # -- sign-ins of the embedded authorization server ------------------------------------------------------

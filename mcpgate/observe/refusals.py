@@ -6,6 +6,10 @@ its header limits, a client too slow), the waiting-connections budget closing th
 Host, Origin, a body too large, a rate limit), the embedded authorization server's own limits. A plain count per
 kind in the worker's process (one thread: no lock), read when /metrics is scraped; a refusal is never the hot
 path, so it is counted whether or not metrics are on.
+
+The reader's and the budget's refusals (`refused`) also have a line in the audit log when it is on
+(observe/audit.py: event "refused", the kind, the status answered, the remote address; never what the client
+sent); the Endpoint writes its own refusals' lines.
 """
 
 from __future__ import annotations
@@ -29,6 +33,20 @@ _SLOW = ("timed out", "Request header timeout")
 
 def count(kind: str) -> None:
     COUNTS[kind] = COUNTS.get(kind, 0) + 1
+
+
+def refused(kind: str | None, remote: object, status: int | None) -> None:
+    """A refusal of the worker's reader or of the waiting-connections budget (no request reached the Endpoint):
+    counted, and its audit line when the log is on. `kind` None (the client went away): nothing; `status`: what
+    the client was answered (None: its connection closed unanswered)."""
+    if kind is None:
+        return
+    count(kind)
+    from mcpgate.observe import audit  # (not in gunicorn's master, which imports the worker's reader)
+
+    if audit.LOG is not None:
+        address = remote[0] if isinstance(remote, tuple) and remote else remote
+        audit.LOG.rejected(kind, status, address if isinstance(address, str) and address else None)
 
 
 def client_error(reason: str) -> str | None:

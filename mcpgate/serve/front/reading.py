@@ -183,7 +183,7 @@ class Waiting:
             oldest = next(iter(self.connections))
             del self.connections[oldest]
             oldest.evict()
-            refusals.count(refusals.CONNECTION_BUDGET)
+            refusals.refused(refusals.CONNECTION_BUDGET, getattr(oldest, "client_address", None), None)
         self.connections[connection] = None
 
     def leave(self, connection: Evictable) -> None:

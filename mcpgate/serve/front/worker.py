@@ -246,15 +246,15 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
     def log_request(self) -> None:
         if self.environ is None:  # refused before the application: the access log's fields from the request line
             if str(self.status).startswith("414"):  # pywsgi's own refusal, which it does not log
-                self.log_refusal("Request line too long")
+                self.log_refusal("Request line too long", 414)
             self.environ = refused_environ(self.requestline or "", self.client_address)
         if self.server.access_logged:  # none configured: nothing to gather
             super().log_request()
 
-    def log_refusal(self, reason: str) -> None:
-        """One line in gunicorn's error log (as gunicorn's own workers word it), counted by kind for /metrics."""
-        if (kind := refusals.client_error(reason)) is not None:
-            refusals.count(kind)
+    def log_refusal(self, reason: str, status: int = 400) -> None:
+        """One line in gunicorn's error log (as gunicorn's own workers word it), counted by kind for /metrics, and
+        an audit line (observe/refusals.py)."""
+        refusals.refused(refusals.client_error(reason), self.client_address, status)
         address = self.client_address[0] if isinstance(self.client_address, tuple) else self.client_address
         self.server.log.warning("Invalid request from ip=%s: %s", address or "-", printable(reason))
 
