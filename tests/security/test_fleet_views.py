@@ -30,8 +30,8 @@ import pytest
 from mcpgate.core import session_ids
 from mcpgate.demo_tools import TOOLS
 from mcpgate.serve.servers.views_file import fingerprint
-from tests.serve.test_takeover import SECRET, kill
-from tests.support import DEMO_ENTRY, Gateway, call, modern_body, modern_headers, reply_message
+from tests.serve.test_takeover import SECRET
+from tests.support import DEMO_ENTRY, Gateway, call, crash, modern_body, modern_headers, reply_message
 from tests.support.fleet import redis_server
 from tests.support.oauth import mint_token, post_with_token
 
@@ -108,7 +108,7 @@ def test_a_session_taken_over_from_a_forwarded_request_keeps_the_contractors_vie
         headers = opened(owner, contractor)
         assert listed(owner, contractor, headers) == ["echo"]
         assert listed(other, contractor, headers) == ["echo"]  # forwarded to the owner's session
-        kill(owner)
+        crash(owner)
         again = Gateway(envs["i1"], port=owner.port)  # i1 started again: the session's id still names it
         started.append(again)
         again.wait_ready()
@@ -181,7 +181,7 @@ def test_a_session_opened_under_other_views_is_not_taken_over(
     try:
         first.wait_ready()
         headers = opened(first, contractor)
-        kill(first)
+        crash(first)
         again = Gateway(
             instance_env(redis_url, issuer, "m1", config(tmp_path, "two.json", OTHER_VIEWS)), port=first.port
         )
@@ -215,7 +215,7 @@ def test_a_session_of_the_aggregate_taken_over_keeps_its_view_per_member(
         body = {"jsonrpc": "2.0", "id": "L", "method": "tools/list"}
         before = reply_message(post_with_token(first, contractor, body, **headers))["result"]["tools"]
         assert [tool["name"] for tool in before] == ["files__echo"], before
-        kill(first)
+        crash(first)
         again = Gateway(env, port=first.port)
         started.append(again)
         again.wait_ready()

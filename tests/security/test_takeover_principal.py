@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from mcpgate.core import session_ids
-from tests.serve.test_takeover import SECRET, call_body, instance_env, kill, opened_on
-from tests.support import Gateway
+from tests.serve.test_takeover import SECRET, call_body, instance_env, opened_on
+from tests.support import Gateway, crash
 from tests.support.fleet import redis_server
 from tests.support.http import HEADERS
 
@@ -44,7 +44,7 @@ def test_another_principal_cannot_take_a_session_over(redis_url: str) -> None:
         owner.wait_ready()
         other.wait_ready()
         session_id = opened_on(owner)
-        kill(owner)
+        crash(owner)
         mallory = forwarded(other, session_id, "mallory", call_body(3, "echo", message="x"))
         assert mallory.status == 404, mallory
         assert "taken over" not in other.log(), other.log_tail()

@@ -3,8 +3,6 @@ a fleet, where a dead instance's sessions stop counting once its directory entry
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +10,7 @@ import pytest
 import redis
 
 from mcpgate.serve.cluster.caps import LocalCaps, NoCaps, PrincipalLimitReached, RedisCaps
-from tests.support import HEADERS, Gateway, Reply, direct_children, init_body, open_session, wait_dead
+from tests.support import HEADERS, Gateway, Reply, crash, init_body, open_session, wait_dead
 from tests.support.fleet import redis_server
 
 SECRET = "test-cluster-secret-0123456789abcdef"
@@ -146,12 +144,7 @@ def test_a_fleet_caps_a_principal_across_instances(redis_url: str) -> None:
         open_session(b)
         refused(initialize(a))
         refused(initialize(b))
-        [worker] = direct_children(b.proc.pid)
-        children = direct_children(worker)
-        os.kill(b.proc.pid, signal.SIGKILL)  # b dies without withdrawing: its entry expires with its heartbeat
-        os.kill(worker, signal.SIGKILL)
-        b.proc.wait(10)
-        assert wait_dead([worker, *children]) == []
+        assert wait_dead(crash(b)) == []  # b dies without withdrawing: its entry expires with its heartbeat
         redis.Redis.from_url(redis_url).delete("mcpgate:instance:cap-b")  # the expiry, without waiting 15 s
         assert initialize(a).status == 200  # b's session no longer counts
         refused(initialize(a))

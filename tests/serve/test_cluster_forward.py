@@ -10,7 +10,6 @@ import http.client
 import io
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -39,8 +38,8 @@ from tests.support import (
     NAMED_ENTRY,
     Gateway,
     call,
+    crash,
     demo_round_trips,
-    direct_children,
     free_port,
     init_body,
     named,
@@ -359,12 +358,7 @@ def test_the_owner_gone_is_404_and_the_client_starts_again(redis_url: str, gatew
         b = gateway_factory({**cluster_env(redis_url), **NOT_KEPT})
         session = session_on(a)
         assert reply_message(b.request("POST", body=call("echo", {"message": "x"}), headers=session))["result"]
-        workers = direct_children(a.proc.pid)
-        sessions_children = [pid for worker in workers for pid in direct_children(worker)]
-        os.kill(a.proc.pid, signal.SIGKILL)
-        for pid in workers:
-            os.kill(pid, signal.SIGKILL)
-        a.proc.wait(10)
+        sessions_children = crash(a)
         gone = b.request("POST", body=call("echo", {"message": "x"}, msg_id=3), headers=session)
         assert gone.status == 404 and "Session not found" in gone.json()["error"]["message"], gone
         assert "is gone" in b.log()

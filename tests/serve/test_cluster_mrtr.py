@@ -6,8 +6,6 @@ Two gunicorn instances on one private Redis, the bundled (legacy) demo server br
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,7 +15,7 @@ import redis
 from mcpgate.core.request_state import Opened, StateSealer
 from mcpgate.serve.cluster.issuer import where
 from mcpgate.serve.modern.bridge import state_key
-from tests.support import Gateway, Reply, direct_children, modern_body, post_modern, reply_message, wait_dead
+from tests.support import Gateway, Reply, crash, modern_body, post_modern, reply_message, wait_dead
 from tests.support.fleet import instances
 
 SECRET = "test-cluster-secret-0123456789abcdef"
@@ -114,12 +112,7 @@ def test_a_retry_whose_instance_is_gone_starts_the_call_again(
     url, start = fleet
     a, b = start("inst-a"), start("inst-b")
     key, state = input_required(post_modern(a, ask_name("g-1")), "g-1")
-    [worker] = direct_children(a.proc.pid)
-    pooled = direct_children(worker)
-    os.kill(a.proc.pid, signal.SIGKILL)  # the master and its worker die at once: no graceful withdrawal
-    os.kill(worker, signal.SIGKILL)
-    a.proc.wait(10)
-    assert wait_dead([worker, *pooled]) == []
+    assert wait_dead(crash(a)) == []  # the master and its worker die at once: no graceful withdrawal
     redis.Redis.from_url(url).delete("mcpgate:instance:inst-a")  # what its heartbeat's expiry does, sooner
     reply = post_modern(b, ask_name("g-2", **answered(key, state, "Ada")))
     new_key, new_state = input_required(reply, "g-2")  # asked again, by B's own child

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from tests.support import HEADERS, Gateway, call, direct_children, init_body, reply_message, wait_for
+from tests.support import HEADERS, Gateway, call, crash, init_body, reply_message, wait_for
 from tests.support.fleet import redis_server
 
 SECRET = "fleet-lifecycle-secret-0123456789abcdef"
@@ -70,14 +69,6 @@ def echo_through(gw: Gateway, session: dict[str, str], message: str) -> tuple[in
     return reply.status, str(answer["result"]["content"][0]["text"])
 
 
-def kill(gw: Gateway) -> None:
-    """SIGKILL an instance's master and worker (a crash)."""
-    [worker] = direct_children(gw.proc.pid)
-    os.kill(gw.proc.pid, signal.SIGKILL)
-    os.kill(worker, signal.SIGKILL)
-    gw.proc.wait(10)
-
-
 @contextlib.contextmanager
 def get_stream(gw: Gateway, session: dict[str, str]) -> Iterator[http.client.HTTPResponse]:
     """A session's GET stream opened at `gw` (its first bytes received); closed at the end."""
@@ -100,7 +91,7 @@ def test_an_instance_restarted_under_its_id_is_served_again_at_once(redis_url: s
         with instance(redis_url, "i9") as first:
             old = session_on(first)
             assert echo_through(here, old, "before") == (200, "before")
-            kill(first)
+            crash(first)
         assert echo_through(here, old, "after") == (200, "after")  # the owner is gone: its session taken over here
         with instance(redis_url, "i9") as again:
             outcomes = [echo_through(here, session_on(again), f"new {n}") for n in range(5)]
@@ -142,7 +133,7 @@ def test_an_owner_dying_under_a_relayed_stream_is_one_line(redis_url: str) -> No
     with instance(redis_url, "i2") as relay:
         with instance(redis_url, "i1") as owner, contextlib.ExitStack() as streams:
             opened: list[Any] = [streams.enter_context(get_stream(relay, session_on(owner))) for _ in range(2)]
-            kill(owner)
+            crash(owner)
             for stream in opened:
                 with contextlib.suppress(http.client.HTTPException, OSError):
                     stream.read()

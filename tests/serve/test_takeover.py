@@ -28,7 +28,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support import ROOT, Gateway, direct_children, wait_for
+from tests.support import ROOT, Gateway, crash, direct_children, wait_for
 from tests.support.fleet import recipe_front, redis_server
 from tests.support.http import HEADERS, init_body
 
@@ -47,15 +47,6 @@ def instance_env(redis_url: str, name: str, **more: str) -> dict[str, str]:
         "MCPGATE_COMMAND": COMMAND,
         **more,
     }
-
-
-def kill(gw: Gateway) -> None:
-    """SIGKILL the instance's master and worker (a crash, the OOM killer)."""
-    workers = direct_children(gw.proc.pid)
-    os.kill(gw.proc.pid, signal.SIGKILL)
-    for worker in workers:
-        os.kill(worker, signal.SIGKILL)
-    gw.proc.wait(10)
 
 
 class Seen:
@@ -134,7 +125,7 @@ def test_a_killed_owners_session_is_taken_over_by_another_instance(redis_url: st
         with recipe_front(gws, "roundrobin") as lb:
 
             def kill_owner(session_id: str) -> None:
-                kill(gws[session_id.split(".", 1)[0]])
+                crash(gws[session_id.split(".", 1)[0]])
 
             before, after, seen = session_goes_on(lb.url, kill_owner)
         assert_replayed(before, after)
@@ -148,7 +139,7 @@ def test_a_killed_owners_session_is_taken_over_by_another_instance(redis_url: st
 
 
 def restart_at(env: dict[str, str], gw: Gateway, started: list[Gateway]) -> None:
-    kill(gw)
+    crash(gw)  # its port free again: the worker holding it is gone too
     again = Gateway(env, port=gw.port)
     started.append(again)
     again.wait_ready()
@@ -235,7 +226,7 @@ def test_a_call_in_flight_at_the_kill_is_told_the_server_restarted(redis_url: st
         )
         slow.start()
         assert wait_for(mark.exists, 30), owner.log_tail()
-        kill(owner)
+        crash(owner)
         slow.join(HANG_GUARD)
         [reply] = replies
         assert reply.status == 200, reply

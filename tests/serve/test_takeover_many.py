@@ -16,8 +16,8 @@ import anyio
 import httpx2
 import pytest
 
-from tests.serve.test_takeover import Seen, instance_env, kill, sdk
-from tests.support import Gateway
+from tests.serve.test_takeover import Seen, instance_env, sdk
+from tests.support import Gateway, crash
 from tests.support.fleet import recipe_front, redis_server
 
 NAMES = ("i1", "i2", "i3")
@@ -148,7 +148,7 @@ def test_fifty_sessions_one_instance_killed_its_sessions_go_on() -> None:
                             owners = [s.owner() for s in sessions]
                             victim = max(NAMES, key=owners.count)
                             run.killed_at = time.perf_counter()
-                            await anyio.to_thread.run_sync(kill, gws[victim])
+                            await anyio.to_thread.run_sync(crash, gws[victim])
                             run.killed.set()
                     return victim
 

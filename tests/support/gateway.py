@@ -28,16 +28,25 @@ def free_port() -> int:
 
 
 def pid_gone(pid: int) -> bool:
-    """True when pid no longer exists or is a zombie (PID 1 in a container may not reap)."""
+    """True when pid no longer exists or is a zombie (PID 1 in a container may not reap) with every thread of it
+    ended: a killed process's first thread turns zombie while its others may still be exiting, holding its
+    files (a listening socket, connections) open."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return True
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):  # X: being released
+                    return False
+        except OSError:  # that thread ended meanwhile
+            continue
+    return True
 
 
 def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
@@ -187,6 +196,24 @@ def direct_children(pid: int) -> list[int]:
     from mcpgate.child.orphans import children_of
 
     return children_of(pid)
+
+
+def crash(gw: Gateway, timeout: float = 15.0) -> list[int]:
+    """SIGKILL the gateway's master and its workers at once (a crash, the OOM killer: nothing withdraws, drains
+    or answers), and wait until each of them is gone or a zombie: only then has the kernel closed the listening
+    socket and every connection they held, so what a test sends next cannot still reach them half-alive (a
+    connection taken, then reset). The PIDs of the children the workers had (the MCP servers they started:
+    they end by themselves, their stdin closed; `wait_dead` them)."""
+    workers = direct_children(gw.proc.pid)
+    kids = [pid for worker in workers for pid in direct_children(worker)]
+    os.kill(gw.proc.pid, signal.SIGKILL)
+    for worker in workers:
+        os.kill(worker, signal.SIGKILL)
+    gw.proc.wait(timeout)
+    left = wait_dead(workers, timeout)
+    if left:
+        raise RuntimeError(f"workers {left} of gunicorn {gw.proc.pid} still there {timeout} s after SIGKILL")
+    return kids
 
 
 def worker_children(gw: Gateway) -> list[int]:
