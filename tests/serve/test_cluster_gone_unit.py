@@ -42,6 +42,24 @@ def test_an_entry_written_again_wins_over_the_mark() -> None:
     assert not marks.holds("i4", lambda: 0.0)  # the mark is gone, whatever is read next
 
 
+def test_a_mark_dropped_while_its_entry_is_read_is_dropped_once() -> None:
+    """Reading the entry is a Redis round trip: another request looking at the same instance meanwhile (a gevent
+    switch) may read the entry written again and drop the mark first."""
+    clock = Clock()
+    marks = GoneMarks(clock)
+    marks.mark("i4", 3.0, fallback=15.0)
+    clock.now += 2 * RECHECK
+    other: list[bool] = []
+
+    def ttl() -> float:
+        if not other:
+            other.append(marks.holds("i4", lambda: 15.0))  # the other request, during this one's read
+        return 15.0
+
+    assert not marks.holds("i4", ttl) and other == [False]
+    assert not marks.holds("i4", lambda: 0.0)
+
+
 def test_without_a_ttl_the_fallback_bounds_the_mark() -> None:
     clock = Clock()
     marks = GoneMarks(clock)

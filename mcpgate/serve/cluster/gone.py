@@ -49,7 +49,9 @@ class GoneMarks:
             return False
         if now < recheck:
             return True
-        ttl = read_ttl()
+        ttl = read_ttl()  # a Redis round trip: another request may have dropped or renewed the mark meanwhile
+        if self._marks.get(instance) is not marked:
+            return instance in self._marks
         if ttl is not None and now + ttl > expiry + REWRITTEN:
             del self._marks[instance]
             log.info("instance %s is in the directory again: no longer taken for gone", instance)
