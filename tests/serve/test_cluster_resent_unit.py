@@ -1,6 +1,7 @@
 """serve/cluster/resent.py in process (gevent greenlets, a clock of its own): a session's POST sent again after the
 instance that forwarded it died is given the first copy's answer, whether that copy is still running or answered
-already; never when the first copy's connection is still there, nor when its answer became a stream."""
+already, also when the copy comes in before the first copy's connection reads as closed; never when that
+connection is still there, nor when its answer became a stream."""
 
 from __future__ import annotations
 
@@ -63,6 +64,21 @@ def test_a_copy_sent_again_while_the_first_runs_gets_its_answer() -> None:
     gevent.joinall([first, again], timeout=5)
     assert again.value is first.value and again.value.body == b"answer 1"
     assert handler.runs == 1
+
+
+def test_a_copy_in_before_its_carrier_s_close_is_read_waits_for_it() -> None:
+    """The balancer saw the carrier die and sent the copy before this process read the close of the carrier's
+    connection here (both closed at its death, in no set order): the copy still gets the first copy's answer."""
+    resent, handler, gone = Resent(10_000, wait=5.0), Handler(), Event()
+    first = gevent.spawn(resent.serve, request(True, gone), SESSION, handler)
+    gevent.sleep(0)
+    again = gevent.spawn(resent.serve, request(False), SESSION, handler)
+    gevent.sleep(0.05)
+    gone.set()  # read as closed only now
+    gevent.sleep(0.05)
+    handler.release.set()
+    gevent.joinall([first, again], timeout=5)
+    assert again.value is first.value and handler.runs == 1
 
 
 def test_an_answer_ready_after_its_carrier_died_is_kept_for_the_copy() -> None:

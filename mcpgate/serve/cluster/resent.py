@@ -8,7 +8,10 @@ still be running (sent to the session's child again it would be refused: "alread
 already (run again, a call would run twice). So the owner keeps, for every forwarded POST while it is being
 answered, its session and the digest of its body; a POST on the same session with the same body is given the
 first copy's answer when that copy's connection reads as closed (its carrier is gone): it waits for the answer
-if need be, and an answer ready after its carrier has gone is kept for KEPT_FOR seconds for it. Only a whole
+if need be, and an answer ready after its carrier has gone is kept for KEPT_FOR seconds for it. The carrier's
+death closes its connection to the balancer and its connection here at about the same time, in no set order: a
+copy sent again that comes in while the first copy's connection does not read as closed yet waits for that
+(CARRIER_GRACE at most) before it is taken for a client's own duplicate. Only a whole
 answer can be given (a JSON reply); one that became a stream (past MCPGATE_SSE_AFTER) stays the first copy's,
 and the copy sent again is served as any request (a client's resumption, Last-Event-ID, is what recovers a
 stream). A copy whose carrier is still there is never taken over: a client that sends an id twice is refused.
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import gevent
 from gevent.event import AsyncResult
 
 from mcpgate.serve.cluster.forward import read_body
@@ -39,6 +43,8 @@ log = logging.getLogger("mcpgate.cluster")
 MARGIN = 5.0  # seconds a waiting copy allows beyond the first copy's switch to a stream
 KEPT_FOR = 5.0  # seconds an answer whose carrier had gone waits for its copy sent again (a retry: milliseconds)
 KEPT = 256  # such answers kept at most (past it, the oldest goes)
+CARRIER_GRACE = 2.0  # seconds a copy sent again waits for the first copy's connection to read as closed
+CARRIER_POLL = 0.01  # seconds between two looks at it
 
 Key = tuple[str, str]  # the session id, the body's digest
 
@@ -79,6 +85,7 @@ class Resent:
         return self._run_first(key, Copy(context(environ).peer_gone), run)
 
     def _answer_of_first(self, key: Key) -> HttpResponse | None:
+        self._await_carrier(key)
         kept = self._kept.pop(key, None)
         if kept is not None:
             self._less(key[0])
@@ -89,6 +96,17 @@ class Resent:
         first.taker = AsyncResult()
         answer: HttpResponse | None = first.taker.wait(self.wait)
         return answer
+
+    def _await_carrier(self, key: Key) -> None:
+        """While a first copy of `key` runs untaken with its connection still open, wait until that connection
+        reads as closed, the copy ends, or CARRIER_GRACE has passed (a client's own duplicate: it is then served as
+        any request, and the session refuses the id in flight)."""
+        first = self._running.get(key)
+        if first is None or first.taker is not None:
+            return
+        deadline = self.clock() + CARRIER_GRACE
+        while self._running.get(key) is first and not first.carrier_gone() and self.clock() < deadline:
+            gevent.sleep(CARRIER_POLL)
 
     def _run_first(self, key: Key, copy: Copy, run: Callable[[], HttpResponse]) -> HttpResponse:
         self._running[key] = copy
