@@ -189,7 +189,9 @@ RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()  # the deploy recipe's ba
 @contextlib.contextmanager
 def recipe_front(instances: dict[str, Gateway], routing: str, wait_up: bool = True) -> Iterator[Balancer]:
     """The recipe's HAProxy (deploy/haproxy.cfg, MCPGATE_ROUTING=`routing`) over the instances named i1..i4 (a
-    name without an instance: a port nobody serves); `wait_up`: until every named instance is up behind it."""
+    name without an instance: a port nobody serves); `wait_up`: until every named instance is up behind it and
+    every other name is down (HAProxy starts each server up until its checks fail: a test that began before would
+    have its requests balanced onto a port nobody serves, where each costs one of the recipe's retries)."""
     env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
     dead = free_port()
     for index in range(1, 5):
@@ -197,6 +199,8 @@ def recipe_front(instances: dict[str, Gateway], routing: str, wait_up: bool = Tr
         env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
     with haproxy(RECIPE, env) as lb:
         up = {f"sticky/{name}" for name in instances}
-        if wait_up and not wait_for(lambda: up <= {srv for srv, ok in lb.servers_up().items() if ok}):
-            raise RuntimeError(f"instances not up behind haproxy: {lb.servers_up()}\n{lb.log()}")
+        if wait_up and not wait_for(
+            lambda: up == {srv for srv, ok in lb.servers_up().items() if ok and "sticky/" in srv}
+        ):
+            raise RuntimeError(f"not exactly the instances up behind haproxy: {lb.servers_up()}\n{lb.log()}")
         yield lb
