@@ -193,6 +193,8 @@ def test_metrics_import_prometheus_client(tmp_path: Path) -> None:
         assert gw.request("GET", "/metrics").status == 200
         modules = worker_modules(gw, out)
     assert of(modules, "prometheus_client") and of(modules, "flask") and not of(modules, "authlib")
+    master = set(Path(f"{out}.master").read_text().split())  # its exposure checked in the forked checker
+    assert not held(master, ("mcpgate.serve.metrics", "prometheus_client", "gevent"), allowed=set())
 
 
 def test_the_resource_server_imports_its_verifier(tmp_path: Path) -> None:
@@ -282,6 +284,18 @@ def test_the_worker_class_the_master_loads_imports_no_gevent() -> None:
     )
     assert "mcpgate.serve.front.lazy_worker" in modules
     assert not held(modules, ("gevent", "greenlet", "gunicorn.workers.ggevent", "mcpgate.serve.front.worker"))
+
+
+def test_the_masters_start_checks_import_no_serving_module() -> None:
+    """The start checks (serve/front/preflight.py) with metrics on: the metrics' exposure and the servers are
+    checked in the forked checker, so the master loads neither the metrics module nor the serving stack."""
+    code = (
+        "import logging\nimport mcpgate.gunicorn_config as c\nfrom mcpgate.serve.front import preflight\n"
+        "assert preflight.run(c._settings, ['127.0.0.1:1'], logging.getLogger('x')) is None"
+    )
+    modules = imported(code, {"MCPGATE_METRICS": "true"})
+    assert "mcpgate.serve.front.preflight" in modules
+    assert not held(modules, ("mcpgate.serve.metrics", "gevent", *MASTER_NOT_SERVING), allowed=set())
 
 
 def test_a_config_file_without_groups_imports_the_reader_not_the_hub(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """Checks that run once in the gunicorn master, before any socket is bound: a refusal stops the start, a
 problem that may pass (the command's executable is not installed yet) is logged loudly and /healthz reports it.
 
-The servers' checks (MCPGATE_CONFIG read, each command's executable) need the whole serving stack; they run in a
-process forked for them alone, so that its modules never load in the master: the worker imports them after its
-fork, and they are not counted in both processes' memory (issue 24)."""
+The servers' checks (MCPGATE_CONFIG read, each command's executable) and the metrics' exposure need the whole
+serving stack; they run in a process forked for them alone, so that its modules never load in the master: the
+worker imports them after its fork, and they are not counted in both processes' memory (issue 24)."""
 
 from __future__ import annotations
 
@@ -29,25 +29,23 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
         return refusal
     exposed = [address for address in binds if not auth.bind_is_local(address)]
     exposed += [auth.PUBLIC_FRONT] if settings.public_front else []
-    if settings.metrics:
-        from mcpgate.serve import metrics
-
-        if refusal := metrics.exposure_problem(exposed, settings.metrics_token):
-            return refusal
+    answer = checked_apart(settings, exposed, log)
+    if answer != NO_NETWORK and answer is not None:
+        return answer
     if exposed and not authenticated:
         log.warning(
             "mcpgate: serving %s WITHOUT authentication (MCPGATE_ALLOW_UNAUTHENTICATED=true): anyone "
             "who reaches it can run the MCP server",
             ", ".join(exposed),
         )
-    answer = checked_apart(settings, log)
     if answer == NO_NETWORK:  # probed here, not in the checker: the worker inherits the answer
         return network_problem()
     return answer
 
 
-def checked_apart(settings: Settings, log: logging.Logger) -> str | None:
-    """servers_problem's answer, from a forked process of its own (it logs what it finds itself)."""
+def checked_apart(settings: Settings, exposed: list[str], log: logging.Logger) -> str | None:
+    """The metrics' exposure refusal, else servers_problem's answer, from a forked process of its own (it logs what
+    it finds itself). `exposed`: the binds reachable beyond loopback, and the public front."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -56,7 +54,7 @@ def checked_apart(settings: Settings, log: logging.Logger) -> str | None:
         status = 1
         try:
             os.close(read_end)
-            answer = servers_problem(settings, log)
+            answer = metrics_problem(settings, exposed) or servers_problem(settings, log)
             os.write(write_end, (answer or "").encode()[:ANSWER_BYTES])
             status = 0
         except BaseException:  # told to the master as a failed check, with the traceback logged
@@ -76,6 +74,15 @@ def checked_apart(settings: Settings, log: logging.Logger) -> str | None:
     if os.waitstatus_to_exitcode(status) != 0:
         return "the servers' check failed (its error is logged above)"
     return b"".join(chunks).decode(errors="replace") or None
+
+
+def metrics_problem(settings: Settings, exposed: list[str]) -> str | None:
+    """Why /metrics must not be served (serve/metrics.py), or None."""
+    if not settings.metrics:
+        return None
+    from mcpgate.serve import metrics
+
+    return metrics.exposure_problem(exposed, settings.metrics_token)
 
 
 def servers_problem(settings: Settings, log: logging.Logger) -> str | None:
