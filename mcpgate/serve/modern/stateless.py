@@ -102,7 +102,10 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
             call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
         return reply(gw, pool, call, client)
     listed = tools if message.method == "tools/list" else None
-    with tracing.step(request.environ, "mcpgate.pool", message):  # the pool's child, or an MRTR round's
+    if tracing.KEY in request.environ:
+        with tracing.step(request.environ, "mcpgate.pool", message):  # the pool's child, or an MRTR round's
+            call = start(pool, principal, message, listed, closing=gw.closing)
+    else:
         call = start(pool, principal, message, listed, closing=gw.closing)
     if audit.LOG is not None and call.audit is None and message.method in audit.NAMED:  # a retry's call has one
         call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)

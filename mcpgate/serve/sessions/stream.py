@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import gevent.event
+from gevent.hub import Waiter, get_hub
 
 from mcpgate.core.replay import ReplayLog
 
@@ -46,6 +47,25 @@ class StreamLimits:
     replay_events: int
     replay_bytes: int
     on_drop: Callable[[], None] | None = None  # told when a stream is ended for not being read (metrics)
+
+
+def wait(event: gevent.event.Event, timeout: float | None) -> bool:
+    """event.wait(timeout), without the Timeout (a Python object, and an exception when it fires) gevent makes for
+    each wait: a timer wakes the waiter instead (a stream's reader waits once per message). True when it is set."""
+    if timeout is None or event.is_set():
+        return bool(event.wait(timeout))
+    hub = get_hub()
+    waiter = Waiter(hub)
+    switch = waiter.switch
+    timer = hub.loop.timer(max(0.0, timeout))
+    event.rawlink(switch)
+    timer.start(switch, None)
+    try:
+        waiter.get()
+    finally:
+        timer.close()
+        event.unlink(switch)
+    return bool(event.is_set())
 
 
 class Stream:
@@ -163,7 +183,7 @@ class Stream:
                 self._woken = False
                 return None
             self._ready.clear()
-            if not self._ready.wait(timeout) and not self._woken:
+            if not wait(self._ready, timeout) and not self._woken:
                 return None
 
     def record(self, item: Delivery) -> str | None:
