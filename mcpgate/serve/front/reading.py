@@ -134,7 +134,10 @@ class Body(Input):  # type: ignore[misc]
 
     def read(self, length: int | None = None) -> bytes:
         try:
-            data: bytes = super().read(length)
+            if self.chunked_input or self.socket is not None or length is None or length < 0:
+                data: bytes = super().read(length)
+            else:  # pywsgi's read of a Content-Length body with no 100-continue to send, in one frame
+                data = self._read_plain(length)
         except _InvalidClientInput:
             raise
         except OSError as exc:  # pywsgi's "unexpected end of file" (no errno): the client went away mid-body
@@ -143,6 +146,19 @@ class Body(Input):  # type: ignore[misc]
             raise BodyEnded(str(exc)) from None
         if self.whole:
             self.connection.body_read()
+        return data
+
+    def _read_plain(self, length: int) -> bytes:
+        """Input._do_read for `length` bytes of a Content-Length body (none left: b"")."""
+        if self.content_length is None:
+            return b""
+        length = min(length, self.content_length - self.position)
+        if length <= 0:
+            return b""
+        data: bytes = self.rfile.read(length)
+        self.position += len(data)
+        if len(data) < length:
+            raise OSError(f"unexpected end of file while reading request at position {self.position}")
         return data
 
     def readline(self, size: int | None = None) -> bytes:

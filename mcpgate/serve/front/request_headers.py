@@ -84,7 +84,7 @@ _valid_host = memo.remembered(valid_host)  # and its Host
 
 def resolve_target(line: RequestLine, host: str | None) -> tuple[str, str | None]:
     """The target in origin-form and the effective Host: an absolute-form target's authority, else the Host."""
-    absolute = _ABSOLUTE_FORM.fullmatch(line.target)
+    absolute = None if line.target.startswith("/") else _ABSOLUTE_FORM.fullmatch(line.target)  # origin-form: "/..."
     if host is None and line.version == "HTTP/1.1":
         raise BadRequest("Missing Host")
     if absolute is None:
