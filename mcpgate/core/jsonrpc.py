@@ -100,6 +100,21 @@ def _reject_constant(name: str) -> Any:
 
 # One decoder for every message (json.loads with options would build a new one per call).
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_SCAN: Any = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__ (the C scanner)
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.decoder's WHITESPACE
+
+
+def _decode(text: str) -> Any:
+    """_DECODER.decode(text), its two Python frames (decode, raw_decode) folded into this one: the same value,
+    the same errors."""
+    try:
+        obj, end = _SCAN(text, _SPACE.match(text, 0).end())  # type: ignore[union-attr]
+    except StopIteration as err:
+        raise json.JSONDecodeError("Expecting value", text, err.value) from None
+    end = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return obj
 
 
 def parse(data: bytes | str) -> Message:
@@ -111,7 +126,7 @@ def parse(data: bytes | str) -> Message:
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        obj = _DECODER.decode(text)
+        obj = _decode(text)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return Invalid(PARSE_ERROR, f"Parse error: {exc}")
     raw = data if isinstance(data, bytes) else None
