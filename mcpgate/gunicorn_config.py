@@ -29,11 +29,7 @@ from mcpgate.serve.front import preflight, starting
 
 boundary.undumpable()  # the master: no same-user process (a child) reads its environment or memory
 try:
-    _settings = Settings.from_env()
-    if _settings.oauth_users:  # checked here too: a bad one stops the start before anything listens
-        from mcpgate.serve.oauth import users  # (werkzeug's hashing: only the embedded server's users need it)
-
-        users.parse(_settings.oauth_users)
+    _settings = Settings.from_env()  # MCPGATE_OAUTH_USERS' entries are checked by on_starting (preflight.py)
 except SettingsError as _exc:
     for _line in settings.unknown():  # a mistyped name may be why
         print(f"mcpgate: warning: {_line}", file=sys.stderr)

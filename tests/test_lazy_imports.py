@@ -214,6 +214,8 @@ def test_the_embedded_server_imports_authlib(tmp_path: Path) -> None:
         modules = worker_modules(gw, out)
     assert {"authlib", "joserfc", "mcpgate.serve.oauth.embedded"} <= modules
     assert not of(modules, "redis")
+    master = set(Path(f"{out}.master").read_text().split())  # the users' hashes checked in the forked checker
+    assert not held(master, ("werkzeug", "mcpgate.serve.oauth.users", "gevent"), allowed=set())
 
 
 def test_redis_url_imports_the_redis_client(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Checks that run once in the gunicorn master, before any socket is bound: a refusal stops the start, a
 problem that may pass (the command's executable is not installed yet) is logged loudly and /healthz reports it.
 
-The servers' checks (MCPGATE_CONFIG read, each command's executable) and the metrics' exposure need the whole
-serving stack; they run in a process forked for them alone, so that its modules never load in the master: the
+The servers' checks (MCPGATE_CONFIG read, each command's executable), the metrics' exposure and the embedded
+server's users (werkzeug's hashes) need modules the master has no other use for; they run in a process forked for
+them alone, so that its modules never load in the master: the
 worker imports them after its fork, and they are not counted in both processes' memory (issue 24)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Collection
 
 from mcpgate.child.limits import network_problem
+from mcpgate.config.declarations import SettingsError
 from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.serve.front import auth
@@ -44,8 +46,9 @@ def run(settings: Settings, binds: Collection[str], log: logging.Logger) -> str 
 
 
 def checked_apart(settings: Settings, exposed: list[str], log: logging.Logger) -> str | None:
-    """The metrics' exposure refusal, else servers_problem's answer, from a forked process of its own (it logs what
-    it finds itself). `exposed`: the binds reachable beyond loopback, and the public front."""
+    """The metrics' exposure refusal, a malformed MCPGATE_OAUTH_USERS, else servers_problem's answer, from a forked
+    process of its own (it logs what it finds itself). `exposed`: the binds reachable beyond loopback, and the
+    public front."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -54,7 +57,7 @@ def checked_apart(settings: Settings, exposed: list[str], log: logging.Logger) -
         status = 1
         try:
             os.close(read_end)
-            answer = metrics_problem(settings, exposed) or servers_problem(settings, log)
+            answer = metrics_problem(settings, exposed) or users_problem(settings) or servers_problem(settings, log)
             os.write(write_end, (answer or "").encode()[:ANSWER_BYTES])
             status = 0
         except BaseException:  # told to the master as a failed check, with the traceback logged
@@ -83,6 +86,20 @@ def metrics_problem(settings: Settings, exposed: list[str]) -> str | None:
     from mcpgate.serve import metrics
 
     return metrics.exposure_problem(exposed, settings.metrics_token)
+
+
+def users_problem(settings: Settings) -> str | None:
+    """Why MCPGATE_OAUTH_USERS is refused (serve/oauth/users.py: the message names the user, never the hash), or
+    None."""
+    if not settings.oauth_users:
+        return None
+    from mcpgate.serve.oauth import users
+
+    try:
+        users.parse(settings.oauth_users)
+    except SettingsError as exc:
+        return f"invalid setting: {exc}"
+    return None
 
 
 def servers_problem(settings: Settings, log: logging.Logger) -> str | None:
