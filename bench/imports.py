@@ -7,8 +7,8 @@ master's), and the heavy top-level packages in the worker's sys.modules, each fr
 
 Each configuration starts `gunicorn -c <config> mcpgate.wsgi` on a free loopback port, where <config> is a file
 written here that takes every setting and hook of mcpgate.gunicorn_config and extends post_worker_init: the
-worker's SIGUSR2 (unused by a gunicorn worker) writes its sorted sys.modules to a file (nothing is added to the
-gateway itself).
+worker's SIGUSR2 (unused by a gunicorn worker) writes its sorted sys.modules to a file, and `when_ready` (the
+master, its start checks done) writes the master's (nothing is added to the gateway itself).
 The gateway then answers /healthz, an initialize and a tools/call of the bundled demo server (auth off unless the
 configuration is an OAuth one, whose token is then not sent: the refusal is answered, the modules imported), its
 sessions are left idle, and its processes are measured. `relay` runs `mcpgate-relay` in front of the plain
@@ -86,6 +86,13 @@ def post_worker_init(worker):  # noqa: ANN001, ANN201 - gunicorn's hook: the gat
         os.replace({out!r} + ".tmp", {out!r})
 
     signal.signal(signal.SIGUSR2, write)
+
+
+def when_ready(server):  # noqa: ANN001, ANN201 - gunicorn's hook, in the master: its modules once
+    import sys
+
+    with open({out!r} + ".master", "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
 """
 INIT = {
     "jsonrpc": "2.0",
@@ -166,6 +173,11 @@ class Gateway:
 
     def worker(self) -> int:
         return int(wait_for(lambda: children_of(self.proc.pid)[:1], "the worker")[0])  # type: ignore[index]
+
+    def master_modules(self) -> list[str]:
+        """The master's sys.modules when it was ready (written by its when_ready hook)."""
+        path = Path(f"{self.modules_file}.master")
+        return path.read_text().split() if path.exists() else []
 
     def modules(self) -> list[str]:
         """The worker's sys.modules now: SIGUSR2 makes the hook write them."""
@@ -300,6 +312,7 @@ def measure(config: Configuration, tmp: Path, sessions: int) -> dict[str, object
         time.sleep(1.0)  # let the worker's allocator settle after the last request
         master, work = memory(gw.proc.pid), memory(worker)
         modules = gw.modules()
+        master_modules = gw.master_modules()
     return {
         "name": config.name,
         "sessions": sum(1 for s in opened if s),
@@ -309,6 +322,8 @@ def measure(config: Configuration, tmp: Path, sessions: int) -> dict[str, object
         "pss_kb": master["pss_kb"] + work["pss_kb"],
         "modules": len(modules),
         "heavy": heavy(modules),
+        "master_modules": len(master_modules),
+        "master_heavy": heavy(master_modules),
     }
 
 
@@ -360,7 +375,12 @@ def show(row: dict[str, object]) -> str:
     heavy_mods = row.get("heavy") or {}
     assert isinstance(heavy_mods, dict)
     listed = " ".join(f"{name}({count})" for name, count in heavy_mods.items())
-    return "  ".join(parts) + f"  modules {row.get('modules')}\n{'':<18}{listed}"
+    shown = "  ".join(parts) + f"  modules {row.get('modules')}\n{'':<18}worker: {listed}"
+    master_mods = row.get("master_heavy")
+    if isinstance(master_mods, dict):
+        master_listed = " ".join(f"{name}({count})" for name, count in master_mods.items())
+        shown += f"\n{'':<18}master ({row.get('master_modules')} modules): {master_listed}"
+    return shown
 
 
 def main() -> int:
@@ -371,7 +391,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="one JSON line per configuration")
     args = parser.parse_args()
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]
-    print("RSS/PSS: master + worker, MB (master and worker: RSS/PSS each); the worker's heavy packages (modules)")
+    print("RSS/PSS: master + worker, MB (master and worker: RSS/PSS each); each one's heavy packages (modules)")
     with tempfile.TemporaryDirectory(prefix="mcpgate-imports-") as tmp_dir:
         tmp = Path(tmp_dir)
         for name in wanted:
