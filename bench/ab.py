@@ -1,14 +1,16 @@
-"""A/B of gateway CPU per call: two mcpgate trees side by side, rounds interleaved, one run.
+"""A/B of gateway CPU per call: two mcpgate trees side by side, measured in interleaved slices, one run.
 
     git archive HEAD | tar -x -C /tmp/ab-base     # the base tree, before the change
-    python bench/ab.py --base /tmp/ab-base --rounds 7 --calls 1500
-    python bench/ab.py --base /tmp/ab-base --new /tmp/ab-new --c16   # also 16 client processes (calls/s)
+    python bench/ab.py --base /tmp/ab-base --rounds 15 --calls 50 --slices 30
+    python bench/ab.py --base /tmp/ab-base --new /tmp/ab-new --kinds 2026 --c16   # also 16 client processes
 
-Each tree's gateway (gunicorn, mcpgate's worker, the bench's echo child) runs on its own port; every round
-measures each gateway in a rotating order with sequential tools/call on one kept-alive http.client
-connection, as a 2025 session (initialize, Mcp-Session-Id) and as 2026-07-28 requests (no session, the pooled
-child). CPU per call is the gateway's own (master + worker, every thread, the child excluded) from /proc
-schedstat before and after the calls; the ratio new/base is taken within each round, then the median.
+Each tree's gateway (gunicorn, mcpgate's worker, the bench's echo child) runs on its own port. A round is
+`--slices` slices; a slice makes `--calls` sequential tools/call on every (gateway, kind) in a rotating order,
+each on its own kept-alive http.client connection: as a 2025 session (initialize, Mcp-Session-Id) and as
+2026-07-28 requests (no session, the pooled child). CPU per call is the gateway's own (master + worker, every
+thread, the child excluded) from /proc schedstat around each slice, so both trees are measured over the same
+stretch of a shared machine's noise; the ratio new/base is taken within each round, then the median. --c16
+adds 16 client processes per gateway after the rounds (calls/s; one gateway at a time, so noisier).
 Without --new the new tree is a copy of this checkout's mcpgate/ taken at the start (edits may go on).
 """
 
