@@ -3,22 +3,25 @@
 The hub speaks 2025 JSON-RPC to one client (a session above it) and to each member server. Messages go in
 through `from_client`, `from_member`, `member_gone` and `tick` (with the monotonic time), and every call returns
 what to do, in order: `ToClient` (a message for the client), `ToMember` (bytes for a member), `CloseMember`,
-`Wake` (call `tick` again after that many seconds) and `Note` (a line for the log). Names are the rules of
-core/hub_lists.py; what is asked of every member and answered as one (initialize, the lists, the hub's own
-resources lists) is core/hub_fan.py's `Lists`, which also holds the state; this module routes the rest.
+`Wake` (call `tick` again after that many seconds), `Retry`, `StartMember`, `Back` and `Note` (a log line).
+Names are the rules of core/hub_lists.py; what is asked of every member and answered as one (initialize, the
+lists, the hub's own resources lists) is core/hub_fan.py's `Lists`, which also holds the state; a departed
+member tried again is core/hub_retry.py's `Retries`; this module routes the rest.
 
 - initialize: sent to every live member at once with the client's own params; answered once every member has
   answered or is gone (or `init_timeout` passed: the silent one is closed). Capabilities are the union; the
   protocol revision is the client's when every member accepted it, else the oldest a member answered (each
   member goes on with the revision it chose). A member that refuses initialize is closed. None answered at all:
-  the client gets an error naming every member's reason.
+  the client gets an error naming every member's reason. With a member not available, the hub says listChanged
+  for tools, prompts and resources (it may come back with them).
 - Lists (tools, prompts, resources, resource templates): asked of every member with that capability at once,
   merged in member order with namespaced names; a member's error or departure leaves its part out. Pagination:
   the hub cursor carries each member's own next cursor; its next page asks only those members.
 - tools/call, prompts/get, completion/complete (ref/prompt): routed by the name's prefix, sent with the
   member's own name. resources/read, subscribe, unsubscribe, completion/complete (ref/resource): routed by URI
   (hub_lists.UriMap, filled from the members' resources/list answers, the hub's own included). An unknown
-  prefix is -32602 "Unknown tool"; a known member that is gone is -32000 naming the server and why. A URI no
+  prefix is -32602 "Unknown tool"; a known member that is gone is -32000 naming the server, why, that it is
+  unreachable and when it is tried next (core/hub_retry.py). A URI no
   member is known to list, while the hub's own resources lists are still out (a read right after
   notifications/initialized, or after a resources list_changed), is held until they are answered (at most
   PRIME_WAIT seconds, and within `in_flight`), then routed or answered -32002.
@@ -28,8 +31,10 @@ resources lists) is core/hub_fan.py's `Lists`, which also holds the state; this 
   The client's notifications/cancelled reaches the member(s) holding the request, under their hub ids; progress
   from a member is passed on only for a token of a request that member holds, and the client's progress on a
   member's request (whose token the hub renamed to its hub id) reaches that member alone. ping is answered here.
-- list_changed from any member, and a member with a list that goes, make one list_changed per kind for the
-  client, COALESCE seconds after the first (well within a second).
+- list_changed from any member, and a member with a list that goes or comes back, make one list_changed per kind
+  for the client, COALESCE seconds after the first (well within a second).
+- Departures: a member that ends, refuses or never answers initialize, or cannot start is gone: its requests
+  fail, its names vanish, and it is tried again with a bounded backoff (core/hub_retry.py).
 - Bounds: at most `in_flight` requests to members (fan-outs count each member) and as many member requests to
   the client; past them the request is refused with an error, never queued. The URI map holds `uris` URIs.
 """
@@ -40,7 +45,7 @@ from typing import Any
 
 from mcpgate.core import hub_lists, jsonrpc
 from mcpgate.core.hub_fan import INIT_TIMEOUT as INIT_TIMEOUT  # the default, named here too
-from mcpgate.core.hub_fan import SERVER_GONE, Lists
+from mcpgate.core.hub_fan import OWN_LISTS, SERVER_GONE
 from mcpgate.core.hub_lists import CHANGED, LISTS, Ambiguous
 from mcpgate.core.hub_messages import (
     CloseMember,
@@ -61,6 +66,7 @@ from mcpgate.core.hub_messages import (
     why,
     with_id,
 )
+from mcpgate.core.hub_retry import JOINING, STARTING, Retries
 from mcpgate.core.jsonrpc import Notification, Request, Response
 
 COALESCE = 0.2  # seconds between a member's list_changed and the client's
@@ -70,7 +76,7 @@ ROUTED_BY_NAME = {"tools/call": "Unknown tool", "prompts/get": "Unknown prompt"}
 ROUTED_BY_URI = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 
 
-class Hub(Lists):
+class Hub(Retries):
     """See the module docstring."""
 
     # -- queries --------------------------------------------------------------------------------------------
@@ -82,7 +88,7 @@ class Hub(Lists):
         return min((p.sent for p in self._pending.values() if p.member == member), default=None)
 
     def unavailable(self, member: str, reason: str, now: float) -> list[Out]:
-        """A member that could not be started: absent from here on."""
+        """A member that could not be started: absent until it is tried again (core/hub_retry.py)."""
         return self.member_gone(member, reason, now)
 
     # -- from the client ------------------------------------------------------------------------------------
@@ -199,7 +205,9 @@ class Hub(Lists):
         return True
 
     def _priming(self) -> bool:
-        return any(p.fan is not None and p.fan.client_id is None for p in self._pending.values())
+        return any(
+            p.fan is not None and p.fan.client_id is None and p.fan.method in OWN_LISTS for p in self._pending.values()
+        )
 
     def _release_held(self, now: float) -> list[Out]:
         """The held requests whose URI a member now lists routed; once the hub's own lists are answered (or
@@ -215,8 +223,7 @@ class Hub(Lists):
     def _route(self, message: Request, member: str, params: dict[str, Any], now: float) -> list[Out]:
         state = self.members[member]
         if state.gone is not None:
-            text = f"Server {member!r} of this endpoint is not available: {state.gone}"
-            return [error(message.id, SERVER_GONE, text, {"server": member})]
+            return [self.unreachable(message.id, member, now)]
         if len(self._pending) >= self.in_flight:
             return [error(message.id, SERVER_GONE, "Too many requests in flight (MCPGATE_HUB_IN_FLIGHT)")]
         hub_id = self._mint()
@@ -230,16 +237,17 @@ class Hub(Lists):
 
     # -- from a member ------------------------------------------------------------------------------------
     def from_member(self, member: str, message: Request | Notification | Response, now: float) -> list[Out]:
-        if self.members[member].gone is not None:
-            return []
+        state = self.members[member]
+        if state.gone is not None and not (state.phase == JOINING and isinstance(message, Response)):
+            return []  # a member coming back is heard once it answered the hub's initialize
         if isinstance(message, Response):
-            out = self._member_answer(member, message)
+            out = self._member_answer(member, message, now)
             return out + self._release_held(now) if self._held else out
         if isinstance(message, Request):
             return self._member_request(member, message)
         return self._member_notification(member, message)
 
-    def _member_answer(self, member: str, message: Response) -> list[Out]:
+    def _member_answer(self, member: str, message: Response, now: float) -> list[Out]:
         if not isinstance(message.id, int) or self._pending.get(message.id, None) is None:
             return []
         if self._pending[message.id].member != member:
@@ -254,18 +262,21 @@ class Hub(Lists):
         full = message.full()
         fan.answers[member] = full.get("result") if "result" in full else full.get("error")
         fan.waiting.discard(member)
-        return self._answered(member, fan, full)
+        return self._answered(member, fan, full, now)
 
-    def _answered(self, member: str, fan: Fan, full: dict[str, Any]) -> list[Out]:
+    def _answered(self, member: str, fan: Fan, full: dict[str, Any], now: float) -> list[Out]:
         out: list[Out] = []
         if fan.method == "initialize":
+            if fan.client_id is None:  # a departed member's new child (core/hub_retry.py)
+                return self._rejoin_answered(member, full, now)
             result = full.get("result")
             if isinstance(result, dict):
                 caps = result.get("capabilities")
                 self.members[member].capabilities = caps if isinstance(caps, dict) else {}
+                self.members[member].joined = now
             else:
                 refusal = why(full.get("error"))
-                out += self._gone(member, f"it refused initialize ({refusal})")
+                out += self._gone(member, f"it refused initialize ({refusal})", now)
                 out.append(CloseMember(member, f"refused initialize ({refusal})"))
         if fan.client_id is None:
             return out + self._primed(member, fan, full.get("result"))
@@ -326,17 +337,21 @@ class Hub(Lists):
         return out + self._release_held(now)
 
     def member_gone(self, member: str, reason: str, now: float) -> list[Out]:
-        """A member ended (or never started): its requests fail, its lists vanish (list_changed)."""
-        if self.members[member].gone is not None:
+        """A member ended (or never started, or its new child did not come back): its requests fail, its lists
+        vanish (list_changed), it is tried again."""
+        state = self.members[member]
+        if state.gone is not None and state.phase not in (STARTING, JOINING):
             return []
-        out = self._gone(member, reason)
+        out = self._gone(member, reason, now)
         return out + self._release_held(now) if self._held else out
 
-    def _gone(self, member: str, reason: str) -> list[Out]:
+    def _gone(self, member: str, reason: str, now: float) -> list[Out]:
         state = self.members[member]
         had = state.capabilities or {}
         state.gone, state.capabilities = reason, None
-        out: list[Out] = [Note(f"server {member!r} is no longer part of this endpoint: {reason}")]
+        retry = self._schedule(member, now)
+        text = f"server {member!r} is no longer part of this endpoint: {reason}; tried again in {retry.delay:g} s"
+        out: list[Out] = [Note(text), retry]
         for hub_id in [h for h, p in self._pending.items() if p.member == member]:
             pending = self._release(hub_id)
             assert pending is not None

@@ -53,6 +53,7 @@ class Lists:
         self._held: dict[IdKey, tuple[Request, float]] = {}  # URI-routed requests waiting for the URI map
         self._changed: set[str] = set()
         self.handshake = False  # initialize was asked
+        self.init_params: dict[str, Any] | None = None  # the client's initialize (a member coming back is asked it)
         self.initialized = False  # notifications/initialized came
 
     # -- what is asked of every member, answered as one (initialize, the lists) --------------------------
@@ -94,6 +95,8 @@ class Lists:
         if isinstance(meta, dict) and "progressToken" in meta:  # one token, several members: not passed on
             sent["_meta"] = {k: v for k, v in meta.items() if k != "progressToken"}
         fan = Fan(method, client_id, sent, set(members))
+        if method == "initialize" and client_id is not None:
+            self.init_params = sent
         out: list[Out] = []
         ids = []
         for name in members:
@@ -139,6 +142,8 @@ class Lists:
             return [error(fan.client_id, jsonrpc.INTERNAL_ERROR, text)]
         answers = [(self.members[n].prefix, fan.answers.get(n)) for n in ready]
         result = hub_lists.initialize_result(fan.params.get("protocolVersion"), answers)
+        if any(m.gone is not None for m in self.members.values()):  # it may come back, its lists with it
+            hub_lists.every_list_may_change(result["capabilities"])
         return [ToClient(response(fan.client_id, result))]
 
     # -- the hub's own resource lists (the URI map) -------------------------------------------------------

@@ -156,6 +156,14 @@ def merge_capabilities(each: Iterable[object]) -> dict[str, Any]:
     return merged
 
 
+def every_list_may_change(capabilities: dict[str, Any]) -> None:
+    """Say listChanged for tools, prompts and resources whether a member has them or not (a member that is
+    not available now may bring them when it comes back)."""
+    for key in ("tools", "prompts", "resources"):
+        section = capabilities.get(key)
+        capabilities[key] = {**section, "listChanged": True} if isinstance(section, dict) else {"listChanged": True}
+
+
 def choose_version(requested: object, answered: Iterable[object]) -> str | None:
     """The protocol revision the hub answers the client: the one it asked for when every member answered with
     it, else the oldest any member answered (each member goes on with its own; the hub translates nothing).

@@ -1,7 +1,10 @@
 """The hub's messages: what its state machine (core/hub.py) tells its driver to do, and the JSON-RPC it builds.
 
 `ToClient` (a message for the client), `ToMember` (bytes for a member), `CloseMember`, `Wake` (call `tick` after
-that many seconds) and `Note` (a line for the log) are the outputs; the functions build answers and requests,
+that many seconds), `Retry` (call `retry` for that member after that many seconds, replacing any timer of its
+own), `StartMember` (start a new child for that member, then call `started` or `unavailable`), `Back` (that
+member is part of the endpoint again: other hubs waiting for the same server may try it at once) and `Note` (a
+line for the log) are the outputs; the functions build answers and requests,
 and give a member's answer the client's id (splicing the bytes of a large one instead of encoding it again).
 """
 
@@ -45,11 +48,27 @@ class Wake:
 
 
 @dataclass(frozen=True, slots=True)
+class Retry:
+    member: str
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class StartMember:
+    member: str
+
+
+@dataclass(frozen=True, slots=True)
+class Back:
+    member: str
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     text: str
 
 
-Out = ToClient | ToMember | CloseMember | Wake | Note
+Out = ToClient | ToMember | CloseMember | Wake | Retry | StartMember | Back | Note
 
 
 @dataclass(slots=True)
@@ -136,6 +155,12 @@ class MemberState:
     gone: str | None = None  # why it is not available
     capabilities: dict[str, Any] | None = None  # set once it answered initialize
     tools: ToolFilter | None = None
+    # while gone (core/hub_retry.py): "waiting" for its Retry, "starting" (StartMember out), "joining" (a new
+    # child started, the hub's initialize out); "" while it is part of the endpoint
+    phase: str = ""
+    retry_at: float | None = None  # when it is tried again (while waiting)
+    failures: int = 0  # attempts failed in a row: the next backoff
+    joined: float | None = None  # when it last (re)joined
 
 
 def get(obj: object, key: str) -> Any:

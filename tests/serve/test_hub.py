@@ -39,6 +39,17 @@ def many(label: str, tools: int = 5, page: int = 2) -> dict[str, Any]:
     return {"command": sys.executable, "args": [MANY, "--tools", str(tools), "--page", str(page), "--label", label]}
 
 
+def held_back(entry: dict[str, Any], mark: Path) -> dict[str, Any]:
+    """`entry`'s server, unless `mark` exists: then a child that never answers and ends with its input (a member
+    killed after the mark is made stays gone, its new child silent on initialize, while the test looks)."""
+    code = (
+        "import os, sys\n"
+        f"if os.path.exists({str(mark)!r}):\n    sys.stdin.read()\n    sys.exit(0)\n"
+        f"os.execv({entry['command']!r}, {[entry['command'], *entry['args']]!r})\n"
+    )
+    return {"command": sys.executable, "args": ["-c", code]}
+
+
 def write(path: Path, servers: dict[str, Any], **top: Any) -> str:
     import json
 
@@ -247,7 +258,9 @@ def test_the_aggregate_off_leaves_each_server_its_own_path(tmp_path: Path) -> No
 
 
 def test_a_member_that_ends_leaves_and_its_tools_vanish(tmp_path: Path) -> None:
-    config = write(tmp_path / "mcp.json", {"demo": DEMO_ENTRY, "pager": many("pager")})
+    """While it is gone (its new child silent: `held_back`); coming back: tests/serve/test_hub_comeback.py."""
+    mark = tmp_path / "held"
+    config = write(tmp_path / "mcp.json", {"demo": DEMO_ENTRY, "pager": held_back(many("pager"), mark)})
     gw = Gateway({"MCPGATE_CONFIG": config})
     try:
         gw.wait_ready()
@@ -262,6 +275,7 @@ def test_a_member_that_ends_leaves_and_its_tools_vanish(tmp_path: Path) -> None:
             async with Client(gw.url, mode="legacy", message_handler=on_message) as c:
                 assert "pager__t0" in set(await all_tools(c))
                 pager = member_pid(gw, "pager")
+                mark.touch()
                 os.kill(pager, signal.SIGKILL)
                 with anyio.fail_after(10):
                     await changed.wait()

@@ -23,6 +23,7 @@ import pytest
 from mcp import Client, types
 from mcp.client.sse import sse_client
 
+from tests.serve.test_hub import held_back
 from tests.support import (
     DEMO_ENTRY,
     FIXTURES,
@@ -229,7 +230,8 @@ def test_errors_name_the_modern_only_member(tmp_path: Path) -> None:
     """A tool's failure and an unknown name are told as for any member (the member's own answer when the prefix
     is its); a modern-only member that ends takes its
     tools with it and a call naming it is told which server ended; the others go on."""
-    config = write(tmp_path / "mcp.json", {"demo": DEMO_ENTRY, "modern": MODERN_ONLY})
+    mark = tmp_path / "held"  # its new child silent (tests/serve/test_hub.py's held_back): it stays gone
+    config = write(tmp_path / "mcp.json", {"demo": DEMO_ENTRY, "modern": held_back(MODERN_ONLY, mark)})
     with serving({"MCPGATE_CONFIG": config}) as gw:
 
         async def main() -> None:
@@ -246,6 +248,7 @@ def test_errors_name_the_modern_only_member(tmp_path: Path) -> None:
                 assert unknown.is_error and "Unknown tool: nope" in text(unknown), unknown
                 with pytest.raises(Exception, match="Unknown tool: nobody__echo"):
                     await c.call_tool("nobody__echo", {})
+                mark.touch()
                 os.kill(member_pid(gw, "modern"), signal.SIGKILL)
                 with anyio.fail_after(10):
                     await changed.wait()

@@ -5,13 +5,18 @@ HTTP+SSE talk to it as to any child. `start()` starts one member child per membe
 own `spec.process(...)` (a stdio ChildProcess, or whatever that spec makes), held as a MemberChild
 (serve/hub/member.py: spoken to through the legacy/modern bridge when its server speaks only 2026-07-28, so
 the hub speaks 2025 to every member); a member that cannot start is logged and left out (its names absent; a
-call naming it is told why). Every message is handed to the pure
-multiplexer (mcpgate/core/hub.py) and what it decides is done here: bytes to a member, a message to
-`on_message`, a member closed, a timer.
+call naming it is told why) until it is tried again. Every message is handed to the pure multiplexer
+(mcpgate/core/hub.py) and what it decides is done here: bytes to a member, a message to `on_message`, a member
+closed, a timer, a departed member's retry timer (one per member) and its new child (core/hub_retry.py: a
+remote upstream down when the session started, a stdio server that could not start or ended, come back).
+Each member child's callbacks carry its generation: what a replaced child still says is dropped. A member back
+in one hub is tried at once by the worker's other hubs waiting for the same server (their sessions, the pool's
+children and its spare): they need not wait out their own backoff once one of them reached it.
 
 It has no process: `pid` is None and it never signals anything. `close()` closes every member and, once they
-are gone (bounded by their own stop ladders), calls `on_exit` once. A member's exit is logged and its names
-vanish (list_changed); when the last member is gone, the HubChild ends too.
+are gone (bounded by their own stop ladders), calls `on_exit` once; every retry timer is cancelled then. A
+member's exit is logged and its names vanish (list_changed) until it comes back; when the last member is gone,
+the HubChild ends too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,6 +50,8 @@ log = logging.getLogger("mcpgate.hub")
 
 MEMBER_GRACE = 1.0  # seconds beyond a member's own stop ladder its end is waited for
 KILL_GRACE = 5.0  # as ChildProcess waits after SIGKILL
+
+_HUBS: weakref.WeakSet[HubChild] = weakref.WeakSet()  # the worker's hubs that are not closed (for `Back`)
 
 
 @dataclass(frozen=True)
@@ -97,10 +105,14 @@ class HubChild:
         self._on_message, self._on_exit = on_message, on_exit
         self._extra = dict(extra or {})
         self._children: dict[str, MemberChild] = {}
+        self._replaced: list[MemberChild] = []  # children replaced by a member's new one, still ending
         self._started = self._closing = False
         self._reason, self._cause = "", "stopped"
         self._done = gevent.event.Event()
         self._timers: set[gevent.Greenlet] = set()
+        self._retries: dict[str, gevent.Greenlet] = {}  # a departed member's next attempt, one per member
+        self._restarting: set[str] = set()  # members whose new child is being started
+        self._generation: dict[str, int] = {}  # of each member's current child
         # how long the members' own stop ladders may take (their specs'), the SIGKILL grace, and a margin
         ladders = [2 * m.spec.close_timeout + m.spec.term_timeout for m in members]
         self._member_wait = max(ladders, default=0.0) + KILL_GRACE + MEMBER_GRACE
@@ -115,30 +127,19 @@ class HubChild:
         if self._started or self._closing:
             raise RuntimeError("HubChild can be started once, and not after close()")
         self._started = True
+        _HUBS.add(self)
         failed = []
-        for name, member in self.members.items():
+        for name in self.members:
             if self._closing:  # closed while starting: the rest are not started
                 break
-            child = MemberChild(  # 2025 to the hub whatever its server's era (serve/hub/member.py)
-                member.spec,
-                on_message=functools.partial(self._from_member, name),
-                on_exit=functools.partial(self._member_exit, name),
-                label=f"{self.label}/{name}",
-                extra=self._extra,
-            )
-            try:
-                child.start()
-            except Exception as exc:  # noqa: BLE001 - a member's spawn failure, or a remote's: the others go on
-                log.warning("hub %s: server %s cannot start: %s; going on without it", self.label, name, exc)
-                failed.append(f"{name}: {exc}")
-                self._apply(self.core.unavailable(name, f"it cannot start ({exc})", time.monotonic()))
-                continue
-            self._children[name] = child
-            watchdog.register(child.child, functools.partial(self.core.oldest, name))
-            if self._closing:  # closed while a member was starting (a start may yield): this one goes too
-                child.close(self._reason, self._cause)
+            problem = self._start_member(name)
+            if problem is not None:
+                failed.append(f"{name}: {problem}")
+                self._apply(self.core.unavailable(name, f"it cannot start ({problem})", time.monotonic()))
         if not self._children:
             self._closing = True
+            _HUBS.discard(self)
+            self._cancel_timers()
             self.exit_reason, self.end_cause = "no member could start", "crash"
             self._done.set()
             raise ChildSpawnError("no server of this endpoint could be started: " + "; ".join(failed))
@@ -157,9 +158,9 @@ class HubChild:
         if self._closing:
             return
         self._closing = True
+        _HUBS.discard(self)
         self._reason, self._cause = reason, cause
-        for timer in self._timers:
-            timer.kill(block=False)
+        self._cancel_timers()
         for child in list(self._children.values()):
             child.close(reason, cause)
         gevent.spawn(self._finish)
@@ -174,9 +175,12 @@ class HubChild:
     def _finish(self) -> None:
         try:
             deadline = time.monotonic() + self._member_wait
-            for child in list(self._children.values()):
+            while self._restarting and time.monotonic() < deadline:  # a new child starting: closed once started
+                gevent.sleep(0.05)
+            for child in [*self._replaced, *self._children.values()]:
                 child.join(max(0.0, deadline - time.monotonic()))
         finally:
+            self._cancel_timers()
             self.exit_reason, self.end_cause = self._reason, self._cause
             log.info("hub %s ended: %s", self.label, self._reason)
             try:
@@ -187,13 +191,62 @@ class HubChild:
                 self._done.set()
 
     # -- members --------------------------------------------------------------------------------------------------
-    def _from_member(self, name: str, message: Request | Notification | Response) -> None:
-        if not self._closing:
-            self._apply(self.core.from_member(name, message, time.monotonic()))
+    def _start_member(self, name: str) -> str | None:
+        """Start a (new) child for member `name`; why it cannot start, or None."""
+        generation = self._generation[name] = self._generation.get(name, 0) + 1
+        child = MemberChild(  # 2025 to the hub whatever its server's era (serve/hub/member.py)
+            self.members[name].spec,
+            on_message=functools.partial(self._from_member, name, generation),
+            on_exit=functools.partial(self._member_exit, name, generation),
+            label=f"{self.label}/{name}",
+            extra=self._extra,
+        )
+        try:
+            child.start()
+        except Exception as exc:  # noqa: BLE001 - a member's spawn failure, or a remote's: the others go on
+            log.warning("hub %s: server %s cannot start: %s; going on without it", self.label, name, exc)
+            return str(exc)
+        old = self._children.get(name)
+        self._replaced = [c for c in self._replaced if not c.join(0)]
+        if old is not None and not old.join(0):
+            self._replaced.append(old)
+        self._children[name] = child
+        watchdog.register(child.child, functools.partial(self.core.oldest, name))
+        if self._closing:  # closed while a member was starting (a start may yield): this one goes too
+            child.close(self._reason, self._cause)
+        return None
 
-    def _member_exit(self, name: str, reason: str) -> None:
+    def _retry(self, name: str) -> None:
+        """A departed member's Retry came (its timer's greenlet)."""
+        self._retries.pop(name, None)
+        if not self._closing:
+            self._apply(self.core.retry(name, time.monotonic()))
+
+    def _restart(self, name: str) -> None:
+        """Start a departed member's new child (the core's StartMember) and tell the core how it went."""
+        self._restarting.add(name)
+        try:
+            problem = self._start_member(name)
+        except Exception as exc:  # noqa: BLE001 - its spec refused to make a child (a credential, a limit): later
+            log.warning("hub %s: server %s cannot start: %s", self.label, name, exc)
+            problem = str(exc)
+        finally:
+            self._restarting.discard(name)
         if self._closing:
             return
+        now = time.monotonic()
+        if problem is not None:
+            self._apply(self.core.unavailable(name, f"it cannot start ({problem})", now))
+        else:
+            self._apply(self.core.started(name, now))
+
+    def _from_member(self, name: str, generation: int, message: Request | Notification | Response) -> None:
+        if not self._closing and self._generation.get(name) == generation:
+            self._apply(self.core.from_member(name, message, time.monotonic()))
+
+    def _member_exit(self, name: str, generation: int, reason: str) -> None:
+        if self._closing or self._generation.get(name) != generation:
+            return  # a replaced child's end: its member has a new one
         log.warning("hub %s: server %s ended (%s); its names are gone", self.label, name, reason)
         self._apply(self.core.member_gone(name, f"it ended ({reason})", time.monotonic()))
         if not self.core.live():
@@ -216,6 +269,12 @@ class HubChild:
                     child.close(out.reason)
             elif isinstance(out, hub_messages.Wake):
                 self._wake(out.delay)
+            elif isinstance(out, hub_messages.Retry):
+                self._arm(out.member, out.delay)
+            elif isinstance(out, hub_messages.StartMember):
+                self._restart(out.member)
+            elif isinstance(out, hub_messages.Back):
+                self._tell_others(out.member)
             else:
                 log.warning("hub %s: %s", self.label, out.text)
         if not to_client:
@@ -242,3 +301,25 @@ class HubChild:
     def _tick(self) -> None:
         if not self._closing:
             self._apply(self.core.tick(time.monotonic()))
+
+    def _arm(self, name: str, delay: float) -> None:
+        """The member's next attempt after `delay` seconds (replacing its timer, if any: one per member)."""
+        if self._closing:
+            return
+        old = self._retries.pop(name, None)
+        if old is not None:
+            old.kill(block=False)
+        self._retries[name] = gevent.spawn_later(delay, self._retry, name)
+
+    def _tell_others(self, name: str) -> None:
+        """Member `name` is back: the other hubs waiting for the same server try it now."""
+        spec = self.members[name].spec
+        for other in list(_HUBS):
+            if other is not self:
+                for waiting in [n for n, m in other.members.items() if m.spec is spec and n in other._retries]:
+                    other._arm(waiting, 0.0)
+
+    def _cancel_timers(self) -> None:
+        for timer in [*self._timers, *self._retries.values()]:
+            timer.kill(block=False)
+        self._retries.clear()
