@@ -2,15 +2,21 @@
 calling tools/call echo in 2025 sessions, with MCPGATE_TRACING off and on (100 % sampling, the OTLP/HTTP exporter
 sending to a sink on loopback that decodes nothing and answers 200), in alternating rounds.
 
+A mode is off, on (100 % sampled) or unsampled (on, OTEL_TRACES_SAMPLER=always_off: the hooks alone). With
+--base, every mode also runs a gateway importing mcpgate from that tree, in the same rounds (A/B in one run).
+With --together, every gateway is served at once (the clients split evenly), so that whatever else loads the
+machine loads them alike. bench/tracing_seq.py measures the worker's CPU per call with sequential calls instead.
+
 Prints, per setting, the median throughput (calls/s) and the worker's CPU time per call (its utime + stime from
 /proc, the BatchSpanProcessor's export greenlet included), and the ratio on/off. The clients run in processes of
 their own (4 x 4 threads) on the same machine, so on a small machine they compete with the gateway for CPU:
 compare the two settings within one run only.
 
-    python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16]
-    python bench/tracing.py --profile /tmp/traced.txt   # one traced round under py-spy: the worker's top functions
+    python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16] [--modes off,unsampled,on]
+    python bench/tracing.py --base /tmp/base   # each mode from that source tree too (`git archive HEAD | tar -x`)
+    python bench/tracing.py --profile /tmp/traced.txt [--profile-mode unsampled]   # one round under py-spy
     python bench/tracing.py --in-process   # CPU per traced request of the request path's hooks and of encoding
-    python bench/tracing.py --together     # both gateways at once, 8 clients each: a busy machine loads both alike
+    python bench/tracing.py --together [--base /tmp/base]   # every gateway at once, the clients split evenly
     OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01 python bench/tracing.py   # 1 % sampled
 """
 
@@ -111,16 +117,25 @@ def spy(worker: int, seconds: float, target: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*args, "--duration", str(int(seconds)), "-o", target], stdout=subprocess.DEVNULL)
 
 
-def start(traced: bool, endpoint: str) -> tuple[subprocess.Popen[bytes], int, Any]:
-    """A gateway (gunicorn, one worker) with tracing on or off, answering /healthz: its process, port, log."""
+MODES = ("off", "unsampled", "on")
+
+
+def start(mode: str | bool, endpoint: str, tree: Path | None = None) -> tuple[subprocess.Popen[bytes], int, Any]:
+    """A gateway (gunicorn, one worker) in a mode (True: on, False: off), mcpgate imported from `tree` (None: this
+    checkout), answering /healthz: its process, port, log."""
+    mode = {True: "on", False: "off"}.get(mode, mode) if isinstance(mode, bool) else mode
     port = gateways.free_port()
-    env = {**os.environ, "MCPGATE_TRACING": "true" if traced else "false", "MCPGATE_MAX_SESSIONS": "200"}
+    env = {**os.environ, "MCPGATE_TRACING": "false" if mode == "off" else "true", "MCPGATE_MAX_SESSIONS": "200"}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
     env.setdefault("OTEL_TRACES_SAMPLER", "always_on")  # 100 % unless the caller's OTEL_* say otherwise
+    if mode == "unsampled":
+        env["OTEL_TRACES_SAMPLER"] = "always_off"
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     log = open(f"/tmp/mcpgate-bench-tracing-{port}.log", "wb")  # noqa: SIM115
     gw = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "mcpgate.wsgi"],
-        cwd=ROOT,
+        cwd=tree or ROOT,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -146,32 +161,35 @@ def stop(gw: subprocess.Popen[bytes], log: Any) -> None:
 
 
 def load(ports: list[int], seconds: float, clients: int) -> tuple[list[int], float]:
-    """`clients` (4 a process) calling for `seconds`, spread evenly over `ports`: the calls each port served."""
-    counts = multiprocessing.Array("i", clients)
-    per = max(1, clients // 4)
+    """`clients` calling for `seconds`, spread evenly over `ports` (processes of at most 4 threads, each calling
+    one port): the calls each port served."""
+    each = max(1, clients // len(ports))
+    groups = [(port, first, min(4, each - first)) for port in ports for first in range(0, each, 4)]
+    counts = multiprocessing.Array("i", each * len(ports))
     began = time.monotonic()
     until = began + seconds
     procs = [
-        multiprocessing.Process(
-            target=process, args=(ports[first // per % len(ports)], until, counts, first, min(per, clients - first))
-        )
-        for first in range(0, clients, per)
+        multiprocessing.Process(target=process, args=(port, until, counts, ports.index(port) * each + first, threads))
+        for port, first, threads in groups
     ]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
     elapsed = time.monotonic() - began
-    served = [0] * len(ports)
-    for index in range(clients):
-        served[index // per % len(ports)] += counts[index]
+    served = [sum(counts[n * each : (n + 1) * each]) for n in range(len(ports))]
     return served, elapsed
 
 
 def round_of(
-    traced: bool, endpoint: str, seconds: float, clients: int, profile: str | None = None
+    mode: str | bool,
+    endpoint: str,
+    seconds: float,
+    clients: int,
+    profile: str | None = None,
+    tree: Path | None = None,
 ) -> tuple[float, float]:
-    gw, port, log = start(traced, endpoint)
+    gw, port, log = start(mode, endpoint, tree)
     try:
         start_cpu = worker_cpu(gw.pid)
         worker = int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0])
@@ -185,18 +203,20 @@ def round_of(
         stop(gw, log)
 
 
-def together(endpoint: str, seconds: float, clients: int) -> tuple[float, float]:
-    """Both gateways at once, half the clients each: whatever else loads the machine loads both alike. The
-    on/off ratios of calls served and of the worker's CPU per call."""
-    (off, off_port, off_log), (on, on_port, on_log) = start(False, endpoint), start(True, endpoint)
+def together(
+    endpoint: str, seconds: float, clients: int, configs: list[tuple[str, Path | None]]
+) -> list[tuple[float, float]]:
+    """Every (mode, tree) gateway at once, the clients split evenly: whatever else loads the machine loads them
+    alike. Each one's calls served and its worker's CPU per call (us)."""
+    started = [start(mode, endpoint, tree) for mode, tree in configs]
     try:
-        cpu = [worker_cpu(off.pid), worker_cpu(on.pid)]
-        (off_calls, on_calls), _ = load([off_port, on_port], seconds, clients)
-        off_cpu, on_cpu = worker_cpu(off.pid) - cpu[0], worker_cpu(on.pid) - cpu[1]
-        return on_calls / max(off_calls, 1), (off_cpu / max(off_calls, 1)) / max(on_cpu / max(on_calls, 1), 1e-9)
+        cpu = [worker_cpu(gw.pid) for gw, _, _ in started]
+        calls, _ = load([port for _, port, _ in started], seconds, clients)
+        spent = [worker_cpu(gw.pid) - before for (gw, _, _), before in zip(started, cpu, strict=True)]
+        return [(n, used / max(n, 1) * 1e6) for n, used in zip(calls, spent, strict=True)]
     finally:
-        stop(off, off_log)
-        stop(on, on_log)
+        for gw, _, log in started:
+            stop(gw, log)
 
 
 def in_process(repeats: int = 7, calls: int = 2000) -> None:
@@ -243,7 +263,13 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
     encode = []
     for _ in range(repeats):
         began = time.process_time()
-        otlp_wire.request(tracing.TRACER.head, [trace.encoded() for trace in spans])
+        parts: list[bytes] = []
+        for trace in spans:  # as the export does (mcpgate/observe/span_batches.py), or before it had encode_into
+            if hasattr(trace, "encode_into"):
+                trace.encode_into(parts)
+            else:
+                parts.append(trace.encoded())
+        otlp_wire.request(tracing.TRACER.head, [b"".join(parts)])
         encode.append((time.process_time() - began) / len(spans) * 1e6)
     environ_of[hooks] = unsampled
     quiet = best(hooks) - floor
@@ -251,52 +277,97 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
     print(f"per unsampled request: {quiet:.1f} us; the parse the hooks are measured against: {floor:.1f} us")
 
 
+def rounds(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None]) -> None:
+    """Each round runs every (tree, mode) once, back to back; the medians, and each round's ratio to its own off."""
+    modes = modes_of(args)
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {(t, m): [] for t in trees for m in modes}
+    for _ in range(args.rounds):
+        for tree, path in trees.items():
+            for mode in modes:
+                rate, cpu = round_of(mode, endpoint, args.seconds, args.clients, tree=path)
+                results[tree, mode].append((rate, cpu))
+                print(f"{tree:4} {mode:9}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call", flush=True)
+    base = ("head", "off") if ("head", "off") in results else next(iter(results))
+    for (tree, mode), got in results.items():
+        rate = statistics.median(r for r, _ in got)
+        cpu = statistics.median(c for _, c in got)
+        pairs = [r / b for (r, _), (b, _) in zip(got, results[base], strict=True)]
+        extra = [c - b for (_, c), (_, b) in zip(got, results[base], strict=True)]
+        print(
+            f"median {tree:4} {mode:9}: {rate:6.0f} calls/s, {cpu:4.0f} us/call; against {'/'.join(base)} per round: "
+            f"throughput {statistics.median(pairs):.1%} ({', '.join(f'{r:.0%}' for r in pairs)}), "
+            f"CPU {statistics.median(extra):+.0f} us/call",
+            flush=True,
+        )
+
+
+def served_together(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None]) -> None:
+    """Rounds of every (tree, mode) served at once; per round and in the median, each one's calls and CPU per call
+    against the first's (head's off when there is one)."""
+    configs = [(tree, mode) for tree in trees for mode in modes_of(args)]
+    first = configs.index(("head", "off")) if ("head", "off") in configs else 0
+    got: list[list[tuple[float, float]]] = [[] for _ in configs]
+    for _ in range(args.rounds):
+        served = together(endpoint, args.seconds, args.clients, [(mode, trees[tree]) for tree, mode in configs])
+        for n, result in enumerate(served):
+            got[n].append(result)
+        print(
+            " | ".join(f"{t} {m}: {c:.0f} calls, {u:.0f} us" for (t, m), (c, u) in zip(configs, served, strict=True)),
+            flush=True,
+        )
+    for (tree, mode), results in zip(configs, got, strict=True):
+        calls = [c / max(b, 1) for (c, _), (b, _) in zip(results, got[first], strict=True)]
+        cpu = [u - b for (_, u), (_, b) in zip(results, got[first], strict=True)]
+        print(
+            f"median {tree:4} {mode:9}: {statistics.median(u for _, u in results):4.0f} us/call; against "
+            f"{'/'.join(configs[first])}: calls {statistics.median(calls):.1%} "
+            f"({', '.join(f'{r:.0%}' for r in calls)}), CPU {statistics.median(cpu):+.1f} us/call "
+            f"({', '.join(f'{d:+.0f}' for d in cpu)})",
+            flush=True,
+        )
+
+
+def modes_of(args: argparse.Namespace) -> list[str]:
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    if any(mode not in MODES for mode in modes):
+        raise SystemExit(f"--modes: each one of {', '.join(MODES)}")
+    return modes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--profile", metavar="FILE", help="one traced round under py-spy; its summary printed")
+    parser.add_argument("--modes", default="off,on", help=f"a comma list of {', '.join(MODES)} (default off,on)")
+    parser.add_argument("--base", metavar="DIR", type=Path, help="also run each mode from this source tree")
+    parser.add_argument("--head", metavar="DIR", type=Path, help="the tree to measure (default: this checkout)")
+    parser.add_argument("--profile", metavar="FILE", help="one round under py-spy; its summary printed")
+    parser.add_argument("--profile-mode", default="on", choices=MODES, help="the profiled round's mode (on)")
     parser.add_argument("--in-process", action="store_true", help="only the hooks' and the encoding's CPU, in process")
-    parser.add_argument("--together", action="store_true", help="off and on served at once, half the clients each")
+    parser.add_argument("--together", action="store_true", help="every tree and mode served at once, clients split")
     args = parser.parse_args()
     if args.in_process:
         in_process()
         return 0
     endpoint, got = sink()
-    if args.together:
-        for _ in range(args.rounds):
-            calls, cpu = together(endpoint, args.seconds, args.clients)
-            print(f"together: calls on/off {calls:.1%}, worker CPU per call off/on {cpu:.1%}", flush=True)
-        return 0
     if args.profile:
-        rate, cpu = round_of(True, endpoint, args.seconds, args.clients, args.profile)
-        print(f"tracing on : {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call (under py-spy)")
+        mode = args.profile_mode
+        rate, cpu = round_of(mode, endpoint, args.seconds, args.clients, args.profile, args.base)
+        print(f"tracing {mode}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call (under py-spy)")
         import report
 
         print(report.profile_summary(Path(args.profile), top=40))
         return 0
-    results: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    for _ in range(args.rounds):
-        for traced in (False, True):
-            rate, cpu = round_of(traced, endpoint, args.seconds, args.clients)
-            results[traced].append((rate, cpu))
-            print(
-                f"tracing {'on ' if traced else 'off'}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call", flush=True
-            )
-    off = statistics.median(r for r, _ in results[False])
-    on = statistics.median(r for r, _ in results[True])
-    off_cpu = statistics.median(c for _, c in results[False])
-    on_cpu = statistics.median(c for _, c in results[True])
-    print(f"median off: {off:.0f} calls/s ({off_cpu:.0f} us/call); on: {on:.0f} calls/s ({on_cpu:.0f} us/call)")
-    print(f"throughput on/off: {on / off:.1%}; exports received: {got[1]} ({got[0]} bytes)")
-    pairs = [on_ / off_ for (off_, _), (on_, _) in zip(results[False], results[True], strict=True)]
-    cpu = [off_ / on_ for (_, off_), (_, on_) in zip(results[False], results[True], strict=True)]
-    print(  # each round's pair ran back to back: its ratio is less moved by the machine's other load
-        f"per round, throughput on/off: {', '.join(f'{r:.1%}' for r in pairs)} "
-        f"(median {statistics.median(pairs):.1%}); "
-        f"worker CPU per call off/on: median {statistics.median(cpu):.1%}"
-    )
+    head = args.head.resolve() if args.head is not None else None
+    trees: dict[str, Path | None] = {"head": head}
+    if args.base is not None:
+        trees = {"base": args.base.resolve(), "head": head}
+    if args.together:
+        served_together(endpoint, args, trees)
+    else:
+        rounds(endpoint, args, trees)
+    print(f"exports received: {got[1]} ({got[0]} bytes)")
     return 0
 
 

@@ -2,7 +2,8 @@
 by one worker, as the SDK's BatchSpanProcessor does and configured by the same OTEL_BSP_* variables
 (OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, each in spans), but with no
 after-fork hook. A batch is turned into spans and encoded to OTLP protobuf here, in the worker
-(observe/trace_spans.py, otlp_wire.py), off the requests' path, and posted (on a kept connection of its own to
+(observe/trace_spans.py, otlp_wire.py: each request's spans appended to one list, joined once a batch), off the
+requests' path, and posted (on a kept connection of its own to
 a plain-HTTP endpoint, LeanPost, else or on any failure) by the SDK's OTLPSpanExporter's HTTP client
 (its endpoint, headers, timeout, compression and retries from OTEL_EXPORTER_OTLP_*).
 
@@ -46,7 +47,7 @@ def setting(name: str) -> int:
 class Ended(Protocol):
     """A request's spans, ended: encoded when exported."""
 
-    def encoded(self) -> bytes: ...
+    def encode_into(self, out: list[bytes]) -> None: ...
 
 
 class SpanBatches:
@@ -102,7 +103,10 @@ class SpanBatches:
                 spans += count
             self.queued -= spans
             try:
-                self.send(otlp_wire.request(self.head, [ended.encoded() for ended in taken]))
+                parts: list[bytes] = []
+                for ended in taken:
+                    ended.encode_into(parts)
+                self.send(otlp_wire.request(self.head, [b"".join(parts)]))
             except Exception as exc:  # noqa: BLE001 - an exporter's failure costs its batch, never the worker
                 log.warning("a batch of %d spans could not be exported: %s", spans, exc)
 

@@ -2,10 +2,16 @@
 request's own span (SERVER; the relay's: CLIENT), a span per step (INTERNAL), the wait for the child (CLIENT,
 its id the one the child's `_meta.traceparent` named) and a forward to another instance (CLIENT). The ids the
 request path did not need are drawn here; the attributes the request and its wait share are encoded once.
+
+A gateway's requests come in few layouts (a tools/call of one tool in a 2025 session: its spans' names, kinds and
+attributes the same but for the session's): each layout's bytes are kept as a template with a slot for each id,
+the times, the request id and the request span's own attributes, so a request is one %-format of its values
+(about 3 us a 4-span request against 5 span by span, in process). A tracestate or a forward: span by span.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Protocol
 
 from mcpgate.core import session_ids
@@ -17,6 +23,9 @@ _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
 _ID_KEY = otlp_wire.field(1, b"jsonrpc.request.id")
 _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes
 _owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code, tool error): the request span's own
+_layouts: dict[tuple[Any, ...], bytes] = {}  # a trace's layout: its spans' template (encode_into)
+LAYOUTS = 256  # layouts kept (about 0.6 KB each)
+_TIMES = struct.Struct("<BQBQ").pack  # a span's start and end: their fields (fixed64 each)
 
 
 class Trace(Protocol):
@@ -43,38 +52,116 @@ class Trace(Protocol):
 
 def encoded(trace: Trace) -> bytes:
     """Every span of an ended, sampled request."""
-    name, common = shape(trace)
-    ids = trace.span_id or IDS.take(8)
+    out: list[bytes] = []
+    encode_into(trace, out)
+    return b"".join(out)
+
+
+def encode_into(trace: Trace, out: list[bytes]) -> None:
+    """Every span of an ended, sampled request appended to `out` (a batch's, joined once): written into its
+    layout's template when it has no tracestate and no forward (the layout: what its spans' bytes are but for
+    its ids, times and request id), else span by span."""
+    if trace.state or trace.forward is not None:
+        spans_into(trace, out)
+        return
+    name, shared, request_id = shape(trace)
+    steps, wait, parent, attributes = trace.steps, trace.wait, trace.parent, own_attributes(trace)
+    drawn = IDS.take(8 * (len(steps) + 1))  # the steps' ids, and the request's own unless it has one
+    own = trace.span_id or drawn[-8:]
+    names = tuple([step[0] for step in steps])
+    key = (trace.kind, name, shared, error_of(trace), parent is not None, names, wait is not None)
+    sizes = (len(request_id), len(attributes))
+    template = _layouts.get((key, sizes))
+    if template is None:
+        template = layout(*key, *sizes)
+        otlp_wire.keep(_layouts, (key, sizes), template, LAYOUTS)
+    ids, end = trace.trace_id, trace.end_at
+    values = [ids, own] if parent is None else [ids, own, parent.span_id]
+    values += (_TIMES(0x39, trace.start, 0x41, end), request_id, attributes)
+    for n, (_, began, ended) in enumerate(steps):
+        values += (ids, drawn[8 * n : 8 * n + 8], own, _TIMES(0x39, began, 0x41, ended))
+    if wait is not None:
+        values += (ids, wait[0], own, _TIMES(0x39, wait[1], 0x41, end), request_id)
+    out.append(template % tuple(values))
+
+
+def layout(
+    kind: int,
+    name: str,
+    shared: bytes,
+    error: bool,
+    remote: bool,
+    steps: tuple[str, ...],
+    wait: bool,
+    request_id: int,
+    own: int,
+) -> bytes:
+    """The template of a trace's spans (no tracestate, no forward): their bytes with a %s for each id, times,
+    the request id's attribute (`request_id` bytes) and the request span's own attributes (`own` bytes), in the
+    order encode_into gives them."""
+    parts: list[bytes] = []
+
+    def span(head: bytes, parent: bool, attributes: tuple[bytes | int, ...], last: bytes) -> None:
+        """A span's bytes; `attributes`: constant ones, and a slot's size for those of each trace."""
+        size = 2 + 16 + 2 + 8 + (10 if parent else 0) + len(head) + 18 + len(last)
+        size += sum(part if isinstance(part, int) else len(part) for part in attributes)
+        parts.extend((b"\x12", otlp_wire.varint(size), b"\x0a\x10", b"%s", b"\x12\x08", b"%s"))
+        if parent:
+            parts.extend((b"\x22\x08", b"%s"))
+        parts.extend((escaped(head), b"%s"))  # the times
+        parts.extend(b"%s" if isinstance(part, int) else escaped(part) for part in attributes)
+        parts.append(escaped(last))
+
+    span(otlp_wire.head(name, kind), remote, (shared, request_id, own), otlp_wire.last(error, remote))
+    for step in steps:
+        span(otlp_wire.head(step, INTERNAL), True, (), otlp_wire.LOCAL)
+    if wait:
+        span(otlp_wire.head(name, CLIENT), True, (shared, request_id, _PIPE), otlp_wire.LOCAL)
+    return b"".join(parts)
+
+
+def escaped(constant: bytes) -> bytes:
+    return constant.replace(b"%", b"%%")
+
+
+def error_of(trace: Trace) -> bool:
     if trace.kind == SERVER:
-        error = trace.code is not None or trace.tool_error or trace.status >= 500
-    else:
-        error = not 0 < trace.status < 400
-    parent = trace.parent
-    spans = [
-        otlp_wire.span(
-            trace.trace_id,
-            ids,
-            parent.span_id if parent is not None else b"",
-            trace.state,
-            name,
-            trace.kind,
-            trace.start,
-            trace.end_at,
-            common + own_attributes(trace),
-            error,
-            parent is not None,
-        )
-    ]
-    spans += children(trace, ids, name, common)
-    return b"".join(spans)
+        return trace.code is not None or trace.tool_error or trace.status >= 500
+    return not 0 < trace.status < 400
 
 
-def shape(trace: Trace) -> tuple[str, bytes]:
-    """The request's span name and the attributes its span and the wait's share (described once per method, tool
-    and version; the request id apart)."""
+def spans_into(trace: Trace, out: list[bytes]) -> None:
+    """Every span of an ended, sampled request, span by span (any request: a tracestate, a forward)."""
+    name, shared, request_id = shape(trace)
+    common = shared + request_id
+    drawn = IDS.take(8 * (len(trace.steps) + 1))  # as encode_into draws them
+    own = trace.span_id or drawn[-8:]
+    parent, state = trace.parent, trace.state
+    lead = otlp_wire.lead(trace.trace_id)
+    after = otlp_wire.after_id(state, parent.span_id if parent is not None else b"")
+    attributes = common + own_attributes(trace)
+    last = otlp_wire.last(error_of(trace), parent is not None)
+    span = otlp_wire.span_into
+    span(out, lead, own, after, otlp_wire.head(name, trace.kind), trace.start, trace.end_at, attributes, last)
+    steps, end = trace.steps, trace.end_at
+    after = otlp_wire.after_id(state, own)  # the children's
+    for n, (step, began, ended) in enumerate(steps):
+        span(out, lead, drawn[8 * n : 8 * n + 8], after, otlp_wire.head(step, INTERNAL), began, ended, b"")
+    if trace.wait is not None:
+        span_id, began = trace.wait
+        span(out, lead, span_id, after, otlp_wire.head(name, CLIENT), began, end, common + _PIPE)
+    if trace.forward is not None:
+        span_id, began, owner = trace.forward
+        instance = otlp_wire.attributes({"mcpgate.instance": owner})
+        span(out, lead, span_id, after, otlp_wire.head("mcpgate.forward", CLIENT), began, end, instance)
+
+
+def shape(trace: Trace) -> tuple[str, bytes, bytes]:
+    """The request's span name, the attributes its span and the wait's share (described once per method, tool
+    and version) and their request id attribute."""
     what = trace.what
     if isinstance(what, str):
-        return what or trace.http_method, b""
+        return what or trace.http_method, b"", b""
     method, target, version, request_id = what
     key = (method, target, version)
     try:
@@ -84,18 +171,18 @@ def shape(trace: Trace) -> tuple[str, bytes]:
     if found is None:
         name, described = named(method, target, version)
         found = name, otlp_wire.attributes(described)
-        if len(_shapes) < otlp_wire.CACHED and all(isinstance(part, str | None) for part in key):
-            _shapes[key] = found
-    return found[0], found[1] + id_attribute(str(request_id))
+        if all(isinstance(part, str | None) for part in key):
+            otlp_wire.keep(_shapes, key, found)
+    return found[0], found[1], id_attribute(str(request_id))
 
 
 def id_attribute(value: str) -> bytes:
     """The jsonrpc.request.id attribute (a value per request: its KeyValue written around the key's bytes)."""
     encoded = value.encode()
-    if len(encoded) > 100:  # a length past one varint byte somewhere: the general writer
+    size = len(encoded)
+    if size > 100:  # a length past one varint byte somewhere: the general writer
         return otlp_wire.key_value(9, "jsonrpc.request.id", value)
-    any_value = b"\x12" + bytes((len(encoded) + 2,)) + b"\x0a" + bytes((len(encoded),)) + encoded
-    return b"\x4a" + bytes((len(_ID_KEY) + len(any_value),)) + _ID_KEY + any_value
+    return b"\x4a%c%s\x12%c\x0a%c%s" % (len(_ID_KEY) + size + 4, _ID_KEY, size + 2, size, encoded)
 
 
 def own_attributes(trace: Trace) -> bytes:
@@ -118,28 +205,8 @@ def own_attributes(trace: Trace) -> bytes:
     elif trace.tool_error:
         extra["error.type"] = "tool_error"  # OpenTelemetry's MCP conventions
     found = otlp_wire.attributes(extra)
-    if len(_owns) < otlp_wire.CACHED:
-        _owns[key] = found
+    otlp_wire.keep(_owns, key, found)
     return found
-
-
-def children(trace: Trace, own: bytes, name: str, common: bytes) -> list[bytes]:
-    """The request's child spans: its steps, the wait for the child, a forward."""
-    ids, state, end = trace.trace_id, trace.state, trace.end_at
-    drawn = IDS.take(8 * len(trace.steps)) if trace.steps else b""
-    out = [
-        otlp_wire.span(ids, drawn[8 * n : 8 * n + 8], own, state, step, INTERNAL, began, ended, b"", False, False)
-        for n, (step, began, ended) in enumerate(trace.steps)
-    ]
-    if trace.wait is not None:
-        span_id, began = trace.wait
-        out.append(otlp_wire.span(ids, span_id, own, state, name, CLIENT, began, end, common + _PIPE, False, False))
-    if trace.forward is not None:
-        span_id, began, owner = trace.forward
-        instance = otlp_wire.attributes({"mcpgate.instance": owner})
-        forward = "mcpgate.forward"
-        out.append(otlp_wire.span(ids, span_id, own, state, forward, CLIENT, began, end, instance, False, False))
-    return out
 
 
 def named(method: str, target: Any, version: Any) -> tuple[str, dict[str, Any]]:

@@ -9,8 +9,10 @@ each hook in the request path is one None check (the `[otel]` extra need not eve
 A request to an MCP endpoint gets a Trace, kept in the WSGI environ under KEY: a handful of plain fields and
 tuples set on the request's greenlet, turned into spans only by the export greenlet. On the request path: the
 sampling decision first, once per request (the W3C context parsed here, observe/w3c.py; the SDK's sampler only
-when it is not a static or parent-based static one); unsampled, only the context is passed on. Sampled: the
-start and end times of each step (the guard, the session or pool lookup, an MRTR round), the id and start of
+when it is not a static or parent-based static one), as the request begins when a static sampler or the
+traceparent header's flag decides it (no step of an unsampled request is timed then); unsampled, only the
+context is passed on. Sampled: the start and end times of each step (the guard, the session or pool lookup, an
+MRTR round: the Trace times them itself, one at a time), the id and start of
 the wait for the child (the span named in the child's `_meta.traceparent`) and of a forward to another
 instance, the HTTP status; ids come from one os.urandom per IDS_DRAWN bytes. The ended Trace is queued whole;
 the export greenlet gives the other spans their ids, builds the attributes and encodes them to OTLP protobuf
@@ -50,6 +52,7 @@ TRACER: Any = None  # the export (span_batches.SpanBatches) once `setup` switche
 IDS = w3c.Ids()
 _api: Any = None  # opentelemetry.trace, imported with the SDK (a sampler that is not static only)
 _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent, a sampled one, an unsampled one
+_always: bool | None = None  # the decision whatever the parent (ALWAYS_ON, ALWAYS_OFF), known as a request begins
 _empty: Any = None
 _time = time.time_ns
 
@@ -57,7 +60,7 @@ _time = time.time_ns
 def setup(enabled: bool, service: str) -> None:
     """Switch tracing on for this process (a gateway worker, a relay): the SDK imported, its sampler, resource
     and exporter configured from OTEL_*; OTEL_SERVICE_NAME, when set, names the service instead of `service`."""
-    global TRACER, _api, _rules, _empty, IDS
+    global TRACER, _api, _rules, _always, _empty, IDS
     if not enabled or TRACER is not None:
         return
     from opentelemetry import context, trace
@@ -75,6 +78,7 @@ def setup(enabled: bool, service: str) -> None:
     head = otlp_wire.resource_head(resource.attributes, "mcpgate", mcpgate.__version__)
     _api, _empty, IDS = trace, context.Context(), w3c.Ids()
     _rules = rules(sampling._get_from_env_or_default(), sampling)
+    _always = _rules[0] if _rules[0] is _rules[1] is _rules[2] and isinstance(_rules[0], bool) else None
     TRACER = SpanBatches(OTLPSpanExporter(), head)
     atexit.register(TRACER.shutdown)
     log.info("tracing on: spans go to the OTLP/HTTP exporter the OTEL_* variables configure")
@@ -156,12 +160,16 @@ class Trace:
     """One request's spans as plain fields: decided once (`open`), ended once (`end`), encoded by the export."""
 
     __slots__ = (
+        "began",
         "code",
         "decided",
         "end_at",
         "forward",
+        "headed",
         "http_method",
         "kind",
+        "naming",
+        "opened",
         "parent",
         "sampled",
         "server",
@@ -179,7 +187,11 @@ class Trace:
 
     def __init__(self, server: str | None, kind: int = SERVER) -> None:
         self.start, self.server, self.kind = _time(), server, kind
-        self.decided = self.sampled = False
+        self.opened = False  # described, its parent and trace id found (`open`)
+        self.headed = False  # the traceparent header read (`from_header`)
+        self.decided = _always is not None  # sampled or not is known (a static sampler's: from the start)
+        self.sampled = _always is True
+        self.naming, self.began = "", 0  # the step being timed (`step`)
         self.steps: list[tuple[str, int, int]] = []  # name, start, end: INTERNAL children of the request's span
         self.wait: tuple[bytes, int] | None = None  # the wait for the child: span id, start
         self.forward: tuple[bytes, int, str] | None = None  # a forward: span id, start, the owner instance
@@ -193,26 +205,34 @@ class Trace:
         self.parent: Parent | None = None
 
     def open(self, environ: Mapping[str, Any], message: Message | None) -> None:
-        """The sampling decision (once): the parent from the traceparent header, else from the message's _meta."""
-        if self.decided:
+        """The parent from the traceparent header, else from the message's _meta, and the sampling decision (once)."""
+        if self.opened:
             return
-        self.decided = True
+        self.opened = True
+        parent = self.parent if self.headed else self.from_header(environ)
+        if parent is None:
+            parent = self.parent = w3c.parent_of(meta_of(message))
+        self.trace_id = parent.trace_id if parent is not None else IDS.take(16)
+        if self.decided:
+            self.state = parent.state if parent is not None else ""
+        else:
+            self.decided = True
+            self.sampled, self.state = decide(parent, self.trace_id, message)
+        if not self.sampled:  # only its context is passed on: nothing more to note
+            self.steps.clear()
+            return
         if isinstance(message, Request):
             self.what = request_of(message)
         else:
             self.what = str(getattr(message, "method", "batch")) if message is not None else ""
         self.session, self.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
+
+    def from_header(self, environ: Mapping[str, Any]) -> Parent | None:
+        """The parent in the request's traceparent header (and tracestate), if any."""
+        self.headed = True
         header = environ.get("HTTP_TRACEPARENT")
-        parent = None
-        if header is not None:
-            parent = w3c.parent_of({"traceparent": header, "tracestate": environ.get("HTTP_TRACESTATE")})
-        if parent is None:
-            parent = w3c.parent_of(meta_of(message))
-        self.parent = parent
-        self.trace_id = parent.trace_id if parent is not None else IDS.take(16)
-        self.sampled, self.state = decide(parent, self.trace_id, message)
-        if not self.sampled:
-            self.steps.clear()
+        self.parent = w3c.parsed(header, environ.get("HTTP_TRACESTATE")) if header is not None else None
+        return self.parent
 
     def context(self, span_id: bytes) -> dict[str, str]:
         """The W3C fields naming `span_id` of this trace."""
@@ -221,9 +241,16 @@ class Trace:
             fields["tracestate"] = self.state
         return fields
 
+    def __enter__(self) -> None:  # a step (`step`), timed
+        self.began = _time()
+
+    def __exit__(self, *_: object) -> None:
+        if self.sampled or not self.decided:
+            self.steps.append((self.naming, self.began, _time()))
+
     def end(self, environ: Mapping[str, Any], status: int, body: bytes | None) -> None:
         """The request answered: queued for export when sampled."""
-        if not self.decided:
+        if not self.opened and (self.sampled or not self.decided):
             self.open(environ, None)
         if not self.sampled:
             return
@@ -237,27 +264,20 @@ class Trace:
         """Its spans, encoded (on the export's greenlet)."""
         return trace_spans.encoded(self)
 
+    def encode_into(self, out: list[bytes]) -> None:
+        """Its spans' parts appended to a batch's (on the export's greenlet)."""
+        trace_spans.encode_into(self, out)
+
 
 def begin(environ: dict[str, Any], server: str) -> Trace:
     """The Trace of a request to an MCP endpoint (call only when TRACER is set)."""
     trace = environ[KEY] = Trace(server)
+    if not trace.decided and "HTTP_TRACEPARENT" in environ:  # decided now when the parent's flag decides it
+        parent = trace.from_header(environ)
+        rule = None if parent is None else _rules[1] if parent.sampled else _rules[2]
+        if rule is True or rule is False:
+            trace.decided, trace.sampled = True, rule
     return trace
-
-
-class _Step:
-    """A step's times, recorded as a tuple into its trace."""
-
-    __slots__ = ("began", "name", "trace")
-
-    def __init__(self, trace: Trace, name: str) -> None:
-        self.trace, self.name, self.began = trace, name, 0
-
-    def __enter__(self) -> None:
-        self.began = _time()
-
-    def __exit__(self, *_: object) -> None:
-        if self.trace.sampled or not self.trace.decided:
-            self.trace.steps.append((self.name, self.began, _time()))
 
 
 class _Nothing:
@@ -273,15 +293,17 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
-def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> _Step | _Nothing:
-    """A child span for what runs inside (the guard, a session or pool lookup); "mcpgate.mrtr" instead for a
-    `message` that is an MRTR round (a retry carrying requestState). Nothing when off or not sampled."""
+def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> Trace | _Nothing:
+    """A child span for what runs inside (the guard, a session or pool lookup; never one inside another): the
+    request's Trace times it. "mcpgate.mrtr" instead for a `message` that is an MRTR round (a retry carrying
+    requestState). Nothing when off or not sampled."""
     trace: Trace | None = environ.get(KEY)
     if trace is None or (trace.decided and not trace.sampled):
         return _NOTHING
     if message is not None and isinstance(message.params, dict) and message.params.get("requestState") is not None:
         name = "mcpgate.mrtr"
-    return _Step(trace, name)
+    trace.naming = name
+    return trace
 
 
 def to_child(environ: Mapping[str, Any], message: Message) -> Message:
@@ -305,7 +327,7 @@ def forwarding(environ: Mapping[str, Any], headers: list[tuple[str, str]], body:
     trace: Trace | None = environ.get(KEY)
     if trace is None:
         return
-    if not trace.decided:
+    if not trace.opened:
         from mcpgate.core import jsonrpc
 
         trace.open(environ, jsonrpc.parse(body) if body else None)

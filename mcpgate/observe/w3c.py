@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 TRACE_KEYS = ("traceparent", "tracestate")  # in HTTP headers and in _meta alike
 IDS_DRAWN = 4096  # random bytes drawn at once for ids
@@ -25,8 +24,7 @@ _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 _PARAMS = re.compile(rb'"params"[ \t\r\n]*:[ \t\r\n]*\{()[ \t\r\n]*(\}?)')  # group 1: inside the object
 
 
-@dataclass(slots=True, frozen=True)
-class Parent:
+class Parent(NamedTuple):
     """A remote parent's context: trace id (16 bytes), span id (8), sampled flag, tracestate ("" for none)."""
 
     trace_id: bytes
@@ -39,7 +37,12 @@ def parent_of(carrier: Any) -> Parent | None:
     """The W3C context in a carrier (HTTP headers' or _meta's fields); None when it carries no valid one."""
     if not isinstance(carrier, dict):
         return None
-    header = carrier.get("traceparent")
+    return parsed(carrier.get("traceparent"), carrier.get("tracestate"))
+
+
+def parsed(header: Any, state: Any) -> Parent | None:
+    """The W3C context of a traceparent and a tracestate (each as a header or _meta carries it); None when the
+    traceparent is no valid one."""
     if not isinstance(header, str) or len(header) > 512:
         return None
     found = _TRACEPARENT.match(header)
@@ -48,7 +51,6 @@ def parent_of(carrier: Any) -> Parent | None:
     version, trace_hex, span_hex, flags, rest = found.groups()
     if version == "ff" or (version == "00" and rest) or trace_hex == _ZERO_TRACE or span_hex == _ZERO_SPAN:
         return None
-    state = carrier.get("tracestate")
     state = state.strip() if isinstance(state, str) and _TRACESTATE.match(state) else ""
     return Parent(bytes.fromhex(trace_hex), bytes.fromhex(span_hex), bool(int(flags, 16) & 1), state)
 
