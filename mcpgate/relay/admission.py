@@ -4,6 +4,11 @@ At most `limit` requests are relayed at once; later ones wait, in arrival order,
 `queue_max`. While that queue is full the stdin reader waits for room (`wait_for_room`): a busy host is
 slowed down, never refused. Every request the host has sent and not seen end is kept by id, whether it is
 queued, running, or cancelled and still draining its reply stream.
+
+A worker greenlet that has relayed a request waits up to IDLE_WORKER_SECONDS for the next one before it ends (a
+new greenlet, its first frame's stack and their teardown cost more than the rest of the relay's own work on a
+call). One whose request was cancelled is never reused: it is the one killed when that request's reply stream is
+closed, so it ends with it.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import gevent
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 
 from mcpgate.core import jsonrpc
 
 log = logging.getLogger("mcpgate.relay")
+
+IDLE_WORKER_SECONDS = 1.0  # how long a worker with nothing to do waits for the next request
 
 
 @dataclass(eq=False)
@@ -48,6 +56,7 @@ class Admission:
         self.idle = Event()  # set while nothing runs or waits
         self.idle.set()
         self._closing = False
+        self._idle_workers: list[tuple[Greenlet, AsyncResult]] = []  # each waiting for a job on its own slot
 
     def admit(self, job: Job) -> None:
         """Run the job when a place is free, else queue it."""
@@ -61,9 +70,47 @@ class Admission:
             self._room.clear()
 
     def _start(self, job: Job) -> None:
-        job.worker = Greenlet(self._run, job)
+        """The job to a waiting worker, else to a new one."""
+        while self._idle_workers:
+            worker, slot = self._idle_workers.pop()
+            if not worker.dead:
+                job.worker = worker
+                self.running.add(worker)
+                slot.set(job)
+                return
+        job.worker = Greenlet(self._work, job)
         self.running.add(job.worker)
         job.worker.start()
+
+    def _work(self, job: Job) -> None:
+        """A worker's life: its job, then each one handed to it, until none comes for IDLE_WORKER_SECONDS, its
+        job was cancelled, or the relay is closing."""
+        next_job: Job | None = job
+        while next_job is not None:
+            self._run(next_job)
+            if next_job.cancelled or self._closing:
+                return
+            next_job = None  # nothing of the last request is held while waiting
+            next_job = self._wait_for_job()
+
+    def _wait_for_job(self) -> Job | None:
+        slot: AsyncResult = AsyncResult()
+        entry = (gevent.getcurrent(), slot)
+        self._idle_workers.append(entry)
+        try:
+            slot.wait(timeout=IDLE_WORKER_SECONDS)
+        except BaseException:  # killed: a job handed over meanwhile is released unrun (as an unstarted worker's)
+            if slot.ready():
+                self._abandon(slot.value)
+            raise
+        finally:
+            if not slot.ready() and entry in self._idle_workers:
+                self._idle_workers.remove(entry)
+        return slot.value if slot.ready() else None
+
+    def _abandon(self, job: Job) -> None:
+        job.done.set(None)
+        self.release(job)
 
     def release(self, job: Job) -> None:
         """The job's worker is ending: its place goes to the request that has waited longest."""
@@ -85,6 +132,9 @@ class Admission:
     def take_queued(self) -> list[Job]:
         """At shutdown: start nothing more; the jobs still queued, removed."""
         self._closing = True
+        for worker, _ in self._idle_workers:
+            worker.kill(block=False)
+        self._idle_workers.clear()
         jobs = list(self._queue)
         while self._queue:
             self.unqueue(self._queue[0])

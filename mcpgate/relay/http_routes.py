@@ -26,7 +26,7 @@ from requests.utils import check_header_validity
 from mcpgate.relay import errors, fast_http
 
 MAX_ROUTES = 16
-MAX_VALID_HEADERS = 256
+MAX_MERGED = 256
 # Every failure surfaces at once (the retry policy is HttpClient.send's); redirects are not followed.
 NO_RETRIES = urllib3.Retry(total=False, redirect=False)
 
@@ -69,7 +69,9 @@ class Routes:
         self.session, self.adapter, self.pool_size = session, adapter, pool_size
         self._routes: dict[str, Route] = {}
         self._cookies = bool(session.cookies)  # a cookie jar's len() walks every cookie: asked only once one came
-        self._valid: set[tuple[str, str]] = set()  # call headers already checked (the same few on every call)
+        # a call's headers merged with its route's, by URL and call headers (the same few on every call), each
+        # header checked once; emptied whenever a route is worked out anew
+        self._merged: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str, str]] = {}
 
     def exchange(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: urllib3.Timeout
@@ -114,6 +116,7 @@ class Routes:
             if len(self._routes) >= MAX_ROUTES:
                 self.clear()
             route = self._routes[url] = self._resolve(url)
+            self._merged.clear()
         return route
 
     def _resolve(self, url: str) -> Route:
@@ -136,20 +139,23 @@ class Routes:
         return existing or fast_http.Pool(pool.host, pool.port or 80, self.pool_size)
 
     def _headers(self, route: Route, method: str, url: str, headers: Mapping[str, str]) -> dict[str, str]:
-        """The route's headers with the call's on top (names compare case-insensitively) and any cookies."""
-        for header in headers.items():
-            if header not in self._valid:
+        """The route's headers with the call's on top (names compare case-insensitively) and any cookies; the
+        dict returned is shared by the calls with the same headers, never changed."""
+        key = (url, tuple(headers.items()))
+        merged = self._merged.get(key)
+        if merged is None:
+            for header in key[1]:
                 check_header_validity(header)
-                if len(self._valid) >= MAX_VALID_HEADERS:
-                    self._valid.clear()
-                self._valid.add(header)
-        names = {name.lower() for name in headers}
-        merged = {name: value for name, value in route.headers.items() if name.lower() not in names}
-        merged.update(headers)
+            names = {name.lower() for name in headers}
+            merged = {name: value for name, value in route.headers.items() if name.lower() not in names}
+            merged.update(headers)
+            if len(self._merged) >= MAX_MERGED:
+                self._merged.clear()
+            self._merged[key] = merged
         if self._cookies and self.session.cookies:  # only once the upstream has set one
             cookie = self.session.prepare_request(requests.Request(method, url)).headers.get("Cookie")
             if cookie:
-                merged["Cookie"] = _text(cookie)
+                return {**merged, "Cookie": _text(cookie)}
         return merged
 
 

@@ -11,10 +11,9 @@ messages may ride it), its response and progress dropped. Everything bound for
 stdout goes through the cancel filter, then is written under one lock: by the
 request itself when it is the only one in flight and nothing is queued, else
 through a bounded queue by the writer greenlet (answers ready together leave in
-one write); stdout only ever carries whole lines, in order. An in-process host
-(serve/remote's RemoteChild) hands its lines to take_line() when the reader is
-idle and takes the upstream's messages parsed (MessagePipes): no line is framed
-and parsed again on its way through.
+one write); stdout only ever carries whole lines, in order. A host in the same
+process (serve/remote's RemoteChild) runs relay/in_process.py's InProcessRelay,
+which skips the framing both ways.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import gevent
 from gevent.event import AsyncResult, Event
@@ -45,13 +43,6 @@ log = logging.getLogger("mcpgate.relay")
 
 WRITE_BATCH = 256
 Out = bytes | Upstream  # what goes to the host: an upstream message, or a line the relay made itself
-
-
-class MessagePipes(StdPipes, Protocol):
-    """An in-process host's pipes (serve/remote's RemoteChild): what the relay writes reaches it as the messages
-    (or the relay's own lines) themselves, in order, never encoded and parsed again."""
-
-    def write_messages(self, items: list[Out]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -112,7 +103,6 @@ class Relay:
         # stdout: the writer greenlet's, or the one request in flight's when nothing is queued (see _write).
         self._direct: StdPipes | None = None
         self._writing = Semaphore()
-        self._take_messages: Callable[[list[Out]], None] | None = None  # a MessagePipes' write_messages
 
     # -- stdout -----------------------------------------------------------------------------
 
@@ -147,11 +137,9 @@ class Relay:
         if self._host_gone:
             return
         # The only request in flight writes its own answer (no hand-off to the writer greenlet); under
-        # load answers go through the queue, so that those ready together leave in one write. An in-process
-        # host gains nothing from one write: each answer goes to it at once whenever nothing is queued.
+        # load answers go through the queue, so that those ready together leave in one write.
         direct = self._direct
-        alone = self._take_messages is not None or len(self._admission.running) <= 1
-        if direct and alone and self._out.empty() and self._writing.acquire(False):
+        if direct and self._writes_alone() and self._out.empty() and self._writing.acquire(False):
             try:
                 self._emit(direct, [item])
             except OSError as exc:
@@ -164,12 +152,12 @@ class Relay:
         except Full:
             log.error("the host has not read stdout for %gs; dropped a message", self.options.out_put_timeout)
 
+    def _writes_alone(self) -> bool:
+        """Whether a message ready now is written by its own greenlet (nothing else in flight to batch it with)."""
+        return len(self._admission.running) <= 1
+
     def _emit(self, pipes: StdPipes, items: list[Out]) -> None:
-        """Whole lines to stdout in one write, or the items as they are to an in-process host's MessagePipes."""
-        take = self._take_messages
-        if take is not None:
-            take(items)
-            return
+        """Whole lines to stdout in one write."""
         pipes.write_all(b"".join(frame(item if isinstance(item, bytes) else jsonrpc.raw_bytes(item)) for item in items))
 
     def _write_loop(self, pipes: StdPipes) -> None:
@@ -214,27 +202,6 @@ class Relay:
             self._handle_line(tail)
         log.info("stdin closed")
         self._stop.set()
-
-    def take_line(self, line: bytes) -> bool:
-        """An in-process host's line handled at once in its greenlet as the reader would (the host has seen the
-        reader wait on empty input), unless that could block, overtake or answer before returning (a line not
-        whole, invalid or batched, an id in use, a full queue): False, and the host puts it in the pipes."""
-        if (
-            self._stop.is_set()
-            or len(line) > self.options.max_message_bytes
-            or line[:1] != b"{"
-            or b"\n" in line
-            or not self._admission.room
-            or self._oneway.full()
-        ):
-            return False
-        message = jsonrpc.parse(line)
-        if not isinstance(message, (jsonrpc.Request, jsonrpc.Notification, jsonrpc.Response)) or (
-            isinstance(message, jsonrpc.Request) and jsonrpc.id_key(message.id) in self._admission.jobs
-        ):
-            return False
-        self._handle(message)
-        return True
 
     def _handle_line(self, line: bytes | LineTooLong) -> None:
         if isinstance(line, LineTooLong):
@@ -380,9 +347,8 @@ class Relay:
             pipes.restore()
 
     def serve(self, pipes: StdPipes, wake: float = IDLE_WAIT_SECONDS) -> int:
-        """Relay over `pipes` until their input ends or stop(); then end the session. No signal, no fd: an
-        in-process host (serve/remote's RemoteChild) runs a Relay over pipes of its own this way."""
-        self._take_messages = getattr(pipes, "write_messages", None)
+        """Relay over `pipes` until their input ends or stop(); then end the session. No signal, no fd: a host in
+        the same process (serve/remote's RemoteChild) runs an InProcessRelay over pipes of its own this way."""
         writer = gevent.spawn(self._write_loop, pipes)
         self._direct = pipes
         sender = gevent.spawn(self._send_loop)

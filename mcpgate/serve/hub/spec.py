@@ -10,7 +10,7 @@ from typing import Any, cast
 from mcpgate.child.process import ChildProcess, OnMessage
 from mcpgate.core.views import View
 from mcpgate.serve.hub.child import HubChild, HubMember
-from mcpgate.serve.sessions.session import ChildSpec
+from mcpgate.serve.sessions.spec import ChildSpec
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
 """RemoteChild: one upstream connection of a remote server, in the worker, with a ChildProcess's surface.
 
 Sessions and the pool talk to a child through send() (one encoded message), on_message (each message it sends)
-and on_exit (its end, once). A RemoteChild runs the relay's pump (mcpgate/relay/pump.py `Relay.serve`) over a
-pair of in-memory pipes instead of stdio: what send() queues is the relay's stdin, every line the relay writes is
-parsed and handed to on_message. So the relay's rules hold unchanged: a greenlet per request, at most
-max_inflight at once (more wait in a bounded queue, and while it is full the input is not read), notifications
-in order, a cancelled request's late reply dropped, the upstream's 404 answered by a new session (the client's
-initialize replayed). One RemoteChild is one upstream session (a 2025 client session's own; a pooled child's
-for 2026-07-28 calls, stateless when the upstream speaks 2026-07-28).
+and on_exit (its end, once); a session hands a message it has parsed to send_message(), which skips the
+encoding and the parse again when the relay's reader waits. A RemoteChild runs the relay's pump for a host in
+the same process (relay/in_process.py's InProcessRelay) over a pair of in-memory pipes instead of stdio: what
+send() queues is the relay's stdin, every message the relay writes is handed to on_message. So the relay's rules
+hold unchanged: a greenlet per request in flight, at most max_inflight at once (more wait in a bounded queue,
+and while it is full the input is not read), notifications in order, a cancelled request's late reply dropped,
+the upstream's 404 answered by a new session (the client's initialize replayed). One RemoteChild is one upstream
+session (a 2025 client session's own; a pooled child's for 2026-07-28 calls, stateless when the upstream speaks
+2026-07-28).
 
 There is no process: `pid` is None and nothing is ever signalled; `limits` is None (a remote server's
 request_timeout is the transport's: serve/remote/transport.py). send() never blocks: past
@@ -32,7 +34,8 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Batch, Notification, Request, Response
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient
-from mcpgate.relay.pump import Out, PumpOptions, Relay
+from mcpgate.relay.in_process import InProcessRelay
+from mcpgate.relay.pump import Out, PumpOptions
 from mcpgate.relay.transport import Sink, Transport, Upstream
 from mcpgate.serve.servers.remote_entry import RemoteEntry
 
@@ -74,7 +77,7 @@ class MemoryPipes:
 
     @property
     def idle(self) -> bool:
-        """Whether the relay's reader waits for input with none unread (a line may go to Relay.take_line)."""
+        """Whether the relay's reader waits for input with none unread (a line may go to InProcessRelay.take_line)."""
         return self._waiting and not self._input and not self._ended
 
     def put(self, data: bytes) -> None:
@@ -143,7 +146,7 @@ class RemoteChild:
         self.exit_reason: str | None = None
         self.end_cause = ""  # "stopped" (ended on purpose) or "crash" (its relay failed, its queue overflowed)
         self._pipes = MemoryPipes(self._message)
-        self._relay: Relay | None = None
+        self._relay: InProcessRelay | None = None
         self._greenlet: gevent.Greenlet | None = None
         self._closing = False
         self._reason: str | None = None
@@ -160,22 +163,41 @@ class RemoteChild:
         if self._greenlet is not None or self._closing:
             raise RuntimeError("RemoteChild can be started once, and not after close()")
         http = self.spec.http_client()
-        self._relay = Relay(lambda sink: self.spec.transport(http, sink), self.spec.pump_options)
+        self._relay = InProcessRelay(lambda sink: self.spec.transport(http, sink), self.spec.pump_options)
         self._greenlet = gevent.spawn(self._run, self._relay, http)
         log.info("child[%s] started: remote %s", self.label, errors.redact(self.spec.remote.url))
 
     def send(self, data: bytes) -> bool:
         """Queue one encoded message (no trailing newline); never blocks. False if refused."""
+        if not self._room_for(data):
+            return False
+        relay = self._relay
+        if relay is not None and self._pipes.idle and relay.take_line(data):
+            return True  # handled as the relay's reader would, without waking it
+        self._pipes.put(data + b"\n")
+        return True
+
+    def send_message(self, message: Request | Notification | Response) -> bool:
+        """send() of a message the session has parsed: to the relay as it is when its reader waits (neither
+        encoded nor parsed again), else its bytes queued."""
+        data = jsonrpc.raw_bytes(message)
+        if not self._room_for(data):
+            return False
+        relay = self._relay
+        if relay is not None and self._pipes.idle and relay.take_message(message, len(data)):
+            return True
+        self._pipes.put(data + b"\n")
+        return True
+
+    def _room_for(self, data: bytes) -> bool:
+        """Whether send() may take `data`: the child is alive and its unread input stays within
+        max_write_queue_bytes (past it, the child ends)."""
         if not self.alive:
             return False
         if self._pipes.queued + len(data) + 1 > self.spec.max_write_queue_bytes:
             log.warning("child[%s] remote: write queue full (%d bytes unread); closing", self.label, self._pipes.queued)
             self.close(WRITE_QUEUE_FULL, cause="crash")
             return False
-        relay = self._relay
-        if relay is not None and self._pipes.idle and relay.take_line(data):
-            return True  # handled as the relay's reader would, without waking it
-        self._pipes.put(data + b"\n")
         return True
 
     def close(self, reason: str, cause: str = "stopped") -> None:
@@ -203,7 +225,7 @@ class RemoteChild:
     def join(self, timeout: float) -> bool:
         return bool(self._done.wait(timeout))
 
-    def _run(self, relay: Relay, http: HttpClient) -> None:
+    def _run(self, relay: InProcessRelay, http: HttpClient) -> None:
         try:
             relay.serve(self._pipes)
         except Exception as exc:  # the relay's own failure: the child ends as a crashed one does

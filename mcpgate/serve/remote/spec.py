@@ -28,7 +28,7 @@ from mcpgate.relay.transport import Sink, Transport
 from mcpgate.serve.remote.child import RemoteChild
 from mcpgate.serve.remote.transport import Reachability, RemoteTransport, WatchedHttpClient
 from mcpgate.serve.servers.remote_entry import RemoteEntry
-from mcpgate.serve.sessions.session import ChildSpec
+from mcpgate.serve.sessions.spec import ChildSpec
 
 RELAY = RelaySettings()  # the relay's declared defaults
 

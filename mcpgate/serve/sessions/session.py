@@ -11,13 +11,11 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mcpgate.child.limits import ChildLimits, ended_message
-from mcpgate.child.process import ChildProcess, OnMessage
-from mcpgate.child.spawn import ChildUser
+from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern, replay, session_ids
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.jsonrpc import Notification, Request, Response
@@ -29,6 +27,7 @@ from mcpgate.observe import audit
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.servers import watchdog
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
+from mcpgate.serve.sessions.spec import ChildSpec as ChildSpec  # re-exported: the hub and the pool name it here
 from mcpgate.serve.sessions.stream import END as END
 from mcpgate.serve.sessions.stream import Delivery as Delivery
 from mcpgate.serve.sessions.stream import End as End
@@ -38,71 +37,8 @@ from mcpgate.serve.sessions.stream import StreamLimits
 if TYPE_CHECKING:
     from mcpgate.core.views import View
     from mcpgate.serve.sessions.kept import Keeper
-    from mcpgate.serve.vault.vault import SlotFill
 
 log = logging.getLogger("mcpgate.session")
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    """What a session's child is started from: the command, where it runs, and its limits."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str] | None
-    cwd: str | None
-    stderr: str
-    max_line_bytes: int
-    max_write_queue_bytes: int
-    close_timeout: float
-    term_timeout: float
-    watch: Callable[[ChildProcess], None] | None = None  # told of each child once it has ended (metrics)
-    label_prefix: str = ""  # a named server's "<name>/": its sessions' and pooled children's labels start with it
-    limits: ChildLimits | None = None  # set in each spawned child (mcpgate/child/limits.py); None: none
-    user: ChildUser | None = None  # who the children run as (MCPGATE_CHILD_USER); None: the gateway's user
-    slots: SlotFill | None = None  # per-user credentials filled in at each spawn (serve/vault); None: none
-
-    def process(
-        self,
-        *,
-        on_message: OnMessage,
-        on_exit: Callable[[str], None],
-        label: str,
-        principal: str | None = None,
-        on_revoke: Callable[[str], None] | None = None,
-    ) -> ChildProcess:
-        """A ChildProcess for this spec, not started yet; with slots, filled with `principal`'s values (it must
-        then serve that principal alone) or SlotsEmpty (serve/vault/vault.py). `on_revoke(reason)`: how its
-        owner stops it when one of those values changes (None: the child is closed)."""
-        argv: Sequence[str] = self.argv
-        env, stamp = self.env, None
-        if self.slots is not None:
-            argv, env, stamp = self.slots.fill(principal, self.argv, self.env)
-        child = ChildProcess(
-            list(argv),
-            on_message=on_message,
-            on_exit=on_exit if self.watch is None else lambda reason: self._ended(child, on_exit, reason),
-            env=env,
-            cwd=self.cwd,
-            stderr=self.stderr,
-            label=label,
-            max_line_bytes=self.max_line_bytes,
-            max_write_queue_bytes=self.max_write_queue_bytes,
-            close_timeout=self.close_timeout,
-            term_timeout=self.term_timeout,
-            limits=self.limits,
-            user=self.user,
-        )
-        if stamp is not None and self.slots is not None:
-            child.shown_argv = list(self.argv)  # the log shows the placeholders, never the values
-            self.slots.hold(principal, child, stamp, on_revoke)
-        return child
-
-    def _ended(self, child: ChildProcess, on_exit: Callable[[str], None], reason: str) -> None:
-        try:
-            on_exit(reason)
-        finally:
-            if self.watch is not None:
-                self.watch(child)
 
 
 # every session's buffer until a message first waits for a stream: never appended to (a deque is ~0.7 KB)
@@ -164,6 +100,10 @@ class Session:
         modern_child = verdict is not None and modern_only(verdict)
         self.bridge: ModernChildBridge | None = ModernChildBridge(self) if modern_child else None
         self._init_request: Request | None = None
+        # a child that takes a message as it is (serve/remote's RemoteChild: no encoding for a parse to undo)
+        self._take_message: Callable[[Request | Notification | Response], bool] | None = getattr(
+            self.child, "send_message", None
+        )
 
     def start(self) -> None:
         """Start the child (ChildSpawnError when it cannot be executed)."""
@@ -385,6 +325,8 @@ class Session:
         """A client's message for the child: as it came, or through the bridge to a 2026-07-28 child."""
         if self.bridge is not None:
             return self.bridge.from_client(message)
+        if self._take_message is not None:
+            return self._take_message(message)
         return self.child.send(jsonrpc.raw_bytes(message))
 
     def cancel(self, request_id: jsonrpc.Id) -> None:
