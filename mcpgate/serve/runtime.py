@@ -25,13 +25,12 @@ import gevent
 
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import new_session_id
-from mcpgate.serve.cluster.instances import Cluster
-from mcpgate.serve.cluster.instances import create as create_cluster
 from mcpgate.serve.servers.published import PublishedServers
 
-if TYPE_CHECKING:  # Authlib is imported only in the embedded mode
+if TYPE_CHECKING:  # Authlib is imported only in the embedded mode, the fleet's modules only with REDIS_URL
     from flask import Flask
 
+    from mcpgate.serve.cluster.instances import Cluster
     from mcpgate.serve.front.bare import BareApp
     from mcpgate.serve.oauth.server import EmbeddedServer
 
@@ -67,7 +66,11 @@ class Runtime:
     def build(cls, settings: Settings, listening: Sequence[str] | None = None) -> Runtime:
         """The cluster first (when settings.redis_url is set: its directory entry names this worker's first
         listening address unless MCPGATE_INTERNAL_URL is set), then the servers, given the cluster and its minter."""
-        cluster = create_cluster(settings, _listening.get() if listening is None else listening)
+        cluster: Cluster | None = None
+        if settings.redis_url:  # the fleet's modules (its directory, forwarder, Redis) only in a fleet's worker
+            from mcpgate.serve.cluster.instances import create as create_cluster
+
+            cluster = create_cluster(settings, _listening.get() if listening is None else listening)
         minter = cluster.mint if cluster is not None else new_session_id
         servers = PublishedServers(settings, cluster=cluster, minter=minter)
         return cls(settings, servers, cluster, minter)

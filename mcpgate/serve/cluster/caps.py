@@ -24,11 +24,11 @@ import gevent
 
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionLimitReached
-from mcpgate.serve.cluster import instances
-from mcpgate.serve.cluster.instances import Cluster
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the fleet's modules only in a fleet's worker (REDIS_URL)
     from redis import Redis
+
+    from mcpgate.serve.cluster.instances import Cluster
 
 log = logging.getLogger("mcpgate.caps")
 
@@ -114,8 +114,10 @@ class RedisCaps(LocalCaps):
     def __init__(
         self, limit: int, redis: Redis, instance: str, server: str, errors: Sequence[type[BaseException]]
     ) -> None:
+        from mcpgate.serve.cluster.instances import INSTANCE_PREFIX  # a fleet's worker: imported already
+
         super().__init__(limit)
-        self.redis, self.instance = redis, instance
+        self.redis, self.instance, self.directory = redis, instance, INSTANCE_PREFIX
         self.prefix = f"{PREFIX}{server}:"
         self.errors = tuple(errors)
         self._acquire: Any = redis.register_script(ACQUIRE)
@@ -129,9 +131,7 @@ class RedisCaps(LocalCaps):
     def acquire(self, principal: str) -> None:
         try:
             total = int(
-                self._acquire(
-                    keys=[self.key(principal)], args=[self.instance, self.limit, instances.INSTANCE_PREFIX, HASH_TTL]
-                )
+                self._acquire(keys=[self.key(principal)], args=[self.instance, self.limit, self.directory, HASH_TTL])
             )
         except self.errors as exc:
             log.warning("session caps: Redis unreachable (%s); counting this instance's sessions only", exc)

@@ -11,7 +11,8 @@ given it.
 - The directory: `mcpgate:instance:<id>` -> this instance's internal URL, with a TTL, refreshed by one
   greenlet; withdrawn when the process exits. `lookup` reads another instance's entry, cached briefly.
 - `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose
-  session id names another instance is forwarded (serve/cluster/forward.py); so is one whose handler raises Forward.
+  session id names another instance is forwarded (serve/cluster/forward.py); so is one whose handler raises Forward
+  (serve/cluster/forwarding.py).
 - `forwarded_principal`: the guard's check of a request another instance forwarded. Its Mcpgate-Forwarded
   value must be signed for this very request (body included), within a few seconds, by an instance of the
   directory connecting from that instance's address (or from MCPGATE_CLUSTER_PEERS), and seen for the first
@@ -36,6 +37,7 @@ import gevent
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
 from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body
+from mcpgate.serve.cluster.forwarding import Forward as Forward  # raised by handlers; defined apart (forwarding.py)
 from mcpgate.serve.cluster.gone import GoneMarks
 from mcpgate.serve.cluster.moved import held_by, restarted
 from mcpgate.serve.cluster.nonces import Nonces
@@ -59,17 +61,6 @@ MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
-
-
-class Forward(Exception):
-    """Raised by a handler that finds its request belongs to another instance (`owner`): the Endpoint
-    forwards it there. `body`: the request body the handler already read (None: the raw bytes of the message
-    it parsed, the request context's `message`, are sent)."""
-
-    def __init__(self, owner: str, body: bytes | None = None) -> None:
-        super().__init__(f"forward to instance {owner}")
-        self.owner = owner
-        self.body = body
 
 
 class Directory:

@@ -10,9 +10,10 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from mcpgate.serve.cluster.instances import Cluster
+if TYPE_CHECKING:  # the fleet's modules only in a fleet's worker (REDIS_URL)
+    from mcpgate.serve.cluster.instances import Cluster
 
 Home = Literal["here", "forward", "restart"]
 

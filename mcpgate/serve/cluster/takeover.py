@@ -34,7 +34,7 @@ from mcpgate.core.replay import CannotResume
 from mcpgate.core.session_ids import short
 from mcpgate.core.sessions import SessionLimitReached
 from mcpgate.core.tool_filter import ToolFilter, pinned
-from mcpgate.serve.cluster.instances import Forward
+from mcpgate.serve.cluster.forwarding import Forward
 from mcpgate.serve.cluster.moved import HELD_BY
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.context import context

@@ -18,7 +18,6 @@ from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.observe import audit, logs, refusals, tracing
-from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front import auth, checks
 from mcpgate.serve.front.bare import BareApp, Health, Missing
 from mcpgate.serve.front.context import context
@@ -31,9 +30,11 @@ from mcpgate.serve.servers.published import LISTING, PublishedServers
 from mcpgate.serve.servers.server import PublishedServer
 from mcpgate.serve.sessions import legacy_sse, streamable
 
-if TYPE_CHECKING:  # Flask is imported only when a feature adds routes (`with_routes`)
+if TYPE_CHECKING:  # Flask is imported only when a feature adds routes (`with_routes`), the fleet with REDIS_URL
     from flask import Flask, Response
     from werkzeug.exceptions import HTTPException
+
+    from mcpgate.serve.cluster.instances import Cluster
 
 log = logging.getLogger("mcpgate.app")
 

@@ -25,6 +25,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gevent
 
@@ -52,12 +53,15 @@ from mcpgate.core.continuation import (
 from mcpgate.core.continuation import Continuation as Machine
 from mcpgate.core.jsonrpc import Id, Request
 from mcpgate.core.request_state import Opened, StateError, StateSealer
-from mcpgate.serve.cluster import instances
+from mcpgate.serve.cluster.forwarding import Forward
 from mcpgate.serve.cluster.issuer import Issuer, derived_key
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern.calls import resume as resume_call
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
 from mcpgate.serve.sessions.stream import Stream
+
+if TYPE_CHECKING:  # the fleet's modules only in a fleet's worker (REDIS_URL)
+    from mcpgate.serve.cluster.instances import Cluster
 
 log = logging.getLogger("mcpgate.bridge")
 
@@ -91,7 +95,7 @@ class Continuation:
 class Bridge:
     def __init__(
         self,
-        fleet: instances.Cluster | None,
+        fleet: Cluster | None,
         wake: Callable[[str], None],
         input_ttl: float,
         clock: Callable[[], float],
@@ -235,7 +239,7 @@ class Bridge:
             raise invalid_state(opened, request)
         home = self.issuer.home(opened.instance)
         if home == "forward":
-            raise instances.Forward(opened.instance)
+            raise Forward(opened.instance)
         if home == "restart":
             log.info(
                 "a bridged %s's input request was held by instance %s, gone: starting it again",

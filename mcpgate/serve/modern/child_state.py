@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mcpgate.core import jsonrpc, mrtr
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.request_state import Opened, StateSealer, carried, carry
-from mcpgate.serve.cluster import instances
+from mcpgate.serve.cluster.forwarding import Forward
 from mcpgate.serve.cluster.issuer import Issuer
 from mcpgate.serve.front.http import Refusal
+
+if TYPE_CHECKING:  # the fleet's modules only in a fleet's worker (REDIS_URL)
+    from mcpgate.serve.cluster.instances import Cluster
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -41,7 +45,7 @@ class Carried:
 class ChildStates:
     """Wraps a modern child's requestState for one pool (`server`: what tells its pool from others), and opens it."""
 
-    def __init__(self, server: str, ttl: float, max_chars: int, fleet: instances.Cluster | None) -> None:
+    def __init__(self, server: str, ttl: float, max_chars: int, fleet: Cluster | None) -> None:
         self.server = server
         # its own key: neither a bridge's state nor a task id opens as one
         self.issuer = Issuer.of(fleet, b"mcpgate child requestState")
@@ -74,7 +78,7 @@ class ChildStates:
         holder, state = parts
         home = self.issuer.home(opened.instance)
         if home == "forward":
-            raise instances.Forward(opened.instance)
+            raise Forward(opened.instance)
         return Carried(state, holder if home == "here" else "")
 
     def _binding(self, method: str, name: object) -> str:

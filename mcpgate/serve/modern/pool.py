@@ -28,7 +28,6 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.jsonrpc import Notification, Request
-from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern import tool_notes
 from mcpgate.serve.modern.bridge import Bridge
@@ -40,8 +39,9 @@ from mcpgate.serve.sessions.session import ChildSpec
 from mcpgate.serve.sessions.stream import StreamLimits
 from mcpgate.serve.vault.errors import SlotsEmpty
 
-if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are configured
+if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are configured, the fleet with REDIS_URL
     from mcpgate.core.views import View
+    from mcpgate.serve.cluster.instances import Cluster
 
 log = logging.getLogger("mcpgate.pool")
 

@@ -31,7 +31,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpgate.core import jsonrpc
 from mcpgate.core import tasks as core_tasks
@@ -39,11 +39,14 @@ from mcpgate.core.capabilities import client_capabilities
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.modern import Failure
 from mcpgate.core.request_state import Opened, StateSealer, carried, carry
-from mcpgate.serve.cluster import instances
+from mcpgate.serve.cluster.forwarding import Forward
 from mcpgate.serve.cluster.issuer import Issuer
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
 from mcpgate.serve.modern.tool_notes import ToolNotes
+
+if TYPE_CHECKING:  # the fleet's modules only in a fleet's worker (REDIS_URL)
+    from mcpgate.serve.cluster.instances import Cluster
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -63,7 +66,7 @@ class Tasks:
     """One pool's task ids (sealed, opened) and the holds that keep a child while it has tasks."""
 
     def __init__(
-        self, server: str, hold: float, per_child: int, clock: Callable[[], float], fleet: instances.Cluster | None
+        self, server: str, hold: float, per_child: int, clock: Callable[[], float], fleet: Cluster | None
     ) -> None:
         self.server, self.hold, self.per_child, self.clock = server, hold, per_child, clock
         self.issuer = Issuer.of(fleet, b"mcpgate task id")  # its own key: no requestState opens as a task id
@@ -135,7 +138,7 @@ class Tasks:
             )
         home = self.issuer.home(opened.instance)
         if home == "forward":
-            raise instances.Forward(opened.instance)
+            raise Forward(opened.instance)
         if home == "restart":
             raise refusal(
                 core_tasks.lost_task(f"the gateway instance holding it ({opened.instance}) has gone"), request

@@ -21,12 +21,12 @@ import gevent
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.core.sessions import new_session_id
-from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
 from mcpgate.serve.kinds import EndCause, RouteKind
 from mcpgate.serve.servers.server import DEFAULT_NAME, PublishedServer
 
 if TYPE_CHECKING:  # MCPGATE_CONFIG's modules (its reader, groups, views, the vault): only a worker serving it
+    from mcpgate.serve.cluster.instances import Cluster
     from mcpgate.serve.hub.groups import Groups
     from mcpgate.serve.servers.config_file import ServerEntry
     from mcpgate.serve.servers.views_file import ViewTable

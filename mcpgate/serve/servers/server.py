@@ -19,7 +19,6 @@ from mcpgate.child.spawn import ChildSpawnError, child_environment, child_user, 
 from mcpgate.config.settings import Settings
 from mcpgate.core.sessions import SessionRegistry, new_session_id
 from mcpgate.serve.cluster import caps
-from mcpgate.serve.cluster.instances import Cluster
 from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
@@ -29,6 +28,7 @@ from mcpgate.serve.sessions.stream import StreamLimits
 
 if TYPE_CHECKING:  # each feature's modules are imported where it is configured (tests/test_lazy_imports.py)
     from mcpgate.core.views import View
+    from mcpgate.serve.cluster.instances import Cluster
     from mcpgate.serve.metrics import Tally
     from mcpgate.serve.pins.guard import ServerPins
     from mcpgate.serve.servers.remote_entry import RemoteEntry
