@@ -4,6 +4,9 @@ master's), and the heavy top-level packages in the worker's sys.modules, each fr
     python bench/imports.py                       # every configuration
     python bench/imports.py --only plain,metrics  # some of them
     python bench/imports.py --sessions 20 --json  # memory with 20 idle sessions; a JSON line per configuration
+    python bench/imports.py --base /tmp/base      # before/after in one run: each configuration from the tree at
+                                                  # /tmp/base (git archive <commit> | tar -x -C /tmp/base), then
+                                                  # from this one, rows named name@base and name@head
 
 Each configuration starts `gunicorn -c <config> mcpgate.wsgi` on a free loopback port, where <config> is a file
 written here that takes every setting and hook of mcpgate.gunicorn_config and extends post_worker_init: the
@@ -188,19 +191,24 @@ class Gateway:
         return self.modules_file.read_text().split()
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment whose processes import mcpgate from `tree` (ahead of the installed checkout)."""
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH", "")]))}
+
+
 @contextlib.contextmanager
-def gateway(env: dict[str, str], tmp: Path) -> Iterator[Gateway]:
+def gateway(env: dict[str, str], tmp: Path, tree: Path = ROOT) -> Iterator[Gateway]:
     port = gateways.free_port()
     out = tmp / f"modules-{port}.txt"
     config = tmp / f"gunicorn-{port}.py"
     config.write_text(HOOK.format(out=str(out)))
     log = tmp / f"gateway-{port}.log"
     given = {name: value.replace("{port}", str(port)) for name, value in env.items()}  # "{port}": its port
-    full = {**os.environ, "PYTHONUNBUFFERED": "1", "MCPGATE_LOG_LEVEL": "WARNING", **given}
+    full = {**os.environ, **tree_env(tree), "PYTHONUNBUFFERED": "1", "MCPGATE_LOG_LEVEL": "WARNING", **given}
     full.pop("PORT", None)
     with open(log, "wb") as log_file:
         args = [sys.executable, "-m", "gunicorn", "-c", str(config), "-b", f"127.0.0.1:{port}", "mcpgate.wsgi"]
-        proc = subprocess.Popen(args, cwd=ROOT, env=full, stdout=log_file, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, cwd=tree, env=full, stdout=log_file, stderr=subprocess.STDOUT)
     try:
 
         def ready() -> bool:
@@ -303,8 +311,8 @@ def heavy(modules: list[str]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: (item[0] not in WATCHED, -item[1])))
 
 
-def measure(config: Configuration, tmp: Path, sessions: int) -> dict[str, object]:
-    with config.env(tmp) as extra, gateway(extra, tmp) as gw:
+def measure(config: Configuration, tmp: Path, sessions: int, tree: Path = ROOT) -> dict[str, object]:
+    with config.env(tmp) as extra, gateway(extra, tmp, tree) as gw:
         opened = [open_session(gw.port) for _ in range(sessions)]
         for path in config.scrape:
             request(gw.port, "GET", path)
@@ -338,13 +346,20 @@ sys.exit(main([{url!r}]))
 """
 
 
-def measure_relay(tmp: Path) -> dict[str, object]:
-    """mcpgate-relay in front of the plain gateway, after one initialize: its one process."""
+def measure_relay(tmp: Path, tree: Path = ROOT) -> dict[str, object]:
+    """mcpgate-relay (from `tree`) in front of the plain gateway, after one initialize: its one process."""
     with gateway({}, tmp) as gw:
         out = tmp / "relay-modules.txt"
+        with contextlib.suppress(FileNotFoundError):
+            out.unlink()
         code = RELAY_MAIN.format(out=str(out), url=f"http://127.0.0.1:{gw.port}/mcp")
         proc = subprocess.Popen(
-            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            [sys.executable, "-c", code],
+            cwd=tree,
+            env={**os.environ, **tree_env(tree)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -383,28 +398,40 @@ def show(row: dict[str, object]) -> str:
     return shown
 
 
+def measure_one(name: str, tmp: Path, sessions: int, tree: Path) -> dict[str, object]:
+    try:
+        if name == "relay":
+            return measure_relay(tmp, tree)
+        config = next(c for c in CONFIGURATIONS if c.name == name)
+        return measure(config, tmp, sessions, tree)
+    except Exception as exc:  # noqa: BLE001 - one configuration that cannot run here: say so, go on
+        return {"name": name, "error": repr(exc)[:400]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     names = [c.name for c in CONFIGURATIONS] + ["relay"]
     parser.add_argument("--only", default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
     parser.add_argument("--sessions", type=int, default=1, help="idle sessions held when measured (default 1)")
     parser.add_argument("--json", action="store_true", help="one JSON line per configuration")
+    parser.add_argument("--base", type=Path, help="a tree measured too, before this one, each configuration")
     args = parser.parse_args()
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]
+    trees = [("base", args.base.resolve()), ("head", ROOT)] if args.base else [("", ROOT)]
     print("RSS/PSS: master + worker, MB (master and worker: RSS/PSS each); each one's heavy packages (modules)")
     with tempfile.TemporaryDirectory(prefix="mcpgate-imports-") as tmp_dir:
         tmp = Path(tmp_dir)
         for name in wanted:
-            try:
-                if name == "relay":
-                    row = measure_relay(tmp)
-                else:
-                    config = next(c for c in CONFIGURATIONS if c.name == name)
-                    row = measure(config, tmp, args.sessions)
-            except Exception as exc:  # noqa: BLE001 - one configuration that cannot run here: say so, go on
-                row = {"name": name, "error": repr(exc)[:400]}
-            print(json.dumps(row) if args.json else (show(row) if "error" not in row else f"{name}: {row['error']}"))
-            sys.stdout.flush()
+            for label, tree in trees:  # interleaved: base then head, configuration by configuration
+                row = measure_one(name, tmp, args.sessions, tree)
+                if label:
+                    row["name"] = f"{name}@{label}"
+                print(
+                    json.dumps(row)
+                    if args.json
+                    else (show(row) if "error" not in row else f"{row['name']}: {row['error']}")
+                )
+                sys.stdout.flush()
     return 0
 
 

@@ -1,7 +1,8 @@
 """An idle gateway imports only what its configured features use (issue 24): with the plain configuration (the
 demo server, auth off, no metrics, no Redis) neither the worker nor the gunicorn master holds the OAuth
-libraries, Redis's client, requests, prometheus_client or the relay; with a feature configured, its modules are
-there.
+libraries, Redis's client, the fleet's modules, requests, prometheus_client or the relay; with a feature
+configured, its modules are there. An idle relay (tests at the end) holds neither the 2026-07-28 wire and bridges
+while host and upstream speak 2025, nor tracing unless --tracing.
 
 Each test starts the real gateway with a gunicorn config file of its own that takes every setting and hook of
 mcpgate.gunicorn_config and adds two hooks that only write: `when_ready` (the master, its start checks done)
@@ -53,6 +54,19 @@ def post_worker_init(worker):
 """
 # never in a plain gateway's processes
 FEATURE_ONLY = ("authlib", "joserfc", "redis", "requests", "prometheus_client", "mcpgate.relay")
+# the fleet's (REDIS_URL): its directory, forwarder, nonces and peers. A plain worker holds of serve/cluster only
+# what its handlers raise or use alone (forwarding.Forward, caps' in-memory count, the issuer, takeover's checks)
+FLEET_ONLY = (
+    "redis",
+    "mcpgate.serve.cluster.instances",
+    "mcpgate.serve.cluster.forward",
+    "mcpgate.serve.cluster.relayed",
+    "mcpgate.serve.cluster.nonces",
+    "mcpgate.serve.cluster.peers",
+    "mcpgate.serve.cluster.resent",
+    "mcpgate.serve.cluster.gone",
+    "mcpgate.serve.cluster.redis_client",
+)
 # this session's features (issue 25 and 26), each imported only when configured: a remote upstream in
 # MCPGATE_CONFIG, the management API's token or scope, the vault's SQLite store and its sealing
 NEW_FEATURES = ("mcpgate.serve.remote", "mcpgate.serve.admin", "sqlite3", "_sqlite3", "cryptography")
@@ -136,8 +150,7 @@ def test_a_plain_worker_holds_no_feature_module(plain: tuple[Gateway, Path]) -> 
         assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
     oauth = of(modules, "mcpgate.serve.oauth") - OAUTH_ALWAYS
     assert not oauth, f"OAuth modules in a plain worker: {sorted(oauth)}"
-    assert "mcpgate.serve.cluster.redis_client" not in modules
-    for package in NEW_FEATURES:
+    for package in (*FLEET_ONLY, *NEW_FEATURES):
         assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
 
 
@@ -153,7 +166,7 @@ def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, P
     _, out = plain
     modules = set(Path(f"{out}.master").read_text().split())  # written before the worker was started
     assert "mcpgate.gunicorn_config" in modules
-    for package in (*MASTER_NEVER, *NEW_FEATURES, *MASTER_NOT_SERVING, *CONFIGURED_ONLY):
+    for package in (*MASTER_NEVER, *NEW_FEATURES, *MASTER_NOT_SERVING, *CONFIGURED_ONLY, *FLEET_ONLY):
         assert not of(modules, package), f"{package} in the master: {sorted(of(modules, package))[:5]}"
 
 
@@ -224,7 +237,7 @@ def test_redis_url_imports_the_redis_client(tmp_path: Path) -> None:
     with redis_server() as url, serving({**env, "REDIS_URL": url}, config=config) as gw:
         used(gw)
         modules = worker_modules(gw, out)
-    assert {"redis", "mcpgate.serve.cluster.redis_client"} <= modules
+    assert {"redis", "mcpgate.serve.cluster.redis_client", "mcpgate.serve.cluster.instances"} <= modules
     assert not of(modules, "authlib") and not of(modules, "prometheus_client")
 
 
@@ -269,8 +282,8 @@ def held(modules: set[str], packages: tuple[str, ...], allowed: set[str] = VAULT
 
 def test_the_plain_app_imports_no_configured_feature() -> None:
     modules = imported(WORKER_APP)
-    assert "mcpgate.serve.servers.published" in modules
-    assert not held(modules, (*CONFIGURED_ONLY, *FEATURE_ONLY, *FLASK, *NEW_FEATURES))
+    assert {"mcpgate.serve.servers.published", "mcpgate.serve.cluster.forwarding"} <= modules
+    assert not held(modules, (*CONFIGURED_ONLY, *FEATURE_ONLY, *FLASK, *NEW_FEATURES, *FLEET_ONLY))
 
 
 def test_the_master_config_imports_no_server_module() -> None:
@@ -336,3 +349,120 @@ def test_the_named_servers_listing_path_is_the_config_files() -> None:
     from mcpgate.serve.servers import config_file, published
 
     assert published.PREFIX == config_file.PREFIX
+
+
+def test_forward_is_the_one_the_fleet_catches() -> None:
+    """The handlers raise forwarding.Forward; the fleet (instances.py) catches the same class."""
+    from mcpgate.serve.cluster import forwarding, instances
+
+    assert instances.Forward is forwarding.Forward
+
+
+# -- the relay: what an idle mcpgate-relay holds after its first exchange --
+
+# imported only when a route needs them: the 2026-07-28 wire and the bridges (relay/eras.py), tracing (--tracing),
+# decimal (core/header_values.py compares numbers with it only when asked)
+RELAY_IDLE_NEVER = (
+    "mcpgate.relay.modern",
+    "mcpgate.relay.host_bridge",
+    "mcpgate.relay.server_bridge",
+    "mcpgate.relay.bridge_calls",
+    "mcpgate.relay.session_listens",
+    "mcpgate.core.continuation",
+    "mcpgate.core.request_state",
+    "mcpgate.core.mrtr",
+    "mcpgate.observe",
+    "decimal",
+    "_decimal",
+    # and what it never needs: the serving side, OAuth libraries, a charset detector (cli.py keeps them out)
+    "mcpgate.serve",
+    "flask",
+    "authlib",
+    "joserfc",
+)
+RELAY_MAIN = """
+import atexit, sys
+
+def dump():
+    with open({out!r}, "w") as f:
+        f.write("\\n".join(sorted(name for name, module in sys.modules.items() if module is not None)))
+
+atexit.register(dump)
+from mcpgate.relay.cli import main
+sys.exit(main([{url!r}, *{extra!r}]))
+"""
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "lazy", "version": "1"}},
+}
+
+
+def relay_modules(url: str, out: Path, extra: tuple[str, ...] = ()) -> set[str]:
+    """A real relay (its main: gevent patched first) in front of `url`: one initialize answered, stdin closed;
+    the modules it held as it exited (not the None entries cli.py sets to keep a module out)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MCPGATE_", "REDIS_", "OTEL_"))}
+    code = RELAY_MAIN.format(out=str(out), url=url, extra=list(extra))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**clean, "MCPGATE_LOG_LEVEL": "WARNING"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
+        proc.stdin.flush()
+        reply = json.loads(proc.stdout.readline())
+        assert reply["id"] == 1 and "result" in reply, reply
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    return set(out.read_text().split())
+
+
+def test_an_idle_relay_holds_no_bridge_nor_tracing(plain: tuple[Gateway, Path], tmp_path: Path) -> None:
+    """2025 host, 2025 upstream (the plain gateway), tracing off: the relay's wire and pump only."""
+    gw, _ = plain
+    modules = relay_modules(f"http://{gw.host}:{gw.port}/mcp", tmp_path / "relay-modules")
+    assert {"mcpgate.relay.eras", "mcpgate.relay.streamable", "mcpgate.core.modern", "requests"} <= modules
+    assert not held(modules, (*RELAY_IDLE_NEVER, "charset_normalizer", "chardet"), allowed=set())
+
+
+def test_the_relays_start_imports_no_bridge_nor_tracing() -> None:
+    """What main imports before the first message (its modules, gevent patched first), in a fresh interpreter."""
+    code = (
+        "from gevent import monkey\nmonkey.patch_all(select=False, subprocess=False)\n"
+        "from mcpgate.relay import cli, eras, http_client, pump, stdio, transport"
+    )
+    modules = imported(code)
+    assert not held(modules, RELAY_IDLE_NEVER, allowed=set())
+
+
+def test_a_modern_route_imports_the_wire_and_bridges() -> None:
+    """The routes build what they need (the tests above can fail): a 2025 host in front of a 2026-07-28 upstream
+    goes through LegacyHostBridge over the modern wire, a 2026-07-28 host in front of a 2025 one through
+    ModernHostBridge."""
+    code = (
+        "from gevent import monkey\nmonkey.patch_all(select=False, subprocess=False)\n"
+        "from mcpgate.relay.eras import LEGACY, MODERN, EraTransport\n"
+        "from mcpgate.relay.http_client import HttpClient, HttpOptions\n"
+        "from mcpgate.config.settings import RelaySettings\n"
+        "url = 'http://127.0.0.1:9/mcp'\n"
+        "http = HttpClient(HttpOptions.from_settings(RelaySettings()), url)\n"
+        "for era, host in (('modern', LEGACY), ('legacy', MODERN)):\n"
+        "    routes = EraTransport(url, http, lambda message: None, era=era, transport_mode='auto')\n"
+        "    routes._route(host)\n"
+        "    routes.close()\n"
+        "http.close()"
+    )
+    modules = imported(code)
+    bridged = {"mcpgate.relay.modern", "mcpgate.relay.host_bridge", "mcpgate.relay.server_bridge"}
+    assert {*bridged, "mcpgate.core.continuation"} <= modules

@@ -12,7 +12,6 @@ import base64
 import binascii
 import json
 import re
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from mcpgate.core import wire
@@ -88,6 +87,8 @@ def matches_body(decoded: str, body: Any) -> bool:
         return decoded == mirrored_text(body)
     if not _NUMBER.fullmatch(decoded):
         return False
+    from decimal import Decimal, InvalidOperation  # here: decimal's 0.3 MB only where a number is compared
+
     try:
         return Decimal(decoded) == Decimal(body)
     except (InvalidOperation, ValueError):  # a float inf/nan body

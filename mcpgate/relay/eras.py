@@ -11,11 +11,16 @@ the upstream's from `--protocol-era`:
           request probes server/discover, and only an upstream that does not answer it as a modern server
           does sends the host through ModernHostBridge over the legacy wire.
 What auto finds is kept for the life of the process and logged once per host era.
+
+The 2026-07-28 wire (relay/modern.py) and the bridges (host_bridge.py, server_bridge.py and the continuation
+machine they drive) are imported when a route first needs them: a relay whose host and upstream speak 2025 never
+loads them (tests/test_lazy_imports.py).
 """
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from gevent.lock import Semaphore
 
@@ -23,11 +28,11 @@ from mcpgate.config.settings import RelaySettings, declared
 from mcpgate.core import jsonrpc, modern, versions
 from mcpgate.relay import errors
 from mcpgate.relay.auto import AutoTransport
-from mcpgate.relay.host_bridge import LegacyHostBridge
 from mcpgate.relay.http_client import HttpClient
-from mcpgate.relay.modern import ModernRefused, ModernTransport
-from mcpgate.relay.server_bridge import ModernHostBridge
 from mcpgate.relay.transport import OneWay, Sink, Transport
+
+if TYPE_CHECKING:  # the 2026-07-28 wire: imported when a route needs it (modern_wire)
+    from mcpgate.relay.modern import ModernTransport
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -72,12 +77,18 @@ class EraTransport:
         if host == MODERN and natural:
             return self.modern_wire()
         if host == LEGACY:
+            from mcpgate.relay.host_bridge import LegacyHostBridge
+
             return LegacyHostBridge(self.modern_wire(), self.sink)
+        from mcpgate.relay.server_bridge import ModernHostBridge
+
         return ModernHostBridge(self._legacy_wire, self.sink)
 
     def modern_wire(self) -> ModernTransport:
         """The one ModernTransport (the modern host's wire and the legacy-host bridge's share its caches)."""
         if self._modern is None:
+            from mcpgate.relay.modern import ModernTransport
+
             self._modern = ModernTransport(self.url, self.http, self.sink)
         return self._modern
 
@@ -98,6 +109,8 @@ class EraTransport:
 
     def _probe_modern(self) -> None:
         """A modern host's first request: does the upstream answer server/discover as a modern server?"""
+        from mcpgate.relay.modern import ModernRefused
+
         with self._deciding:
             if self.speaks[MODERN] is not None:
                 return
@@ -153,6 +166,8 @@ class EraTransport:
             return not _offers_handshake(refused)
         if refused.status not in MODERN_ONLY_HINTS:
             return False
+        from mcpgate.relay.modern import ModernRefused
+
         try:
             self.modern_wire().discover()
         except ModernRefused as probe:

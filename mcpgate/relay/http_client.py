@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -28,13 +29,13 @@ from requests.adapters import HTTPAdapter
 
 from mcpgate.config.settings import RelaySettings
 from mcpgate.core.sse import Event, SseDecoder
-from mcpgate.observe import tracing
 from mcpgate.relay import errors
 from mcpgate.relay.http_routes import HttpReply as HttpReply  # the transports name it from here
 from mcpgate.relay.http_routes import Routes
 
 log = logging.getLogger("mcpgate.relay")
 
+TRACING = "mcpgate.observe.tracing"  # imported (and switched on) by --tracing only (cli.py): else never loaded
 CHUNK_BYTES = 64 * 1024
 ERROR_BODY_BYTES = 4096
 JSON_TYPE = "application/json"
@@ -128,7 +129,8 @@ class HttpClient:
     ) -> HttpReply:
         """One HTTP exchange up to the response headers, retried per the policy; the body is not read.
         Tracing on, a host's request goes in its span (mcpgate.observe.tracing.relayed)."""
-        if tracing.TRACER is None or not body:
+        tracing = sys.modules.get(TRACING)
+        if tracing is None or tracing.TRACER is None or not body:
             return self._send_signed(method, url, headers, body, replay_safe, tries, timeout)
         return tracing.relayed(  # type: ignore[no-any-return]
             body, headers, lambda sent: self._send_signed(method, url, sent, body, replay_safe, tries, timeout)
