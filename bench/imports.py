@@ -339,7 +339,7 @@ RELAY_MAIN = """
 import atexit, sys
 def dump():
     with open({out!r}, "w") as f:
-        f.write("\\n".join(sorted(sys.modules)))
+        f.write("\\n".join(sorted(name for name, module in sys.modules.items() if module is not None)))
 atexit.register(dump)
 from mcpgate.relay.cli import main
 sys.exit(main([{url!r}]))
