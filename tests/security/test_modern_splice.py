@@ -14,7 +14,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.sse import encode_event
 from mcpgate.serve.modern.calls import new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
-from mcpgate.serve.sessions.session import ChildSpec
+from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
 
 LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=5.0, replay_events=0, replay_bytes=0)

@@ -152,7 +152,7 @@ def test_a_hub_child_ending_cancels_its_retry_timers() -> None:
     import gevent
 
     from mcpgate.serve.hub.child import HubChild, HubMember
-    from mcpgate.serve.sessions.session import ChildSpec
+    from mcpgate.serve.sessions.spec import ChildSpec
 
     def spec(*argv: str) -> ChildSpec:
         return ChildSpec(argv, None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)

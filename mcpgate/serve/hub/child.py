@@ -44,7 +44,7 @@ from mcpgate.serve.hub.views import member_tools
 from mcpgate.serve.servers import watchdog
 
 if TYPE_CHECKING:
-    from mcpgate.serve.sessions.session import ChildSpec
+    from mcpgate.serve.sessions.spec import ChildSpec
 
 log = logging.getLogger("mcpgate.hub")
 

@@ -30,7 +30,7 @@ from mcpgate.serve.modern.pooled_child import verdict_key
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
 
 if TYPE_CHECKING:
-    from mcpgate.serve.sessions.session import ChildSpec
+    from mcpgate.serve.sessions.spec import ChildSpec
 
 log = logging.getLogger("mcpgate.hub")
 

@@ -35,7 +35,7 @@ from mcpgate.serve.modern.child_state import ChildStates
 from mcpgate.serve.modern.listen import ListenHub
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.modern.tasks import Tasks
-from mcpgate.serve.sessions.session import ChildSpec
+from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import StreamLimits
 from mcpgate.serve.vault.errors import SlotsEmpty
 

@@ -33,7 +33,7 @@ from mcpgate.serve.modern.calls import (
 from mcpgate.serve.modern.calls import mint
 from mcpgate.serve.modern.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
 from mcpgate.serve.servers import watchdog
-from mcpgate.serve.sessions.session import ChildSpec
+from mcpgate.serve.sessions.spec import ChildSpec
 
 if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are configured
     from mcpgate.core.views import View

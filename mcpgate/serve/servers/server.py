@@ -23,7 +23,8 @@ from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import verdict_key
 from mcpgate.serve.sessions.kept import keeper_for
-from mcpgate.serve.sessions.session import ChildSpec, Session
+from mcpgate.serve.sessions.session import Session
+from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import StreamLimits
 
 if TYPE_CHECKING:  # each feature's modules are imported where it is configured (tests/test_lazy_imports.py)

@@ -27,7 +27,7 @@ from mcpgate.observe import audit
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.servers import watchdog
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
-from mcpgate.serve.sessions.spec import ChildSpec as ChildSpec  # re-exported: the hub and the pool name it here
+from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import END as END
 from mcpgate.serve.sessions.stream import Delivery as Delivery
 from mcpgate.serve.sessions.stream import End as End
