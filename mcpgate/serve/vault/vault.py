@@ -199,7 +199,7 @@ def open_vault(settings: Settings, cluster: Cluster | None = None) -> Vault:
 
 
 class SlotFill:
-    """What a ChildSpec with slots carries: the server's slots and the worker's vault (sessions/spec.py: ChildSpec.process)."""
+    """What a ChildSpec with slots carries: the server's slots and the worker's vault (spec.ChildSpec.process)."""
 
     __slots__ = ("slots", "vault")
 
