@@ -361,8 +361,12 @@ def test_forward_is_the_one_the_fleet_catches() -> None:
 # -- the relay: what an idle mcpgate-relay holds after its first exchange --
 
 # imported only when a route needs them: the 2026-07-28 wire and the bridges (relay/eras.py), tracing (--tracing),
-# decimal (core/header_values.py compares numbers with it only when asked)
+# decimal (core/header_values.py compares numbers with it only when asked); and the gateway's settings (the relay
+# reads config/relay_settings.py alone, not config/settings.py and every other *_settings module)
 RELAY_IDLE_NEVER = (
+    "mcpgate.config.settings",
+    "mcpgate.config.auth_settings",
+    "mcpgate.config.fleet_settings",
     "mcpgate.relay.modern",
     "mcpgate.relay.host_bridge",
     "mcpgate.relay.server_bridge",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from mcpgate.config.settings import RelaySettings, declared
+from mcpgate.config.declarations import declared
+from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.core import jsonrpc
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import HttpClient

@@ -13,7 +13,8 @@ import os
 import sys
 
 from mcpgate import __version__
-from mcpgate.config.settings import TOKEN_ENV, RelaySettings, SettingsError, add_arguments
+from mcpgate.config.declarations import SettingsError, add_arguments
+from mcpgate.config.relay_settings import TOKEN_ENV, RelaySettings
 
 DESCRIPTION = """\
 Relay a stdio MCP host to a remote MCP server over HTTP. The host launches this
@@ -31,7 +32,7 @@ Example host configuration:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The flags come from mcpgate.config.settings.RelaySettings, where each is declared once."""
+    """The flags come from mcpgate.config.relay_settings.RelaySettings, where each is declared once."""
     p = argparse.ArgumentParser(
         prog="mcpgate-relay",
         description=DESCRIPTION,

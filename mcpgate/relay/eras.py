@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from gevent.lock import Semaphore
 
-from mcpgate.config.settings import RelaySettings, declared
+from mcpgate.config.declarations import declared
+from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.core import jsonrpc, modern, versions
 from mcpgate.relay import errors
 from mcpgate.relay.auto import AutoTransport

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 import urllib3.exceptions
 
-from mcpgate.config.settings import TOKEN_ENV
+from mcpgate.config.relay_settings import TOKEN_ENV
 from mcpgate.core import jsonrpc
 from mcpgate.core.sse import EventTooLarge
 

@@ -27,7 +27,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from mcpgate.config.settings import RelaySettings
+from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.core.sse import Event, SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.http_routes import HttpReply as HttpReply  # the transports name it from here

@@ -30,7 +30,7 @@ from gevent.greenlet import Greenlet
 from gevent.lock import Semaphore
 from gevent.queue import Full, Queue
 
-from mcpgate.config.settings import RelaySettings
+from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.core import jsonrpc
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.framing import LineDecoder, LineTooLong, frame

@@ -26,7 +26,7 @@ import gevent
 from gevent.event import AsyncResult
 from gevent.pywsgi import WSGIServer
 
-from mcpgate.config.settings import RelaySettings
+from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth import registration
 from mcpgate.relay.oauth.discovery import Discovery, SignInError, printable

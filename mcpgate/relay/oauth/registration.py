@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from mcpgate.config.settings import RelaySettings
+from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth.discovery import SignInError
 

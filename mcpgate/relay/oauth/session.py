@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import gevent.lock
 import requests
 
-from mcpgate.config.settings import TOKEN_ENV, RelaySettings
+from mcpgate.config.relay_settings import TOKEN_ENV, RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth.discovery import (
     Challenge,

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from mcpgate.config.settings import RelaySettings
+from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth.store import Record, TokenStore
 
