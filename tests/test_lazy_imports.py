@@ -94,7 +94,11 @@ FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 OAUTH_ALWAYS = {"mcpgate.serve.oauth", "mcpgate.serve.oauth.setup"}
 # the master checks the configuration and starts the worker: none of the app's libraries, nor gevent (the worker
 # class it loads is a stand-in: serve/front/lazy_worker.py)
-MASTER_NEVER = (*FEATURE_ONLY, "flask", "jinja2", "werkzeug", "cryptography", "gevent", "mcpgate.serve.front.worker")
+MASTER_NEVER = (
+    *FEATURE_ONLY,
+    *("flask", "jinja2", "werkzeug", "cryptography", "gevent"),
+    *("mcpgate.serve.front.worker", "mcpgate.serve.front.connection"),
+)
 # nor the serving stack: the servers' start checks run in a process forked for them (serve/front/preflight.py), so
 # the worker imports the stack after its fork and no page of it is counted in both processes
 MASTER_NOT_SERVING = (
@@ -298,7 +302,8 @@ def test_the_worker_class_the_master_loads_imports_no_gevent() -> None:
         "import mcpgate.gunicorn_config as c\nfrom gunicorn import util\nutil.load_class(c.worker_class)"
     )
     assert "mcpgate.serve.front.lazy_worker" in modules
-    assert not held(modules, ("gevent", "greenlet", "gunicorn.workers.ggevent", "mcpgate.serve.front.worker"))
+    worker_side = ("mcpgate.serve.front.worker", "mcpgate.serve.front.connection")
+    assert not held(modules, ("gevent", "greenlet", "gunicorn.workers.ggevent", *worker_side))
 
 
 def test_the_masters_start_checks_import_no_serving_module() -> None:
