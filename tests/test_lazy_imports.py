@@ -85,6 +85,8 @@ CONFIGURED_ONLY = (
     "mcpgate.serve.servers.views_file",
     "mcpgate.serve.servers.search_view",
     "mcpgate.serve.metrics",
+    "mcpgate.observe.otlp_wire",  # tracing's encoders (a table of 16,384 varints built at import): with tracing on
+    "mcpgate.observe.trace_spans",
 )
 # of the vault, only its errors (standard library only): the endpoint's table and the pool catch SlotsEmpty
 VAULT_ALWAYS = {"mcpgate.serve.vault", "mcpgate.serve.vault.errors"}

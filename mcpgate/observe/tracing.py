@@ -41,7 +41,7 @@ from typing import Any
 
 from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Message, Request
-from mcpgate.observe import audit, otlp_wire, trace_spans, w3c
+from mcpgate.observe import audit, w3c
 from mcpgate.observe.w3c import TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
@@ -69,6 +69,7 @@ def setup(enabled: bool, service: str) -> None:
     from opentelemetry.sdk.trace import sampling
 
     import mcpgate
+    from mcpgate.observe import otlp_wire
     from mcpgate.observe.span_batches import SpanBatches
 
     # the OTEL_* resource read directly: Resource.create runs its detectors in a thread pool, which a gevent
@@ -131,6 +132,8 @@ def meta_of(message: Message | None) -> Mapping[str, Any] | None:
 
 def described(message: Request) -> tuple[str, dict[str, Any]]:
     """A request's span name and attributes (OpenTelemetry's MCP conventions; never its arguments)."""
+    from mcpgate.observe import trace_spans  # with tracing on only (its encoders' tables are built at import)
+
     name, attributes = trace_spans.named(*request_of(message)[:3])
     return name, {"jsonrpc.request.id": str(message.id), **attributes}
 
@@ -262,10 +265,14 @@ class Trace:
 
     def encoded(self) -> bytes:
         """Its spans, encoded (on the export's greenlet)."""
+        from mcpgate.observe import trace_spans
+
         return trace_spans.encoded(self)
 
     def encode_into(self, out: list[bytes]) -> None:
         """Its spans' parts appended to a batch's (on the export's greenlet)."""
+        from mcpgate.observe import trace_spans
+
         trace_spans.encode_into(self, out)
 
 
