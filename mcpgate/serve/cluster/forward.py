@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.client
 import io
 import logging
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ NOT_RETURNED = HOP_BY_HOP | {"content-length"}
 GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
 MAX_LINE = 65536  # longest line of a reply's head (http.client's own bound)
 READ_BUFFER = 16 * 1024  # a connection's buffered reader
+NAMES_KEPT = 512  # environ keys whose header name is remembered (the client chooses them: bounded)
+BAD_NAME = re.compile(r"[ :\r\n\t]")  # what would break a header line's framing in its name
 
 
 class LostInFlight(ConnectionError):
@@ -320,7 +323,7 @@ def message(method: str, target: str, headers: list[tuple[str, str]], body: byte
     framing, a line break in a name or value, is refused as http.client refuses it)."""
     lines = [f"{method} {target} HTTP/1.1"]
     for name, value in headers:
-        if "\r" in value or "\n" in value or not name or any(c in name for c in " :\r\n\t"):
+        if "\r" in value or "\n" in value or not name or BAD_NAME.search(name):
             raise ValueError(f"a header that cannot be forwarded: {name!r}")
         lines.append(f"{name}: {value}")
     lines.append("\r\n")
@@ -330,20 +333,37 @@ def message(method: str, target: str, headers: list[tuple[str, str]], body: byte
 def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:
     """The request's headers a forward carries: all but hop-by-hop ones (and those Connection names), the
     token and any Mcpgate-Forwarded."""
-    named = {token.strip().lower() for token in str(environ.get("HTTP_CONNECTION", "")).split(",")}
+    connection = environ.get("HTTP_CONNECTION")
+    named = {token.strip().lower() for token in str(connection).split(",")} if connection else set()
     headers: list[tuple[str, str]] = []
     for key, value in environ.items():
-        if key.startswith("HTTP_"):
-            name = key[5:].replace("_", "-")
-        elif key == "CONTENT_TYPE":
-            name = "Content-Type"
-        else:
+        found = _NAMES.get(key)
+        if found is None:
+            found = header_name(key)
+        name, lowered = found
+        if not name or lowered in NOT_SENT or lowered in named or not value:
             continue
-        lowered = name.lower()
-        if lowered in NOT_SENT or lowered in named or not value:
-            continue
-        headers.append((name.title(), str(value)))
+        headers.append((name, str(value)))
     return headers
+
+
+_NAMES: dict[str, tuple[str, str]] = {}  # environ key -> (its header's name as sent, lowercase); ("", ""): none
+
+
+def header_name(key: str) -> tuple[str, str]:
+    """The header an environ key holds, as a forward sends its name and in lowercase (("", ""): not a header);
+    remembered, so that each request does not spell its names again."""
+    if key.startswith("HTTP_"):
+        name = key[5:].replace("_", "-")
+    elif key == "CONTENT_TYPE":
+        name = "Content-Type"
+    else:
+        name = ""
+    found = (name.title(), name.lower())
+    if len(_NAMES) >= NAMES_KEPT:
+        _NAMES.clear()
+    _NAMES[key] = found
+    return found
 
 
 def read_body(environ: dict[str, Any], limit: int) -> bytes:

@@ -58,6 +58,7 @@ HEARTBEAT_TTL = 15  # seconds an entry outlives its instance's last heartbeat
 HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
 FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
 MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
+OWNERS_KEPT = 4096  # session ids whose checked owner is remembered (past it, the table starts again)
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -165,13 +166,24 @@ class Cluster:
         self.nonces = Nonces(redis)  # forwarded values seen, in Redis (checks sent together: nonces.py)
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
         self.peers = ForwardingPeers(self.sender_url, peers)
+        self._owners: dict[str, str] = {}  # session ids whose MAC checked -> the instance they name
 
     def mint(self) -> str:
         """A session id naming this instance."""
         return session_ids.mint(self.instance, self.key)
 
     def owner(self, session_id: str) -> str | None:
-        return session_ids.owner(session_id, self.key)
+        """The instance a session id names when its MAC checks (each request asks: an id that checked is
+        remembered, bounded, so that its MAC is not computed again for every call on it)."""
+        known = self._owners.get(session_id)
+        if known is not None:
+            return known
+        found = session_ids.owner(session_id, self.key)
+        if found is not None:
+            if len(self._owners) >= OWNERS_KEPT:
+                self._owners.clear()
+            self._owners[session_id] = found
+        return found
 
     def lookup(self, instance: str) -> str | None:
         return self.directory.lookup(instance)

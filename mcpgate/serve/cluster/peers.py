@@ -37,14 +37,29 @@ class ForwardingPeers:
         self.lookup, self.networks = lookup, networks
         self._resolved: dict[str, tuple[frozenset[str], float]] = {}  # host -> (its addresses, until)
         self._local: dict[str, bool] = {}  # address -> whether this machine holds it
+        self._answers: dict[tuple[str, str], tuple[bool, float]] = {}  # (peer, sender's URL) -> answer, until
 
     def allowed(self, peer: str | None, sender: str) -> bool:
-        """Whether a connection from `peer` may carry a request forwarded by instance `sender`."""
+        """Whether a connection from `peer` may carry a request forwarded by instance `sender` (an answer is reused
+        for RESOLVED_FOR seconds, as long as the URL's resolved addresses are: every forwarded request asks)."""
         if self.networks:
             return auth.peer_trusted(peer, self.networks)
         url = self.lookup(sender)
+        if url is None or not peer:
+            return False
+        now = time.monotonic()
+        known = self._answers.get((peer, url))
+        if known is not None and known[1] > now:
+            return known[0]
+        answer = self._allowed(peer, url)
+        if len(self._answers) >= CACHE_SIZE:
+            self._answers.clear()
+        self._answers[(peer, url)] = (answer, now + RESOLVED_FOR)
+        return answer
+
+    def _allowed(self, peer: str, url: str) -> bool:
         address = plain_address(peer)
-        if url is None or address is None:
+        if address is None:
             return False
         addresses = self.host_addresses(urlsplit(url).hostname or "")
         if address in addresses:
