@@ -110,6 +110,23 @@ def worker_cpu(master: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu(master: int) -> tuple[float, float]:
+    """The CPU seconds (utime + stime) of the worker's children: the MCP children's (those that ended and were
+    waited for, and those running), and the span export process's (mcpgate/observe/span_export.py; none in a tree
+    that encodes and posts in the worker)."""
+    worker = Path(f"/proc/{master}/task/{master}/children").read_text().split()[0]
+    waited = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()
+    found = [(int(waited[13]) + int(waited[14])) / os.sysconf("SC_CLK_TCK"), 0.0]
+    for child in Path(f"/proc/{worker}/task/{worker}/children").read_text().split():
+        try:
+            export = b"mcpgate.observe.span_export" in Path(f"/proc/{child}/cmdline").read_bytes()
+            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[export] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found[0], found[1]
+
+
 def spy(worker: int, seconds: float, target: str) -> subprocess.Popen[bytes]:
     """py-spy (the venv's) sampling the worker for `seconds`, its raw (collapsed) stacks into `target`."""
     py_spy = Path(sys.executable).parent / "py-spy"
@@ -146,12 +163,18 @@ def start(mode: str | bool, endpoint: str, tree: Path | None = None) -> tuple[su
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             conn.request("GET", "/healthz")
             conn.getresponse().read()
-            return gw, port, log
+            break
         except OSError:
             if time.monotonic() > deadline:
                 stop(gw, log)
                 raise
             time.sleep(0.1)
+    if mode != "off":  # the export process's start (its imports) left out of the rounds
+        export, deadline = -1.0, time.monotonic() + 15
+        while export != children_cpu(gw.pid)[1] and time.monotonic() < deadline:
+            export = children_cpu(gw.pid)[1]
+            time.sleep(0.3)
+    return gw, port, log
 
 
 def stop(gw: subprocess.Popen[bytes], log: Any) -> None:
@@ -188,17 +211,21 @@ def round_of(
     clients: int,
     profile: str | None = None,
     tree: Path | None = None,
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
+    """A round of one gateway: calls/s, its worker's CPU per call and its export process's (us)."""
     gw, port, log = start(mode, endpoint, tree)
     try:
-        start_cpu = worker_cpu(gw.pid)
+        start_cpu, (start_child, start_export) = worker_cpu(gw.pid), children_cpu(gw.pid)
         worker = int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0])
         sampler = spy(worker, seconds, profile) if profile else None
         (calls,), elapsed = load([port], seconds, clients)
-        cpu = worker_cpu(gw.pid) - start_cpu
+        time.sleep(0.5)  # the export process's last frames read (a partial batch waits), the ended child waited for
+        cpu, (child, export) = worker_cpu(gw.pid) - start_cpu, children_cpu(gw.pid)
         if sampler is not None:
             sampler.wait(timeout=60)
-        return calls / elapsed, cpu / max(calls, 1) * 1e6
+        per = 1e6 / max(calls, 1)
+        print(f"    the MCP child {(child - start_child) * per:.0f} us/call", flush=True)
+        return calls / elapsed, cpu * per, (export - start_export) * per
     finally:
         stop(gw, log)
 
@@ -260,20 +287,36 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
     floor = best(parse_only)
     traced = best(hooks) - floor
     spans = list(ended)
-    encode = []
-    for _ in range(repeats):
-        began = time.process_time()
-        parts: list[bytes] = []
-        for trace in spans:  # as the export does (mcpgate/observe/span_batches.py), or before it had encode_into
-            if hasattr(trace, "encode_into"):
+    piped, encode = [], []
+    if hasattr(tracing.TRACER, "head"):  # a tree that encodes in the worker (before the export process)
+        for _ in range(repeats):
+            began = time.process_time()
+            parts: list[bytes] = []
+            for trace in spans:
                 trace.encode_into(parts)
-            else:
-                parts.append(trace.encoded())
-        otlp_wire.request(tracing.TRACER.head, [b"".join(parts)])
-        encode.append((time.process_time() - began) / len(spans) * 1e6)
+            otlp_wire.request(tracing.TRACER.head, [b"".join(parts)])
+            encode.append((time.process_time() - began) / len(spans) * 1e6)
+        piped = encode
+    else:  # the worker writes records (observe/span_pipe.py), the export process encodes them (span_export.py)
+        import marshal
+
+        from mcpgate.observe import span_export, span_pipe
+
+        head = span_export.resource_head("bench")
+        payload = b""
+        for _ in range(repeats):
+            began = time.process_time()
+            batch = [span_pipe.record(trace) for trace in spans]
+            payload = marshal.dumps(batch)
+            piped.append((time.process_time() - began) / len(spans) * 1e6)
+            began = time.process_time()
+            span_export.encoded_batch(head, payload)
+            encode.append((time.process_time() - began) / len(spans) * 1e6)
     environ_of[hooks] = unsampled
     quiet = best(hooks) - floor
-    print(f"per traced request: {traced:.1f} us on the request path, {min(encode):.1f} us encoding (export greenlet)")
+    tracing.TRACER.shutdown()
+    print(f"per traced request: {traced:.1f} us on the request path, {min(piped):.1f} us its batch in the worker")
+    print(f"    {min(encode):.1f} us encoding (the export process; before it, the worker's export greenlet)")
     print(f"per unsampled request: {quiet:.1f} us; the parse the hooks are measured against: {floor:.1f} us")
 
 
@@ -281,12 +324,18 @@ def rounds(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None
     """Each round runs every (tree, mode) once, back to back; the medians, and each round's ratio to its own off."""
     modes = modes_of(args)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {(t, m): [] for t in trees for m in modes}
+    exported: dict[tuple[str, str], list[float]] = {(t, m): [] for t in trees for m in modes}
     for _ in range(args.rounds):
         for tree, path in trees.items():
             for mode in modes:
-                rate, cpu = round_of(mode, endpoint, args.seconds, args.clients, tree=path)
+                rate, cpu, export = round_of(mode, endpoint, args.seconds, args.clients, tree=path)
                 results[tree, mode].append((rate, cpu))
-                print(f"{tree:4} {mode:9}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call", flush=True)
+                exported[tree, mode].append(export)
+                print(
+                    f"{tree:4} {mode:9}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call, {export:4.0f} us export "
+                    "process",
+                    flush=True,
+                )
     base = ("head", "off") if ("head", "off") in results else next(iter(results))
     for (tree, mode), got in results.items():
         rate = statistics.median(r for r, _ in got)
@@ -296,7 +345,8 @@ def rounds(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None
         print(
             f"median {tree:4} {mode:9}: {rate:6.0f} calls/s, {cpu:4.0f} us/call; against {'/'.join(base)} per round: "
             f"throughput {statistics.median(pairs):.1%} ({', '.join(f'{r:.0%}' for r in pairs)}), "
-            f"CPU {statistics.median(extra):+.0f} us/call",
+            f"CPU {statistics.median(extra):+.0f} us/call, export process "
+            f"{statistics.median(exported[tree, mode]):.0f} us/call",
             flush=True,
         )
 
@@ -353,8 +403,8 @@ def main() -> int:
     endpoint, got = sink()
     if args.profile:
         mode = args.profile_mode
-        rate, cpu = round_of(mode, endpoint, args.seconds, args.clients, args.profile, args.base)
-        print(f"tracing {mode}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call (under py-spy)")
+        rate, cpu, export = round_of(mode, endpoint, args.seconds, args.clients, args.profile, args.base)
+        print(f"tracing {mode}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call, {export:.0f} us export (py-spy)")
         import report
 
         print(report.profile_summary(Path(args.profile), top=40))

@@ -5,7 +5,9 @@ bench/tracing.py's rounds load a gateway with 16 clients: on a machine other wor
 CPU per call move with the load (a busier worker reads more per wake-up). Here one client calls one gateway at a
 time (a 2025 session's tools/call echo, on one kept connection), and the worker's CPU is read from
 /proc/<pid>/task/*/schedstat (nanoseconds on a CPU, its every thread) before and after: the CPU a call costs,
-whatever else runs. Each round gives each gateway's extra over head's off; the medians of those are printed.
+whatever else runs; the span export process's (mcpgate/observe/span_export.py) in brackets per round and apart in
+the medians (a batch it posts after a slice ends counts in that gateway's next slice). Each round gives each
+gateway's extra over head's off; the medians of those are printed.
 
     git archive HEAD | tar -x -C /tmp/ab-base       # before the change
     python bench/tracing_seq.py --base /tmp/ab-base [--head DIR] [--rounds 9] [--calls 2000] [--modes off,unsampled,on]
@@ -30,6 +32,22 @@ def on_cpu(master: int) -> int:
     """The gunicorn worker's nanoseconds on a CPU, all its threads."""
     worker = Path(f"/proc/{master}/task/{master}/children").read_text().split()[0]
     return sum(int((task / "schedstat").read_text().split()[0]) for task in Path(f"/proc/{worker}/task").iterdir())
+
+
+def export_on_cpu(master: int) -> int:
+    """The nanoseconds on a CPU of the worker's span export process (mcpgate/observe/span_export.py; 0 for a tree
+    that exports in the worker)."""
+    worker = Path(f"/proc/{master}/task/{master}/children").read_text().split()[0]
+    total = 0
+    for child in Path(f"/proc/{worker}/task/{worker}/children").read_text().split():
+        try:
+            if b"mcpgate.observe.span_export" in Path(f"/proc/{child}/cmdline").read_bytes():
+                total += sum(
+                    int((task / "schedstat").read_text().split()[0]) for task in Path(f"/proc/{child}/task").iterdir()
+                )
+        except OSError:
+            continue
+    return total
 
 
 class Session:
@@ -63,28 +81,36 @@ def measure(args: argparse.Namespace, trees: dict[str, Path | None], endpoint: s
     started = [bench.start(mode, endpoint, trees[tree]) for tree, mode in configs]
     extra: list[list[float]] = [[] for _ in configs]
     per_call: list[list[float]] = [[] for _ in configs]
+    exported: list[list[float]] = [[] for _ in configs]
     try:
         sessions = [Session(port) for _, port, _ in started]
         for session in sessions:
             session.calls(args.calls // 4)  # warm: the child started, the caches filled
         for round_ in range(args.rounds):
             got: list[float] = [0.0] * len(configs)
+            export: list[float] = [0.0] * len(configs)
             for n in [(round_ + k) % len(configs) for k in range(len(configs))]:
-                before = on_cpu(started[n][0].pid)
+                master = started[n][0].pid
+                before, export_before = on_cpu(master), export_on_cpu(master)
                 sessions[n].calls(args.calls)
-                got[n] = (on_cpu(started[n][0].pid) - before) / args.calls / 1000
+                got[n] = (on_cpu(master) - before) / args.calls / 1000
+                export[n] = (export_on_cpu(master) - export_before) / args.calls / 1000
             for n, value in enumerate(got):
                 per_call[n].append(value)
                 extra[n].append(value - got[first])
-            print(" | ".join(f"{t} {m} {v:.1f}" for (t, m), v in zip(configs, got, strict=True)), flush=True)
+                exported[n].append(export[n])
+            print(
+                " | ".join(f"{t} {m} {v:.1f} ({e:.1f})" for (t, m), v, e in zip(configs, got, export, strict=True)),
+                flush=True,
+            )
     finally:
         for gw, _, log in started:
             bench.stop(gw, log)
-    for (tree, mode), values, diffs in zip(configs, per_call, extra, strict=True):
+    for (tree, mode), values, diffs, export in zip(configs, per_call, extra, exported, strict=True):
         print(
             f"median {tree:4} {mode:9}: {statistics.median(values):6.1f} us CPU/call; against "
             f"{'/'.join(configs[first])} {statistics.median(diffs):+5.1f} us (rounds {min(diffs):+.1f} to "
-            f"{max(diffs):+.1f})",
+            f"{max(diffs):+.1f}); export process {statistics.median(export):.1f} us/call",
             flush=True,
         )
 

@@ -1,119 +1,49 @@
-"""The export of mcpgate's spans: ended requests' Traces queued (bounded, counted in spans) and exported in batches
-by one worker, as the SDK's BatchSpanProcessor does and configured by the same OTEL_BSP_* variables
-(OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, each in spans), but with no
-after-fork hook. A batch is turned into spans and encoded to OTLP protobuf here, in the worker
-(observe/trace_spans.py, otlp_wire.py: each request's spans appended to one list, joined once a batch), off the
-requests' path, and posted (on a kept connection of its own to
-a plain-HTTP endpoint, LeanPost, else or on any failure) by the SDK's OTLPSpanExporter's HTTP client
-(its endpoint, headers, timeout, compression and retries from OTEL_EXPORTER_OTLP_*).
+"""The post of a batch of spans, in the span export process (observe/span_export.py), and the OTEL_BSP_* settings
+the worker batches by (observe/span_pipe.py: OTEL_BSP_SCHEDULE_DELAY, OTEL_BSP_MAX_QUEUE_SIZE,
+OTEL_BSP_MAX_EXPORT_BATCH_SIZE, each in spans, as the SDK's BatchSpanProcessor reads them).
 
-The SDK's processor restarts its worker thread in every forked process, and its TracerProvider detects the
-resource again after a fork. A gevent worker forks to exec each child; in the fork, before the exec, such a start
-waits on an event, the copied hub runs the parent's greenlets, and they serve (and close) the parent's client
-connections. Here nothing runs after a fork. The worker is a `threading.Thread`: under gevent's monkey patching
-(the gateway's worker, the relay) a greenlet, whose export goes out on patched sockets without blocking requests.
+A batch's OTLP protobuf body is posted on a kept connection of its own to a plain-HTTP endpoint (LeanPost: the
+requests session costs about 1.2 ms of CPU a post), else, or on any failure, by the SDK's OTLPSpanExporter's HTTP
+client (its endpoint, headers, timeout, compression and retries from OTEL_EXPORTER_OTLP_*).
 
-Imported by mcpgate.observe.tracing only when tracing is on (it imports the SDK's exporter).
+Standard library only: the export process passes the SDK's exporter in.
 """
 
 from __future__ import annotations
 
-import collections
 import http.client
 import logging
 import os
-import threading
 import urllib.parse
-from typing import Any, Protocol
-
-from mcpgate.observe import otlp_wire
+from collections.abc import Mapping
+from typing import Any
 
 log = logging.getLogger("mcpgate.tracing")
 
 DEFAULTS = {"OTEL_BSP_SCHEDULE_DELAY": 5000, "OTEL_BSP_MAX_QUEUE_SIZE": 2048, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 512}
-STOP_TIMEOUT = 5.0  # seconds the worker gets to finish at shutdown
 RETRIED = frozenset({408, 429, 502, 503, 504})  # statuses the SDK's client retries: a lean post leaves them to it
 
 
-def setting(name: str) -> int:
+def setting(name: str, environ: Mapping[str, str] = os.environ) -> int:
     """An OTEL_BSP_* value (a positive integer), its default when unset or invalid."""
     try:
-        value = int(os.environ.get(name, ""))
+        value = int(environ.get(name, ""))
     except ValueError:
         return DEFAULTS[name]
     return value if value > 0 else DEFAULTS[name]
 
 
-class Ended(Protocol):
-    """A request's spans, ended: encoded when exported."""
+class Poster:
+    """A batch's body posted to the OTLP/HTTP endpoint: on the lean connection when the endpoint is plain HTTP
+    without compression, else (or when that fails) by the SDK exporter's HTTP client, with its retries."""
 
-    def encode_into(self, out: list[bytes]) -> None: ...
-
-
-class SpanBatches:
-    """Ended, sampled requests' spans into a bounded queue (the oldest dropped past it, counted); one worker
-    exports a batch when one is full or the schedule delay passed, and what is left at shutdown. `exporter` is
-    the SDK's OTLPSpanExporter, `head` the batch's resource and scope (otlp_wire.resource_head)."""
-
-    def __init__(self, exporter: Any, head: tuple[bytes, bytes]) -> None:
-        self.exporter, self.head = exporter, head
-        self.delay = setting("OTEL_BSP_SCHEDULE_DELAY") / 1000
-        self.batch = setting("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
-        self.bound = setting("OTEL_BSP_MAX_QUEUE_SIZE")
-        self.queue: collections.deque[tuple[Ended, int]] = collections.deque()
-        self.queued = 0  # spans in the queue
-        self.dropped = 0
-        self.stopped = False
-        self.wake = threading.Event()
+    def __init__(self, exporter: Any) -> None:
+        self.exporter = exporter
         self.lean = LeanPost.of(getattr(exporter, "_client", None))
-        self.worker = threading.Thread(target=self.run, name="mcpgate-span-export", daemon=True)
-        self.worker.start()
-
-    def on_end(self, ended: Ended, spans: int) -> None:
-        """A request's `spans` ended (on the request's greenlet: one append)."""
-        if self.stopped:
-            return
-        self.queue.append((ended, spans))
-        self.queued += spans
-        while self.queued > self.bound and len(self.queue) > 1:  # the oldest make room
-            lost = self.queue.popleft()[1]
-            self.dropped += lost
-            self.queued -= lost
-        if self.queued >= self.batch:
-            self.wake.set()
-
-    def run(self) -> None:
-        """Woken by a full batch: the full batches go (what is left joins the next one); at the schedule delay,
-        everything (a busy worker whose exports take a while otherwise sends each remnant on its own)."""
-        while not self.stopped:
-            woken = self.wake.wait(self.delay)
-            self.wake.clear()
-            self.export_queued(whole=not woken)
-
-    def export_queued(self, whole: bool = True) -> None:
-        if self.dropped:
-            log.warning("%d spans dropped: the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE)", self.dropped)
-            self.dropped = 0
-        while self.queue and self.queued >= (1 if whole else self.batch):
-            taken: list[Ended] = []
-            spans = 0
-            while self.queue and spans < self.batch:
-                ended, count = self.queue.popleft()
-                taken.append(ended)
-                spans += count
-            self.queued -= spans
-            try:
-                parts: list[bytes] = []
-                for ended in taken:
-                    ended.encode_into(parts)
-                self.send(otlp_wire.request(self.head, [b"".join(parts)]))
-            except Exception as exc:  # noqa: BLE001 - an exporter's failure costs its batch, never the worker
-                log.warning("a batch of %d spans could not be exported: %s", spans, exc)
 
     def send(self, data: bytes) -> None:
-        """One batch's body posted: first on the lean connection (a plain-HTTP endpoint), else, or when that
-        fails, by the exporter's HTTP client, with its retries (the SDK's private API: `_client.export` since
-        1.4x, `_export` with its own retries before)."""
+        """One batch's body posted (the SDK's private API: `_client.export` since 1.4x, `_export` with its own
+        retries before)."""
         if self.lean is not None and self.lean.post(data):
             return
         client = getattr(self.exporter, "_client", None)
@@ -126,18 +56,10 @@ class SpanBatches:
         if not reply.ok:
             log.warning("a batch of spans was not accepted: HTTP %s", reply.status_code)
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         if self.lean is not None:
             self.lean.close()
-        self.stopped = True
-        self.wake.set()
-        self.worker.join(STOP_TIMEOUT)
-        self.export_queued()
         self.exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        self.export_queued()
-        return True
 
 
 class LeanPost:

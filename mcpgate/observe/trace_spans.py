@@ -1,4 +1,5 @@
-"""A request's Trace (observe/tracing.py) turned into its encoded OTLP spans, on the export's greenlet: the
+"""A request's Trace (observe/tracing.py) turned into its encoded OTLP spans, in the span export process (from
+the record the worker wrote, observe/span_export.py): the
 request's own span (SERVER; the relay's: CLIENT), a span per step (INTERNAL), the wait for the child (CLIENT,
 its id the one the child's `_meta.traceparent` named) and a forward to another instance (CLIENT). The ids the
 request path did not need are drawn here; the attributes the request and its wait share are encoded once.
@@ -18,7 +19,7 @@ from mcpgate.core import session_ids
 from mcpgate.observe import otlp_wire, w3c
 
 INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
-IDS = w3c.Ids()  # the export's own (a relay's export may run on a thread of its own)
+IDS = w3c.Ids()  # the export's own
 _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
 _ID_KEY = otlp_wire.field(1, b"jsonrpc.request.id")
 _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes

@@ -1,10 +1,12 @@
 """OpenTelemetry traces of the gateway's and the relay's MCP requests (off unless MCPGATE_TRACING is true).
 
-On, `setup` takes the SDK's sampler (OTEL_TRACES_SAMPLER[_ARG]), its resource (OTEL_RESOURCE_ATTRIBUTES,
-OTEL_SERVICE_NAME) and its OTLP/HTTP exporter (OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, _HEADERS, _TIMEOUT,
-_COMPRESSION), and starts the batch export (observe/span_batches.py, OTEL_BSP_*; no after-fork hook, which a
-gevent worker forking its children cannot have). The SDK is imported only then: off, `TRACER` stays None and
-each hook in the request path is one None check (the `[otel]` extra need not even be installed).
+On, `setup` takes the SDK's sampler (OTEL_TRACES_SAMPLER[_ARG]) and starts the export: the worker batches ended
+requests (OTEL_BSP_*) and writes each batch as a compact frame to a pipe (observe/span_pipe.py), read by a span
+export process of its own (observe/span_export.py) that takes the resource (OTEL_RESOURCE_ATTRIBUTES,
+OTEL_SERVICE_NAME), encodes OTLP and posts with the SDK's OTLP/HTTP exporter's settings
+(OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT, _HEADERS, _TIMEOUT, _COMPRESSION). No after-fork hook, which a gevent
+worker forking its children cannot have. The SDK is imported only then: off, `TRACER` stays None and each hook in
+the request path is one None check (the `[otel]` extra need not even be installed).
 
 A request to an MCP endpoint gets a Trace, kept in the WSGI environ under KEY: a handful of plain fields and
 tuples set on the request's greenlet, turned into spans only by the export greenlet. On the request path: the
@@ -14,9 +16,9 @@ traceparent header's flag decides it (no step of an unsampled request is timed t
 context is passed on. Sampled: the start and end times of each step (the guard, the session or pool lookup, an
 MRTR round: the Trace times them itself, one at a time), the id and start of
 the wait for the child (the span named in the child's `_meta.traceparent`) and of a forward to another
-instance, the HTTP status; ids come from one os.urandom per IDS_DRAWN bytes. The ended Trace is queued whole;
-the export greenlet gives the other spans their ids, builds the attributes and encodes them to OTLP protobuf
-(observe/otlp_wire.py), per batch.
+instance, the HTTP status; ids come from one os.urandom per IDS_DRAWN bytes. The ended Trace is queued whole and
+written to the export process as a record of its fields; there the other spans get their ids, the attributes
+are built and encoded to OTLP protobuf (observe/trace_spans.py, otlp_wire.py), per batch.
 
 The SERVER span is a child of the W3C context in the HTTP `traceparent` header, else of the one in the message's
 `params._meta.traceparent`, and starts at the request's arrival. The wait for the child (CLIENT, named as the
@@ -34,7 +36,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -48,7 +49,7 @@ log = logging.getLogger("mcpgate.tracing")
 
 KEY = "mcpgate.trace"  # the environ key of a request's Trace
 INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
-TRACER: Any = None  # the export (span_batches.SpanBatches) once `setup` switched tracing on; None: off
+TRACER: Any = None  # the export (span_pipe.SpanPipe) once `setup` switched tracing on; None: off
 IDS = w3c.Ids()
 _api: Any = None  # opentelemetry.trace, imported with the SDK (a sampler that is not static only)
 _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent, a sampled one, an unsampled one
@@ -58,31 +59,24 @@ _time = time.time_ns
 
 
 def setup(enabled: bool, service: str) -> None:
-    """Switch tracing on for this process (a gateway worker, a relay): the SDK imported, its sampler, resource
-    and exporter configured from OTEL_*; OTEL_SERVICE_NAME, when set, names the service instead of `service`."""
+    """Switch tracing on for this process (a gateway worker, a relay): the SDK's sampler configured from OTEL_*,
+    the span export process started (its resource and exporter from OTEL_*; OTEL_SERVICE_NAME, when set, names the
+    service instead of `service`)."""
     global TRACER, _api, _rules, _always, _empty, IDS
     if not enabled or TRACER is not None:
         return
     from opentelemetry import context, trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
     from opentelemetry.sdk.trace import sampling
 
-    import mcpgate
-    from mcpgate.observe import otlp_wire
-    from mcpgate.observe.span_batches import SpanBatches
+    from mcpgate.observe.span_pipe import SpanPipe
 
-    # the OTEL_* resource read directly: Resource.create runs its detectors in a thread pool, which a gevent
-    # worker's patched threading does not survive
-    name = os.environ.get("OTEL_SERVICE_NAME") or service
-    resource = OTELResourceDetector().detect().merge(Resource({SERVICE_NAME: name}))
-    head = otlp_wire.resource_head(resource.attributes, "mcpgate", mcpgate.__version__)
     _api, _empty, IDS = trace, context.Context(), w3c.Ids()
     _rules = rules(sampling._get_from_env_or_default(), sampling)
     _always = _rules[0] if _rules[0] is _rules[1] is _rules[2] and isinstance(_rules[0], bool) else None
-    TRACER = SpanBatches(OTLPSpanExporter(), head)
+    TRACER = SpanPipe(service)
     atexit.register(TRACER.shutdown)
-    log.info("tracing on: spans go to the OTLP/HTTP exporter the OTEL_* variables configure")
+    proc = TRACER.export.proc
+    log.info("tracing on: spans go by the export process (pid %s) to the endpoint OTEL_* name", proc and proc.pid)
 
 
 def rules(sampler: Any, sampling: Any) -> tuple[Any, Any, Any]:
@@ -264,13 +258,13 @@ class Trace:
         TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
 
     def encoded(self) -> bytes:
-        """Its spans, encoded (on the export's greenlet)."""
+        """Its spans, encoded (as the export process encodes its record)."""
         from mcpgate.observe import trace_spans
 
         return trace_spans.encoded(self)
 
     def encode_into(self, out: list[bytes]) -> None:
-        """Its spans' parts appended to a batch's (on the export's greenlet)."""
+        """Its spans' parts appended to a batch's (as the export process does)."""
         from mcpgate.observe import trace_spans
 
         trace_spans.encode_into(self, out)

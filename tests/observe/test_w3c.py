@@ -6,6 +6,7 @@ Trace turned into OTLP spans (observe/trace_spans.py) that opentelemetry-proto d
 from __future__ import annotations
 
 import json
+import marshal
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import w3c
+from mcpgate.observe.span_export import encoded_batch, resource_head
+from mcpgate.observe.span_pipe import record
 from tests.support.otlp import decode, receiver
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -127,9 +130,7 @@ def ended(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
         yield got
     finally:
         tracing.TRACER = None
-        export.stopped = True
-        export.wake.set()
-        export.worker.join(5)
+        export.shutdown()
 
 
 def test_a_traces_spans_decode_with_opentelemetry_proto(ended: list[Any]) -> None:
@@ -144,7 +145,9 @@ def test_a_traces_spans_decode_with_opentelemetry_proto(ended: list[Any]) -> Non
     answer = b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}'
     tracing.finish(environ, 200, answer, [b""])
     ((trace, count),) = ended
-    spans = {(s.name, s.kind): s for s in decode(otlp_wire.request(tracing.TRACER.head, [trace.encoded()]))}
+    body, _ = encoded_batch(resource_head("w3c-test"), marshal.dumps([record(trace)]))  # as the export process gets it
+    spans = {(s.name, s.kind): s for s in decode(body)}
+    assert len(body) == len(otlp_wire.request(resource_head("w3c-test"), [trace.encoded()]))  # ids drawn apart
     assert count == len(spans) == 3
     server, guard = spans["tools/call echo", "SERVER"], spans["mcpgate.guard", "INTERNAL"]
     wait = spans["tools/call echo", "CLIENT"]
@@ -172,7 +175,7 @@ def test_a_tool_error_marks_the_requests_span(ended: list[Any]) -> None:
         tracing.begin(environ, "default")
         tracing.to_child(environ, message(SPLICED[0][0]))
         tracing.finish(environ, 200, answer, [b""])
-    spans = decode(otlp_wire.request(tracing.TRACER.head, [trace.encoded() for trace, _ in ended]))
+    spans = decode(otlp_wire.request(resource_head("w3c-test"), [trace.encoded() for trace, _ in ended]))
     servers = [s for s in spans if s.kind == "SERVER"]
     assert [(s.error, s.attributes.get("error.type")) for s in servers] == [
         (True, "tool_error"),

@@ -1,0 +1,153 @@
+"""The span export process: `python -m mcpgate.observe.span_export SERVICE PARENT_PID`, started by a traced process
+(a gateway worker, a relay: observe/span_pipe.py) with a pipe as its stdin. It reads the batches the worker
+writes there (a frame each: a 4-byte little-endian length, then a marshal'd list of records, one per ended
+request, RECORD's fields), turns each into its OTLP spans (observe/trace_spans.py, otlp_wire.py) and posts the
+batch as the SDK's OTLP/HTTP exporter would (observe/span_batches.py: its endpoint, headers, timeout,
+compression and retries from the OTEL_* variables of its environment; never from its argv).
+
+It ends when its stdin ends (the worker closed the pipe, or died: the pipe's only writer was the worker), and
+with the worker (PR_SET_PDEATHSIG) even while a post waits on a receiver that does not answer. Single-threaded:
+while a post waits, the pipe holds what comes, and past the pipe's size the worker drops and counts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import marshal
+import os
+import signal
+import struct
+import sys
+from typing import IO, Any
+
+from mcpgate.observe import otlp_wire, trace_spans, w3c
+
+log = logging.getLogger("mcpgate.tracing")
+
+RECORD = (
+    "what",
+    "http_method",
+    "kind",
+    "server",
+    "session",
+    "trace_id",
+    "span_id",
+    "parent",
+    "state",
+    "start",
+    "end_at",
+    "status",
+    "code",
+    "tool_error",
+    "steps",
+    "wait",
+    "forward",
+)  # a record's fields, in order (the Trace's that trace_spans reads: observe/span_pipe.py writes them)
+LENGTH = struct.Struct("<I")  # a frame's length
+MOST = 64 << 20  # the largest frame read (a worker's batch is far below)
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+
+
+class Record:
+    """A request's spans as the worker wrote them: what trace_spans.Trace describes."""
+
+    __slots__ = RECORD
+
+    what: Any
+    http_method: str
+    kind: int
+    server: str | None
+    session: str | None
+    trace_id: bytes
+    span_id: bytes
+    parent: w3c.Parent | None
+    state: str
+    start: int
+    end_at: int
+    status: int
+    code: int | None
+    tool_error: bool
+    steps: list[tuple[str, int, int]]
+    wait: tuple[bytes, int] | None
+    forward: tuple[bytes, int, str] | None
+
+    def __init__(self, fields: tuple[Any, ...]) -> None:
+        for name, value in zip(RECORD, fields, strict=True):
+            setattr(self, name, value)
+        if self.parent is not None:
+            self.parent = w3c.Parent(*self.parent)
+
+
+def encoded_batch(head: tuple[bytes, bytes], payload: bytes) -> tuple[bytes, int]:
+    """A frame's payload as one ExportTraceServiceRequest, and how many requests it held."""
+    records = marshal.loads(payload)
+    parts: list[bytes] = []
+    for fields in records:
+        trace_spans.encode_into(Record(fields), parts)
+    return otlp_wire.request(head, [b"".join(parts)]), len(records)
+
+
+def resource_head(service: str) -> tuple[bytes, bytes]:
+    """A batch's resource (OTEL_RESOURCE_ATTRIBUTES; OTEL_SERVICE_NAME, else `service`) and scope, encoded."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
+
+    import mcpgate
+
+    name = os.environ.get("OTEL_SERVICE_NAME") or service
+    resource = OTELResourceDetector().detect().merge(Resource({SERVICE_NAME: name}))
+    return otlp_wire.resource_head(resource.attributes, "mcpgate", mcpgate.__version__)
+
+
+def read_frame(stream: IO[bytes]) -> bytes | None:
+    """The next frame's payload; None at the end of the input (or a frame cut short: the writer is gone)."""
+    head = stream.read(LENGTH.size)
+    if len(head) < LENGTH.size:
+        return None
+    (size,) = LENGTH.unpack(head)
+    if size > MOST:
+        raise ValueError(f"a frame of {size} bytes")
+    payload = stream.read(size)
+    return payload if len(payload) == size else None
+
+
+def die_with(parent: int) -> None:
+    """SIGTERM when the parent (the worker) dies, and none of this process readable by others (it holds the
+    exporter's headers); gone at once when the parent already is."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if os.getppid() != parent:
+        raise SystemExit(0)
+
+
+def main(argv: list[str]) -> int:
+    service, parent = argv[0], int(argv[1])
+    die_with(parent)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(asctime)s mcpgate-span-export %(message)s")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from mcpgate.observe.span_batches import Poster
+
+    poster = Poster(OTLPSpanExporter())
+    head = resource_head(service)
+    stdin = os.fdopen(0, "rb", buffering=1 << 16)
+    try:
+        while True:
+            payload = read_frame(stdin)
+            if payload is None:
+                return 0
+            try:
+                body, _ = encoded_batch(head, payload)
+                poster.send(body)
+            except Exception as exc:  # noqa: BLE001 - a batch's failure costs that batch, never the export
+                log.warning("a batch of spans could not be exported: %s", exc)
+    finally:
+        poster.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,272 @@
+"""The worker's side of the span export: ended requests' Traces queued (bounded, counted in spans, as the SDK's
+BatchSpanProcessor by the same OTEL_BSP_* variables) and written, a batch at a time, as one compact frame to a
+pipe read by the span export process (observe/span_export.py), which encodes OTLP and posts. The worker neither
+encodes nor posts: a batch costs it a tuple per request, one marshal and one write.
+
+The pipe is non-blocking and bounded (its size raised to PIPE_BYTES where the kernel allows): a frame it cannot
+take whole is kept (one at most) and finished at the next flush; a frame that finds the pipe still full, or no
+export process, is dropped and its spans counted (a warning, and `lost`). No request ever waits on the export.
+
+The export process is started with subprocess (fork and exec at once: no Python runs in the fork of the gevent
+worker, whose copied hub would run the worker's greenlets), argv holding no secret (the OTEL_* settings, the
+exporter's headers among them, go in its environment, which holds nothing else of the worker's but PATH, the
+locale, proxies and certificates). It ends when its stdin, the pipe, ends: `shutdown` closes it, waits, and kills
+by PID what is left; a worker that dies closes it too (and the export process has PR_SET_PDEATHSIG). One that
+dies is started again, FIRST_RETRY s after, doubling to LAST_RETRY s while it keeps dying.
+
+The flusher is a `threading.Thread`: under gevent's monkey patching (the gateway's worker, the relay) a greenlet.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import logging
+import marshal
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mcpgate.observe.span_batches import setting
+from mcpgate.observe.span_export import LENGTH
+
+log = logging.getLogger("mcpgate.tracing")
+
+STOP_TIMEOUT = 5.0  # seconds the export process gets to post what is left at shutdown
+PIPE_BYTES = 1 << 20  # the pipe's size asked for (Linux's default limit for a user: /proc/sys/fs/pipe-max-size)
+FIRST_RETRY, LAST_RETRY, SETTLED = 0.5, 30.0, 60.0  # seconds: restart backoff; a process up this long resets it
+PASSED = frozenset(
+    {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONHOME", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+    | {"REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"}
+    | {"http_proxy", "https_proxy", "no_proxy", "all_proxy"}
+)  # the worker's environment the export process gets, beside OTEL_*
+
+
+def export_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The export process's environment: the OTEL_* settings and PASSED, and this mcpgate's tree first on the path
+    (the same code as the worker's)."""
+    env = {name: value for name, value in environ.items() if name.startswith("OTEL_") or name in PASSED}
+    tree = str(Path(__file__).resolve().parent.parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [environ.get("PYTHONPATH")])])
+    return env
+
+
+def record(trace: Any) -> tuple[Any, ...]:
+    """A Trace's fields the export reads (span_export.RECORD's), as marshal takes them."""
+    parent = trace.parent
+    return (
+        trace.what,
+        trace.http_method,
+        trace.kind,
+        trace.server,
+        trace.session,
+        trace.trace_id,
+        trace.span_id,
+        None if parent is None else (parent.trace_id, parent.span_id, parent.sampled, parent.state),
+        trace.state,
+        trace.start,
+        trace.end_at,
+        trace.status,
+        trace.code,
+        trace.tool_error,
+        trace.steps,
+        trace.wait,
+        trace.forward,
+    )
+
+
+class ExportProcess:
+    """The export process and the write end of its pipe: started, written to without blocking, started again when
+    it died (bounded by a backoff), closed."""
+
+    def __init__(self, service: str, environ: dict[str, str]) -> None:
+        self.argv = [sys.executable, "-m", "mcpgate.observe.span_export", service, str(os.getpid())]
+        self.env = export_environment(environ)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.fd = -1
+        self.pending: memoryview | None = None  # the rest of a frame the pipe took in part
+        self.started_at = 0.0
+        self.retry_at, self.backoff = 0.0, FIRST_RETRY
+        self.starts = 0
+
+    def start(self) -> None:
+        read, write = os.pipe()  # neither end inherited by the worker's other children (close-on-exec)
+        try:
+            try:
+                fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            except OSError:
+                pass  # the default size (64 KiB)
+            os.set_blocking(write, False)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                env=self.env,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(write)
+            log.warning("the span export process could not start: %s", exc)
+            self.retry_later()
+            return
+        finally:
+            os.close(read)
+        self.fd, self.pending, self.started_at = write, None, time.monotonic()
+        self.starts += 1
+
+    def retry_later(self) -> None:
+        self.retry_at = time.monotonic() + self.backoff
+        self.backoff = min(self.backoff * 2, LAST_RETRY)
+
+    def check(self) -> None:
+        """An export process that ended: its pipe closed, started again when its backoff allows."""
+        proc = self.proc
+        if proc is not None and proc.poll() is not None:
+            if time.monotonic() - self.started_at > SETTLED:
+                self.backoff = FIRST_RETRY
+            log.warning(
+                "the span export process (pid %s) ended with status %s: started again in %.1f s",
+                proc.pid,
+                proc.returncode,
+                self.backoff,
+            )
+            self.drop_pipe()
+            self.proc = None
+            self.retry_later()
+        if self.proc is None and time.monotonic() >= self.retry_at:
+            self.start()
+
+    def drop_pipe(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd, self.pending = -1, None
+
+    def write(self, frame: bytes) -> bool:
+        """The frame into the pipe, or False (dropped): no process, the pipe full (a frame taken in part is
+        finished first), or the reader gone. Never blocks."""
+        if self.fd < 0:
+            return False
+        try:
+            if self.pending is not None:
+                written = os.write(self.fd, self.pending)
+                self.pending = self.pending[written:] if written < len(self.pending) else None
+                if self.pending is not None:
+                    return False
+            written = os.write(self.fd, frame)
+        except BlockingIOError:
+            return False
+        except OSError:  # the reader is gone (EPIPE): `check` starts another
+            self.drop_pipe()
+            return False
+        if written < len(frame):
+            self.pending = memoryview(frame)[written:]
+        return True
+
+    def close(self, timeout: float = STOP_TIMEOUT) -> None:
+        """The pipe closed (the export process posts what it holds and ends); killed by PID if it has not within
+        `timeout` seconds."""
+        proc, self.proc = self.proc, None
+        try:
+            if self.pending is not None and self.fd >= 0:
+                os.set_blocking(self.fd, True)  # the frame's rest, which the export process is reading
+                try:
+                    os.write(self.fd, self.pending)
+                except OSError:
+                    pass
+            self.drop_pipe()
+            if proc is not None:
+                proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("the span export process (pid %s) did not end in %.0f s: killed", proc and proc.pid, timeout)
+        finally:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout)
+
+
+class SpanPipe:
+    """Ended, sampled requests' spans into a bounded queue (the oldest dropped past it, counted); one flusher
+    writes a batch when one is full or the schedule delay passed, and what is left at shutdown."""
+
+    def __init__(self, service: str, environ: dict[str, str] | None = None) -> None:
+        environ = dict(os.environ if environ is None else environ)
+        self.delay = setting("OTEL_BSP_SCHEDULE_DELAY", environ) / 1000
+        self.batch = setting("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", environ)
+        self.bound = setting("OTEL_BSP_MAX_QUEUE_SIZE", environ)
+        self.queue: collections.deque[tuple[Any, int]] = collections.deque()
+        self.queued = 0  # spans in the queue
+        self.dropped = 0  # spans dropped since the last warning
+        self.lost = 0  # spans dropped in all
+        self.stopped = False
+        self.wake = threading.Event()
+        self.export = ExportProcess(service, environ)
+        self.export.start()
+        self.worker = threading.Thread(target=self.run, name="mcpgate-span-pipe", daemon=True)
+        self.worker.start()
+
+    def on_end(self, ended: Any, spans: int) -> None:
+        """A request's `spans` ended (on the request's greenlet: one append)."""
+        if self.stopped:
+            return
+        self.queue.append((ended, spans))
+        self.queued += spans
+        while self.queued > self.bound and len(self.queue) > 1:  # the oldest make room
+            lost = self.queue.popleft()[1]
+            self.drop(lost)
+            self.queued -= lost
+        if self.queued >= self.batch:
+            self.wake.set()
+
+    def drop(self, spans: int) -> None:
+        self.dropped += spans
+        self.lost += spans
+
+    def run(self) -> None:
+        """Woken by a full batch: the full batches go (what is left joins the next one); at the schedule delay,
+        everything. The export process checked (started again) each time."""
+        while not self.stopped:
+            woken = self.wake.wait(self.delay)
+            self.wake.clear()
+            if self.stopped:
+                return
+            self.export.check()
+            self.flush(whole=not woken)
+
+    def flush(self, whole: bool = True) -> None:
+        while self.queue and self.queued >= (1 if whole else self.batch):
+            taken: list[tuple[Any, ...]] = []
+            spans = 0
+            while self.queue and spans < self.batch:
+                ended, count = self.queue.popleft()
+                taken.append(record(ended))
+                spans += count
+            self.queued -= spans
+            payload = marshal.dumps(taken)
+            if not self.export.write(LENGTH.pack(len(payload)) + payload):
+                self.drop(spans)
+        if self.dropped:
+            log.warning(
+                "%d spans dropped: the export was behind (OTEL_BSP_MAX_QUEUE_SIZE, the pipe full)", self.dropped
+            )
+            self.dropped = 0
+
+    def shutdown(self, timeout: float = STOP_TIMEOUT) -> None:
+        """What is queued written, the pipe closed, the export process waited for `timeout` s (then killed): once."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.wake.set()
+        try:
+            self.worker.join(timeout)
+            self.flush()
+        finally:
+            self.export.close(timeout)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flush()
+        return True
