@@ -54,3 +54,15 @@ class VaultSettings:
         "user secrets (their holders are stopped on a change); the page's own worker acts at once.",
         validate=positive,
     )
+    vault_client_id: str = declare(
+        "",
+        "resource-server mode: the client id the vault's page (/vault) signs users in with at MCPGATE_OAUTH_ISSUER "
+        "(authorization code with PKCE; register its redirect URI MCPGATE_PUBLIC_URL/vault/callback there). Empty: "
+        "the page registers a client itself (dynamic client registration) when the issuer offers it.",
+    )
+    vault_client_secret: str = declare(
+        "",
+        "resource-server mode: the secret of MCPGATE_VAULT_CLIENT_ID when it is a confidential client (empty: a "
+        "public one). Never logged.",
+        secret=True,
+    )

@@ -8,6 +8,7 @@ import base64
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpgate.serve.oauth import passwords
+from tests.browser import Browser
 from tests.support.fleet import Balancer
 from tests.support.gateway import FIXTURES, Gateway
 from tests.support.http import write_config
@@ -114,3 +116,65 @@ def echo_once(gw: Gateway, token: str, mode: str) -> str:
 
 def url_of(gw: Gateway | Balancer) -> str:
     return f"{gw.base}/servers/{SERVER}/mcp"
+
+
+# -- resource-server mode: the page signs the browser in through the external authorization server ---------------
+
+
+def rs_vault_env(tmp: Path, issuer: str, key: str | None = None, **extra: str) -> dict[str, str]:
+    """A gateway in resource-server mode (tokens of `issuer`) publishing the echo server (its slot), the vault
+    under `tmp`; `extra`: more settings (MCPGATE_OAUTH_AUDIENCE, MCPGATE_VAULT_CLIENT_ID, ...)."""
+    return {
+        "MCPGATE_AUTH_MODE": "resource-server",
+        "MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}",
+        "MCPGATE_OAUTH_ISSUER": issuer,
+        "MCPGATE_CONFIG": write_config(tmp / "servers.json", {SERVER: ENTRY}),
+        "MCPGATE_STATE_DIR": str(tmp / "state"),
+        "MCPGATE_VAULT_KEY": key or vault_key(),
+        **extra,
+    }
+
+
+def authorization_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """Another gateway in embedded mode, USERS signing in with PASSWORD: the authorization server of a
+    resource-server gateway."""
+    users = ",".join(f"{user}:{passwords.make_hash(PASSWORD)}" for user in USERS)
+    return embedded_env(tmp / "authorization-server", users, **extra)
+
+
+def rs_callback(
+    http: requests.Session,
+    base: str,
+    user: str,
+    password: str = PASSWORD,
+    back: str = "/vault",
+    tamper: Callable[[str], str] | None = None,
+) -> str:
+    """The callback URL a sign-in on the page at `base` comes back with, not yet fetched: the page's Sign in
+    (in `http`, the browser's cookies at the gateway), then the stand-in browser through the authorization
+    server's pages as `user` (`tamper`: changes the authorization URL first)."""
+    csrf = CSRF.search(http.get(base + "/vault", timeout=30).text)
+    assert csrf, "no CSRF token on the page"
+    form = {"csrf_token": csrf.group(1), "next": back}
+    start = http.post(base + "/vault/signin", data=form, allow_redirects=False, timeout=60)
+    assert start.status_code == 303, start.text
+    url = start.headers["location"]
+    outcome = Browser(user, password).visit(tamper(url) if tamper else url, stop_at=base + "/vault/callback")
+    assert outcome.url.startswith(base + "/vault/callback?"), outcome.describe()
+    return outcome.url
+
+
+class RsVaultPage(VaultPage):
+    """One user's browser on the vault's page of a resource-server gateway, signed in through its authorization
+    server (the page's Sign in, the authorization server's pages, the page's callback)."""
+
+    def __init__(self, gw: Gateway | Balancer, user: str, password: str = PASSWORD) -> None:
+        self.base, self.http = gw.base, requests.Session()
+        reply = self.http.get(rs_callback(self.http, self.base, user, password), allow_redirects=False, timeout=60)
+        assert reply.status_code == 303 and reply.headers["location"] == "/vault", reply.text
+
+
+def gateway_token(base: str, user: str) -> str:
+    """`user`'s access token from the embedded gateway at `base` for its own endpoint (the audience a
+    resource-server gateway using it is given as MCPGATE_OAUTH_AUDIENCE)."""
+    return str(sign_in(base, user, PASSWORD, resource=base + "/mcp")["access_token"])

@@ -332,11 +332,11 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
     audit.configure(settings.audit_log, settings.audit_queue, settings.audit_arguments, instance)
     # a BareApp only without an OAuth mode, whose authenticator (none, or the static token) registers no route
     guard = Guard(settings, authenticator(settings, cast("Flask", app), runtime), runtime.cluster)
-    if runtime.oauth is not None and servers.vault is not None:  # the per-user credentials' pages (serve/vault)
+    if settings.auth.oauth and servers.vault is not None:  # the per-user credentials' pages (serve/vault)
         from mcpgate.serve.vault import page, upstream_page
 
-        page.install_for(cast("Flask", app), runtime)
-        upstream_page.install_for(cast("Flask", app), runtime)  # per-user OAuth to remote upstreams (user_oauth)
+        who = page.install_for(cast("Flask", app), runtime, guard.authenticator)
+        upstream_page.install_for(cast("Flask", app), runtime, who)  # per-user OAuth to remote upstreams (user_oauth)
     servers.watch()
     cors = Cors(settings.cors_origins)
     if settings.admin_token or settings.admin_scope:  # the management API (serve/admin): not imported when off

@@ -1,4 +1,4 @@
-"""The vault's page (MCPGATE_AUTH_MODE=embedded): a signed-in user fills, replaces or deletes their own slots.
+"""The vault's page: a signed-in user fills, replaces or deletes their own slots.
 
     GET  /vault          signed in: every slot of the published servers, set or not and when, a form each;
                          else the sign-in form (the embedded server's users; a browser signed in at /authorize
@@ -6,8 +6,12 @@
     POST /vault          action=set (slot, value) or delete (slot); CSRF token bound to the browser's session
     POST /vault/login    username, password (the sign-in page's checks and rate limits: signin.Pages)
 
+In resource-server mode the browser signs in through the external authorization server instead (rs_signin.py:
+POST /vault/signin, GET /vault/callback), and the principal is the one the MCP endpoint's guard names for that
+user's access token.
+
 Write-only: a value is never shown back, never logged, never put in a redirect. The principal is the one the
-embedded server's tokens name (issuer#subject), so what is filled here is what that user's MCP calls get.
+MCP endpoint gives that user's tokens (issuer#subject), so what is filled here is what that user's MCP calls get.
 Every answer carries the sign-in pages' security headers (no framing, no caching, no referrer).
 """
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Blueprint, Flask, Response, redirect, request
 from markupsafe import escape
@@ -26,7 +30,9 @@ from mcpgate.serve.vault.slots import SlotInfo
 from mcpgate.serve.vault.vault import PAGE_PATH, Vault
 
 if TYPE_CHECKING:
+    from mcpgate.serve.oauth.setup import Authenticator
     from mcpgate.serve.runtime import Runtime
+    from mcpgate.serve.vault.rs_signin import PageSignIn
 
 log = logging.getLogger("mcpgate.vault")
 
@@ -43,26 +49,51 @@ def _when(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-class VaultPage:
-    def __init__(self, vault: Vault, issuer: str, slots: Callable[[], dict[str, SlotInfo]], pages: Any) -> None:
-        self.vault, self.issuer, self.slots, self.pages = vault, issuer, slots, pages
+class Who(Protocol):
+    """Who the browser on the vault's pages is: embedded mode's sign-in (EmbeddedWho) or resource-server mode's
+    (rs_signin.PageSignIn)."""
 
-    def principal(self, subject: str) -> str:
-        return f"{self.issuer}#{subject}"  # identity.Identity.principal of the embedded server's tokens
+    def current(self) -> tuple[str, str] | None:
+        """(principal, label) of the browser's sign-in, or None."""
+        ...
+
+    def form(self, csrf: str, back: str) -> str:
+        """The sign-in form's HTML (`back`: the page to come back to, when the sign-in can)."""
+        ...
+
+
+class EmbeddedWho:
+    """Embedded mode: the embedded server's sign-in session (its form, or /authorize in the same browser)."""
+
+    def __init__(self, issuer: str) -> None:
+        self.issuer = issuer
+
+    def current(self) -> tuple[str, str] | None:
+        who = signin.signed_in()
+        return None if who is None else (f"{self.issuer}#{who[0]}", who[1])  # Identity.principal of its tokens
+
+    def form(self, csrf: str, back: str) -> str:
+        return (
+            f"<form method='post' action='{PAGE_PATH}/login'><input type='hidden' name='csrf_token' "
+            f"value='{escape(csrf)}'><p><label>User name <input name='username' autocomplete='username'></label>"
+            "</p><p><label>Password <input type='password' name='password' autocomplete='current-password'>"
+            "</label></p><p><button>Sign in</button></p></form>"
+        )
+
+
+class VaultPage:
+    def __init__(self, vault: Vault, who: Who, slots: Callable[[], dict[str, SlotInfo]], pages: Any = None) -> None:
+        self.vault, self.who, self.slots, self.pages = vault, who, slots, pages
 
     def show(self, note: str = "", status: int = 200) -> Response:
-        who = signin.signed_in()
-        csrf = escape(signin.csrf_token())
+        who = self.who.current()
+        csrf = signin.csrf_token()
         if who is None:
-            form = (
-                f"<form method='post' action='{PAGE_PATH}/login'><input type='hidden' name='csrf_token' "
-                f"value='{csrf}'><p><label>User name <input name='username' autocomplete='username'></label></p>"
-                "<p><label>Password <input type='password' name='password' autocomplete='current-password'>"
-                "</label></p><p><button>Sign in</button></p></form>"
-            )
+            form = self.who.form(csrf, PAGE_PATH)
             return _html("Sign in to your credentials", f"<p>{escape(note)}</p>" + form, status)
-        subject, label = who
-        kept = self.vault.listing(self.principal(subject))
+        principal, label = who
+        csrf = escape(csrf)
+        kept = self.vault.listing(principal)
         rows = []
         for name, info in sorted(self.slots().items()):
             entry = kept.get(name)
@@ -82,6 +113,8 @@ class VaultPage:
 
     def login(self) -> Response:
         signin.check_csrf()
+        if self.pages is None:
+            signin.refuse(404, "Not found", "This gateway signs you in through its authorization server.")
         name = request.form.get("username", "").strip()
         subject = self.pages.check_password(name, request.form.get("password", ""))
         if subject is None:
@@ -92,17 +125,17 @@ class VaultPage:
 
     def change(self) -> Response:
         signin.check_csrf()
-        who = signin.signed_in()
+        who = self.who.current()
         if who is None:
             return self.show("Your sign-in has expired: sign in again.", 403)
         slot, action = request.form.get("slot", ""), request.form.get("action", "")
         info = self.slots().get(slot)
         if info is None:
             return self.show("No such credential.", 400)
-        principal = self.principal(who[0])
+        principal = who[0]
         if action == "delete":
             self.vault.delete(principal, slot)
-            log.info("%s deleted their credential slot %s", who[0], slot)
+            log.info("%s deleted their credential slot %s", principal, slot)
             return redirect(PAGE_PATH, 303)  # type: ignore[return-value]
         value = request.form.get("value", "")
         limit = self.vault.settings.vault_value_bytes
@@ -110,18 +143,32 @@ class VaultPage:
             return self.show(f"Give a value of 1 to {limit} bytes, without NUL (MCPGATE_VAULT_VALUE_BYTES).", 400)
         if not self.vault.put(principal, slot, value):
             return self.show("You keep the most credentials allowed (MCPGATE_VAULT_SLOTS): delete one first.", 400)
-        log.info("%s set their credential slot %s", who[0], slot)  # never the value
+        log.info("%s set their credential slot %s", principal, slot)  # never the value
         return redirect(PAGE_PATH, 303)  # type: ignore[return-value]
 
 
-def install(app: Flask, vault: Vault, issuer: str, slots: Callable[[], dict[str, SlotInfo]], pages: Any) -> None:
-    """Register /vault on `app` (whose signin blueprint set the session key). `slots`: the published servers' slots
-    at request time; `pages`: a signin.Pages (its password check and rate limits)."""
-    page = VaultPage(vault, issuer, slots, pages)
+Route = tuple[str, str, Callable[[], Response], list[str]]  # path, endpoint name, view, methods
+
+
+def install(
+    app: Flask,
+    vault: Vault,
+    who: Who,
+    slots: Callable[[], dict[str, SlotInfo]],
+    pages: Any = None,
+    routes: tuple[Route, ...] = (),
+) -> None:
+    """Register /vault on `app` (whose session key is set: the signin blueprint's, or rs_signin's). `slots`: the
+    published servers' slots at request time; `pages`: a signin.Pages (its password check and rate limits) for
+    the page's own sign-in form (embedded mode); `routes`: the sign-in's own (resource-server mode)."""
+    page = VaultPage(vault, who, slots, pages)
     bp = Blueprint("vault", __name__)
     bp.add_url_rule(PAGE_PATH, "show", lambda: page.show(), methods=["GET"])
     bp.add_url_rule(PAGE_PATH, "change", page.change, methods=["POST"])
-    bp.add_url_rule(PAGE_PATH + "/login", "login", page.login, methods=["POST"])
+    if pages is not None:
+        bp.add_url_rule(PAGE_PATH + "/login", "login", page.login, methods=["POST"])
+    for path, name, view, methods in routes:
+        bp.add_url_rule(path, name, view, methods=methods)
     register(app, bp)
 
 
@@ -144,11 +191,14 @@ def register(app: Flask, bp: Blueprint) -> None:
     app.register_blueprint(bp)
 
 
-def install_for(app: Flask, runtime: Runtime) -> None:
-    """The page on the app of a worker in embedded mode whose servers have slots (the app factory's hook)."""
+def install_for(app: Flask, runtime: Runtime, authenticator: Authenticator | None = None) -> Who | None:
+    """The page on the app of a worker in an OAuth mode whose servers keep per-user values (the app factory's
+    hook): embedded mode signs the browser in itself; resource-server mode through the external authorization
+    server, checked by `authenticator` (the MCP endpoint's own ResourceGuard). Who the pages' browser is, or None
+    (no page)."""
     servers, oauth = runtime.servers, runtime.oauth
-    if oauth is None or servers.vault is None or servers.vault.store is None:
-        return
+    if servers.vault is None or servers.vault.store is None:
+        return None
 
     def slots() -> dict[str, SlotInfo]:
         found: dict[str, SlotInfo] = {}
@@ -158,4 +208,43 @@ def install_for(app: Flask, runtime: Runtime) -> None:
                 found.update((info.name, info) for info in fill.slots.info)
         return found
 
-    install(app, servers.vault, oauth.issuer, slots, signin.Pages(oauth, runtime.settings))
+    if oauth is not None:
+        who = EmbeddedWho(oauth.issuer)
+        install(app, servers.vault, who, slots, signin.Pages(oauth, runtime.settings))
+        return who
+    from mcpgate.serve.oauth.resource import ResourceGuard
+
+    if not isinstance(authenticator, ResourceGuard):
+        return None
+    from mcpgate.serve.vault import rs_signin  # (its OAuth client only in resource-server mode)
+
+    signed = rs_signin.install(app, runtime.settings, authenticator)
+    install(app, servers.vault, signed, slots, None, sign_in_routes(signed))
+    return signed
+
+
+def sign_in_routes(signed: PageSignIn) -> tuple[Route, ...]:
+    """Resource-server mode's POST /vault/signin (to the authorization server) and GET /vault/callback."""
+    from mcpgate.relay.oauth.discovery import SignInError
+    from mcpgate.serve.vault.rs_signin import CALLBACK_PATH, SIGNIN_PATH
+
+    def start() -> Response:
+        signin.check_csrf()
+        try:
+            url = signed.begin(request.form.get("next", PAGE_PATH))
+        except SignInError as exc:
+            log.warning("a sign-in to the vault's page cannot start: %s", exc)
+            return _html("Sign-in unavailable", f"<p>The sign-in cannot start: {escape(str(exc))}</p>", 502)
+        return redirect(url, 303)  # type: ignore[return-value]
+
+    def callback() -> Response:
+        params = {key: value[:2048] for key, value in request.args.items()}
+        try:
+            back = signed.finish(params, request.environ)
+        except SignInError as exc:
+            log.warning("a sign-in to the vault's page was refused: %s", exc)
+            body = f"<p>The sign-in was refused: {escape(str(exc))}</p><p><a href='{PAGE_PATH}'>Start again</a></p>"
+            return _html("Sign-in refused", body, 400)
+        return redirect(back, 303)  # type: ignore[return-value]
+
+    return ((SIGNIN_PATH, "signin", start, ["POST"]), (CALLBACK_PATH, "callback", callback, ["GET"]))

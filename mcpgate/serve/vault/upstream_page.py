@@ -7,8 +7,10 @@
     GET  /vault/oauth/<server>/callback   the authorization server's redirect: the state must be one the signed-in
                                           principal started (else refused, nothing kept), then the code redeemed
 
-The elicitation of a call whose principal has not signed in points at the first one. Every answer carries the
-sign-in pages' security headers; no token is ever shown, logged or put in a redirect.
+The elicitation of a call whose principal has not signed in points at the first one. Who the browser is: the
+vault page's sign-in (page.Who: embedded mode's own form, or resource-server mode's through the external
+authorization server, which comes back to this page). Every answer carries the sign-in pages' security headers;
+no token is ever shown, logged or put in a redirect.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, Response, redirect, request
 from markupsafe import escape
 
 from mcpgate.relay.oauth.discovery import SignInError
 from mcpgate.serve.oauth import signin
-from mcpgate.serve.vault.page import _html, register
+from mcpgate.serve.vault.page import Who, _html, register
 from mcpgate.serve.vault.upstream_oauth import UpstreamSignIn
 from mcpgate.serve.vault.vault import PAGE_PATH
 
@@ -33,29 +36,24 @@ log = logging.getLogger("mcpgate.vault")
 
 
 class UpstreamPages:
-    def __init__(self, issuer: str, find: Callable[[str], UpstreamSignIn | None]) -> None:
-        self.issuer, self.find = issuer, find
+    def __init__(self, who: Who, find: Callable[[str], UpstreamSignIn | None]) -> None:
+        self.who, self.find = who, find
 
     def _who(self, server: str) -> tuple[UpstreamSignIn, str | None]:
         upstream = self.find(server)
         if upstream is None:
             signin.refuse(404, "Not found", "No server of this gateway signs you in there.")
-        who = signin.signed_in()
-        return upstream, (f"{self.issuer}#{who[0]}" if who is not None else None)
+        who = self.who.current()
+        return upstream, (who[0] if who is not None else None)
 
     def show(self, server: str, note: str = "", status: int = 200) -> Response:
         upstream, principal = self._who(server)
-        csrf = escape(signin.csrf_token())
         title = f"Sign in to {server}"
         if principal is None:
-            form = (
-                f"<p>Sign in to the gateway first, then come back to this page.</p><form method='post' "
-                f"action='{PAGE_PATH}/login'><input type='hidden' name='csrf_token' value='{csrf}'><p><label>"
-                "User name <input name='username' autocomplete='username'></label></p><p><label>Password <input "
-                "type='password' name='password' autocomplete='current-password'></label></p><p><button>Sign in"
-                "</button></p></form>"
-            )
+            form = "<p>Sign in to the gateway first, then come back to this page.</p>"
+            form += self.who.form(signin.csrf_token(), urlsplit(upstream.page_url).path)
             return _html(title, f"<p>{escape(note)}</p>" + form, status)
+        csrf = escape(signin.csrf_token())
         state = "signed in" if upstream.signed_in(principal) else "not signed in"
         body = f"<p>{escape(note)}</p>" if note else ""
         body += (
@@ -96,8 +94,8 @@ class UpstreamPages:
         return self.show(server, "Signed in: retry your request.")
 
 
-def install(app: Flask, issuer: str, find: Callable[[str], UpstreamSignIn | None]) -> None:
-    pages = UpstreamPages(issuer, find)
+def install(app: Flask, who: Who, find: Callable[[str], UpstreamSignIn | None]) -> None:
+    pages = UpstreamPages(who, find)
     bp = Blueprint("vault_upstream", __name__)
     path = PAGE_PATH + "/oauth/<server>"
     bp.add_url_rule(path, "show", lambda server: pages.show(server), methods=["GET"])
@@ -106,10 +104,11 @@ def install(app: Flask, issuer: str, find: Callable[[str], UpstreamSignIn | None
     register(app, bp)
 
 
-def install_for(app: Flask, runtime: Runtime) -> None:
-    """The pages when a published server signs its users in to its upstream (installed beside page.install_for)."""
-    servers, oauth = runtime.servers, runtime.oauth
-    if oauth is None:
+def install_for(app: Flask, runtime: Runtime, who: Who | None) -> None:
+    """The pages when a published server signs its users in to its upstream (installed beside page.install_for,
+    whose `who` they share; None: no page)."""
+    servers = runtime.servers
+    if who is None:
         return
 
     def find(name: str) -> UpstreamSignIn | None:
@@ -117,4 +116,4 @@ def install_for(app: Flask, runtime: Runtime) -> None:
         upstream = getattr(server.child_spec, "user_auth", None) if server is not None else None
         return upstream if isinstance(upstream, UpstreamSignIn) else None
 
-    install(app, oauth.issuer, find)
+    install(app, who, find)
