@@ -75,6 +75,8 @@ def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Sessio
             raise HeldElsewhere(elsewhere)
         raise Forward(elsewhere)
     if gw.closing and forwarded:  # a stopping instance leaves it to the live one that forwarded the request
+        if session_id not in gw.reviving:  # its hold let go first: the session may have ended here a moment ago,
+            keeper.release(session_id)  # its release still on the way to the store, which the other's claim reads
         raise HeldElsewhere("")
     waiting = gw.reviving.get(session_id)
     if waiting is not None:  # another request of this process is taking it over
