@@ -129,13 +129,17 @@ class HubChild:
         self._started = True
         _HUBS.add(self)
         failed = []
-        for name in self.members:
-            if self._closing:  # closed while starting: the rest are not started
-                break
-            problem = self._start_member(name)
-            if problem is not None:
-                failed.append(f"{name}: {problem}")
-                self._apply(self.core.unavailable(name, f"it cannot start ({problem})", time.monotonic()))
+        try:
+            for name in self.members:
+                if self._closing:  # closed while starting: the rest are not started
+                    break
+                problem = self._start_member(name)
+                if problem is not None:
+                    failed.append(f"{name}: {problem}")
+                    self._apply(self.core.unavailable(name, f"it cannot start ({problem})", time.monotonic()))
+        except BaseException:  # a member's spec refused the caller (SlotsEmpty: a credential or sign-in of theirs is
+            self._abandon()  # missing, answered with its page): the members started are stopped, none left running
+            raise
         if not self._children:
             self._closing = True
             _HUBS.discard(self)
@@ -143,6 +147,16 @@ class HubChild:
             self.exit_reason, self.end_cause = "no member could start", "crash"
             self._done.set()
             raise ChildSpawnError("no server of this endpoint could be started: " + "; ".join(failed))
+
+    def _abandon(self) -> None:
+        """The start failed: stop the members started so far (no on_exit: the start's caller has the failure)."""
+        self._closing = True
+        _HUBS.discard(self)
+        self._cancel_timers()
+        for child in list(self._children.values()):
+            child.close("a server of this endpoint could not start", "stopped")
+        self.exit_reason, self.end_cause = "a server of this endpoint could not start", "crash"
+        self._done.set()
 
     def send(self, data: bytes) -> bool:
         """One message of the client's; never blocks. False once closing."""

@@ -5,9 +5,12 @@ Keys (prefix mcpgate:vault:):
     p:<sha256 of the principal>   hash: v:<slot> the sealed value, m:<slot> "<version> <updated_at>"
     generation                    raised by every put and delete (INCR); a version is the generation it took
     check                         the key check record (SET NX: the first instance's)
+    lease:<sha256 of the principal>:<name>   a short lease's holder (SET NX PX: it lapses by itself; released by a
+                                  script that deletes it only for its holder)
 
 A put that would give a principal more than its limit of slots, and the version it takes, are one Lua script
-(atomic). Keys never expire: use a maxmemory-policy that does not evict them (noeviction or volatile-*).
+(atomic). Keys never expire (but a lease): use a maxmemory-policy that does not evict them (noeviction or
+volatile-*).
 Every Redis failure surfaces as VaultUnavailable: its message names the kind of failure, never the URL.
 """
 
@@ -45,6 +48,14 @@ return 1
 """
 
 
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -54,6 +65,7 @@ class RedisVaultStore:
         self.redis, self.prefix = client, prefix
         self._put = client.register_script(PUT)
         self._delete = client.register_script(DELETE)
+        self._release = client.register_script(RELEASE)
 
     def _key(self, principal: str) -> str:
         return self.prefix + "p:" + hashlib.sha256(principal.encode()).hexdigest()
@@ -108,6 +120,22 @@ class RedisVaultStore:
         except RedisError as exc:
             raise self._guard(exc) from None
         return int(_text(value)) if value is not None else 0
+
+    def _lease_key(self, principal: str, name: str) -> str:
+        return self.prefix + "lease:" + hashlib.sha256(principal.encode()).hexdigest() + ":" + name
+
+    def lease(self, principal: str, name: str, holder: str, ttl: float) -> bool:
+        """Take the lease `name` of `principal` for `holder` unless someone holds it (SET NX PX)."""
+        try:
+            return bool(self.redis.set(self._lease_key(principal, name), holder, nx=True, px=max(1, int(ttl * 1000))))
+        except RedisError as exc:
+            raise self._guard(exc) from None
+
+    def release(self, principal: str, name: str, holder: str) -> None:
+        try:
+            self._release(keys=[self._lease_key(principal, name)], args=[holder])
+        except RedisError as exc:
+            raise self._guard(exc) from None
 
     def summary(self, limit: int) -> tuple[dict[str, SlotSummary], bool]:
         """Per slot: its principals, first and last set, from at most `limit` principals' hashes (their slots'

@@ -9,6 +9,10 @@
     store.listing(principal) -> dict[slot, Entry]         which slots are set, when, at which version (no value)
     store.generation() -> int                             raised by every put and delete, anywhere: a worker that
                                                           sees it move reads its holders' versions again
+    store.lease(principal, name, holder, ttl) -> bool     a short lease, one holder at a time (True: `holder` took
+                                                          it; False: another has it); it lapses after `ttl`
+                                                          seconds, so a holder that died does not block
+    store.release(principal, name, holder)                the lease ends, if `holder` still has it
     store.summary(limit) -> (dict[slot, SlotSummary], complete)   per slot: how many principals set it, first and
                                                           last set, from at most `limit` principals (the
                                                           management API's; no value, no principal)
@@ -39,6 +43,9 @@ CREATE TABLE IF NOT EXISTS slots (
     principal TEXT NOT NULL, slot TEXT NOT NULL, value BLOB NOT NULL, version INTEGER NOT NULL,
     updated_at REAL NOT NULL, PRIMARY KEY (principal, slot));
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    principal TEXT NOT NULL, name TEXT NOT NULL, holder TEXT NOT NULL, expires_at REAL NOT NULL,
+    PRIMARY KEY (principal, name));
 INSERT OR IGNORE INTO meta (name, value) VALUES ('generation', 0);
 """
 
@@ -71,6 +78,8 @@ class VaultStore(Protocol):
     def listing(self, principal: str) -> dict[str, Entry]: ...
     def generation(self) -> int: ...
     def summary(self, limit: int) -> tuple[dict[str, SlotSummary], bool]: ...
+    def lease(self, principal: str, name: str, holder: str, ttl: float) -> bool: ...
+    def release(self, principal: str, name: str, holder: str) -> None: ...
 
 
 class SqliteVaultStore(PrivateSqlite):
@@ -127,6 +136,26 @@ class SqliteVaultStore(PrivateSqlite):
     def generation(self) -> int:
         with self._db() as db:
             return int(db.execute("SELECT value FROM meta WHERE name = 'generation'").fetchone()[0])
+
+    def lease(self, principal: str, name: str, holder: str, ttl: float) -> bool:
+        """Take the lease `name` of `principal` for `holder`, unless another holder's has not lapsed;
+        one transaction (BEGIN IMMEDIATE), so of the workers sharing the file one wins."""
+        now = time.time()
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT holder, expires_at FROM leases WHERE principal = ? AND name = ?", (principal, name)
+            ).fetchone()
+            if row is not None and row[0] != holder and row[1] > now:
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO leases (principal, name, holder, expires_at) VALUES (?, ?, ?, ?)",
+                (principal, name, holder, now + ttl),
+            )
+        return True
+
+    def release(self, principal: str, name: str, holder: str) -> None:
+        with self._db() as db:
+            db.execute("DELETE FROM leases WHERE principal = ? AND name = ? AND holder = ?", (principal, name, holder))
 
     def summary(self, limit: int) -> tuple[dict[str, SlotSummary], bool]:
         """Per slot: its principals, first and last set, from at most `limit` principals; complete or not."""

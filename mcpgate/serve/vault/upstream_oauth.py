@@ -15,8 +15,9 @@ principal and server, in the vault (sealed under MCPGATE_VAULT_KEY with the prin
 A principal without a grant is answered like an empty slot (SlotsEmpty: the URL-mode elicitation, or
 input_required) pointing at /vault/oauth/<server>, the page that starts the sign-in (upstream_page.py). A child's
 HttpClient.auth is a PrincipalToken: that principal's token only, refreshed shortly before expiry and once after a
-401, a 403 insufficient_scope recording the wider scope (the union) and ending the grant so the next call asks for
-a new sign-in. Tokens are never logged and never in a message.
+401 (one holder at a time per principal and server across the fleet: upstream_refresh.py), a 403
+insufficient_scope recording the wider scope (the union) and ending the grant so the next call asks for a new
+sign-in. Tokens are never logged and never in a message.
 """
 
 from __future__ import annotations
@@ -41,15 +42,16 @@ from mcpgate.relay.oauth import discovery as found
 from mcpgate.relay.oauth import flow, registration
 from mcpgate.relay.oauth.client_token import usable_endpoint
 from mcpgate.relay.oauth.discovery import Challenge, Discovery, SignInError
+from mcpgate.serve.vault import upstream_refresh
 from mcpgate.serve.vault.errors import CannotOpen
 from mcpgate.serve.vault.slots import SlotInfo
+from mcpgate.serve.vault.upstream_refresh import Refreshed
 from mcpgate.serve.vault.vault import PAGE_PATH, SlotsEmpty, Stamp, Vault
 
 log = logging.getLogger("mcpgate.vault")
 
 GRANT, TOKENS, PENDING = "oauth-grant:", "oauth:", "oauth-state:"
 STATE_TTL = 600.0  # a sign-in must come back within this long
-REFRESH_MARGIN = 60.0  # a token is refreshed this long before it expires
 HTTP_TIMEOUT = 30.0
 KEYS = frozenset(
     {"type", "client_id", "client_secret_env", "client_metadata_url", "scope", "authorization_server", "label"}
@@ -181,32 +183,16 @@ class UpstreamSignIn:
             raise SlotsEmpty([self.info], self.page_url)
         return PrincipalToken(self, principal, record), ((GRANT + self.server, grant.version),)
 
-    def refresh(self, principal: str, seen: dict[str, Any]) -> dict[str, Any] | None:
-        """Newer tokens than `seen` (another child's refresh, else a refresh now), None when there are none."""
+    def write_tokens(self, principal: str, record: dict[str, Any]) -> None:
+        self._write(principal, TOKENS + self.server, record)
+
+    def refresh(self, principal: str, seen: dict[str, Any]) -> Refreshed:
+        """Newer tokens than `seen`: another child's or instance's refresh, else one now, one holder at a time
+        (upstream_refresh.py); one greenlet of this worker at a time asks the store."""
         lock = self._locks.setdefault(principal, gevent.lock.BoundedSemaphore())
+        assert self.vault.store is not None
         with lock:
-            record = self.tokens(principal)
-            if record is None:
-                return None
-            tokens = record.get("tokens") or {}
-            if tokens.get("access_token") != seen.get("access_token") and not _expiring(tokens):
-                return record
-            refresh_token, endpoint = tokens.get("refresh_token"), record.get("token_endpoint")
-            if not refresh_token or not endpoint:
-                return None
-            try:
-                renewed = flow.refresh(
-                    record["client"], endpoint, refresh_token, record["resource"], tokens.get("scope")
-                )
-            except SignInError as exc:  # another worker may have spent the (rotating) refresh token just now
-                again = self.tokens(principal)
-                if again is not None and (again.get("tokens") or {}).get("refresh_token") != refresh_token:
-                    return again
-                log.warning("refreshing a token for server %s failed: %s", self.server, exc)
-                return None
-            record["tokens"] = renewed
-            self._write(principal, TOKENS + self.server, record)
-            return record
+            return upstream_refresh.refresh(self, self.vault.store, principal, seen)
 
     def end(self, principal: str, why: str, wider: tuple[str, ...] = ()) -> None:
         """The principal's grant ends (its children of this server stop); with `wider`, the next sign-in asks
@@ -322,11 +308,6 @@ class UpstreamSignIn:
         log.info("a user signed in to server %s", self.server)
 
 
-def _expiring(tokens: dict[str, Any]) -> bool:
-    expires_at = tokens.get("expires_at")
-    return isinstance(expires_at, (int, float)) and expires_at - REFRESH_MARGIN <= time.time()
-
-
 class PrincipalToken:
     """One child's HttpClient.auth: its principal's token for the upstream, never anyone else's."""
 
@@ -343,7 +324,7 @@ class PrincipalToken:
         return found.origin(url) == self._origin
 
     def authorization(self) -> str | None:
-        if _expiring(self._tokens) and self._tokens.get("refresh_token"):
+        if upstream_refresh.expiring(self._tokens) and self._tokens.get("refresh_token"):
             self._renew()
         token = self._tokens.get("access_token")
         return f"Bearer {token}" if token else None
@@ -351,20 +332,24 @@ class PrincipalToken:
     def accepted(self, sent: str | None) -> None:
         pass
 
-    def _renew(self) -> bool:
-        record = self._signin.refresh(self._principal, self._tokens)
-        if record is None:
-            return False
-        self._tokens = dict(record.get("tokens") or {})
-        return True
+    def _renew(self) -> Refreshed:
+        outcome = self._signin.refresh(self._principal, self._tokens)
+        if outcome.record is not None:
+            self._tokens = dict(outcome.record.get("tokens") or {})
+        return outcome
 
     def on_unauthorized(self, www_authenticate: str | None, sent: str | None = None) -> bool:
-        """A 401: a newer or refreshed token is tried once; else the sign-in ends (the next call asks again)."""
-        if sent is not None and sent != self.authorization():
+        """A 401: a newer or refreshed token is tried once; when the authorization server refuses the refresh
+        (and nobody saved newer tokens) the sign-in ends (the next call asks again). A refresh that could not
+        be made now (the authorization server unreachable, another holder's too slow) ends nothing."""
+        held = self._tokens.get("access_token")
+        if sent is not None and held and sent != f"Bearer {held}":
             return True  # renewed meanwhile by another request of this child
-        if self._renew():
+        outcome = self._renew()
+        if outcome.record is not None:
             return True
-        self._end("the upstream refused the token and it could not be refreshed")
+        if outcome.over:
+            self._end("the upstream refused the token and it could not be refreshed")
         return False
 
     def on_forbidden(self, www_authenticate: str | None, sent: str | None = None) -> bool:
