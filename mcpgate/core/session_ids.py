@@ -7,9 +7,10 @@ an instance, so a forged id is simply unknown (404 like any).
 
 A request one instance forwards to another carries
 `Mcpgate-Forwarded: <principal>.<sender>.<time>.<nonce>.<view>.<mac>`: the principal the first instance
-authenticated (base64url), the sending instance, the unix time it was signed, a fresh random nonce, the view the
-caller's verified identity selected there (`<rule index>~<fingerprint of the views>`, empty without views: the
-owner, which sees no token, applies that view and no other) and an HMAC over these and the request as sent
+authenticated (base64url), the sending instance, the unix time it was signed, a nonce never used before (random,
+or the next of a connection's series: serve/cluster/nonces.py), the view the caller's verified identity selected
+there (`<rule index>~<fingerprint of the views>`, empty without views: the owner, which sees no token, applies
+that view and no other) and an HMAC over these and the request as sent
 (method, path, query string, session id and the SHA-256 of its body). The owner takes the principal and the view
 from it instead of authenticating again (the token never travels) within a window of a few seconds,
 once: the caller remembers each nonce for the window (serve/cluster/instances.py), so a captured value cannot be
@@ -112,12 +113,16 @@ def _forwarded_mac(key: bytes, fields: tuple[str, ...], request: ForwardedReques
     return _mac(key, text)
 
 
-def forwarded(principal: str, sender: str, now: float, request: ForwardedRequest, key: bytes, view: str = "") -> str:
+def forwarded(
+    principal: str, sender: str, now: float, request: ForwardedRequest, key: bytes, view: str = "", nonce: str = ""
+) -> str:
     """The Mcpgate-Forwarded value for a request instance `sender` has authenticated as `principal`, whose
-    identity selected `view` there (a fresh nonce each time)."""
+    identity selected `view` there: with `nonce` (never used before with this key), else a fresh random one."""
     if not valid_view(view):
         raise ValueError("a view's token holds only [A-Za-z0-9-_~], at most 64 of them")
-    fields = (_b64(principal.encode()), sender, str(int(now)), _b64(secrets.token_bytes(NONCE_BYTES)), view)
+    if not valid_view(nonce):
+        raise ValueError("a nonce holds only [A-Za-z0-9-_~], at most 64 of them")
+    fields = (_b64(principal.encode()), sender, str(int(now)), nonce or _b64(secrets.token_bytes(NONCE_BYTES)), view)
     return ".".join((*fields, _forwarded_mac(key, fields, request)))
 
 

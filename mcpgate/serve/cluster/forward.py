@@ -6,7 +6,10 @@ the owner's own checks) without its Authorization (the token does not travel) an
 principal this instance authenticated, the view the caller's verified identity selected here (its rule and the
 views' fingerprint: the owner sees no token, so it applies this view, and refuses it when its own views differ)
 and this instance's id, signed with the cluster key for this method, path, query, session and body, with a
-fresh nonce (core/session_ids; the owner accepts each value once).
+nonce never used before (core/session_ids; the owner accepts each value once). The nonce is the connection's:
+each connection to an owner draws a random channel when it connects, and the values sent on it carry
+`<channel>~0`, `<channel>~1`, ... The owner checks the first in Redis and each later one against the count of
+that same connection (serve/cluster/nonces.py, Channels): one Redis command per connection, not per request.
 
 A reply with a length is read whole and its connection goes back to the pool at once; any other (an SSE
 stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes it, and its connection is
@@ -26,8 +29,9 @@ import http.client
 import io
 import logging
 import re
+import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote, urlsplit
@@ -55,6 +59,7 @@ GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many r
 MAX_LINE = 65536  # longest line of a reply's head (http.client's own bound)
 READ_BUFFER = 16 * 1024  # a connection's buffered reader
 NAMES_KEPT = 512  # environ keys whose header name is remembered (the client chooses them: bounded)
+CHANNEL_BYTES = 16  # a connection's channel: 22 base64url characters
 BAD_NAME = re.compile(r"[ :\r\n\t]")  # what would break a header line's framing in its name
 
 
@@ -78,11 +83,26 @@ class OwnerConnection(http.client.HTTPConnection):
     itself: `send` writes a request in one go, `head` reads a reply's head, `body`/`chunks` its body."""
 
     reader: io.BufferedReader | None = None
+    channel = ""  # the nonces of the values sent on this connection: "<channel>~<count>", count 0, 1, 2, ...
+    count = 0
+
+    def connect(self) -> None:
+        super().connect()
+        self.reader = None
+        self.channel, self.count = secrets.token_urlsafe(CHANNEL_BYTES), 0
+
+    def next_nonce(self) -> str:
+        """The nonce of the next request's value: the first on a connection is checked in the owner's Redis, the
+        others against the connection's own count (serve/cluster/nonces.py, Channels)."""
+        if self.sock is None:
+            self.connect()
+        nonce = f"{self.channel}~{self.count}"
+        self.count += 1
+        return nonce
 
     def send_request(self, message: bytes) -> None:
         if self.sock is None:
             self.connect()
-            self.reader = None
         if self.reader is None:
             self.reader = cast(io.BufferedReader, self.sock.makefile("rb", READ_BUFFER))
         self.sock.sendall(message)
@@ -187,16 +207,19 @@ class Forwarder:
             tracing.forwarding(environ, headers, body, owner)
         signed = session_ids.ForwardedRequest(method, path, environ.get("QUERY_STRING", ""), session_id, body)
         view = context(environ).view or ""  # the view the caller's identity chose here (the owner applies it)
-        value = session_ids.forwarded(principal, self.instance, time.time(), signed, self.key, view)
-        headers.append((wire.FORWARDED, value))
-        if body or method in ("POST", "PUT", "PATCH"):
-            headers.append(("Content-Length", str(len(body))))
+        stamp = time.time()
+        length = [("Content-Length", str(len(body)))] if body or method in ("POST", "PUT", "PATCH") else []
         target = quote(environ.get("SCRIPT_NAME", "") + path, safe="/%:@!$&'()*+,;=-._~")
         if environ.get("QUERY_STRING"):
             target += "?" + environ["QUERY_STRING"]
+
+        def signed_for(nonce: str) -> bytes:  # the request as sent on a connection, its value signed with `nonce`
+            value = session_ids.forwarded(principal, self.instance, stamp, signed, self.key, view, nonce)
+            return message(method, target, [*headers, (wire.FORWARDED, value), *length], body)
+
         origin = urlsplit(url).netloc
         try:
-            conn, reply = self._exchange(origin, message(method, target, headers, body), method)
+            conn, reply = self._exchange(origin, signed_for, method)
         except LostInFlight:  # the owner died with the request (serve/cluster/takeover.py answers it)
             self.report_gone(owner, "it closed the connection with a request in flight")
             raise
@@ -206,13 +229,14 @@ class Forwarder:
         self._gone.discard(owner)
         return self._relay(origin, conn, reply, method, owner)
 
-    def _exchange(self, origin: str, request: bytes, method: str) -> tuple[OwnerConnection, Reply]:
-        """Send the request on an idle connection (once more on a new one when the owner had closed it)."""
+    def _exchange(self, origin: str, request: Callable[[str], bytes], method: str) -> tuple[OwnerConnection, Reply]:
+        """Send the request on an idle connection (once more on a new one when the owner had closed it), signed
+        with that connection's next nonce."""
         while True:
             conn, reused = self._connection(origin)
             sent = False
             try:
-                conn.send_request(request)
+                conn.send_request(request(conn.next_nonce()))
                 sent = True
                 if conn.sock is not None:
                     conn.sock.settimeout(self.read_timeout)

@@ -17,7 +17,7 @@ given it.
   value must be signed for this very request (body included), within a few seconds, by an instance of the
   directory connecting from that instance's address (or from MCPGATE_CLUSTER_PEERS), and seen for the first
   time: its nonce is kept in Redis for the window (SET NX; cluster/nonces.py), so a captured value is refused
-  when replayed.
+  when replayed (a connection's later values: against that connection's series, nonces.py's Channels).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body
 from mcpgate.serve.cluster.forwarding import Forward as Forward  # raised by handlers; defined apart (forwarding.py)
 from mcpgate.serve.cluster.gone import GoneMarks
 from mcpgate.serve.cluster.moved import held_by, restarted
-from mcpgate.serve.cluster.nonces import Nonces
+from mcpgate.serve.cluster.nonces import Channels, Nonces, series
 from mcpgate.serve.cluster.peers import ForwardingPeers
 from mcpgate.serve.cluster.resent import Resent
 from mcpgate.serve.front import auth
@@ -164,6 +164,7 @@ class Cluster:
         self.forwarder = forwarder
         self.resent = Resent(forwarder.max_body, forwarder.sse_after)  # a forwarded POST sent again (resent.py)
         self.nonces = Nonces(redis)  # forwarded values seen, in Redis (checks sent together: nonces.py)
+        self.channels = Channels()  # the series of values each connection carries (their first one in Redis)
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
         self.peers = ForwardingPeers(self.sender_url, peers)
         self._owners: dict[str, str] = {}  # session ids whose MAC checked -> the instance they name
@@ -224,7 +225,7 @@ class Cluster:
         claim = session_ids.forwarded_check(value, time.time(), request, self.key)
         if claim is None:
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
-        elif not self.first_use(claim.nonce):
+        elif not self.first_use(claim.nonce, context(environ).peer_gone):
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded value was used before (a replay)")
         found = context(environ)
         found.forwarded = True
@@ -236,15 +237,24 @@ class Cluster:
         log.warning("refused a forwarded request from %s: %s", peer, problem)
         raise Refusal(403, jsonrpc.INVALID_REQUEST, "Forbidden: invalid forwarded request")
 
-    def first_use(self, nonce: str) -> bool:
-        """Whether no forwarded value with this nonce was accepted within the window (remembered in Redis)."""
+    def first_use(self, nonce: str, connection: object | None = None) -> bool:
+        """Whether no forwarded value with this nonce was accepted within the window (remembered in Redis; a
+        later count of a connection's series against that connection: nonces.py, Channels). `connection`: the
+        object the worker keeps for the connection the request came on (None: another WSGI server's, every
+        nonce then goes to Redis)."""
+        found = series(nonce) if connection is not None else None
+        if found is not None and found[1] > 0:
+            return self.channels.follows(connection, *found)
         try:
-            return self.nonces.first_use(nonce)
+            fresh = self.nonces.first_use(nonce)
         except self.directory.errors as exc:
             log.warning("could not record a forwarded request's nonce: %s", exc)
             raise Refusal(
                 503, jsonrpc.INTERNAL_ERROR, "Service Unavailable: the fleet's Redis is unreachable"
             ) from None
+        if fresh and found is not None:
+            self.channels.open(connection, found[0])
+        return fresh
 
     def serve(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
         """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names.

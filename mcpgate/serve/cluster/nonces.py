@@ -17,10 +17,19 @@ MOST_AT_ONCE. Nothing is answered before Redis has answered for it. A connection
 commands sent once more on a new one: a nonce set by the lost attempt then reads as used (a refusal, never a
 replay let through). Bounded: one waiting entry per request being checked (the worker's connections at most);
 each read waits at most the client's command timeout (serve/cluster/redis_client.py).
+
+Most nonces never reach Redis (Channels): a forwarder signs the values it sends on one kept-alive connection with
+`<channel>~<count>`, a random channel drawn when it connected and 0, 1, 2, ... The first (count 0) is checked in
+Redis as any nonce; once accepted, this worker remembers that channel for the connection it came on (keyed by the
+connection's own object, gone with it), and accepts a later value of that channel on that connection only with a
+count above the last accepted. A captured value is refused everywhere: count 0 is in Redis; a later count is
+accepted on no other connection (none has its channel: only a count 0 opens one), and on its own only once. The
+owner's CPU per forwarded call was a quarter that Redis exchange; Redis's own, a tenth of the call.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -35,6 +44,37 @@ NONCE_PREFIX = "mcpgate:forwarded:"  # + the nonce of an accepted Mcpgate-Forwar
 NONCE_TTL = 2 * session_ids.FORWARDED_WINDOW + 1  # seconds: a value is valid that long at most, from any clock
 MOST_AT_ONCE = 128  # nonces sent in one write at most
 _TAIL = b"\r\n$1\r\n1\r\n$2\r\nNX\r\n$2\r\nEX\r\n$%d\r\n%d\r\n" % (len(str(NONCE_TTL)), NONCE_TTL)
+
+
+CHANNEL_MARK = "~"  # <channel>~<count>: a nonce of a connection's series
+MAX_COUNT_DIGITS = 18  # a count longer than this is no count of a series (it goes to Redis as any nonce)
+
+
+def series(nonce: str) -> tuple[str, int] | None:
+    """A nonce's channel and count when it is one of a connection's series (`<channel>~<count>`), else None."""
+    channel, mark, count = nonce.rpartition(CHANNEL_MARK)
+    if not (mark and channel and count.isascii() and count.isdigit() and len(count) <= MAX_COUNT_DIGITS):
+        return None
+    return channel, int(count)
+
+
+class Channels:
+    """The channel each connection opened (its count-0 value accepted in Redis) and the last count accepted on it.
+    One entry per live connection that carried a forwarded request (a weak key: it goes with the connection)."""
+
+    def __init__(self) -> None:
+        self._open: weakref.WeakKeyDictionary[Any, tuple[str, int]] = weakref.WeakKeyDictionary()
+
+    def open(self, connection: Any, channel: str) -> None:
+        self._open[connection] = (channel, 0)
+
+    def follows(self, connection: Any, channel: str, count: int) -> bool:
+        """Whether `count` of `channel` is new on this connection (it is recorded now)."""
+        known = self._open.get(connection)
+        if known is None or known[0] != channel or count <= known[1]:
+            return False
+        self._open[connection] = (channel, count)
+        return True
 
 
 def set_nx(key: bytes) -> bytes:
