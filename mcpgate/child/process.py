@@ -32,8 +32,8 @@ from mcpgate.child.limits import (
 from mcpgate.child.pipes import close_quietly, describe_exit, read_chunks
 from mcpgate.child.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resolve_executable, run_as
 from mcpgate.child.stdin import StdinWriter
+from mcpgate.child.stdout import StdoutReader
 from mcpgate.core import jsonrpc
-from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
 
 __all__ = ["ChildProcess"]
@@ -107,6 +107,7 @@ class ChildProcess:
         self._exited = gevent.event.Event()
         self._done = gevent.event.Event()
         self._greenlets: dict[str, gevent.Greenlet] = {}
+        self._stdout: StdoutReader | None = None
         self._stderr_file: IO[bytes] | None = None
 
     @property
@@ -161,7 +162,8 @@ class ChildProcess:
         self._log.info("child[%s] started pid=%s: %s", self.label, self.pid, executable)
         self._log.debug("child[%s] argv: %s", self.label, shlex.join(self.shown_argv or self.argv))
         stdin, stdout, stderr = self._pipes
-        self._greenlets["stdout"] = gevent.spawn(self._read_stdout, stdout.fileno())
+        reader = self._stdout = StdoutReader(stdout.fileno(), self.max_line_bytes, self._deliver, self._too_long)
+        self._greenlets["stdout"] = gevent.spawn(self._read_stdout, reader)
         self._stdin.fd = stdin.fileno()
         if stderr is not None:
             self._greenlets["stderr"] = gevent.spawn(self._read_stderr, stderr.fileno())
@@ -290,28 +292,21 @@ class ChildProcess:
 
     # -- stdout -----------------------------------------------------------------------------------------------
 
-    def _read_stdout(self, fd: int) -> None:
-        decoder = LineDecoder(self.max_line_bytes)
-        deliver = self._deliver
-        for chunk in read_chunks(fd):
-            if self._discard:
-                continue  # keep draining so the child is never stuck writing while it is shut down
-            try:
-                lines = decoder.feed(chunk)
-            except LineTooLong as exc:
-                for line in exc.lines:  # the complete lines read with it still count
-                    deliver(line)
-                self._log.warning("child[%s] line over %d bytes; closing", self.label, self.max_line_bytes)
-                self._discard = True
-                self.close("message too large", cause="crash")
-                continue
-            for line in lines:
-                deliver(line)
-        tail = None if self._discard else decoder.finish()
-        if tail is not None:
-            deliver(tail)
+    def _read_stdout(self, reader: StdoutReader) -> None:
+        reader.run()
         if not self._exited.wait(self.close_timeout):
             self.close("stdout closed by child", cause="crash")
+
+    def _too_long(self) -> None:
+        self._log.warning("child[%s] line over %d bytes; closing", self.label, self.max_line_bytes)
+        self._discard = True
+        self.close("message too large", cause="crash")
+
+    def pump(self, ready: gevent.event.Event, timeout: float | None) -> bool | None:
+        """Read the child's stdout in the calling greenlet while it waits for `ready` (child/stdout.py's pump);
+        None when it cannot (not started, or another greenlet reads it now)."""
+        reader = self._stdout
+        return None if reader is None else reader.pump(ready, timeout)
 
     def _deliver(self, line: bytes) -> None:
         if self._discard:
@@ -344,6 +339,8 @@ class ChildProcess:
         self._log.warning("child[%s] non-JSON-RPC stdout line dropped (%s): %r", self.label, why, line[:_LOG_BODY])
         if self._junk > self.max_junk_lines:
             self._discard = True
+            if self._stdout is not None:
+                self._stdout.discard = True  # what follows is read and dropped
             self.close("junk output", cause="crash")
 
     def _log_message(self, direction: str, msg: Message, data: bytes) -> None:

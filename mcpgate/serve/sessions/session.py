@@ -31,8 +31,8 @@ from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import END as END
 from mcpgate.serve.sessions.stream import Delivery as Delivery
 from mcpgate.serve.sessions.stream import End as End
+from mcpgate.serve.sessions.stream import Pump, StreamLimits
 from mcpgate.serve.sessions.stream import Stream as Stream
-from mcpgate.serve.sessions.stream import StreamLimits
 
 if TYPE_CHECKING:
     from mcpgate.core.views import View
@@ -104,6 +104,7 @@ class Session:
         self._take_message: Callable[[Request | Notification | Response], bool] | None = getattr(
             self.child, "send_message", None
         )
+        self._pump: Pump | None = getattr(self.child, "pump", None)  # a child process's stdout, read by who waits
 
     def start(self) -> None:
         """Start the child (ChildSpawnError when it cannot be executed)."""
@@ -195,6 +196,7 @@ class Session:
         """A reply stream owed one response per request; registers the requests with the router."""
         pending = list(requests)
         stream = Stream(self._limits, expected=len(pending))
+        stream.pump = self._pump  # its reader reads the child's answers itself while it waits (child/stdout.py)
         self.add_requests(pending, stream)
         self.router.open_stream(stream)
         self._flush_buffer_to(stream)

@@ -35,6 +35,10 @@ class End(enum.Enum):
 
 END: Final = End.END
 
+# reads a stream's source in the calling greenlet while it waits for the stream's event, at most `timeout` seconds:
+# True when it read or the event was set, False when the timeout passed, None when it could not (nothing waited)
+Pump = Callable[[gevent.event.Event, float | None], bool | None]
+
 
 @dataclass(frozen=True, slots=True)
 class StreamLimits:
@@ -92,6 +96,7 @@ class Stream:
         "limits",
         "log",
         "number",
+        "pump",
         "reader",
     )
 
@@ -111,6 +116,8 @@ class Stream:
         self._ready = gevent.event.Event()
         self._room: gevent.event.Event | None = None  # made when a writer first waits for room (rare)
         self._woken = False
+        # reads its messages' source in its reader's greenlet while it waits (a child's stdout: ChildProcess.pump)
+        self.pump: Pump | None = None
 
     @property
     def unread(self) -> tuple[int, int]:
@@ -168,7 +175,9 @@ class Stream:
 
     def next(self, timeout: float | None, reader: int | None = None) -> Delivery | End | None:
         """The next message, END when the stream is ended (or `reader` is no longer its reader), or None
-        when `timeout` passes first or the reader is woken (`wake`)."""
+        when `timeout` passes first or the reader is woken (`wake`). With a `pump`, the wait reads the stream's
+        source itself (its messages for other streams go there), within the same `timeout` all told."""
+        deadline: float | None = None
         while True:
             if self.closed or (reader is not None and reader != self.reader):
                 return END
@@ -183,6 +192,14 @@ class Stream:
                 self._woken = False
                 return None
             self._ready.clear()
+            if self.pump is not None:
+                if deadline is None and timeout is not None:
+                    deadline = time.monotonic() + timeout
+                woke = self.pump(self._ready, None if deadline is None else deadline - time.monotonic())
+                if woke is not None:
+                    if not woke and not self._woken:
+                        return None
+                    continue
             if not wait(self._ready, timeout) and not self._woken:
                 return None
 
