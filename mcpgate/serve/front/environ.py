@@ -9,6 +9,7 @@ each value stripped. A field whose name holds "_" never gets here (RequestHeader
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from gevent.pywsgi import unquote_latin1
@@ -31,6 +32,24 @@ def key_of(name: str) -> str | None:
     return key
 
 
+def http_items(fields: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The HTTP_* keys of the header fields and their values (the server's base environ holds none of them)."""
+    items: dict[str, str] = {}
+    keys = _KEYS
+    for name, value in fields:
+        key = keys.get(name, "")
+        if key == "":
+            key = key_of(name)
+        if key is None:
+            continue
+        value = value.strip()
+        if key in items:
+            items[key] += ("; " if "COOKIE" in key else ",") + value
+        else:
+            items[key] = value
+    return items
+
+
 def build(
     environ: dict[str, Any], method: str, target: str, version: str, headers: RequestHeaders, address: Any
 ) -> dict[str, Any]:
@@ -50,17 +69,12 @@ def build(
     if isinstance(address, tuple):
         environ["REMOTE_ADDR"] = str(address[0])
         environ["REMOTE_PORT"] = str(address[1])
-    keys = _KEYS
-    for name, value in headers.fields:
-        key = keys.get(name, "")
-        if key == "":
-            key = key_of(name)
-        if key is None:
-            continue
-        value = value.strip()
-        if key in environ:
-            environ[key] += ("; " if "COOKIE" in key else ",") + value
-        else:
-            environ[key] = value
+    block = headers.block
+    if block is None:
+        environ.update(http_items(headers.fields))
+    else:  # a remembered block (request_headers.Block): its items made once
+        if block.cgi is None:
+            block.cgi = http_items(block.fields)
+        environ.update(block.cgi)
     environ["RAW_URI"] = target  # gunicorn's handler adds it (and the socket, which the worker adds)
     return environ
