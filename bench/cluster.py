@@ -4,6 +4,7 @@
     python bench/cluster.py --rounds 1 --duration 1 --levels 16   # a quick look
     python bench/cluster.py --instances 1,2    # fewer fleet sizes
     python bench/fleet_docs.py                 # the last run's figures and model into both READMEs
+    python bench/fleet_docs.py --model         # the last run's model, printed
 
 What it measures, each figure the median over rounds (configurations interleaved within a round):
 
@@ -17,8 +18,13 @@ What it measures, each figure the median over rounds (configurations interleaved
 - CPU per call (user + system of each process, every thread, from /proc as bench/measure.py reads it for
   serve; the bench child excluded), with --cpu-clients client processes for --duration s: a call sent to its
   session's owner i1 (i1's CPU), the same calls sent to i2 which forwards them (i1's + i2's), the same
-  calls through HAProxy to i1 (HAProxy's own process: its CPU per call), and Redis's CPU in each (a forwarded
-  call's nonce is one SET NX there). bench/fleet_docs.py turns these into the fleet's scaling model.
+  calls through HAProxy to i1 (HAProxy's own process: its CPU per call), and Redis's CPU and commands per call in
+  each (a forwarded call's nonce: one SET NX per forwarding connection, its later calls checked against that
+  connection's series, serve/cluster/nonces.py). bench/fleet_docs.py turns these into the fleet's scaling model,
+  printed at the end (per routing of deploy/haproxy.cfg and fleet size; `python bench/fleet_docs.py --model`
+  prints it again from bench/out/cluster.json).
+
+    python bench/cluster.py --rounds 3 --duration 3 --levels "" --instances 1,2   # the model's inputs only (~2 min)
 
 Every instance is `gunicorn mcpgate.wsgi` with one worker (as deploy/Procfile.fleet runs them) in front of the
 bench child (bench/child_server.py); Redis and HAProxy are the distribution's (redis-server, haproxy). This is
@@ -235,16 +241,40 @@ def steered_to(owner_port: int) -> measure.Client:
 CpuSamples = dict[str, dict[str, list[float]]]  # path -> process -> µs per call, one per round
 
 
+def redis_commands(port: int) -> int:
+    """The commands Redis has processed so far (INFO stats' total_commands_processed)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as sock:
+        sock.sendall(b"*2\r\n$4\r\nINFO\r\n$5\r\nstats\r\n")
+        reply = b""
+        while b"total_commands_processed:" not in reply or not reply.endswith(b"\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    for line in reply.decode(errors="replace").splitlines():
+        if line.startswith("total_commands_processed:"):
+            return int(line.split(":", 1)[1])
+    raise BenchError("redis INFO stats has no total_commands_processed")
+
+
 def cpu_per_call(
-    paths: dict[str, tuple[int, measure.Client, dict[str, int]]], clients: int, duration: float, into: CpuSamples
+    paths: dict[str, tuple[int, measure.Client, dict[str, int]]],
+    clients: int,
+    duration: float,
+    into: CpuSamples,
+    redis_port: int,
 ) -> None:
-    """One round of every path: `clients` processes for `duration` s, each process's CPU per call."""
+    """One round of every path: `clients` processes for `duration` s, each process's CPU per call, and the Redis
+    commands per call (the INFO read itself, one command, excluded)."""
     for name, (port, client, pids) in paths.items():
         clocks = Clocks(pids)
+        before = redis_commands(redis_port)
         result = measure.concurrent_http(port, "/mcp", clients, duration, cpu=clocks, client=client)
+        commands = redis_commands(redis_port) - before - 1
         for process, value in clocks.per_call_us(int(result["calls"])).items():
             into.setdefault(name, {}).setdefault(process, []).append(value)
         into.setdefault(name, {}).setdefault("calls_per_s", []).append(float(result["calls_per_s"]))
+        into[name].setdefault("redis_commands", []).append(commands / max(int(result["calls"]), 1))
         shares = ", ".join(
             f"{process} {value:.0f}" for process, value in clocks.per_call_us(int(result["calls"])).items()
         )
@@ -279,7 +309,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         paths = cpu_paths(solo, fleet, fronts, redis)
         for round_no in range(args.rounds):
             if args.cpu_clients:
-                cpu_per_call(paths, args.cpu_clients, args.duration, cpu)
+                cpu_per_call(paths, args.cpu_clients, args.duration, cpu, redis.port)
             order = list(targets.items())
             order = order[round_no % len(order) :] + order[: round_no % len(order)]
             for label, port in order:
@@ -394,7 +424,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=2.0, help="seconds each throughput window lasts")
-    parser.add_argument("--levels", type=lambda text: [int(v) for v in text.split(",")], default=[16, 64])
+    parser.add_argument(
+        "--levels",
+        type=lambda text: [int(v) for v in text.split(",") if v],
+        default=[16, 64],
+        help='client processes of the throughput figures ("": none, the CPU figures and latencies only)',
+    )
     parser.add_argument("--instances", type=lambda text: [int(v) for v in text.split(",")], default=[1, 2, 4])
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per latency figure")
     parser.add_argument("--cpu-clients", type=int, default=8, help="client processes of the CPU figures (0: none)")
@@ -407,6 +442,11 @@ def main(argv: list[str]) -> int:
     print()
     print(f"{results['machine']['cpus']} CPUs, {args.rounds} rounds of {args.duration} s; medians")
     print(table(results))
+    import fleet_docs
+
+    model = fleet_docs.model_table(results)
+    if model:
+        print("\n" + model)
     print(f"\n({shlex.join(['python', 'bench/cluster.py', *argv])}; bench/out/cluster.json)")
     print("README.md and deploy/README.md quote these figures: `python bench/fleet_docs.py` writes them there")
     return 0

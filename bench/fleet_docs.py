@@ -17,12 +17,18 @@ one instance outside a fleet, c_owner an instance of the fleet fed by HAProxy, c
 c_direct and c_forwarded a call sent to its session's owner and the same call sent to another instance (both
 instances' CPU and Redis's, the forwarded request's nonce). With the recipe's sticky routing f is ~0 (a session's
 calls go to its owner; calls are forwarded only when the stick table lost the session); round robin is f = (N−1)/N.
+
+`model_table` (printed by bench/cluster.py, and by `python bench/fleet_docs.py --model` from the last run) states
+the inputs and, for each routing of deploy/haproxy.cfg (ROUTING: sticky and by_prefix f = 0, roundrobin
+(N−1)/N) and fleet size, f, calls/s(N), the scaling with HAProxy on the instances' cores and on cores of its own
+(how many), and Redis commands per call (measured per path from Redis's INFO stats).
 """
 
 from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +149,89 @@ def share_at_target(cost: dict[str, float]) -> float:
     return core_us(cost, 0.0) * (1 / TARGET - 1) / max(cost["forwarded"] - cost["direct"], 1e-9)
 
 
+# The forwarded fraction f of a 2025 session's calls among N instances, per backend of deploy/haproxy.cfg
+ROUTING: dict[str, Callable[[int], float]] = {
+    "sticky": lambda n: 0.0,  # each session pinned to its owner by the stick table (learnt from initialize)
+    "by_prefix": lambda n: 0.0,  # each call routed on the owner its session id names
+    "roundrobin": lambda n: (n - 1) / n,  # no affinity: a call lands on its owner 1 time in N
+}
+SIZES = (1, 2, 4, 8, 16)  # fleet sizes the model is printed for
+
+
+def commands(results: dict[str, Any], path: str) -> float | None:
+    """Redis commands per call on a path as measured (None: a run from before they were counted)."""
+    value = (results.get("cpu_us_per_call") or {}).get(path, {}).get("redis_commands")
+    return None if value is None else float(value)
+
+
+def model_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model for each routing and fleet size: f, calls/s of N instances on N cores (HAProxy on those cores),
+    the scaling (calls/s over N lone instances served directly) with HAProxy on those cores and on cores of its
+    own (and how many), Redis commands per call."""
+    cost = inputs(results)
+    if cost is None:
+        return []
+    direct_commands, forwarded_commands = commands(results, "haproxy"), commands(results, "forwarded")
+    rows = []
+    for routing, fraction in ROUTING.items():
+        for size in SIZES:
+            share = fraction(size)
+            per_call = None
+            if direct_commands is not None and forwarded_commands is not None:
+                per_call = direct_commands + share * max(forwarded_commands - (commands(results, "direct") or 0), 0)
+            rows.append(
+                {
+                    "routing": routing,
+                    "instances": size,
+                    "forwarded": share,
+                    "calls_per_s": calls_per_s(cost, size, share),
+                    "scaling": against_alone(cost, share, own_core=False),
+                    "scaling_own_core": against_alone(cost, share, own_core=True),
+                    "haproxy_cores": size * cost["haproxy"] / core_us(cost, share, own_core=True),
+                    "redis_commands": per_call,
+                }
+            )
+    return rows
+
+
+def model_table(results: dict[str, Any]) -> str:
+    """The model as bench/cluster.py prints it (and `python bench/fleet_docs.py --model`): its measured inputs,
+    then per routing and fleet size the prediction ("" when the run measured no CPU)."""
+    cost, rows = inputs(results), model_rows(results)
+    if cost is None or not rows:
+        return ""
+    lat = results["latency_p50_ms"]
+    lines = [
+        "| model input (CPU per echo call, user + system) | µs |",
+        "|---|---:|",
+        f"| c_alone: one instance outside a fleet, served directly | {cost['alone']:,.1f} |",
+        f"| c_owner: an instance of the fleet fed by HAProxy (with its Redis share) | {cost['owner']:,.1f} |",
+        f"| c_haproxy: HAProxy's own process | {cost['haproxy']:,.1f} |",
+        f"| c_direct: a call sent to its session's owner (owner + Redis) | {cost['direct']:,.1f} |",
+        f"| c_forwarded: sent to another instance (owner + forwarder + Redis) | {cost['forwarded']:,.1f} |",
+        f"| c_forwarded / c_direct (goal ≤ {RATIO_GOAL:.2f}) | {cost['forwarded'] / cost['direct']:.2f}× |",
+        f"| HAProxy's added latency, sequential p50 | {1000 * (lat['haproxy'] - lat['direct']):,.0f} µs |",
+        "",
+        "| routing | N | f forwarded | calls/s, N cores | scaling, HAProxy on the N cores | scaling, HAProxy "
+        "on its own cores (cores) | Redis commands per call |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        redis = "–" if row["redis_commands"] is None else f"{row['redis_commands']:.3f}"
+        lines.append(
+            f"| {row['routing']} | {row['instances']} | {row['forwarded']:.2f} | {row['calls_per_s']:,.0f} | "
+            f"{row['scaling']:.2f}·N | {row['scaling_own_core']:.2f}·N ({row['haproxy_cores']:.2f}) | {redis} |"
+        )
+    lines += [
+        "",
+        f"calls/s(N) = N·10^6 / (c_owner + c_haproxy + f·(c_forwarded − c_direct)); scaling = calls/s(N) over N "
+        f"lone instances (N·10^6 / c_alone); the goal is ≥ {TARGET:.2f}·N. Without HAProxy's share on the N cores "
+        "the denominator drops c_haproxy and HAProxy needs N·c_haproxy / (c_owner + f·(c_forwarded − c_direct)) "
+        "cores of its own.",
+    ]
+    return "\n".join(lines)
+
+
 def model_text(results: dict[str, Any]) -> str | None:
     """The model's measured inputs and its prediction, in a paragraph (None: the run measured no CPU)."""
     cost = inputs(results)
@@ -222,5 +311,8 @@ if __name__ == "__main__":  # the two blocks alone, from bench/out/cluster.json 
     import cluster
 
     run = json.loads((here / "out" / "cluster.json").read_text())
+    if sys.argv[1:] == ["--model"]:  # print the model from the last run's inputs, write nothing
+        print(model_table(run) or "bench/out/cluster.json has no CPU figures (bench/cluster.py --cpu-clients 0?)")
+        sys.exit(0)
     for written in update(here.parent, run, cluster.table(run)):
         print(f"updated the fleet figures of {written}")

@@ -87,3 +87,19 @@ def test_one_results_file_writes_both_blocks(tmp_path: Path) -> None:
     assert "c_forwarded 161" in flat[1] and "| 60.0 | – | 1.0 | 161.0 |" in block_of(deploy)
     outside = readme.replace(block_of(readme), ""), deploy.replace(block_of(deploy), "")
     assert outside == tuple(doc.read_text().replace(block_of(doc.read_text()), "") for doc in DOCS)
+
+
+def test_the_model_per_routing_and_fleet_size() -> None:
+    cpu = {**CPU, "haproxy": {**CPU["haproxy"], "redis_commands": 0.01}}
+    cpu["forwarded"] = {**CPU["forwarded"], "redis_commands": 0.02}
+    rows = {(row["routing"], row["instances"]): row for row in fleet_docs.model_rows({"cpu_us_per_call": cpu})}
+    spread = rows[("roundrobin", 4)]
+    assert rows[("sticky", 4)]["forwarded"] == 0.0 and rows[("by_prefix", 4)]["forwarded"] == 0.0
+    assert rows[("sticky", 4)]["calls_per_s"] == 4e6 / 120  # c_owner 100 + c_haproxy 20 on each core
+    assert rows[("sticky", 4)]["scaling"] == 90 / 120 and rows[("sticky", 4)]["scaling_own_core"] == 0.9
+    assert rows[("sticky", 4)]["haproxy_cores"] == 4 * 20 / 100
+    assert spread["forwarded"] == 0.75 and spread["scaling"] == 90 / (120 + 0.75 * 61)
+    assert spread["redis_commands"] == 0.01 + 0.75 * 0.02  # the forwarded share's commands on top
+    assert rows[("roundrobin", 1)]["forwarded"] == 0.0  # one instance owns every session
+    table = fleet_docs.model_table({"cpu_us_per_call": cpu, "latency_p50_ms": {"direct": 0.2, "haproxy": 0.25}})
+    assert "| roundrobin | 4 | 0.75 |" in table and "| 50 µs |" in table and "1.61×" in table
