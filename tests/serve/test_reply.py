@@ -27,6 +27,7 @@ from tests.support import (
     call,
     direct_children,
     modern_body,
+    modern_headers,
     open_session,
     post_modern,
     serving,
@@ -157,6 +158,70 @@ def status_of(gw: Gateway, headers: dict[str, str]) -> int:
         return int(line[1])
     finally:
         sock.close()
+
+
+def post_on(sock: socket.socket, gw: Gateway, body: dict[str, Any]) -> None:
+    """A 2026-07-28 POST on a kept-alive raw connection (its reply read by the caller)."""
+    data = json.dumps(body).encode()
+    params = body.get("params") or {}
+    fields = {"Host": f"{gw.host}:{gw.port}", **modern_headers(body["method"], params.get("name"))}
+    fields["Content-Length"] = str(len(data))
+    head = "".join(f"{name}: {value}\r\n" for name, value in fields.items())
+    sock.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n".encode() + data)
+
+
+def test_a_kept_alive_connections_later_call_is_cancelled_as_it_closes(quiet: Gateway) -> None:
+    """The connection's one watch (made on its first request, started again for each) sees the client leave
+    during the second request on the same connection: the slow call is cancelled in the child."""
+    mark = "cancelled; no response sent"  # what the demo child writes when a call is cancelled
+    before = quiet.log().count(mark)
+    sock = socket.create_connection((quiet.host, quiet.port), timeout=15)
+    try:
+        post_on(sock, quiet, modern_body(1, "tools/call", {"name": "echo", "arguments": {"message": "hi"}}))
+        assert b"200 OK" in read_until(sock, b'"hi"')
+        slow = modern_body(2, "tools/call", {"name": "slow", "arguments": {"seconds": 30, "steps": 60}})
+        slow["params"]["_meta"]["progressToken"] = "p"
+        post_on(sock, quiet, slow)
+        assert b"notifications/progress" in read_until(sock, b"notifications/progress")  # the child works on it
+    finally:
+        sock.close()
+    assert wait_for(lambda: quiet.log().count(mark) > before, timeout=NOTICED), quiet.log_tail()
+
+
+def test_a_connection_has_one_watch_and_a_new_socket_on_its_fd_a_new_one() -> None:
+    first, peer = socket.socketpair()
+    try:
+        watch = reply.PeerWatch.of(first)
+        assert watch is not None and reply.PeerWatch.of(first) is watch
+        fd = first.fileno()
+        first.close()
+        again, other = socket.socketpair()
+        try:
+            if again.fileno() == fd:  # the fd is used again at once (usually): its old watch is not reused
+                assert reply.PeerWatch.of(again) is not watch
+        finally:
+            again.close()
+            other.close()
+    finally:
+        peer.close()
+    assert reply.PeerWatch.of(object()) is None  # nothing to watch (no socket)
+
+
+def test_a_requests_stop_leaves_a_later_requests_watch_alone() -> None:
+    """A reply that ends after the next request's began (its generator closed late) does not stop that watch."""
+    sock, peer = socket.socketpair()
+    try:
+        earlier, later = reply.Client(sock), reply.Client(sock)
+        earlier.watch(lambda: None)
+        later.watch(lambda: None)
+        earlier.stop()
+        watch = reply.PeerWatch.of(sock)
+        assert watch is not None and watch._on_gone is not None
+        later.stop()
+        assert watch._on_gone is None
+    finally:
+        sock.close()
+        peer.close()
 
 
 # -- in process: the wait before switching, the owed count -------------------------------------------------------

@@ -22,6 +22,7 @@ import enum
 import logging
 import ssl
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
@@ -47,36 +48,67 @@ class Turn(enum.Enum):
 
 
 class PeerWatch:
-    """Runs `on_gone` as soon as the client's connection reads as ended (its FIN or a reset): an I/O watcher on the
-    socket, not a periodic probe, and `on_gone` runs in the watcher's callback (it must not block), so a client
+    """Runs a callback as soon as the client's connection reads as ended (its FIN or a reset): an I/O watcher on
+    the socket, not a periodic probe, and the callback runs in the watcher's (it must not block), so a client
     that closes its stream and at once sends another request has its call cancelled before that request is
     read. Data waiting instead (a pipelined request) ends the watch: the probe covers that rare case. A TLS
-    socket is not watched (its bytes cannot be peeked)."""
+    socket is not watched (its bytes cannot be peeked).
+
+    One per connection (`of`), made on its first watched request and started and stopped for each: a watcher
+    made per request cost an fcntl and an epoll_ctl each time (libev registers a new watcher's fd afresh); a
+    stopped one started again on the same fd costs neither. It goes with its socket."""
 
     __slots__ = ("_fd", "_on_gone", "_watcher")
 
-    def __init__(self, sock: Any, on_gone: Callable[[], None]) -> None:
-        self._on_gone, self._watcher = on_gone, None
+    def __init__(self, sock: Any) -> None:  # the socket itself is not kept (the table holds it weakly)
+        self._on_gone: Callable[[], None] | None = None
+        self._fd = sock.fileno() if not isinstance(sock, ssl.SSLSocket) else -1
+        self._watcher: Any = get_hub().loop.io(self._fd, 1) if self._fd >= 0 else None
+
+    @classmethod
+    def of(cls, sock: Any) -> PeerWatch | None:
+        """The connection's watch (None: nothing to watch, such as a test client's request with no socket)."""
         fileno = getattr(sock, "fileno", None)
-        self._fd = fileno() if fileno is not None and not isinstance(sock, ssl.SSLSocket) else -1
-        if self._fd >= 0:
-            self._watcher = get_hub().loop.io(self._fd, 1)
+        if fileno is None:
+            return None
+        fd = fileno()
+        kept = _WATCHES.get(fd)
+        if kept is not None and kept[0]() is sock:
+            return kept[1]
+        made = cls(sock)
+        if fd >= 0:  # the fd's last connection's watch is dropped with it (a new socket needs a new watcher)
+            _WATCHES[fd] = (weakref.ref(sock), made)
+        return made
+
+    def start(self, on_gone: Callable[[], None]) -> None:
+        """Run `on_gone` (in the hub) as soon as the connection reads as ended, until `stop` (`of` gave this watch
+        for an open socket: a closed one gets a watch of its own that watches nothing)."""
+        if self._watcher is not None:
+            self._on_gone = on_gone
             self._watcher.start(self._readable)
 
     def _readable(self) -> None:  # in the hub: a peek and `on_gone`, neither of which blocks
+        on_gone = self._on_gone
         self.stop()
-        if not ended(self._fd):
+        if on_gone is None or not ended(self._fd):
             return
         try:
-            self._on_gone()
+            on_gone()
         except Exception:
             log.exception("acting on a client that has gone failed")
 
-    def stop(self) -> None:
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.stop()
-            watcher.close()
+    def stop(self, on_gone: Callable[[], None] | None = None) -> None:
+        """Stop watching (only when the watch runs `on_gone`, if given: another request's is left alone)."""
+        if on_gone is not None and on_gone is not self._on_gone:
+            return
+        self._on_gone = None
+        if self._watcher is not None:
+            self._watcher.stop()
+
+
+# By fd: the socket it was made for (weakly: a closed connection's entry stays until its fd is used again, at most
+# one per fd the worker has open at once) and the watch.
+_WATCHES: dict[int, tuple[weakref.ref[Any], PeerWatch]] = {}
 
 
 def ended(fd: int) -> bool:
@@ -96,11 +128,12 @@ class Client:
     """The client's connection as a reply sees it: `gone()` says whether it has left (never blocks), `watch`
     runs a callback as soon as it leaves (see PeerWatch)."""
 
-    __slots__ = ("_probe", "_sock", "_watch", "departed")
+    __slots__ = ("_left", "_probe", "_sock", "_watch", "departed")
 
     def __init__(self, sock: Any = None, probe: Callable[[], bool] | None = None) -> None:
         self._sock, self._probe = sock, probe
         self._watch: PeerWatch | None = None
+        self._left: Callable[[], None] | None = None  # the callback its watch runs
         self.departed = False
 
     @classmethod
@@ -121,12 +154,15 @@ class Client:
             self.departed = True
             on_gone()
 
-        self._watch = PeerWatch(self._sock, left)
+        watch = PeerWatch.of(self._sock)
+        if watch is not None:
+            watch.start(left)
+            self._watch, self._left = watch, left
 
     def stop(self) -> None:
         watch, self._watch = self._watch, None
         if watch is not None:
-            watch.stop()
+            watch.stop(self._left)
 
 
 def next_within(stream: Stream, within: float, client: Client | None) -> Delivery | End | Turn:
