@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -234,14 +235,26 @@ def encode(obj: Any) -> bytes:
     UTF-8) falls back to ASCII escapes instead of raising.
     """
     try:
-        return _COMPACT.encode(obj).encode("utf-8")
+        return "".join(_COMPACT(obj, 0)).encode("utf-8")
     except UnicodeEncodeError:
-        return _COMPACT_ASCII.encode(obj).encode("ascii")
+        return "".join(_COMPACT_ASCII(obj, 0)).encode("ascii")
 
 
-# json.dumps with these arguments builds its encoder on every call; an encoder keeps no state between calls.
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+def _compact(ensure_ascii: bool) -> Callable[[Any, int], Any]:
+    """json.JSONEncoder(ensure_ascii=..., separators=(",", ":")) as one C encoder made once: JSONEncoder.encode
+    (and json.dumps) makes a new one on every call. It keeps no state between calls: it checks no circular
+    reference (a message is decoded JSON or built of it; a circular value fails with RecursionError instead)."""
+    plain = json.JSONEncoder(ensure_ascii=ensure_ascii, separators=(",", ":"))
+    make = getattr(json.encoder, "c_make_encoder", None)  # the C accelerator's (typeshed does not name it)
+    if make is None:  # none: the encoder's own, as a one-element tuple
+        return lambda obj, _level: (plain.encode(obj),)
+    strings = getattr(json.encoder, "c_encode_basestring_ascii" if ensure_ascii else "c_encode_basestring")
+    encoder: Callable[[Any, int], Any] = make(None, plain.default, strings, None, ":", ",", False, False, True)
+    return encoder
+
+
+_COMPACT = _compact(ensure_ascii=False)
+_COMPACT_ASCII = _compact(ensure_ascii=True)
 
 
 def raw_bytes(message: Request | Notification | Response) -> bytes:

@@ -426,3 +426,10 @@ def test_parse_line_parses_small_lines_whole() -> None:
 )
 def test_result_object(raw: bytes, expected: bytes | None) -> None:
     assert jsonrpc.result_object(raw) == expected
+
+
+def test_encode_is_unchanged_by_a_value_it_could_not_encode() -> None:
+    """The encoder is made once and kept: a failure leaves nothing behind for the next call."""
+    with pytest.raises(TypeError):
+        encode({"a": [1, {"b": object()}]})
+    assert encode({"a": [1, {"b": 2}]}) == b'{"a":[1,{"b":2}]}'
