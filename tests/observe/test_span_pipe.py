@@ -5,6 +5,7 @@ full drops whole batches, counted, without the worker ever waiting on it."""
 
 from __future__ import annotations
 
+import marshal
 import os
 import signal
 import sys
@@ -14,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from mcpgate.observe.span_pipe import SpanPipe
+from mcpgate.observe.span_export import RECORD, Record
+from mcpgate.observe.span_pipe import SpanPipe, record
 from mcpgate.observe.tracing import CLIENT, Trace
+from mcpgate.observe.w3c import Parent
 from tests.observe.test_tracing import open_session_with, traced_env
 from tests.support import HANG_GUARD, call, reply_message, serving, wait_for
 from tests.support.gateway import crash, direct_children, wait_dead
@@ -157,3 +160,13 @@ def test_no_export_process_no_spans_and_no_wait(sink: Receiver) -> None:
         assert pipe.lost == 2
     finally:
         pipe.shutdown()
+
+
+def test_a_record_carries_every_field_the_export_reads() -> None:
+    """span_pipe.record writes a Trace's fields in span_export.RECORD's order, and marshal carries them whole."""
+    trace = ended(7)
+    trace.parent = Parent(b"\x01" * 16, b"\x02" * 8, True, "k=v")
+    trace.steps = [("mcpgate.guard", 1, 2)]
+    trace.forward = (b"\x03" * 8, 3, "a")
+    got = Record(marshal.loads(marshal.dumps([record(trace)]))[0])
+    assert {name: getattr(got, name) for name in RECORD} == {name: getattr(trace, name) for name in RECORD}
