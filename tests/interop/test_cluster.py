@@ -34,10 +34,8 @@ from tests.browser import Browser
 from tests.support import (
     HEADERS,
     MODERN,
-    ROOT,
     Gateway,
     crash,
-    free_port,
     init_body,
     modern_body,
     on_elicit,
@@ -47,15 +45,15 @@ from tests.support import (
     wait_dead,
     wait_for,
 )
-from tests.support.fleet import Balancer, haproxy, redis_server
+from tests.support.fleet import Balancer, held_port, recipe_front, redis_server
 from tests.support.oauth import SdkUser
 
-RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()
 NAMES = ("i1", "i2", "i3")
 RECIPE_SERVERS = ("i1", "i2", "i3", "i4")
 SECRET = "cluster-test-secret-0123456789abcdef"
 SESSIONS = 50
 HANG_GUARD = 60
+CONNECT = 30  # seconds an SDK client of these tests waits for a connection (and to send, and for a pooled one)
 USER, PASSWORD = "ada", "cluster-password"
 
 
@@ -76,7 +74,6 @@ class Cluster:
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
         self.instances: dict[str, Gateway] = {}
-        self.dead_port = free_port()  # where a recipe server without an instance points
 
     def start(self, name: str, **extra: str) -> Gateway:
         gw = Gateway(instance_env(self.redis_url, name, **extra))
@@ -84,17 +81,9 @@ class Cluster:
         gw.wait_ready()
         return gw
 
-    @contextlib.contextmanager
-    def front(self, routing: str, port: int | None = None) -> Iterator[Balancer]:
-        env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
-        for index in range(1, 5):
-            gw = self.instances.get(f"i{index}")
-            env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else self.dead_port}"
-        with haproxy(RECIPE, env, port) as lb:
-            up = {f"sticky/{name}" for name in self.live() if name in RECIPE_SERVERS}
-            if not wait_for(lambda: up == {srv for srv, ok in lb.servers_up().items() if ok and "sticky/" in srv}):
-                raise RuntimeError(f"instances not up behind haproxy: {lb.servers_up()}\n{lb.log()}")
-            yield lb
+    def front(self, routing: str, port: int | None = None) -> contextlib.AbstractContextManager[Balancer]:
+        """The recipe's HAProxy over the live instances, once exactly those are up behind it."""
+        return recipe_front({n: gw for n, gw in self.live().items() if n in RECIPE_SERVERS}, routing, port=port)
 
     def sessions(self) -> dict[str, int]:
         """Each live instance's open 2025 sessions, from its /healthz."""
@@ -137,22 +126,36 @@ def owner(session_id: str) -> str:
 
 
 class LegacyUser:
-    """One SDK client in legacy mode (Streamable HTTP, or HTTP+SSE when `sse`), its session id recorded."""
+    """One SDK client in legacy mode (Streamable HTTP, or HTTP+SSE when `sse`), its session id recorded.
+
+    Its HTTP client is made with it, before any connection: making one loads the CA bundle (about 30 ms of CPU,
+    185 ms on a loaded machine), and fifty made inside the burst held the test's own event loop for seconds. A
+    connection HAProxy had accepted at once (no listen queue overflowed) then read as timed out: the loop ran
+    the timeout before it saw the connection made. Each client waits CONNECT for a connection, HTTP+SSE too (the
+    SDK's sse_client default is 5 s)."""
 
     def __init__(self, base: str, index: int, sse: bool = False) -> None:
         self.base, self.index, self.sse = base, index, sse
         self.session_id = ""
         self.answers: list[Any] = []
         self.stage = ""
+        self.http: httpx2.AsyncClient | None = self.new_http()
 
-    def transport(self) -> Any:
-        if self.sse:
-            return sse_client(f"{self.base}/sse", on_session_created=self.created)
+    def new_http(self) -> httpx2.AsyncClient:
+        if self.sse:  # as sse_client's own but for the connect timeout (its read timeout 300 s)
+            return httpx2.AsyncClient(timeout=httpx2.Timeout(CONNECT, read=300.0))
 
         async def seen(response: httpx2.Response) -> None:
             self.session_id = self.session_id or response.headers.get("mcp-session-id", "")
 
-        http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=HANG_GUARD), event_hooks={"response": [seen]})
+        return httpx2.AsyncClient(timeout=httpx2.Timeout(CONNECT, read=HANG_GUARD), event_hooks={"response": [seen]})
+
+    def transport(self) -> Any:
+        http, self.http = self.http or self.new_http(), None  # each transport closes its client
+        if self.sse:
+            return sse_client(
+                f"{self.base}/sse", on_session_created=self.created, httpx_client_factory=lambda **_: http
+            )
         return streamable_http_client(f"{self.base}/mcp", http_client=http)
 
     def created(self, session_id: str) -> None:
@@ -368,7 +371,11 @@ def only(lb: Balancer, name: str, names: tuple[str, ...]) -> None:
 def test_signed_in_through_one_instance_the_tokens_work_on_another(tmp_path: Path) -> None:
     """Two instances in embedded OAuth mode on their own Redis, one public URL (HAProxy's): the SDK client
     registers and signs in while only i1 is reachable, then uses its token and refreshes it on i2 alone."""
-    port = free_port()
+    with held_port() as port:
+        signed_in_on_one_used_on_another(tmp_path, port)
+
+
+def signed_in_on_one_used_on_another(tmp_path: Path, port: int) -> None:
     env = {
         "MCPGATE_AUTH_MODE": "embedded",
         "MCPGATE_PUBLIC_URL": f"http://127.0.0.1:{port}",

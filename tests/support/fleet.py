@@ -1,6 +1,12 @@
 """Helpers for the fleet tests: a private redis-server and HAProxy (the distribution's binaries; .ci/run installs
 them) on free loopback ports, each stopped by PID, and gateway instances sharing a Redis. The generic pieces
-(gateways, processes, requests) are tests/support/'s."""
+(gateways, processes, requests) are tests/support/'s.
+
+A port picked free is free only at that moment: under load another test's server or an outgoing connection may
+take it before the server binds it (then a check that the port answers is fooled by whoever took it). So each
+starter waits until its own process listens (waiting.listens), HAProxy's ports are held from the pick until the
+end (`held_port`: HAProxy shares them, nobody else can bind them), and redis-server, which cannot share a held
+port, is started again on another port when its bind failed."""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import pytest
 
 from tests.support.gateway import ROOT, Gateway, free_port, stop_process
 from tests.support.http import Served
-from tests.support.waiting import wait_for, wait_listening
+from tests.support.waiting import wait_for, wait_own_listener
 
 # -- Redis and HAProxy for the cluster tests (the distribution's binaries; .ci/run installs them) --
 
@@ -39,20 +45,43 @@ def installed(name: str, usual: str) -> str:
     return found
 
 
+START_TRIES = 5  # starts of a server whose free port was taken before it bound it (each on another port)
+BIND_FAILED = ("Address already in use", "cannot bind socket")  # redis-server's and HAProxy's words for it
+
+
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
     """A private redis-server on a free loopback port (no persistence) for a `with` block: yields its
-    REDIS_URL (redis://127.0.0.1:<port>/0); stopped by PID at the end."""
-    port = free_port()
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-redis-{port}.log"
-    args = [installed("redis-server", REDIS_SERVER), "--port", str(port), "--bind", "127.0.0.1"]
-    args += ["--save", "", "--appendonly", "no", "--logfile", str(log), "--dir", str(log.parent)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        wait_listening(port, proc, "redis-server", log)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        stop_process(proc)
+    REDIS_URL (redis://127.0.0.1:<port>/0) once it listens there itself; stopped by PID at the end."""
+    binary = installed("redis-server", REDIS_SERVER)
+    for _ in range(START_TRIES):
+        port = free_port()
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-redis-{port}.log"
+        args = [binary, "--port", str(port), "--bind", "127.0.0.1"]
+        args += ["--save", "", "--appendonly", "no", "--logfile", str(log), "--dir", str(log.parent)]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            if wait_own_listener(port, proc, log):
+                yield f"redis://127.0.0.1:{port}/0"
+                return
+            said = log.read_text(errors="replace") if log.exists() else ""
+            if not any(words in said for words in BIND_FAILED):
+                raise RuntimeError(f"redis-server exited with {proc.returncode}:\n{said}")
+        finally:
+            stop_process(proc)
+    raise RuntimeError(f"redis-server found its port taken {START_TRIES} times")
+
+
+@contextlib.contextmanager
+def held_port() -> Iterator[int]:
+    """A free loopback port held for a `with` block: bound, never listening, with SO_REUSEPORT, so no other
+    process binds it (nor is it given to a free_port() or to an outgoing connection), while HAProxy, which binds
+    its listeners with SO_REUSEPORT as the same user, listens on it. For HAProxy's ports, and for a port a test
+    must name before HAProxy starts (a gateway's MCPGATE_PUBLIC_URL): `haproxy(..., port=held)`."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -156,10 +185,17 @@ def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | Non
     loopback port (bind the frontend there) and "{admin}" by a unix socket path (`stats socket {admin} level
     admin` for Balancer.admin); `env` is added to its environment (for a config's "${NAME}"s, e.g. the
     deploy/haproxy.cfg recipe's; "{port}" and "{admin}" are replaced in its values too). The config is checked
-    first (a bad one raises with haproxy's words); stopped by PID at the end. `port`: the frontend's port when
-    it must be known before (a gateway's MCPGATE_PUBLIC_URL naming it); default a free one."""
+    first (a bad one raises with haproxy's words); yielded once HAProxy itself listens on the port; stopped by
+    PID at the end. `port`: the frontend's port when it must be known before (a gateway's MCPGATE_PUBLIC_URL
+    naming it): pick it with `held_port()`, held until HAProxy has stopped; default a port held here."""
+    with contextlib.ExitStack() as stack:
+        port = port or stack.enter_context(held_port())
+        yield stack.enter_context(haproxy_on(port, config_text, env or {}))
+
+
+@contextlib.contextmanager
+def haproxy_on(port: int, config_text: str, env: dict[str, str]) -> Iterator[Balancer]:
     binary = installed("haproxy", HAPROXY)
-    port = port or free_port()
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     admin_path = tmp / f"mcpgate-test-haproxy-{port}.sock"
     cfg = tmp / f"mcpgate-test-haproxy-{port}.cfg"
@@ -169,14 +205,15 @@ def haproxy(config_text: str, env: dict[str, str] | None = None, port: int | Non
         return text.replace("{port}", str(port)).replace("{admin}", str(admin_path))
 
     cfg.write_text(fill(config_text))
-    full_env = {**os.environ, **{name: fill(value) for name, value in (env or {}).items()}}
+    full_env = {**os.environ, **{name: fill(value) for name, value in env.items()}}
     check = subprocess.run([binary, "-c", "-f", str(cfg)], env=full_env, capture_output=True, text=True)
     if check.returncode != 0:
         raise RuntimeError(f"haproxy refused its config {cfg}:\n{check.stdout}{check.stderr}")
     with open(log, "wb") as out:
         proc = subprocess.Popen([binary, "-db", "-f", str(cfg)], env=full_env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_listening(port, proc, "haproxy", log)
+        if not wait_own_listener(port, proc, log):  # a port not held: another process bound it first
+            raise RuntimeError(f"haproxy exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
         yield Balancer(port, proc, admin_path, log)
     finally:
         stop_process(proc)
@@ -187,20 +224,27 @@ RECIPE = (ROOT / "deploy" / "haproxy.cfg").read_text()  # the deploy recipe's ba
 
 
 @contextlib.contextmanager
-def recipe_front(instances: dict[str, Gateway], routing: str, wait_up: bool = True) -> Iterator[Balancer]:
+def recipe_front(
+    instances: dict[str, Gateway], routing: str, wait_up: bool = True, port: int | None = None
+) -> Iterator[Balancer]:
     """The recipe's HAProxy (deploy/haproxy.cfg, MCPGATE_ROUTING=`routing`) over the instances named i1..i4 (a
     name without an instance: a port nobody serves); `wait_up`: until every named instance is up behind it and
     every other name is down (HAProxy starts each server up until its checks fail: a test that began before would
-    have its requests balanced onto a port nobody serves, where each costs one of the recipe's retries)."""
+    have its requests balanced onto a port nobody serves, where each costs one of the recipe's retries). The port
+    nobody serves is held (`held_port`) so that nobody starts serving it meanwhile. `port`: as haproxy()'s."""
     env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": routing}
-    dead = free_port()
-    for index in range(1, 5):
-        gw = instances.get(f"i{index}")
-        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
-    with haproxy(RECIPE, env) as lb:
+    with held_port() as dead, haproxy(RECIPE, _servers(env, instances, dead), port) as lb:
         up = {f"sticky/{name}" for name in instances}
         if wait_up and not wait_for(
             lambda: up == {srv for srv, ok in lb.servers_up().items() if ok and "sticky/" in srv}
         ):
             raise RuntimeError(f"not exactly the instances up behind haproxy: {lb.servers_up()}\n{lb.log()}")
         yield lb
+
+
+def _servers(env: dict[str, str], instances: dict[str, Gateway], dead: int) -> dict[str, str]:
+    """`env` with the recipe's MCPGATE_I1..I4: each named instance's port, `dead` for a name without one."""
+    for index in range(1, 5):
+        gw = instances.get(f"i{index}")
+        env[f"MCPGATE_I{index}"] = f"127.0.0.1:{gw.port if gw else dead}"
+    return env

@@ -4,6 +4,7 @@ condition holds."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -63,3 +64,39 @@ def wait_listening(
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"{what} did not listen on port {port} within {timeout} s{explain()}")
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` itself holds a socket listening on TCP `port` (IPv4): a connection accepted on the
+    port proves only that someone listens there, maybe another test's server that took a port picked too early."""
+    inodes = set()
+    try:
+        with open(f"/proc/{pid}/net/tcp") as table:
+            for row in table.read().splitlines()[1:]:
+                fields = row.split()  # sl local_address rem_address st ... uid timeout inode
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(f"socket:[{fields[9]}]")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # it ended
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:  # closed meanwhile
+            continue
+    return False
+
+
+def wait_own_listener(port: int, proc: subprocess.Popen[Any], log: Path, timeout: float = 30.0) -> bool:
+    """Until `proc` itself listens on `port`: True; False when it exits first (its `log` says why, e.g. the port
+    was taken); RuntimeError past `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not listens(proc.pid, port):
+        if proc.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            said = log.read_text(errors="replace") if log.exists() else ""
+            raise RuntimeError(f"{proc.args!r} did not listen on port {port} within {timeout} s:\n{said}")
+        time.sleep(0.02)
+    return True
