@@ -73,6 +73,19 @@ def test_the_export_process_holds_no_secret_and_ends_with_a_stopped_gateway(sink
     assert wait_dead([pid]) == []
 
 
+def test_a_graceful_stop_exports_what_the_worker_still_held(sink: Receiver) -> None:
+    """A schedule delay longer than the test: the last request's spans go out as the gateway stops (the pipe
+    flushed and closed, the export process posting before it ends)."""
+    env = {**traced_env(sink), "OTEL_BSP_SCHEDULE_DELAY": "600000"}
+    del env["MCPGATE_COMMAND"]
+    with serving(env) as gw:
+        pid = the_export_process(gw.proc.pid)
+        a_traced_call(gw, open_session_with(gw, {}), "3" * 32, 10)
+        assert sink.of_trace("3" * 32) == []
+    assert wait_dead([pid]) == []
+    assert {span.name for span in sink.of_trace("3" * 32)} >= {"tools/call echo", "mcpgate.guard"}
+
+
 def test_the_export_process_ends_with_a_killed_worker(sink: Receiver) -> None:
     env = {k: v for k, v in traced_env(sink).items() if k != "MCPGATE_COMMAND"}
     with serving(env) as gw:
