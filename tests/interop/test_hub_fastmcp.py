@@ -27,9 +27,9 @@ from mcp import Client, types
 from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 
-from tests.serve.test_hub_comeback import every_hub_child_back
 from tests.support import DEMO_ENTRY, MODERN, Gateway, await_for, on_elicit, on_sample, wait_for
 from tests.support.fastmcp import FastmcpUpstream, fastmcp_entry
+from tests.support.hub import ListChanged, every_hub_child_back
 
 HANG_GUARD = 90
 EXTRA = 10  # tools beyond the fixture's seven, fastmcp listing PAGE a page
@@ -257,23 +257,18 @@ def test_cancellation_reaches_the_fastmcp_member_holding_the_call(
 @pytest.mark.parametrize("prefix", ELICITING)
 def test_fastmcps_per_session_list_changed_and_log_messages_reach_that_client_alone(hub: Gateway, prefix: str) -> None:
     async def main() -> None:
-        changed = anyio.Event()
+        changed = ListChanged()
         logged: list[Any] = []
-
-        async def on_message(message: Any) -> None:
-            if isinstance(message, types.ToolListChangedNotification):
-                changed.set()
 
         async def on_log(params: types.LoggingMessageNotificationParams) -> None:
             logged.append(params.data)
 
-        mine = Client(hub.url, mode="legacy", message_handler=on_message, logging_callback=on_log)
+        mine = Client(hub.url, mode="legacy", message_handler=changed.handler, logging_callback=on_log)
         async with mine as c, client(hub, "legacy") as other:
             assert f"{prefix}__secret" not in {n for page in await every_page(c) for n in page}
             assert text(await c.call_tool(f"{prefix}__shout", {"message": "heard through the hub"})) == "shouted"
             assert text(await c.call_tool(f"{prefix}__unlock", {})) == "unlocked"
-            with anyio.fail_after(5):  # the hub sends it 0.2 s after the member's (generous bound)
-                await changed.wait()
+            await changed.next(5)  # the hub sends it 0.2 s after the member's (generous bound)
             assert f"{prefix}__secret" in {n for page in await every_page(c) for n in page}
             assert text(await c.call_tool(f"{prefix}__secret", {})) == "the secret"
             # each client session of the aggregate has its own session with the member: the other one still
@@ -352,13 +347,8 @@ def test_fastmcp_down_when_a_session_starts_is_served_to_it_once_up(tmp_path: Pa
         gw.wait_ready()
 
         async def main() -> None:
-            changed = anyio.Event()
-
-            async def on_message(message: Any) -> None:
-                if isinstance(message, types.ToolListChangedNotification):
-                    changed.set()
-
-            legacy = Client(gw.url, mode="legacy", message_handler=on_message, elicitation_callback=on_elicit)
+            changed = ListChanged()
+            legacy = Client(gw.url, mode="legacy", message_handler=changed.handler, elicitation_callback=on_elicit)
             async with legacy, client(gw, MODERN) as modern:
                 for c in (legacy, modern):
                     assert text(await c.call_tool("demo__add", {"a": 1, "b": 2})) == "3"
@@ -368,7 +358,7 @@ def test_fastmcp_down_when_a_session_starts_is_served_to_it_once_up(tmp_path: Pa
                         await c.call_tool("far__add", {"a": 1, "b": 2})
                 async with modern.listen(tools_list_changed=True) as events:
                     await anyio.to_thread.run_sync(far.start)
-                    await changed.wait()
+                    await changed.next(HANG_GUARD)
                     await events.__anext__()
                 await await_for(lambda: every_hub_child_back(gw.log()), "every hub child has far again", 60)
                 for c in (legacy, modern):

@@ -6,55 +6,30 @@ path (through the pool's bridge) and HTTP+SSE."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, types
+from mcp import Client
 from mcp.client.sse import sse_client
 
 from tests.support import (
     DEMO_ENTRY,
-    FIXTURES,
     NAMED_ENTRY,
     Gateway,
+    cancel_a_slow_call,
     demo_round_trips,
     on_elicit,
     on_sample,
     wait_for,
 )
+from tests.support.hub import ListChanged, Prefixed, all_tools, held_back, kill_member, many, write
 
 HANG_GUARD = 90
 CANCELLED = re.compile(r"child\[\*/[^\]]+/demo\] stderr: .*tools/call \d+ cancelled; no response sent")
-MANY = str(FIXTURES / "many_tools_server.py")
-
-
-def many(label: str, tools: int = 5, page: int = 2) -> dict[str, Any]:
-    return {"command": sys.executable, "args": [MANY, "--tools", str(tools), "--page", str(page), "--label", label]}
-
-
-def held_back(entry: dict[str, Any], mark: Path) -> dict[str, Any]:
-    """`entry`'s server, unless `mark` exists: then a child that never answers and ends with its input (a member
-    killed after the mark is made stays gone, its new child silent on initialize, while the test looks)."""
-    code = (
-        "import os, sys\n"
-        f"if os.path.exists({str(mark)!r}):\n    sys.stdin.read()\n    sys.exit(0)\n"
-        f"os.execv({entry['command']!r}, {[entry['command'], *entry['args']]!r})\n"
-    )
-    return {"command": sys.executable, "args": ["-c", code]}
-
-
-def write(path: Path, servers: dict[str, Any], **top: Any) -> str:
-    import json
-
-    path.write_text(json.dumps({"mcpServers": servers, **top}))
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +64,6 @@ def run(main: Any) -> None:
 
 def client(url: str, mode: str = "legacy") -> Client:
     return Client(url, mode=mode, elicitation_callback=on_elicit, sampling_callback=on_sample)
-
-
-async def all_tools(c: Any) -> list[str]:
-    names, cursor = [], None
-    while True:
-        page = await c.list_tools(cursor=cursor)
-        names += [tool.name for tool in page.tools]
-        cursor = page.next_cursor
-        if not cursor:
-            return names
 
 
 def test_merged_tools_are_namespaced_and_calls_routed(hub: Gateway) -> None:
@@ -175,7 +140,7 @@ def test_a_call_naming_a_server_that_cannot_start_is_told_why(hub: Gateway) -> N
 def test_cancellation_reaches_the_member_holding_the_call(hub: Gateway) -> None:
     async def main() -> None:
         async with client(hub.url) as c:
-            await cancel_slow(c)
+            await cancel_a_slow_call(Prefixed(c, "demo__"))
 
     run(main)
     # the demo member was told under the hub's id for the call: it cancelled it (its stderr says so)
@@ -184,17 +149,11 @@ def test_cancellation_reaches_the_member_holding_the_call(hub: Gateway) -> None:
 
 def test_list_changed_from_a_member_reaches_the_client_within_a_second(hub: Gateway) -> None:
     async def main() -> None:
-        changed = anyio.Event()
-
-        async def on_message(message: Any) -> None:
-            if isinstance(message, types.ToolListChangedNotification):
-                changed.set()
-
-        async with Client(hub.url, mode="legacy", message_handler=on_message) as c:
+        changed = ListChanged()
+        async with Client(hub.url, mode="legacy", message_handler=changed.handler) as c:
             before = set(await all_tools(c))
             await c.call_tool("pager__grow", {})
-            with anyio.fail_after(5):  # the hub sends it 0.2 s after the member's (generous bound)
-                await changed.wait()
+            await changed.next(5)  # the hub sends it 0.2 s after the member's (generous bound)
             grown = set(await all_tools(c)) - before
             assert grown == {"pager__t5"}
 
@@ -266,19 +225,12 @@ def test_a_member_that_ends_leaves_and_its_tools_vanish(tmp_path: Path) -> None:
         gw.wait_ready()
 
         async def main() -> None:
-            changed = anyio.Event()
-
-            async def on_message(message: Any) -> None:
-                if isinstance(message, types.ToolListChangedNotification):
-                    changed.set()
-
-            async with Client(gw.url, mode="legacy", message_handler=on_message) as c:
+            changed = ListChanged()
+            async with Client(gw.url, mode="legacy", message_handler=changed.handler) as c:
                 assert "pager__t0" in set(await all_tools(c))
-                pager = member_pid(gw, "pager")
                 mark.touch()
-                os.kill(pager, signal.SIGKILL)
-                with anyio.fail_after(10):
-                    await changed.wait()
+                kill_member(gw, "pager")
+                await changed.next(10)
                 names = set(await all_tools(c))
                 assert "demo__echo" in names and not [n for n in names if n.startswith("pager__")]
                 with pytest.raises(Exception, match="Server 'pager' of this endpoint is not available: it ended"):
@@ -288,38 +240,3 @@ def test_a_member_that_ends_leaves_and_its_tools_vanish(tmp_path: Path) -> None:
         run(main)
     finally:
         gw.stop()
-
-
-def member_pid(gw: Gateway, member: str) -> int:
-    """The pid of the session's member child `member`, from the gateway's log ("child[*/<id>/<member>] started
-    pid=N")."""
-    found = re.findall(rf"child\[\*/[^\]]+/{member}\] started pid=(\d+)", gw.log())
-    assert found, gw.log_tail()
-    return int(found[-1])
-
-
-async def cancel_slow(c: Any) -> None:
-    started = anyio.Event()
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        started.set()
-
-    async with anyio.create_task_group() as tg:
-
-        async def call() -> None:
-            await c.call_tool("demo__slow", {"seconds": 30, "steps": 60}, progress_callback=on_progress)
-
-        tg.start_soon(call)
-        await started.wait()
-        tg.cancel_scope.cancel()
-    assert (await c.call_tool("demo__echo", {"message": "next"})).content[0].text == "next"
-
-
-class Prefixed:
-    """An SDK client whose call_tool names get a prefix (the demo's round trips, through the hub)."""
-
-    def __init__(self, c: Any, prefix: str) -> None:
-        self.c, self.prefix = c, prefix
-
-    async def call_tool(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.c.call_tool(self.prefix + name, *args, **kwargs)

@@ -7,9 +7,6 @@ a session restarted, its tools back."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,14 +18,12 @@ import pytest
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 
-from tests.serve.test_hub import all_tools, many, member_pid, write
 from tests.support import DEMO_ENTRY, MODERN, Gateway, await_for, on_elicit, on_sample, serving, wait_for
+from tests.support.hub import GONE, ListChanged, all_tools, every_hub_child_back, kill_member, many, member_pid, write
 from tests.support.remote import SdkUpstream
 
 HANG_GUARD = 90
 UNREACHABLE = r"Server 'far' of this endpoint is not available: .*it is unreachable for now"
-GONE = re.compile(r"hub (\S+): server 'far' is no longer part of this endpoint")
-BACK = re.compile(r"hub (\S+): server 'far' is part of this endpoint again")
 
 
 def run(main: Callable[[], Any]) -> Any:
@@ -44,11 +39,6 @@ def text(result: types.CallToolResult) -> str:
     return " ".join(getattr(item, "text", "") for item in result.content)
 
 
-def every_hub_child_back(log: str) -> bool:
-    """Each hub (a session's, a pooled child) that lost far has it again."""
-    return set(GONE.findall(log)) <= set(BACK.findall(log))
-
-
 def health(gw: Gateway) -> dict[str, Any]:
     body = gw.request("GET", "/healthz").json()
     assert isinstance(body, dict)
@@ -62,13 +52,8 @@ def test_a_remote_member_down_when_sessions_start_comes_back_to_them_in_both_era
         with serving({"MCPGATE_CONFIG": config}) as gw:  # a spare pooled child starts at once: without far
 
             async def main() -> None:
-                changed = anyio.Event()
-
-                async def on_message(message: Any) -> None:
-                    if isinstance(message, types.ToolListChangedNotification):
-                        changed.set()
-
-                legacy = Client(gw.url, mode="legacy", message_handler=on_message, elicitation_callback=on_elicit)
+                changed = ListChanged()
+                legacy = Client(gw.url, mode="legacy", message_handler=changed.handler, elicitation_callback=on_elicit)
                 modern = Client(gw.url, mode=MODERN, sampling_callback=on_sample)
                 async with legacy, modern:
                     for c in (legacy, modern):
@@ -83,7 +68,7 @@ def test_a_remote_member_down_when_sessions_start_comes_back_to_them_in_both_era
                         assert events.honored.tools_list_changed
                         await anyio.to_thread.run_sync(far.start)  # listening once it returns
                         with anyio.fail_after(40):  # its backoff (at most RETRY_MAX) and a start: no sleep
-                            await changed.wait()
+                            await changed.next(40)
                             await events.__anext__()
                     # the modern client's next call may reach another pooled child: each has its own far,
                     # tried at once when one hub reached it
@@ -123,20 +108,13 @@ def test_a_stdio_member_killed_under_a_session_is_restarted_and_its_tools_come_b
 
         async def main() -> None:
             changes: list[set[str]] = []
-            changed = anyio.Event()
-
-            async def on_message(message: Any) -> None:
-                if isinstance(message, types.ToolListChangedNotification):
-                    changed.set()
-
-            async with Client(gw.url, mode="legacy", message_handler=on_message) as c:
+            changed = ListChanged()
+            async with Client(gw.url, mode="legacy", message_handler=changed.handler) as c:
                 assert "pager__t0" in set(await all_tools(c))
-                first = member_pid(gw, "pager")
-                os.kill(first, signal.SIGKILL)
+                first = kill_member(gw, "pager")
                 with anyio.fail_after(40):
                     while not changes or "pager__t0" not in changes[-1]:
-                        await changed.wait()
-                        changed = anyio.Event()
+                        await changed.next(40)
                         changes.append(set(await all_tools(c)))
                 assert text(await c.call_tool("pager__t0", {})) == "pager:t0 {}"
                 assert member_pid(gw, "pager") != first

@@ -9,10 +9,7 @@ list_changed arrive, a cancelled call reaches it, and what fails names the serve
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -20,10 +17,9 @@ from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, types
+from mcp import Client
 from mcp.client.sse import sse_client
 
-from tests.serve.test_hub import held_back
 from tests.support import (
     DEMO_ENTRY,
     FIXTURES,
@@ -36,17 +32,13 @@ from tests.support import (
     serving,
     wait_for,
 )
+from tests.support.hub import ListChanged, Prefixed, held_back, kill_member, write
 from tests.support.relay import EraServer
 
 HANG_GUARD = 90
 MODERN_ONLY = {"command": sys.executable, "args": [str(FIXTURES / "modern_only_server.py")]}
 ERAS = ["legacy", MODERN]
 CANCELLED = re.compile(r"child\[\*/[^\]]+/modern\] stderr: modern-fixture: slow \S+ cancelled")
-
-
-def write(path: Path, servers: dict[str, Any], **top: Any) -> str:
-    path.write_text(json.dumps({"mcpServers": servers, **top}))
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -84,16 +76,6 @@ def client(url: Any, mode: str, **kwargs: Any) -> Client:
 
 def text(result: Any) -> str:
     return str(result.content[0].text)
-
-
-class Prefixed:
-    """An SDK client whose call_tool names get a prefix (a member's round trips, through the hub)."""
-
-    def __init__(self, c: Any, prefix: str) -> None:
-        self.c, self.prefix = c, prefix
-
-    async def call_tool(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.c.call_tool(self.prefix + name, *args, **kwargs)
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -172,17 +154,11 @@ def test_list_changed_from_the_modern_only_member_reaches_the_client(hub: Gatewa
     """Its notifications/tools/list_changed arrives over the bridge's subscriptions/listen."""
 
     async def main() -> None:
-        changed = anyio.Event()
-
-        async def on_message(message: Any) -> None:
-            if isinstance(message, types.ToolListChangedNotification):
-                changed.set()
-
-        async with client(hub.url, "legacy", message_handler=on_message) as c:
+        changed = ListChanged()
+        async with client(hub.url, "legacy", message_handler=changed.handler) as c:
             before = {tool.name for tool in (await c.list_tools()).tools}
             assert text(await c.call_tool("modern__notify_change", {})) == "sent"
-            with anyio.fail_after(10):
-                await changed.wait()
+            await changed.next(10)
             after = {tool.name for tool in (await c.list_tools()).tools}
             assert after ^ before == {"modern__extra"}
 
@@ -230,18 +206,13 @@ def test_errors_name_the_modern_only_member(tmp_path: Path) -> None:
     """A tool's failure and an unknown name are told as for any member (the member's own answer when the prefix
     is its); a modern-only member that ends takes its
     tools with it and a call naming it is told which server ended; the others go on."""
-    mark = tmp_path / "held"  # its new child silent (tests/serve/test_hub.py's held_back): it stays gone
+    mark = tmp_path / "held"  # its new child silent (tests/support/hub.py's held_back): it stays gone
     config = write(tmp_path / "mcp.json", {"demo": DEMO_ENTRY, "modern": held_back(MODERN_ONLY, mark)})
     with serving({"MCPGATE_CONFIG": config}) as gw:
 
         async def main() -> None:
-            changed = anyio.Event()
-
-            async def on_message(message: Any) -> None:
-                if isinstance(message, types.ToolListChangedNotification):
-                    changed.set()
-
-            async with client(gw.url, "legacy", message_handler=on_message) as c:
+            changed = ListChanged()
+            async with client(gw.url, "legacy", message_handler=changed.handler) as c:
                 failed = await c.call_tool("modern__add", {"a": "not a number", "b": 1})
                 assert failed.is_error, failed
                 unknown = await c.call_tool("modern__nope", {})  # the member's own answer, under its own name
@@ -249,9 +220,8 @@ def test_errors_name_the_modern_only_member(tmp_path: Path) -> None:
                 with pytest.raises(Exception, match="Unknown tool: nobody__echo"):
                     await c.call_tool("nobody__echo", {})
                 mark.touch()
-                os.kill(member_pid(gw, "modern"), signal.SIGKILL)
-                with anyio.fail_after(10):
-                    await changed.wait()
+                kill_member(gw, "modern")
+                await changed.next(10)
                 names = {tool.name for tool in (await c.list_tools()).tools}
                 assert "demo__echo" in names and not [n for n in names if n.startswith("modern__")]
                 with pytest.raises(Exception, match="Server 'modern' of this endpoint is not available: it ended"):
@@ -292,9 +262,3 @@ def test_a_member_refusing_both_eras_is_left_out_naming_why(tmp_path: Path, mode
         assert "server 'odd' is no longer part of this endpoint: it refused initialize (server/discover failed: " in (
             gw.log()
         ), gw.log_tail()
-
-
-def member_pid(gw: Gateway, member: str) -> int:
-    found = re.findall(rf"child\[\*/[^\]]+/{member}\] started pid=(\d+)", gw.log())
-    assert found, gw.log_tail()
-    return int(found[-1])

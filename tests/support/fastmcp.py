@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.gateway import FIXTURES, ROOT, free_port, stop_process
-from tests.support.waiting import wait_listening
+from tests.support.waiting import HANG_GUARD, wait_listening
 
 VENV = ROOT / "tests" / ".peers" / "fastmcp-venv"
 SERVER = FIXTURES / "fastmcp_server.py"
@@ -59,8 +59,10 @@ class FastmcpUpstream:
         return self
 
     def ready(self) -> FastmcpUpstream:
-        """Once it listens (it exiting first raises, with its log)."""
-        wait_listening(self.port, self.proc, "the fastmcp server", self.log)
+        """Once it listens (it exiting first raises, with its log). Given HANG_GUARD: fastmcp's imports take a
+        second or two of CPU each, and four started side by side on a loaded machine were still importing
+        (nothing logged yet) after wait_listening's usual 30 s."""
+        wait_listening(self.port, self.proc, "the fastmcp server", self.log, timeout=HANG_GUARD)
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
