@@ -1,7 +1,9 @@
 """Views per identity hold against the caller they hide things from (gunicorn, resource-server mode against
 tests/fixtures/oidc_issuer.py): a tool its view hides cannot be called, in a 2025 session or a 2026-07-28
 request (the answer is the server's own "Unknown tool", and the server never sees the call); the search view
-never returns it, whatever the query; a server its view hides does not exist on any of its paths.
+never returns it, whatever the query; a server its view hides does not exist on any of its paths. A call with a
+key given twice reaches the child as the gateway read it (a child whose parser keeps the first "name" must not be
+handed the hidden one).
 
 "files" is the 300-tool corpus server with the search view on; "notes" the demo. The reader's view denies
 files' jira__create_ticket and jira__delete_ticket and hides notes; the ops view shows everything."""
@@ -36,12 +38,17 @@ FILES = {
     "args": [str(FIXTURES / "corpus_tools_server.py")],
     "mcpgate": {"tool_search": True},
 }
+FIRSTS = {"command": sys.executable, "args": [str(FIXTURES / "first_key_server.py")]}
 CONFIG = {
-    "mcpServers": {"files": FILES, "notes": DEMO_ENTRY},
+    "mcpServers": {"files": FILES, "notes": DEMO_ENTRY, "firsts": FIRSTS},
     "views": {
         "rules": [
             {"name": "ops", "groups": ["ops"], "servers": {"*": "*"}},
-            {"name": "reader", "subjects": ["rita"], "servers": {"files": {"deny": list(HIDDEN)}}},
+            {
+                "name": "reader",
+                "subjects": ["rita"],
+                "servers": {"files": {"deny": list(HIDDEN)}, "firsts": {"deny": ["secret"]}},
+            },
             {"name": "mixed", "subjects": ["max"], "servers": {"*": "*", "files": {"deny": list(HIDDEN)}}},
         ]
     },
@@ -130,7 +137,7 @@ def test_a_hidden_server_is_not_there_on_any_path(gw: Gateway, tokens: dict[str,
     messages = post_with_token(gw, bearer, body, "/servers/notes/messages?session_id=abc")
     assert messages.status == 404, messages
     listing = gw.request("GET", "/servers", headers={"Authorization": f"Bearer {bearer}"}).json()
-    assert [server["name"] for server in listing["servers"]] == ["files"]
+    assert [server["name"] for server in listing["servers"]] == ["files", "firsts"]
 
 
 def test_the_aggregate_is_not_a_way_around_a_view(gw: Gateway, tokens: dict[str, str]) -> None:
@@ -185,3 +192,29 @@ def every_tool(ask: Any, modern: bool = False) -> set[str]:
 
 def call_list(number: int, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": 100 + number, "method": "tools/list", "params": params}
+
+
+# "name" twice: Python (the gateway) reads the last, a first-wins parser (tests/fixtures/first_key_server.py) the first.
+TWICE = b'{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"secret","name":"visible","arguments":{}}}'
+
+
+def test_a_call_naming_its_tool_twice_reaches_the_child_as_the_gateway_checked_it(
+    gw: Gateway, tokens: dict[str, str]
+) -> None:
+    bearer = tokens["reader"]
+    path = "/servers/firsts/mcp"
+    reply = post_with_token(gw, bearer, path=path)
+    assert reply.status == 200, reply
+    headers = {"Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+    post_with_token(gw, bearer, {"jsonrpc": "2.0", "method": "notifications/initialized"}, path, **headers)
+    hidden = reply_message(post_with_token(gw, bearer, call("secret", {}, 5), path, **headers))
+    assert hidden["error"] == {"code": -32602, "message": "Unknown tool: secret"}, hidden
+    answer = reply_message(post_with_token(gw, bearer, TWICE.replace(b"ID", b"6"), path, **headers))
+    assert answer["result"]["content"][0]["text"] == "called visible", answer
+    modern_sent = {**modern_headers("tools/call", "visible"), "Authorization": f"Bearer {bearer}"}
+    once = json.dumps(modern_body("m-7", "tools/call", {"name": "visible", "arguments": {}}))
+    twice = once.replace('"name": "visible"', '"name": "secret", "name": "visible"').encode()
+    assert twice != once.encode()
+    modern_answer = reply_message(gw.request("POST", path, body=twice, headers=modern_sent))
+    assert "result" in modern_answer, modern_answer
+    assert modern_answer["result"]["content"][0]["text"] == "called visible", modern_answer

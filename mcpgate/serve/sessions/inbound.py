@@ -15,7 +15,7 @@ from typing import Any
 from mcpgate.core import jsonrpc, versions
 from mcpgate.core.jsonrpc import Batch, Message, Notification, Request
 from mcpgate.core.jsonrpc import Response as RpcResponse
-from mcpgate.core.tool_filter import ToolFilter, pinned
+from mcpgate.core.tool_filter import CALL, ToolFilter, pinned
 from mcpgate.serve.errors import BadRequest
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.http import HttpRequest
@@ -82,8 +82,12 @@ def answered_search(session: Session, search: Callable[[Request], dict[str, Any]
 
 
 def answered_hidden(session: Session, tools: ToolFilter, item: Request) -> bool:
-    """A tools/call of a hidden tool is answered here as a server answers an unknown tool, never forwarded."""
+    """A tools/call of a hidden tool is answered here as a server answers an unknown tool, never forwarded. A call
+    that passes goes on encoded from what was checked, not as its bytes came: bytes naming a member twice
+    ("name":"hidden","name":"shown") read as the last one here, and as the first by some children's parsers."""
     hidden = tools.hidden_call(item)
     if hidden is not None:
         session.answer(item.id, tools.refusal(item.id, hidden))
+    elif item.method == CALL:
+        item.raw = None
     return hidden is not None
