@@ -126,7 +126,7 @@ class ExportProcess:
     def check(self) -> None:
         """An export process that ended: its pipe closed, started again when its backoff allows."""
         proc = self.proc
-        if proc is not None and proc.poll() is not None:
+        if proc is not None and ended(proc):
             if time.monotonic() - self.started_at > SETTLED:
                 self.backoff = FIRST_RETRY
             log.warning(
@@ -179,14 +179,37 @@ class ExportProcess:
                 except OSError:
                     pass
             self.drop_pipe()
-            if proc is not None:
-                proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            log.warning("the span export process (pid %s) did not end in %.0f s: killed", proc and proc.pid, timeout)
+            if proc is not None and not waited(proc, timeout):
+                log.warning("the span export process (pid %s) did not end in %.0f s: killed", proc.pid, timeout)
         finally:
-            if proc is not None and proc.poll() is None:
+            if proc is not None and not ended(proc):
                 proc.kill()
-                proc.wait(timeout)
+                waited(proc, timeout)
+
+
+def ended(proc: subprocess.Popen[bytes]) -> bool:
+    """The process has ended (and was waited for). Asked of the kernel: gevent's child watcher, which
+    Popen.poll reads under monkey patching, is not served once the worker is exiting."""
+    if proc.returncode is not None:
+        return True
+    try:
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
+    except ChildProcessError:  # waited for already (by gevent's watcher)
+        return True
+    if pid == 0:
+        return False
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return True
+
+
+def waited(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """The process ended within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ended(proc):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 class SpanPipe:
