@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support import Gateway, free_port, modern_body, modern_headers, wait_for
-from tests.support.fleet import RECIPE, Balancer, haproxy, instances
+from tests.support import Gateway, modern_body, modern_headers, wait_for
+from tests.support.fleet import RECIPE, Balancer, haproxy, held_port, instances
 from tests.support.http import HEADERS, init_body
 from tests.support.vault import SERVER, USERS, VaultPage, access_token, echo, url_of, vault_env, vault_key
 
@@ -36,25 +36,25 @@ PATH = f"/servers/{SERVER}/mcp"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Balancer, list[Gateway]]]:
-    port = free_port()
-    common = vault_env(
-        tmp_path_factory.mktemp("vault-fleet"),
-        vault_key(),
-        MCPGATE_PUBLIC_URL=f"http://127.0.0.1:{port}",
-        MCPGATE_ADMIN_TOKEN=ADMIN,
-        MCPGATE_METRICS="true",
-    )
-    with instances(secrets.token_urlsafe(32), **common) as (_url, start):
-        started = {f"i{n}": start(f"i{n}") for n in (1, 2, 3)}
-        env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": "sticky"}
-        env.update({f"MCPGATE_I{n}": f"127.0.0.1:{started[f'i{n}'].port}" for n in (1, 2, 3)})
-        env["MCPGATE_I4"] = f"127.0.0.1:{free_port()}"  # nobody there
-        with haproxy(RECIPE, env, port=port) as lb:
-            up = {f"sticky/i{n}" for n in (1, 2, 3)}
-            wait_for(
-                lambda: up <= {srv for srv, ok in lb.servers_up().items() if ok}, 30, "instances up behind haproxy"
-            )
-            yield lb, list(started.values())
+    with held_port() as port, held_port() as dead:
+        common = vault_env(
+            tmp_path_factory.mktemp("vault-fleet"),
+            vault_key(),
+            MCPGATE_PUBLIC_URL=f"http://127.0.0.1:{port}",
+            MCPGATE_ADMIN_TOKEN=ADMIN,
+            MCPGATE_METRICS="true",
+        )
+        with instances(secrets.token_urlsafe(32), **common) as (_url, start):
+            started = {f"i{n}": start(f"i{n}") for n in (1, 2, 3)}
+            env = {"HAPROXY_BIND": "127.0.0.1:{port}", "HAPROXY_ADMIN": "{admin}", "MCPGATE_ROUTING": "sticky"}
+            env.update({f"MCPGATE_I{n}": f"127.0.0.1:{started[f'i{n}'].port}" for n in (1, 2, 3)})
+            env["MCPGATE_I4"] = f"127.0.0.1:{dead}"  # nobody there
+            with haproxy(RECIPE, env, port=port) as lb:
+                up = {f"sticky/i{n}" for n in (1, 2, 3)}
+                wait_for(
+                    lambda: up <= {srv for srv, ok in lb.servers_up().items() if ok}, 30, "instances up behind haproxy"
+                )
+                yield lb, list(started.values())
 
 
 def test_three_users_across_three_instances_each_see_only_their_own_value_and_a_change_reaches_all(
