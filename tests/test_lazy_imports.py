@@ -443,8 +443,26 @@ def test_an_idle_relay_holds_no_bridge_nor_tracing(plain: tuple[Gateway, Path], 
     """2025 host, 2025 upstream (the plain gateway), tracing off: the relay's wire and pump only."""
     gw, _ = plain
     modules = relay_modules(f"http://{gw.host}:{gw.port}/mcp", tmp_path / "relay-modules")
-    assert {"mcpgate.relay.eras", "mcpgate.relay.streamable", "mcpgate.core.modern", "requests"} <= modules
+    assert {"mcpgate.relay.eras", "mcpgate.relay.streamable", "mcpgate.core.modern"} <= modules
     assert not held(modules, (*RELAY_IDLE_NEVER, "charset_normalizer", "chardet"), allowed=set())
+
+
+# requests and what it brings (urllib3, idna, certifi, the cookie jar): ~4 MB of an idle relay
+REQUESTS_STACK = ("requests", "urllib3", "idna", "certifi", "http.cookiejar")
+
+
+def test_an_idle_relay_in_front_of_a_plain_upstream_loads_no_requests(
+    plain: tuple[Gateway, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain-HTTP upstream, no proxy, no static token (the relay could sign in): the relay's own HTTP/1.1 client
+    (relay/fast_http.py) carries every exchange and requests loads only for a route that needs it (HTTPS, a proxy,
+    cookies, HTTP+SSE, signing in: relay/http_routes.py)."""
+    for name in [name for name in os.environ if name.lower() in ("http_proxy", "all_proxy")]:
+        monkeypatch.delenv(name)
+    gw, _ = plain
+    modules = relay_modules(f"http://{gw.host}:{gw.port}/mcp", tmp_path / "relay-modules")
+    assert {"mcpgate.relay.fast_http", "mcpgate.relay.oauth.session"} <= modules
+    assert not held(modules, REQUESTS_STACK, allowed=set())
 
 
 def test_the_relays_start_imports_no_bridge_nor_tracing() -> None:

@@ -2,19 +2,19 @@
 
 Every failure the host can see is a RelayError: it carries the JSON-RPC code and
 a message naming the cause, and says whether the request may have reached the
-upstream (which decides whether a retry is safe). requests and urllib3
-exceptions are translated here, in `mapped()`, and nowhere else.
+upstream (which decides whether a retry is safe). Transport exceptions (the relay's own HTTP client's, urllib3's,
+requests') are translated here, in `mapped()`, and nowhere else. requests and urllib3 are not imported here: a
+relay whose route needs neither never loads them (relay/http_routes.py), and their exceptions are looked for only
+once they are loaded (nothing can raise one before).
 """
 
 from __future__ import annotations
 
 import email.utils
+import sys
 import time
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
-
-import requests
-import urllib3.exceptions
 
 from mcpgate.config.relay_settings import TOKEN_ENV
 from mcpgate.core import jsonrpc
@@ -143,12 +143,23 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "..." if parts.query else "", ""))
 
 
-class mapped:
-    """Translate requests / urllib3 / socket failures inside the block into RelayErrors.
+class ReplyBroke(Exception):
+    """The relay's own HTTP client (relay/fast_http.py): the reply broke off, or is not HTTP/1.1 it reads."""
 
-    The relay sends on urllib3 directly (see http_client), so urllib3's own exceptions
-    arrive here unwrapped; requests' still can (from preparing a request) and are
-    mapped the same way. The URL is redacted only when there is an error to name.
+
+class NoReply(ReplyBroke):
+    """The relay's own HTTP client: the connection ended before any reply (the server closed it)."""
+
+
+class ReplyTimedOut(Exception):
+    """The relay's own HTTP client: the reply did not come within the read timeout."""
+
+
+class mapped:
+    """Translate transport failures inside the block into RelayErrors: the relay's own HTTP client's, urllib3's
+    and requests' (the relay sends on urllib3's pools directly when requests works out a route, see http_routes,
+    so urllib3's exceptions arrive unwrapped; requests' still can, from preparing a request) and sockets'.
+    The URL is redacted only when there is an error to name.
     A class, not a generator: it is entered several times on every relayed call.
     """
 
@@ -171,56 +182,88 @@ class mapped:
 
 def _translated(failure: Exception, url: str) -> RelayError | None:
     """The RelayError for a failure, or None when it is none of the network's."""
+    if isinstance(failure, EventTooLarge):
+        return InvalidUpstream(f"upstream sent an oversized SSE event: {failure}")
+    if isinstance(failure, NoReply):
+        return MaybeSent(f"connection to upstream {redact(url)} failed: the server closed the connection")
+    if isinstance(failure, ReplyBroke):
+        return MaybeSent(f"connection to upstream {redact(url)} broke mid-reply: {_reason(failure)}")
+    if isinstance(failure, ReplyTimedOut):
+        return MaybeSent(f"upstream {redact(url)} did not answer in time (read timeout)")
+    # Only a route requests worked out raises these: none can exist before their modules are loaded.
+    found = _urllib3_error(failure, url) if "urllib3.exceptions" in sys.modules else None
+    if found is None and "requests.exceptions" in sys.modules:
+        found = _requests_error(failure, url)  # before OSError: requests' exceptions are OSErrors
+    if found is None and isinstance(failure, OSError):
+        found = MaybeSent(f"connection to upstream {redact(url)} failed: {failure.strerror or failure}")
+    return found
+
+
+def _urllib3_error(failure: Exception, url: str) -> RelayError | None:
+    from urllib3 import exceptions as u3  # loaded already (see _translated)
+
     try:
         raise failure
-    except EventTooLarge as exc:
-        return InvalidUpstream(f"upstream sent an oversized SSE event: {exc}")
-    except urllib3.exceptions.NewConnectionError as exc:  # refused, host not found (a ConnectTimeoutError subclass)
+    except u3.NewConnectionError as exc:  # refused, host not found (a ConnectTimeoutError subclass)
         return _connection_error(url, exc)
-    except (requests.exceptions.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError):
+    except u3.ConnectTimeoutError:
         return NotSent(f"cannot reach upstream {redact(url)}: connection timed out")
-    except (requests.exceptions.SSLError, urllib3.exceptions.SSLError) as exc:
+    except u3.SSLError as exc:
         return ConfigError(f"TLS failure talking to {redact(url)}: {_reason(exc)}")
-    except requests.exceptions.InvalidHeader:
+    except u3.LocationValueError as exc:
+        return ConfigError(f"invalid request to {redact(url)}: {exc}")
+    except u3.ReadTimeoutError:
+        return MaybeSent(f"upstream {redact(url)} did not answer in time (read timeout)")
+    except (u3.ProtocolError, u3.DecodeError) as exc:
+        return _broken(url, exc)
+    except u3.HTTPError as exc:
+        return MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(exc)}")
+    except Exception:  # noqa: BLE001 (not urllib3's)
+        return None
+
+
+def _requests_error(failure: Exception, url: str) -> RelayError | None:
+    from requests import exceptions as rq  # loaded already (see _translated)
+
+    try:
+        raise failure
+    except rq.ConnectTimeout:
+        return NotSent(f"cannot reach upstream {redact(url)}: connection timed out")
+    except rq.SSLError as exc:
+        return ConfigError(f"TLS failure talking to {redact(url)}: {_reason(exc)}")
+    except rq.InvalidHeader:
         # The exception text quotes the header value, which may be the bearer token.
         return ConfigError(f"invalid request to {redact(url)}: a header value has characters HTTP does not allow")
-    except (
-        requests.exceptions.InvalidURL,
-        requests.exceptions.MissingSchema,
-        requests.exceptions.InvalidSchema,
-        urllib3.exceptions.LocationValueError,
-    ) as exc:
+    except (rq.InvalidURL, rq.MissingSchema, rq.InvalidSchema) as exc:
         return ConfigError(f"invalid request to {redact(url)}: {exc}")
-    except (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError):
+    except rq.ReadTimeout:
         return MaybeSent(f"upstream {redact(url)} did not answer in time (read timeout)")
-    except requests.exceptions.ConnectionError as exc:
+    except rq.ConnectionError as exc:
         return _connection_error(url, exc.args[0] if exc.args else exc)
-    except (
-        requests.exceptions.ChunkedEncodingError,
-        requests.exceptions.ContentDecodingError,
-        urllib3.exceptions.ProtocolError,
-        urllib3.exceptions.DecodeError,
-    ) as exc:
-        if exc.args[:1] == ("Connection aborted.",):  # urlopen's: the exchange failed before any reply
-            return _connection_error(url, exc)
-        return MaybeSent(f"connection to upstream {redact(url)} broke mid-reply: {_reason(exc)}")
-    except urllib3.exceptions.HTTPError as exc:
-        return MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(exc)}")
-    except requests.exceptions.RequestException as exc:
+    except (rq.ChunkedEncodingError, rq.ContentDecodingError) as exc:
+        return _broken(url, exc)
+    except rq.RequestException as exc:
         return MaybeSent(f"request to upstream {redact(url)} failed: {_reason(exc)}")
-    except OSError as exc:
-        return MaybeSent(f"connection to upstream {redact(url)} failed: {exc.strerror or exc}")
-    except Exception:  # noqa: BLE001 (not the network's: the caller lets it through as it was)
+    except Exception:  # noqa: BLE001 (not requests')
         return None
+
+
+def _broken(url: str, exc: Exception) -> RelayError:
+    """A reply that broke off; urlopen's "Connection aborted." is an exchange that failed before any reply."""
+    if exc.args[:1] == ("Connection aborted.",):
+        return _connection_error(url, exc)
+    return MaybeSent(f"connection to upstream {redact(url)} broke mid-reply: {_reason(exc)}")
 
 
 def _connection_error(url: str, reason: BaseException) -> RelayError:
     """The error for a failed exchange, from urllib3's reason (what requests' ConnectionError wraps)."""
-    if isinstance(reason, urllib3.exceptions.MaxRetryError) and reason.reason is not None:
+    from urllib3 import exceptions as u3  # loaded: the failure is urllib3's or requests'
+
+    if isinstance(reason, u3.MaxRetryError) and reason.reason is not None:
         reason = reason.reason
-    if isinstance(reason, urllib3.exceptions.NameResolutionError):
+    if isinstance(reason, u3.NameResolutionError):
         return NotSent(f"cannot reach upstream {redact(url)}: host name not found")
-    if isinstance(reason, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)):
+    if isinstance(reason, (u3.NewConnectionError, u3.ConnectTimeoutError)):
         return NotSent(f"cannot reach upstream {redact(url)}: {_reason(reason)}")
     return MaybeSent(f"connection to upstream {redact(url)} failed: {_reason(reason)}")
 

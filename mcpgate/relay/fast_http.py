@@ -7,18 +7,18 @@ the relay speaks HTTP/1.1 itself: the request line, headers and body are written
 headers are split by hand; the body is read by Content-Length, chunked framing or to the end of the connection,
 and decoded when the server compressed it anyway. What the transports read of a reply is what they read of
 urllib3's (`FastReply` has the same few members: status, reason, headers, read, read1, isclosed, release_conn,
-close), and failures are raised as the urllib3 exceptions relay/errors.py maps, so both paths fail alike.
-HTTPS, proxies and client certificates stay on urllib3 (TLS and proxy tunnels are not worth a second copy).
+close), and failures are raised as relay/errors.py's ReplyBroke, NoReply and ReplyTimedOut, which it maps as it
+maps urllib3's, so both paths fail alike. Neither urllib3 nor requests is imported here: a relay whose routes are
+all plain HTTP never loads them. HTTPS, proxies and client certificates stay on urllib3 (TLS and proxy tunnels
+are not worth a second copy).
 """
 
 from __future__ import annotations
 
 import socket
 import zlib
-from http.client import RemoteDisconnected
 from typing import Protocol, overload
 
-import urllib3
 from gevent.monkey import get_original
 
 from mcpgate.core import http1
@@ -29,6 +29,7 @@ MAX_HEAD_BYTES = 64 * 1024  # the status line and headers together (http.client 
 MAX_CHUNK_LINE = 4096
 METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 MAX_HEADS = 32  # request heads kept per pool (a call's headers are the same on every call of a session)
+Limits = tuple[float, float]  # (connect, read) timeouts in seconds
 # The platform's select, not gevent's: asked with no timeout it never waits, and costs a system call, not a hub
 # round of watchers.
 _select = get_original("select", "select")
@@ -112,17 +113,18 @@ class Pool:
         return (host, port or 80) == (self.host, self.port)
 
     def exchange(
-        self, method: str, target: str, headers: dict[str, str], body: bytes | None, timeout: urllib3.Timeout, url: str
+        self, method: str, target: str, headers: dict[str, str], body: bytes | None, timeout: Limits, url: str
     ) -> FastReply:
+        """One request on an idle connection (or a new one); `timeout` is (connect, read) seconds."""
         head = self._head(method, target, headers, body)
         payload = head + body if body else head
         conn = self._connection(timeout, url)
         try:
-            conn.sock.settimeout(_seconds(timeout.read_timeout))
+            conn.sock.settimeout(timeout[1])
             sent = conn.sock.send(payload)  # a call's request fits the socket's buffer: one send, no sendall loop
             if sent < len(payload):
                 conn.sock.sendall(memoryview(payload)[sent:])
-            return read_reply(conn, self, method, url)
+            return read_reply(conn, self, method)
         except BaseException:
             conn.close()
             raise
@@ -151,7 +153,7 @@ class Pool:
         lines.append("")
         return "\r\n".join(lines).encode("latin-1"), "content-length" in names
 
-    def _connection(self, timeout: urllib3.Timeout, url: str) -> Connection:
+    def _connection(self, timeout: Limits, url: str) -> Connection:
         while self._idle:
             conn = self._idle.pop()
             if not conn.dropped():
@@ -159,9 +161,9 @@ class Pool:
             conn.close()
         return Connection(self._connect(timeout, url))
 
-    def _connect(self, timeout: urllib3.Timeout, url: str) -> socket.socket:
+    def _connect(self, timeout: Limits, url: str) -> socket.socket:
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=_seconds(timeout.connect_timeout))
+            sock = socket.create_connection((self.host, self.port), timeout=timeout[0])
         except socket.gaierror:
             raise errors.NotSent(f"cannot reach upstream {errors.redact(url)}: host name not found") from None
         except TimeoutError:
@@ -184,25 +186,21 @@ class Pool:
             conn.close()
 
 
-def _seconds(value: object) -> float | None:
-    return value if isinstance(value, (int, float)) else None
-
-
-def read_reply(conn: Connection, owner: Owner, method: str, url: str) -> FastReply:
+def read_reply(conn: Connection, owner: Owner, method: str) -> FastReply:
     """Read a reply's status line and headers (1xx interim replies skipped); the body is left to FastReply."""
     while True:
-        head = _read_head(conn, url)
+        head = _read_head(conn)
         minor, status, reason, items = _parse_head(head)
         if not 100 <= status < 200 or status == 101:
             break
     try:
         framing = http1.framing(status, minor, items, method)
     except http1.ReplyError as exc:
-        raise urllib3.exceptions.ProtocolError(str(exc)) from None
+        raise errors.ReplyBroke(str(exc)) from None
     return FastReply(conn, owner, status, reason, Headers(items), framing)
 
 
-def _read_head(conn: Connection, url: str) -> bytes:
+def _read_head(conn: Connection) -> bytes:
     first = not conn.buf
     while True:
         end = conn.buf.find(b"\r\n\r\n")
@@ -210,28 +208,27 @@ def _read_head(conn: Connection, url: str) -> bytes:
             head, conn.buf = conn.buf[:end], conn.buf[end + 4 :]
             return head
         if len(conn.buf) > MAX_HEAD_BYTES:
-            raise urllib3.exceptions.ProtocolError("the reply's headers are too long")
-        data = _recv(conn, url)
+            raise errors.ReplyBroke("the reply's headers are too long")
+        data = _recv(conn)
         if not data:
             if first and not conn.buf:
-                gone = RemoteDisconnected("Remote end closed connection without response")
-                raise urllib3.exceptions.ProtocolError("Connection aborted.", gone)
-            raise urllib3.exceptions.ProtocolError("the connection ended inside the reply's headers")
+                raise errors.NoReply("the server closed the connection without a reply")
+            raise errors.ReplyBroke("the connection ended inside the reply's headers")
         conn.buf += data
 
 
-def _recv(conn: Connection, url: str) -> bytes:
+def _recv(conn: Connection) -> bytes:
     try:
         return conn.sock.recv(RECV_BYTES)
     except TimeoutError:
-        raise urllib3.exceptions.ReadTimeoutError(None, url, "Read timed out.") from None  # type: ignore[arg-type]
+        raise errors.ReplyTimedOut("Read timed out.") from None
 
 
 def _parse_head(block: bytes) -> tuple[int, int, str, list[tuple[str, str]]]:
     try:
         return http1.head(block)
     except http1.ReplyError as exc:
-        raise urllib3.exceptions.ProtocolError(str(exc)) from None
+        raise errors.ReplyBroke(str(exc)) from None
 
 
 class FastReply:
@@ -312,7 +309,7 @@ class FastReply:
             conn.buf = self._fill(conn)
             if not conn.buf:
                 if self._left is not None:
-                    raise urllib3.exceptions.ProtocolError("Response ended prematurely")
+                    raise errors.ReplyBroke("Response ended prematurely")
                 self._done = True
                 return self._flush(decode)
         take = min(amt, len(conn.buf)) if self._left is None else min(amt, len(conn.buf), self._left)
@@ -325,7 +322,7 @@ class FastReply:
             try:
                 return self._decoder.decompress(data)
             except zlib.error as exc:
-                raise urllib3.exceptions.DecodeError(f"the reply's body did not decode: {exc}") from None
+                raise errors.ReplyBroke(f"the reply's body did not decode: {exc}") from None
         return data
 
     def _flush(self, decode: bool) -> bytes | None:
@@ -341,7 +338,7 @@ class FastReply:
         try:
             size = http1.chunk_size(self._line(conn))
         except http1.ReplyError as exc:
-            raise urllib3.exceptions.ProtocolError(str(exc)) from None
+            raise errors.ReplyBroke(str(exc)) from None
         if size == 0:
             while self._line(conn):  # trailers, up to the empty line
                 pass
@@ -357,17 +354,17 @@ class FastReply:
                 line, conn.buf = conn.buf[:end], conn.buf[end + 2 :]
                 return line
             if len(conn.buf) > MAX_CHUNK_LINE:
-                raise urllib3.exceptions.ProtocolError("a chunk's size line is too long")
+                raise errors.ReplyBroke("a chunk's size line is too long")
             data = self._fill(conn)
             if not data:
-                raise urllib3.exceptions.ProtocolError("Response ended prematurely")
+                raise errors.ReplyBroke("Response ended prematurely")
             conn.buf += data
 
     def _fill(self, conn: Connection) -> bytes:
         try:
             return conn.sock.recv(RECV_BYTES)
         except TimeoutError:
-            raise urllib3.exceptions.ReadTimeoutError(None, "", "Read timed out.") from None  # type: ignore[arg-type]
+            raise errors.ReplyTimedOut("Read timed out.") from None
 
 
 def _decoder(encoding: str) -> zlib._Decompress | None:
@@ -377,4 +374,4 @@ def _decoder(encoding: str) -> zlib._Decompress | None:
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
     if encoding == "deflate":
         return zlib.decompressobj()
-    raise urllib3.exceptions.DecodeError(f"the reply's Content-Encoding {encoding!r} is not one the relay decodes")
+    raise errors.ReplyBroke(f"the reply's Content-Encoding {encoding!r} is not one the relay decodes")

@@ -1,4 +1,4 @@
-"""The relay's HTTP plumbing: one requests.Session, retries, bounded bodies, SSE reading.
+"""The relay's HTTP plumbing: the client's headers and routes, retries, bounded bodies, SSE reading.
 
 Both transports send through HttpClient.send(), which owns the retry policy:
 a request that failed before it was sent is retried with exponential backoff and
@@ -6,16 +6,14 @@ jitter; one that may have reached the server only when the caller says it is
 replay-safe; 429 and 503 honour Retry-After up to a cap. Bodies are read in raw
 chunks as they arrive (never line by line) and fed to the core's SseDecoder.
 
-The requests.Session owns the settings (headers, proxies, TLS verification,
-cookies) and the urllib3 connection pools; each attempt goes straight to the pool
-requests would use for its URL, or for a plain-HTTP URL without a proxy to the
-relay's own HTTP/1.1 client (relay/http_routes.py, relay/fast_http.py).
+Each attempt goes to the relay's own HTTP/1.1 client for a plain-HTTP URL without a proxy, or
+else to the urllib3 pool requests would use for its URL (relay/http_routes.py, relay/fast_http.py):
+requests is loaded only for a route that needs it, for cookies, or to sign in (relay/oauth).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import sys
 from collections.abc import Iterator, Mapping
@@ -23,9 +21,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import gevent
-import requests
-import urllib3
-from requests.adapters import HTTPAdapter
 
 from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.core.sse import Event, SseDecoder
@@ -66,6 +61,7 @@ class HttpOptions:
     cancel_grace: float  # how long a cancelled request's reply stream is still read (2025 Streamable HTTP)
     headers: Mapping[str, str] = field(default_factory=dict)
     bearer_token: str | None = None
+    user_agent: str = "mcpgate-relay"
     tries: int = 3
     backoff_base: float = 0.25
     backoff_cap: float = 4.0
@@ -88,29 +84,14 @@ class HttpOptions:
 
 
 class HttpClient:
-    """A requests.Session with the relay's headers, timeouts, pool and retry policy."""
+    """The relay's headers, timeouts, routes (connection pools) and retry policy. `url`: the upstream's, whose
+    proxies from the environment (read once) every exchange goes through; None: no proxy."""
 
     def __init__(self, options: HttpOptions, url: str | None = None) -> None:
         self.options = options
-        self.session = requests.Session()
-        # Read the environment (proxies, CA bundle) once, not on every request: per-request
-        # lookups (and a .netrc probe) cost more CPU than the rest of a relayed call.
-        self.session.trust_env = False
-        if url is not None:
-            self.session.proxies = requests.utils.get_environ_proxies(url)
-        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-        if bundle:
-            self.session.verify = bundle
-        self.adapter = HTTPAdapter(pool_connections=4, pool_maxsize=options.pool_size, max_retries=0)
-        self.session.mount("http://", self.adapter)
-        self.session.mount("https://", self.adapter)
-        self.session.headers.clear()
-        self.session.headers.update(options.headers)
-        self.session.headers["User-Agent"] = "mcpgate-relay"
-        if options.bearer_token:
-            self.session.headers["Authorization"] = f"Bearer {options.bearer_token}"
-        self._timeout = urllib3.Timeout(connect=options.connect_timeout, read=options.read_timeout)
-        self._routes = Routes(self.session, self.adapter, options.pool_size)
+        self.headers = session_headers(options)
+        self._timeout = (options.connect_timeout, options.read_timeout)
+        self._routes = Routes(self.headers, url, options.pool_size)
         self.auth: Authorizer | None = None  # set when the relay may sign in (cli.py)
 
     @property
@@ -184,7 +165,7 @@ class HttpClient:
         timeout: tuple[float, float] | None,
     ) -> HttpReply:
         tries = self.options.tries if tries is None else tries
-        limits = self._timeout if timeout is None else urllib3.Timeout(connect=timeout[0], read=timeout[1])
+        limits = self._timeout if timeout is None else timeout
         for attempt in range(1, tries + 1):
             last = attempt >= tries
             try:
@@ -315,8 +296,19 @@ class HttpClient:
         return SseDecoder(max_event_bytes=self.options.max_message_bytes)
 
     def close(self) -> None:
-        self._routes.clear()
-        self.session.close()
+        self._routes.close()
+
+
+def session_headers(options: HttpOptions) -> dict[str, str]:
+    """Every exchange's headers: the options', the User-Agent, the bearer token's Authorization; a later name
+    replaces an earlier one whatever its case, in the earlier one's place (as requests' session headers do)."""
+    merged: dict[str, tuple[str, str]] = {}
+    named = [*options.headers.items(), ("User-Agent", options.user_agent)]
+    if options.bearer_token:
+        named.append(("Authorization", f"Bearer {options.bearer_token}"))
+    for name, value in named:
+        merged[name.lower()] = (name, value)
+    return dict(merged.values())
 
 
 def content_type(resp: HttpReply) -> str:

@@ -18,12 +18,9 @@ import re
 from urllib.parse import urljoin
 
 import gevent
-import requests
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 from gevent.pool import Group
-from urllib3.exceptions import LocationParseError
-from urllib3.util import parse_url
 
 from mcpgate.core import jsonrpc, wire
 from mcpgate.core.sse import SseDecoder
@@ -47,7 +44,11 @@ Origin = tuple[str, str, int]
 def request_origin(url: str) -> tuple[Origin, bool] | None:
     """(scheme, host, port) of where requests sends a request for `url` (requests' own preparation, then
     urllib3's parser, the one the connection is made with), and whether the URL carries userinfo; None when
-    it cannot be sent."""
+    it cannot be sent. requests is loaded here: a relay that never falls back to HTTP+SSE does without it."""
+    import requests
+    from urllib3.exceptions import LocationParseError
+    from urllib3.util import parse_url
+
     try:
         prepared = requests.models.PreparedRequest()
         prepared.prepare_url(url, None)

@@ -168,6 +168,6 @@ def test_a_remote_servers_spec_and_settings() -> None:
     assert spec.argv == (URL,)  # the pool's era verdicts are kept per upstream
     http = spec.http_client()
     try:
-        assert "Authorization" not in http.session.headers and http.session.headers["X-Key"] == SECRET
+        assert "Authorization" not in http.headers and http.headers["X-Key"] == SECRET
     finally:
         http.close()

@@ -14,12 +14,13 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import requests
-
 from mcpgate.relay import errors
+
+if TYPE_CHECKING:  # requests is loaded to sign in (session.py), not by a relay that never does
+    import requests
 
 PRM_WELL_KNOWN = "/.well-known/oauth-protected-resource"
 OAUTH_WELL_KNOWN = "/.well-known/oauth-authorization-server"
@@ -188,6 +189,8 @@ def choose_scope(
 
 def fetch_json(http: requests.Session, url: str, timeout: float) -> dict[str, Any] | None:
     """A JSON object from a metadata URL, or None when there is none (4xx, not JSON, not an object)."""
+    import requests
+
     try:
         with http.get(url, headers={"Accept": "application/json"}, timeout=timeout, stream=True) as resp:
             if resp.status_code != 200:

@@ -18,10 +18,9 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gevent.lock
-import requests
 
 from mcpgate.config.relay_settings import TOKEN_ENV, RelaySettings
 from mcpgate.relay import errors
@@ -34,6 +33,9 @@ from mcpgate.relay.oauth.discovery import (
     origin,
     parse_challenge,
 )
+
+if TYPE_CHECKING:  # loaded when the relay first signs in or refreshes (_http): an idle relay does without it
+    import requests
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -68,7 +70,7 @@ class OAuthSession:
         self.server_url = settings.url
         self._origin = origin(settings.url)
         self._lock = gevent.lock.RLock()
-        self._http = requests.Session()
+        self._session: requests.Session | None = None
         self._tokens: dict[str, Any] = {}
         self._client: dict[str, Any] = {}
         self._discovery: Discovery | None = None
@@ -151,7 +153,17 @@ class OAuthSession:
         return True
 
     def close(self) -> None:
-        self._http.close()
+        if self._session is not None:
+            self._session.close()
+
+    @property
+    def _http(self) -> requests.Session:
+        """The session discovery and sign-in send on, made (requests loaded) when first needed."""
+        if self._session is None:
+            import requests
+
+            self._session = requests.Session()
+        return self._session
 
     # ---------------------------------------------------------------- state
 

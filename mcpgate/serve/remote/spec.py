@@ -68,6 +68,7 @@ class RemoteSpec(ChildSpec):
             cancel_grace=RELAY.cancel_grace,
             headers=dict(remote.headers),
             bearer_token=remote.bearer_token,
+            user_agent="mcpgate",
         )
         return cls(
             argv=(remote.url,),
@@ -124,7 +125,6 @@ class RemoteSpec(ChildSpec):
     def http_client(self) -> HttpClient:
         """A child's own HTTP client (its connections and cookies)."""
         http = WatchedHttpClient(self.http_options, self.remote.url, self.reachability)
-        http.session.headers["User-Agent"] = "mcpgate"
         if self.authorizer is not None:
             http.auth = self.authorizer
         return http
