@@ -11,11 +11,11 @@ for several answers).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from mcpgate.core import jsonrpc
-from mcpgate.relay.pump import Out, Relay
+from mcpgate.relay.host_writer import HostWriter, Out
+from mcpgate.relay.pump import Relay
 from mcpgate.relay.stdio import IDLE_WAIT_SECONDS, StdPipes
 
 
@@ -26,23 +26,24 @@ class MessagePipes(StdPipes, Protocol):
     def write_messages(self, items: list[Out]) -> None: ...
 
 
+class MessageWriter(HostWriter):
+    """A HostWriter whose host takes the messages themselves (MessagePipes), each at once whenever nothing is
+    queued before it."""
+
+    def emit(self, pipes: StdPipes, items: list[Out]) -> None:
+        cast(MessagePipes, pipes).write_messages(items)
+
+
 class InProcessRelay(Relay):
     """A Relay whose host is in the same process (see the module docstring); served over MessagePipes."""
 
-    _write_messages: Callable[[list[Out]], None]  # the pipes' write_messages, once serve() has them
+    def _host_writer(self) -> HostWriter:
+        return MessageWriter(self.options.out_queue, self.options.out_put_timeout, lambda: True, self._stop.set)
 
     def serve(self, pipes: StdPipes, wake: float = IDLE_WAIT_SECONDS) -> int:
-        write = getattr(pipes, "write_messages", None)
-        if write is None:
+        if getattr(pipes, "write_messages", None) is None:
             raise TypeError("an InProcessRelay is served over MessagePipes")
-        self._write_messages = write
         return super().serve(pipes, wake)
-
-    def _writes_alone(self) -> bool:
-        return True
-
-    def _emit(self, pipes: StdPipes, items: list[Out]) -> None:
-        self._write_messages(items)
 
     def take_line(self, line: bytes) -> bool:
         """The host's line handled at once in its greenlet as the reader would (the host has seen the

@@ -8,12 +8,9 @@ every request is answered, none refused for being one too many). Notifications
 and the host's answers to server requests are sent in arrival order. A cancelled
 request's reply stream is read on for the transport's cancel_grace (other
 messages may ride it), its response and progress dropped. Everything bound for
-stdout goes through the cancel filter, then is written under one lock: by the
-request itself when it is the only one in flight and nothing is queued, else
-through a bounded queue by the writer greenlet (answers ready together leave in
-one write); stdout only ever carries whole lines, in order. A host in the same
-process (serve/remote's RemoteChild) runs relay/in_process.py's InProcessRelay,
-which skips the framing both ways.
+stdout goes through the cancel filter, then to relay/host_writer.py's HostWriter
+(whole lines, in order, under one lock). A host in the same process (serve/remote's
+RemoteChild) runs relay/in_process.py's InProcessRelay, which skips the framing both ways.
 """
 
 from __future__ import annotations
@@ -27,22 +24,19 @@ from dataclasses import dataclass
 import gevent
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
-from gevent.lock import Semaphore
 from gevent.queue import Full, Queue
 
 from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.core import jsonrpc
 from mcpgate.core.cancel import CancelTracker
-from mcpgate.core.framing import LineDecoder, LineTooLong, frame
+from mcpgate.core.framing import LineDecoder, LineTooLong
 from mcpgate.relay import errors
 from mcpgate.relay.admission import Admission, Job
+from mcpgate.relay.host_writer import HostWriter, Out
 from mcpgate.relay.stdio import IDLE_WAIT_SECONDS, StdPipes, StopSignals, open_pipes
 from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
 
 log = logging.getLogger("mcpgate.relay")
-
-WRITE_BATCH = 256
-Out = bytes | Upstream  # what goes to the host: an upstream message, or a line the relay made itself
 
 
 @dataclass(frozen=True)
@@ -88,21 +82,25 @@ class Relay:
         self.options = options
         self.in_fd, self.out_fd = in_fd, out_fd
         self.transport = transport_factory(self.deliver)
-        self._out: Queue = Queue(maxsize=options.out_queue)
         self._admission = Admission(options.max_inflight, options.max_queued, self._run_request)
         self._cancelled = CancelTracker(options.cancel_ttl, options.cancel_max_entries)
         self._cancelled_progress = CancelTracker(options.cancel_ttl, options.cancel_max_entries)
         self._stop = Event()
-        self._host_gone = False
+        self._writer = self._host_writer()
+        self._write = self._writer.write  # bound once: every message for the host goes through it
         # Ordering without blocking stdin: one-way messages are POSTed in arrival order by one
         # sender greenlet, and every message waits for the `barrier` in force when it arrived:
         # the last one-way message before it, or an initialize still in flight (the lifecycle
         # wants its reply before anything else, even from a host that pipes everything at once).
         self._oneway: Queue = Queue(maxsize=options.oneway_queue)
         self._barrier: AsyncResult | None = None
-        # stdout: the writer greenlet's, or the one request in flight's when nothing is queued (see _write).
-        self._direct: StdPipes | None = None
-        self._writing = Semaphore()
+
+    def _host_writer(self) -> HostWriter:
+        """stdout's writer; a message ready with nothing else in flight is written by its own greenlet."""
+        options = self.options
+        return HostWriter(
+            options.out_queue, options.out_put_timeout, lambda: len(self._admission.running) <= 1, self._stop.set
+        )
 
     # -- stdout -----------------------------------------------------------------------------
 
@@ -131,57 +129,6 @@ class Relay:
         if dropped:
             log.info("dropped the late reply to cancelled request %r", msg_id)
         return dropped
-
-    def _write(self, item: Out) -> None:
-        """One message for the host: an upstream message (encoded only for stdout) or a line the relay made."""
-        if self._host_gone:
-            return
-        # The only request in flight writes its own answer (no hand-off to the writer greenlet); under
-        # load answers go through the queue, so that those ready together leave in one write.
-        direct = self._direct
-        if direct and self._writes_alone() and self._out.empty() and self._writing.acquire(False):
-            try:
-                self._emit(direct, [item])
-            except OSError as exc:
-                self._stdout_closed(exc)
-            finally:
-                self._writing.release()
-            return
-        try:
-            self._out.put(item, timeout=self.options.out_put_timeout)
-        except Full:
-            log.error("the host has not read stdout for %gs; dropped a message", self.options.out_put_timeout)
-
-    def _writes_alone(self) -> bool:
-        """Whether a message ready now is written by its own greenlet (nothing else in flight to batch it with)."""
-        return len(self._admission.running) <= 1
-
-    def _emit(self, pipes: StdPipes, items: list[Out]) -> None:
-        """Whole lines to stdout in one write."""
-        pipes.write_all(b"".join(frame(item if isinstance(item, bytes) else jsonrpc.raw_bytes(item)) for item in items))
-
-    def _write_loop(self, pipes: StdPipes) -> None:
-        while True:
-            batch = [self._out.get()]
-            while len(batch) < WRITE_BATCH and not self._out.empty():
-                batch.append(self._out.get_nowait())
-            done = None in batch
-            items = [item for item in batch if item is not None]
-            try:
-                if items:
-                    with self._writing:  # after a direct write still under way: whole lines, in order
-                        self._emit(pipes, items)
-            except OSError as exc:
-                self._stdout_closed(exc)
-                return
-            if done:
-                return
-
-    def _stdout_closed(self, exc: OSError) -> None:
-        log.info("stdout closed (%s)", exc.strerror or exc)
-        self._host_gone = True
-        self._direct = None
-        self._stop.set()
 
     # -- stdin ------------------------------------------------------------------------------
 
@@ -349,8 +296,7 @@ class Relay:
     def serve(self, pipes: StdPipes, wake: float = IDLE_WAIT_SECONDS) -> int:
         """Relay over `pipes` until their input ends or stop(); then end the session. No signal, no fd: a host in
         the same process (serve/remote's RemoteChild) runs an InProcessRelay over pipes of its own this way."""
-        writer = gevent.spawn(self._write_loop, pipes)
-        self._direct = pipes
+        writer = self._writer.start(pipes)
         sender = gevent.spawn(self._send_loop)
         reader = gevent.spawn(self._read_loop, pipes)
         reader.link(lambda _: self._stop.set())
@@ -362,7 +308,7 @@ class Relay:
             self._drain(sender)
             self.transport.close()
         finally:
-            self._finish_writer(writer)
+            self._writer.finish(writer)
         return 0
 
     def stop(self) -> None:
@@ -399,12 +345,3 @@ class Relay:
         gevent.joinall(late, timeout=1.0)
         for worker in late:
             worker.kill(block=True, timeout=0.5)
-
-    def _finish_writer(self, writer: Greenlet) -> None:
-        self._direct = None  # what is written from now on is queued behind what already is
-        try:
-            self._out.put(None, timeout=1.0)
-        except Full:
-            pass
-        writer.join(timeout=2.0)
-        writer.kill(block=True, timeout=1.0)

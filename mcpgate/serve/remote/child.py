@@ -33,9 +33,10 @@ from mcpgate.child.process import WRITE_QUEUE_FULL, OnMessage
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Batch, Notification, Request, Response
 from mcpgate.relay import errors
+from mcpgate.relay.host_writer import Out
 from mcpgate.relay.http_client import HttpClient
 from mcpgate.relay.in_process import InProcessRelay
-from mcpgate.relay.pump import Out, PumpOptions
+from mcpgate.relay.pump import PumpOptions
 from mcpgate.relay.transport import Sink, Transport, Upstream
 from mcpgate.serve.servers.remote_entry import RemoteEntry
 
