@@ -83,6 +83,7 @@ def test_a_graceful_stop_exports_what_the_worker_still_held(sink: Receiver) -> N
         a_traced_call(gw, open_session_with(gw, {}), "3" * 32, 10)
         assert sink.of_trace("3" * 32) == []
     assert wait_dead([pid]) == []
+    assert "did not end" not in gw.log()  # it ended by itself, its stdin closed: not killed
     assert {span.name for span in sink.of_trace("3" * 32)} >= {"tools/call echo", "mcpgate.guard"}
 
 
