@@ -3,12 +3,12 @@
 The reader greenlet (`run`) waits for the pipe, reads what it holds and hands each complete line to the owner
 (`on_line`), until the child closes it. While the reader waits, a request waiting for its answer may read the
 pipe itself (`pump`): it waits for the pipe, for its own stream's event and for its timeout at once, and when
-the pipe is readable it reads one chunk and hands its lines over in its own greenlet. The child's answer so
-reaches its request with one greenlet switch (hub to request) instead of three (hub to reader, reader back
-to the hub, hub to request) and no event notification in between. One reads at a time: the reader's wait
-is paused while a pump reads, and resumed after it, so lines are handed over in the order the child wrote
-them, whoever reads them. A pump interrupted between lines (its greenlet killed) leaves the lines it had
-not handed over to the reader, which hands them over first.
+the pipe is readable it reads what the pipe holds (a full chunk is read again at once) and hands its lines
+over in its own greenlet. The child's answer so reaches its request with one greenlet switch (hub to request)
+instead of three (hub to reader, reader back to the hub, hub to request) and no event notification in between.
+One reads at a time: the reader's wait is paused while a pump reads, and resumed after it, so lines are handed
+over in the order the child wrote them, whoever reads them. A pump interrupted between lines (its greenlet
+killed) leaves the lines it had not handed over to the reader, which hands them over first.
 """
 
 from __future__ import annotations
@@ -134,22 +134,27 @@ class StdoutReader:
                 if self._watcher is watcher:
                     watcher.stop()
             if woke is True and self._watcher is watcher:
-                self._read_once()
+                self._read_held()
                 return True
             return woke is not False
         finally:
             self._pumping = False
             self._resume(watcher, hub)
 
-    def _read_once(self) -> None:
-        try:
-            chunk = os.read(self.fd, CHUNK)
-        except BlockingIOError:
-            return
-        if not chunk:
-            self._ended = True  # left to the reader, which reads the end again
-            return
-        self._feed(chunk)
+    def _read_held(self) -> None:
+        """Read what the pipe holds: a full chunk is read again at once (a long line's next piece is often
+        there already), so a line of many chunks costs fewer waits for the pipe."""
+        while True:
+            try:
+                chunk = os.read(self.fd, CHUNK)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self._ended = True  # left to the reader, which reads the end again
+                return
+            self._feed(chunk)
+            if len(chunk) < CHUNK or self.discard:
+                return
 
     def _resume(self, watcher: Any, hub: Any) -> None:
         """After a pump: the reader waits for the pipe again (at once when it has lines to hand over)."""
