@@ -28,8 +28,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids
 from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
+from mcpgate.serve.cluster.directory import Directory
 from mcpgate.serve.cluster.forward import Forwarder
-from mcpgate.serve.cluster.instances import Cluster, Directory, Forward
+from mcpgate.serve.cluster.instances import Cluster, Forward
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse
 from tests.support import (

@@ -1,4 +1,4 @@
-"""serve/cluster/forward.py speaks the exchange with an owner itself (issue 24): the request in one write, the
+"""serve/cluster/exchange.py speaks the exchange with an owner itself (issue 24): the request in one write, the
 reply's head parsed as bytes, its body framed by Content-Length, chunks or the connection's end. Each test gives
 a real loopback socket one scripted reply and reads it through an OwnerConnection, as the Forwarder does."""
 
@@ -12,8 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from mcpgate.core import http1
-from mcpgate.serve.cluster import forward
-from mcpgate.serve.cluster.forward import OwnerConnection, message
+from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, message
 
 JSON = b'{"jsonrpc":"2.0","id":1,"result":{}}'
 
@@ -71,7 +70,7 @@ def exchange(owners: list[Owner], *replies: bytes, close_after: bool = False) ->
     return OwnerConnection("127.0.0.1", owner.port, timeout=10)
 
 
-def send(conn: OwnerConnection, method: str = "POST") -> forward.Reply:
+def send(conn: OwnerConnection, method: str = "POST") -> Reply:
     conn.send_request(message(method, "/mcp", [("Host", "mcp.test"), ("Content-Length", "2")], b"{}"))
     return conn.head(method)
 
@@ -134,7 +133,7 @@ def test_the_head_is_bounded(connect: list[Owner], monkeypatch: pytest.MonkeyPat
     with pytest.raises(http.client.HTTPException, match="more than 3 headers"):
         send(many)
     many.close()
-    monkeypatch.setattr(forward, "MAX_LINE", 64)
+    monkeypatch.setattr("mcpgate.serve.cluster.exchange.MAX_LINE", 64)
     long = exchange(connect, b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 100 + b"\r\n\r\n")
     with pytest.raises(http.client.LineTooLong):
         send(long)

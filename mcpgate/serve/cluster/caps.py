@@ -114,7 +114,7 @@ class RedisCaps(LocalCaps):
     def __init__(
         self, limit: int, redis: Redis, instance: str, server: str, errors: Sequence[type[BaseException]]
     ) -> None:
-        from mcpgate.serve.cluster.instances import INSTANCE_PREFIX  # a fleet's worker: imported already
+        from mcpgate.serve.cluster.directory import INSTANCE_PREFIX  # a fleet's worker: imported already
 
         super().__init__(limit)
         self.redis, self.instance, self.directory = redis, instance, INSTANCE_PREFIX

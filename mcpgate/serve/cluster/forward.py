@@ -16,29 +16,23 @@ stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes
 pooled again only once it was read to its end. Connecting has a timeout; a reply may pause no longer than the
 owner's SSE switch and two keepalives (the owner writes keepalive comments on every live stream).
 
-The exchange is spoken here, not by http.client's request and response objects (the profile of a forwarding
-instance had them at a fifth of its CPU per call, the reply's headers parsed by the email package): the
-request's line, headers and body leave in one write, the reply is read through one buffered reader the
-connection keeps, its head parsed as bytes by core/http1.py (bounded: a line at most MAX_LINE bytes, at most
-http1.MAX_HEADERS lines).
+The exchange itself (the request's bytes, the reply's head and body read off the connection) is
+serve/cluster/exchange.py's OwnerConnection.
 """
 
 from __future__ import annotations
 
 import http.client
-import io
 import logging
-import re
-import secrets
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from mcpgate.config.settings import Settings
-from mcpgate.core import http1, jsonrpc, session_ids, wire
+from mcpgate.core import jsonrpc, session_ids, wire
 from mcpgate.observe import tracing
+from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, message
 from mcpgate.serve.cluster.relayed import Relayed
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
@@ -46,7 +40,6 @@ from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
 log = logging.getLogger("mcpgate.forward")
 
 CONNECT_TIMEOUT = 5.0  # seconds to reach an owner
-READ_CHUNK = 64 * 1024  # most bytes read from an owner's reply at once
 # RFC 9110 7.6.1: meaningful for one connection only, never forwarded
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
@@ -56,129 +49,11 @@ HOP_BY_HOP = frozenset(
 NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-length", "expect"}
 NOT_RETURNED = HOP_BY_HOP | {"content-length"}
 GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
-MAX_LINE = 65536  # longest line of a reply's head (http.client's own bound)
-READ_BUFFER = 16 * 1024  # a connection's buffered reader
 NAMES_KEPT = 512  # environ keys whose header name is remembered (the client chooses them: bounded)
-CHANNEL_BYTES = 16  # a connection's channel: 22 base64url characters
-BAD_NAME = re.compile(r"[ :\r\n\t]")  # what would break a header line's framing in its name
 
 
 class LostInFlight(ConnectionError):
     """The owner closed a new connection after the whole request was sent, before any reply: it died with it."""
-
-
-@dataclass
-class Reply:
-    """An owner's reply: its status, headers (as sent, repeated ones repeated) and how its body is framed."""
-
-    status: int
-    headers: list[tuple[str, str]]
-    length: int | None  # Content-Length; None: chunked or until the connection closes
-    chunked: bool
-    will_close: bool  # the connection cannot carry another request
-
-
-class OwnerConnection(http.client.HTTPConnection):
-    """A kept-alive connection to an owner (http.client's connect, timeouts and socket) that speaks the exchange
-    itself: `send` writes a request in one go, `head` reads a reply's head, `body`/`chunks` its body."""
-
-    reader: io.BufferedReader | None = None
-    channel = ""  # the nonces of the values sent on this connection: "<channel>~<count>", count 0, 1, 2, ...
-    count = 0
-
-    def connect(self) -> None:
-        super().connect()
-        self.reader = None
-        self.channel, self.count = secrets.token_urlsafe(CHANNEL_BYTES), 0
-
-    def next_nonce(self) -> str:
-        """The nonce of the next request's value: the first on a connection is checked in the owner's Redis, the
-        others against the connection's own count (serve/cluster/nonces.py, Channels)."""
-        if self.sock is None:
-            self.connect()
-        nonce = f"{self.channel}~{self.count}"
-        self.count += 1
-        return nonce
-
-    def send_request(self, message: bytes) -> None:
-        if self.sock is None:
-            self.connect()
-        if self.reader is None:
-            self.reader = cast(io.BufferedReader, self.sock.makefile("rb", READ_BUFFER))
-        self.sock.sendall(message)
-
-    def close(self) -> None:
-        reader, self.reader = self.reader, None
-        if reader is not None:
-            reader.close()
-        super().close()
-
-    def line(self) -> bytes:
-        assert self.reader is not None
-        line = self.reader.readline(MAX_LINE + 1)
-        if len(line) > MAX_LINE:
-            raise http.client.LineTooLong("a line of the owner's reply")
-        return line
-
-    def head(self, method: str) -> Reply:
-        """The reply's status and headers (1xx interim replies skipped); RemoteDisconnected on a closed connection."""
-        while True:
-            status_line = self.line()
-            if not status_line:
-                raise http.client.RemoteDisconnected("the owner closed the connection without a reply")
-            try:
-                minor, status, _ = http1.status_line(status_line)
-            except http1.ReplyError:
-                raise http.client.BadStatusLine(status_line.decode("latin-1").rstrip()) from None
-            headers = self.header_lines()
-            if not 100 <= status < 200:
-                break
-        try:
-            framing = http1.framing(status, minor, headers, method)
-        except http1.ReplyError as exc:
-            raise http.client.HTTPException(f"the owner's reply: {exc}") from None
-        return Reply(status, headers, framing.length, framing.chunked, not framing.keep)
-
-    def header_lines(self) -> list[tuple[str, str]]:
-        headers: list[tuple[str, str]] = []
-        while True:
-            line = self.line()
-            if line in (b"\r\n", b"\n", b""):
-                return headers
-            try:
-                http1.header_line(line.rstrip(b"\r\n"), headers)
-            except http1.ReplyError as exc:
-                raise http.client.HTTPException(f"the owner's reply: {exc}") from None
-
-    def body(self, length: int) -> bytes:
-        """A body of `length` bytes, whole (IncompleteRead when the connection ends first)."""
-        assert self.reader is not None
-        data = self.reader.read(length)
-        if len(data) < length:
-            raise http.client.IncompleteRead(data, length - len(data))
-        return data
-
-    def chunks(self, reply: Reply) -> Iterator[bytes]:
-        """The body as it comes: each chunk of a chunked one (bounded reads), else reads until the end."""
-        assert self.reader is not None
-        if not reply.chunked:
-            while chunk := self.reader.read1(READ_CHUNK):
-                yield chunk
-            return
-        while True:
-            try:
-                size = http1.chunk_size(self.line())
-            except http1.ReplyError:
-                raise http.client.IncompleteRead(b"") from None
-            if size == 0:
-                self.header_lines()  # the trailers, if any
-                return
-            while size:
-                data = self.body(min(size, READ_CHUNK))
-                size -= len(data)
-                yield data
-            if self.line() not in (b"\r\n", b"\n"):
-                raise http.client.IncompleteRead(b"")
 
 
 class Forwarder:
@@ -340,18 +215,6 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, http.client.IncompleteRead):
         return f"the owner closed the connection mid-reply ({len(exc.partial)} bytes of a chunk read)"
     return f"{type(exc).__name__}: {exc}"
-
-
-def message(method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> bytes:
-    """The request as it goes on the wire: its line, its headers, its body (a header that would break the
-    framing, a line break in a name or value, is refused as http.client refuses it)."""
-    lines = [f"{method} {target} HTTP/1.1"]
-    for name, value in headers:
-        if "\r" in value or "\n" in value or not name or BAD_NAME.search(name):
-            raise ValueError(f"a header that cannot be forwarded: {name!r}")
-        lines.append(f"{name}: {value}")
-    lines.append("\r\n")
-    return "\r\n".join(lines).encode("latin-1") + body
 
 
 def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:

@@ -9,7 +9,8 @@ given it.
 - The id: MCPGATE_INSTANCE_ID, or a random one. Session ids name it (core/session_ids).
 - The key: MCPGATE_CLUSTER_SECRET, or one made once and kept in Redis (SET NX: the first instance's wins).
 - The directory: `mcpgate:instance:<id>` -> this instance's internal URL, with a TTL, refreshed by one
-  greenlet; withdrawn when the process exits. `lookup` reads another instance's entry, cached briefly.
+  greenlet; withdrawn when the process exits. `lookup` reads another instance's entry, cached briefly
+  (serve/cluster/directory.py).
 - `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose
   session id names another instance is forwarded (serve/cluster/forward.py); so is one whose handler raises Forward
   (serve/cluster/forwarding.py).
@@ -32,13 +33,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import parse_qs
 
-import gevent
-
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.serve.cluster.directory import Directory
 from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body
 from mcpgate.serve.cluster.forwarding import Forward as Forward  # raised by handlers; defined apart (forwarding.py)
-from mcpgate.serve.cluster.gone import GoneMarks
 from mcpgate.serve.cluster.moved import held_by, restarted
 from mcpgate.serve.cluster.nonces import Channels, Nonces, series
 from mcpgate.serve.cluster.peers import ForwardingPeers
@@ -53,97 +52,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.cluster")
 
 KEY_NAME = "mcpgate:cluster-key"  # the cluster key made once, when MCPGATE_CLUSTER_SECRET is not set
-INSTANCE_PREFIX = "mcpgate:instance:"  # + instance id -> its internal URL
-HEARTBEAT_TTL = 15  # seconds an entry outlives its instance's last heartbeat
-HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
-FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
-MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
 OWNERS_KEPT = 4096  # session ids whose checked owner is remembered (past it, the table starts again)
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
-
-
-class Directory:
-    """The live instances in Redis: this one's entry kept fresh by one greenlet; others' looked up, cached."""
-
-    def __init__(self, redis: Redis, instance: str, url: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.redis, self.instance, self.url, self.clock = redis, instance, url, clock
-        self._cache: dict[str, tuple[str | None, float]] = {}
-        self.gone = GoneMarks(clock)  # instances found unreachable (serve/cluster/gone.py)
-        self._greenlet: gevent.Greenlet | None = None
-        from redis.exceptions import RedisError
-
-        self.errors = (RedisError, OSError)  # what a command may raise while Redis is away
-
-    def start(self) -> None:
-        self.publish()
-        self._greenlet = gevent.spawn(self._beat_forever)
-
-    def publish(self) -> None:
-        self.redis.set(INSTANCE_PREFIX + self.instance, self.url, ex=HEARTBEAT_TTL)
-
-    def _beat_forever(self) -> None:
-        while True:
-            gevent.sleep(HEARTBEAT_EVERY)
-            try:
-                self.publish()
-            except self.errors as exc:  # Redis away for a moment: the next beat tries again
-                log.warning("instance %s: heartbeat failed: %s", self.instance, exc)
-
-    def stop(self) -> None:
-        """Stop the heartbeat and withdraw this instance's entry (when it is still ours)."""
-        if self._greenlet is not None:
-            self._greenlet.kill(block=False)
-            self._greenlet = None
-        try:
-            key = INSTANCE_PREFIX + self.instance
-            if self.redis.get(key) == self.url.encode():
-                self.redis.delete(key)
-        except self.errors as exc:
-            log.warning("instance %s: could not withdraw from the directory: %s", self.instance, exc)
-
-    def forget(self, instance: str) -> None:
-        """An instance found unreachable: gone until its entry expires, or is written again (a live entry wins)."""
-        self._cache.pop(instance, None)
-        self.gone.mark(instance, self.entry_ttl(instance), HEARTBEAT_TTL)
-
-    def entry_ttl(self, instance: str) -> float | None:
-        """Seconds an instance's entry has left; None: no entry (or Redis did not answer)."""
-        try:
-            left = self.redis.pttl(INSTANCE_PREFIX + instance)
-        except self.errors:
-            return None
-        return left / 1000 if isinstance(left, int) and left > 0 else None
-
-    def read(self, instance: str) -> str | None:
-        """An instance's entry as Redis has it now (no cache, no gone mark), None when absent or unreachable."""
-        try:
-            value = self.redis.get(INSTANCE_PREFIX + instance)
-        except self.errors:
-            return None
-        return value.decode() if isinstance(value, bytes) else None
-
-    def lookup(self, instance: str) -> str | None:
-        """The internal URL of a live instance, None when the directory does not know it (or Redis fails)."""
-        if instance == self.instance:
-            return self.url
-        if self.gone.holds(instance, lambda: self.entry_ttl(instance)):
-            return None
-        now = self.clock()
-        cached = self._cache.get(instance)
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        try:
-            value = self.redis.get(INSTANCE_PREFIX + instance)
-        except self.errors as exc:
-            log.warning("instance directory unreachable: %s", exc)
-            return None
-        url = value.decode() if isinstance(value, bytes) else None
-        if len(self._cache) > 1024:  # bounded: ids of instances long gone go
-            self._cache.clear()
-        self._cache[instance] = (url, now + (FOUND_CACHE if url else MISSING_CACHE))
-        return url
 
 
 class Cluster:
