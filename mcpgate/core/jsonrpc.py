@@ -262,7 +262,8 @@ def raw_bytes(message: Request | Notification | Response) -> bytes:
     raw = message.raw
     if raw is not None and b"\n" not in raw and b"\r" not in raw:
         return raw
-    return encode(message.obj)
+    # A response classified from its head (parse_line) holds its result in raw only: decoded here, not lost.
+    return encode(message.full() if isinstance(message, Response) else message.obj)
 
 
 def progress_token(message: Request) -> Id | None:

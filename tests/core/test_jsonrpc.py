@@ -406,6 +406,13 @@ def test_parse_line_parses_everything_else_whole(line: bytes) -> None:
     assert jsonrpc.parse_line(line) == parse(line)
 
 
+def test_raw_bytes_of_a_large_response_with_a_cr_keeps_its_result() -> None:
+    line = b'{"jsonrpc":"2.0","id":4,"result":{"t":\r"' + BIG.encode() + b'"}}'
+    message = jsonrpc.parse_line(line)
+    assert isinstance(message, Response) and message.partial
+    assert json.loads(raw_bytes(message)) == {"jsonrpc": "2.0", "id": 4, "result": {"t": BIG}}
+
+
 def test_parse_line_parses_small_lines_whole() -> None:
     line = b'{"jsonrpc":"2.0","id":1,"result":{}}'
     message = jsonrpc.parse_line(line)
