@@ -119,7 +119,7 @@ class StreamableTransport:
             return self._await_elsewhere(req, waiter)
         kind = content_type(resp)
         if kind == SSE_TYPE:
-            return self._read_stream(req, resp)
+            return self._read_stream(req, resp, waiter)
         try:
             if kind != JSON_TYPE:
                 raise errors.InvalidUpstream(f"upstream replied with unexpected Content-Type {kind!r}")
@@ -142,7 +142,7 @@ class StreamableTransport:
             ) from None
         return reply
 
-    def _read_stream(self, req: jsonrpc.Request, resp: HttpReply) -> jsonrpc.Response:
+    def _read_stream(self, req: jsonrpc.Request, resp: HttpReply, waiter: AsyncResult) -> jsonrpc.Response:
         decoder = self.http.new_decoder()
         reply = None
         try:
@@ -152,7 +152,7 @@ class StreamableTransport:
                 resp.close()
             else:
                 self._background.spawn(self._read_tail, resp, decoder)
-        return reply if reply is not None else self._resume(req, decoder)
+        return reply if reply is not None else self._resume(req, decoder, waiter)
 
     def _read_tail(self, resp: HttpReply, decoder: SseDecoder) -> None:
         """After the response the server ends the stream: read that end (routing anything else that
@@ -185,13 +185,17 @@ class StreamableTransport:
             raise errors.ReplyLost(f"upstream ended the reply stream for {req.method} without answering")
         return None
 
-    def _resume(self, req: jsonrpc.Request, previous: SseDecoder) -> jsonrpc.Response:
-        """SSE polling / resumability: GET with Last-Event-ID until the reply arrives."""
+    def _resume(self, req: jsonrpc.Request, previous: SseDecoder, waiter: AsyncResult) -> jsonrpc.Response:
+        """SSE polling / resumability: GET with Last-Event-ID until the reply arrives, on that stream or on
+        another one (the GET stream hands it to the waiter: taken between two resumptions)."""
         decoder = previous
         for attempt in range(1, MAX_RESUMES + 1):
             last_id = decoder.last_event_id
             delay = decoder.retry_ms / 1000 if decoder.retry_ms is not None else self.http.backoff(attempt)
-            gevent.sleep(delay)
+            waiter.wait(timeout=delay)
+            if waiter.ready():
+                handed: jsonrpc.Response = waiter.get()
+                return handed
             decoder = _continue(self.http.new_decoder(), decoder)
             headers = self.headers(SSE_TYPE, False)
             headers[wire.LAST_EVENT_ID] = str(last_id)

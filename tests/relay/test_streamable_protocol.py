@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 from typing import Any
 
 from tests.support.relay import (
@@ -129,6 +130,35 @@ def test_reply_stream_resumed_with_last_event_id(raw_relay: Any) -> None:
         start_session(relay)
         relay.send(tool(2, "long"))
         assert relay.read_reply(2)["result"] == {"resumed": True}
+        relay.finish()
+    assert len(server.requests("POST", "tools/call")) == 1
+
+
+def test_a_reply_the_get_stream_brought_ends_the_resumption(raw_relay: Any) -> None:
+    """The server answers a tools/call on the GET stream before the call's own stream ends resumably (the
+    conformance suite's sse-retry under load): the reply the GET stream handed over is taken, not resumed for."""
+    on_get = threading.Event()
+
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
+        if seen.rpc_method == "tools/call":
+            server.pending = seen.json  # type: ignore[attr-defined]
+            on_get.wait(HANG_GUARD)  # the reply leaves on the GET stream before this stream's first byte
+            return sse_reply(sse_event(None, event_id="ev-1", retry=200))  # then ends: resumable
+        if seen.method == "GET" and "last-event-id" in seen.headers:
+            return sse_reply(sse_event(None, event_id="ev-2", retry=200))  # a resumption finds nothing
+        if seen.method == "GET":
+            pending = getattr(server, "pending", None)
+            if pending is None:
+                return sse_reply(sse_event(None, retry=20))  # ends at once: the relay opens it again
+            on_get.set()
+            return sse_reply(sse_event(result(pending, {"via": "get"})), HOLD)
+        return mcp_default(seen, server)
+
+    with ScriptedServer(route) as server:
+        relay = raw_relay(server.url)
+        start_session(relay)
+        relay.send(tool(2, "long"))
+        assert relay.read_reply(2)["result"] == {"via": "get"}
         relay.finish()
     assert len(server.requests("POST", "tools/call")) == 1
 
