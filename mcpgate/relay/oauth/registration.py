@@ -13,11 +13,10 @@ presented (the server moved to a new authorization server: register again).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
-from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.relay import errors
 from mcpgate.relay.oauth.discovery import SignInError
 
@@ -47,8 +46,28 @@ def usable(client: dict[str, Any] | None, issuer: str, redirect_uri: str | None)
     return True
 
 
+class ClientOptions(Protocol):
+    """What chooses the client (the relay's settings have these; a gateway's page passes its own)."""
+
+    @property
+    def oauth_client_id(self) -> str: ...
+    @property
+    def oauth_client_secret(self) -> str: ...
+    @property
+    def oauth_client_metadata_url(self) -> str: ...
+
+
+def gateway_client(
+    options: ClientOptions, metadata: dict[str, Any], issuer: str, redirect_uri: str, timeout: float
+) -> dict[str, Any]:
+    """choose() for a gateway's sign-in page, which keeps no saved registration of its own here: on a session of
+    its own, closed after."""
+    with requests.Session() as http:
+        return choose(options, metadata, issuer, None, redirect_uri, http, timeout)
+
+
 def choose(
-    settings: RelaySettings,
+    settings: ClientOptions,
     metadata: dict[str, Any],
     issuer: str,
     saved: dict[str, Any] | None,

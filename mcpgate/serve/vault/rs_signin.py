@@ -138,16 +138,7 @@ class PageSignIn:
             oauth_client_secret=self.settings.vault_client_secret,
             oauth_client_metadata_url="",
         )
-        with requests.Session() as http:
-            client = registration.choose(
-                options,  # type: ignore[arg-type]
-                disc.metadata,
-                disc.issuer,
-                None,
-                self.redirect_uri,
-                http,
-                HTTP_TIMEOUT,
-            )
+        client = registration.gateway_client(options, disc.metadata, disc.issuer, self.redirect_uri, HTTP_TIMEOUT)
         if not self.settings.vault_client_id:
             self._registered = client
             log.info("the vault's page registered its client at %s", self.issuer)

@@ -234,16 +234,7 @@ class UpstreamSignIn:
             oauth_client_secret=self.config.client_secret or "",
             oauth_client_metadata_url=self.config.client_metadata_url or "",
         )
-        with requests.Session() as http:
-            client = registration.choose(
-                options,  # type: ignore[arg-type]
-                disc.metadata,
-                disc.issuer,
-                None,
-                self.redirect_uri,
-                http,
-                HTTP_TIMEOUT,
-            )
+        client = registration.gateway_client(options, disc.metadata, disc.issuer, self.redirect_uri, HTTP_TIMEOUT)
         self._clients[disc.issuer] = client
         return client
 
