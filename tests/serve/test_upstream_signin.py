@@ -45,7 +45,7 @@ from tests.browser import Browser
 from tests.support import HEADERS, Gateway, init_body, modern_body, modern_headers, reply_message, serving, wait_for
 from tests.support.http import write_config
 from tests.support.oauth import embedded_env, sign_in
-from tests.support.vault import vault_key
+from tests.support.vault import audited_principals, vault_key
 
 PASSWORD = "upstream sign-in password"
 USERS = {"alice": "up-alice", "bob": "up-bob"}  # gateway user -> the upstream user they sign in as
@@ -87,10 +87,7 @@ class Site:
 
     def upstream_principals(self) -> list[str]:
         """The principal of every tools/call the upstream served, in order."""
-        if not self.audit.exists():
-            return []
-        lines = [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
-        return [str(line.get("principal")) for line in lines if line.get("event") == "call"]
+        return audited_principals(self.audit)
 
     def csrf(self, user: str) -> str:
         text = self.browsers[user].get(self.page, timeout=30).text

@@ -37,7 +37,7 @@ from tests.support import Gateway, modern_body, modern_headers, reply_message, s
 from tests.support.fleet import redis_server
 from tests.support.http import write_config
 from tests.support.oauth import embedded_env
-from tests.support.vault import vault_key
+from tests.support.vault import audited_principals, vault_key
 
 TOKEN_TTL = 68  # the upstream's access tokens: the gateway refreshes them from 8 s after they are issued
 HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "te", "upgrade", "proxy-connection"})
@@ -180,10 +180,7 @@ class Fleet:
         return reply_message(gw.request("POST", f"/servers/{SERVER}/mcp", body=body, headers=headers, timeout=150))
 
     def upstream_principals(self) -> list[str]:
-        if not self.audit.exists():
-            return []
-        lines = [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
-        return [str(line.get("principal")) for line in lines if line.get("event") == "call"]
+        return audited_principals(self.audit)
 
 
 @pytest.fixture(scope="module")

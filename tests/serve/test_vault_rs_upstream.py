@@ -7,7 +7,6 @@ their own upstream token, read at the upstream in its audit log; another user's 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,15 @@ from tests.browser import Browser
 from tests.support import HEADERS, Gateway, init_body, serving, wait_for
 from tests.support.http import write_config
 from tests.support.oauth import embedded_env
-from tests.support.vault import PASSWORD, SDK_GUARD, authorization_env, gateway_token, rs_callback, rs_vault_env
+from tests.support.vault import (
+    PASSWORD,
+    SDK_GUARD,
+    audited_principals,
+    authorization_env,
+    gateway_token,
+    rs_callback,
+    rs_vault_env,
+)
 
 UPSTREAM_USERS = {"alice": "up-alice", "bob": "up-bob"}
 SERVER = "up"
@@ -50,10 +57,7 @@ class Site:
         return reply.json()  # type: ignore[no-any-return]
 
     def upstream_principals(self) -> list[str]:
-        if not self.audit.exists():
-            return []
-        lines = [json.loads(line) for line in self.audit.read_text().splitlines() if line.strip()]
-        return [str(line.get("principal")) for line in lines if line.get("event") == "call"]
+        return audited_principals(self.audit)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ the real sign-in pages, one browser on the vault's page, and the SDK client call
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import sys
@@ -178,3 +179,12 @@ def gateway_token(base: str, user: str) -> str:
     """`user`'s access token from the embedded gateway at `base` for its own endpoint (the audience a
     resource-server gateway using it is given as MCPGATE_OAUTH_AUDIENCE)."""
     return str(sign_in(base, user, PASSWORD, resource=base + "/mcp")["access_token"])
+
+
+def audited_principals(audit: Path) -> list[str]:
+    """The principal of every tools/call an upstream mcpgate served, in order, from its audit log (MCPGATE_AUDIT_LOG
+    at `audit`): what the upstream saw, for the per-user OAuth tests."""
+    if not audit.exists():
+        return []
+    lines = [json.loads(line) for line in audit.read_text().splitlines() if line.strip()]
+    return [str(line.get("principal")) for line in lines if line.get("event") == "call"]
