@@ -45,7 +45,7 @@ from tests.browser import Browser
 from tests.support import HEADERS, Gateway, init_body, modern_body, modern_headers, reply_message, serving, wait_for
 from tests.support.http import write_config
 from tests.support.oauth import embedded_env, sign_in
-from tests.support.vault import audited_principals, vault_key
+from tests.support.vault import audited_principals, interleaved, tool_texts, vault_key
 
 PASSWORD = "upstream sign-in password"
 USERS = {"alice": "up-alice", "bob": "up-bob"}  # gateway user -> the upstream user they sign in as
@@ -168,20 +168,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 
 async def echo(site: Site, user: str, mode: str, calls: int = 1, **options: Any) -> list[str]:
-    headers = {"Authorization": f"Bearer {site.tokens[user]}"}
-    out = []
-    with anyio.fail_after(SDK_GUARD):
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
-            Client(streamable_http_client(site.url, http_client=http), mode=mode, **options) as client,
-        ):
-            for n in range(calls):
-                result = await client.call_tool("echo", {"message": f"{user}-{n}"})
-                assert not result.is_error, result
-                block = result.content[0]
-                assert isinstance(block, types.TextContent)
-                out.append(block.text)
-    return out
+    def message(n: int) -> dict[str, Any]:
+        return {"message": f"{user}-{n}"}
+
+    return await tool_texts(site.url, site.tokens[user], mode, "echo", message, calls, **options)
 
 
 def upstream_principal_of(site: Site, user: str) -> str:
@@ -205,18 +195,7 @@ def test_each_user_signs_in_upstream_and_each_upstream_call_carries_their_own_to
     assert principals["alice"] != principals["bob"], principals
     assert principals["alice"].endswith(USERS["alice"]) or USERS["alice"] in principals["alice"], principals
     before = len(site.upstream_principals())
-    seen: dict[tuple[str, str], list[str]] = {}
-
-    async def run(user: str, mode: str) -> None:
-        seen[(user, mode)] = await echo(site, user, mode, calls=5)
-
-    async def main() -> None:
-        async with anyio.create_task_group() as group:
-            for user in USERS:
-                for mode in ("legacy", "2026-07-28"):
-                    group.start_soon(run, user, mode)
-
-    anyio.run(main)
+    seen = interleaved(lambda user, mode: echo(site, user, mode, calls=5), USERS)
     for (user, _mode), answers in seen.items():
         assert answers == [f"{user}-{n}" for n in range(5)], answers
     wait_for(lambda: len(site.upstream_principals()) >= before + 20, timeout=30, what="20 audit lines upstream")

@@ -16,18 +16,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
-import httpx2
 import mcp.types as types
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from tests.serve.test_upstream_signin import PASSWORD, SDK_GUARD, SERVER, USERS, Site, _users, vault_session
+from tests.serve.test_upstream_signin import PASSWORD, SERVER, USERS, Site, _users, vault_session
 from tests.support import HEADERS, init_body, modern_body, modern_headers, reply_message, serving, wait_for
 from tests.support.gateway import pid_gone
 from tests.support.http import DEMO_ENTRY, write_config
 from tests.support.oauth import embedded_env, sign_in
-from tests.support.vault import vault_key
+from tests.support.vault import interleaved, tool_texts, vault_key
 
 GROUP = "team"
 PATH = f"/groups/{GROUP}/mcp"
@@ -64,20 +61,13 @@ def initialize(site: Site, user: str) -> dict[str, Any]:
 
 async def group_echo(site: Site, user: str, mode: str, calls: int = 1, **options: Any) -> list[str]:
     """The answers of `calls` calls of the remote member's echo (up__echo) through the group, in one SDK client."""
-    headers = {"Authorization": f"Bearer {site.tokens[user]}"}
-    out = []
-    with anyio.fail_after(SDK_GUARD):
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
-            Client(streamable_http_client(site.gateway.base + PATH, http_client=http), mode=mode, **options) as client,
-        ):
-            for n in range(calls):
-                result = await client.call_tool(f"{SERVER}__echo", {"message": f"{user}-{n}"})
-                assert not result.is_error, result
-                block = result.content[0]
-                assert isinstance(block, types.TextContent)
-                out.append(block.text)
-    return out
+
+    def message(n: int) -> dict[str, Any]:
+        return {"message": f"{user}-{n}"}
+
+    return await tool_texts(
+        site.gateway.base + PATH, site.tokens[user], mode, f"{SERVER}__echo", message, calls, **options
+    )
 
 
 def demo_pids(site: Site) -> list[int]:
@@ -125,18 +115,7 @@ def test_each_principals_upstream_session_in_the_group_carries_their_own_token(s
     assert principals["alice"] != principals["bob"], principals
     assert all(USERS[user] in principal for user, principal in principals.items()), principals
     before = len(site.upstream_principals())
-    seen: dict[tuple[str, str], list[str]] = {}
-
-    async def run(user: str, mode: str) -> None:
-        seen[(user, mode)] = await group_echo(site, user, mode, calls=5)
-
-    async def main() -> None:
-        async with anyio.create_task_group() as group:
-            for user in USERS:
-                for mode in ("legacy", "2026-07-28"):
-                    group.start_soon(run, user, mode)
-
-    anyio.run(main)
+    seen = interleaved(lambda user, mode: group_echo(site, user, mode, calls=5), USERS)
     for (user, _mode), answers in seen.items():
         assert answers == [f"{user}-{n}" for n in range(5)], answers
     wait_for(lambda: len(site.upstream_principals()) >= before + 20, timeout=30, what="20 audit lines upstream")

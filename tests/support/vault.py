@@ -9,7 +9,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +93,17 @@ class VaultPage:
         assert reply.status_code == 303, reply.text
 
 
-async def echo(url: str, token: str, mode: str, calls: int = 1, **options: Any) -> list[str]:
-    """The echo tool's answers to `calls` calls in one SDK client of `mode` ("legacy": a 2025 session)."""
+async def tool_texts(
+    url: str,
+    token: str,
+    mode: str,
+    tool: str,
+    arguments: Callable[[int], dict[str, Any]],
+    calls: int = 1,
+    **options: Any,
+) -> list[str]:
+    """The text answers of `calls` calls of `tool` (the n-th with `arguments(n)`) in one SDK client of `mode`
+    ("legacy": a 2025 session), with `token` as its bearer."""
     headers = {"Authorization": f"Bearer {token}"}
     out = []
     with anyio.fail_after(SDK_GUARD):
@@ -102,13 +111,39 @@ async def echo(url: str, token: str, mode: str, calls: int = 1, **options: Any) 
             httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=SDK_GUARD)) as http,
             Client(streamable_http_client(url, http_client=http), mode=mode, **options) as client,
         ):
-            for _ in range(calls):
-                result = await client.call_tool("secret", {})
+            for n in range(calls):
+                result = await client.call_tool(tool, arguments(n))
                 assert not result.is_error, result
                 block = result.content[0]
                 assert isinstance(block, types.TextContent)
                 out.append(block.text)
     return out
+
+
+async def echo(url: str, token: str, mode: str, calls: int = 1, **options: Any) -> list[str]:
+    """The slot-echo child's secret tool's answers to `calls` calls in one SDK client of `mode`."""
+    return await tool_texts(url, token, mode, "secret", lambda _n: {}, calls, **options)
+
+
+def interleaved(
+    call: Callable[[str, str], Awaitable[list[str]]],
+    users: Iterable[str],
+    modes: Iterable[str] = ("legacy", "2026-07-28"),
+) -> dict[tuple[str, str], list[str]]:
+    """`call(user, mode)` for every user in every mode at once (one task each): the answers by (user, mode)."""
+    seen: dict[tuple[str, str], list[str]] = {}
+
+    async def run(user: str, mode: str) -> None:
+        seen[(user, mode)] = await call(user, mode)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for user in users:
+                for mode in modes:
+                    group.start_soon(run, user, mode)
+
+    anyio.run(main)
+    return seen
 
 
 def echo_once(gw: Gateway, token: str, mode: str) -> str:
