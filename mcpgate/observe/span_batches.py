@@ -41,20 +41,23 @@ class Poster:
         self.exporter = exporter
         self.lean = LeanPost.of(getattr(exporter, "_client", None))
 
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes) -> bool:
         """One batch's body posted (the SDK's private API: `_client.export` since 1.4x, `_export` with its own
-        retries before)."""
-        if self.lean is not None and self.lean.post(data):
-            return
+        retries before): whether the endpoint accepted it."""
+        if self.lean is not None:
+            accepted = self.lean.post(data)
+            if accepted is not None:
+                return accepted
         client = getattr(self.exporter, "_client", None)
         if client is not None:
             result = client.export(data)
             if not result.success:
                 log.warning("a batch of spans was not accepted: %s", getattr(result, "error", None))
-            return
+            return bool(result.success)
         reply = self.exporter._export(data, self.exporter._timeout)
         if not reply.ok:
             log.warning("a batch of spans was not accepted: HTTP %s", reply.status_code)
+        return bool(reply.ok)
 
     def close(self) -> None:
         if self.lean is not None:
@@ -65,7 +68,7 @@ class Poster:
 class LeanPost:
     """A batch's POST on one kept http.client connection, to the endpoint, with the headers and timeout the SDK's
     client was configured with: the requests session costs about 1.2 ms of CPU a post. Only for a plain-HTTP
-    endpoint without compression; a failed connection or a status worth retrying returns False, and the SDK's
+    endpoint without compression; a failed connection or a status worth retrying returns None, and the SDK's
     client, with its retries, posts the batch instead."""
 
     def __init__(self, host: str, port: int, path: str, headers: dict[str, str], timeout: float) -> None:
@@ -89,7 +92,8 @@ class LeanPost:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return cls(parts.hostname, port, path, dict(headers), timeout if isinstance(timeout, int | float) else 10.0)
 
-    def post(self, data: bytes) -> bool:
+    def post(self, data: bytes) -> bool | None:
+        """Whether the endpoint accepted the batch; None: left to the SDK's client (no answer, or one to retry)."""
         conn = self.conn or http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         self.conn = None
         try:
@@ -98,15 +102,16 @@ class LeanPost:
             reply.read()
         except (OSError, http.client.HTTPException):
             conn.close()
-            return False
+            return None
         if reply.will_close:
             conn.close()
         else:
             self.conn = conn
         if reply.status in RETRIED:
-            return False
+            return None
         if not 200 <= reply.status < 300:
             log.warning("a batch of spans was not accepted: HTTP %s", reply.status)
+            return False
         return True
 
     def close(self) -> None:

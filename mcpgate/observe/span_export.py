@@ -3,7 +3,10 @@
 writes there (a frame each: a 4-byte little-endian length, then a marshal'd list of records, one per ended
 request, RECORD's fields), turns each into its OTLP spans (observe/trace_spans.py, otlp_wire.py) and posts the
 batch as the SDK's OTLP/HTTP exporter would (observe/span_batches.py: its endpoint, headers, timeout,
-compression and retries from the OTEL_* variables of its environment; never from its argv).
+compression and retries from the OTEL_* variables of its environment; never from its argv). The spans of a
+batch the endpoint did not accept (or that failed to encode) are reported back on its stdout, a pipe the worker
+reads (a 4-byte little-endian count per failed batch; written without blocking: a count the pipe cannot take
+now is added to the next one), for /metrics' mcpgate_spans_dropped_total{reason="export"}.
 
 It ends when its stdin ends (the worker closed the pipe, or died: the pipe's only writer was the worker), and
 with the worker (PR_SET_PDEATHSIG) even while a post waits on a receiver that does not answer. Single-threaded:
@@ -104,6 +107,37 @@ def encoded_batch(head: tuple[bytes, bytes], payload: bytes) -> tuple[bytes, int
     return otlp_wire.request(head, [b"".join(parts)]), len(records)
 
 
+def spans_in(payload: bytes) -> int:
+    """How many spans a frame's records make (as the worker counts them: the request's, a step's, the wait's and
+    a forward's each)."""
+    return sum(
+        1 + len(fields[14]) + (fields[15] is not None) + (fields[16] is not None) for fields in marshal.loads(payload)
+    )
+
+
+class Failures:
+    """The spans of failed batches, reported to the worker on a pipe without ever blocking (a count the pipe
+    cannot take now waits for the next report; the worker gone: nothing more is reported)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.unreported = fd, 0
+        os.set_blocking(fd, False)
+
+    def add(self, spans: int) -> None:
+        self.unreported += spans
+        if self.fd < 0 or not self.unreported:
+            return
+        count = min(self.unreported, 0xFFFFFFFF)
+        try:
+            os.write(self.fd, LENGTH.pack(count))  # 4 bytes: taken whole or not at all
+        except BlockingIOError:
+            return
+        except OSError:  # the worker is gone
+            self.fd = -1
+            return
+        self.unreported -= count
+
+
 def resource_head(service: str) -> tuple[bytes, bytes]:
     """A batch's resource (OTEL_RESOURCE_ATTRIBUTES; OTEL_SERVICE_NAME, else `service`) and scope, encoded."""
     from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
@@ -148,6 +182,10 @@ def main(argv: list[str]) -> int:
 
     from mcpgate.observe.span_batches import Poster
 
+    failures = Failures(os.dup(1))  # the report pipe; stdout itself goes nowhere, so no stray print reaches it
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
     poster = Poster(OTLPSpanExporter())
     head = resource_head(service)
     stdin = os.fdopen(0, "rb", buffering=1 << 16)
@@ -158,11 +196,21 @@ def main(argv: list[str]) -> int:
                 return 0
             try:
                 body, _ = encoded_batch(head, payload)
-                poster.send(body)
+                if poster.send(body):
+                    failures.add(0)  # a count the pipe could not take before, reported now
+                    continue
             except Exception as exc:  # noqa: BLE001 - a batch's failure costs that batch, never the export
                 log.warning("a batch of spans could not be exported: %s", exc)
+            failures.add(spans_of(payload))
     finally:
         poster.close()
+
+
+def spans_of(payload: bytes) -> int:
+    try:
+        return spans_in(payload)
+    except (ValueError, EOFError, TypeError, IndexError):  # a frame that is no batch: its spans are unknown
+        return 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ encodes nor posts: a batch costs it a tuple per request, one marshal and one wri
 The pipe is non-blocking and bounded (its size raised to PIPE_BYTES where the kernel allows): a frame it cannot
 take whole is kept (one at most) and finished at the next flush; a frame that finds the pipe still full, or no
 export process, is dropped and its spans counted (a warning, and `lost`). No request ever waits on the export.
+Dropped spans are counted by reason (DROPPED: past the queue's bound, the pipe full or no export process, a batch
+the export process could not post, which it reports back on a second pipe, its stdout, read without blocking at
+each flush and when /metrics asks): `dropped`, /metrics' mcpgate_spans_dropped_total.
 
 The export process is started with subprocess (fork and exec at once: no Python runs in the fork of the gevent
 worker, whose copied hub would run the worker's greenlets), argv holding no secret (the OTEL_* settings, the
@@ -39,6 +42,8 @@ log = logging.getLogger("mcpgate.tracing")
 STOP_TIMEOUT = 5.0  # seconds the export process gets to post what is left at shutdown
 PIPE_BYTES = 1 << 20  # the pipe's size asked for (Linux's default limit for a user: /proc/sys/fs/pipe-max-size)
 FIRST_RETRY, LAST_RETRY, SETTLED = 0.5, 30.0, 60.0  # seconds: restart backoff; a process up this long resets it
+QUEUE, PIPE, EXPORT = "queue", "pipe", "export"  # why spans were dropped: mcpgate_spans_dropped_total's reasons
+DROPPED = (QUEUE, PIPE, EXPORT)
 PASSED = frozenset(
     {"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONHOME", "SSL_CERT_FILE", "SSL_CERT_DIR"}
     | {"REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY"}
@@ -89,35 +94,64 @@ class ExportProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.fd = -1
         self.pending: memoryview | None = None  # the rest of a frame the pipe took in part
+        self.reports = -1  # the read end of the export process's stdout: its failed batches' spans
+        self.unread = b""  # a report's bytes read in part
+        self.failed = 0  # spans the export process could not post, in all (its every run)
         self.started_at = 0.0
         self.retry_at, self.backoff = 0.0, FIRST_RETRY
         self.starts = 0
 
     def start(self) -> None:
         read, write = os.pipe()  # neither end inherited by the worker's other children (close-on-exec)
+        reports, reported = os.pipe()
         try:
             try:
                 fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
             except OSError:
                 pass  # the default size (64 KiB)
             os.set_blocking(write, False)
+            os.set_blocking(reports, False)
             self.proc = subprocess.Popen(
                 self.argv,
                 stdin=read,
-                stdout=subprocess.DEVNULL,
+                stdout=reported,
                 env=self.env,
                 close_fds=True,
                 start_new_session=True,
             )
         except OSError as exc:
             os.close(write)
+            os.close(reports)
             log.warning("the span export process could not start: %s", exc)
             self.retry_later()
             return
         finally:
             os.close(read)
+            os.close(reported)
         self.fd, self.pending, self.started_at = write, None, time.monotonic()
+        if self.reports >= 0:  # a previous process's, not read to its end
+            os.close(self.reports)
+        self.reports, self.unread = reports, b""
         self.starts += 1
+
+    def read_reports(self) -> int:
+        """The export process's reports read (never waiting): the spans it could not post, in all."""
+        while self.reports >= 0:
+            try:
+                got = os.read(self.reports, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                got = b""
+            if not got:  # the export process ended: its last reports read
+                os.close(self.reports)
+                self.reports = -1
+                break
+            got, size = self.unread + got, LENGTH.size
+            whole = len(got) - len(got) % size
+            self.failed += sum(count for (count,) in LENGTH.iter_unpack(got[:whole]))
+            self.unread = got[whole:]
+        return self.failed
 
     def retry_later(self) -> None:
         self.retry_at = time.monotonic() + self.backoff
@@ -136,6 +170,7 @@ class ExportProcess:
                 self.backoff,
             )
             self.drop_pipe()
+            self.read_reports()  # what it reported before it ended (then the pipe's end, closed)
             self.proc = None
             self.retry_later()
         if self.proc is None and time.monotonic() >= self.retry_at:
@@ -185,6 +220,10 @@ class ExportProcess:
             if proc is not None and not ended(proc):
                 proc.kill()
                 waited(proc, timeout)
+            self.read_reports()
+            if self.reports >= 0:
+                os.close(self.reports)
+                self.reports = -1
 
 
 def ended(proc: subprocess.Popen[bytes]) -> bool:
@@ -224,7 +263,8 @@ class SpanPipe:
         self.queue: collections.deque[tuple[Any, int]] = collections.deque()
         self.queued = 0  # spans in the queue
         self.dropped = 0  # spans dropped since the last warning
-        self.lost = 0  # spans dropped in all
+        self.lost = 0  # spans the worker dropped in all
+        self.lost_by = dict.fromkeys((QUEUE, PIPE), 0)
         self.stopped = False
         self.wake = threading.Event()
         self.export = ExportProcess(service, environ)
@@ -240,14 +280,19 @@ class SpanPipe:
         self.queued += spans
         while self.queued > self.bound and len(self.queue) > 1:  # the oldest make room
             lost = self.queue.popleft()[1]
-            self.drop(lost)
+            self.drop(lost, QUEUE)
             self.queued -= lost
         if self.queued >= self.batch:
             self.wake.set()
 
-    def drop(self, spans: int) -> None:
+    def drop(self, spans: int, reason: str) -> None:
         self.dropped += spans
         self.lost += spans
+        self.lost_by[reason] += spans
+
+    def dropped_by(self) -> dict[str, int]:
+        """The spans dropped so far, by reason (DROPPED): the worker's, and those the export process reported."""
+        return {**self.lost_by, EXPORT: self.export.read_reports()}
 
     def run(self) -> None:
         """Woken by a full batch: the full batches go (what is left joins the next one); at the schedule delay,
@@ -259,6 +304,7 @@ class SpanPipe:
                 return
             self.export.check()
             self.flush(whole=not woken)
+            self.export.read_reports()
 
     def flush(self, whole: bool = True) -> None:
         while self.queue and self.queued >= (1 if whole else self.batch):
@@ -271,7 +317,7 @@ class SpanPipe:
             self.queued -= spans
             payload = marshal.dumps(taken)
             if not self.export.write(LENGTH.pack(len(payload)) + payload):
-                self.drop(spans)
+                self.drop(spans, PIPE)
         if self.dropped:
             log.warning(
                 "%d spans dropped: the export was behind (OTEL_BSP_MAX_QUEUE_SIZE, the pipe full)", self.dropped

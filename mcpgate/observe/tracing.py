@@ -79,6 +79,11 @@ def setup(enabled: bool, service: str) -> None:
     log.info("tracing on: spans go by the export process (pid %s) to the endpoint OTEL_* name", proc and proc.pid)
 
 
+def dropped() -> dict[str, int] | None:
+    """The spans this process dropped, by reason (observe/span_pipe.py's DROPPED); None when tracing is off."""
+    return None if TRACER is None else TRACER.dropped_by()
+
+
 def rules(sampler: Any, sampling: Any) -> tuple[Any, Any, Any]:
     """The sampler's decision for a request with no parent, a sampled remote parent, an unsampled one: True or
     False where it is static (ALWAYS_ON, ALWAYS_OFF, and ParentBased over them), else the sampler to ask."""

@@ -8,8 +8,9 @@ without it (`exposure_problem`), since the labels name every server. When on:
   request (server, method, status), its seconds, the bytes read from its body and the bytes of its reply as they
   are sent (an SSE stream's too, chunk by chunk), and how many SSE replies are open.
 - the gauges (sessions, children per server) and each gateway's `Tally` (child exits by cause, stream
-  drops, write-queue closes: rare events, plain counts), the refusals by kind (observe/refusals.py) and the
-  pins' changes are read when /metrics is scraped (`FiguresCollector`), from the app's own registry.
+  drops, write-queue closes: rare events, plain counts), the refusals by kind (observe/refusals.py), the
+  pins' changes and, with tracing on, the spans the trace export dropped by reason (observe/span_pipe.py) are
+  read when /metrics is scraped (`FiguresCollector`), from the app's own registry.
 
 Labels are bounded: `server` is a configured name, `method` an MCP method the specification defines (else
 "other"; "batch", "response", the HTTP method of a GET/DELETE), `status` the HTTP status. No session ids.
@@ -23,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sized
 from typing import TYPE_CHECKING, Protocol, cast
 
 from mcpgate.child.process import WRITE_QUEUE_FULL, ChildProcess
-from mcpgate.observe import refusals
+from mcpgate.observe import refusals, tracing
 from mcpgate.serve.pins import guard as pins
 from mcpgate.serve.request_figures import BUCKETS, Figures
 
@@ -87,6 +88,7 @@ class FiguresCollector:
         yield from self._servers()
         yield refused()
         yield pins.changes()
+        yield from spans_dropped()
 
     def _requests(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -153,6 +155,25 @@ def refused() -> Metric:
     for kind, count in refusals.COUNTS.items():
         family.add_metric([kind], count)
     return family
+
+
+def spans_dropped() -> Iterator[Metric]:
+    """The sampled spans this worker's trace export dropped, by reason (mcpgate/observe/span_pipe.py); none when
+    tracing is off."""
+    from prometheus_client.core import CounterMetricFamily
+
+    counts = tracing.dropped()
+    if counts is None:
+        return
+    family = CounterMetricFamily(
+        "mcpgate_spans_dropped",
+        "Sampled spans never exported, by reason: queue (past OTEL_BSP_MAX_QUEUE_SIZE), pipe (the export process "
+        "behind or not running), export (the endpoint did not accept their batch).",
+        labels=["reason"],
+    )
+    for reason, count in counts.items():
+        family.add_metric([reason], count)
+    yield family
 
 
 class Metrics:
