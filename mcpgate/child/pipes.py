@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 from collections.abc import Iterator
@@ -50,3 +51,32 @@ def read_chunks(fd: int) -> Iterator[bytes]:
             yield chunk
     finally:
         watcher.close()
+
+
+GROWN = 1024 * 1024  # a stdout pipe's capacity while a long line is read (Linux's pipe-max-size by default)
+_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
+_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", None)
+
+
+def grow_pipe(fd: int) -> int | None:
+    """Raise the pipe's capacity to GROWN; its capacity before, or None when it was not raised (not Linux, as
+    large already, or past the user's pipe limits: the pipe stays as it was)."""
+    if _SETPIPE_SZ is None or _GETPIPE_SZ is None:
+        return None
+    try:
+        before: int = fcntl.fcntl(fd, _GETPIPE_SZ)
+        if before >= GROWN:
+            return None
+        fcntl.fcntl(fd, _SETPIPE_SZ, GROWN)
+    except OSError:
+        return None
+    return before
+
+
+def shrink_pipe(fd: int, size: int) -> bool:
+    """Set the pipe's capacity back to `size`; False when it cannot be now (it holds more than that)."""
+    try:
+        fcntl.fcntl(fd, _SETPIPE_SZ, size)  # type: ignore[arg-type]  # set whenever grow_pipe returned a size
+    except OSError:
+        return False
+    return True

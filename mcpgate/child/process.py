@@ -34,7 +34,7 @@ from mcpgate.child.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resol
 from mcpgate.child.stdin import StdinWriter
 from mcpgate.child.stdout import StdoutReader
 from mcpgate.core import jsonrpc
-from mcpgate.core.jsonrpc import Batch, Invalid, Message, Notification, Request, Response
+from mcpgate.core.jsonrpc import Invalid, Message, Notification, Request, Response
 
 __all__ = ["ChildProcess"]
 
@@ -308,31 +308,35 @@ class ChildProcess:
         reader = self._stdout
         return None if reader is None else reader.pump(ready, timeout)
 
-    def _deliver(self, line: bytes) -> None:
+    def _deliver(self, line: bytes, bare: bool = False) -> None:
+        """One line of the child's stdout (`bare`: it holds no CR, LineDecoder.bare) to on_message."""
         if self._discard:
             return
-        msg = jsonrpc.parse_line(line)
+        msg = jsonrpc.parse_line(line, bare=bare)
+        if isinstance(msg, (Response, Request, Notification)):  # most lines: one message
+            self._junk = 0
+            self._spoke = True
+            self._hand_over(msg, line)
+            return
         if isinstance(msg, Invalid):
             return self._reject(line, msg.reason)
-        members: list[Request | Notification | Response]
-        if isinstance(msg, Batch):
-            members = [m for m in msg.items if isinstance(m, (Request, Notification, Response))]
-            if not members:
-                return self._reject(line, "no valid batch member")
-            if len(members) < len(msg.items):
-                self._log.warning("child[%s] dropped invalid batch members: %r", self.label, line[:_LOG_BODY])
-        else:
-            members = [msg]
+        members = [m for m in msg.items if isinstance(m, (Request, Notification, Response))]
+        if not members:
+            return self._reject(line, "no valid batch member")
+        if len(members) < len(msg.items):
+            self._log.warning("child[%s] dropped invalid batch members: %r", self.label, line[:_LOG_BODY])
         self._junk = 0
         self._spoke = True
-        debug = self._log.isEnabledFor(logging.DEBUG)
         for member in members:
-            if debug:
-                self._log_message("<-child", member, line)
-            try:
-                self._on_message(member)
-            except Exception:  # noqa: BLE001 - a callback's failure must not stop the pipe reader
-                self._log.exception("child[%s] on_message callback failed", self.label)
+            self._hand_over(member, line)
+
+    def _hand_over(self, member: Request | Notification | Response, line: bytes) -> None:
+        if self._log.isEnabledFor(logging.DEBUG):
+            self._log_message("<-child", member, line)
+        try:
+            self._on_message(member)
+        except Exception:  # noqa: BLE001 - a callback's failure must not stop the pipe reader
+            self._log.exception("child[%s] on_message callback failed", self.label)
 
     def _reject(self, line: bytes, why: str) -> None:
         self._junk += 1

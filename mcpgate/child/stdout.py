@@ -9,6 +9,12 @@ instead of three (hub to reader, reader back to the hub, hub to request) and no 
 One reads at a time: the reader's wait is paused while a pump reads, and resumed after it, so lines are handed
 over in the order the child wrote them, whoever reads them. A pump interrupted between lines (its greenlet
 killed) leaves the lines it had not handed over to the reader, which hands them over first.
+
+A read that fills its chunk means the child writes more than the pipe holds (a long line, most often): the pipe
+is then grown to pipes.GROWN and read a GROWN at a time, so a result of megabytes costs a few waits instead of
+one per 64 KiB (each a wake of the child and of the reader, across cores). Once the pipe is drained with no line
+left unfinished it is shrunk back, so an idle child's pipe counts its usual size towards the user's pipe limit.
+Each line goes with the splitter's word that it holds no CR (LineDecoder.bare), so it is not searched again.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 
 from gevent.hub import Waiter, get_hub, getcurrent
 
-from mcpgate.child.pipes import CHUNK
+from mcpgate.child.pipes import CHUNK, GROWN, grow_pipe, shrink_pipe
 from mcpgate.core.framing import LineDecoder, LineTooLong
 
 _READABLE = 1  # libev's EV_READ
@@ -28,11 +34,12 @@ _READABLE = 1  # libev's EV_READ
 
 class StdoutReader:
     """One child's stdout pipe (a non-blocking fd): see the module docstring. `on_line` gets each complete line
-    (never while `discard` is set); `on_too_long` is told of a line past `max_line_bytes` (after the complete
-    lines read with it), and `discard` is then set: what follows is read and dropped."""
+    and whether it is bare (holds no CR; never while `discard` is set); `on_too_long` is told of a line past
+    `max_line_bytes` (after the complete lines read with it), and `discard` is then set: what follows is read and
+    dropped."""
 
     def __init__(
-        self, fd: int, max_line_bytes: int, on_line: Callable[[bytes], None], on_too_long: Callable[[], None]
+        self, fd: int, max_line_bytes: int, on_line: Callable[[bytes, bool], None], on_too_long: Callable[[], None]
     ) -> None:
         self.fd = fd
         self.on_line, self.on_too_long = on_line, on_too_long
@@ -42,7 +49,9 @@ class StdoutReader:
         self._parked: Waiter[Any] | None = None  # the reader's waiter while it waits for the pipe
         self._pumping = False  # a request's greenlet reads the pipe now
         self._ended = False  # a pump read the end of the pipe (the reader reads it again and ends)
-        self._leftover: deque[bytes] = deque()  # lines an interrupted pump read and did not hand over
+        self._leftover: deque[tuple[bytes, bool]] = deque()  # lines an interrupted pump did not hand over
+        self._read_size = CHUNK  # GROWN while the pipe is grown
+        self._usual_size = 0  # the pipe's capacity before it was grown (0: not grown)
 
     def run(self) -> None:
         """The reader greenlet: every line until the end of the pipe (and a last line without its newline)."""
@@ -52,12 +61,12 @@ class StdoutReader:
             while True:
                 self._park(watcher)
                 while self._leftover:
-                    self.on_line(self._leftover.popleft())
-                if not self._read_all():
+                    self.on_line(*self._leftover.popleft())
+                if not self._read_held(False):
                     break
             tail = None if self.discard else self._decoder.finish()
             if tail is not None:
-                self.on_line(tail)
+                self.on_line(tail, self._decoder.bare)
         finally:
             self._watcher = None
             watcher.close()
@@ -74,33 +83,24 @@ class StdoutReader:
             self._parked = None
             watcher.stop()
 
-    def _read_all(self) -> bool:
-        """Read until the pipe is empty; False at its end."""
-        while True:
-            try:
-                chunk = os.read(self.fd, CHUNK)
-            except BlockingIOError:
-                return True
-            if not chunk:
-                return False
-            self._feed(chunk)
-            if len(chunk) < CHUNK:  # what the pipe held (more: the watcher says so)
-                return True
-
     def _feed(self, chunk: bytes) -> None:
         if self.discard:
             return  # still drained, so the child is never stuck writing while it is shut down
+        decoder, on_line = self._decoder, self.on_line
         too_long = False
         try:
-            lines = self._decoder.feed(chunk)
+            lines = decoder.feed(chunk)
         except LineTooLong as exc:
             lines, too_long = exc.lines, True  # the complete lines read with it still count
-        for index, line in enumerate(lines):
-            try:
-                self.on_line(line)
-            except BaseException:  # the pump's greenlet killed: the reader hands the rest over
-                self._leftover.extend(lines[index + 1 :])
-                raise
+        bare = decoder.bare
+        handed = 0
+        try:
+            for line in lines:
+                on_line(line, bare)
+                handed += 1
+        except BaseException:  # the pump's greenlet killed: the reader hands the rest over
+            self._leftover.extend((line, bare) for line in lines[handed + 1 :])
+            raise
         if too_long:
             self.discard = True
             self.on_too_long()
@@ -134,27 +134,50 @@ class StdoutReader:
                 if self._watcher is watcher:
                     watcher.stop()
             if woke is True and self._watcher is watcher:
-                self._read_held()
+                self._read_held(True)
                 return True
             return woke is not False
         finally:
             self._pumping = False
             self._resume(watcher, hub)
 
-    def _read_held(self) -> None:
-        """Read what the pipe holds: a full chunk is read again at once (a long line's next piece is often
-        there already), so a line of many chunks costs fewer waits for the pipe."""
+    def _read_held(self, pumping: bool) -> bool:
+        """Read what the pipe holds: a full read is read again at once (a long line's next piece is often there
+        already) and grows the pipe, so a line of many chunks costs fewer waits for the pipe. False at the end of
+        the pipe (a pump leaves it to the reader, which reads the end again); a pump stops at `discard`."""
+        fd = self.fd
         while True:
+            size = self._read_size
             try:
-                chunk = os.read(self.fd, CHUNK)
+                chunk = os.read(fd, size)
             except BlockingIOError:
-                return
+                break
             if not chunk:
-                self._ended = True  # left to the reader, which reads the end again
-                return
+                self._ended = self._ended or pumping
+                return False
             self._feed(chunk)
-            if len(chunk) < CHUNK or self.discard:
-                return
+            if len(chunk) < size:
+                break
+            if pumping and self.discard:
+                return True
+            if not self._usual_size:
+                self._grow()
+        if self._usual_size and not self._decoder.pending:
+            self._shrink()
+        return True
+
+    def _grow(self) -> None:
+        """The pipe filled a read: let it hold more (once per long write; it stays as it is if it cannot)."""
+        before = grow_pipe(self.fd)
+        self._usual_size = before if before is not None else -1
+        if before is not None:
+            self._read_size = GROWN
+
+    def _shrink(self) -> None:
+        """Drained, no line unfinished: the pipe back to its usual size (tried again later if it holds more)."""
+        if self._usual_size > 0 and not shrink_pipe(self.fd, self._usual_size):
+            return
+        self._usual_size, self._read_size = 0, CHUNK
 
     def _resume(self, watcher: Any, hub: Any) -> None:
         """After a pump: the reader waits for the pipe again (at once when it has lines to hand over)."""

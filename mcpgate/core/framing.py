@@ -9,6 +9,12 @@ newline, so memory stays bounded.
 After LineTooLong the decoder stays usable: the rest of the over-long line is
 skipped up to its newline, and the complete lines of the same feed() that were
 within the limit are not lost: they travel on the exception as `lines`.
+
+After each feed() or finish(), `bare` is True when no line it returned holds a
+CR (a line never holds a LF): each is one line as it is, for an SSE data line
+too, and need not be scanned again. The decoder learns it from one search of
+each fed chunk; only when a chunk holds a CR are the lines it ends searched.
+False means a line may hold one (bare is then said of none of them).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ class LineTooLong(ValueError):
 class LineDecoder:
     """Incremental splitter: feed(bytes) -> complete lines, finish() -> partial tail."""
 
-    __slots__ = ("_discarding", "_limit", "_parts", "_size")
+    __slots__ = ("_discarding", "_limit", "_parts", "_parts_cr", "_size", "bare")
 
     def __init__(self, max_line_bytes: int) -> None:
         if max_line_bytes < 1:
@@ -40,6 +46,8 @@ class LineDecoder:
         self._parts: list[bytes] = []
         self._size = 0
         self._discarding = False  # inside an over-long line: skip up to its newline
+        self._parts_cr = False  # a piece in _parts may hold a CR
+        self.bare = True  # no line the last feed() or finish() returned holds a CR (module docstring)
 
     @property
     def pending(self) -> int:
@@ -53,6 +61,8 @@ class LineDecoder:
         """
         lines: list[bytes] = []
         overflow = False
+        has_cr = b"\r" in data
+        maybe_cr = has_cr or self._parts_cr  # a line ended here may hold a CR
         start = 0
         end = data.find(b"\n")
         while end >= 0:
@@ -67,6 +77,7 @@ class LineDecoder:
                 line = b"".join(self._parts)
                 self._parts.clear()
                 self._size = 0
+                self._parts_cr = False
             else:
                 line = piece
             if line.endswith(b"\r"):
@@ -82,11 +93,14 @@ class LineDecoder:
             if self._size + len(tail) > allowed:
                 self._parts.clear()
                 self._size = 0
+                self._parts_cr = False
                 self._discarding = True
                 overflow = True
             else:
                 self._parts.append(tail)
                 self._size += len(tail)
+                self._parts_cr = self._parts_cr or has_cr
+        self.bare = not maybe_cr or not any(b"\r" in line for line in lines)
         if overflow:
             raise LineTooLong(self._limit, lines)
         return lines
@@ -97,7 +111,12 @@ class LineDecoder:
         self._parts.clear()
         self._size = 0
         self._discarding = False
-        return tail if tail and not tail.isspace() else None
+        self._parts_cr = False
+        if not tail or tail.isspace():
+            self.bare = True
+            return None
+        self.bare = b"\r" not in tail
+        return tail
 
 
 def frame(message: bytes) -> bytes:

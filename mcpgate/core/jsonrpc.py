@@ -4,7 +4,9 @@ parse() turns one encoded message into a Request, Notification, Response, Batch
 or Invalid. Ids are kept exactly as sent (the string "1" and the integer 1 are
 different ids); id_key() gives a hashable key that keeps them apart. The raw
 bytes travel with each message so a gateway can forward what it does not change
-without encoding it again.
+without encoding it again. A message parsed from a line the stdio splitter
+vouched for (parse_line's `bare`, from LineDecoder.bare) also names those bytes
+as `bare`: they hold no CR or LF, so raw_bytes hands them on without a search.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Request:
     params: Any
     obj: dict[str, Any]
     raw: bytes | None = None
+    bare: bytes | None = None  # raw as parsed, when known to hold no CR or LF (a newer raw is searched again)
 
 
 @dataclass(slots=True)
@@ -47,6 +50,7 @@ class Notification:
     params: Any
     obj: dict[str, Any]
     raw: bytes | None = None
+    bare: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -56,6 +60,7 @@ class Response:
     raw: bytes | None = None
     # Classified from its head alone (see parse_line): obj holds no result or error value; raw has it all.
     partial: bool = False
+    bare: bytes | None = None
 
     @property
     def is_error(self) -> bool:
@@ -103,18 +108,21 @@ def _reject_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 _SCAN: Any = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__ (the C scanner)
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace, as json.decoder's WHITESPACE
+_LEADING = frozenset(" \t\n\r")  # a text starting with one of these has whitespace to skip (with "": nothing)
 
 
 def _decode(text: str) -> Any:
     """_DECODER.decode(text), its two Python frames (decode, raw_decode) folded into this one: the same value,
     the same errors."""
+    start = _SPACE.match(text, 0).end() if text[:1] in _LEADING else 0  # type: ignore[union-attr]
     try:
-        obj, end = _SCAN(text, _SPACE.match(text, 0).end())  # type: ignore[union-attr]
+        obj, end = _SCAN(text, start)
     except StopIteration as err:
         raise json.JSONDecodeError("Expecting value", text, err.value) from None
-    end = _SPACE.match(text, end).end()  # type: ignore[union-attr]
     if end != len(text):
-        raise json.JSONDecodeError("Extra data", text, end)
+        end = _SPACE.match(text, end).end()  # type: ignore[union-attr]
+        if end != len(text):
+            raise json.JSONDecodeError("Extra data", text, end)
     return obj
 
 
@@ -146,13 +154,14 @@ _RESPONSE_HEAD = re.compile(
 PARTIAL_FROM_BYTES = 256 * 1024
 
 
-def parse_line(data: bytes, partial_from: int = PARTIAL_FROM_BYTES) -> Message:
+def parse_line(data: bytes, partial_from: int = PARTIAL_FROM_BYTES, bare: bool = False) -> Message:
     """parse() for a line from a stdio peer, cheaper for large responses.
 
     A gateway routes a response by its id alone and forwards its bytes unchanged, so a
     response of `partial_from` bytes or more whose head names the id before the result
     is classified from that head, without decoding a result of many megabytes. Every
-    other line is parsed whole.
+    other line is parsed whole. `bare`: the caller knows the line holds no CR or LF
+    (LineDecoder.bare); the message then names its raw bytes as `bare`.
     """
     if len(data) >= partial_from:
         head = _RESPONSE_HEAD.match(data)
@@ -162,8 +171,12 @@ def parse_line(data: bytes, partial_from: int = PARTIAL_FROM_BYTES) -> Message:
             except ValueError:  # an invalid escape in a string id: let the full parse report it
                 return parse(data)
             kind = head.group(2).decode()
-            return Response(msg_id, {"jsonrpc": "2.0", "id": msg_id, kind: None}, data, partial=True)
-    return parse(data)
+            obj = {"jsonrpc": "2.0", "id": msg_id, kind: None}
+            return Response(msg_id, obj, data, partial=True, bare=data if bare else None)
+    msg = parse(data)
+    if bare and isinstance(msg, (Response, Request, Notification)):
+        msg.bare = data
+    return msg
 
 
 def result_object(raw: bytes) -> bytes | None:
@@ -172,11 +185,25 @@ def result_object(raw: bytes) -> bytes | None:
     head = _RESPONSE_HEAD.match(raw)
     if head is None or head.group(2) != b"result":
         return None
-    body = raw[head.end() :].strip()
-    if not body.endswith(b"}"):
+    # the bounds found by index, so a result of many megabytes is copied once, not once per strip
+    start, end = _skip_space(raw, head.end(), 1), _skip_space(raw, len(raw) - 1, -1)
+    if end <= start or raw[end] != _CLOSE:
         return None
-    value = body[:-1].strip()
-    return value if value.startswith(b"{") and value.endswith(b"}") else None
+    end = _skip_space(raw, end - 1, -1)
+    if end <= start or raw[start] != _OPEN or raw[end] != _CLOSE:
+        return None
+    return raw[start : end + 1]
+
+
+_OPEN, _CLOSE = ord("{"), ord("}")
+_BYTE_SPACE = frozenset(b" \t\n\r\x0b\x0c")  # what bytes.strip() removes
+
+
+def _skip_space(data: bytes, index: int, step: int) -> int:
+    """The first index from `index` on (going by `step`) whose byte is not whitespace (past the end: out of range)."""
+    while 0 <= index < len(data) and data[index] in _BYTE_SPACE:
+        index += step
+    return index
 
 
 def classify(obj: Any, raw: bytes | None = None) -> Message:
@@ -258,9 +285,10 @@ _COMPACT_ASCII = _compact(ensure_ascii=True)
 
 
 def raw_bytes(message: Request | Notification | Response) -> bytes:
-    """The message's bytes as received when usable as one line, else a fresh encoding."""
+    """The message's bytes as received when usable as one line (no CR, no LF), else a fresh encoding. Bytes
+    the splitter vouched for (`bare`, still the message's raw) are not searched again."""
     raw = message.raw
-    if raw is not None and b"\n" not in raw and b"\r" not in raw:
+    if raw is not None and (raw is message.bare or (b"\n" not in raw and b"\r" not in raw)):
         return raw
     # A response classified from its head (parse_line) holds its result in raw only: decoded here, not lost.
     return encode(message.full() if isinstance(message, Response) else message.obj)

@@ -186,3 +186,53 @@ def test_line_too_long_is_a_value_error_with_empty_lines_by_default() -> None:
     exc = LineTooLong(5)
     assert isinstance(exc, ValueError)
     assert exc.lines == []
+
+
+@pytest.mark.parametrize(
+    ("chunks", "bare"),
+    [
+        pytest.param([b'{"a":1}\n'], True, id="plain-line"),
+        pytest.param([b"1\n2\n3\n"], True, id="several-plain-lines"),
+        pytest.param([b"1\r\n2\r\n"], True, id="crlf-line-ends-are-not-kept"),
+        pytest.param([b"1\r", b"\n"], True, id="crlf-split-between-cr-and-lf"),
+        pytest.param([b"a\rb\n"], False, id="inner-cr"),
+        pytest.param([b"a\r\r\n"], False, id="cr-left-after-the-trailing-one"),
+        pytest.param([b"1\na\rb\n2\n"], False, id="one-line-of-three-holds-a-cr"),
+        pytest.param([b"a\r", b"b\n"], False, id="inner-cr-at-the-end-of-a-piece"),
+        pytest.param([b"a\rb", b"c", b"d\n"], False, id="inner-cr-in-an-earlier-piece"),
+        pytest.param([b"a\rb", b"c\n", b"d\n"], True, id="the-next-line-is-bare-again"),
+        pytest.param([b"a\rb\nc"], False, id="the-cr-line-ends-the-tail-waits"),
+        pytest.param([b"a\rb\nc", b"d\n"], True, id="a-tail-after-a-cr-line"),
+        pytest.param([b"\r\n \t\n"], True, id="blank-lines-nothing-returned"),
+        pytest.param([b"x" * 20 + b"\r\n"], True, id="over-long-line-with-crlf"),
+        pytest.param([b"ok\r\n" + b"x\ry" * 20 + b"\n"], True, id="over-long-line-with-a-cr-is-not-returned"),
+    ],
+)
+def test_bare_says_no_returned_line_holds_a_cr(chunks: list[bytes], bare: bool) -> None:
+    decoder = LineDecoder(16)
+    lines: list[bytes] = []
+    for chunk in chunks:
+        try:
+            lines = decoder.feed(chunk)
+        except LineTooLong as exc:
+            lines = exc.lines
+    assert decoder.bare is bare
+    assert bare is not any(b"\r" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "tail", "bare"),
+    [
+        pytest.param([b"{}"], b"{}", True, id="plain-tail"),
+        pytest.param([b"{}\r"], b"{}", True, id="trailing-cr-removed"),
+        pytest.param([b"a\rb"], b"a\rb", False, id="inner-cr"),
+        pytest.param([b"a\rb\n", b"c"], b"c", True, id="after-a-cr-line"),
+        pytest.param([b"a\rb\n"], None, True, id="nothing-pending"),
+    ],
+)
+def test_bare_after_finish(chunks: list[bytes], tail: bytes | None, bare: bool) -> None:
+    decoder = LineDecoder(16)
+    for chunk in chunks:
+        decoder.feed(chunk)
+    assert decoder.finish() == tail
+    assert decoder.bare is bare

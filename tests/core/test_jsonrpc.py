@@ -429,6 +429,15 @@ def test_parse_line_parses_small_lines_whole() -> None:
         (b'{"jsonrpc":"2.0","id":7,"result":[1]}', None),  # not an object
         (b'{"id":7,"jsonrpc":"2.0","result":{}}', None),  # another member order: not this head
         (b'{"jsonrpc":"2.0","id":7,"result":{"x":1}', None),  # cut short
+        (b'{"jsonrpc":"2.0","id":7,"result":\t{"x":{}} \r\n} \n', b'{"x":{}}'),  # whitespace on both sides
+        (b'{"jsonrpc":"2.0","id":7,"result":{}}}', b"{}}"),  # as bytes.strip() finds it (not a JSON check)
+        (b'{"jsonrpc":"2.0","id":7,"result":{}', None),  # the outer brace missing
+        (b'{"jsonrpc":"2.0","id":7,"result":}', None),  # no value
+        (b'{"jsonrpc":"2.0","id":7,"result": }', None),
+        (b'{"jsonrpc":"2.0","id":7,"result":', None),
+        (b'{"jsonrpc":"2.0","id":7,"result":  ', None),
+        (b'{"jsonrpc":"2.0","id":7,"result":{ }', None),  # "{" and the outer brace
+        (b'{"jsonrpc":"2.0","id":7,"result":x}', None),
     ],
 )
 def test_result_object(raw: bytes, expected: bytes | None) -> None:
@@ -440,3 +449,67 @@ def test_encode_is_unchanged_by_a_value_it_could_not_encode() -> None:
     with pytest.raises(TypeError):
         encode({"a": [1, {"b": object()}]})
     assert encode({"a": [1, {"b": 2}]}) == b'{"a":[1,{"b":2}]}'
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        pytest.param(b'{"jsonrpc":"2.0","id":1,"result":{}}', Response, id="response"),
+        pytest.param(b'{"jsonrpc":"2.0","id":1,"method":"m"}', Request, id="request"),
+        pytest.param(b'{"jsonrpc":"2.0","method":"m"}', Notification, id="notification"),
+        pytest.param(json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"t": BIG}}).encode(), Response, id="large"),
+    ],
+)
+def test_parse_line_names_a_bare_line_s_bytes(line: bytes, kind: type) -> None:
+    """A line the splitter vouched for is handed on as it is (raw_bytes searches it no more), while it stays the
+    message's raw; parsed without the word, the message names none."""
+    message = jsonrpc.parse_line(line, bare=True)
+    assert isinstance(message, kind) and message.raw is line  # type: ignore[union-attr]
+    assert message.bare is line  # type: ignore[union-attr]
+    assert raw_bytes(message) is line  # type: ignore[arg-type]
+    assert jsonrpc.parse_line(line).bare is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(b"not json", id="invalid"),
+        pytest.param(b'[{"jsonrpc":"2.0","method":"m"}]', id="batch"),
+    ],
+)
+def test_parse_line_bare_leaves_invalid_lines_and_batches_alone(line: bytes) -> None:
+    message = jsonrpc.parse_line(line, bare=True)
+    assert isinstance(message, (jsonrpc.Invalid, jsonrpc.Batch))
+    if isinstance(message, jsonrpc.Batch):
+        assert all(getattr(item, "bare", None) is None for item in message.items)
+
+
+def test_raw_bytes_searches_a_raw_that_replaced_the_bare_one() -> None:
+    message = jsonrpc.parse_line(b'{"jsonrpc":"2.0","id":1,"method":"m"}', bare=True)
+    assert isinstance(message, Request)
+    message.raw = b'{"jsonrpc":"2.0",\r"id":1,"method":"m"}'  # rewritten after the parse (a spliced field)
+    out = raw_bytes(message)
+    assert b"\r" not in out and json.loads(out) == message.obj
+
+
+@pytest.mark.parametrize(
+    ("data", "value"),
+    [
+        pytest.param(b"{}", {}, id="no-whitespace"),
+        pytest.param(b" \t\r\n{}", {}, id="leading"),
+        pytest.param(b"{} \t\r\n", {}, id="trailing"),
+        pytest.param(b"\n[1]\n", [1], id="both"),
+        pytest.param(b"", None, id="empty"),
+        pytest.param(b" ", None, id="only-whitespace"),
+        pytest.param(b"{} x", None, id="extra-data"),
+        pytest.param(b"{}{}", None, id="two-values"),
+        pytest.param(b"\x0c{}", None, id="form-feed-is-not-json-whitespace"),
+        pytest.param(b"{}\x0b", None, id="vertical-tab-after"),
+    ],
+)
+def test_parse_whitespace_around_the_value(data: bytes, value: Any) -> None:
+    message = parse(data)
+    if value is None:
+        assert isinstance(message, jsonrpc.Invalid) and message.code == jsonrpc.PARSE_ERROR
+    else:
+        assert not isinstance(message, jsonrpc.Invalid) or message.code != jsonrpc.PARSE_ERROR
