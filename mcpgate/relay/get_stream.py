@@ -4,6 +4,11 @@ Opened after `notifications/initialized`; 405 means the server offers none. It i
 reopened with backoff when it ends or breaks, after the server's `retry` when it
 gave one, with Last-Event-ID when its events carried ids (ids of the same session
 only). A 404 means the session is gone: the owner starts a new one.
+
+An upstream sends a server-initiated message on the GET stream it has registered, and drops one sent before (the
+SDK server does). So the owner holds the host's next request until the first GET's response headers arrived
+(`wait_open`, bounded by OPEN_WAIT: a server that sends no headers before its first event costs that once); a
+405 releases it at once.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 from typing import Protocol
 
 import gevent
+from gevent.event import Event
 from gevent.greenlet import Greenlet
 
 from mcpgate.core import wire
@@ -21,6 +27,8 @@ from mcpgate.relay.http_client import SSE_TYPE, HttpClient, reconnect_delay
 from mcpgate.relay.transport import Upstream, decode_upstream
 
 log = logging.getLogger("mcpgate.relay")
+
+OPEN_WAIT = 2.0  # seconds the host's next request waits for a new GET stream's response headers
 
 
 class StreamOwner(Protocol):
@@ -43,12 +51,23 @@ class GetStream:
         self.owner = owner
         self.offered = True  # until a 405 says otherwise
         self._greenlet: Greenlet | None = None
+        self._opened = Event()  # the newest stream's first GET has its answer (or failed, or never will)
+        self._opened.set()
 
     def start(self) -> None:
         if self.owner.closing or not self.offered:
             return
         if self._greenlet is None or self._greenlet.dead:
-            self._greenlet = gevent.spawn(self._run)
+            self._opened = Event()
+            self._greenlet = gevent.spawn(self._run, self._opened)
+
+    def wait_open(self, timeout: float = OPEN_WAIT) -> None:
+        """Wait (bounded) until the stream started last has its first answer: what the upstream sends after
+        that cannot be dropped for want of a stream. At once when it has, or no stream is offered."""
+        opened = self._opened
+        if not opened.wait(timeout=timeout):
+            opened.set()  # waited once: later requests go on at once
+            log.info("upstream did not answer the GET stream within %gs; going on without it", timeout)
 
     def restart(self) -> None:
         """Drop the current stream (it belonged to a dead session) and open a new one."""
@@ -61,7 +80,13 @@ class GetStream:
         if self._greenlet is not None:
             self._greenlet.kill(block=True, timeout=1.0)
 
-    def _run(self) -> None:
+    def _run(self, opened: Event) -> None:
+        try:
+            self._loop(opened)
+        finally:
+            opened.set()
+
+    def _loop(self, opened: Event) -> None:
         owner = self.owner
         failures, retry_ms = 0, None
         last_id, id_session = None, owner.session_id
@@ -73,7 +98,7 @@ class GetStream:
             if last_id is not None:
                 headers[wire.LAST_EVENT_ID] = last_id
             decoder = owner.http.new_decoder()
-            got = self._once(headers, sid, decoder)
+            got = self._once(headers, sid, decoder, opened)
             if got is None:
                 return
             last_id = decoder.last_event_id or last_id
@@ -81,7 +106,7 @@ class GetStream:
             failures = 0 if got else failures + 1
             gevent.sleep(reconnect_delay(failures, retry_ms))
 
-    def _once(self, headers: dict[str, str], sid: str | None, decoder: SseDecoder) -> int | None:
+    def _once(self, headers: dict[str, str], sid: str | None, decoder: SseDecoder, opened: Event) -> int | None:
         """One GET: the number of events read, or None when the server offers no stream."""
         owner = self.owner
         try:
@@ -89,6 +114,8 @@ class GetStream:
         except errors.RelayError as exc:
             log.debug("GET stream: %s", exc.message)
             return 0
+        finally:
+            opened.set()
         if resp.status_code == 405:
             resp.close()
             self.offered = False

@@ -4,7 +4,8 @@ Each host request is its own POST; the reply is one JSON object or an SSE
 stream that may carry notifications and server requests before the response.
 The session id from the initialize reply goes on every later request, and
 MCP-Protocol-Version too when versions.sends_version_header() says so. After
-`notifications/initialized` a GET stream carries server-initiated messages. A
+`notifications/initialized` a GET stream carries server-initiated messages (the host's next
+request waits, bounded, until it is open: get_stream.py says why). A
 404 on a request that carried a session id starts a new session by replaying the
 host's initialize and initialized; the failed request is then sent once more.
 """
@@ -146,9 +147,9 @@ class StreamableTransport:
         decoder = self.http.new_decoder()
         reply = None
         try:
-            reply = self._consume(req, resp, decoder)
+            reply = self._consume(req, resp, decoder, waiter)
         finally:
-            if reply is None:
+            if reply is None or waiter.ready():  # no reply, or it came on another stream: this one is cut
                 resp.close()
             else:
                 self._background.spawn(self._read_tail, resp, decoder)
@@ -167,8 +168,16 @@ class StreamableTransport:
         finally:
             self.http.done(resp)
 
-    def _consume(self, req: jsonrpc.Request, resp: HttpReply, decoder: SseDecoder) -> jsonrpc.Response | None:
-        """Read a reply stream until the response; None when it ended resumably first."""
+    def _consume(
+        self, req: jsonrpc.Request, resp: HttpReply, decoder: SseDecoder, waiter: AsyncResult
+    ) -> jsonrpc.Response | None:
+        """Read a reply stream until the response; None when it ended resumably first. When another stream
+        hands the response over (the GET stream: routed to the waiter), this one is closed and that one taken."""
+
+        def handed_over(_: AsyncResult) -> None:
+            resp.close()  # the read under way ends (an error or the body's end): the waiter is looked at then
+
+        waiter.rawlink(handed_over)
         try:
             for event in self.http.events(resp, decoder, self.url):
                 if not event.data:
@@ -179,8 +188,13 @@ class StreamableTransport:
                         return message
                     self.route(message)
         except errors.MaybeSent as broken:
-            if decoder.last_event_id is None:
+            if decoder.last_event_id is None and not waiter.ready():
                 raise errors.ReplyLost(f"the reply stream for {req.method} broke: {broken.message}") from None
+        finally:
+            waiter.unlink(handed_over)
+        if waiter.ready():
+            handed: jsonrpc.Response = waiter.get()
+            return handed
         if decoder.last_event_id is None:
             raise errors.ReplyLost(f"upstream ended the reply stream for {req.method} without answering")
         return None
@@ -206,7 +220,7 @@ class StreamableTransport:
                 raise errors.SessionExpired(sid)
             self.http.expect_event_stream(resp, self.url)
             try:
-                reply = self._consume(req, resp, decoder)
+                reply = self._consume(req, resp, decoder, waiter)
             finally:
                 resp.close()
             if reply is not None:
@@ -276,6 +290,7 @@ class StreamableTransport:
                 raise
             self._post_oneway(self._host_handshake.initialized(), "initialized", recover=False)
             self._get_stream.restart()
+            self._get_stream.wait_open()  # the requests resent on the new session go after it
 
     # -- one-way messages -------------------------------------------------------------------
 
@@ -286,6 +301,7 @@ class StreamableTransport:
         self._post_oneway(jsonrpc.raw_bytes(message), what, recover=True)
         if initialized:
             self._get_stream.start()
+            self._get_stream.wait_open()  # the host's next requests wait behind this message (the pump's barrier)
 
     def _post_oneway(self, body: bytes, what: str, recover: bool) -> None:
         """POST a notification or response (202 expected); failures are logged: there is no one to answer."""
