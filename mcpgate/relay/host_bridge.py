@@ -11,7 +11,10 @@ original request is retried under a new id with `inputResponses` and the echoed 
 Change notifications: a legacy host is sent list_changed whenever the server declares listChanged, and
 resources/updated for what it subscribed to. The bridge keeps ONE subscriptions/listen open upstream for that
 (its own greenlet; opened after notifications/initialized, re-opened when the subscribed URIs change: the new
-one is acknowledged before the old one is closed) and forwards its notifications without the subscriptionId.
+one is acknowledged before the old one is closed) and forwards its notifications without the subscriptionId. A
+listen that ended is opened again after a backoff; what changed meanwhile went nowhere, so once the new one is
+acknowledged the host is told that everything it hears of may have changed (a list_changed per honoured kind, a
+resources/updated per honoured URI): a spurious change costs a re-read, a missed one a stale list.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from gevent.pool import Group
 from mcpgate import __version__
 from mcpgate.core import jsonrpc, modern, modern_client, mrtr, subscriptions, wire
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
-from mcpgate.core.subscriptions import ACKNOWLEDGED
+from mcpgate.core.subscriptions import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD
 from mcpgate.relay import errors
 from mcpgate.relay.transport import OneWay, Sink, Upstream
 
@@ -69,6 +72,7 @@ class _Listen:
     id: Id = ""
     greenlet: Greenlet | None = None
     acked: Event = field(default_factory=Event)  # acknowledged upstream (or failed): requests may go on
+    opened: int = 0  # times sent upstream: from the second on, changes may have gone unheard in between
 
 
 def _request(msg_id: Id, method: str, params: Any) -> Request:
@@ -244,6 +248,7 @@ class LegacyHostBridge:
         delay = LISTEN_BACKOFF[0]
         while not self.closing and self._listen is listen:
             listen.id = mint("listen")
+            listen.opened += 1
             key = jsonrpc.id_key(listen.id)
             self._live[key] = listen
             try:
@@ -285,12 +290,26 @@ class LegacyHostBridge:
                 self._retire(keep=listen)
             honoured = params.get("notifications")
             log.info("listening upstream for %s", honoured)
+            if listen.opened > 1:
+                self._maybe_missed(honoured if isinstance(honoured, dict) else listen.filter)
             return
         plain = subscriptions.without_subscription_id(message.params) or None  # params left empty: none
         obj: dict[str, Any] = {"jsonrpc": "2.0", "method": message.method}
         if plain is not None:
             obj["params"] = plain
         self.sink(Notification(message.method, plain, obj))
+
+    def _maybe_missed(self, honoured: dict[str, Any]) -> None:
+        """A listen opened again: every change it carries may have happened while none was open."""
+        for kind, (_, method) in LIST_KINDS.items():
+            if honoured.get(kind) is True:
+                self.sink(Notification(method, None, {"jsonrpc": "2.0", "method": method}))
+        uris = honoured.get(RESOURCES_FIELD)
+        for uri in uris if isinstance(uris, list) else []:
+            if isinstance(uri, str):
+                params = {"uri": uri}
+                obj = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": params}
+                self.sink(Notification("notifications/resources/updated", params, obj))
 
     # -- one-way messages from the host, shutdown ---------------------------------------------------------------------
     def send_oneway(self, message: OneWay) -> None:

@@ -31,6 +31,7 @@ CAPS = "io.modelcontextprotocol/clientCapabilities"
 INFO = "io.modelcontextprotocol/clientInfo"
 LEVEL = "io.modelcontextprotocol/logLevel"
 SUB = "io.modelcontextprotocol/subscriptionId"
+ACKED = "notifications/subscriptions/acknowledged"
 DISCOVER = {
     "resultType": "complete",
     "supportedVersions": ["2026-07-28"],
@@ -245,6 +246,39 @@ def test_one_listen_for_list_changes_and_subscriptions_reopened_when_they_change
     assert host.seen[-1].obj["params"] == {"uri": "a://x"}
     host.bridge.close()
     assert second.id in upstream.closed_listens
+
+
+def test_a_listen_opened_again_tells_the_host_what_may_have_changed() -> None:
+    """Changes while no listen is open go nowhere: once the listen the upstream ended is open again and
+    acknowledged, the host hears of every kind and URI it listens for as possibly changed (not after the first)."""
+    upstream = FakeModern()
+    ended = Event()
+    plain = upstream.request
+
+    def request(request: Request) -> Response:
+        if request.method == "subscriptions/listen" and not upstream.listens:
+            upstream.listens.append(request)
+            ended.wait(timeout=10)
+            return result(request.id, {})  # the upstream ends the first listen
+        return plain(request)
+
+    upstream.request = request  # type: ignore[method-assign]
+    host = Host(upstream)
+    assert host.bridge.request(req(1, "resources/subscribe", {"uri": "a://x"})).obj["result"] == {}
+    host.bridge.send_oneway(note("notifications/initialized"))
+    wait(lambda: upstream.listens, "a listen upstream")
+    honoured = {"toolsListChanged": True, "resourcesListChanged": True, "resourceSubscriptions": ["a://x"]}
+    upstream.sink(note(ACKED, {"_meta": {SUB: upstream.listens[0].id}, "notifications": honoured}))
+    assert host.seen == []
+    ended.set()
+    wait(lambda: len(upstream.listens) == 2, "the listen opened again")
+    upstream.sink(note(ACKED, {"_meta": {SUB: upstream.listens[1].id}, "notifications": honoured}))
+    assert [message.obj for message in host.seen] == [
+        {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"},
+        {"jsonrpc": "2.0", "method": "notifications/resources/list_changed"},
+        {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "a://x"}},
+    ]
+    host.bridge.close()
 
 
 def test_progress_and_log_messages_pass_as_they_came() -> None:
