@@ -1,5 +1,6 @@
 """Races between the relay's streams, against a scripted Streamable HTTP upstream: the GET stream is open before the
-host's next request after notifications/initialized goes (bounded)."""
+host's next request after notifications/initialized goes (bounded), and a reply the GET stream hands over ends the
+wait on the call's own stream, open or not."""
 
 from __future__ import annotations
 
