@@ -176,6 +176,9 @@ LADDER: list[tuple[str, str, Any, dict[str, Any], tuple[int, int] | None]] = [
     ("non-ASCII name as base64", "tools/call", with_meta(name="héllo"), {wire.NAME: "=?base64?aMOpbGxv?="}, OK),
     ("non-ASCII name sent raw", "tools/call", with_meta(name="héllo"), {wire.NAME: "h\xc3\xa9llo"}, MISMATCH),
     ("name with a control character", "tools/call", with_meta(name="ec\x01ho"), {wire.NAME: "ec\x01ho"}, MISMATCH),
+    ("non-ASCII name equal to the body", "tools/call", with_meta(name="h\xe9llo"), {wire.NAME: "h\xe9llo"}, MISMATCH),
+    ("name with DEL equal to the body", "tools/call", with_meta(name="ec\x7fho"), {wire.NAME: "ec\x7fho"}, MISMATCH),
+    ("name with a tab inside", "tools/call", with_meta(name="ec\tho"), {wire.NAME: "ec\tho"}, OK),
     ("sentinel-looking name sent plain", "tools/call", with_meta(name="=?base64?echo?="), {}, MISMATCH),
     (
         "sentinel-looking name encoded",

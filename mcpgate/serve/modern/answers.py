@@ -29,6 +29,7 @@ log = logging.getLogger("mcpgate.pool")
 # The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
 _STAMPED = re.compile(rb'"(?:resultType|_meta|ttlMs|cacheScope)"')
 _EMPTY = re.compile(rb"\{[ \t\r\n]*\}")  # a result object with no member (matching stops at the first one)
+_EMPTY_NEXT = frozenset(b" \t\r\n}")  # what follows the "{" of a result with no member (else no match is tried)
 UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
 
 
@@ -90,6 +91,6 @@ class Answers:
         client_id = call.client_id
         encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
         head = b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":'
-        if _EMPTY.fullmatch(result):  # no member of its own
+        if result[1] in _EMPTY_NEXT and _EMPTY.fullmatch(result):  # no member of its own
             return head + b"{" + members + b"}}"
         return b"".join((head, memoryview(result)[:-1], b",", members, b"}}"))  # its bytes copied once

@@ -27,7 +27,7 @@ from mcpgate.child.spawn import ChildSpawnError
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
 from mcpgate.core import tasks as core_tasks
-from mcpgate.core.jsonrpc import Notification, Request
+from mcpgate.core.jsonrpc import Notification
 from mcpgate.serve.front.http import Refusal
 from mcpgate.serve.modern import tool_notes
 from mcpgate.serve.modern.bridge import Bridge
@@ -336,11 +336,10 @@ class Pool:
         return None
 
     # -- the tools' x-mcp-header annotations (Mcp-Param-* headers are checked against them) -------------------
-    def param_headers(self, principal: str, message: Request) -> dict[str, str] | None:
-        """The Mcp-Param-* headers the called tool declares: {argument: header name} (serve/modern/tool_notes.py)."""
-        name = message.params.get("name") if isinstance(message.params, dict) else None
-        notes = tool_notes.fresh(self.group(principal), lambda: self.acquire(principal), self.settings, self.clock())
-        return notes.headers.get(name) if isinstance(name, str) else None
+    def tool_notes(self, principal: str) -> tool_notes.ToolNotes:
+        """What the principal's tools declare: their Mcp-Param-* headers, {tool: {argument: header name}}, and the
+        task-only tools of a legacy child (serve/modern/tool_notes.py), read again when stale."""
+        return tool_notes.fresh(self.group(principal), lambda: self.acquire(principal), self.settings, self.clock())
 
     # -- listen -------------------------------------------------------------------------------------------
     def hub(self, principal: str) -> ListenHub:

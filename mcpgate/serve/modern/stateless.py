@@ -84,12 +84,13 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
         if audit.LOG is not None:
             audit.LOG.here(message, who, gw.name, audit.MODERN, tools.refusal(request_id, hidden))
         return json_response(jsonrpc.encode(tools.refusal(request_id, hidden)))
-    param_headers = pool.param_headers(principal, message) if message.method == "tools/call" else None
-    if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
-        refuse_on(modern.check_param_headers(message, request.header, param_headers), request_id)  # the rest passed
     if message.method == "tools/call":
-        notes = pool.group(principal).tools
-        if notes is not None and notes.task_required:  # a legacy child's task-only tool
+        notes = pool.tool_notes(principal)
+        name = message.params.get("name") if isinstance(message.params, dict) else None
+        param_headers = notes.headers.get(name) if isinstance(name, str) else None
+        if param_headers:  # the tool mirrors arguments into Mcp-Param-* headers: they are checked too
+            refuse_on(modern.check_param_headers(message, request.header, param_headers), request_id)  # the rest passed
+        if notes.task_required:  # a legacy child's task-only tool
             tasks.refuse_untasked(notes, message)
     client = Client.of(request.environ)
     if message.method == "server/discover":
@@ -179,6 +180,7 @@ def start(
         input_responses=responses if isinstance(responses, dict) else None,
         tools=tools,
     )
+    stream.pump = getattr(child.child, "pump", None)  # its reader reads the child's answers while it waits
     if not child.start_call(message, call):
         raise Refusal(502, jsonrpc.INTERNAL_ERROR, "Bad Gateway: the MCP server is not taking requests", message.id)
     if call.bridged and candidate:
