@@ -1,5 +1,11 @@
-"""A client connection in the gateway's worker (mcpgate.serve.front.worker): pywsgi's handler with a stricter,
-lighter request reader and the read deadlines, and pywsgi's server holding the open connections and the budget.
+"""A client connection in the gateway's worker (mcpgate.serve.front.worker): a keep-alive loop of its own over
+pywsgi's handler, with a stricter, lighter request reader and the read deadlines, and pywsgi's server holding the
+open connections, the budget and the memo of request heads.
+
+A request whose head is whole in the connection's buffer is read in one look: its bytes name a head already
+checked (serve/front/heads.py), or are checked as a whole and remembered; the environ is the connection's keys
+and the head's, copied. Any other head (not whole yet, refused, past the memo's bounds) is read a line at a time,
+as pywsgi reads it. What the application gives whole goes out with its head in one send (writing.py).
 
 Reading a request: the request line and header block are checked as request_headers says (a refusal is 400
 and a closed connection, so nothing framed two ways is ever answered, and one line in the error log and the
@@ -31,15 +37,16 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import gevent
-from gevent.pywsgi import _InvalidClientInput, _InvalidClientRequest
+from gevent.pywsgi import _REQUEST_TOO_LONG_RESPONSE, MAX_REQUEST_LINE, _InvalidClientInput
 from gunicorn.workers.ggevent import PyWSGIHandler, PyWSGIServer
 
 from mcpgate.config.settings import Settings
 from mcpgate.observe import logs, refusals
 from mcpgate.serve.front import environ as request_environ
 from mcpgate.serve.front.context import CONTEXT, RequestContext
+from mcpgate.serve.front.heads import Head, Heads, checked
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
-from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line, resolve_target
+from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line
 from mcpgate.serve.front.writing import LeanWrites
 
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-length: 0\r\n\r\n"  # as pywsgi's
@@ -64,8 +71,10 @@ class Limits:
 
 
 class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
-    """One client connection: read with deadlines and RequestHeaders, known to the server while it is open,
-    counted in the server's budget while it waits on its client (reading: the module's docstring)."""
+    """One client connection: its own keep-alive loop (pywsgi's, with a head read in one look when its bytes are
+    whole in the buffer: heads.py), reading with deadlines and RequestHeaders, known to the server while it is open,
+    counted in the server's budget while it waits on its client (reading: the module's docstring). pywsgi's
+    handler answers what is rare: its refusals, errors, and replies that are not one piece (writing.py)."""
 
     environ: dict[str, Any] | None  # pywsgi's, for the request being answered
     response_headers: list[tuple[bytes, bytes]]
@@ -76,6 +85,10 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.limits: Limits = server.limits
         self.requests = 0
         self.peer_gone = functools.partial(peer_gone, sock)  # every request's probe of this connection
+        self.logged: bool = server.access_logged
+        self.application = server.application
+        self.head: Head | None = None  # the request being answered
+        self.base: dict[str, Any] | None = None  # the environ's keys of the connection (made on its first request)
 
     def handle(self) -> None:
         server: Server = self.server
@@ -85,13 +98,50 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.reader.within(self.limits.header)
         server.waiting.enter(self)
         try:
-            super().handle()
+            self.serve()
         except OSError:  # the client went away (or was closed) while being answered
             pass
         finally:
             server.waiting.leave(self)
             server.readers.discard(self.reader)
             server.connections.discard(sock)
+            self.release()
+
+    def serve(self) -> None:
+        """pywsgi's keep-alive loop (WSGIHandler.handle): a request after another until one ends the connection;
+        a request refused before the application gets its canned answer and ends it."""
+        while self.socket is not None:
+            if self.logged:
+                self.time_start, self.time_finish = time.time(), 0
+            result = self.handle_one_request()
+            if result is True:
+                continue
+            if not isinstance(result, tuple):
+                return
+            self.status, answer = result
+            self.socket.sendall(answer)
+            if self.time_finish == 0:
+                self.time_finish = time.time()
+            self.log_request()
+            return
+
+    def release(self) -> None:
+        """pywsgi's end of a connection (the rest of WSGIHandler.handle): what the client still sent is read
+        once, so closing does not reset the connection, then the socket is closed."""
+        if self.socket is not None:
+            raw = getattr(self.socket, "_sock", None)
+            try:
+                if raw:
+                    try:
+                        raw.recv(16384)
+                    finally:
+                        raw.close()
+                self.socket.close()
+            except OSError:
+                pass
+        self.__dict__.pop("socket", None)
+        self.__dict__.pop("rfile", None)
+        self.__dict__.pop("wsgi_input", None)
 
     def evict(self) -> None:
         """Close a connection that waits on its client while newer ones need its place: a read in progress (a
@@ -102,42 +152,80 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         except (AttributeError, OSError):  # already closed (pywsgi clears self.socket)
             pass
 
-    def read_requestline(self) -> str:
+    def handle_one_request(self) -> tuple[str, bytes] | bool | None:
+        """pywsgi's: True when the connection goes on, None when it ends, a canned answer for a refusal."""
+        rfile = self.rfile
+        if rfile.closed:
+            return None
         self.environ, self.response_headers = None, []  # the access log of a request refused before it has them
         if self.requests:  # keep-alive: wait for the next request's first byte, then give it a whole head
             self.reader.pausing(self.limits.keepalive)
             self.server.waiting.enter(self)
             try:
-                if not self.rfile.peek(1):
-                    return ""
+                if not rfile.peek(1):
+                    return None
             except OSError:
-                return ""
+                return None
             self.reader.within(self.limits.header)
         self.requests += 1
-        line: str = super().read_requestline()
+        self.response_length = 0
+        head = self.whole_head()
+        if head is None:  # read a line at a time, as pywsgi does (a refusal says which line and why)
+            try:
+                line = self.read_requestline()
+            except OSError:
+                return None
+            if not line:
+                return None
+            self.requestline = line
+            if len(line) >= MAX_REQUEST_LINE:
+                return ("414", _REQUEST_TOO_LONG_RESPONSE)
+            try:
+                head = self.read_head(line)
+            except Exception as ex:  # noqa: BLE001 -- as pywsgi: any failure to read a head is the client's 400
+                return self._handle_client_error(ex)  # type: ignore[no-any-return]
+        self.take(head)
+        self.environ = self.get_environ()
+        self.handle_one_response()
+        if self.close_connection or rfile.closed:
+            return None
+        return True
+
+    def whole_head(self) -> Head | None:
+        """The next request's head when its bytes are whole in the buffer and pass (heads.py), consumed; else None,
+        with nothing consumed."""
+        try:
+            buffered: bytes = self.rfile.peek(1)
+        except OSError:
+            return None
+        end = buffered.find(b"\r\n\r\n") + 4
+        if end < 4 or buffered.startswith(b"\r\n"):
+            return None
+        head: Head | None = self.server.heads.get(buffered[:end])
+        if head is not None:
+            self.rfile.read(end)
+        return head
+
+    def read_requestline(self) -> str:
+        line: str = self.rfile.readline(MAX_REQUEST_LINE).decode("latin-1")
         if line == "\r\n":  # RFC 9112 2.2: an empty line before a request line is ignored
-            line = super().read_requestline()
+            line = self.rfile.readline(MAX_REQUEST_LINE).decode("latin-1")
         return line
 
-    def read_request(self, raw_requestline: str) -> bool:
-        """pywsgi's, on the request line parse_request_line checked (so one HTTP/1.0 or 1.1 line of three parts)
-        and the fields RequestHeaders read (no Content-Length but digits, never one with Transfer-Encoding)."""
+    def read_head(self, raw_requestline: str) -> Head:
+        """The request line parse_request_line checks (one HTTP/1.0 or 1.1 line of three parts) and the fields
+        RequestHeaders reads, as a Head (heads.checked: the refusals pywsgi answers with 400)."""
         line = parse_request_line(raw_requestline)
         self.requestline = raw_requestline.rstrip()
         self.command, self.path, self.request_version = line
         self.headers = self.MessageClass(self.rfile, 0)
-        if self.headers.status:
-            raise _InvalidClientRequest(f"Invalid headers status: {self.headers.status!r}")
-        length = self.headers.get("content-length")
-        self.content_length = None if length is None else int(length)
-        if self.content_length and self.command == "HEAD":
-            raise _InvalidClientRequest("Unexpected Content-Length")
-        connection = self.headers.get("connection", "").lower()
-        self.close_connection = connection == "close" if line.version == "HTTP/1.1" else connection != "keep-alive"
-        self.path, host = resolve_target(line, self.headers.get("host"))
-        if host is not None and host != self.headers.get("host"):
-            self.headers.replace("Host", host)
-        return True
+        return checked(raw_requestline, line, self.headers)
+
+    def take(self, head: Head) -> None:
+        """The request being answered is `head`'s (pywsgi's attributes, which its handler and the access log read)."""
+        self.head, self.requestline, self.headers = head, head.requestline, head.headers
+        self.command, self.path, self.request_version = head.line.method, head.path, head.line.version
+        self.content_length, self.close_connection = head.length, head.close
 
     def MessageClass(self, fp: BinaryIO, *args: Any) -> RequestHeaders:  # pywsgi names it so
         try:
@@ -146,15 +234,20 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             return RequestHeaders([], "Request header timeout")
 
     def get_environ(self) -> dict[str, Any]:
-        environ = request_environ.build(
-            self.server.get_environ(), self.command, self.path, self.request_version, self.headers, self.client_address
-        )
-        environ["gunicorn.sock"] = self.socket  # as gunicorn's handler
-        expect = self.socket if environ.get("HTTP_EXPECT") == "100-continue" else None  # as pywsgi's Input
-        chunked = "HTTP_TRANSFER_ENCODING" in environ  # RequestHeaders admits only "chunked"
-        body = self.wsgi_input = Body(self.rfile, self.content_length, expect, chunked)
+        head = self.head
+        assert head is not None
+        base = self.base
+        if base is None:  # the server's keys, the client's address and socket: the same for each request
+            base = request_environ.connection_items(self.server.get_environ(), self.client_address)
+            base["gunicorn.sock"] = self.socket  # as gunicorn's handler
+            base["wsgi.input_terminated"] = True  # no upgrade reads the raw socket
+            self.base = base
+        environ = dict(base)
+        environ.update(head.items)
+        expect = self.socket if head.expect else None  # as pywsgi's Input
+        body = self.wsgi_input = Body(self.rfile, head.length, expect, head.chunked)
         body.connection = self
-        environ["wsgi.input"], environ["wsgi.input_terminated"] = body, True  # no upgrade reads the raw socket
+        environ["wsgi.input"] = body
         environ[CONTEXT] = RequestContext(peer_gone=self.peer_gone)
         if logs.REQUEST is not None:  # JSON logs: this greenlet's lines name the request's server and principal
             logs.REQUEST.set(environ[CONTEXT])
@@ -179,42 +272,6 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         if exc_info is None and self._started(status, headers):
             return self.write
         return super().start_response(status, headers, exc_info)
-
-    def _started(self, status: str, headers: list[tuple[str, str]]) -> bool:
-        """pywsgi's start_response in one pass over the headers, leaving the same state; False, with nothing
-        changed, for anything pywsgi's would refuse (which then raises its own error): a name or value that is
-        not a str, holds a CR or LF or is not latin-1, a status not "NNN ...", a 204 or 304 with a length."""
-        if type(status) is not str or "\r" in status or "\n" in status:
-            return False
-        encoded: list[tuple[bytes, bytes]] = []
-        connection = date = length = None
-        try:
-            for name, value in headers:
-                if type(name) is not str or type(value) is not str:
-                    return False
-                if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
-                    return False
-                encoded.append((name.encode("latin-1"), value.encode("latin-1")))
-                lower = name.lower()
-                if lower == "connection":
-                    connection = value
-                elif lower == "date":
-                    date = value
-                elif lower == "content-length":
-                    length = value
-            code = int(status.split(" ", 1)[0])
-            raw_status = status.encode("latin-1")
-        except (UnicodeEncodeError, ValueError):
-            return False
-        if code in (304, 204) and length is not None and length != "0":
-            return False
-        if self.request_version == "HTTP/1.0" and connection is None:
-            encoded.append((b"Connection", b"close" if self.close_connection else b"keep-alive"))
-        elif connection == "close":
-            self.close_connection = True
-        self.status, self._orig_status, self.response_headers, self.code = raw_status, status, encoded, code
-        self.provided_date, self.provided_content_length = date, length
-        return True
 
     def _handle_client_error(self, ex: Exception) -> Any:  # pywsgi's hook for a request it refuses
         """A request refused by the worker (its head, or a body too slow or cut short): one line in gunicorn's error
@@ -290,6 +347,7 @@ class Server(PyWSGIServer):  # type: ignore[misc]
         # gunicorn's access log is configured (its logger says so; pywsgi wraps it): else nothing is gathered for it
         self.access_logged = bool(getattr(self.log, "access_log_enabled", True))
         self.readers: set[TimedReader] = set()
+        self.heads = Heads()  # the request heads its connections read, remembered by their bytes
         self._sweeper: gevent.Greenlet | None = None
 
     def start(self) -> None:

@@ -50,31 +50,42 @@ def http_items(fields: Iterable[tuple[str, str]]) -> dict[str, str]:
     return items
 
 
+def request_items(method: str, target: str, version: str, headers: RequestHeaders) -> dict[str, Any]:
+    """The environ's keys of a request's head: method, path, query, protocol, the header fields, RAW_URI."""
+    items: dict[str, Any] = {"REQUEST_METHOD": method, "SCRIPT_NAME": ""}
+    path, _, query = target.partition("?")
+    items["PATH_INFO"] = unquote_latin1(path) if "%" in path else path
+    items["QUERY_STRING"] = query
+    content_type = headers.get("content-type")
+    if content_type is not None:
+        items["CONTENT_TYPE"] = content_type
+    length = headers.get("content-length")
+    if length:
+        items["CONTENT_LENGTH"] = length
+    items["SERVER_PROTOCOL"] = version
+    block = headers.block
+    if block is None:
+        items.update(http_items(headers.fields))
+    else:  # a remembered block (request_headers.Block): its items made once
+        if block.cgi is None:
+            block.cgi = http_items(block.fields)
+        items.update(block.cgi)
+    items["RAW_URI"] = target  # gunicorn's handler adds it (and the socket, which the worker adds)
+    return items
+
+
+def connection_items(environ: dict[str, Any], address: Any) -> dict[str, Any]:
+    """`environ` (the server's base, a copy of its own) with the keys of the client's address."""
+    if isinstance(address, tuple):
+        environ["REMOTE_ADDR"] = str(address[0])
+        environ["REMOTE_PORT"] = str(address[1])
+    return environ
+
+
 def build(
     environ: dict[str, Any], method: str, target: str, version: str, headers: RequestHeaders, address: Any
 ) -> dict[str, Any]:
     """A request's environ: `environ` (the server's base, a copy of its own) filled with what the worker read."""
-    environ["REQUEST_METHOD"] = method
-    environ["SCRIPT_NAME"] = ""
-    path, _, query = target.partition("?")
-    environ["PATH_INFO"] = unquote_latin1(path) if "%" in path else path
-    environ["QUERY_STRING"] = query
-    content_type = headers.get("content-type")
-    if content_type is not None:
-        environ["CONTENT_TYPE"] = content_type
-    length = headers.get("content-length")
-    if length:
-        environ["CONTENT_LENGTH"] = length
-    environ["SERVER_PROTOCOL"] = version
-    if isinstance(address, tuple):
-        environ["REMOTE_ADDR"] = str(address[0])
-        environ["REMOTE_PORT"] = str(address[1])
-    block = headers.block
-    if block is None:
-        environ.update(http_items(headers.fields))
-    else:  # a remembered block (request_headers.Block): its items made once
-        if block.cgi is None:
-            block.cgi = http_items(block.fields)
-        environ.update(block.cgi)
-    environ["RAW_URI"] = target  # gunicorn's handler adds it (and the socket, which the worker adds)
+    environ = connection_items(environ, address)
+    environ.update(request_items(method, target, version, headers))
     return environ

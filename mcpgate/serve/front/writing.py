@@ -1,20 +1,23 @@
 """A client connection's write side in the gateway's worker (mcpgate.serve.front.worker): pywsgi's, with less
-work per reply. What goes on the wire is pywsgi's to the byte, in fewer system calls:
+work per reply. What goes on the wire is pywsgi's to the byte, in fewer system calls and calls:
 
 - a reply's head and its first piece of body leave in one send (pywsgi sends them apart, the second send
   waking the client again), when that piece is at most JOINED bytes (a larger one is not copied);
 - a send is one `send` when the socket takes it all; gevent's sendall asks the socket's buffer size first
   (a getsockopt per send) and is used only for what is left;
 - the Date header is formatted once a second, not once a reply;
+- a reply the application gives whole (a list of at most one piece, as the endpoints' JSON answers) goes
+  straight to the head's send; the application's headers are checked and encoded in one pass;
 - with no access log configured, nothing is gathered for one (gunicorn would gather it and drop it).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from gevent.pywsgi import format_date_time
+from gevent.pywsgi import _InvalidClientInput, format_date_time
 
 JOINED = 64 * 1024  # bytes of body sent in one piece with the head (more: sent after it, not copied)
 
@@ -38,6 +41,41 @@ class HttpDate:
 DATE = HttpDate()
 
 
+_OTHER = ""  # a header name start_response notes nothing of
+_NOTED = frozenset(("connection", "date", "content-length"))
+_STATUSES: dict[str, tuple[bytes, int]] = {}  # a status line seen -> its bytes and code (at most _MOST)
+_NAMES: dict[str, tuple[bytes, str]] = {}  # a header name seen -> its bytes and what start_response notes of it
+_MOST = 256
+
+
+def _status(status: Any) -> tuple[bytes, int] | None:
+    """A status line's bytes and code, remembered; None for one pywsgi refuses."""
+    if type(status) is not str or "\r" in status or "\n" in status:
+        return None
+    try:
+        known = status.encode("latin-1"), int(status.split(" ", 1)[0])
+    except (UnicodeEncodeError, ValueError):
+        return None
+    if len(_STATUSES) < _MOST:
+        _STATUSES[status] = known
+    return known
+
+
+def _name(name: Any) -> tuple[bytes, str] | None:
+    """A header name's bytes and what start_response notes of it, remembered; None for one pywsgi refuses."""
+    if type(name) is not str or "\r" in name or "\n" in name:
+        return None
+    try:
+        encoded = name.encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+    lower = name.lower()
+    named = encoded, (lower if lower in _NOTED else _OTHER)
+    if len(_NAMES) < _MOST:
+        _NAMES[name] = named
+    return named
+
+
 class LeanWrites:
     """The write side of pywsgi's WSGIHandler with fewer system calls (the module's docstring). Mixed in before
     it: the attributes below are pywsgi's."""
@@ -55,6 +93,115 @@ class LeanWrites:
     request_version: str
     command: str
     result: Any
+    close_connection: bool
+    logged: bool  # gunicorn's access log is on
+    time_start: float
+    time_finish: float
+    _orig_status: str
+    ignored_socket_errors: tuple[int, ...]
+    application: Any
+    environ: Any
+    wsgi_input: Any
+
+    def handle_one_response(self) -> None:
+        """pywsgi's, the clock read only for an access log: the application's reply, then its body's end (an unread
+        body closes the connection: reading.Body), errors answered as pywsgi answers them."""
+        if self.logged:
+            self.time_start = time.time()
+        self.status = None
+        self.headers_sent = self.response_use_chunked = self.connection_upgraded = False
+        self.result = None
+        self.response_length = 0
+        try:
+            try:
+                self.run_application()
+            finally:
+                try:
+                    self.wsgi_input._discard()
+                except _InvalidClientInput:
+                    raise
+                except OSError:
+                    pass
+        except _InvalidClientInput as ex:
+            self._handle_client_error(ex)
+            self.close_connection = True
+            self._send_error_response_if_possible(400)
+        except OSError as ex:
+            if ex.args[0] in self.ignored_socket_errors:
+                self.close_connection = True
+            else:
+                self.handle_error(*sys.exc_info())
+        except BaseException:  # noqa: BLE001 -- as pywsgi: anything else is a 500 and a traceback in the log
+            self.handle_error(*sys.exc_info())
+        finally:
+            if self.logged:  # else nothing to log: the request was read (a refusal before it is logged apart)
+                self.time_finish = time.time()
+                self.log_request()
+
+    def run_application(self) -> None:
+        """pywsgi's, with a reply given whole in one piece (or none) sent with its head at once."""
+        result = self.result = self.application(self.environ, self.start_response)
+        try:
+            if (
+                type(result) is list
+                and len(result) <= 1
+                and self.status
+                and not self.headers_sent
+                and self.code not in (204, 304)
+            ):
+                self._write_whole(result[0] if result else b"")
+            else:
+                self.process_result()
+        finally:
+            close = getattr(result, "close", None)
+            try:
+                if close is not None:
+                    close()
+            finally:
+                self.result = None
+
+    def _started(self, status: str, headers: list[tuple[str, str]]) -> bool:
+        """pywsgi's start_response in one pass over the headers, leaving the same state; False, with nothing
+        changed, for anything pywsgi's would refuse (which then raises its own error): a name or value that is
+        not a str, holds a CR or LF or is not latin-1, a status not "NNN ...", a 204 or 304 with a length."""
+        known = _STATUSES.get(status) if type(status) is str else None
+        if known is None:
+            known = _status(status)
+            if known is None:
+                return False
+        raw_status, code = known
+        encoded: list[tuple[bytes, bytes]] = []
+        connection = date = length = None
+        try:
+            for name, value in headers:
+                named = _NAMES.get(name) if type(name) is str else None
+                if named is None:
+                    named = _name(name)
+                    if named is None:
+                        return False
+                if type(value) is not str or "\r" in value or "\n" in value:
+                    return False
+                encoded.append((named[0], value.encode("latin-1")))
+                kind = named[1]
+                if kind is _OTHER:
+                    continue
+                if kind == "connection":
+                    connection = value
+                elif kind == "date":
+                    date = value
+                else:
+                    length = value
+        except UnicodeEncodeError:
+            return False
+        if code in (304, 204) and length is not None and length != "0":
+            return False
+        if self.request_version == "HTTP/1.0" and connection is None:
+            encoded.append((b"Connection", b"close" if self.close_connection else b"keep-alive"))
+        elif connection == "close":
+            self.close_connection = True
+        self.status, self._orig_status, self.response_headers, self.code = raw_status, status, encoded, code
+        self.provided_date, self.provided_content_length = date, length
+        return True
 
     def _sendall(self, data: Any) -> None:
         sock = self.socket
@@ -85,6 +232,33 @@ class LeanWrites:
         if self.command == "HEAD":
             self.response_use_chunked = False  # no body, so no last chunk either
 
+    def _write_whole(self, data: bytes) -> None:
+        """A reply whose body is `data`, whole: what finalize_headers and _write_with_headers do for it (the Date,
+        a Content-Length when the application gave none, neither chunked nor a 204 or 304), in one send when the
+        body is small."""
+        self.headers_sent = True
+        self.connection_upgraded = self.code == 101
+        headers = self.response_headers
+        if self.provided_date is None:
+            headers.append((b"Date", DATE.now()))
+        if self.provided_content_length is None:
+            headers.append((b"Content-Length", b"%d" % len(data)))
+        head = bytearray(b"HTTP/1.1 ")
+        head += self.status
+        head += b"\r\n"
+        for header, value in headers:
+            head += header
+            head += b": "
+            head += value
+            head += b"\r\n"
+        head += b"\r\n"
+        if not data or self.command == "HEAD" or len(data) > JOINED:
+            self._sendall(head)
+            self._write(data)
+        else:
+            head += data
+            self._sendall(head)
+
     def _write_with_headers(self, data: bytes) -> None:
         """The head, with `data` (the body's first piece) in the same send when it is small."""
         self.headers_sent = True
@@ -113,3 +287,9 @@ class LeanWrites:
     if TYPE_CHECKING:
 
         def _write(self, data: bytes) -> None: ...  # pywsgi's (the worker's Handler skips a HEAD reply's body)
+        def _handle_client_error(self, ex: Exception) -> Any: ...
+        def _send_error_response_if_possible(self, error_code: int) -> None: ...
+        def handle_error(self, t: Any, v: Any, tb: Any) -> None: ...
+        def log_request(self) -> None: ...
+        def process_result(self) -> None: ...
+        def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any: ...
