@@ -11,9 +11,11 @@ over in the order the child wrote them, whoever reads them. A pump interrupted b
 killed) leaves the lines it had not handed over to the reader, which hands them over first.
 
 A read that fills its chunk means the child writes more than the pipe holds (a long line, most often): the pipe
-is then grown to pipes.GROWN and read a GROWN at a time, so a result of megabytes costs a few waits instead of
-one per 64 KiB (each a wake of the child and of the reader, across cores). Once the pipe is drained with no line
-left unfinished it is shrunk back, so an idle child's pipe counts its usual size towards the user's pipe limit.
+is then grown to pipes.GROWN, so a result of megabytes costs a few waits instead of one per 64 KiB (each a wake
+of the child and of the reader, across cores). It is still read a chunk at a time, all it holds at once: a
+chunk's buffer is reused memory, where a larger one would be fresh pages, faulted in on every read. Once the
+pipe is drained with no line left unfinished it is shrunk back, so an idle child's pipe counts its usual size
+towards the user's pipe limit.
 Each line goes with the splitter's word that it holds no CR (LineDecoder.bare), so it is not searched again.
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 
 from gevent.hub import Waiter, get_hub, getcurrent
 
-from mcpgate.child.pipes import CHUNK, GROWN, grow_pipe, shrink_pipe
+from mcpgate.child.pipes import CHUNK, grow_pipe, shrink_pipe
 from mcpgate.core.framing import LineDecoder, LineTooLong
 
 _READABLE = 1  # libev's EV_READ
@@ -50,7 +52,6 @@ class StdoutReader:
         self._pumping = False  # a request's greenlet reads the pipe now
         self._ended = False  # a pump read the end of the pipe (the reader reads it again and ends)
         self._leftover: deque[tuple[bytes, bool]] = deque()  # lines an interrupted pump did not hand over
-        self._read_size = CHUNK  # GROWN while the pipe is grown
         self._usual_size = 0  # the pipe's capacity before it was grown (0: not grown)
 
     def run(self) -> None:
@@ -147,16 +148,15 @@ class StdoutReader:
         the pipe (a pump leaves it to the reader, which reads the end again); a pump stops at `discard`."""
         fd = self.fd
         while True:
-            size = self._read_size
             try:
-                chunk = os.read(fd, size)
+                chunk = os.read(fd, CHUNK)
             except BlockingIOError:
                 break
             if not chunk:
                 self._ended = self._ended or pumping
                 return False
             self._feed(chunk)
-            if len(chunk) < size:
+            if len(chunk) < CHUNK:
                 break
             if pumping and self.discard:
                 return True
@@ -170,14 +170,12 @@ class StdoutReader:
         """The pipe filled a read: let it hold more (once per long write; it stays as it is if it cannot)."""
         before = grow_pipe(self.fd)
         self._usual_size = before if before is not None else -1
-        if before is not None:
-            self._read_size = GROWN
 
     def _shrink(self) -> None:
         """Drained, no line unfinished: the pipe back to its usual size (tried again later if it holds more)."""
         if self._usual_size > 0 and not shrink_pipe(self.fd, self._usual_size):
             return
-        self._usual_size, self._read_size = 0, CHUNK
+        self._usual_size = 0
 
     def _resume(self, watcher: Any, hub: Any) -> None:
         """After a pump: the reader waits for the pipe again (at once when it has lines to hand over)."""
