@@ -147,7 +147,7 @@ def request_of(message: Request) -> tuple[str, Any, Any, Any]:
 
 def error_code(body: bytes) -> int | None:
     """The JSON-RPC error code of a (single) response body, if it is an error."""
-    if b'"error"' not in body:
+    if body.find(b'"error"') < 0:  # (find: a bytes `in` costs more, trying an integer first)
         return None
     try:
         decoded = json.loads(body)
@@ -211,9 +211,15 @@ class Trace:
         if self.opened:
             return
         self.opened = True
-        parent = self.parent if self.headed else self.from_header(environ)
-        if parent is None:
-            parent = self.parent = w3c.parent_of(meta_of(message))
+        if self.headed:
+            parent = self.parent
+        else:
+            parent = self.from_header(environ) if "HTTP_TRACEPARENT" in environ else None
+            self.headed = True
+        params = getattr(message, "params", None)
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if parent is None and isinstance(meta, dict):
+            parent = self.parent = w3c.parent_of(meta)
         self.trace_id = parent.trace_id if parent is not None else IDS.take(16)
         if self.decided:
             self.state = parent.state if parent is not None else ""
@@ -223,8 +229,10 @@ class Trace:
         if not self.sampled:  # only its context is passed on: nothing more to note
             self.steps.clear()
             return
-        if isinstance(message, Request):
-            self.what = request_of(message)
+        if isinstance(message, Request):  # request_of's, from what is at hand
+            name = params.get("name") if isinstance(params, dict) else None
+            version = meta.get(wire.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
+            self.what = (message.method, name, version, message.id)
         else:
             self.what = str(getattr(message, "method", "batch")) if message is not None else ""
         self.session, self.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
@@ -257,9 +265,12 @@ class Trace:
         if not self.sampled:
             return
         self.end_at, self.status = _time(), status
-        self.code = error_code(body) if body else None
-        if body and self.code is None and isinstance(self.what, tuple) and self.what[0] == "tools/call":
-            self.tool_error = audit.is_tool_error(body, lambda: audit.decoded(body))
+        if body:
+            self.code = error_code(body)
+            if self.code is None and isinstance(self.what, tuple) and self.what[0] == "tools/call":
+                self.tool_error = body.find(b'"isError"') >= 0 and audit.is_tool_error(
+                    body, lambda: audit.decoded(body)
+                )
         TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
 
     def encoded(self) -> bytes:

@@ -22,6 +22,7 @@ _TRACESTATE = re.compile(r"[ -~]{1,512}\Z")
 _HEX_CONTEXT = re.compile(r"[0-9a-f-]{55}\Z")  # a version-00 traceparent: its JSON string is its bytes
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 _PARAMS = re.compile(rb'"params"[ \t\r\n]*:[ \t\r\n]*\{()[ \t\r\n]*(\}?)')  # group 1: inside the object
+_BLANK_OR_END = frozenset(b" \t\r\n}")  # after `"params":{`, what leaves the splice to _PARAMS
 
 
 class Parent(NamedTuple):
@@ -106,15 +107,24 @@ def replaced_context(raw: bytes, old: str, new: str) -> bytes | None:
 
 def spliced_meta(raw: bytes, fields: dict[str, str]) -> bytes | None:
     """`raw` with `"_meta": fields` first in its params object (None when the params object cannot be found for
-    certain). With no \\u escape in the bytes, the top-level key is spelled `"params"`, so one occurrence is it."""
-    if b"\\u" in raw or raw.count(b'"params"') != 1:
+    certain). With no \\u escape in the bytes, the top-level key is spelled `"params"`, so one occurrence is it.
+    (bytes.find, not `in`: a bytes `in` tries its operand as an integer first, which costs more than the search.)"""
+    at = raw.find(b'"params"')
+    if at < 0 or raw.find(b'"params"', at + 8) >= 0 or raw.find(b"\\u") >= 0:
         return None
-    found = _PARAMS.search(raw)
-    if found is None:
-        return None
-    cut = found.start(1)
-    meta = b'"_meta":{"traceparent":"' + fields["traceparent"].encode()
-    meta += (
-        b'"}' if "tracestate" not in fields else b'","tracestate":' + json.dumps(fields["tracestate"]).encode() + b"}"
-    )
-    return b"".join((raw[:cut], meta, b"" if found.group(2) else b",", raw[cut:]))
+    cut = at + 10
+    if raw.startswith(b":{", at + 8) and cut < len(raw) and raw[cut] not in _BLANK_OR_END:
+        empty = False  # compact JSON, as SDKs send it: the object's first key follows
+    else:
+        found = _PARAMS.search(raw)
+        if found is None:
+            return None
+        cut, empty = found.start(1), bool(found.group(2))
+    comma = b"" if empty else b","
+    if "tracestate" not in fields:
+        return b"".join(
+            (raw[:cut], b'"_meta":{"traceparent":"', fields["traceparent"].encode(), b'"}', comma, raw[cut:])
+        )
+    state = json.dumps(fields["tracestate"]).encode()
+    meta = b'"_meta":{"traceparent":"%s","tracestate":%s}' % (fields["traceparent"].encode(), state)
+    return b"".join((raw[:cut], meta, comma, raw[cut:]))
