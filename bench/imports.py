@@ -19,7 +19,11 @@ gateway, answers one initialize through it, and measures the relay's process (it
 
 Configurations: plain (MCPGATE_COMMAND unset: the demo server, auth off), metrics (MCPGATE_METRICS=true, /metrics
 scraped once), resource-server (MCPGATE_OAUTH_ISSUER: tests/fixtures/oidc_issuer.py on loopback), embedded (the
-gateway's own authorization server, one local user), redis (REDIS_URL: a private redis-server), relay.
+gateway's own authorization server, one local user), redis (REDIS_URL: a private redis-server), relay, floor
+(no mcpgate: gunicorn's stock gevent worker serving a three-line WSGI app, the least a gunicorn + gevent gateway
+can weigh here). Each process's RSS is also split into anonymous pages (the Python heap; a worker maps every one
+of the master's at its fork, so each of the master's counts twice in the RSS sum) and file pages (libpython,
+libcrypto, extension modules).
 """
 
 from __future__ import annotations
@@ -107,9 +111,14 @@ HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text
 
 
 def memory(pid: int) -> dict[str, int]:
+    """RSS and PSS, and RSS split into anonymous pages (the Python heap: a worker maps every one of the master's
+    at its fork) and file pages (libpython, libcrypto, extension modules: mapped again as each process touches
+    them)."""
     return {
         "rss_kb": gateways.kb(f"/proc/{pid}/status", b"VmRSS:"),
         "pss_kb": gateways.kb(f"/proc/{pid}/smaps_rollup", b"Pss:"),
+        "anon_kb": gateways.kb(f"/proc/{pid}/status", b"RssAnon:"),
+        "file_kb": gateways.kb(f"/proc/{pid}/status", b"RssFile:"),
     }
 
 
@@ -335,6 +344,51 @@ def measure(config: Configuration, tmp: Path, sessions: int, tree: Path = ROOT) 
     }
 
 
+FLOOR_APP = """
+def application(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+    return [b"ok"]
+"""
+
+
+def measure_floor(tmp: Path) -> dict[str, object]:
+    """What gunicorn and gevent weigh alone: gunicorn's own gevent worker (`-k gevent`, one worker) serving a
+    three-line WSGI app, asked once, measured as the gateway is. No setting or hook of mcpgate's; the same for
+    every tree."""
+    app = tmp / "floor_app.py"
+    app.write_text(FLOOR_APP)
+    port = gateways.free_port()
+    args = [sys.executable, "-m", "gunicorn", "-k", "gevent", "-w", "1", "-b", f"127.0.0.1:{port}"]
+    args += ["--chdir", str(tmp), "--log-level", "warning", "floor_app:application"]
+    log = tmp / f"floor-{port}.log"
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(args, cwd=tmp, stdout=log_file, stderr=subprocess.STDOUT)
+    try:
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited {proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                return request(port, "GET", "/")[0] == 200
+            except OSError:
+                return False
+
+        wait_for(ready, "the floor's gunicorn")
+        worker = int(wait_for(lambda: children_of(proc.pid)[:1], "the floor's worker")[0])  # type: ignore[index]
+        time.sleep(1.0)
+        master, work = memory(proc.pid), memory(worker)
+    finally:
+        stop(proc)
+    return {
+        "name": "floor",
+        "sessions": 0,
+        "master": master,
+        "worker": work,
+        "rss_kb": master["rss_kb"] + work["rss_kb"],
+        "pss_kb": master["pss_kb"] + work["pss_kb"],
+    }
+
+
 RELAY_MAIN = """
 import atexit, sys
 def dump():
@@ -386,7 +440,11 @@ def show(row: dict[str, object]) -> str:
     for part in ("master", "worker"):
         mem = row.get(part)
         if isinstance(mem, dict):
-            parts.append(f"{part} {mb(mem['rss_kb'])}/{mb(mem['pss_kb'])}")
+            anon, file = (mb(mem.get(key)).strip() for key in ("anon_kb", "file_kb"))
+            split = f" (anon {anon} file {file})" if "anon_kb" in mem else ""
+            parts.append(f"{part} {mb(mem['rss_kb'])}/{mb(mem['pss_kb'])}{split}")
+    if "heavy" not in row:  # the floor: no modules listed
+        return "  ".join(parts)
     heavy_mods = row.get("heavy") or {}
     assert isinstance(heavy_mods, dict)
     listed = " ".join(f"{name}({count})" for name, count in heavy_mods.items())
@@ -402,6 +460,8 @@ def measure_one(name: str, tmp: Path, sessions: int, tree: Path) -> dict[str, ob
     try:
         if name == "relay":
             return measure_relay(tmp, tree)
+        if name == "floor":
+            return measure_floor(tmp)
         config = next(c for c in CONFIGURATIONS if c.name == name)
         return measure(config, tmp, sessions, tree)
     except Exception as exc:  # noqa: BLE001 - one configuration that cannot run here: say so, go on
@@ -410,7 +470,7 @@ def measure_one(name: str, tmp: Path, sessions: int, tree: Path) -> dict[str, ob
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    names = [c.name for c in CONFIGURATIONS] + ["relay"]
+    names = [c.name for c in CONFIGURATIONS] + ["relay", "floor"]
     parser.add_argument("--only", default=",".join(names), help=f"comma-separated, of: {','.join(names)}")
     parser.add_argument("--sessions", type=int, default=1, help="idle sessions held when measured (default 1)")
     parser.add_argument("--json", action="store_true", help="one JSON line per configuration")
