@@ -89,8 +89,8 @@ class Runtime:
         sessions' requests and its parked calls' retries are still forwarded here, and what it forwards is let in).
         The number of requests still in flight."""
         self.draining = True
-        if self.cluster is not None:  # not its work: the streams it relays for others end (serve/cluster/relayed.py)
-            self.cluster.forwarder.relayed.end_all()
+        if self.cluster is not None:  # relayed streams end; the directory says it stops (Cluster.draining)
+            self.cluster.draining(budget)
         servers = [server for _name, server in self.servers.items()]
         for server in servers:
             server.closing = True

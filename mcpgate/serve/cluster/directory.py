@@ -6,11 +6,19 @@ beat by HEARTBEAT_TTL), and withdrawn when the process exits (when it is still o
 looked up and cached briefly (FOUND_CACHE, MISSING_CACHE; bounded); an instance found unreachable is marked gone
 until its entry expires or is written again (serve/cluster/gone.py). Built by serve/cluster/instances.py's
 `create`; the Cluster reads it for every forward.
+
+An instance that begins a graceful stop (its drain) says so: `mcpgate:stopping:<id>` -> its internal URL, until
+its stop is surely over (the drain's budget and STOPPING_AFTER), and removed by a later life of the instance at
+that address when it starts. It keeps serving meanwhile (its sessions' requests are still forwarded to it while
+it drains); what the mark tells another instance is how to read a connection it reset: its listener closing at
+the end of the drain resets every connection still waiting in its accept queue, requests unread
+(serve/cluster/forward.py, LostInFlight.unread), and those are served elsewhere instead of answered "restarted".
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -30,6 +38,8 @@ HEARTBEAT_EVERY = 5.0  # seconds between heartbeats
 FOUND_CACHE = 5.0  # seconds a looked-up URL is reused
 MISSING_CACHE = 1.0  # seconds an instance not in the directory is not asked for again
 CACHED = 1024  # instances whose looked-up entry is remembered (past it, the cache starts again)
+STOPPING_PREFIX = "mcpgate:stopping:"  # + instance id -> its internal URL, while it stops gracefully
+STOPPING_AFTER = 60.0  # seconds a stopping mark outlives its drain's budget (the rest of a graceful stop, and more)
 
 
 class Directory:
@@ -45,6 +55,7 @@ class Directory:
         self.errors = (RedisError, OSError)  # what a command may raise while Redis is away
 
     def start(self) -> None:
+        self.unmark_stopping()
         self.publish()
         self._greenlet = gevent.spawn(self._beat_forever)
 
@@ -70,6 +81,32 @@ class Directory:
                 self.redis.delete(key)
         except self.errors as exc:
             log.warning("instance %s: could not withdraw from the directory: %s", self.instance, exc)
+
+    def mark_stopping(self, budget: float) -> None:
+        """This instance begins a graceful stop (its drain, at most `budget` seconds): said in Redis until its stop
+        is surely over (a Redis failure is logged: a reset connection is then answered "restarted", as before)."""
+        try:
+            self.redis.set(STOPPING_PREFIX + self.instance, self.url, ex=math.ceil(budget + STOPPING_AFTER))
+        except self.errors as exc:
+            log.warning("instance %s: could not say in the directory that it stops: %s", self.instance, exc)
+
+    def unmark_stopping(self) -> None:
+        """An earlier life's stopping mark at this address (restarted under the same id) is not this life's."""
+        try:
+            key = STOPPING_PREFIX + self.instance
+            if self.redis.get(key) == self.url.encode():
+                self.redis.delete(key)
+        except self.errors as exc:
+            log.warning("instance %s: could not clear an earlier life's stopping mark: %s", self.instance, exc)
+
+    def stopping(self, instance: str, url: str) -> bool:
+        """Whether `instance`, reached at `url`, said it stops gracefully (read now, no cache; False when Redis
+        does not answer)."""
+        try:
+            value = self.redis.get(STOPPING_PREFIX + instance)
+        except self.errors:
+            return False
+        return value == url.encode()
 
     def forget(self, instance: str) -> None:
         """An instance found unreachable: gone until its entry expires, or is written again (a live entry wins)."""

@@ -53,7 +53,19 @@ NAMES_KEPT = 512  # environ keys whose header name is remembered (the client cho
 
 
 class LostInFlight(ConnectionError):
-    """The owner closed a new connection after the whole request was sent, before any reply: it died with it."""
+    """The owner closed a new connection after the whole request was sent, before any reply: it died with it.
+
+    `unread`: the owner reset the connection (ECONNRESET) rather than closing it (an empty read). A kernel resets
+    a connection that is closed while bytes it received are still unread: one still waiting in the accept queue
+    of a listener that closes (an owner's worker stopping as a connection came in), or one its process closed
+    before reading the whole request. Either way the request cannot have run there (the owner reads a request
+    whole before it serves it, and a process that read it whole and then died closes its connections with no
+    reset). Who reads it so (serve/cluster/instances.py) also checks that the owner said it stops gracefully
+    (serve/cluster/directory.py): only then is the request served elsewhere rather than answered "restarted"."""
+
+    def __init__(self, reason: str, unread: bool = False) -> None:
+        super().__init__(reason)
+        self.unread = unread
 
 
 class Forwarder:
@@ -95,8 +107,9 @@ class Forwarder:
         origin = urlsplit(url).netloc
         try:
             conn, reply = self._exchange(origin, signed_for, method)
-        except LostInFlight:  # the owner died with the request (serve/cluster/takeover.py answers it)
-            self.report_gone(owner, "it closed the connection with a request in flight")
+        except LostInFlight as lost:  # the owner died with the request, or reset it unread (instances.py decides)
+            unread = "it reset a new connection, the request in it unread"
+            self.report_gone(owner, unread if lost.unread else "it closed the connection with a request in flight")
             raise
         except OSError as exc:
             self.report_gone(owner, f"unreachable at {url}: {exc}")
@@ -118,8 +131,9 @@ class Forwarder:
                 return conn, conn.head(method)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 conn.close()
-                if not reused and sent:
-                    raise LostInFlight(str(exc)) from exc
+                if not reused and sent:  # RemoteDisconnected (a ConnectionResetError): an empty read, no reset
+                    reset = not isinstance(exc, http.client.RemoteDisconnected)
+                    raise LostInFlight(str(exc), unread=reset) from exc
                 if not reused:
                     raise
             except BaseException:

@@ -10,7 +10,9 @@ given it.
 - The key: MCPGATE_CLUSTER_SECRET, or one made once and kept in Redis (SET NX: the first instance's wins).
 - The directory: `mcpgate:instance:<id>` -> this instance's internal URL, with a TTL, refreshed by one
   greenlet; withdrawn when the process exits. `lookup` reads another instance's entry, cached briefly
-  (serve/cluster/directory.py).
+  (serve/cluster/directory.py). A graceful stop says so there as its drain begins (`draining`): a request
+  forwarded to an owner that stops, reset unread as its listener closes, is served here (taken over), not
+  answered "restarted" (serve/cluster/forward.py, LostInFlight.unread).
 - `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose
   session id names another instance is forwarded (serve/cluster/forward.py); so is one whose handler raises Forward
   (serve/cluster/forwarding.py).
@@ -109,6 +111,13 @@ class Cluster:
     def start(self) -> None:
         self.directory.start()
         atexit.register(self.stop)
+
+    def draining(self, budget: float) -> None:
+        """A graceful stop begins (a drain of at most `budget` seconds): the streams relayed for others' sessions
+        end (not this instance's work: relayed.py), and the directory says this instance stops, so that a
+        connection its closing listener resets is read as never served (directory.py)."""
+        self.forwarder.relayed.end_all()
+        self.directory.mark_stopping(budget)
 
     def stop(self) -> None:
         self.directory.stop()
@@ -237,8 +246,11 @@ class Cluster:
             return None
         try:
             response = self.forwarder.forward(environ, body, url, owner, session_id, auth.principal(environ))
-        except LostInFlight:
+        except LostInFlight as lost:
             self.directory.forget(owner)
+            if lost.unread and self.directory.stopping(owner, url):  # its listener closed under the request:
+                log.info("instance %s stopped with a request forwarded there unread: served here", owner)
+                return None  # never read there: taken over here, as for a gone owner (forward.py, LostInFlight)
             return restarted(body or b"") if environ["REQUEST_METHOD"] == "POST" else None
         if response is None:
             self.directory.forget(owner)
