@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from mcpgate.config.settings import Settings
 from mcpgate.serve.cluster.directory import STOPPING_PREFIX, Directory
@@ -191,6 +192,7 @@ def test_a_forward_queued_as_the_owner_stops_accepting_is_served_by_a_takeover(r
     other = Gateway(instance_env(redis_url, "i2"))
     held: socket.socket | None = None
     worker: int | None = None
+    started: list[Gateway] = []
     try:
         owner.wait_ready()
         other.wait_ready()
@@ -207,6 +209,8 @@ def test_a_forward_queued_as_the_owner_stops_accepting_is_served_by_a_takeover(r
         owner.proc.send_signal(signal.SIGTERM)  # a graceful stop: the master closes its listener, the worker drains
         assert wait_for(lambda: "mcpgate: draining (1 requests in flight" in owner.log(), 30), owner.log_tail()
         os.kill(worker, signal.SIGSTOP)  # it accepts nothing from now on
+        directory = redis.Redis.from_url(redis_url)
+        assert directory.get(STOPPING_PREFIX + "i1") == f"http://127.0.0.1:{owner.port}".encode()  # said as it began
         assert wait_for(lambda: process_state(worker) == "T", 10)
         replies: list[Any] = []
         headers = {**HEADERS, "Mcp-Session-Id": session_id}
@@ -229,10 +233,15 @@ def test_a_forward_queued_as_the_owner_stops_accepting_is_served_by_a_takeover(r
         assert "instance i1 stopped with a request forwarded there unread: served here" in log, other.log_tail()
         assert "taken over" in log, other.log_tail()
         assert not wait_dead([worker, *kids]), "the owner's worker or its children outlived it"
+        owner.stop()
+        again = Gateway(instance_env(redis_url, "i1"), port=owner.port)  # a later life at the same address
+        started.append(again)
+        again.wait_ready()
+        assert directory.get(STOPPING_PREFIX + "i1") is None  # the earlier life's mark is not this one's
     finally:
         if worker is not None and process_state(worker) not in ("", "Z", "X"):
             os.kill(worker, signal.SIGKILL)
         if held is not None:
             held.close()
-        owner.stop()
-        other.stop()
+        for gw in [owner, other, *started]:
+            gw.stop()
