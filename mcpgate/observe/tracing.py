@@ -158,6 +158,15 @@ def error_code(body: bytes) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def tool_error(body: bytes) -> bool:
+    """Whether a tools/call answer is a result with isError true (audit.is_tool_error's rule), without a search
+    or a decoding when its one "isError" key says false (a key: inside a JSON string its quotes are escaped)."""
+    at = body.find(b'"isError"')
+    if at < 0 or (body.startswith(b":false", at + 9) and body.find(b'"isError"', at + 9) < 0):
+        return False
+    return audit.is_tool_error(body, lambda: audit.decoded(body))
+
+
 class Trace:
     """One request's spans as plain fields: decided once (`open`), ended once (`end`), encoded by the export."""
 
@@ -268,9 +277,7 @@ class Trace:
         if body:
             self.code = error_code(body)
             if self.code is None and isinstance(self.what, tuple) and self.what[0] == "tools/call":
-                self.tool_error = body.find(b'"isError"') >= 0 and audit.is_tool_error(
-                    body, lambda: audit.decoded(body)
-                )
+                self.tool_error = tool_error(body)
         TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
 
     def encoded(self) -> bytes:
@@ -335,7 +342,10 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     span_id = IDS.take(8)
     if trace.sampled:
         trace.wait = (span_id, _time())
-    w3c.put_in_meta(message, trace.context(span_id))
+    fields = {"traceparent": f"00-{trace.trace_id.hex()}-{span_id.hex()}-{'01' if trace.sampled else '00'}"}
+    if trace.state:  # (Trace.context's fields, written here: the one call on every traced request's path)
+        fields["tracestate"] = trace.state
+    w3c.put_in_meta(message, fields)
     return message
 
 
