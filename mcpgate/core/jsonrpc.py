@@ -165,7 +165,7 @@ def parse_line(data: bytes, partial_from: int = PARTIAL_FROM_BYTES, bare: bool =
     """
     if len(data) >= partial_from:
         head = _RESPONSE_HEAD.match(data)
-        if head is not None and data.rstrip().endswith(b"}"):
+        if head is not None and data[_skip_space(data, len(data) - 1, -1)] == _CLOSE:  # no copy, as rstrip makes
             try:
                 msg_id = json.loads(head.group(1))
             except ValueError:  # an invalid escape in a string id: let the full parse report it

@@ -381,6 +381,7 @@ BIG = "x" * 300_000
         pytest.param(
             b'  { "jsonrpc" : "2.0" , "id" : -3 , "result" : "' + BIG.encode() + b'" }', -3, False, id="spaces"
         ),
+        pytest.param(b'{"jsonrpc":"2.0","id":8,"result":"' + BIG.encode() + b'"} \t ', 8, False, id="trailing-spaces"),
     ],
 )
 def test_parse_line_classifies_a_large_response_from_its_head(line: bytes, expected_id: Any, is_error: bool) -> None:
