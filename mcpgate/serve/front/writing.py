@@ -243,15 +243,7 @@ class LeanWrites:
             headers.append((b"Date", DATE.now()))
         if self.provided_content_length is None:
             headers.append((b"Content-Length", b"%d" % len(data)))
-        head = bytearray(b"HTTP/1.1 ")
-        head += self.status
-        head += b"\r\n"
-        for header, value in headers:
-            head += header
-            head += b": "
-            head += value
-            head += b"\r\n"
-        head += b"\r\n"
+        head = _head(self.status, headers)
         if not data or self.command == "HEAD" or len(data) > JOINED:
             self._sendall(head)
             self._write(data)
@@ -263,15 +255,7 @@ class LeanWrites:
         """The head, with `data` (the body's first piece) in the same send when it is small."""
         self.headers_sent = True
         self.finalize_headers()
-        head = bytearray(b"HTTP/1.1 ")
-        head += self.status
-        head += b"\r\n"
-        for header, value in self.response_headers:
-            head += header
-            head += b": "
-            head += value
-            head += b"\r\n"
-        head += b"\r\n"
+        head = _head(self.status, self.response_headers)
         if not data or self.command == "HEAD" or len(data) > JOINED:
             self._sendall(head)
             self._write(data)
@@ -293,3 +277,17 @@ class LeanWrites:
         def log_request(self) -> None: ...
         def process_result(self) -> None: ...
         def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any: ...
+
+
+def _head(status: bytes, headers: list[tuple[bytes, bytes]]) -> bytearray:
+    """A reply's status line and header fields, ending with the blank line."""
+    head = bytearray(b"HTTP/1.1 ")
+    head += status
+    head += b"\r\n"
+    for header, value in headers:
+        head += header
+        head += b": "
+        head += value
+        head += b"\r\n"
+    head += b"\r\n"
+    return head
