@@ -78,9 +78,14 @@ def test_a_remote_member_down_when_sessions_start_comes_back_to_them_in_both_era
                         assert text(await c.call_tool("far__add", {"a": 2, "b": 2})) == "4"
 
             run(main)
-            # the session's hub and pooled ones (the spare, started before any call, among them) lost far and
-            # have it again; calls side by side reach pooled children beside the first
-            assert len(set(GONE.findall(gw.log()))) >= 3 and every_hub_child_back(gw.log()), gw.log_tail()
+            # the session's hub and the spare pooled one (started before any call) lost far, and every hub child
+            # has it again; a pooled child started later lost it only if far came back after its initialize's
+            # retries, which depends on the machine's pace
+            gone = set(GONE.findall(gw.log()))
+            assert {h for h in gone if not h.endswith("/pool-1")} and any(h.endswith("/pool-1") for h in gone), (
+                gw.log_tail()
+            )
+            assert every_hub_child_back(gw.log()), gw.log_tail()
 
             async def side_by_side() -> list[str]:
                 said: list[str] = []
