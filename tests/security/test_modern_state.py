@@ -23,6 +23,7 @@ import pytest
 from tests.support import FIXTURES, Gateway, Reply, modern_body, modern_headers, reply_message, serving
 from tests.support.fleet import instances
 from tests.support.oauth import principal_tokens, resource_server_env
+from tests.support.waiting import wait_for
 
 CHILD = f"{sys.executable} {FIXTURES / 'confirm_server.py'}"
 ELICIT = {"elicitation": {}}
@@ -88,6 +89,13 @@ def confirmed_lines(gw: Gateway) -> list[tuple[str, str, str]]:
     return CONFIRMED.findall(gw.log())
 
 
+def confirmed_once_logged(gw: Gateway) -> list[tuple[str, str, str]]:
+    """The confirmations, once one is in the log: the child's stderr line is logged beside its answer, which may
+    reach the client first."""
+    wait_for(lambda: confirmed_lines(gw), what="a child's confirmation in the gateway's log")
+    return confirmed_lines(gw)
+
+
 def test_another_principals_state_is_refused_and_the_owner_still_completes(gw: Gateway, tokens: dict[str, str]) -> None:
     alice, bob = tokens["alice"], tokens["bob"]
     state = state_of(post(gw, transfer("a-1", 100), alice), "a-1")
@@ -100,7 +108,7 @@ def test_another_principals_state_is_refused_and_the_owner_still_completes(gw: G
 
     done = text_of(post(gw, transfer("a-2", 100, **confirmation(state, "alice")), alice), "a-2")
     assert done.startswith("transferred 100, confirmed by alice"), done
-    assert [line[1:] for line in confirmed_lines(gw)] == [("100", "alice")]
+    assert [line[1:] for line in confirmed_once_logged(gw)] == [("100", "alice")]
 
 
 def test_the_child_gets_its_own_state_back_and_the_envelope_holds(gw: Gateway, tokens: dict[str, str]) -> None:
@@ -135,4 +143,4 @@ def test_a_retry_on_another_instance_reaches_the_child_that_asked(fleet: Callabl
     state = state_of(post(a, transfer("f-1", 5)), "f-1")
     done = text_of(post(b, transfer("f-2", 5, **confirmation(state, "ada"))), "f-2")
     assert done.startswith("transferred 5, confirmed by ada"), done
-    assert confirmed_lines(a) and not confirmed_lines(b)
+    assert confirmed_once_logged(a) and not confirmed_lines(b)
