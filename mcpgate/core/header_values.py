@@ -34,7 +34,7 @@ def decode_header_value(raw: str) -> str | None:
     """The value a header carries: the plain text, or the decoded `=?base64?...?=`; None when it is invalid
     (a character outside visible ASCII/space/tab, bad Base64 or padding, or bytes that are not UTF-8)."""
     value = raw.strip(_OWS)
-    if not _PLAIN.fullmatch(value):
+    if not _plain(value):
         return None
     if not is_sentinel(value):
         return value
@@ -49,7 +49,12 @@ def plain_header_value(raw: str) -> str | None:
     """A header value taken as is (no Base64 sentinel: MCP-Protocol-Version, Mcp-Method): the value without its
     surrounding spaces and tabs, or None when it holds a character outside visible ASCII/space/tab."""
     value = raw.strip(_OWS)
-    return value if _PLAIN.fullmatch(value) else None
+    return value if _plain(value) else None
+
+
+def _plain(value: str) -> bool:
+    """Visible ASCII, space and tab only (printable ASCII settles most values without the pattern)."""
+    return (value.isascii() and value.isprintable()) or _PLAIN.fullmatch(value) is not None
 
 
 def is_sentinel(value: str) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcpgate.core import jsonrpc, versions, wire
-from mcpgate.core.header_values import argument_value, is_sentinel, matches_body, plain_header_value, show
+from mcpgate.core.header_values import argument_value, matches_body, plain_header_value, show
 from mcpgate.core.header_values import decode_header_value as decode_header_value  # part of this module's interface
 from mcpgate.core.header_values import tool_header_params as tool_header_params
 from mcpgate.core.jsonrpc import Notification, Request
@@ -158,12 +158,8 @@ def _served(
     field = NAME_FIELD.get(method)
     if field is not None:
         raw = header(wire.NAME)
-        if raw is None:
-            return False
-        stripped = raw.strip(_OWS)
-        plain = stripped.isascii() and stripped.isprintable() and not is_sentinel(stripped)  # no regex needed
-        value = stripped if plain else decode_header_value(raw)  # else the full reading (None: invalid)
-        if value is None or value != params.get(field):
+        decoded = decode_header_value(raw) if raw is not None else None
+        if decoded is None or decoded != params.get(field):
             return False
     if param_headers and method == "tools/call":
         return _check_params(message, header, param_headers) is None

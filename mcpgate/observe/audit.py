@@ -341,9 +341,13 @@ def refusal_kind(status: int, environ: dict[str, Any]) -> str:
 
 def is_tool_error(raw: bytes | None, full: Callable[[], dict[str, Any]]) -> bool:
     """Whether a tools/call answer is a result with isError true: its bytes searched (no decoding), decoded only
-    when they may say so (a result's isError, or an "isError" deeper in it)."""
-    if raw is not None and _IS_ERROR.search(raw) is None:
-        return False
+    when they may say so (a result's isError, or an "isError" deeper in it). A lone "isError":false (a key: inside
+    a JSON string its quotes are escaped) says no without the pattern."""
+    if raw is not None:
+        at = raw.find(b'"isError"')  # (find: a bytes `in` costs more, trying an integer first)
+        lone_false = raw.startswith(b":false", at + 9) and raw.find(b'"isError"', at + 9) < 0
+        if at < 0 or lone_false or _IS_ERROR.search(raw) is None:
+            return False
     result = full().get("result")
     return isinstance(result, dict) and result.get("isError") is True
 

@@ -123,26 +123,31 @@ def decide(parent: Parent | None, trace_id: bytes, message: Message | None) -> t
     return decision.decision.is_sampled(), state
 
 
-def meta_of(message: Message | None) -> Mapping[str, Any] | None:
+def looked_at(message: Message | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """A message's params and their _meta, where each is an object."""
     params = getattr(message, "params", None)
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    return meta if isinstance(meta, dict) else None
+    if not isinstance(params, dict):
+        return None, None
+    meta = params.get("_meta")
+    return params, meta if isinstance(meta, dict) else None
 
 
 def described(message: Request) -> tuple[str, dict[str, Any]]:
     """A request's span name and attributes (OpenTelemetry's MCP conventions; never its arguments)."""
     from mcpgate.observe import trace_spans  # with tracing on only (its encoders' tables are built at import)
 
-    name, attributes = trace_spans.named(*request_of(message)[:3])
+    name, attributes = trace_spans.named(*request_of(message, *looked_at(message))[:3])
     return name, {"jsonrpc.request.id": str(message.id), **attributes}
 
 
-def request_of(message: Request) -> tuple[str, Any, Any, Any]:
-    """What a request's spans say of it: its method, params.name, _meta's protocol version, id (as they came)."""
-    params = message.params if isinstance(message.params, dict) else {}
-    meta = params.get("_meta")
-    version = meta.get(wire.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
-    return message.method, params.get("name"), version, message.id
+def request_of(
+    message: Request, params: dict[str, Any] | None, meta: dict[str, Any] | None
+) -> tuple[str, Any, Any, Any]:
+    """What a request's spans say of it: its method, params.name, _meta's protocol version, id (as they came);
+    `params` and `meta` as looked_at gives them."""
+    name = params.get("name") if params is not None else None
+    version = meta.get(wire.META_PROTOCOL_VERSION) if meta is not None else None
+    return message.method, name, version, message.id
 
 
 def error_code(body: bytes) -> int | None:
@@ -159,11 +164,7 @@ def error_code(body: bytes) -> int | None:
 
 
 def tool_error(body: bytes) -> bool:
-    """Whether a tools/call answer is a result with isError true (audit.is_tool_error's rule), without a search
-    or a decoding when its one "isError" key says false (a key: inside a JSON string its quotes are escaped)."""
-    at = body.find(b'"isError"')
-    if at < 0 or (body.startswith(b":false", at + 9) and body.find(b'"isError"', at + 9) < 0):
-        return False
+    """Whether a tools/call answer is a result with isError true (the audit log's rule)."""
     return audit.is_tool_error(body, lambda: audit.decoded(body))
 
 
@@ -225,9 +226,8 @@ class Trace:
         else:
             parent = self.from_header(environ) if "HTTP_TRACEPARENT" in environ else None
             self.headed = True
-        params = getattr(message, "params", None)
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        if parent is None and isinstance(meta, dict):
+        params, meta = looked_at(message)
+        if parent is None and meta is not None:
             parent = self.parent = w3c.parent_of(meta)
         self.trace_id = parent.trace_id if parent is not None else IDS.take(16)
         if self.decided:
@@ -238,10 +238,8 @@ class Trace:
         if not self.sampled:  # only its context is passed on: nothing more to note
             self.steps.clear()
             return
-        if isinstance(message, Request):  # request_of's, from what is at hand
-            name = params.get("name") if isinstance(params, dict) else None
-            version = meta.get(wire.META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
-            self.what = (message.method, name, version, message.id)
+        if isinstance(message, Request):
+            self.what = request_of(message, params, meta)
         else:
             self.what = str(getattr(message, "method", "batch")) if message is not None else ""
         self.session, self.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
@@ -342,10 +340,7 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     span_id = IDS.take(8)
     if trace.sampled:
         trace.wait = (span_id, _time())
-    fields = {"traceparent": f"00-{trace.trace_id.hex()}-{span_id.hex()}-{'01' if trace.sampled else '00'}"}
-    if trace.state:  # (Trace.context's fields, written here: the one call on every traced request's path)
-        fields["tracestate"] = trace.state
-    w3c.put_in_meta(message, fields)
+    w3c.put_in_meta(message, trace.context(span_id))
     return message
 
 

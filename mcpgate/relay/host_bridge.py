@@ -34,6 +34,7 @@ from mcpgate.core import jsonrpc, modern, modern_client, mrtr, subscriptions, wi
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.subscriptions import ACKNOWLEDGED, LIST_KINDS, RESOURCES_FIELD
 from mcpgate.relay import errors
+from mcpgate.relay.bridge_calls import notification
 from mcpgate.relay.transport import OneWay, Sink, Upstream
 
 log = logging.getLogger("mcpgate.relay")
@@ -303,13 +304,12 @@ class LegacyHostBridge:
         """A listen opened again: every change it carries may have happened while none was open."""
         for kind, (_, method) in LIST_KINDS.items():
             if honoured.get(kind) is True:
-                self.sink(Notification(method, None, {"jsonrpc": "2.0", "method": method}))
+                self.sink(notification({"jsonrpc": "2.0", "method": method}))
         uris = honoured.get(RESOURCES_FIELD)
         for uri in uris if isinstance(uris, list) else []:
             if isinstance(uri, str):
-                params = {"uri": uri}
-                obj = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": params}
-                self.sink(Notification("notifications/resources/updated", params, obj))
+                updated = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}}
+                self.sink(notification(updated))
 
     # -- one-way messages from the host, shutdown ---------------------------------------------------------------------
     def send_oneway(self, message: OneWay) -> None:

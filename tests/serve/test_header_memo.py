@@ -43,7 +43,7 @@ def test_a_change_to_one_request_never_reaches_another() -> None:
 def test_the_environ_is_the_same_from_a_remembered_block() -> None:
     fields = read(BLOCK)[0].fields
     for headers in (read(BLOCK)[0], RequestHeaders(list(fields))):  # remembered, and made a field at a time
-        built = environ.build({}, "POST", "/mcp", "HTTP/1.1", headers, ("127.0.0.1", 1))
+        built = environ.request_items("POST", "/mcp", "HTTP/1.1", headers)
         assert built["HTTP_X_TWICE"] == "1,2" and built["HTTP_MCP_SESSION_ID"] == "abc"
         assert built["CONTENT_LENGTH"] == "12" and "HTTP_CONTENT_LENGTH" not in built
 

@@ -80,12 +80,3 @@ def connection_items(environ: dict[str, Any], address: Any) -> dict[str, Any]:
         environ["REMOTE_ADDR"] = str(address[0])
         environ["REMOTE_PORT"] = str(address[1])
     return environ
-
-
-def build(
-    environ: dict[str, Any], method: str, target: str, version: str, headers: RequestHeaders, address: Any
-) -> dict[str, Any]:
-    """A request's environ: `environ` (the server's base, a copy of its own) filled with what the worker read."""
-    environ = connection_items(environ, address)
-    environ.update(request_items(method, target, version, headers))
-    return environ
