@@ -34,7 +34,6 @@ recorded.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -42,7 +41,8 @@ from typing import Any
 
 from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Message, Request
-from mcpgate.observe import audit, w3c
+from mcpgate.observe import w3c
+from mcpgate.observe.answer_marks import error_code, tool_error
 from mcpgate.observe.w3c import TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
@@ -148,24 +148,6 @@ def request_of(
     name = params.get("name") if params is not None else None
     version = meta.get(wire.META_PROTOCOL_VERSION) if meta is not None else None
     return message.method, name, version, message.id
-
-
-def error_code(body: bytes) -> int | None:
-    """The JSON-RPC error code of a (single) response body, if it is an error."""
-    if body.find(b'"error"') < 0:  # (find: a bytes `in` costs more, trying an integer first)
-        return None
-    try:
-        decoded = json.loads(body)
-    except ValueError:
-        return None
-    error = decoded.get("error") if isinstance(decoded, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
-    return code if isinstance(code, int) else None
-
-
-def tool_error(body: bytes) -> bool:
-    """Whether a tools/call answer is a result with isError true (the audit log's rule)."""
-    return audit.is_tool_error(body, lambda: audit.decoded(body))
 
 
 class Trace:

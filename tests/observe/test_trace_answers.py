@@ -1,12 +1,12 @@
-"""What a span's end reads of a JSON answer (observe/tracing.py): the JSON-RPC error code, and whether a tools/call
-result says isError true, the same as the audit log's rule (audit.is_tool_error) for a table of answers, the
-shortcut for a lone "isError":false included."""
+"""What a span's end reads of a JSON answer (observe/answer_marks.py): the JSON-RPC error code, and whether a
+tools/call result says isError true, the same as the audit log's rule (audit.is_tool_error) for a table of
+answers, the shortcut for a lone "isError":false included."""
 
 from __future__ import annotations
 
 import pytest
 
-from mcpgate.observe import audit, tracing
+from mcpgate.observe import answer_marks, audit
 
 ANSWERS: list[tuple[bytes, bool]] = [
     (b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}', False),
@@ -22,7 +22,7 @@ ANSWERS: list[tuple[bytes, bool]] = [
 
 @pytest.mark.parametrize(("body", "expected"), ANSWERS)
 def test_tool_error_is_the_audit_logs_rule(body: bytes, expected: bool) -> None:
-    assert tracing.tool_error(body) is expected
+    assert answer_marks.tool_error(body) is expected
     assert audit.is_tool_error(body, lambda: audit.decoded(body)) is expected
 
 
@@ -36,4 +36,4 @@ def test_tool_error_is_the_audit_logs_rule(body: bytes, expected: bool) -> None:
     ],
 )
 def test_error_code_of_an_answer(body: bytes, code: int | None) -> None:
-    assert tracing.error_code(body) == code
+    assert answer_marks.error_code(body) == code
