@@ -5,8 +5,10 @@ In process: the wait before switching to SSE and the owed count, and serve/error
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -220,6 +222,35 @@ def test_a_requests_stop_leaves_a_later_requests_watch_alone() -> None:
         later.stop()
         assert watch._on_gone is None
     finally:
+        sock.close()
+        peer.close()
+
+
+def test_a_stopped_client_keeps_no_cycle_and_its_callback_goes_with_it() -> None:
+    """A reply's Client is freed by its last reference (no reference cycle left for the collector), and what
+    its callback holds (the call, its stream) with it."""
+
+    class Callback:
+        def __call__(self) -> None:
+            pass
+
+    sock, peer = socket.socketpair()
+    collecting = gc.isenabled()
+    gc.disable()  # only reference counting frees below
+    try:
+        callback = Callback()
+        held = weakref.ref(callback)
+        client = reply.Client(sock)
+        client.watch(callback)
+        watch = reply.PeerWatch.of(sock)
+        assert watch is not None and watch._on_gone is not None
+        client.stop()
+        assert watch._on_gone is None
+        del callback, client
+        assert held() is None
+    finally:
+        if collecting:
+            gc.enable()
         sock.close()
         peer.close()
 

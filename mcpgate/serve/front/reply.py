@@ -98,8 +98,9 @@ class PeerWatch:
             log.exception("acting on a client that has gone failed")
 
     def stop(self, on_gone: Callable[[], None] | None = None) -> None:
-        """Stop watching (only when the watch runs `on_gone`, if given: another request's is left alone)."""
-        if on_gone is not None and on_gone is not self._on_gone:
+        """Stop watching (only when the watch runs `on_gone`, if given: another request's is left alone; equal
+        is enough, so a bound method made afresh counts as the one given to `start`)."""
+        if on_gone is not None and on_gone != self._on_gone:
             return
         self._on_gone = None
         if self._watcher is not None:
@@ -126,14 +127,18 @@ def ended(fd: int) -> bool:
 
 class Client:
     """The client's connection as a reply sees it: `gone()` says whether it has left (never blocks), `watch`
-    runs a callback as soon as it leaves (see PeerWatch)."""
+    runs a callback as soon as it leaves (see PeerWatch).
 
-    __slots__ = ("_left", "_probe", "_sock", "_watch", "departed")
+    No reference cycle is left behind: the watch holds the Client (its bound `_left`) only while it runs, and
+    `stop` drops it and the callback, so a finished reply's Client, stream and call go with their last
+    reference, not with a run of the cyclic garbage collector."""
+
+    __slots__ = ("_on_gone", "_probe", "_sock", "_watch", "departed")
 
     def __init__(self, sock: Any = None, probe: Callable[[], bool] | None = None) -> None:
         self._sock, self._probe = sock, probe
         self._watch: PeerWatch | None = None
-        self._left: Callable[[], None] | None = None  # the callback its watch runs
+        self._on_gone: Callable[[], None] | None = None  # what `_left` runs
         self.departed = False
 
     @classmethod
@@ -149,18 +154,19 @@ class Client:
     def watch(self, on_gone: Callable[[], None]) -> None:
         """Run `on_gone` (in the hub: it must not block) as soon as the connection reads as ended."""
         self.stop()
-
-        def left() -> None:
-            self.departed = True
-            on_gone()
-
         watch = PeerWatch.of(self._sock)
         if watch is not None:
-            watch.start(left)
-            self._watch, self._left = watch, left
+            self._watch, self._on_gone = watch, on_gone
+            watch.start(self._left)
+
+    def _left(self) -> None:  # the watch's callback, in the hub
+        self.departed = True
+        on_gone = self._on_gone
+        if on_gone is not None:
+            on_gone()
 
     def stop(self) -> None:
-        watch, self._watch = self._watch, None
+        watch, self._watch, self._on_gone = self._watch, None, None
         if watch is not None:
             watch.stop(self._left)
 
