@@ -33,6 +33,7 @@ from mcpgate.child.pipes import close_quietly, describe_exit, read_chunks
 from mcpgate.child.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resolve_executable, run_as
 from mcpgate.child.stdin import StdinWriter
 from mcpgate.child.stdout import StdoutReader
+from mcpgate.child.waits import wait_set
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Invalid, Message, Notification, Request, Response
 
@@ -217,7 +218,7 @@ class ChildProcess:
 
     def join(self, timeout: float) -> bool:
         """Wait until the child is gone and on_exit has been called."""
-        return bool(self._done.wait(timeout))
+        return wait_set(self._done, timeout)  # never gevent's wait on a set event (child/waits.py)
 
     def _shutdown(self) -> None:
         """The ladder: close stdin, wait, SIGTERM the group, wait, SIGKILL the group."""
@@ -225,15 +226,15 @@ class ChildProcess:
         if writer is not None:
             writer.kill(block=True, timeout=1.0)
         close_quietly(self._pipes[0])
-        if self._exited.wait(self.close_timeout):
+        if wait_set(self._exited, self.close_timeout):
             return
         self._log.info("child[%s] pid=%s still running after stdin closed; SIGTERM", self.label, self.pid)
         self._signal_group(signal.SIGTERM)
-        if self._exited.wait(self.term_timeout):
+        if wait_set(self._exited, self.term_timeout):
             return
         self._log.warning("child[%s] pid=%s ignored SIGTERM; SIGKILL", self.label, self.pid)
         self._signal_group(signal.SIGKILL)
-        if not self._exited.wait(_KILL_GRACE):
+        if not wait_set(self._exited, _KILL_GRACE):
             self._log.error("child[%s] pid=%s did not exit after SIGKILL", self.label, self.pid)
 
     def _signal_group(self, sig: signal.Signals) -> None:
@@ -294,7 +295,7 @@ class ChildProcess:
 
     def _read_stdout(self, reader: StdoutReader) -> None:
         reader.run()
-        if not self._exited.wait(self.close_timeout):
+        if not wait_set(self._exited, self.close_timeout):
             self.close("stdout closed by child", cause="crash")
 
     def _too_long(self) -> None:

@@ -35,6 +35,7 @@ import gevent.event
 from mcpgate.child.limits import Usage
 from mcpgate.child.process import OnMessage
 from mcpgate.child.spawn import ChildSpawnError
+from mcpgate.child.waits import wait_set
 from mcpgate.core import hub, hub_messages, jsonrpc
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
@@ -184,7 +185,7 @@ class HubChild:
         return self.join(self._member_wait if timeout is None else timeout)
 
     def join(self, timeout: float) -> bool:
-        return bool(self._done.wait(timeout))
+        return wait_set(self._done, timeout)
 
     def _finish(self) -> None:
         try:

@@ -30,6 +30,7 @@ import gevent.event
 
 from mcpgate.child.limits import Usage
 from mcpgate.child.process import WRITE_QUEUE_FULL, OnMessage
+from mcpgate.child.waits import wait_set
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Batch, Notification, Request, Response
 from mcpgate.relay import errors
@@ -224,7 +225,7 @@ class RemoteChild:
         return self.join(timeout)
 
     def join(self, timeout: float) -> bool:
-        return bool(self._done.wait(timeout))
+        return wait_set(self._done, timeout)
 
     def _run(self, relay: InProcessRelay, http: HttpClient) -> None:
         try:
