@@ -37,7 +37,7 @@ import atexit
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Message, Request
@@ -316,6 +316,8 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     trace: Trace | None = environ.get(KEY)
     if trace is None:
         return message
+    if plain(message, trace, environ):  # no parent; the sampler's rule for that static
+        return plain_to_child(trace, environ, message, message.params)
     trace.open(environ, message)
     if not isinstance(message, Request) or (message.params is not None and not isinstance(message.params, dict)):
         return message
@@ -323,6 +325,36 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     if trace.sampled:
         trace.wait = (span_id, _time())
     w3c.put_in_meta(message, trace.context(span_id))
+    return message
+
+
+def plain(message: Message, trace: Trace, environ: Mapping[str, Any]) -> TypeGuard[Request]:
+    """A request not opened yet whose params are an object without _meta, with no traceparent header, and the
+    sampler's rule for a request with no parent static: plain_to_child's."""
+    if type(message) is not Request or type(message.params) is not dict or trace.opened:
+        return False
+    return "_meta" not in message.params and "HTTP_TRACEPARENT" not in environ and type(_rules[0]) is bool
+
+
+def plain_to_child(trace: Trace, environ: Mapping[str, Any], message: Request, params: dict[str, Any]) -> Request:
+    """to_child for the common request: params an object without _meta, no traceparent header (so no parent),
+    the sampler's rule for a request without one static. What `open`, `context` and w3c.put_in_meta do, at once."""
+    if not trace.decided:
+        trace.sampled = _rules[0]
+    trace.opened = trace.headed = trace.decided = True
+    trace_id = trace.trace_id = IDS.take(16)  # no parent: a trace of its own, no tracestate
+    span_id = IDS.take(8)
+    if trace.sampled:
+        trace.what = (message.method, params.get("name"), None, message.id)
+        trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
+        trace.wait = (span_id, _time())
+        fields = {"traceparent": f"00-{trace_id.hex()}-{span_id.hex()}-01"}
+    else:
+        trace.steps.clear()
+        fields = {"traceparent": f"00-{trace_id.hex()}-{span_id.hex()}-00"}
+    params["_meta"] = fields
+    raw = message.raw
+    message.raw = None if raw is None else w3c.spliced_meta(raw, fields)
     return message
 
 

@@ -112,9 +112,9 @@ def spliced_meta(raw: bytes, fields: dict[str, str]) -> bytes | None:
     at = raw.find(b'"params"')
     if at < 0 or raw.find(b'"params"', at + 8) >= 0 or raw.find(b"\\u") >= 0:
         return None
-    cut = at + 10
-    if raw.startswith(b":{", at + 8) and cut < len(raw) and raw[cut] not in _BLANK_OR_END:
-        empty = False  # compact JSON, as SDKs send it: the object's first key follows
+    cut = at + 10 if raw.startswith(b":{", at + 8) else at + 11 if raw.startswith(b": {", at + 8) else 0
+    if cut and cut < len(raw) and raw[cut] not in _BLANK_OR_END:
+        empty = False  # compact JSON, as SDKs send it, or Python's json.dumps: the object's first key follows
     else:
         found = _PARAMS.search(raw)
         if found is None:

@@ -73,6 +73,8 @@ FIELDS = {"traceparent": f"00-{TRACE}-a269f801cf0054d7-01"}
 SPLICED = [  # the raw request; whether its bytes are kept (spliced) or encoded again
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"m":"x"}}}', True),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}', True),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}', True),  # json.dumps'
+    (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}', True),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params" :\n { }}', True),
     (b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}', False),  # no params object to put it in
     (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"arguments":{"params":{"a":1}}}}', False),  # two "params"
@@ -210,3 +212,42 @@ def otlp_request() -> bytes:
     head = otlp_wire.resource_head({"service.name": "lean"}, "mcpgate", "0")
     span = otlp_wire.span(b"\x01" * 16, b"\x02" * 8, b"", "", "s", 1, 1, 2, b"", False, False)
     return otlp_wire.request(head, [span])
+
+
+PLAIN = [  # a request to_child takes the short way with (no _meta, no traceparent header)
+    SPLICED[0][0],
+    SPLICED[1][0],
+    SPLICED[2][0],
+    b'{"jsonrpc":"2.0","id":"a","method":"prompts/get","params":{"name":"greet"}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"params":{}}}}',  # not spliced
+]
+
+
+@pytest.mark.parametrize("raw", PLAIN)
+@pytest.mark.parametrize("rule", [True, False])
+def test_the_short_way_to_the_child_is_the_long_one(
+    raw: bytes, rule: bool, ended: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """to_child's plain_to_child leaves the message and the Trace as `open`, `context` and put_in_meta do, for a
+    sampled request and an unsampled one (the sampler's rule with no parent: ParentBased's root)."""
+    from mcpgate.observe import tracing
+
+    monkeypatch.setattr(tracing, "_rules", (rule, True, False))
+    got = []
+    for short in (True, False):
+        drawn = w3c.Ids()
+        drawn.drawn = bytes(range(1, 256)) * 16
+        monkeypatch.setattr(tracing, "IDS", drawn)
+        if not short:
+            monkeypatch.setattr(tracing, "plain", lambda *_: False)
+        environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
+        trace = tracing.begin(environ, "default")
+        with tracing.step(environ, "mcpgate.guard"):
+            pass
+        sent = tracing.to_child(environ, message(raw))
+        assert isinstance(sent, Request)
+        fields = (trace.trace_id, trace.sampled, trace.decided, trace.opened, trace.what, trace.session, trace.state)
+        steps = [name for name, _, _ in trace.steps]
+        got.append((sent.raw, sent.obj, fields, trace.http_method, trace.wait and trace.wait[0], steps, trace.parent))
+    assert got[0] == got[1]
+    assert (got[0][4] is not None) is rule and json.loads(jsonrpc.raw_bytes(message(raw))) != got[0][1]
