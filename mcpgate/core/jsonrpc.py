@@ -146,32 +146,32 @@ def parse(data: bytes | str) -> Message:
     return classify(obj, raw)
 
 
-# The head of a response as the common SDKs write it: {"jsonrpc":"2.0","id":ID,"result": or "error":
+# The head of a response as the common SDKs write it: {"jsonrpc":"2.0","id":ID,"result": or "error":, with JSON's
+# whitespace only (bytes' \s would take a form feed or a vertical tab too, which the full parse refuses)
 _RESPONSE_HEAD = re.compile(
-    rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?(?:0|[1-9][0-9]*)|"(?:[^"\\\x00-\x1f]|\\.)*")'
-    rb'\s*,\s*"(result|error)"\s*:'
+    rb'[ \t\n\r]*\{[ \t\n\r]*"jsonrpc"[ \t\n\r]*:[ \t\n\r]*"2\.0"[ \t\n\r]*,[ \t\n\r]*"id"[ \t\n\r]*:[ \t\n\r]*'
+    rb'(-?(?:0|[1-9][0-9]*)|"(?:[^"\\\x00-\x1f]|\\.)*")[ \t\n\r]*,[ \t\n\r]*"(result|error)"[ \t\n\r]*:'
 )
 PARTIAL_FROM_BYTES = 256 * 1024
+_PLAIN_INT = 18  # digits of an integer id read with int() (far below the int-from-text digit limit json.loads keeps)
 
 
-def parse_line(data: bytes, partial_from: int = PARTIAL_FROM_BYTES, bare: bool = False) -> Message:
+def parse_line(data: bytes, partial_from: int | None = PARTIAL_FROM_BYTES, bare: bool = False) -> Message:
     """parse() for a line from a stdio peer, cheaper for large responses.
 
     A gateway routes a response by its id alone and forwards its bytes unchanged, so a
-    response of `partial_from` bytes or more whose head names the id before the result
-    is classified from that head, without decoding a result of many megabytes. Every
-    other line is parsed whole. `bare`: the caller knows the line holds no CR or LF
+    response of `partial_from` bytes or more (None: never) whose head names the id before
+    the result is classified from that head, without decoding a result of many megabytes.
+    Every other line is parsed whole. `bare`: the caller knows the line holds no CR or LF
     (LineDecoder.bare); the message then names its raw bytes as `bare`.
     """
-    if len(data) >= partial_from:
+    if partial_from is not None and len(data) >= partial_from:
         head = _RESPONSE_HEAD.match(data)
         if head is not None and data[_skip_space(data, len(data) - 1, -1)] == _CLOSE:  # no copy, as rstrip makes
-            try:
-                msg_id = json.loads(head.group(1))
-            except ValueError:  # an invalid escape in a string id: let the full parse report it
+            msg_id = _head_id(head.group(1))
+            if msg_id is None:  # an invalid escape or UTF-8 in a string id: let the full parse report it
                 return parse(data)
-            kind = head.group(2).decode()
-            obj = {"jsonrpc": "2.0", "id": msg_id, kind: None}
+            obj = {"jsonrpc": "2.0", "id": msg_id, head.group(2).decode(): None}
             return Response(msg_id, obj, data, partial=True, bare=data if bare else None)
     msg = parse(data)
     if bare and isinstance(msg, (Response, Request, Notification)):
@@ -179,24 +179,43 @@ def parse_line(data: bytes, partial_from: int = PARTIAL_FROM_BYTES, bare: bool =
     return msg
 
 
+def _head_id(token: bytes) -> Id | None:
+    """The id _RESPONSE_HEAD matched, as the full parse reads it (None: that parse would fail). An integer of a few
+    digits and a string without escapes are read as they are; json.loads reads any other."""
+    try:
+        if token[0] != _QUOTE:
+            return int(token) if len(token) <= _PLAIN_INT else json.loads(token)
+        if b"\\" not in token:
+            return token[1:-1].decode("utf-8")
+        return json.loads(token)  # type: ignore[no-any-return]
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        return None
+
+
 def result_object(raw: bytes) -> bytes | None:
     """The bytes of a response's result object, for one whose head names the id before a "result" member
     (as parse_line's partial responses do); None for any other shape. The result is not decoded."""
+    bounds = result_bounds(raw)
+    return None if bounds is None else raw[bounds[0] : bounds[1]]
+
+
+def result_bounds(raw: bytes) -> tuple[int, int] | None:
+    """result_object's place in `raw` (start, end: raw[start:end] is it), found by index, nothing copied: a result
+    of many megabytes is searched in place (bytes.find and a pattern's search take the bounds)."""
     head = _RESPONSE_HEAD.match(raw)
     if head is None or head.group(2) != b"result":
         return None
-    # the bounds found by index, so a result of many megabytes is copied once, not once per strip
     start, end = _skip_space(raw, head.end(), 1), _skip_space(raw, len(raw) - 1, -1)
     if end <= start or raw[end] != _CLOSE:
         return None
     end = _skip_space(raw, end - 1, -1)
     if end <= start or raw[start] != _OPEN or raw[end] != _CLOSE:
         return None
-    return raw[start : end + 1]
+    return start, end + 1
 
 
-_OPEN, _CLOSE = ord("{"), ord("}")
-_BYTE_SPACE = frozenset(b" \t\n\r\x0b\x0c")  # what bytes.strip() removes
+_OPEN, _CLOSE, _QUOTE = ord("{"), ord("}"), ord('"')
+_BYTE_SPACE = frozenset(b" \t\n\r")  # JSON's whitespace
 
 
 def _skip_space(data: bytes, index: int, step: int) -> int:
@@ -208,6 +227,10 @@ def _skip_space(data: bytes, index: int, step: int) -> int:
 
 def classify(obj: Any, raw: bytes | None = None) -> Message:
     """Classify an already decoded JSON value (a batch member or a whole message)."""
+    if type(obj) is dict and len(obj) == 3 and "result" in obj and obj.get("jsonrpc") == "2.0":
+        msg_id = obj.get("id")  # the usual answer (its three members jsonrpc, id, result): no other check is due
+        if type(msg_id) is int or type(msg_id) is str:  # a JSON id is int or str exactly (a bool is neither here)
+            return Response(msg_id, obj, raw)
     if not isinstance(obj, dict):
         return Invalid(INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
     msg_id = obj.get("id")

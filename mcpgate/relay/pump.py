@@ -142,19 +142,22 @@ class Relay:
                 break
             if not chunk:
                 break
-            for line in host_lines(decoder, chunk):
-                self._handle_line(line)
+            lines = host_lines(decoder, chunk)
+            bare = decoder.bare  # no line of this chunk holds a CR: each is passed on unsearched (jsonrpc.raw_bytes)
+            for line in lines:
+                self._handle_line(line, bare)
         tail = decoder.finish()
         if tail is not None:
-            self._handle_line(tail)
+            self._handle_line(tail, decoder.bare)
         log.info("stdin closed")
         self._stop.set()
 
-    def _handle_line(self, line: bytes | LineTooLong) -> None:
+    def _handle_line(self, line: bytes | LineTooLong, bare: bool = False) -> None:
+        """One line of the host's (`bare`: it holds no CR, LineDecoder.bare): its message(s) handled."""
         if isinstance(line, LineTooLong):
             self._write(jsonrpc.encode(jsonrpc.error_response(None, jsonrpc.INVALID_REQUEST, str(line))))
             return
-        message = jsonrpc.parse(line)
+        message = jsonrpc.parse_line(line, partial_from=None, bare=bare)  # each message whole, as parse() reads it
         for item in message.items if isinstance(message, jsonrpc.Batch) else [message]:
             self._handle(item)
 

@@ -514,3 +514,105 @@ def test_parse_whitespace_around_the_value(data: bytes, value: Any) -> None:
         assert isinstance(message, jsonrpc.Invalid) and message.code == jsonrpc.PARSE_ERROR
     else:
         assert not isinstance(message, jsonrpc.Invalid) or message.code != jsonrpc.PARSE_ERROR
+
+
+# -- the usual answer's shortcuts: the same message as the whole reading ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("obj", "kind"),
+    [
+        pytest.param({"jsonrpc": "2.0", "id": 1, "result": {}}, Response, id="usual"),
+        pytest.param({"result": [1], "id": "x", "jsonrpc": "2.0"}, Response, id="usual-other-order"),
+        pytest.param({"jsonrpc": "2.0", "id": True, "result": {}}, Invalid, id="bool-id"),
+        pytest.param({"jsonrpc": "2.0", "id": 1.0, "result": {}}, Invalid, id="float-id"),
+        pytest.param({"jsonrpc": "2.0", "id": None, "result": {}}, Invalid, id="null-id"),
+        pytest.param({"jsonrpc": "2.0", "iD": 1, "result": {}}, Invalid, id="no-id-member"),
+        pytest.param({"jsonrpc": "2.0", "method": "m", "result": {}}, Notification, id="method-not-id"),
+        pytest.param({"jsonrpc": "2.0", "error": {"code": 1}, "result": {}}, Invalid, id="error-and-result"),
+        pytest.param({"jsonrpc": "1.0", "id": 1, "result": {}}, Invalid, id="other-version"),
+        pytest.param({"jsonrpc": 2.0, "id": 1, "result": {}}, Invalid, id="version-a-number"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1}}, Invalid, id="four-members"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": "m"}, Request, id="request"),
+    ],
+)
+def test_classify_of_three_members_is_the_whole_reading(obj: dict[str, Any], kind: type) -> None:
+    """classify's shortcut for {"jsonrpc":"2.0","id":...,"result":...} gives what its every check gives: the
+    same message for the usual answer, and any other dict still goes through every check."""
+    data = json.dumps(obj).encode()
+    message = parse(data)
+    assert type(message) is kind
+    if kind is Response:
+        assert message == Response(obj["id"], obj, data)
+
+
+def line_with_id(token: bytes, kind: bytes = b"result") -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + token + b',"' + kind + b'":{"t":"x"}}'
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        pytest.param(b"0", id="zero"),
+        pytest.param(b"-0", id="minus-zero"),
+        pytest.param(b"-17", id="negative"),
+        pytest.param(b"123456789012345678", id="eighteen-digits"),
+        pytest.param(b"1234567890123456789012345", id="more-digits"),
+        pytest.param(b'""', id="empty-string"),
+        pytest.param(b'"abc"', id="plain-string"),
+        pytest.param('"é✓"'.encode(), id="utf8-string"),
+        pytest.param(b'"a\\"b"', id="escaped-quote"),
+        pytest.param(b'"\\u00e9"', id="unicode-escape"),
+        pytest.param(b'"\\ud800"', id="lone-surrogate-escape"),
+    ],
+)
+def test_an_id_read_from_the_head_is_the_whole_reading_s(token: bytes) -> None:
+    for kind in (b"result", b"error"):
+        line = line_with_id(token, kind)
+        whole, head = parse(line), jsonrpc.parse_line(line, partial_from=0)
+        assert isinstance(head, Response) and head.partial
+        assert isinstance(whole, (Response, Invalid))  # an error's {"t"} is no error object: the id still counts
+        assert head.id == whole.id and type(head.id) is type(whole.id)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(line_with_id(b'"\\q"'), id="bad-escape"),
+        pytest.param(line_with_id(b'"\xff"'), id="not-utf8"),
+        pytest.param(line_with_id(b'"\xed\xa0\x80"'), id="utf8-surrogate"),
+        pytest.param(b'\x0b{"jsonrpc":"2.0","id":1,"result":{}}', id="vertical-tab-first"),
+        pytest.param(b'{\x0c"jsonrpc":"2.0","id":1,"result":{}}', id="form-feed-in-head"),
+        pytest.param(b'{"jsonrpc":"2.0","id":1,"result":{}}\x0c', id="form-feed-last"),
+    ],
+)
+def test_what_the_head_cannot_vouch_for_is_parsed_whole(line: bytes) -> None:
+    """JSON's whitespace is space, tab, CR and LF only: a form feed or a vertical tab (bytes' \\s) is no JSON, and
+    an id the full parse would refuse, is left to it."""
+    assert jsonrpc.parse_line(line, partial_from=0) == parse(line)
+    assert isinstance(parse(line), Invalid)
+
+
+def test_partial_from_none_parses_a_large_response_whole() -> None:
+    line = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"t": BIG}}).encode()
+    message = jsonrpc.parse_line(line, partial_from=None, bare=True)
+    assert isinstance(message, Response) and not message.partial and message.obj["result"] == {"t": BIG}
+    assert message.bare is line
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"jsonrpc":"2.0","id":"a","result":{"x":1}}',
+        b'{ "jsonrpc" : "2.0" , "id" : 7 , "result" : { "x" : [1] } }',
+        b'{"jsonrpc":"2.0","id":7,"result":\t{"x":{}} \r\n} \n',
+        b'{"jsonrpc":"2.0","id":7,"result":[1]}',
+        b'{"jsonrpc":"2.0","id":7,"result":{ }',
+    ],
+)
+def test_result_bounds_place_result_object(raw: bytes) -> None:
+    bounds = jsonrpc.result_bounds(raw)
+    expected = jsonrpc.result_object(raw)
+    assert (bounds is None) is (expected is None)
+    if bounds is not None:
+        assert raw[bounds[0] : bounds[1]] == expected

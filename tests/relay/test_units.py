@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 
 import pytest
@@ -223,3 +224,48 @@ def test_only_a_host_request_refused_before_any_session_is_routine() -> None:
         assert not refused(status).routine, status
     assert not errors.status_error(400, "", b"", token_set=False).routine  # unmarked: a session existed
     assert not errors.NotSent("cannot reach upstream").routine
+
+
+class _ChunkPipes:
+    """A host's stdin as fixed chunks (then its end); nothing is written to its stdout here."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+
+    def read(self) -> bytes:
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def write_all(self, data: bytes) -> None:
+        raise AssertionError(f"nothing is written: {data!r}")
+
+    def restore(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("chunks", "bare"),
+    [
+        pytest.param((b'{"jsonrpc":"2.0","method":"a"}\n{"jsonrpc":"2.0","id":1,"result":{}}\n',), [True, True]),
+        pytest.param((b'{"jsonrpc":"2.0","method":"a"}\r\n{"jsonrpc":"2.0","method":"b"}\r\n',), [True, True]),
+        pytest.param((b'{"jsonrpc":"2.0",\r"method":"a"}\n{"jsonrpc":"2.0","method":"b"}\n',), [False, False]),
+        pytest.param((b'{"jsonrpc":"2.0","method":"a"}\n', b'{"jsonrpc":"2.0",\r"method":"b"}\n'), [True, False]),
+        pytest.param((b'{"jsonrpc":"2.0","method":"a"}\n{"jsonrpc":"2.0","method":"last"}',), [True, True]),
+    ],
+)
+def test_the_relay_hands_on_the_host_s_lines_with_the_splitter_s_word(
+    chunks: tuple[bytes, ...], bare: list[bool]
+) -> None:
+    """A line of the host's the splitter vouched for (no CR: LineDecoder.bare) is its message's bare bytes, so it
+    is sent upstream unsearched (jsonrpc.raw_bytes); parsed whole, as parse() reads it, whatever its size."""
+    from mcpgate.core import jsonrpc
+    from mcpgate.relay.pump import PumpOptions, Relay
+
+    options = PumpOptions(1 << 20, 4, 4, cancel_filter=True, shutdown_grace=1.0)
+    relay = Relay(lambda _sink: None, options)  # type: ignore[arg-type,return-value]  # no request is sent
+    relay._read_loop(_ChunkPipes(*chunks))
+    messages = []
+    while not relay._oneway.empty():
+        messages.append(relay._oneway.get_nowait()[0])
+    assert [message.bare is message.raw for message in messages] == bare
+    assert all(not getattr(message, "partial", False) for message in messages)
+    assert all(json.loads(jsonrpc.raw_bytes(message)) == message.obj for message in messages)

@@ -40,13 +40,13 @@ def pooled() -> PooledChild:
     return child
 
 
-def answered(raw: bytes) -> bytes:
+def answered(raw: bytes, bare: bool = False) -> bytes:
     child = pooled()
     request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
     assert isinstance(request, jsonrpc.Request)
     call = new_call(request, "static", {}, Stream(LIMITS, expected=1))
     child.calls[call.minted] = call
-    child._on_message(jsonrpc.parse_line(raw.replace(b"MINTED", call.minted.encode())))
+    child._on_message(jsonrpc.parse_line(raw.replace(b"MINTED", call.minted.encode()), bare=bare))
     delivered = call.stream.next(0)
     assert isinstance(delivered, Delivery)
     return delivered.data
@@ -66,3 +66,28 @@ def test_a_plain_result_is_still_spliced_with_the_stamp() -> None:
     assert data.startswith(b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"hi"}],')
     assert json.loads(data)["result"]["resultType"] == "complete"
     assert json.loads(answered(b'{"jsonrpc":"2.0","id":"MINTED","result":{ }}'))["result"] == {"resultType": "complete"}
+
+
+def test_a_line_the_splitter_vouched_for_is_spliced_as_any_other() -> None:
+    """A line LineDecoder.bare vouched for (no CR) is not searched for one again; its answer is the same."""
+    raw = b'{"jsonrpc":"2.0","id":"MINTED","result":{"content":[{"type":"text","text":"hi"}]}}'
+    assert answered(raw, bare=True) == answered(raw)
+    assert answered(b'{"jsonrpc":"2.0","id":"MINTED","result":{ }}', bare=True) == answered(
+        b'{"jsonrpc":"2.0","id":"MINTED","result":{ }}'
+    )
+
+
+def test_a_raw_with_a_cr_that_replaced_the_vouched_one_is_still_searched() -> None:
+    """The word holds for the bytes it was said of: a raw put in their place (not the message's bare) is searched."""
+    child = pooled()
+    request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
+    assert isinstance(request, jsonrpc.Request)
+    call = new_call(request, "static", {}, Stream(LIMITS, expected=1))
+    child.calls[call.minted] = call
+    message = jsonrpc.parse_line(b'{"jsonrpc":"2.0","id":"' + call.minted.encode() + b'","result":{}}', bare=True)
+    assert isinstance(message, jsonrpc.Response)
+    message.raw = b'{"jsonrpc":"2.0","id":"' + call.minted.encode() + b'","result":{"content":[],\r"isError":false}}'
+    child._on_message(message)
+    delivered = call.stream.next(0)
+    assert isinstance(delivered, Delivery) and b"\r" not in delivered.data  # not spliced: made from the message
+    assert json.loads(delivered.data)["result"] == {"resultType": "complete"}

@@ -78,10 +78,16 @@ class Answers:
     def _spliced(self, call: Call, message: Response, server_info: dict[str, Any] | None) -> bytes | None:
         """A result answered without decoding or encoding it again: its bytes with the client's id and the stamp's
         members appended. None when the result names any member the stamp could add (a byte search, no parse: the
-        stamp never duplicates one), holds a CR (an SSE line would end there), or the message is not laid out as
-        {"jsonrpc", "id", "result"}."""
-        result = jsonrpc.result_object(message.raw) if message.raw is not None else None
-        if result is None or b"\r" in result or _STAMPED.search(result) is not None:
+        stamp never duplicates one), holds a CR (an SSE line would end there; a line LineDecoder.bare vouched for,
+        still the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"}."""
+        raw = message.raw
+        bounds = jsonrpc.result_bounds(raw) if raw is not None else None
+        if raw is None or bounds is None:
+            return None
+        start, end = bounds  # the result searched in place: a large one is copied once, into the answer
+        if raw is not message.bare and raw.find(b"\r", start, end) >= 0:  # bytes the splitter vouched for: no CR
+            return None
+        if _STAMPED.search(raw, start, end) is not None:
             return None
         cacheable = call.method in modern.CACHEABLE
         members = self._stamps.get(cacheable)
@@ -91,6 +97,6 @@ class Answers:
         client_id = call.client_id
         encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
         head = b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":'
-        if result[1] in _EMPTY_NEXT and _EMPTY.fullmatch(result):  # no member of its own
+        if raw[start + 1] in _EMPTY_NEXT and _EMPTY.fullmatch(raw, start, end):  # no member of its own
             return head + b"{" + members + b"}}"
-        return b"".join((head, memoryview(result)[:-1], b",", members, b"}}"))  # its bytes copied once
+        return b"".join((head, memoryview(raw)[start : end - 1], b",", members, b"}}"))  # its bytes copied once

@@ -107,19 +107,20 @@ class MemoryPipes:
         return data
 
     def write_all(self, data: bytes) -> None:
+        bare = b"\r" not in data  # one search for every line (LineDecoder.bare's word: passed on unsearched)
         for line in data.split(b"\n")[:-1]:  # the relay writes whole lines only
-            self._lines(line)
+            self._lines(line, bare)
 
     def write_messages(self, items: list[Out]) -> None:
         for item in items:
             if isinstance(item, bytes):
-                self._lines(item)
+                self._lines(item, b"\r" not in item and b"\n" not in item)
             else:
                 self._deliver(item)
 
-    def _lines(self, line: bytes) -> None:
-        """A line the relay made (its own errors): its message(s)."""
-        message = jsonrpc.parse_line(line)
+    def _lines(self, line: bytes, bare: bool) -> None:
+        """A line the relay made (its own errors; `bare`: it holds no CR or LF): its message(s)."""
+        message = jsonrpc.parse_line(line, bare=bare)
         for member in message.items if isinstance(message, Batch) else [message]:
             if isinstance(member, (Request, Notification, Response)):
                 self._deliver(member)
