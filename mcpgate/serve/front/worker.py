@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in 
 
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
 LADDER_GRACE = 2.0  # seconds kept beyond the children's stop ladder (close + term timeouts) after a drain
+EXIT_MARGIN = 2.0  # seconds of gunicorn's graceful timeout kept for the worker's own exit (gunicorn's 1 s check)
 
 
 def drain_budget(graceful: float, ladder: float) -> float:
@@ -51,6 +52,7 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connections: set[socket.socket] = set()
+        self.front_servers: list[Server] = []  # the servers gunicorn made of this worker's listeners (run)
         self._shutdown: gevent.Greenlet | None = None
         # where other instances of a fleet reach this one (-b included), noted while self.sockets are gunicorn's
         # listeners (gevent's init_process makes them plain sockets)
@@ -88,7 +90,8 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
                 self.drain(runtime, drain_budget(graceful, s.close_timeout + s.term_timeout + LADDER_GRACE))
         finally:
             super().handle_exit(sig, frame)  # gunicorn stops accepting
-            self.shut_down(max(1.0, graceful - 2.0 - (time.monotonic() - started)))
+            self.shut_down(max(1.0, graceful - EXIT_MARGIN - (time.monotonic() - started)))
+            self.end_requests(started + graceful - EXIT_MARGIN)
 
     def drain(self, runtime: Runtime, budget: float) -> None:
         """Refuse new work and wait (at most `budget` seconds) until no request is in flight. In a fleet the
@@ -108,6 +111,18 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         if runtime is not None:
             runtime.close(timeout)
 
+    def end_requests(self, deadline: float) -> None:
+        """Wait (until `deadline`) for the connections still being served, then end those left (a reply written to
+        a client that reads no more, for one). gunicorn's own wait for them lasts a whole graceful timeout from the
+        drain's end, past the master's, which kills the worker (its exit hooks unrun: the spans' flush, the
+        fleet's leave) a graceful timeout after its SIGTERM."""
+        for server in self.front_servers:
+            pool = server.pool
+            if pool is None or pool.join(timeout=max(0.0, deadline - time.monotonic())):
+                continue
+            self.log.warning("mcpgate: %d connections still busy as the graceful stop's time is up; ended", len(pool))
+            pool.kill(block=True, timeout=1.0)
+
     def release_connections(self) -> None:
         """Stop reading from every client connection: idle keep-alive ones close, replies still finish."""
         for sock in list(self.connections):
@@ -116,11 +131,17 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             except OSError:
                 pass
 
+    def make_server(self, limits: Limits, *args: Any, **kwargs: Any) -> Server:
+        """gunicorn's server of one listener: connection.py's, known to end_requests."""
+        server = Server(*args, connections=self.connections, limits=limits, **kwargs)
+        self.front_servers.append(server)
+        return server
+
     def run(self) -> None:
         runtime = self.runtime()
         settings = runtime.settings if runtime is not None else Settings.from_env()
         limits = Limits.of(settings, self.worker_connections)
-        self.server_class = functools.partial(Server, connections=self.connections, limits=limits)
+        self.server_class = functools.partial(self.make_server, limits)
         try:
             super().run()
         finally:
