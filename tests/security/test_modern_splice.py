@@ -9,9 +9,13 @@ is encoded again (jsonrpc.raw_bytes); the spliced result must be too.
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from mcpgate.core import jsonrpc
 from mcpgate.core.sse import encode_event
+from mcpgate.serve.modern import answers
 from mcpgate.serve.modern.calls import new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
 from mcpgate.serve.sessions.spec import ChildSpec
@@ -91,3 +95,38 @@ def test_a_raw_with_a_cr_that_replaced_the_vouched_one_is_still_searched() -> No
     delivered = call.stream.next(0)
     assert isinstance(delivered, Delivery) and b"\r" not in delivered.data  # not spliced: made from the message
     assert json.loads(delivered.data)["result"] == {"resultType": "complete"}
+
+
+BIG_TEXT = "0123456789abcdef" * 8192  # 128 KiB: a result walked from quote to quote
+MANY = {f"k{i}": "v" for i in range(80)}  # more quotes than the walk takes
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        pytest.param({"content": [{"type": "text", "text": BIG_TEXT}]}, id="big-text-no-name"),
+        pytest.param({"resultType": "complete", "t": BIG_TEXT}, id="big-name-first"),
+        pytest.param({"t": BIG_TEXT, "_meta": {}}, id="big-name-last"),
+        pytest.param({"t": BIG_TEXT + '"ttlMs"'}, id="big-name-inside-a-string"),
+        pytest.param({"t": BIG_TEXT + '"ttlM'}, id="big-name-cut"),
+        pytest.param({**MANY, "t": BIG_TEXT, "cacheScope": 1}, id="big-name-past-the-walk"),
+        pytest.param({**MANY, "t": BIG_TEXT}, id="big-many-quotes-no-name"),
+        pytest.param({"t": "hi", "_meta": {}}, id="small-name"),
+        pytest.param({"t": "hi"}, id="small-no-name"),
+    ],
+)
+def test_names_stamped_finds_what_the_pattern_finds(result: dict[str, Any]) -> None:
+    raw = json.dumps({"jsonrpc": "2.0", "id": "m", "result": result}).encode()
+    bounds = jsonrpc.result_bounds(raw)
+    assert bounds is not None
+    expected = answers._STAMPED.search(raw, *bounds) is not None
+    assert answers.names_stamped(raw, *bounds) is expected
+    assert expected is bool({"resultType", "_meta", "ttlMs", "cacheScope"} & set(result)) or "ttlMs" in str(result)
+
+
+def test_names_stamped_looks_within_its_bounds_only() -> None:
+    raw = b'{"t":"' + BIG_TEXT.encode() + b'","_meta":{}}'
+    at = raw.index(b'"_meta"')
+    assert answers.names_stamped(raw, 0, at + len(b'"_meta"')) is True
+    assert answers.names_stamped(raw, 0, at + 3) is False  # the name runs past the end
+    assert answers.names_stamped(raw, at + 1, len(raw)) is False  # its opening quote is before the start

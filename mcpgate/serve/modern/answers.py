@@ -27,7 +27,12 @@ from mcpgate.serve.modern.calls import Call
 log = logging.getLogger("mcpgate.pool")
 
 # The members stamp_result may add to a result (a result naming any of them is decoded and stamped instead).
-_STAMPED = re.compile(rb'"(?:resultType|_meta|ttlMs|cacheScope)"')
+_NAMES = (b"resultType", b"_meta", b"ttlMs", b"cacheScope")
+_STAMPED = re.compile(b'"(?:' + b"|".join(_NAMES) + b')"')
+_QUOTED = tuple(b'"' + name + b'"' for name in _NAMES)
+# A result this large is walked from quote to quote (bytes.find: a memchr each) before the pattern, which steps
+# through every byte (~1 ms on a 4 MiB text); past this many quotes the pattern searches the rest.
+_WALK_FROM, _WALK_QUOTES = 64 * 1024, 64
 _EMPTY = re.compile(rb"\{[ \t\r\n]*\}")  # a result object with no member (matching stops at the first one)
 _EMPTY_NEXT = frozenset(b" \t\r\n}")  # what follows the "{" of a result with no member (else no match is tried)
 UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
@@ -87,7 +92,7 @@ class Answers:
         start, end = bounds  # the result searched in place: a large one is copied once, into the answer
         if raw is not message.bare and raw.find(b"\r", start, end) >= 0:  # bytes the splitter vouched for: no CR
             return None
-        if _STAMPED.search(raw, start, end) is not None:
+        if names_stamped(raw, start, end):
             return None
         cacheable = call.method in modern.CACHEABLE
         members = self._stamps.get(cacheable)
@@ -100,3 +105,19 @@ class Answers:
         if raw[start + 1] in _EMPTY_NEXT and _EMPTY.fullmatch(raw, start, end):  # no member of its own
             return head + b"{" + members + b"}}"
         return b"".join((head, memoryview(raw)[start : end - 1], b",", members, b"}}"))  # its bytes copied once
+
+
+def names_stamped(raw: bytes, start: int, end: int) -> bool:
+    """Whether raw[start:end] names a member the stamp could add ("resultType", "_meta", ... anywhere), as _STAMPED
+    finds it. A large result, most often a long text with few quotes, is walked from quote to quote first."""
+    if end - start < _WALK_FROM:
+        return _STAMPED.search(raw, start, end) is not None
+    find, names = raw.find, _QUOTED
+    at = find(b'"', start, end)
+    for _ in range(_WALK_QUOTES):
+        if at < 0:
+            return False
+        if raw.startswith(names, at, end):
+            return True
+        at = find(b'"', at + 1, end)
+    return at >= 0 and _STAMPED.search(raw, at, end) is not None
