@@ -27,6 +27,7 @@ import fcntl
 import logging
 import marshal
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -202,17 +203,28 @@ class ExportProcess:
             self.pending = memoryview(frame)[written:]
         return True
 
+    def finish_frame(self, deadline: float) -> None:
+        """The rest of a frame the pipe took in part, which the export process is reading, written until `deadline`:
+        a reader that reads no more (stopped, stuck) is not waited for past it."""
+        while self.pending is not None and self.fd >= 0:
+            try:
+                written = os.write(self.fd, self.pending)
+            except BlockingIOError:
+                written = 0
+            except OSError:  # the reader is gone
+                return
+            self.pending = self.pending[written:] if written < len(self.pending) else None
+            left = deadline - time.monotonic()
+            if self.pending is None or left <= 0:
+                return
+            select.select([], [self.fd], [], left)  # until it can take more
+
     def close(self, timeout: float = STOP_TIMEOUT) -> None:
         """The pipe closed (the export process posts what it holds and ends); killed by PID if it has not within
         `timeout` seconds."""
         proc, self.proc = self.proc, None
         try:
-            if self.pending is not None and self.fd >= 0:
-                os.set_blocking(self.fd, True)  # the frame's rest, which the export process is reading
-                try:
-                    os.write(self.fd, self.pending)
-                except OSError:
-                    pass
+            self.finish_frame(time.monotonic() + timeout)
             self.drop_pipe()
             if proc is not None and not waited(proc, timeout):
                 log.warning("the span export process (pid %s) did not end in %.0f s: killed", proc.pid, timeout)
