@@ -103,7 +103,8 @@ def encoded_batch(head: tuple[bytes, bytes], payload: bytes) -> tuple[bytes, int
     records = marshal.loads(payload)
     parts: list[bytes] = []
     for fields in records:
-        trace_spans.encode_into(Record(fields), parts)
+        if not trace_spans.encode_record(fields, parts):  # a request of a kind not seen yet, a tracestate, ...
+            trace_spans.encode_into(Record(fields), parts)
     return otlp_wire.request(head, [b"".join(parts)]), len(records)
 
 

@@ -28,6 +28,7 @@ _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, ve
 _owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code, tool error): the request span's own
 Packer = tuple[Callable[..., bytes], list[bytes | None]]  # a layout's struct, its constants (None: a value)
 _layouts: dict[tuple[Any, ...], Packer] = {}  # a trace's layout: how its spans are written (encode_into)
+_plans: dict[tuple[Any, ...], tuple[Packer, bytes]] = {}  # what a record says of its kind: layout, own attributes
 LAYOUTS = 256  # layouts kept (about 0.6 KB each)
 
 
@@ -63,35 +64,94 @@ def encoded(trace: Trace) -> bytes:
 def encode_into(trace: Trace, out: list[bytes]) -> None:
     """Every span of an ended, sampled request appended to `out` (a batch's, joined once): packed by its layout
     when it has no tracestate and no forward (the layout: what its spans' bytes are but for its ids, times and
-    request id), else span by span."""
+    request id), else span by span. A request's layout and attributes are then kept for encode_record too."""
     if trace.state or trace.forward is not None:
         spans_into(trace, out)
         return
     name, shared, request_id = shape(trace)
     steps, wait, parent, attributes = trace.steps, trace.wait, trace.parent, own_attributes(trace)
-    drawn = IDS.take(8 * (len(steps) + 1))  # the steps' ids, and the request's own unless it has one
-    own = trace.span_id or drawn[-8:]
     names = tuple([step[0] for step in steps])
-    remote = parent is not None
-    key = (trace.kind, name, shared, error_of(trace), remote, names, wait is not None, len(request_id), len(attributes))
-    packer = _layouts.get(key)
+    key = (trace.kind, name, shared, error_of(trace), parent is not None, names, wait is not None)
+    packer = _layouts.get((*key, len(request_id), len(attributes)))
     if packer is None:
-        packer = layout(*key)
-        otlp_wire.keep(_layouts, key, packer, LAYOUTS)
-    pack, parts = packer
-    trace_id, end = trace.trace_id, trace.end_at
+        packer = layout(*key, len(request_id), len(attributes))
+        otlp_wire.keep(_layouts, (*key, len(request_id), len(attributes)), packer, LAYOUTS)
+    what = trace.what
+    if isinstance(what, tuple) and all(isinstance(part, str | None) for part in what[:3]):
+        seen = (*what[:3], trace.kind, trace.server, trace.session, trace.status, trace.code, trace.tool_error)
+        otlp_wire.keep(_plans, (*seen, parent is None, names, wait is None, len(request_id)), (packer, attributes))
+    parent_id = None if parent is None else parent.span_id
+    ids, span_id, start, end = trace.trace_id, trace.span_id, trace.start, trace.end_at
+    out.append(packed(packer, ids, span_id, parent_id, start, end, request_id, attributes, steps, wait))
+
+
+def encode_record(fields: tuple[Any, ...], out: list[bytes]) -> bool:
+    """A request's record as the worker writes it (span_export.RECORD's fields, in order) appended to `out` as
+    encode_into would, straight from its fields, when encode_into packed one of its kind before (same method,
+    tool, version, server, session, status, error, steps, parent or none, wait or none); else False."""
+    (
+        what,
+        _,
+        kind,
+        server,
+        session,
+        ids,
+        span_id,
+        parent,
+        state,
+        start,
+        end,
+        status,
+        code,
+        error,
+        steps,
+        wait,
+        forward,
+    ) = fields
+    if state or forward is not None or type(what) is not tuple:
+        return False
+    request_id = id_attribute(str(what[3]))
+    names = tuple([step[0] for step in steps])
+    try:
+        seen = (what[0], what[1], what[2], kind, server, session, status, code, error, parent is None, names)
+        plan = _plans.get((*seen, wait is None, len(request_id)))
+    except TypeError:  # something unhashable: encode_into
+        return False
+    if plan is None:
+        return False
+    parent_id = None if parent is None else parent[1]
+    out.append(packed(plan[0], ids, span_id, parent_id, start, end, request_id, plan[1], steps, wait))
+    return True
+
+
+def packed(
+    packer: Packer,
+    trace_id: bytes,
+    span_id: bytes,
+    parent_id: bytes | None,
+    start: int,
+    end: int,
+    request_id: bytes,
+    attributes: bytes,
+    steps: list[tuple[str, int, int]],
+    wait: tuple[bytes, int] | None,
+) -> bytes:
+    """A request's spans by its layout's struct: the values in the struct's order, the constants between."""
+    drawn = IDS.take(8 * (len(steps) + 1))  # the steps' ids, and the request's own unless it has one
+    own = span_id or drawn[-8:]
     values: list[Any]
-    if parent is None:
-        values = [trace_id, own, trace.start, end, request_id, attributes]
+    if parent_id is None:
+        values = [trace_id, own, start, end, request_id, attributes]
     else:
-        values = [trace_id, own, parent.span_id, trace.start, end, request_id, attributes]
+        values = [trace_id, own, parent_id, start, end, request_id, attributes]
     for n, (_, began, ended) in enumerate(steps):
         values += (trace_id, drawn[8 * n : 8 * n + 8], own, began, ended)
     if wait is not None:
         values += (trace_id, wait[0], own, wait[1], end, request_id)
+    pack, parts = packer
     fields = parts.copy()
     fields[1::2] = values  # the constants between
-    out.append(pack(*fields))
+    return pack(*fields)
 
 
 def layout(

@@ -5,11 +5,13 @@ them."""
 
 from __future__ import annotations
 
+import marshal
 from typing import Any
 
 import pytest
 
 from mcpgate.observe import otlp_wire, trace_spans, w3c
+from mcpgate.observe.span_pipe import record
 from mcpgate.observe.tracing import CLIENT, SERVER, Trace
 from tests.support.otlp import decode
 
@@ -71,6 +73,25 @@ def test_a_layouts_bytes_are_the_span_by_span_bytes(case: dict[str, Any], monkey
     expected = 1 + len(case.get("steps", STEPS)) + (case.get("wait", True) is not None)
     assert len(spans) == 2 * expected
     assert {span.trace_id for span in spans} == {bytes(range(100, 116)).hex()}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_record_is_packed_as_its_trace_is(case: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the worker writes of a Trace, packed straight from its fields (encode_record, once encode_into has
+    seen one of its kind), is the span-by-span bytes too; a record of a kind not seen yet is left to encode_into."""
+    fields = marshal.loads(marshal.dumps([record(trace_of(case))]))[0]
+    monkeypatch.setattr(trace_spans, "_plans", {})
+    assert not trace_spans.encode_record(fields, [])
+    trace_spans.encode_into(trace_of(case), [])
+    monkeypatch.setattr(trace_spans, "IDS", ids())
+    by_record: list[bytes] = []
+    packed = trace_spans.encode_record(fields, by_record)
+    assert packed is isinstance(case.get("what", ()), tuple)
+    if packed:
+        monkeypatch.setattr(trace_spans, "IDS", ids())
+        by_span: list[bytes] = []
+        trace_spans.spans_into(trace_of(case), by_span)
+        assert b"".join(by_record) == b"".join(by_span)
 
 
 def test_a_full_cache_is_emptied_not_frozen() -> None:
