@@ -4,10 +4,13 @@ One greenlet per pipe (stdout reader, stdin writer, stderr reader) plus one that
 waits for the exit. The child runs in its own process group; shutdown is a
 ladder (close stdin, SIGTERM, SIGKILL) aimed at the whole group. Writes never
 block the caller: they go to a bounded queue that the writer drains (child/stdin.py).
+The owner's callbacks, and the pipe reader and writer's ways back, are dropped once the child is gone: an
+ended child and its owner (a session) leave no reference cycle for the cyclic collector.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shlex
@@ -104,7 +107,7 @@ class ChildProcess:
         self._discard = False  # stop delivering stdout (after junk / oversized line)
         self._junk = 0
         self._spoke = False  # it sent a message (its start went through)
-        self._stdin = StdinWriter(lambda why: self.close(why, cause="crash"), lambda: self._closing)
+        self._stdin = StdinWriter()
         self._exited = gevent.event.Event()
         self._done = gevent.event.Event()
         self._greenlets: dict[str, gevent.Greenlet] = {}
@@ -165,10 +168,11 @@ class ChildProcess:
         stdin, stdout, stderr = self._pipes
         reader = self._stdout = StdoutReader(stdout.fileno(), self.max_line_bytes, self._deliver, self._too_long)
         self._greenlets["stdout"] = gevent.spawn(self._read_stdout, reader)
-        self._stdin.fd = stdin.fileno()
+        self._stdin.open(stdin.fileno(), functools.partial(self.close, cause="crash"))
         if stderr is not None:
             self._greenlets["stderr"] = gevent.spawn(self._read_stderr, stderr.fileno())
-        proc.rawlink(lambda _proc: gevent.spawn(self._supervise))  # no greenlet waits while the child runs
+        # no greenlet waits while the child runs; gevent drops the link once it has run (no cycle is left)
+        proc.rawlink(lambda _proc: gevent.spawn(self._supervise))
 
     def _open_stderr(self) -> Any:
         mode = self.stderr_mode
@@ -200,10 +204,11 @@ class ChildProcess:
         ("stopped" on purpose, "limit" for a limit passed, "crash" for misbehaviour)."""
         if self._closing:
             return
-        self._closing = True
+        self._closing = self._stdin.stopping = True
         self._reason, self._cause = reason, cause
         if self._proc is None:
             self.exit_reason, self.end_cause = reason, cause
+            self._release()
             self._done.set()
             return
         self._log.info("child[%s] closing pid=%s: %s", self.label, self.pid, reason)
@@ -251,7 +256,7 @@ class ChildProcess:
         except BaseException:  # killed (hub shutdown): take the group down with us
             self._signal_group(signal.SIGKILL)
             raise
-        self._closing = True
+        self._closing = self._stdin.stopping = True
         self.returncode = returncode
         self._exited.set()
         try:
@@ -267,7 +272,16 @@ class ChildProcess:
             except Exception:  # noqa: BLE001 - a callback's failure must not stop the exit watcher
                 self._log.exception("child[%s] on_exit callback failed", self.label)
             finally:
+                self._release()
                 self._done.set()
+
+    def _release(self) -> None:
+        """The child is gone (or never started) and on_exit has run: drop what points back at the owner or at this
+        supervisor (the callbacks, the reader, the writer's callback), so no reference cycle is left."""
+        self._on_message = self._on_exit = _ignored
+        self._stdin.release()
+        self._stdout = None
+        self._greenlets.clear()
 
     def _settle_cause(self, returncode: int) -> str:
         """Set end_cause and return the reason: a limit explains an exit not asked for (or a crash) when it can."""
@@ -289,7 +303,6 @@ class ChildProcess:
         gevent.killall(readers + writer, block=True, timeout=1.0)
         for stream in (*self._pipes, self._stderr_file):
             close_quietly(stream)
-        self._stdin.clear()
 
     # -- stdout -----------------------------------------------------------------------------------------------
 
@@ -384,6 +397,10 @@ class ChildProcess:
         for line in lines:
             text = line[: _LOG_TEXT * 4].decode("utf-8", "replace").rstrip("\r")[:_LOG_TEXT]
             self._log.info("child[%s] stderr: %s", self.label, text)
+
+
+def _ignored(_what: object) -> None:
+    """An ended child's on_message and on_exit: it has no owner any more."""
 
 
 def _close_fds(*fds: int) -> None:

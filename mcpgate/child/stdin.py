@@ -5,7 +5,9 @@ newline) and only what the pipe did not take is queued; otherwise it is queued b
 greenlet (never more than one at a time) drains the queue, waiting whenever the pipe is full. `queued` counts
 the bytes accepted and not yet written: the owner bounds it (ChildProcess refuses a message past its
 MCPGATE_WRITE_QUEUE_BYTES). A write that fails calls `on_failure` with the close reason ("stdin closed by
-child", or "stdin write failed: ...") and the writer ends; it also ends once `stopping()` is true.
+child", or "stdin write failed: ...") and the writer ends; it also ends once the owner sets `stopping`.
+The owner gives `on_failure` when the pipe opens (`open`) and takes it back when the child is gone (`release`):
+the writer holds its owner only while the pipe is open, so the two make no reference cycle once it is closed.
 """
 
 from __future__ import annotations
@@ -28,13 +30,18 @@ _NO_QUEUE: deque[bytes | memoryview] = deque(maxlen=0)
 class StdinWriter:
     """The write side of one child's stdin pipe (its fd set once the child is spawned); see the module docstring."""
 
-    def __init__(self, on_failure: Callable[[str], None], stopping: Callable[[], bool]) -> None:
+    def __init__(self) -> None:
         self.fd = -1
         self.queued = 0  # bytes accepted by put() and not yet written
+        self.stopping = False  # set by the owner as it shuts the child down: a writer ends
         self.greenlet: gevent.Greenlet | None = None  # the latest writer (dead once the queue was drained)
         self._queue = _NO_QUEUE  # made on first need (_more)
         self._writing = False  # a writer greenlet is draining the queue
-        self._on_failure, self._stopping = on_failure, stopping
+        self._on_failure: Callable[[str], None] | None = None  # the owner's, while the pipe is open
+
+    def open(self, fd: int, on_failure: Callable[[str], None]) -> None:
+        """The pipe's fd (non-blocking), and what to call when a write to it fails."""
+        self.fd, self._on_failure = fd, on_failure
 
     def put(self, data: bytes) -> bool:
         """Write one encoded message (no trailing newline) or queue it; False when the pipe failed."""
@@ -46,10 +53,16 @@ class StdinWriter:
         self._ensure_writer()
         return True
 
-    def clear(self) -> None:
-        """Forget what is queued (the child is gone)."""
+    def release(self) -> None:
+        """The child is gone: forget what is queued and the owner's callback."""
         self._queue.clear()
         self.queued = 0
+        self.stopping, self._on_failure = True, None
+
+    def _failed(self, why: str) -> None:
+        on_failure = self._on_failure
+        if on_failure is not None:
+            on_failure(why)
 
     def _write_now(self, data: bytes, size: int) -> bool:
         """The fast path: nothing is pending, so write straight away; queue what the pipe did not take."""
@@ -59,7 +72,7 @@ class StdinWriter:
             written = 0
         except OSError as exc:
             why = "stdin closed by child" if isinstance(exc, BrokenPipeError) else f"stdin write failed: {exc}"
-            self._on_failure(why)
+            self._failed(why)
             return False
         if written < size:
             rest = memoryview(data)[written:] if written < len(data) else b""
@@ -85,16 +98,16 @@ class StdinWriter:
         fd, queue, hub = self.fd, self._queue, get_hub()
         watcher = hub.loop.io(fd, _WRITABLE)
         try:
-            while queue and not self._stopping():
+            while queue and not self.stopping:
                 buffers: list[Any] = []
                 for _ in range(min(len(queue), _MAX_IOV)):
                     buffers.append(queue.popleft())
                     buffers.append(_NEWLINE)
                 self._write_all(fd, buffers, hub, watcher)
         except BrokenPipeError:
-            self._on_failure("stdin closed by child")
+            self._failed("stdin closed by child")
         except OSError as exc:
-            self._on_failure(f"stdin write failed: {exc}")
+            self._failed(f"stdin write failed: {exc}")
         finally:
             watcher.close()
             self._writing = False
