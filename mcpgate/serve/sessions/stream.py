@@ -14,6 +14,7 @@ from typing import Final
 import gevent.event
 from gevent.hub import Waiter, get_hub
 
+from mcpgate.child.waits import wait_set
 from mcpgate.core.replay import ReplayLog
 
 log = logging.getLogger("mcpgate.session")
@@ -55,9 +56,11 @@ class StreamLimits:
 
 def wait(event: gevent.event.Event, timeout: float | None) -> bool:
     """event.wait(timeout), without the Timeout (a Python object, and an exception when it fires) gevent makes for
-    each wait: a timer wakes the waiter instead (a stream's reader waits once per message). True when it is set."""
+    each wait: a timer wakes the waiter instead (a stream's reader waits once per message). True when it is set.
+    A set event is answered without gevent's wait (child/waits.py: a waiter queued behind a cancelled wakeup is
+    never resumed)."""
     if timeout is None or event.is_set():
-        return bool(event.wait(timeout))
+        return wait_set(event, timeout)
     hub = get_hub()
     waiter = Waiter(hub)
     switch = waiter.switch
