@@ -1,7 +1,11 @@
 """A rolling redeploy behind the recipe's HAProxy (deploy/README.md, "Rolling redeploy"; issue 27): Redis, three
 instances, SDK sessions calling idempotent methods without a pause; each instance in turn stopped gracefully
 (SIGTERM) and started again under the same MCPGATE_INSTANCE_ID and address. No call fails, and every session keeps
-its id: the sessions of a replaced instance are taken over (serve/cluster/takeover.py)."""
+its id: the sessions of a replaced instance are taken over (serve/cluster/takeover.py).
+
+A failure's report says what happened: each error answer the sessions got (its status, type and body), HAProxy's
+log lines of requests not plainly answered (a status past 299, a retry, an exchange cut short), and the log of
+every instance, the replaced ones too (conftest.py: a restarted Gateway logs to a file of its own)."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ NAMES = ("i1", "i2", "i3")
 SESSIONS = 4
 CALLS_BETWEEN = 3  # calls every session has had answered before the first and after each replacement
 HANG_GUARD = 240
+ERROR_BYTES = 300  # of an error answer's body in a failure's report
+REPORTED_LINES = 60  # of HAProxy's log in a failure's report (the last of those not plainly answered)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -32,6 +38,7 @@ class Caller:
     answered: int = 0
     ids: set[str] = field(default_factory=set)
     failures: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # each answer with an error status: method, status, type, body
 
 
 def up(lb: Balancer, name: str) -> bool:
@@ -40,6 +47,10 @@ def up(lb: Balancer, name: str) -> bool:
 
 async def call_on(caller: Caller, url: str, stop: anyio.Event) -> None:
     async def seen(response: httpx2.Response) -> None:
+        if response.status_code >= 400:  # read here (the SDK's own read then finds it read): a failure's cause
+            body = await response.aread()
+            kind = response.headers.get("content-type", "-")
+            caller.errors.append(f"{response.request.method} {response.status_code} {kind} {body[:ERROR_BYTES]!r}")
         if "mcp-session-id" in response.headers:
             caller.ids.add(response.headers["mcp-session-id"])
 
@@ -103,11 +114,20 @@ def test_a_rolling_redeploy_fails_no_call(routing: str) -> None:
                             stop.set()
 
                 anyio.run(conduct)
-            failed = {c.index: c.failures for c in callers if c.failures}
-            assert not failed, f"{routing}: failed calls: {failed}"
-            assert all(len(c.ids) == 1 for c in callers), [c.ids for c in callers]  # each kept its session
+                failed = {c.index: c.failures for c in callers if c.failures}
+                assert not failed, f"{routing}: failed calls: {failed}\n{report(callers, lb)}"
+                assert all(len(c.ids) == 1 for c in callers), [c.ids for c in callers]  # each kept its session
             taken = sum(gw.log().count("taken over") for gw in started)
             assert taken >= 1, "no session was taken over"
         finally:
             for gw in started:
                 gw.stop()
+
+
+def report(callers: list[Caller], lb: Balancer) -> str:
+    """What a failure's report adds: the error answers each session got, and HAProxy's lines of the requests not
+    plainly answered (the recipe's log-format: status, server, timers, termination state, retries)."""
+    errors = "\n".join(f"session {c.index}: {error}" for c in callers for error in c.errors) or "none"
+    unplain = [line for line in lb.log().splitlines() if not (" 200 " in line and line.endswith(" ---- retries=0"))]
+    shown = "\n".join(unplain[-REPORTED_LINES:])
+    return f"error answers:\n{errors}\nHAProxy, requests not plainly answered (last {REPORTED_LINES}):\n{shown}"

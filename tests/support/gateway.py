@@ -4,6 +4,7 @@ stopping by PID, its workers' children, what the start check decides, a start th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -63,6 +64,7 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout
 LOG_TAIL_LINES = 200
 
 
+_LIVES = itertools.count(1)  # numbers the log files of gateways started at a given port
 GATEWAYS: list[Gateway] = []  # every gateway started and not yet reported on: see tests/conftest.py
 
 
@@ -91,7 +93,10 @@ class Gateway(Served):
         args = [python, "-m", "gunicorn", "-b", f"{host}:{self.port}"]
         if config:
             args += ["-c", config]
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}.log"
+        # a gateway started again at a given port logs to a file of its own: the log of the one it replaced is kept
+        # (a failing test's report shows both)
+        life = f"-{next(_LIVES)}" if port else ""
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"mcpgate-test-{self.port}{life}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - open while gunicorn runs
         self.proc = subprocess.Popen(
             [*args, "mcpgate.wsgi"], cwd=cwd, env=full_env, stdout=self._log, stderr=subprocess.STDOUT

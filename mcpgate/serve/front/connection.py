@@ -159,6 +159,8 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             return None
         self.environ, self.response_headers = None, []  # the access log of a request refused before it has them
         if self.requests:  # keep-alive: wait for the next request's first byte, then give it a whole head
+            if self.server.closing:  # none after the worker's stop began (Server.closing)
+                return None
             self.reader.pausing(self.limits.keepalive)
             self.server.waiting.enter(self)
             try:
@@ -264,8 +266,10 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
         body: Body | None = getattr(self, "wsgi_input", None)
-        if body is not None and not body.whole:  # answered before its body was read: closed after this reply
+        unread = body is not None and not body.whole  # answered before its body was read: closed after this reply
+        if unread:
             self.server.waiting.leave(self)
+        if unread or self.server.closing:  # or the worker stops: the connection's last reply (Server.closing)
             self.close_connection = True
             if not any(name.lower() == "connection" for name, _ in headers):
                 headers = [*headers, ("Connection", "close")]
@@ -348,6 +352,9 @@ class Server(PyWSGIServer):  # type: ignore[misc]
         self.access_logged = bool(getattr(self.log, "access_log_enabled", True))
         self.readers: set[TimedReader] = set()
         self.heads = Heads()  # the request heads its connections read, remembered by their bytes
+        # the worker stops (worker.release_connections): a reply says Connection: close and its connection ends,
+        # also one accepted after the known connections were released, before gunicorn closes the listener
+        self.closing = False
         self._sweeper: gevent.Greenlet | None = None
 
     def start(self) -> None:

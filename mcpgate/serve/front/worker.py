@@ -14,7 +14,8 @@ requests, pooled calls, a call parked for its client's input whose retry still c
 sessions' next requests are served, until
 none is in flight or the drain's time is up: MCPGATE_GRACEFUL_TIMEOUT less the children's stop ladder. Then
 gunicorn stops accepting, every session of every server is ended (children go down the shutdown ladder), and
-reading stops on every client connection so idle keep-alive ones close while replies still finish.
+reading stops on every client connection so idle keep-alive ones close while replies still finish; from then on
+every reply says Connection: close and ends its connection, one accepted before gunicorn's listener closes too.
 """
 
 from __future__ import annotations
@@ -124,7 +125,13 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             pool.kill(block=True, timeout=1.0)
 
     def release_connections(self) -> None:
-        """Stop reading from every client connection: idle keep-alive ones close, replies still finish."""
+        """Stop reading from every client connection: idle keep-alive ones close, replies still finish. Every
+        connection ends after its reply, which says Connection: close (Server.closing), also one accepted until
+        gunicorn closes the listener (up to its 1 s check later): a connection kept alive past this point (a
+        balancer's, or a forwarding instance's, which sends this instance's released sessions' requests here
+        while it stays in the directory) would keep the worker busy until end_requests ends it mid-request."""
+        for server in self.front_servers:
+            server.closing = True
         for sock in list(self.connections):
             try:
                 sock.shutdown(socket.SHUT_RD)
