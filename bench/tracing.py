@@ -8,9 +8,12 @@ With --together, every gateway is served at once (the clients split evenly), so 
 machine loads them alike. bench/tracing_seq.py measures the worker's CPU per call with sequential calls instead.
 
 Prints, per setting, the median throughput (calls/s) and the worker's CPU time per call (its utime + stime from
-/proc, the BatchSpanProcessor's export greenlet included), and the ratio on/off. The clients run in processes of
-their own (4 x 4 threads) on the same machine, so on a small machine they compete with the gateway for CPU:
-compare the two settings within one run only.
+/proc), the span export process's, and the CPU per call of every process of the round (the worker, the MCP
+children, the export process, the clients, this process with the sink), each round's against head's off. The
+clients run in processes of their own (4 x 4 threads) on the same machine, so on a small machine they compete
+with the gateway for CPU: compare the settings within one run only. A round that saturates the machine serves
+cores / (every process's CPU per call) calls/s, so that figure says where a lost call per second went even when
+other work on the machine moves the calls/s.
 
     python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16] [--modes off,unsampled,on]
     python bench/tracing.py --base /tmp/base   # each mode from that source tree too (`git archive HEAD | tar -x`)
@@ -27,6 +30,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -204,6 +208,13 @@ def load(ports: list[int], seconds: float, clients: int) -> tuple[list[int], flo
     return served, elapsed
 
 
+def own_cpu() -> tuple[float, float]:
+    """CPU seconds of this process (the sink's threads, the rounds' loop) and of its children waited for (the
+    clients' processes)."""
+    used = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used[0].ru_utime + used[0].ru_stime, used[1].ru_utime + used[1].ru_stime
+
+
 def round_of(
     mode: str | bool,
     endpoint: str,
@@ -211,21 +222,31 @@ def round_of(
     clients: int,
     profile: str | None = None,
     tree: Path | None = None,
-) -> tuple[float, float, float]:
-    """A round of one gateway: calls/s, its worker's CPU per call and its export process's (us)."""
+) -> tuple[float, float, float, float]:
+    """A round of one gateway: calls/s, its worker's CPU per call and its export process's, and the CPU per call of
+    every process of the round (us): the worker, the MCP children, the export process, the clients, this process
+    (the sink). On a machine the round saturates, calls/s follow the last: cores / CPU per call."""
     gw, port, log = start(mode, endpoint, tree)
     try:
         start_cpu, (start_child, start_export) = worker_cpu(gw.pid), children_cpu(gw.pid)
+        start_own = own_cpu()
         worker = int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0])
         sampler = spy(worker, seconds, profile) if profile else None
         (calls,), elapsed = load([port], seconds, clients)
         time.sleep(0.5)  # the export process's last frames read (a partial batch waits), the ended child waited for
         cpu, (child, export) = worker_cpu(gw.pid) - start_cpu, children_cpu(gw.pid)
+        sink, clients_cpu = (now - before for now, before in zip(own_cpu(), start_own, strict=True))
         if sampler is not None:
             sampler.wait(timeout=60)
         per = 1e6 / max(calls, 1)
-        print(f"    the MCP child {(child - start_child) * per:.0f} us/call", flush=True)
-        return calls / elapsed, cpu * per, (export - start_export) * per
+        child, export = (child - start_child) * per, (export - start_export) * per
+        total = cpu * per + child + export + (clients_cpu + sink) * per
+        print(
+            f"    the MCP child {child:.0f} us/call, clients {clients_cpu * per:.0f}, this process (the sink) "
+            f"{sink * per:.0f}; every process {total:.0f} us/call",
+            flush=True,
+        )
+        return calls / elapsed, cpu * per, export, total
     finally:
         stop(gw, log)
 
@@ -325,12 +346,14 @@ def rounds(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None
     modes = modes_of(args)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {(t, m): [] for t in trees for m in modes}
     exported: dict[tuple[str, str], list[float]] = {(t, m): [] for t in trees for m in modes}
+    every: dict[tuple[str, str], list[float]] = {(t, m): [] for t in trees for m in modes}
     for _ in range(args.rounds):
         for tree, path in trees.items():
             for mode in modes:
-                rate, cpu, export = round_of(mode, endpoint, args.seconds, args.clients, tree=path)
+                rate, cpu, export, total = round_of(mode, endpoint, args.seconds, args.clients, tree=path)
                 results[tree, mode].append((rate, cpu))
                 exported[tree, mode].append(export)
+                every[tree, mode].append(total)
                 print(
                     f"{tree:4} {mode:9}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call, {export:4.0f} us export "
                     "process",
@@ -342,11 +365,14 @@ def rounds(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None
         cpu = statistics.median(c for _, c in got)
         pairs = [r / b for (r, _), (b, _) in zip(got, results[base], strict=True)]
         extra = [c - b for (_, c), (_, b) in zip(got, results[base], strict=True)]
+        total = [c - b for c, b in zip(every[tree, mode], every[base], strict=True)]
         print(
             f"median {tree:4} {mode:9}: {rate:6.0f} calls/s, {cpu:4.0f} us/call; against {'/'.join(base)} per round: "
             f"throughput {statistics.median(pairs):.1%} ({', '.join(f'{r:.0%}' for r in pairs)}), "
             f"CPU {statistics.median(extra):+.0f} us/call, export process "
-            f"{statistics.median(exported[tree, mode]):.0f} us/call",
+            f"{statistics.median(exported[tree, mode]):.0f} us/call; every process "
+            f"{statistics.median(every[tree, mode]):.0f} us/call, {statistics.median(total):+.0f} "
+            f"({', '.join(f'{d:+.0f}' for d in total)})",
             flush=True,
         )
 
@@ -403,7 +429,7 @@ def main() -> int:
     endpoint, got = sink()
     if args.profile:
         mode = args.profile_mode
-        rate, cpu, export = round_of(mode, endpoint, args.seconds, args.clients, args.profile, args.base)
+        rate, cpu, export, _ = round_of(mode, endpoint, args.seconds, args.clients, args.profile, args.base)
         print(f"tracing {mode}: {rate:8.0f} calls/s, {cpu:6.0f} us worker CPU/call, {export:.0f} us export (py-spy)")
         import report
 

@@ -342,16 +342,16 @@ def plain_to_child(trace: Trace, environ: Mapping[str, Any], message: Request, p
     if not trace.decided:
         trace.sampled = _rules[0]
     trace.opened = trace.headed = trace.decided = True
-    trace_id = trace.trace_id = IDS.take(16)  # no parent: a trace of its own, no tracestate
-    span_id = IDS.take(8)
+    drawn = IDS.context()  # no parent: a trace of its own (its id, then the wait's span id), no tracestate
+    trace.trace_id, ids = drawn[:16], drawn.hex()
     if trace.sampled:
         trace.what = (message.method, params.get("name"), None, message.id)
         trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
-        trace.wait = (span_id, _time())
-        fields = {"traceparent": f"00-{trace_id.hex()}-{span_id.hex()}-01"}
+        trace.wait = (drawn[16:], _time())
+        fields = {"traceparent": f"00-{ids[:32]}-{ids[32:]}-01"}
     else:
         trace.steps.clear()
-        fields = {"traceparent": f"00-{trace_id.hex()}-{span_id.hex()}-00"}
+        fields = {"traceparent": f"00-{ids[:32]}-{ids[32:]}-00"}
     params["_meta"] = fields
     raw = message.raw
     message.raw = None if raw is None else w3c.spliced_meta(raw, fields)

@@ -76,6 +76,12 @@ class Ids:
         taken = self.drawn[at:end]
         return taken if taken.count(0) < size else taken[:-1] + b"\x01"
 
+    def context(self) -> bytes:
+        """A trace id and a span id at once (16 + 8 bytes, as take(16) and take(8) would give them), neither all
+        zero."""
+        taken = self.take(24)
+        return taken if taken.count(0) < 8 else self.take(16) + self.take(8)  # fewer than 8 zeros: neither is
+
 
 def put_in_meta(message: Any, fields: dict[str, str]) -> None:
     """`fields` (traceparent, tracestate) into a request's params._meta, in place (params a dict or absent); its

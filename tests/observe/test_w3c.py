@@ -114,7 +114,15 @@ def test_ids_are_drawn_in_one_go_and_never_zero(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(os, "urandom", urandom)
     ids = w3c.Ids()
     taken = [ids.take(8) for _ in range(100)] + [ids.take(16)]
+    pairs = [ids.context() for _ in range(20)]
     assert draws == [w3c.IDS_DRAWN] and all(any(one) for one in taken)
+    assert all(len(pair) == 24 and any(pair[:16]) and any(pair[16:]) for pair in pairs)
+
+
+def test_a_context_is_a_trace_id_and_a_span_id_as_taken_one_by_one() -> None:
+    one, other = w3c.Ids(), w3c.Ids()
+    one.drawn = other.drawn = bytes(range(256)) * 16
+    assert [one.context() for _ in range(50)] == [other.take(16) + other.take(8) for _ in range(50)]
 
 
 @pytest.fixture
