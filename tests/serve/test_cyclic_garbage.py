@@ -1,7 +1,8 @@
 """A tools/call round trip leaves no reference cycle behind in the worker, on either hot path (a 2025 session's
 and a 2026-07-28 stateless call through the pool): what it made goes with its last reference, so the worker's
 cyclic garbage collector has nothing of mcpgate's to find (a cycle per call made it run every ~40 calls). Nor
-does a child's whole life: a 2025 session opened, called and ended (DELETE, or its child crashed), and a pooled
+does a child's whole life: a 2025 session opened, called and ended (DELETE, or its child crashed; its child
+spoken to directly or through the bridge to a 2026-07-28 child), and a pooled
 child stopped once idle past MCPGATE_POOL_IDLE_TTL (each ended child was ~50 objects of cyclic garbage, its
 three pipe files among them, until a collection).
 
@@ -15,12 +16,14 @@ import contextlib
 import functools
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support import (
+    FIXTURES,
     Gateway,
     call,
     children,
@@ -169,6 +172,18 @@ def test_an_ended_session_and_its_child_leave_no_cyclic_garbage(
     for _ in range(3):  # a session's end lets go of the children stopped before it (serve/servers/server.py)
         ended_session(gw, crashed)
     assert collections.found() == []
+
+
+def test_a_session_bridged_to_a_2026_07_28_child_leaves_no_cyclic_garbage(tmp_path: Path) -> None:
+    """A 2025 session whose child speaks only 2026-07-28 (serve/sessions/modern_bridge.py: the bridge and its
+    listens point back at the session)."""
+    command = f"{sys.executable} {FIXTURES / 'modern_only_server.py'}"
+    with saving_worker(tmp_path, {"MCPGATE_METRICS": "false", "MCPGATE_COMMAND": command}) as (gw, collections):
+        ended_session(gw, crashed=False)
+        collections.found()
+        for _ in range(3):
+            ended_session(gw, crashed=False)
+        assert collections.found() == []
 
 
 def test_a_pooled_child_stopped_once_idle_leaves_no_cyclic_garbage(tmp_path: Path) -> None:

@@ -49,6 +49,10 @@ class Listens:
         self._listen: _Listen | None = None  # the newest listen opened on the child
         self._open: dict[IdKey, _Listen] = {}  # every listen still open, by its id (the subscription id)
 
+    def detach(self) -> None:
+        """The child is gone: drop the ways back to the bridge and the session (no reference cycle is left)."""
+        self._mint, self._send, self._cancel, self._route = _no_id, _nothing, _nothing, _nothing
+
     def client_initialized(self) -> None:
         self.initialized = True
         self._relisten([])
@@ -138,3 +142,11 @@ class Listens:
             log.info("session %s: the child ended the listen for changes%s", self.label, " (error)" * message.is_error)
         self._release(listen)
         return True
+
+
+def _no_id(kind: str) -> str:
+    return ""
+
+
+def _nothing(*_args: object) -> None:
+    """A detached Listens' send, cancel and route."""

@@ -189,7 +189,12 @@ class Session:
         self.buffer_bytes += len(data)
 
     def on_child_exit(self, reason: str) -> None:
-        self.end(ended_message(reason, "MCP server process ended: "))
+        try:
+            self.end(ended_message(reason, "MCP server process ended: "))
+        finally:  # the bridge and its listens point back at the session: no reference cycle is left
+            bridge, self.bridge = self.bridge, None
+            if bridge is not None:
+                bridge.listens.detach()
 
     # -- from the client ------------------------------------------------------------------------
     def open_stream(self, requests: Iterable[Request]) -> Stream:

@@ -204,7 +204,7 @@ def check_initialized(session: Session) -> None:
     """A session whose initialize did not succeed ends at once."""
     if session.version is None:
         session.end(EndCause.INITIALIZE_FAILED)
-    elif session.keeper is not None and session.handshake is not None and session.bridge is None:
+    elif session.keeper is not None and session.handshake is not None and session.bridge is None and not session.ended:
         session.keeper.opened(session.id, session.owner, *session.handshake, session.tag, session.view)  # kept.py
 
 
