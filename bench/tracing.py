@@ -2,7 +2,9 @@
 calling tools/call echo in 2025 sessions, with MCPGATE_TRACING off and on (100 % sampling, the OTLP/HTTP exporter
 sending to a sink on loopback that decodes nothing and answers 200), in alternating rounds.
 
-A mode is off, on (100 % sampled) or unsampled (on, OTEL_TRACES_SAMPLER=always_off: the hooks alone). With
+A mode is off, on (100 % sampled), unsampled (on, OTEL_TRACES_SAMPLER=always_off: the hooks alone) or burn (a
+control: off, and a process of its own spending --burn ms of CPU every 40 ms, 1.5 by default: about 10 us a call
+at 3,500 calls/s, the order of what tracing adds, on no process of the request's path). With
 --base, every mode also runs a gateway importing mcpgate from that tree, in the same rounds (A/B in one run).
 With --together, every gateway is served at once (the clients split evenly), so that whatever else loads the
 machine loads them alike. bench/tracing_seq.py measures the worker's CPU per call with sequential calls instead.
@@ -138,7 +140,21 @@ def spy(worker: int, seconds: float, target: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([*args, "--duration", str(int(seconds)), "-o", target], stdout=subprocess.DEVNULL)
 
 
-MODES = ("off", "unsampled", "on")
+MODES = ("off", "unsampled", "on", "burn")
+BURN = """
+import sys, time
+burst, data = float(sys.argv[1]) / 1000, list(range(20000))
+while True:
+    began = time.perf_counter()
+    while time.perf_counter() - began < burst:
+        sum(data[i] for i in range(0, 20000, 7))
+    time.sleep(0.04)
+"""  # a burst of CPU every 40 ms, touching nothing of the gateway's (mode burn)
+
+
+def burner(milliseconds: float) -> subprocess.Popen[bytes]:
+    """A process spending `milliseconds` of CPU every 40 ms, apart from the gateway (mode burn: tracing off)."""
+    return subprocess.Popen([sys.executable, "-c", BURN, str(milliseconds)])
 
 
 def start(mode: str | bool, endpoint: str, tree: Path | None = None) -> tuple[subprocess.Popen[bytes], int, Any]:
@@ -146,7 +162,7 @@ def start(mode: str | bool, endpoint: str, tree: Path | None = None) -> tuple[su
     checkout), answering /healthz: its process, port, log."""
     mode = {True: "on", False: "off"}.get(mode, mode) if isinstance(mode, bool) else mode
     port = gateways.free_port()
-    env = {**os.environ, "MCPGATE_TRACING": "false" if mode == "off" else "true", "MCPGATE_MAX_SESSIONS": "200"}
+    env = {**os.environ, "MCPGATE_TRACING": str(mode in ("on", "unsampled")).lower(), "MCPGATE_MAX_SESSIONS": "200"}
     env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = endpoint
     env.setdefault("OTEL_TRACES_SAMPLER", "always_on")  # 100 % unless the caller's OTEL_* say otherwise
     if mode == "unsampled":
@@ -173,7 +189,7 @@ def start(mode: str | bool, endpoint: str, tree: Path | None = None) -> tuple[su
                 stop(gw, log)
                 raise
             time.sleep(0.1)
-    if mode != "off":  # the export process's start (its imports) left out of the rounds
+    if mode in ("on", "unsampled"):  # the export process's start (its imports) left out of the rounds
         export, deadline = -1.0, time.monotonic() + 15
         while export != children_cpu(gw.pid)[1] and time.monotonic() < deadline:
             export = children_cpu(gw.pid)[1]
@@ -222,6 +238,7 @@ def round_of(
     clients: int,
     profile: str | None = None,
     tree: Path | None = None,
+    burn: float = 1.5,
 ) -> tuple[float, float, float, float]:
     """A round of one gateway: calls/s, its worker's CPU per call and its export process's, and the CPU per call of
     every process of the round (us): the worker, the MCP children, the export process, the clients, this process
@@ -232,10 +249,17 @@ def round_of(
         start_own = own_cpu()
         worker = int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0])
         sampler = spy(worker, seconds, profile) if profile else None
-        (calls,), elapsed = load([port], seconds, clients)
+        burning = burner(burn) if mode == "burn" else None
+        try:
+            (calls,), elapsed = load([port], seconds, clients)
+        finally:
+            if burning is not None:
+                burning.kill()
         time.sleep(0.5)  # the export process's last frames read (a partial batch waits), the ended child waited for
         cpu, (child, export) = worker_cpu(gw.pid) - start_cpu, children_cpu(gw.pid)
         sink, clients_cpu = (now - before for now, before in zip(own_cpu(), start_own, strict=True))
+        if burning is not None:  # waited only now: its CPU is none of the round's processes'
+            burning.wait()
         if sampler is not None:
             sampler.wait(timeout=60)
         per = 1e6 / max(calls, 1)
@@ -350,7 +374,9 @@ def rounds(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None
     for _ in range(args.rounds):
         for tree, path in trees.items():
             for mode in modes:
-                rate, cpu, export, total = round_of(mode, endpoint, args.seconds, args.clients, tree=path)
+                rate, cpu, export, total = round_of(
+                    mode, endpoint, args.seconds, args.clients, tree=path, burn=args.burn
+                )
                 results[tree, mode].append((rate, cpu))
                 exported[tree, mode].append(export)
                 every[tree, mode].append(total)
@@ -381,6 +407,8 @@ def served_together(endpoint: str, args: argparse.Namespace, trees: dict[str, Pa
     """Rounds of every (tree, mode) served at once; per round and in the median, each one's calls and CPU per call
     against the first's (head's off when there is one)."""
     configs = [(tree, mode) for tree in trees for mode in modes_of(args)]
+    if any(mode == "burn" for _, mode in configs):
+        raise SystemExit("--together: a burner would load every gateway alike (mode burn is for rounds)")
     first = configs.index(("head", "off")) if ("head", "off") in configs else 0
     got: list[list[tuple[float, float]]] = [[] for _ in configs]
     for _ in range(args.rounds):
@@ -418,6 +446,7 @@ def main() -> int:
     parser.add_argument("--modes", default="off,on", help=f"a comma list of {', '.join(MODES)} (default off,on)")
     parser.add_argument("--base", metavar="DIR", type=Path, help="also run each mode from this source tree")
     parser.add_argument("--head", metavar="DIR", type=Path, help="the tree to measure (default: this checkout)")
+    parser.add_argument("--burn", type=float, default=1.5, help="mode burn's ms of CPU each 40 ms (default 1.5)")
     parser.add_argument("--profile", metavar="FILE", help="one round under py-spy; its summary printed")
     parser.add_argument("--profile-mode", default="on", choices=MODES, help="the profiled round's mode (on)")
     parser.add_argument("--in-process", action="store_true", help="only the hooks' and the encoding's CPU, in process")

@@ -77,6 +77,8 @@ class Session:
 
 def measure(args: argparse.Namespace, trees: dict[str, Path | None], endpoint: str) -> None:
     configs = [(tree, mode) for tree in trees for mode in bench.modes_of(args)]
+    if any(mode == "burn" for _, mode in configs):
+        raise SystemExit("--modes: burn is bench/tracing.py's (rounds)")
     first = configs.index(("head", "off")) if ("head", "off") in configs else 0
     started = [bench.start(mode, endpoint, trees[tree]) for tree, mode in configs]
     extra: list[list[float]] = [[] for _ in configs]

@@ -42,6 +42,7 @@ def _varint(value: int) -> bytes:
 
 
 _VARINTS = [_varint(value) for value in range(_SHORT)]
+_RESOURCE_SPANS, _SCOPE_SPANS = b"\x0a", b"\x12"  # the tags of fields 1 and 2, length-delimited
 
 
 def field(number: int, payload: bytes) -> bytes:
@@ -156,6 +157,11 @@ def resource_head(resource: Mapping[str, Any], scope: str, version: str) -> tupl
 
 
 def request(head: tuple[bytes, bytes], spans: Iterable[bytes]) -> bytes:
-    """The ExportTraceServiceRequest of encoded `spans` (`span`'s), under the resource and scope of `head`."""
+    """The ExportTraceServiceRequest of encoded `spans` (`span`'s), under the resource and scope of `head`: one
+    join (the nested messages' lengths added up), not a copy of the batch's bytes per enclosing message."""
     resource, scope = head
-    return field(1, resource + field(2, scope + b"".join(spans)))
+    parts = spans if isinstance(spans, list) else list(spans)
+    inner = len(scope) + sum(map(len, parts))  # ScopeSpans: the scope, then the spans
+    inner_head = _SCOPE_SPANS + varint(inner)
+    outer = len(resource) + len(inner_head) + inner  # ResourceSpans: the resource, then its ScopeSpans
+    return b"".join([_RESOURCE_SPANS, varint(outer), resource, inner_head, scope, *parts])

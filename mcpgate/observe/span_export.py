@@ -105,7 +105,7 @@ def encoded_batch(head: tuple[bytes, bytes], payload: bytes) -> tuple[bytes, int
     for fields in records:
         if not trace_spans.encode_record(fields, parts):  # a request of a kind not seen yet, a tracestate, ...
             trace_spans.encode_into(Record(fields), parts)
-    return otlp_wire.request(head, [b"".join(parts)]), len(records)
+    return otlp_wire.request(head, parts), len(records)
 
 
 def spans_in(payload: bytes) -> int:
