@@ -4,6 +4,8 @@ specs derive from it and make children of their own with the same surface."""
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -67,7 +69,7 @@ class ChildSpec:
         )
         if stamp is not None and self.slots is not None:
             child.shown_argv = list(self.argv)  # the log shows the placeholders, never the values
-            self.slots.hold(principal, child, stamp, on_revoke)
+            self.slots.hold(principal, child, stamp, _weakly(on_revoke))
         return child
 
     def _ended(self, child: ChildProcess, on_exit: Callable[[str], None], reason: str) -> None:
@@ -76,3 +78,19 @@ class ChildSpec:
         finally:
             if self.watch is not None:
                 self.watch(child)
+
+
+def _weakly(on_revoke: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """The owner's method held weakly: the vault keys its holders weakly by child but holds what stops each one,
+    and an owner's method (a session's end, the session holding the child) would keep that key, the owner and
+    the child alive for as long as the worker runs. An owner gone has nothing left to stop."""
+    if on_revoke is None or not inspect.ismethod(on_revoke):
+        return on_revoke
+    method = weakref.WeakMethod(on_revoke)
+
+    def revoke(reason: str) -> None:
+        owner_method = method()
+        if owner_method is not None:
+            owner_method(reason)
+
+    return revoke
