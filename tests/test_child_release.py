@@ -6,7 +6,6 @@ cyclic collector is off while each test runs (a cycle per child made every ended
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -20,6 +19,7 @@ import pytest
 
 from mcpgate.child.process import ChildProcess
 from mcpgate.core.jsonrpc import Notification, Request, Response
+from tests.support.collector import collector_off
 
 GUARD = 20.0  # a hang guard, never a speed assertion
 LIMITS = {"max_line_bytes": 1 << 20, "max_write_queue_bytes": 1 << 20, "close_timeout": 5.0, "term_timeout": 5.0}
@@ -45,14 +45,7 @@ class Owner:
 
 @pytest.fixture(autouse=True)
 def no_collector() -> Iterator[None]:
-    gc.collect()
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
+    yield from collector_off()
 
 
 def spoken_to(owner: Owner) -> None:

@@ -7,7 +7,6 @@ as long as the worker ran). In process: a real child, the SQLite store, the cycl
 from __future__ import annotations
 
 import base64
-import gc
 import os
 import sys
 import weakref
@@ -23,6 +22,7 @@ from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.vault.crypto import Cipher
 from mcpgate.serve.vault.store import SqliteVaultStore
 from mcpgate.serve.vault.vault import SlotFill, Vault
+from tests.support.collector import collector_off
 
 GUARD = 20.0  # a hang guard, never a speed assertion
 KEY = os.urandom(32)
@@ -51,14 +51,7 @@ class Owner:
 
 @pytest.fixture(autouse=True)
 def no_collector() -> Iterator[None]:
-    gc.collect()
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
+    yield from collector_off()
 
 
 def slotted(tmp_path: Path) -> tuple[Vault, ChildSpec]:
