@@ -57,7 +57,8 @@ def test_the_model_from_the_measured_inputs() -> None:
 def test_both_documents_quote_one_run() -> None:
     readme, deploy = (doc.read_text() for doc in DOCS)
     check_agree(readme, deploy)
-    assert "0.078" not in readme + deploy and "3,140" not in readme + deploy  # the second, older run is gone
+    # the second, older run (+0.078 / +0.341 ms, 3,140 calls/s) is gone; a new run may measure 0.078 again
+    assert "0.341" not in readme + deploy and "3,140" not in readme + deploy
 
 
 def test_one_results_file_writes_both_blocks(tmp_path: Path) -> None:
