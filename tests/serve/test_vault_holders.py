@@ -6,8 +6,6 @@ as long as the worker ran). In process: a real child, the SQLite store, the cycl
 
 from __future__ import annotations
 
-import base64
-import os
 import sys
 import weakref
 from collections.abc import Iterator
@@ -15,17 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from mcpgate.config.settings import Settings
 from mcpgate.core.jsonrpc import Notification, Request, Response
-from mcpgate.serve.servers.config_file import parse
 from mcpgate.serve.sessions.spec import ChildSpec
-from mcpgate.serve.vault.crypto import Cipher
-from mcpgate.serve.vault.store import SqliteVaultStore
 from mcpgate.serve.vault.vault import SlotFill, Vault
+from tests.serve.test_vault_unit import gh_with_one_slot
 from tests.support.collector import collector_off
 
 GUARD = 20.0  # a hang guard, never a speed assertion
-KEY = os.urandom(32)
 READS_STDIN = (sys.executable, "-c", "import sys; sys.stdin.buffer.read()")  # exits at stdin's EOF
 
 
@@ -55,12 +49,7 @@ def no_collector() -> Iterator[None]:
 
 
 def slotted(tmp_path: Path) -> tuple[Vault, ChildSpec]:
-    settings = Settings(public_url="https://gw.example", vault_key=base64.b64encode(KEY).decode())
-    vault = Vault(SqliteVaultStore(str(tmp_path)), Cipher(KEY), settings)
-    (entry,) = parse(
-        '{"mcpServers": {"gh": {"command": "x", "env": {"T": {"user_secret": "tok"}}, '
-        '"user_secrets": {"tok": {"label": "Token"}}}}}'
-    ).servers
+    vault, entry = gh_with_one_slot(tmp_path)
     assert entry.slots is not None
     vault.put("iss#alice", "tok", "A-1")
     spec = ChildSpec(

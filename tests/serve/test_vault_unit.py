@@ -18,7 +18,7 @@ import pytest
 
 from mcpgate.config.settings import Settings
 from mcpgate.config.vault_settings import vault_key
-from mcpgate.serve.servers.config_file import ConfigError, parse
+from mcpgate.serve.servers.config_file import ConfigError, ServerEntry, parse
 from mcpgate.serve.vault.crypto import CannotOpen, Cipher
 from mcpgate.serve.vault.redis_store import RedisVaultStore
 from mcpgate.serve.vault.slots import SlotConfigError, split
@@ -171,13 +171,19 @@ class Held:
         self.alive, self.closed = False, f"{cause}: {reason}"
 
 
-def test_the_vault_fills_only_the_asking_principal_and_sweeps_only_changed_holders(tmp_path: Path) -> None:
+def gh_with_one_slot(tmp_path: Path) -> tuple[Vault, ServerEntry]:
+    """A vault in `tmp_path` (SQLite, KEY) and a server entry "gh" whose env T is the user secret "tok"."""
     settings = Settings(public_url="https://gw.example", vault_key=base64.b64encode(KEY).decode())
     vault = Vault(SqliteVaultStore(str(tmp_path)), Cipher(KEY), settings)
     (entry,) = parse(
         '{"mcpServers": {"gh": {"command": "x", "env": {"T": {"user_secret": "tok"}}, '
         '"user_secrets": {"tok": {"label": "Token"}}}}}'
     ).servers
+    return vault, entry
+
+
+def test_the_vault_fills_only_the_asking_principal_and_sweeps_only_changed_holders(tmp_path: Path) -> None:
+    vault, entry = gh_with_one_slot(tmp_path)
     assert entry.slots is not None
     with pytest.raises(SlotsEmpty, match=re.escape("https://gw.example/vault")) as empty:
         vault.fill("iss#alice", entry.slots, entry.argv, entry.env)

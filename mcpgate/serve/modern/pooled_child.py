@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,27 +33,12 @@ from mcpgate.serve.modern.calls import (
 from mcpgate.serve.modern.calls import mint
 from mcpgate.serve.modern.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
 from mcpgate.serve.servers import watchdog
-from mcpgate.serve.sessions.spec import ChildSpec
+from mcpgate.serve.sessions.spec import ChildSpec, weakly
 
 if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are configured
     from mcpgate.core.views import View
 
 log = logging.getLogger("mcpgate.pool")
-
-
-Sealing = Callable[["PooledChild", Call, dict[str, Any]], dict[str, Any] | None]
-
-
-def _sealing(child: PooledChild, on_input_required: Sealing) -> Callable[[Call, dict[str, Any]], dict[str, Any] | None]:
-    """`on_input_required` for the child's own Answers, which hold it weakly: a strong way back to their owner
-    made every pooled child a reference cycle, left for the cyclic collector once it ended."""
-    owner = weakref.ref(child)
-
-    def sealed(call: Call, result: dict[str, Any]) -> dict[str, Any] | None:
-        child = owner()
-        return None if child is None else on_input_required(child, call, result)
-
-    return sealed
 
 
 class PooledChild:
@@ -73,7 +57,7 @@ class PooledChild:
         on_input_request: Callable[[PooledChild, Request], None],
         on_input_withdrawn: Callable[[PooledChild, Id], None],
         on_listen_message: Callable[[PooledChild, Notification], bool],
-        on_input_required: Sealing,
+        on_input_required: Callable[[PooledChild, Call, dict[str, Any]], dict[str, Any] | None],
         clock: Callable[[], float] = time.monotonic,
         principal: str | None = None,  # whose calls it serves: a child with user secrets gets that principal's
         view: View | None = None,  # whose view it serves (a group's HubChild: serve/hub/views.py)
@@ -112,7 +96,12 @@ class PooledChild:
         self.ended: str | None = None
         self.stopping = False  # stopped on purpose (idle, shutdown): its exit is not a crash
         self.on_release: Callable[[], None] = lambda: None  # a call's slot is free again
-        self.answers = Answers(label, ttl_ms, _sealing(self, on_input_required))
+        self._on_input_required = on_input_required
+        # the child's own Answers reach it weakly: a strong way back made every pooled child a reference cycle
+        self.answers = Answers(label, ttl_ms, weakly(self._input_required))
+
+    def _input_required(self, call: Call, result: dict[str, Any]) -> dict[str, Any] | None:
+        return self._on_input_required(self, call, result)
 
     # -- start and probe ------------------------------------------------------------------------------
     def start(self) -> None:

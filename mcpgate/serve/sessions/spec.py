@@ -8,7 +8,7 @@ import inspect
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from mcpgate.child.limits import ChildLimits
 from mcpgate.child.process import ChildProcess, OnMessage
@@ -16,6 +16,9 @@ from mcpgate.child.spawn import ChildUser
 
 if TYPE_CHECKING:
     from mcpgate.serve.vault.vault import SlotFill
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,16 @@ def _weakly(on_revoke: Callable[[str], None] | None) -> Callable[[str], None] | 
     """The owner's method held weakly: the vault keys its holders weakly by child but holds what stops each one,
     and an owner's method (a session's end, the session holding the child) would keep that key, the owner and
     the child alive for as long as the worker runs. An owner gone has nothing left to stop."""
-    if on_revoke is None or not inspect.ismethod(on_revoke):
-        return on_revoke
-    method = weakref.WeakMethod(on_revoke)
+    return weakly(on_revoke) if on_revoke is not None and inspect.ismethod(on_revoke) else on_revoke
 
-    def revoke(reason: str) -> None:
-        owner_method = method()
-        if owner_method is not None:
-            owner_method(reason)
 
-    return revoke
+def weakly(method: Callable[P, R]) -> Callable[P, R | None]:
+    """A bound method called through a weak reference to its object: what holds it does not keep the object (an
+    owner) alive, and once the object is gone a call does nothing and returns None."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        bound = ref()
+        return None if bound is None else bound(*args, **kwargs)
+
+    return call
