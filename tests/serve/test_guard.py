@@ -40,7 +40,14 @@ def environ(host: str | None = "127.0.0.1:8000", peer: str = LOOPBACK_PEER, **he
 
 
 def refusal(check: Guard, env: dict[str, Any], endpoint: bool = True) -> int | None:
-    """The status the guard refuses this request with, or None when it passes."""
+    """The status the guard refuses this request with, or None when it passes; asked twice, the second time from
+    what the guard remembers of a request that passed (Guard.passed), with the same answer."""
+    first = answer(check, env, endpoint)
+    assert answer(check, env, endpoint) == first
+    return first
+
+
+def answer(check: Guard, env: dict[str, Any], endpoint: bool) -> int | None:
     try:
         check.check(env, endpoint)
     except Refusal as refused:
@@ -146,6 +153,21 @@ def test_behind_a_public_front_a_passed_on_loopback_host_is_refused(
     assert refusal(check, env) == status
 
 
+def test_what_passed_is_remembered_only_where_nothing_else_of_the_request_counts() -> None:
+    plain = guard()
+    assert refusal(plain, environ(host="localhost:8000")) is None
+    assert refusal(plain, environ(host="evil.example")) == 421
+    assert refusal(plain, environ(origin="https://evil.example")) == 403
+    assert plain.passed == {("localhost:8000", LOOPBACK_PEER, None)}  # refusals are never remembered
+    assert refusal(plain, environ(host="localhost:8000", peer=REMOTE_PEER)) == 421  # the same Host from afar
+    front = guard(token=TOKEN, public_front="true")  # a loopback Host through it: the forwarding headers count
+    bearer = f"Bearer {TOKEN}"
+    assert refusal(front, environ(host="localhost:8000", authorization=bearer)) is None
+    assert refusal(front, environ(host="localhost:8000", authorization=bearer, x_forwarded_for="198.51.100.1")) == 421
+    assert not front.passed
+    assert refusal(front, environ(host="localhost:8000")) == 401  # the token is asked each time
+
+
 # -- cross-site browser requests (Sec-Fetch-Site) on the MCP endpoints --------------------------------------
 
 
@@ -211,6 +233,8 @@ def test_a_refused_token_asks_for_a_bearer_credential() -> None:
         (checks.require_post_accept, "application/*, text/*", None),
         (checks.require_post_accept, "Application/JSON;q=0.9, text/event-stream;q=0.8", None),
         (checks.require_post_accept, None, 406),
+        (checks.require_post_accept, "", 406),
+        (checks.require_post_accept, " , ", 406),
         (checks.require_post_accept, "application/json", 406),
         (checks.require_post_accept, "text/event-stream", 406),
         (checks.require_post_accept, "text/html", 406),
@@ -223,16 +247,19 @@ def test_a_refused_token_asks_for_a_bearer_credential() -> None:
         (checks.require_json_content, "application/json", None),
         (checks.require_json_content, "application/json; charset=utf-8", None),
         (checks.require_json_content, None, 415),
+        (checks.require_json_content, "", 415),
+        (checks.require_json_content, "Application/JSON", None),
         (checks.require_json_content, "text/plain", 415),
     ],
 )
 def test_the_request_checks(check: Any, header: str | None, status: int | None) -> None:
-    try:
-        check(header)
-    except Refusal as refused:
-        assert (refused.status, refused.code) == (status, -32600), refused
-    else:
-        assert status is None
+    for _ in range(2):  # the second time from what the check remembers of the header (memo.remembered)
+        try:
+            check(header)
+        except Refusal as refused:
+            assert (refused.status, refused.code) == (status, -32600), refused
+        else:
+            assert status is None
 
 
 # -- CORS (cors.py) ------------------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ def configure_logging(level: str, form: str = "plain") -> None:
         root.propagate = False
 
 
+PASSED = 256  # (Host, peer, Origin) the guard remembers as passed
+
+
 class Guard:
     """The checks in front of every path: Host and Origin (DNS rebinding), then, on the MCP endpoints, the
     authenticator of the mode in force, which names the request's principal. Each refusal is raised as a
@@ -88,9 +91,25 @@ class Guard:
         listed = (*settings.allowed_origins, *settings.cors_origins, *own_origin)
         self.cross_site_origins = frozenset(checks.normalized_origin(origin) for origin in listed)
         self.public_front = settings.public_front  # a proxy's loopback connection carries remote clients
+        # (Host, peer, Origin) that passed the Host and Origin checks, which read nothing else of the request: a
+        # client sends the same three each time. Bounded (first come); a loopback Host through the public front
+        # is never kept (that check reads the forwarding headers too).
+        self.passed: set[tuple[Any, Any, Any]] = set()
 
     def check(self, environ: dict[str, Any], endpoint: bool, target: Settings | None = None) -> None:
         """`target`: the settings of the server the request is for (None: GET /servers, or an unknown name)."""
+        if (environ.get("HTTP_HOST"), environ.get("REMOTE_ADDR"), environ.get("HTTP_ORIGIN")) not in self.passed:
+            self.check_host_and_origin(environ)
+        if endpoint and "HTTP_SEC_FETCH_SITE" in environ:  # only a browser's request says where it comes from
+            self.check_cross_site(environ)
+        if endpoint and self.cluster is not None and "HTTP_MCPGATE_FORWARDED" in environ:
+            context(environ).principal = self.cluster.forwarded_principal(environ)  # instead of the token (403)
+        elif endpoint and self.authenticator is not None:
+            context(environ).principal = self.authenticator.authenticate(environ, target)
+
+    def check_host_and_origin(self, environ: dict[str, Any]) -> None:
+        """The Host (DNS rebinding, loopback names from trusted peers only) and the Origin; one that passed is
+        remembered (`passed`)."""
         host = environ.get("HTTP_HOST")
         kind = self.host_kind(host)
         if kind is auth.HostKind.INVALID:  # RFC 9112 3.2 (the worker refuses it first; this for any server)
@@ -134,12 +153,8 @@ class Guard:
                 "Forbidden: this Origin is not allowed (MCPGATE_ALLOWED_ORIGINS)",
                 kind=refusals.ORIGIN,
             )
-        if endpoint and "HTTP_SEC_FETCH_SITE" in environ:  # only a browser's request says where it comes from
-            self.check_cross_site(environ)
-        if endpoint and self.cluster is not None and "HTTP_MCPGATE_FORWARDED" in environ:
-            context(environ).principal = self.cluster.forwarded_principal(environ)  # instead of the token (403)
-        elif endpoint and self.authenticator is not None:
-            context(environ).principal = self.authenticator.authenticate(environ, target)
+        if len(self.passed) < PASSED and not (kind is auth.HostKind.LOOPBACK and self.public_front):
+            self.passed.add((host, environ.get("REMOTE_ADDR"), origin))
 
     def check_cross_site(self, environ: dict[str, Any]) -> None:
         try:
@@ -173,6 +188,7 @@ class Endpoint:
     ) -> None:
         self.app, self.servers, self.guard, self.cors = app, servers, guard, cors
         self.cluster = guard.cluster
+        self.cors_on = cors.enabled  # its origins are set once
         self.page_body_limit = servers.settings.max_form_bytes  # the pages' bodies (the endpoints have their own)
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -183,10 +199,10 @@ class Endpoint:
         endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
         if tracing.TRACER is not None and route is not None:  # tracing off: this one check
             tracing.begin(environ, route[0])
-        if self.cors.enabled:
+        if self.cors_on:
             start_response = self._with_cors(environ, start_response)
         try:
-            if self._preflight(environ):
+            if self.cors_on and self._preflight(environ):
                 self.guard.check(environ, endpoint=False)  # Host and Origin; a browser sends no token here
                 origin = environ["HTTP_ORIGIN"]
                 response = HttpResponse(
@@ -237,7 +253,7 @@ class Endpoint:
         return HANDLERS[kind](server, HttpRequest(environ))
 
     def _preflight(self, environ: dict[str, Any]) -> bool:
-        return self.cors.enabled and self.cors.is_preflight(
+        return self.cors_on and self.cors.is_preflight(
             environ["REQUEST_METHOD"], environ.get("HTTP_ORIGIN"), environ.get("HTTP_ACCESS_CONTROL_REQUEST_METHOD")
         )
 

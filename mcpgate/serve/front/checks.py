@@ -34,9 +34,15 @@ def _accepts(types: frozenset[str], wanted: str) -> bool:
 
 
 def require_post_accept(header: str | None) -> None:
-    types = media_types(header)
-    if not (_accepts(types, JSON) and _accepts(types, SSE)):
+    if not (header and _post_accepted(header)):  # none or empty: no media types, refused
         raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list both {JSON} and {SSE}")
+
+
+@memo.remembered
+def _post_accepted(header: str) -> bool:
+    """Whether a POST's Accept lists both JSON and SSE (remembered: a client sends the same Accept each time)."""
+    types = _media_types(header)
+    return _accepts(types, JSON) and _accepts(types, SSE)
 
 
 def require_get_accept(header: str | None) -> None:
@@ -73,8 +79,14 @@ def require_not_cross_site(fetch_site: str | None, origin: str | None, listed: C
 
 
 def require_json_content(header: str | None) -> None:
-    if JSON not in media_types(header):
+    if not (header and _json_content(header)):
         raise Refusal(415, INVALID_REQUEST, f"Unsupported Media Type: the Content-Type must be {JSON}")
+
+
+@memo.remembered
+def _json_content(header: str) -> bool:
+    """Whether a Content-Type names JSON (remembered, as _post_accepted)."""
+    return JSON in _media_types(header)
 
 
 def read_body(request: HttpRequest, limit: int) -> bytes:

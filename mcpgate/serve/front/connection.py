@@ -89,6 +89,8 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.application = server.application
         self.head: Head | None = None  # the request being answered
         self.base: dict[str, Any] | None = None  # the environ's keys of the connection (made on its first request)
+        self.keys: dict[str, Any] = {}  # `base` and the keys of the head `made_for` (heads.py: a Head never changes)
+        self.made_for: Head | None = None
 
     def handle(self) -> None:
         server: Server = self.server
@@ -244,16 +246,17 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             base["gunicorn.sock"] = self.socket  # as gunicorn's handler
             base["wsgi.input_terminated"] = True  # no upgrade reads the raw socket
             self.base = base
-        environ = dict(base)
-        environ.update(head.items)
+        if head is not self.made_for:  # the connection's keys and the head's, merged once for each head it sends
+            self.keys, self.made_for = {**base, **head.items}, head
+        environ = self.keys.copy()
         expect = self.socket if head.expect else None  # as pywsgi's Input
         body = self.wsgi_input = Body(self.rfile, head.length, expect, head.chunked)
         body.connection = self
         environ["wsgi.input"] = body
-        environ[CONTEXT] = RequestContext(peer_gone=self.peer_gone)
+        environ[CONTEXT] = made = RequestContext(self.peer_gone)
         if logs.REQUEST is not None:  # JSON logs: this greenlet's lines name the request's server and principal
-            logs.REQUEST.set(environ[CONTEXT])
-        if body.whole:  # no body: nothing more to wait for from the client
+            logs.REQUEST.set(made)
+        if not head.chunked and not head.length:  # no body (Body.whole at once): nothing more to wait for
             self.body_read()
         else:
             self.reader.body(self.limits.body, self.limits.body_rate)

@@ -31,6 +31,9 @@ STATUS_TEXT = {
     503: "Service Unavailable",
 }
 
+# the status lines of the statuses named above ("200 OK"); any other is its code alone
+STATUS_LINES = {status: f"{status} {text}" for status, text in STATUS_TEXT.items()}
+
 StartResponse = Callable[..., Any]
 _KEYS: dict[str, str] = {}  # a header's name -> its environ key
 _KEYS_MAX = 256
@@ -89,15 +92,17 @@ class HttpResponse:
             self.headers.append(("Content-Length", str(len(body))))
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        start_response(f"{self.status} {STATUS_TEXT.get(self.status, '')}".rstrip(), self.headers)
+        line = STATUS_LINES.get(self.status)
+        start_response(line if line is not None else str(self.status), self.headers)
+        body = self.body
         if environ.get("REQUEST_METHOD") == "HEAD":  # RFC 9110 9.3.2: the headers a GET would get, no content
-            close = getattr(self.body, "close", None)
+            close = getattr(body, "close", None)
             if close is not None:
                 close()
             return []
-        if isinstance(self.body, bytes):
-            return [self.body] if self.body else []
-        return self.body
+        if isinstance(body, bytes):
+            return [body] if body else []
+        return body
 
 
 def json_response(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:

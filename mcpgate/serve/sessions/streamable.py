@@ -29,6 +29,7 @@ from mcpgate.serve.sessions.inbound import batch_items, forward, open_session
 from mcpgate.serve.sessions.session import Delivery, Session, Stream
 
 log = logging.getLogger("mcpgate.http")
+_CALLS = (Request, Notification)  # what a client sends to be answered or told (not a response, batch or error)
 
 
 @answered
@@ -73,7 +74,7 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         message = tracing.to_child(request.environ, message)
     if gw.settings.modern_only and isinstance(message, Request) and message.method == "initialize":
         refuse_initialize(message)
-    if isinstance(message, Request | Notification) and (gw.settings.modern_only or era(request, message) is Era.MODERN):
+    if isinstance(message, _CALLS) and (gw.settings.modern_only or era(request, message) is Era.MODERN):
         return stateless.post(gw, request, message)
     if gw.settings.modern_only:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
@@ -92,10 +93,10 @@ def era(request: HttpRequest, message: Request | Notification) -> Era:
     MCP-Protocol-Version and no session id (a modern client whose _meta is missing: the ladder says what)."""
     if modern.is_modern(message):
         return Era.MODERN
+    if request.header(wire.SESSION_ID) is not None:  # a session's request (the usual case: asked first)
+        return Era.LEGACY
     header = request.header(wire.PROTOCOL_VERSION)
-    if header is not None and versions.is_modern(header.strip()) and request.header(wire.SESSION_ID) is None:
-        return Era.MODERN
-    return Era.LEGACY
+    return Era.MODERN if header is not None and versions.is_modern(header.strip()) else Era.LEGACY
 
 
 def refuse_initialize(message: Request) -> None:
