@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -118,6 +119,26 @@ def test_fast_call_is_json_and_ids_are_kept_exactly(demo_gateway: Any) -> None:
         assert status == 200 and resp_headers["content-type"].startswith("application/json")
         assert json.loads(body)["id"] == msg_id
         assert type(json.loads(body)["id"]) is type(msg_id)
+
+
+def test_each_request_on_a_connection_reads_as_its_own_head(demo_gateway: Any) -> None:
+    """The worker merges a connection's environ keys with a head's once per head (connection.Handler.get_environ):
+    on one kept-alive connection, heads that differ and heads sent again each read as their own."""
+    headers = open_session(demo_gateway)
+    lost = {**headers, "Mcp-Session-Id": "0" * len(headers["Mcp-Session-Id"])}  # the same length: only a value
+    conn = http.client.HTTPConnection(*demo_gateway.address(), timeout=30)
+    try:
+        for msg_id, sent, status in ((11, headers, 200), (12, lost, 404), (13, headers, 200), (14, headers, 200)):
+            conn.request("POST", "/mcp", body=json.dumps(call("echo", {"message": "hi"}, msg_id)), headers=sent)
+            reply = conn.getresponse()
+            body = json.loads(reply.read())
+            assert reply.status == status and reply.getheader("Connection") is None, body
+            assert body["id"] == msg_id if status == 200 else "error" in body, body
+        conn.request("GET", "/healthz")
+        reply = conn.getresponse()
+        assert reply.status == 200 and json.loads(reply.read())["status"]
+    finally:
+        conn.close()
 
 
 def test_protocol_version_header_rules(demo_gateway: Any) -> None:
