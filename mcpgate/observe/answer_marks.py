@@ -23,5 +23,9 @@ def error_code(body: bytes) -> int | None:
 
 
 def tool_error(body: bytes) -> bool:
-    """Whether a tools/call answer is a result with isError true (the audit log's rule)."""
+    """Whether a tools/call answer is a result with isError true (the audit log's rule). The usual answer, with no
+    "isError" or one lone "isError":false, is told from its bytes here, before that rule's call."""
+    at = body.find(b'"isError"')
+    if at < 0 or (body.startswith(b":false", at + 9) and body.find(b'"isError"', at + 9) < 0):
+        return False
     return audit.is_tool_error(body, lambda: audit.decoded(body))

@@ -23,7 +23,7 @@ from mcpgate.observe import otlp_wire, w3c
 INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
 IDS = w3c.Ids()  # the export's own
 _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
-_ID_KEY = otlp_wire.field(1, b"jsonrpc.request.id")
+_prefixes: dict[int, bytes] = {}  # a request id attribute's bytes before its value, by the value's size
 _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes
 _owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code, tool error): the request span's own
 Packer = tuple[Callable[..., bytes], list[bytes | None]]  # a layout's struct, its constants (None: a value)
@@ -71,24 +71,27 @@ def encode_into(trace: Trace, out: list[bytes]) -> None:
     name, shared, request_id = shape(trace)
     steps, wait, parent, attributes = trace.steps, trace.wait, trace.parent, own_attributes(trace)
     names = tuple([step[0] for step in steps])
-    key = (trace.kind, name, shared, error_of(trace), parent is not None, names, wait is not None)
-    packer = _layouts.get((*key, len(request_id), len(attributes)))
+    size = -1 if request_id is None else len(request_id)
+    key = (trace.kind, name, shared, error_of(trace), parent is not None, names, wait is not None, size)
+    packer = _layouts.get((*key, len(attributes)))
     if packer is None:
-        packer = layout(*key, len(request_id), len(attributes))
-        otlp_wire.keep(_layouts, (*key, len(request_id), len(attributes)), packer, LAYOUTS)
+        packer = layout(*key, len(attributes))
+        otlp_wire.keep(_layouts, (*key, len(attributes)), packer, LAYOUTS)
     what = trace.what
     if isinstance(what, tuple) and all(isinstance(part, str | None) for part in what[:3]):
         seen = (*what[:3], trace.kind, trace.server, trace.session, trace.status, trace.code, trace.tool_error)
-        otlp_wire.keep(_plans, (*seen, parent is None, names, wait is None, len(request_id)), (packer, attributes))
+        otlp_wire.keep(_plans, (*seen, parent is None, wait is None, size, *names), (packer, attributes))
     parent_id = None if parent is None else parent.span_id
     ids, span_id, start, end = trace.trace_id, trace.span_id, trace.start, trace.end_at
-    out.append(packed(packer, ids, span_id, parent_id, start, end, request_id, attributes, steps, wait))
+    value = request_id or b""
+    out.append(packed(packer, ids, span_id, parent_id, start, end, value, attributes, steps, wait))
 
 
 def encode_record(fields: tuple[Any, ...], out: list[bytes]) -> bool:
     """A request's record as the worker writes it (span_export.RECORD's fields, in order) appended to `out` as
     encode_into would, straight from its fields, when encode_into packed one of its kind before (same method,
-    tool, version, server, session, status, error, steps, parent or none, wait or none); else False."""
+    tool, version, server, session, status, error, steps, parent or none, wait or none, request id's size); else
+    False. The plan is found with one lookup of a key made of the record's own values."""
     (
         what,
         _,
@@ -110,17 +113,16 @@ def encode_record(fields: tuple[Any, ...], out: list[bytes]) -> bool:
     ) = fields
     if state or forward is not None or type(what) is not tuple:
         return False
-    request_id = id_attribute(str(what[3]))
-    names = tuple([step[0] for step in steps])
+    value = str(what[3]).encode()
     try:
-        seen = (what[0], what[1], what[2], kind, server, session, status, code, error, parent is None, names)
-        plan = _plans.get((*seen, wait is None, len(request_id)))
+        seen = (what[0], what[1], what[2], kind, server, session, status, code, error, parent is None, wait is None)
+        plan = _plans.get((*seen, len(value), *[step[0] for step in steps]))
     except TypeError:  # something unhashable: encode_into
         return False
     if plan is None:
         return False
     parent_id = None if parent is None else parent[1]
-    out.append(packed(plan[0], ids, span_id, parent_id, start, end, request_id, plan[1], steps, wait))
+    out.append(packed(plan[0], ids, span_id, parent_id, start, end, value, plan[1], steps, wait))
     return True
 
 
@@ -136,7 +138,8 @@ def packed(
     steps: list[tuple[str, int, int]],
     wait: tuple[bytes, int] | None,
 ) -> bytes:
-    """A request's spans by its layout's struct: the values in the struct's order, the constants between."""
+    """A request's spans by its layout's struct: the values in the struct's order, the constants between
+    (`request_id`: the request id attribute's value, its key and lengths among the constants)."""
     drawn = IDS.take(8 * (len(steps) + 1))  # the steps' ids, and the request's own unless it has one
     own = span_id or drawn[-8:]
     values: list[Any]
@@ -166,9 +169,9 @@ def layout(
     own: int,
 ) -> Packer:
     """How a trace's spans (no tracestate, no forward) are written: one struct of their fields, in turn a run of
-    constant bytes and one value (an id, a time, the request id attribute of `request_id` bytes, the request
-    span's own attributes of `own` bytes), as encode_into gives the values; and the constants, at the even
-    places of the struct's arguments."""
+    constant bytes and one value (an id, a time, the request id attribute's value of `request_id` bytes, -1 for
+    none, the request span's own attributes of `own` bytes), as encode_into gives the values; and the constants,
+    at the even places of the struct's arguments."""
     formats: list[str] = []
     parts: list[bytes | None] = []
 
@@ -207,11 +210,12 @@ def layout(
                 constant(part)
         constant(last)
 
-    span(otlp_wire.head(name, kind), remote, (shared, request_id, own), otlp_wire.last(error, remote))
+    prefix, size = (b"", 0) if request_id < 0 else (id_prefix(request_id), request_id)
+    span(otlp_wire.head(name, kind), remote, (shared, prefix, size, own), otlp_wire.last(error, remote))
     for step in steps:
         span(otlp_wire.head(step, INTERNAL), True, (), otlp_wire.LOCAL)
     if wait:
-        span(otlp_wire.head(name, CLIENT), True, (shared, request_id, _PIPE), otlp_wire.LOCAL)
+        span(otlp_wire.head(name, CLIENT), True, (shared, prefix, size, _PIPE), otlp_wire.LOCAL)
     formats[-1] = f"{len(parts[-1] or b'')}s"
     return struct.Struct("<" + "".join(formats)).pack, parts
 
@@ -225,7 +229,7 @@ def error_of(trace: Trace) -> bool:
 def spans_into(trace: Trace, out: list[bytes]) -> None:
     """Every span of an ended, sampled request, span by span (any request: a tracestate, a forward)."""
     name, shared, request_id = shape(trace)
-    common = shared + request_id
+    common = shared if request_id is None else shared + id_prefix(len(request_id)) + request_id
     drawn = IDS.take(8 * (len(trace.steps) + 1))  # as encode_into draws them
     own = trace.span_id or drawn[-8:]
     parent, state = trace.parent, trace.state
@@ -248,12 +252,12 @@ def spans_into(trace: Trace, out: list[bytes]) -> None:
         span(out, lead, span_id, after, otlp_wire.head("mcpgate.forward", CLIENT), began, end, instance)
 
 
-def shape(trace: Trace) -> tuple[str, bytes, bytes]:
+def shape(trace: Trace) -> tuple[str, bytes, bytes | None]:
     """The request's span name, the attributes its span and the wait's share (described once per method, tool
-    and version) and their request id attribute."""
+    and version) and the value of their request id attribute (None: no request)."""
     what = trace.what
     if isinstance(what, str):
-        return what or trace.http_method, b"", b""
+        return what or trace.http_method, b"", None
     method, target, version, request_id = what
     key = (method, target, version)
     try:
@@ -265,16 +269,18 @@ def shape(trace: Trace) -> tuple[str, bytes, bytes]:
         found = name, otlp_wire.attributes(described)
         if all(isinstance(part, str | None) for part in key):
             otlp_wire.keep(_shapes, key, found)
-    return found[0], found[1], id_attribute(str(request_id))
+    return found[0], found[1], str(request_id).encode()
 
 
-def id_attribute(value: str) -> bytes:
-    """The jsonrpc.request.id attribute (a value per request: its KeyValue written around the key's bytes)."""
-    encoded = value.encode()
-    size = len(encoded)
-    if size > 100:  # a length past one varint byte somewhere: the general writer
-        return otlp_wire.key_value(9, "jsonrpc.request.id", value)
-    return b"\x4a%c%s\x12%c\x0a%c%s" % (len(_ID_KEY) + size + 4, _ID_KEY, size + 2, size, encoded)
+def id_prefix(size: int) -> bytes:
+    """The jsonrpc.request.id attribute's bytes before a value of `size` bytes (a KeyValue ends with its string
+    value): a layout's constant, so a request's id goes in as its bytes."""
+    found = _prefixes.get(size)
+    if found is None:
+        whole = otlp_wire.key_value(9, "jsonrpc.request.id", "x" * size)
+        found = whole[: len(whole) - size]
+        otlp_wire.keep(_prefixes, size, found)
+    return found
 
 
 def own_attributes(trace: Trace) -> bytes:

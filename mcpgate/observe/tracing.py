@@ -11,10 +11,10 @@ the request path is one None check (the `[otel]` extra need not even be installe
 A request to an MCP endpoint gets a Trace, kept in the WSGI environ under KEY: a handful of plain fields and
 tuples set on the request's greenlet, turned into spans only by the export greenlet. On the request path: the
 sampling decision first, once per request (the W3C context parsed here, observe/w3c.py; the SDK's sampler only
-when it is not a static or parent-based static one), as the request begins when a static sampler or the
-traceparent header's flag decides it (no step of an unsampled request is timed then); unsampled, only the
-context is passed on. Sampled: the start and end times of each step (the guard, the session or pool lookup, an
-MRTR round: the Trace times them itself, one at a time), the id and start of
+when it is not a static or parent-based static one: observe/trace_sampling.py), as the request begins when a
+static sampler or the traceparent header's flag decides it (no step of an unsampled request is timed then);
+unsampled, only the context is passed on. Sampled: the start and end times of each step (the guard, the
+session or pool lookup, an MRTR round: the Trace times them itself, one at a time), the id and start of
 the wait for the child (the span named in the child's `_meta.traceparent`) and of a forward to another
 instance, the HTTP status; ids come from one os.urandom per IDS_DRAWN bytes. The ended Trace is queued whole and
 written to the export process as a record of its fields; there the other spans get their ids, the attributes
@@ -39,10 +39,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeGuard
 
-from mcpgate.core import wire
 from mcpgate.core.jsonrpc import Message, Request
-from mcpgate.observe import w3c
+from mcpgate.observe import trace_sampling, w3c
 from mcpgate.observe.answer_marks import error_code, tool_error
+from mcpgate.observe.trace_sampling import looked_at, request_of
 from mcpgate.observe.w3c import TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
@@ -51,10 +51,8 @@ KEY = "mcpgate.trace"  # the environ key of a request's Trace
 INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
 TRACER: Any = None  # the export (span_pipe.SpanPipe) once `setup` switched tracing on; None: off
 IDS = w3c.Ids()
-_api: Any = None  # opentelemetry.trace, imported with the SDK (a sampler that is not static only)
 _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent, a sampled one, an unsampled one
 _always: bool | None = None  # the decision whatever the parent (ALWAYS_ON, ALWAYS_OFF), known as a request begins
-_empty: Any = None
 _time = time.time_ns
 
 
@@ -62,16 +60,13 @@ def setup(enabled: bool, service: str) -> None:
     """Switch tracing on for this process (a gateway worker, a relay): the SDK's sampler configured from OTEL_*,
     the span export process started (its resource and exporter from OTEL_*; OTEL_SERVICE_NAME, when set, names the
     service instead of `service`)."""
-    global TRACER, _api, _rules, _always, _empty, IDS
+    global TRACER, _rules, _always, IDS
     if not enabled or TRACER is not None:
         return
-    from opentelemetry import context, trace
-    from opentelemetry.sdk.trace import sampling
-
     from mcpgate.observe.span_pipe import SpanPipe
 
-    _api, _empty, IDS = trace, context.Context(), w3c.Ids()
-    _rules = rules(sampling._get_from_env_or_default(), sampling)
+    IDS = w3c.Ids()
+    _rules = trace_sampling.configure()
     _always = _rules[0] if _rules[0] is _rules[1] is _rules[2] and isinstance(_rules[0], bool) else None
     TRACER = SpanPipe(service)
     atexit.register(TRACER.shutdown)
@@ -84,70 +79,12 @@ def dropped() -> dict[str, int] | None:
     return None if TRACER is None else TRACER.dropped_by()
 
 
-def rules(sampler: Any, sampling: Any) -> tuple[Any, Any, Any]:
-    """The sampler's decision for a request with no parent, a sampled remote parent, an unsampled one: True or
-    False where it is static (ALWAYS_ON, ALWAYS_OFF, and ParentBased over them), else the sampler to ask."""
-
-    def static(chosen: Any) -> Any:
-        if isinstance(chosen, sampling.StaticSampler):
-            return chosen._decision is sampling.Decision.RECORD_AND_SAMPLE
-        return chosen
-
-    if isinstance(sampler, sampling.ParentBased):
-        return static(sampler._root), static(sampler._remote_parent_sampled), static(sampler._remote_parent_not_sampled)
-    return static(sampler), static(sampler), static(sampler)
-
-
 def decide(parent: Parent | None, trace_id: bytes, message: Message | None) -> tuple[bool, str]:
-    """Sampled or not, and the tracestate to pass on."""
+    """Sampled or not, and the tracestate to pass on (observe/trace_sampling.py asks a sampler that is not static)."""
     rule = _rules[0] if parent is None else _rules[1] if parent.sampled else _rules[2]
-    state = parent.state if parent is not None else ""
     if rule is True or rule is False:
-        return rule, state
-    context = _empty
-    if parent is not None:
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
-
-        found = SpanContext(
-            int.from_bytes(parent.trace_id, "big"),
-            int.from_bytes(parent.span_id, "big"),
-            True,
-            TraceFlags(1 if parent.sampled else 0),
-            TraceState.from_header([parent.state]) if parent.state else None,
-        )
-        context = _api.set_span_in_context(NonRecordingSpan(found))
-    name, attributes = described(message) if isinstance(message, Request) else ("", {})
-    kind = _api.SpanKind.SERVER
-    decision = rule.should_sample(context, int.from_bytes(trace_id, "big"), name, kind, attributes)
-    state = decision.trace_state.to_header() if decision.trace_state else ""
-    return decision.decision.is_sampled(), state
-
-
-def looked_at(message: Message | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """A message's params and their _meta, where each is an object."""
-    params = getattr(message, "params", None)
-    if not isinstance(params, dict):
-        return None, None
-    meta = params.get("_meta")
-    return params, meta if isinstance(meta, dict) else None
-
-
-def described(message: Request) -> tuple[str, dict[str, Any]]:
-    """A request's span name and attributes (OpenTelemetry's MCP conventions; never its arguments)."""
-    from mcpgate.observe import trace_spans  # with tracing on only (its encoders' tables are built at import)
-
-    name, attributes = trace_spans.named(*request_of(message, *looked_at(message))[:3])
-    return name, {"jsonrpc.request.id": str(message.id), **attributes}
-
-
-def request_of(
-    message: Request, params: dict[str, Any] | None, meta: dict[str, Any] | None
-) -> tuple[str, Any, Any, Any]:
-    """What a request's spans say of it: its method, params.name, _meta's protocol version, id (as they came);
-    `params` and `meta` as looked_at gives them."""
-    name = params.get("name") if params is not None else None
-    version = meta.get(wire.META_PROTOCOL_VERSION) if meta is not None else None
-    return message.method, name, version, message.id
+        return rule, parent.state if parent is not None else ""
+    return trace_sampling.asked(rule, parent, trace_id, message)
 
 
 class Trace:

@@ -17,6 +17,12 @@ ANSWERS: list[tuple[bytes, bool]] = [
     (b'{"jsonrpc":"2.0","id":1,"result":{"isError":false,"structuredContent":{"isError":true}}}', False),
     (b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"\\"isError\\":true"}]}}', False),
     (b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false }}', False),
+    (
+        b'{"jsonrpc":"2.0","id":1,"result":{"isError":false,"content":[{"type":"text","text":"\\"isError\\":true"}]}}',
+        False,
+    ),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"isError":false,"meta":{"isError":false}}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"isError":false,"isError":true}}', True),  # the last one, as json reads it
 ]
 
 

@@ -94,6 +94,14 @@ def test_a_record_is_packed_as_its_trace_is(case: dict[str, Any], monkeypatch: p
         assert b"".join(by_record) == b"".join(by_span)
 
 
+@pytest.mark.parametrize("size", [0, 1, 7, 100, 101, 127, 128, 300, 20000])
+def test_a_request_ids_prefix_and_value_are_its_key_value(size: int) -> None:
+    """A layout writes the request id attribute as a constant prefix (by the value's size: its lengths are varints
+    of one byte, then two) and the id's bytes: the KeyValue the general writer gives."""
+    value = "7" * size
+    assert trace_spans.id_prefix(size) + value.encode() == otlp_wire.key_value(9, "jsonrpc.request.id", value)
+
+
 def test_a_full_cache_is_emptied_not_frozen() -> None:
     """A long-lived worker's sessions each name their own attributes: past the bound the cache starts again, so a
     new session's are cached too (a cache that stopped taking entries would leave every new one uncached)."""
