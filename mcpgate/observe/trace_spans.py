@@ -6,9 +6,11 @@ request path did not need are drawn here; the attributes the request and its wai
 
 A gateway's requests come in few layouts (a tools/call of one tool in a 2025 session: its spans' names, kinds and
 attributes the same but for the session's): each layout is kept as one struct of its spans' constant bytes and a
-field for each id, time, the request id and the request span's own attributes, so a request is one pack of its
-values (about 2 us a 4-span request against 5 span by span, in process; a %-format of a bytes template cost 3). A
-tracestate or a forward: span by span.
+field for each id, time, the request id's bytes and the request span's own attributes, packed by a function of
+the layout's own that passes the values straight from its arguments (`compiled`), so a request is one call (about
+1.9 us a 4-span record in process, with finding its plan; 5 span by span; a %-format of a bytes template cost 3).
+A record's plan (its layout and attributes) is found with one key of its values. A tracestate or a forward: span
+by span.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ _PIPE = otlp_wire.attributes({"network.transport": "pipe"})
 _prefixes: dict[int, bytes] = {}  # a request id attribute's bytes before its value, by the value's size
 _shapes: dict[tuple[Any, Any, Any], tuple[str, bytes]] = {}  # (method, name, version): span name, shared attributes
 _owns: dict[tuple[Any, ...], bytes] = {}  # (kind, server, session, status, code, tool error): the request span's own
-Packer = tuple[Callable[..., bytes], list[bytes | None]]  # a layout's struct, its constants (None: a value)
+Packer = Callable[..., bytes]  # a layout's packer (`compiled`): a request's values in, its spans' bytes out
 _layouts: dict[tuple[Any, ...], Packer] = {}  # a trace's layout: how its spans are written (encode_into)
 _plans: dict[tuple[Any, ...], tuple[Packer, bytes]] = {}  # what a record says of its kind: layout, own attributes
 LAYOUTS = 256  # layouts kept (about 0.6 KB each)
@@ -141,20 +143,7 @@ def packed(
     """A request's spans by its layout's struct: the values in the struct's order, the constants between
     (`request_id`: the request id attribute's value, its key and lengths among the constants)."""
     drawn = IDS.take(8 * (len(steps) + 1))  # the steps' ids, and the request's own unless it has one
-    own = span_id or drawn[-8:]
-    values: list[Any]
-    if parent_id is None:
-        values = [trace_id, own, start, end, request_id, attributes]
-    else:
-        values = [trace_id, own, parent_id, start, end, request_id, attributes]
-    for n, (_, began, ended) in enumerate(steps):
-        values += (trace_id, drawn[8 * n : 8 * n + 8], own, began, ended)
-    if wait is not None:
-        values += (trace_id, wait[0], own, wait[1], end, request_id)
-    pack, parts = packer
-    fields = parts.copy()
-    fields[1::2] = values  # the constants between
-    return pack(*fields)
+    return packer(trace_id, span_id or drawn[-8:], parent_id, start, end, request_id, attributes, drawn, steps, wait)
 
 
 def layout(
@@ -217,7 +206,33 @@ def layout(
     if wait:
         span(otlp_wire.head(name, CLIENT), True, (shared, prefix, size, _PIPE), otlp_wire.LOCAL)
     formats[-1] = f"{len(parts[-1] or b'')}s"
-    return struct.Struct("<" + "".join(formats)).pack, parts
+    return compiled(struct.Struct("<" + "".join(formats)).pack, parts, remote, len(steps), wait)
+
+
+def compiled(pack: Callable[..., bytes], parts: list[bytes | None], remote: bool, steps: int, wait: bool) -> Packer:
+    """A layout's packer: one function calling its struct's `pack` with the constants (`parts`) and, at their
+    places (None), the values in the order `layout` writes them, each read straight from the arguments (no list
+    of values built, copied and spread per request: about 0.6 us less a request). Its source names only the
+    arguments, `pack` and the constants (c0, c2, ...) and slices by integers: nothing of a request's data."""
+    values = ["t", "own", *(["parent"] if remote else []), "start", "end", "rid", "attrs"]
+    for n in range(steps):
+        values += ["t", f"drawn[{8 * n}:{8 * n + 8}]", "own", f"b{n}", f"e{n}"]
+    if wait:
+        values += ["t", "wait[0]", "own", "wait[1]", "end", "rid"]
+    taken = iter(values)
+    constants = {f"c{at}": part for at, part in enumerate(parts) if part is not None}
+    args = [f"c{at}" if part is not None else next(taken) for at, part in enumerate(parts)]
+    unpacked = f"        {''.join(f'(_, b{n}, e{n}), ' for n in range(steps))}= steps\n" if steps else ""
+    source = (
+        f"def make(pack, {', '.join(constants)}):\n"
+        "    def packed(t, own, parent, start, end, rid, attrs, drawn, steps, wait):\n"
+        f"{unpacked}        return pack({', '.join(args)})\n"
+        "    return packed\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # generated above from names and integers only
+    packer: Packer = namespace["make"](pack, **constants)
+    return packer
 
 
 def error_of(trace: Trace) -> bool:
