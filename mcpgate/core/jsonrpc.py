@@ -231,6 +231,10 @@ def classify(obj: Any, raw: bytes | None = None) -> Message:
         msg_id = obj.get("id")  # the usual answer (its three members jsonrpc, id, result): no other check is due
         if type(msg_id) is int or type(msg_id) is str:  # a JSON id is int or str exactly (a bool is neither here)
             return Response(msg_id, obj, raw)
+    if type(obj) is dict and type(params := obj.get("params")) is dict and obj.get("jsonrpc") == "2.0":
+        method, msg_id = obj.get("method"), obj.get("id")  # the usual request: jsonrpc, id, method, object params
+        if type(method) is str and method and (type(msg_id) is int or type(msg_id) is str):
+            return Request(msg_id, method, params, obj, raw)  # what _classify_call gives it after every check
     if not isinstance(obj, dict):
         return Invalid(INVALID_REQUEST, "Invalid Request: a message must be a JSON object")
     msg_id = obj.get("id")

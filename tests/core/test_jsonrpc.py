@@ -546,6 +546,38 @@ def test_classify_of_three_members_is_the_whole_reading(obj: dict[str, Any], kin
         assert message == Response(obj["id"], obj, data)
 
 
+@pytest.mark.parametrize(
+    ("obj", "kind"),
+    [
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": "m", "params": {}}, Request, id="usual"),
+        pytest.param({"params": {"a": 1}, "method": "m", "id": "x", "jsonrpc": "2.0"}, Request, id="other-order"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": "m", "params": {}, "extra": 1}, Request, id="extra"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": "m", "params": [1]}, Request, id="array-params"),
+        pytest.param({"jsonrpc": "2.0", "method": "m", "params": {}}, Notification, id="no-id"),
+        pytest.param({"jsonrpc": "2.0", "id": None, "method": "m", "params": {}}, Invalid, id="null-id"),
+        pytest.param({"jsonrpc": "2.0", "id": True, "method": "m", "params": {}}, Invalid, id="bool-id"),
+        pytest.param({"jsonrpc": "2.0", "id": 1.5, "method": "m", "params": {}}, Invalid, id="float-id"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": "", "params": {}}, Invalid, id="empty-method"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": 7, "params": {}}, Invalid, id="method-a-number"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "params": {}}, Invalid, id="no-method"),
+        pytest.param({"jsonrpc": "1.0", "id": 1, "method": "m", "params": {}}, Invalid, id="other-version"),
+        pytest.param({"id": 1, "method": "m", "params": {}}, Invalid, id="no-version"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": "m", "params": "p"}, Invalid, id="string-params"),
+        pytest.param({"jsonrpc": "2.0", "id": 1, "method": "m", "params": None}, Invalid, id="null-params"),
+    ],
+)
+def test_classify_of_the_usual_request_is_the_whole_reading(obj: dict[str, Any], kind: type) -> None:
+    """classify's shortcut for a request with object params gives what its every check gives (_classify_call)."""
+    data = json.dumps(obj).encode()
+    message = parse(data)
+    assert type(message) is kind
+    usable = obj["id"] if jsonrpc.is_valid_id(obj.get("id")) else None
+    if "method" in obj and obj.get("jsonrpc") == "2.0":
+        assert message == jsonrpc._classify_call(obj, data, usable)
+    if kind is Request:
+        assert message == Request(obj["id"], obj["method"], obj["params"], obj, data)
+
+
 def line_with_id(token: bytes, kind: bytes = b"result") -> bytes:
     return b'{"jsonrpc":"2.0","id":' + token + b',"' + kind + b'":{"t":"x"}}'
 

@@ -248,8 +248,7 @@ class LeanWrites:
             self._sendall(head)
             self._write(data)
         else:
-            head += data
-            self._sendall(head)
+            self._sendall(head + data)
 
     def _write_with_headers(self, data: bytes) -> None:
         """The head, with `data` (the body's first piece) in the same send when it is small."""
@@ -260,13 +259,9 @@ class LeanWrites:
             self._sendall(head)
             self._write(data)
         elif self.response_use_chunked:
-            head += b"%x\r\n" % len(data)
-            head += data
-            head += b"\r\n"
-            self._sendall(head)
+            self._sendall(b"".join((head, b"%x\r\n" % len(data), data, b"\r\n")))
         else:
-            head += data
-            self._sendall(head)
+            self._sendall(head + data)
 
     if TYPE_CHECKING:
 
@@ -279,15 +274,10 @@ class LeanWrites:
         def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any: ...
 
 
-def _head(status: bytes, headers: list[tuple[bytes, bytes]]) -> bytearray:
-    """A reply's status line and header fields, ending with the blank line."""
-    head = bytearray(b"HTTP/1.1 ")
-    head += status
-    head += b"\r\n"
+def _head(status: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A reply's status line and header fields, ending with the blank line (one join of the lines)."""
+    lines = [b"HTTP/1.1 " + status]
     for header, value in headers:
-        head += header
-        head += b": "
-        head += value
-        head += b"\r\n"
-    head += b"\r\n"
-    return head
+        lines.append(header + b": " + value)
+    lines.append(b"\r\n")
+    return b"\r\n".join(lines)

@@ -128,7 +128,10 @@ def exchange(
     gw: PublishedServer, session: Session, items: list[Any], client: Client, new_session: bool = False
 ) -> HttpResponse:
     """Forward a POST's messages to the child; reply 202, JSON or SSE."""
-    requests = [item for item in items if isinstance(item, Request)]
+    if len(items) == 1:  # the usual POST: one message
+        requests = items if isinstance(items[0], Request) else []
+    else:
+        requests = [item for item in items if isinstance(item, Request)]
     early: list[bytes] = []  # answers the gateway gives itself (invalid batch members)
     stream = session.open_stream(requests) if requests else None  # DuplicateRequestId: the endpoint's table
     for item in items:
@@ -141,7 +144,7 @@ def exchange(
             return json_response(b"[" + b",".join(early) + b"]", 400)
         return HttpResponse(202)
     headers = {wire.SESSION_ID: session.id} if new_session else {}
-    early_items = [Delivery(data) for data in early]
+    early_items = [Delivery(data) for data in early] if early else ()
     answers = reply.answer_or_switch(stream, gw.settings.sse_after, early=early_items)
     if isinstance(answers, reply.Turn):  # SSE from the first other message (the reply machine requeued it)
         return sse_reply(gw, session, stream, client, headers, new_session)
