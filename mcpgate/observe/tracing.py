@@ -192,8 +192,9 @@ class Trace:
             return
         self.end_at, self.status = _time(), status
         if body:
-            self.code = error_code(body)
-            if self.code is None and isinstance(self.what, tuple) and self.what[0] == "tools/call":
+            if body.find(b'"error"') >= 0:  # (as error_code looks first: no call for the usual answer)
+                self.code = error_code(body)
+            if self.code is None and type(self.what) is tuple and self.what[0] == "tools/call":
                 self.tool_error = tool_error(body)
         TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
 
