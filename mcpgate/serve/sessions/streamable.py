@@ -85,7 +85,7 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
             session = find_session(gw, request)
     else:
         session = find_session(gw, request)
-    return exchange(gw, session, batch_items(session, message), Client.of(request.environ))
+    return exchange(gw, session, batch_items(session, message), request.environ)
 
 
 def era(request: HttpRequest, message: Request | Notification) -> Era:
@@ -121,13 +121,14 @@ def initialize(gw: PublishedServer, request: HttpRequest, message: Request) -> H
     if gw.closing:
         raise ShuttingDown(message.id)
     session = open_session(gw, request)
-    return exchange(gw, session, [message], Client.of(request.environ), new_session=True)
+    return exchange(gw, session, [message], request.environ, new_session=True)
 
 
 def exchange(
-    gw: PublishedServer, session: Session, items: list[Any], client: Client, new_session: bool = False
+    gw: PublishedServer, session: Session, items: list[Any], environ: dict[str, Any], new_session: bool = False
 ) -> HttpResponse:
-    """Forward a POST's messages to the child; reply 202, JSON or SSE."""
+    """Forward a POST's messages to the child; reply 202, JSON or SSE (the client's connection watched: `environ`'s,
+    Client.of)."""
     if len(items) == 1:  # the usual POST: one message
         requests = items if isinstance(items[0], Request) else []
     else:
@@ -147,7 +148,7 @@ def exchange(
     early_items = [Delivery(data) for data in early] if early else ()
     answers = reply.answer_or_switch(stream, gw.settings.sse_after, early=early_items)
     if isinstance(answers, reply.Turn):  # SSE from the first other message (the reply machine requeued it)
-        return sse_reply(gw, session, stream, client, headers, new_session)
+        return sse_reply(gw, session, stream, Client.of(environ), headers, new_session)
     session.close_stream(stream)
     if new_session:
         check_initialized(session)
