@@ -2,8 +2,9 @@
 
 One greenlet per pipe (stdout reader, stdin writer, stderr reader) plus one that
 waits for the exit. The child runs in its own process group; shutdown is a
-ladder (close stdin, SIGTERM, SIGKILL) aimed at the whole group. Writes never
-block the caller: they go to a bounded queue that the writer drains (child/stdin.py).
+ladder (close stdin, SIGTERM, SIGKILL) aimed at the whole group (child/ladder.py). Writes never
+block the caller: they go to a bounded queue that the writer drains (child/stdin.py). Its stdout is read by
+child/stdout.py and its lines become the owner's messages here; its stderr goes where child/stderr.py sends it.
 The owner's callbacks, and the pipe reader and writer's ways back, are dropped once the child is gone: an
 ended child and its owner (a session) leave no reference cycle for the cyclic collector.
 """
@@ -23,6 +24,8 @@ import gevent
 import gevent.event
 import gevent.subprocess
 
+from mcpgate.child import stderr as child_stderr
+from mcpgate.child.ladder import KILL_GRACE, signal_group, stop_ladder
 from mcpgate.child.limits import (
     ChildLimits,
     Usage,
@@ -32,7 +35,7 @@ from mcpgate.child.limits import (
     preexec,
     settle,
 )
-from mcpgate.child.pipes import close_quietly, describe_exit, read_chunks
+from mcpgate.child.pipes import close_quietly, describe_exit
 from mcpgate.child.spawn import INHERITED_ENV, ChildSpawnError, ChildUser, resolve_executable, run_as
 from mcpgate.child.stdin import StdinWriter
 from mcpgate.child.stdout import StdoutReader
@@ -44,10 +47,7 @@ __all__ = ["ChildProcess"]
 
 OnMessage = Callable[[Request | Notification | Response], None]
 
-_STDERR_LINE_CAP = 64 * 1024
-_LOG_TEXT = 1000  # stderr characters per log line
 _LOG_BODY = 200  # body bytes in DEBUG / WARNING lines
-_KILL_GRACE = 5.0  # wait after SIGKILL; the kernel needs no longer
 WRITE_QUEUE_FULL = "write queue full"  # the close reason of a child whose stdin queue overflowed
 _PIPE_GONE = ("stdin closed by child", "stdout closed by child", "stdin write failed")  # close() reasons of a pipe
 # Added to the reason of a child that ended, not asked to, before its first message: most often a variable it
@@ -130,7 +130,7 @@ class ChildProcess:
         if self.cwd and os.sep in argv0 and not os.path.isabs(argv0):
             argv0 = os.path.join(self.cwd, argv0)
         executable = resolve_executable(argv0, env_path)
-        stderr_target = self._open_stderr()
+        stderr_target, self._stderr_file = child_stderr.open_target(self.stderr_mode)
         # the pipes made here, not by Popen: its ends are plain FileIO, not gevent file objects (each of those holds
         # io watchers and delegated bound methods: ~5 KB per idle child)
         stdin_r, stdin_w = os.pipe()
@@ -174,18 +174,6 @@ class ChildProcess:
         # no greenlet waits while the child runs; gevent drops the link once it has run (no cycle is left)
         proc.rawlink(lambda _proc: gevent.spawn(self._supervise))
 
-    def _open_stderr(self) -> Any:
-        mode = self.stderr_mode
-        if mode == "inherit":
-            return gevent.subprocess.PIPE
-        if mode == "discard":
-            return gevent.subprocess.DEVNULL
-        try:
-            self._stderr_file = open(mode, "ab", buffering=0)  # noqa: SIM115 - open for the child's life, closed when it is gone
-        except OSError as exc:
-            raise ChildSpawnError(f"cannot open stderr log file {mode!r}: {exc.strerror or exc}") from exc
-        return gevent.subprocess.PIPE
-
     def send(self, data: bytes) -> bool:
         """Queue one encoded message (no trailing newline); never blocks. False if refused."""
         if self._closing or self._proc is None:
@@ -218,7 +206,7 @@ class ChildProcess:
         """close() and wait until finished; True if the child exited and on_exit ran."""
         self.close(reason, cause)
         if timeout is None:  # the ladder, the SIGKILL grace, then draining the readers
-            timeout = 2 * self.close_timeout + self.term_timeout + _KILL_GRACE
+            timeout = 2 * self.close_timeout + self.term_timeout + KILL_GRACE
         return self.join(timeout)
 
     def join(self, timeout: float) -> bool:
@@ -226,27 +214,12 @@ class ChildProcess:
         return wait_set(self._done, timeout)  # never gevent's wait on a set event (child/waits.py)
 
     def _shutdown(self) -> None:
-        """The ladder: close stdin, wait, SIGTERM the group, wait, SIGKILL the group."""
-        writer = self._stdin.greenlet
-        if writer is not None:
-            writer.kill(block=True, timeout=1.0)
-        close_quietly(self._pipes[0])
-        if wait_set(self._exited, self.close_timeout):
-            return
-        self._log.info("child[%s] pid=%s still running after stdin closed; SIGTERM", self.label, self.pid)
-        self._signal_group(signal.SIGTERM)
-        if wait_set(self._exited, self.term_timeout):
-            return
-        self._log.warning("child[%s] pid=%s ignored SIGTERM; SIGKILL", self.label, self.pid)
-        self._signal_group(signal.SIGKILL)
-        if not wait_set(self._exited, _KILL_GRACE):
-            self._log.error("child[%s] pid=%s did not exit after SIGKILL", self.label, self.pid)
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        try:
-            os.killpg(self.pid, sig)  # type: ignore[arg-type]
-        except (ProcessLookupError, PermissionError):
-            pass
+        """The stop ladder (child/ladder.py), in its own greenlet."""
+        stdin = self._pipes[0]
+        timeouts = (self.close_timeout, self.term_timeout)
+        stop_ladder(
+            self.pid, self._exited, self._stdin.greenlet, lambda: close_quietly(stdin), timeouts, self._log, self.label
+        )
 
     def _supervise(self) -> None:
         """Wait for the exit, reap leftovers, drain the readers, then call on_exit once."""
@@ -254,13 +227,13 @@ class ChildProcess:
         try:
             returncode = proc.wait()
         except BaseException:  # killed (hub shutdown): take the group down with us
-            self._signal_group(signal.SIGKILL)
+            signal_group(self.pid, signal.SIGKILL)
             raise
         self._closing = self._stdin.stopping = True
         self.returncode = returncode
         self._exited.set()
         try:
-            self._signal_group(signal.SIGKILL)  # grandchildren left in the group
+            signal_group(self.pid, signal.SIGKILL)  # grandchildren left in the group
             self._finish_pipes()
         finally:
             # settled once its stderr is read: a failed allocation it reported on the way out is seen
@@ -369,34 +342,12 @@ class ChildProcess:
     # -- stderr -----------------------------------------------------------------------------------------------
 
     def _read_stderr(self, fd: int) -> None:
-        pending = b""
-        for chunk in read_chunks(fd):
-            *lines, pending = (pending + chunk).split(b"\n")
-            if len(pending) > _STDERR_LINE_CAP:
-                lines.append(pending)
-                pending = b""
-            self._emit_stderr(lines)
-        if pending:
-            self._emit_stderr([pending])
-
-    def _emit_stderr(self, lines: list[bytes]) -> None:
-        limits, usage = self.limits, self.usage  # past RLIMIT_AS (an allocation failed): ended, as documented
-        if limits and limits.memory_bytes and not usage.memory_failure and any(map(mentions_memory_failure, lines)):
-            usage.memory_failure = True
-            self.close(limit_reason(memory_limit(limits)), cause="limit")
-        if self._stderr_file is not None:
-            prefix = f"[{self.label}] ".encode("utf-8", "replace")
-            data = b"".join(prefix + line.rstrip(b"\r") + b"\n" for line in lines)
-            try:
-                self._stderr_file.write(data)
-            except OSError as exc:
-                self._log.warning("child[%s] cannot write stderr log: %s", self.label, exc)
-            return
-        if not self._log.isEnabledFor(logging.INFO):
-            return
-        for line in lines:
-            text = line[: _LOG_TEXT * 4].decode("utf-8", "replace").rstrip("\r")[:_LOG_TEXT]
-            self._log.info("child[%s] stderr: %s", self.label, text)
+        for lines in child_stderr.lines(fd):
+            limits, usage = self.limits, self.usage  # past RLIMIT_AS (an allocation failed): ended, as documented
+            if limits and limits.memory_bytes and not usage.memory_failure and any(map(mentions_memory_failure, lines)):
+                usage.memory_failure = True
+                self.close(limit_reason(memory_limit(limits)), cause="limit")
+            child_stderr.emit(lines, self._stderr_file, self._log, self.label)
 
 
 def _ignored(_what: object) -> None:
