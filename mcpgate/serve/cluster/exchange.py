@@ -44,11 +44,13 @@ class OwnerConnection(http.client.HTTPConnection):
     reader: io.BufferedReader | None = None
     channel = ""  # the nonces of the values sent on this connection: "<channel>~<count>", count 0, 1, 2, ...
     count = 0
+    body_form = False  # the owner said it reads a POST's value in its body (forward.py): never on a new connection
 
     def connect(self) -> None:
         super().connect()
         self.reader = None
         self.channel, self.count = secrets.token_urlsafe(CHANNEL_BYTES), 0
+        self.body_form = False
 
     def next_nonce(self) -> str:
         """The nonce of the next request's value: the first on a connection is checked in the owner's Redis, the
@@ -64,7 +66,9 @@ class OwnerConnection(http.client.HTTPConnection):
             self.connect()
         if self.reader is None:
             self.reader = cast(io.BufferedReader, self.sock.makefile("rb", READ_BUFFER))
-        self.sock.sendall(message)
+        sent = self.sock.send(message)  # one system call when the socket takes it all (gevent's sendall asks
+        if sent < len(message):  # the socket's buffer size first, each time): sendall only for what is left
+            self.sock.sendall(memoryview(message)[sent:])
 
     def close(self) -> None:
         reader, self.reader = self.reader, None
@@ -82,6 +86,12 @@ class OwnerConnection(http.client.HTTPConnection):
     def head(self, method: str) -> Reply:
         """The reply's status and headers (1xx interim replies skipped); RemoteDisconnected on a closed connection."""
         while True:
+            whole = self.whole_head()
+            if whole is not None:
+                minor, status, headers = whole
+                if not 100 <= status < 200:
+                    break
+                continue
             status_line = self.line()
             if not status_line:
                 raise http.client.RemoteDisconnected("the owner closed the connection without a reply")
@@ -97,6 +107,26 @@ class OwnerConnection(http.client.HTTPConnection):
         except http1.ReplyError as exc:
             raise http.client.HTTPException(f"the owner's reply: {exc}") from None
         return Reply(status, headers, framing.length, framing.chunked, not framing.keep)
+
+    def whole_head(self) -> tuple[int, int, list[tuple[str, str]]] | None:
+        """(minor version, status, headers) of a head whose bytes are whole in the reader's buffer (after one read
+        when it is empty), parsed in one go and consumed; None, nothing consumed, for any other (the lines are then
+        read one at a time: a head in pieces or longer than MAX_LINE, one with a bare LF, one refused, which says
+        why)."""
+        assert self.reader is not None
+        buffered = self.reader.peek(1)
+        end = buffered.find(b"\r\n\r\n")
+        if end < 0 or end > MAX_LINE:  # a head no longer than a line's bound: none of its lines is past it
+            return None
+        block = buffered[:end]
+        if block.count(b"\n") != block.count(b"\r\n"):
+            return None
+        try:
+            minor, status, _, headers = http1.head(block)
+        except http1.ReplyError:
+            return None
+        self.reader.read(end + 4)
+        return minor, status, headers
 
     def header_lines(self) -> list[tuple[str, str]]:
         headers: list[tuple[str, str]] = []

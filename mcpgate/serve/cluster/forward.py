@@ -11,6 +11,16 @@ each connection to an owner draws a random channel when it connects, and the val
 `<channel>~0`, `<channel>~1`, ... The owner checks the first in Redis and each later one against the count of
 that same connection (serve/cluster/nonces.py, Channels): one Redis command per connection, not per request.
 
+Where the value goes: a connection's first request carries it in its head. The owner's reply to a forwarded
+request says `Mcpgate-Forwarded: body` (kept here, never passed on), and from then on that connection's POSTs name
+their sender alone in the head (still checked against the connection's address before any body is read) and lead
+their body with the value and a line feed. Their heads are then the same bytes call after call, which the owner's
+worker reads from its memo of heads as it reads a direct call's (a value in the head made every forwarded head
+new: parsed again, each time). The value, its MAC over the body after it, its window and its nonce are checked as
+in a head (serve/cluster/instances.py, forwarded_principal). An owner that does not say so (an older release, in
+a rolling redeploy) keeps getting every value in the head. The head itself is made once per client's head
+(`head_of`) and the value appended.
+
 A reply with a length is read whole and its connection goes back to the pool at once; any other (an SSE
 stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes it, and its connection is
 pooled again only once it was read to its end. Connecting has a timeout; a reply may pause no longer than the
@@ -47,7 +57,9 @@ HOP_BY_HOP = frozenset(
 )
 # the token stays here; the body is whole (read here), so nothing to expect
 NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-length", "expect"}
-NOT_RETURNED = HOP_BY_HOP | {"content-length"}
+FORWARDED_NAME = wire.FORWARDED.lower()
+NOT_RETURNED = HOP_BY_HOP | {"content-length", FORWARDED_NAME}  # an owner's Mcpgate-Forwarded is the forwarder's
+BODY_FORM = "body"  # an owner's reply saying: send the values of this connection's POSTs in their bodies
 GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
 NAMES_KEPT = 512  # environ keys whose header name is remembered (the client chooses them: bounded)
 
@@ -73,6 +85,7 @@ class Forwarder:
 
     def __init__(self, key: bytes, settings: Settings, instance: str) -> None:
         self.key, self.instance = key, instance  # the sender its Mcpgate-Forwarded values name
+        self.sender = instance.encode("ascii")  # valid_instance: ASCII letters, digits, - and _
         self.idle_per_owner = settings.worker_connections
         self.max_body = settings.max_body_bytes
         self.sse_after = settings.sse_after  # how long an owner's reply may stay whole (resent.py waits that)
@@ -92,17 +105,23 @@ class Forwarder:
         headers = end_to_end(environ)
         if tracing.KEY in environ:  # the forward's span: its context in the traceparent header
             tracing.forwarding(environ, headers, body, owner)
-        signed = session_ids.ForwardedRequest(method, path, environ.get("QUERY_STRING", ""), session_id, body)
+        query = environ.get("QUERY_STRING", "")
+        signed = session_ids.ForwardedRequest(method, path, query, session_id, body)
         view = context(environ).view or ""  # the view the caller's identity chose here (the owner applies it)
         stamp = time.time()
-        length = [("Content-Length", str(len(body)))] if body or method in ("POST", "PUT", "PATCH") else []
-        target = quote(environ.get("SCRIPT_NAME", "") + path, safe="/%:@!$&'()*+,;=-._~")
-        if environ.get("QUERY_STRING"):
-            target += "?" + environ["QUERY_STRING"]
+        length = b"Content-Length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
+        head = head_of(method, environ.get("SCRIPT_NAME", "") + path, query, headers)
 
-        def signed_for(nonce: str) -> bytes:  # the request as sent on a connection, its value signed with `nonce`
+        def signed_for(nonce: str, in_body: bool) -> bytes:  # the request as sent, its value signed with `nonce`
             value = session_ids.forwarded(principal, self.instance, stamp, signed, self.key, view, nonce)
-            return message(method, target, [*headers, (wire.FORWARDED, value), *length], body)
+            if in_body and method == "POST":  # the value leads the body; the head names the sender alone
+                lead = b"%s\r\nContent-Length: %d\r\n\r\n%s\n" % (
+                    self.sender,
+                    len(value) + 1 + len(body),
+                    value.encode(),
+                )
+                return b"".join((head, FORWARDED_FIELD, lead, body))
+            return b"".join((head, FORWARDED_FIELD, value.encode("ascii"), b"\r\n", length, b"\r\n", body))
 
         origin = urlsplit(url).netloc
         try:
@@ -117,14 +136,16 @@ class Forwarder:
         self._gone.discard(owner)
         return self._relay(origin, conn, reply, method, owner)
 
-    def _exchange(self, origin: str, request: Callable[[str], bytes], method: str) -> tuple[OwnerConnection, Reply]:
+    def _exchange(
+        self, origin: str, request: Callable[[str, bool], bytes], method: str
+    ) -> tuple[OwnerConnection, Reply]:
         """Send the request on an idle connection (once more on a new one when the owner had closed it), signed
-        with that connection's next nonce."""
+        with that connection's next nonce (its value in the body when the owner said it reads it there)."""
         while True:
             conn, reused = self._connection(origin)
             sent = False
             try:
-                conn.send_request(request(conn.next_nonce()))
+                conn.send_request(request(conn.next_nonce(), conn.body_form))
                 sent = True
                 if conn.sock is not None:
                     conn.sock.settimeout(self.read_timeout)
@@ -159,7 +180,10 @@ class Forwarder:
         headers = {}
         extra: list[tuple[str, str]] = []
         for name, value in reply.headers:
-            if name.lower() in NOT_RETURNED:
+            lowered = name.lower()
+            if lowered in NOT_RETURNED:
+                if lowered == FORWARDED_NAME and value == BODY_FORM:  # the owner reads values in a POST's body
+                    conn.body_form = True
                 continue
             if name in headers:  # a repeated header (Set-Cookie) stays repeated
                 extra.append((name, value))
@@ -249,6 +273,24 @@ def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 _NAMES: dict[str, tuple[str, str]] = {}  # environ key -> (its header's name as sent, lowercase); ("", ""): none
+FORWARDED_FIELD = wire.FORWARDED.encode("ascii") + b": "  # the value is base64url, names and digits: ASCII
+HEADS_KEPT = 256  # request heads remembered (past it, the table starts again)
+_HEADS: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], bytes] = {}
+
+
+def head_of(method: str, path: str, query: str, headers: list[tuple[str, str]]) -> bytes:
+    """A forward's request line and end-to-end header lines (exchange.message: the target quoted, a header that
+    would break the framing refused), without its Mcpgate-Forwarded value, its length and the empty line; a client
+    sends the same head call after call, so it is remembered by what it is made of (bounded)."""
+    key = (method, path, query, tuple(headers))
+    known = _HEADS.get(key)
+    if known is None:
+        target = quote(path, safe="/%:@!$&'()*+,;=-._~") + ("?" + query if query else "")
+        known = message(method, target, headers, b"")[:-2]  # its lines, each with its CRLF; not the empty line
+        if len(_HEADS) >= HEADS_KEPT:
+            _HEADS.clear()
+        _HEADS[key] = known
+    return known
 
 
 def header_name(key: str) -> tuple[str, str]:

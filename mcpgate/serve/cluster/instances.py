@@ -37,6 +37,7 @@ from urllib.parse import parse_qs
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.serve.cluster import forward
 from mcpgate.serve.cluster.directory import Directory
 from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body
 from mcpgate.serve.cluster.forwarding import Forward as Forward  # raised by handlers; defined apart (forwarding.py)
@@ -55,6 +56,8 @@ log = logging.getLogger("mcpgate.cluster")
 
 KEY_NAME = "mcpgate:cluster-key"  # the cluster key made once, when MCPGATE_CLUSTER_SECRET is not set
 OWNERS_KEPT = 4096  # session ids whose checked owner is remembered (past it, the table starts again)
+VALUE_MOST = 8192  # bytes of a Mcpgate-Forwarded value a body may lead with (a value as long as a head's line)
+BODY_FORM = (wire.FORWARDED, forward.BODY_FORM)  # the reply to a forwarded request: send POSTs' values in bodies
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -128,13 +131,19 @@ class Cluster:
         """The principal of a request another instance forwarded, or a 403 Refusal (503: Redis unreachable).
         Checked in this order: the connection comes from the sender it names (before any body is read); the
         MAC covers this request, its body included (read here, bounded, and put back for the handler); the
-        value is recent; its nonce is new. Marks the request as forwarded: it is never forwarded again."""
+        value is recent; its nonce is new. Marks the request as forwarded: it is never forwarded again. A head
+        that names the sender alone has the value in the body's first line (forward.py: the body form), checked
+        the same way, the sender named in the head checked before the body is read."""
         value = str(environ.get("HTTP_MCPGATE_FORWARDED", ""))
         peer = environ.get("REMOTE_ADDR")
-        sender = session_ids.forwarded_sender(value)
+        in_body = session_ids.valid_instance(value)  # the sender alone: the value leads the body (forward.py)
+        sender = value if in_body else session_ids.forwarded_sender(value)
         if sender is None or not self.peers.allowed(peer, sender):
             self.refuse_forwarded(peer, f"it does not come from the address of the instance it names ({sender})")
-        body = read_body(environ, self.forwarder.max_body)
+        if in_body:
+            value, body = self.value_in_body(environ, peer, sender)
+        else:
+            body = read_body(environ, self.forwarder.max_body)
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         request = session_ids.ForwardedRequest(
             environ["REQUEST_METHOD"],
@@ -152,6 +161,21 @@ class Cluster:
         found.forwarded = True
         found.view = claim.view  # the view its forwarder chose (views_file.ViewTable.key checks it is ours)
         return claim.principal
+
+    def value_in_body(self, environ: dict[str, Any], peer: str | None, sender: str) -> tuple[str, bytes]:
+        """The Mcpgate-Forwarded value a POST's body leads with (its first line, at most VALUE_MOST bytes) and the
+        body after it (at most MCPGATE_MAX_BODY bytes, 413 past it); 403 when there is none, or it names another
+        sender than the head did."""
+        whole = read_body(environ, self.forwarder.max_body + VALUE_MOST + 1)
+        line, newline, body = whole[: VALUE_MOST + 1].partition(b"\n")
+        value = line.decode("ascii", "replace")
+        if not newline or session_ids.forwarded_sender(value) != sender:
+            self.refuse_forwarded(peer, "its body does not lead with the Mcpgate-Forwarded value its head announced")
+        body = whole[len(line) + 1 :]
+        if len(body) > self.forwarder.max_body:
+            limit = self.forwarder.max_body
+            raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
+        return value, body
 
     @staticmethod
     def refuse_forwarded(peer: str | None, problem: str) -> NoReturn:
@@ -193,8 +217,12 @@ class Cluster:
                 return response
             return self._again(environ, body, kind, handler, owner)  # gone: taken over here (cluster/takeover.py)
         if kind == "mcp" and session_id:  # a POST its forwarder died under, sent again: serve/cluster/resent.py
-            return self.resent.serve(environ, session_id, lambda: self._here(environ, kind, handler))
-        return self._here(environ, kind, handler)
+            response = self.resent.serve(environ, session_id, lambda: self._here(environ, kind, handler))
+        else:
+            response = self._here(environ, kind, handler)
+        if context(environ).forwarded:  # its forwarder may send the values of its POSTs in their bodies
+            response.headers.append(BODY_FORM)
+        return response
 
     def _here(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
         """Serve it with `handler`; a Forward it raises goes to that owner (the handler runs again if it is gone)."""

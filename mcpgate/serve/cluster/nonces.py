@@ -63,17 +63,18 @@ class Channels:
     One entry per live connection that carried a forwarded request (a weak key: it goes with the connection)."""
 
     def __init__(self) -> None:
-        self._open: weakref.WeakKeyDictionary[Any, tuple[str, int]] = weakref.WeakKeyDictionary()
+        # [channel, last count]: changed in place (a weak dictionary's store makes a weak reference each time)
+        self._open: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
     def open(self, connection: Any, channel: str) -> None:
-        self._open[connection] = (channel, 0)
+        self._open[connection] = [channel, 0]
 
     def follows(self, connection: Any, channel: str, count: int) -> bool:
         """Whether `count` of `channel` is new on this connection (it is recorded now)."""
         known = self._open.get(connection)
         if known is None or known[0] != channel or count <= known[1]:
             return False
-        self._open[connection] = (channel, count)
+        known[1] = count
         return True
 
 
