@@ -14,7 +14,8 @@ in one hub is tried at once by the worker's other hubs waiting for the same serv
 children and its spare): they need not wait out their own backoff once one of them reached it.
 
 It has no process: `pid` is None and it never signals anything. `close()` closes every member and, once they
-are gone (bounded by their own stop ladders), calls `on_exit` once; every retry timer is cancelled then. A
+are gone (bounded by their own stop ladders), calls `on_exit` once; every retry timer is cancelled then, and the
+owner's callbacks and the members' ways back to the hub are dropped (no reference cycle is left). A
 member's exit is logged and its names vanish (list_changed) until it comes back; when the last member is gone,
 the HubChild ends too.
 """
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 import gevent.event
 
+from mcpgate.child.ladder import KILL_GRACE
 from mcpgate.child.limits import Usage
 from mcpgate.child.process import OnMessage
 from mcpgate.child.spawn import ChildSpawnError
@@ -50,7 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("mcpgate.hub")
 
 MEMBER_GRACE = 1.0  # seconds beyond a member's own stop ladder its end is waited for
-KILL_GRACE = 5.0  # as ChildProcess waits after SIGKILL
 
 _HUBS: weakref.WeakSet[HubChild] = weakref.WeakSet()  # the worker's hubs that are not closed (for `Back`)
 
@@ -146,6 +147,7 @@ class HubChild:
             _HUBS.discard(self)
             self._cancel_timers()
             self.exit_reason, self.end_cause = "no member could start", "crash"
+            self._release()
             self._done.set()
             raise ChildSpawnError("no server of this endpoint could be started: " + "; ".join(failed))
 
@@ -157,6 +159,7 @@ class HubChild:
         for child in list(self._children.values()):
             child.close("a server of this endpoint could not start", "stopped")
         self.exit_reason, self.end_cause = "a server of this endpoint could not start", "crash"
+        self._release()
         self._done.set()
 
     def send(self, data: bytes) -> bool:
@@ -203,7 +206,16 @@ class HubChild:
             except Exception:  # as ChildProcess: a callback's failure must not stop the end
                 log.exception("hub %s: on_exit callback failed", self.label)
             finally:
+                self._release()
                 self._done.set()
+
+    def _release(self) -> None:
+        """Ended (on_exit has run, or the start failed): drop what points back at the owner (its callbacks, and the
+        principal and on_revoke in `extra`) and each member's way back to this hub, so no reference cycle is left
+        (each member child drops its own callbacks once it is gone)."""
+        self._on_message, self._on_exit, self._extra = _ignored, _ignored, {}
+        for child in [*self._replaced, *self._children.values()]:
+            child.release()
 
     # -- members --------------------------------------------------------------------------------------------------
     def _start_member(self, name: str) -> str | None:
@@ -229,6 +241,8 @@ class HubChild:
         watchdog.register(child.child, functools.partial(self.core.oldest, name))
         if self._closing:  # closed while a member was starting (a start may yield): this one goes too
             child.close(self._reason, self._cause)
+            if self._done.is_set():  # and the hub has ended already: it was released with the others
+                child.release()
         return None
 
     def _retry(self, name: str) -> None:
@@ -338,3 +352,7 @@ class HubChild:
         for timer in [*self._timers, *self._retries.values()]:
             timer.kill(block=False)
         self._retries.clear()
+
+
+def _ignored(_what: object) -> None:
+    """An ended hub's on_message and on_exit: it has no owner any more."""

@@ -13,7 +13,8 @@ and its list_changed arrives over one subscriptions/listen.
 
 A member that speaks 2025 is not touched: its bytes go as they come, and only the hub's initialize and its
 answer are looked at. The child itself (a stdio ChildProcess, a RemoteChild, whatever the member's spec makes)
-is `child`; the hub's bytes go in through `from_hub`, never `send` (the bridge's way to the child).
+is `child`; the hub's bytes go in through `from_hub`, never `send` (the bridge's way to the child). Once the hub
+has ended it releases the member (`release`): its way back to the hub and its bridge are dropped.
 """
 
 from __future__ import annotations
@@ -78,6 +79,14 @@ class MemberChild:
     def join(self, timeout: float) -> bool:
         return self.child.join(timeout)
 
+    def release(self) -> None:
+        """The hub has ended: drop its way back (`on_message`) and the bridge (it and its listens point back at
+        this member), so no reference cycle is left; what the child still says goes nowhere."""
+        self._on_message, self._init = _ignored, None
+        bridge, self.bridge = self.bridge, None
+        if bridge is not None:
+            bridge.listens.detach()
+
     # -- the hub's messages ------------------------------------------------------------------------------------
     def from_hub(self, data: bytes) -> bool:
         """One message of the hub's for the member (False once the child takes no more input)."""
@@ -107,6 +116,8 @@ class MemberChild:
 
     # -- the child's messages ------------------------------------------------------------------------------------
     def _from_child(self, message: Request | Notification | Response) -> None:
+        if self._on_message is _ignored:
+            return  # released: the bridge is gone too
         if self.bridge is not None:
             self.bridge.from_child(message)
         elif not self._handshake or not self._refused_as_modern(message):
@@ -128,3 +139,7 @@ class MemberChild:
         self.bridge = ModernChildBridge(self)
         self.bridge.initialize(init, refused=True)
         return True
+
+
+def _ignored(_message: Request | Notification | Response) -> None:
+    """A released member's on_message: its hub has ended."""

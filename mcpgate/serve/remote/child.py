@@ -15,7 +15,8 @@ There is no process: `pid` is None and nothing is ever signalled; `limits` is No
 request_timeout is the transport's: serve/remote/transport.py). send() never blocks: past
 max_write_queue_bytes unread, the child ends ("write queue full"), as a stdio child does. close() ends the
 input and stops the relay: it drains (at most the server's close_timeout), ends the upstream session (DELETE on 2025
-Streamable HTTP), and on_exit runs once.
+Streamable HTTP), and on_exit runs once; then the owner's callbacks, the pipes' way back and the relay are
+dropped, so an ended child and its owner leave no reference cycle.
 """
 
 from __future__ import annotations
@@ -130,6 +131,12 @@ class MemoryPipes:
     def restore(self) -> None:
         pass
 
+    def release(self) -> None:
+        """The relay has ended: drop the way to the owner and what is unread (no reference cycle is left)."""
+        self._deliver = _dropped
+        self._input.clear()
+        self.queued = 0
+
 
 class RemoteChild:
     """One upstream session of a remote server; see the module docstring."""
@@ -211,6 +218,7 @@ class RemoteChild:
         self._reason, self._cause = reason, cause
         if self._greenlet is None:
             self.exit_reason, self.end_cause = reason, cause
+            self._release()
             self._done.set()
             return
         log.info("child[%s] closing remote: %s", self.label, reason)
@@ -249,7 +257,16 @@ class RemoteChild:
         except Exception:  # a callback's failure must not stop the end
             log.exception("child[%s] on_exit callback failed", self.label)
         finally:
+            self._release()
             self._done.set()
+
+    def _release(self) -> None:
+        """Ended (on_exit has run) or closed before it started: drop the owner's callbacks, the pipes' way back
+        to this child and the relay, so the child and its owner (a session, a hub's member) leave no reference
+        cycle."""
+        self._on_message, self._on_exit = _dropped, _dropped
+        self._pipes.release()
+        self._relay = None
 
     def _message(self, message: Upstream) -> None:
         """One message the relay wrote, to on_message."""
@@ -257,3 +274,7 @@ class RemoteChild:
             self._on_message(message)
         except Exception:  # a callback's failure must not stop the relay's writer
             log.exception("child[%s] on_message callback failed", self.label)
+
+
+def _dropped(_what: object) -> None:
+    """An ended child's on_message and on_exit, and its pipes' way back: it has no owner any more."""
