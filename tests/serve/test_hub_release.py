@@ -1,7 +1,8 @@
 """An ended HubChild (serve/hub) and an ended RemoteChild (serve/remote) let go of their owner: once on_exit has run
 (or the child was closed before it started), the owner's callbacks, the principal and on_revoke handed on to the
 members, each member's way back to the hub and a remote child's pipes' way back to it are dropped, so the child
-and its owner (a session holding it, its bound methods the callbacks) go with their last reference. Reference
+and its owner (a session holding it, its bound methods the callbacks) go with their last reference; and the
+vault's hold on a user's remote child (user_oauth) holds its owner's end weakly. Reference
 counting alone frees them here: the cyclic collector is off while each test runs (as tests/test_child_release.py
 does for a stdio child)."""
 
@@ -12,6 +13,7 @@ import sys
 import types
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -21,7 +23,9 @@ import pytest
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.serve.hub.child import HubChild, HubMember
 from mcpgate.serve.remote.child import RemoteChild
+from mcpgate.serve.remote.spec import RemoteSpec
 from mcpgate.serve.sessions.spec import ChildSpec
+from tests.serve.test_vault_unit import gh_with_one_slot
 from tests.support.collector import collector_off
 
 GUARD = 30.0  # a hang guard, never a speed assertion
@@ -117,6 +121,40 @@ def test_a_remote_child_closed_before_it_started_lets_go_of_its_owner() -> None:
     owner.child = RemoteChild(source, on_message=owner.on_message, on_exit=owner.on_exit, label="t")  # type: ignore[arg-type]
     owner.child.close("never needed")
     assert owner.child.join(0)
+    owner_gone, child_gone = weakref.ref(owner), weakref.ref(owner.child)
+    del owner
+    assert owner_gone() is None and child_gone() is None
+
+
+def test_the_vault_s_hold_on_a_user_s_remote_child_does_not_keep_its_owner(tmp_path: Path) -> None:
+    """user_oauth: the remote child holds the principal's token, and the vault holds what stops it when the
+    sign-in ends (the owner's end, given weakly as ChildSpec gives it: a session's bound method, strongly held,
+    kept the session and its child alive for as long as the worker ran, the vault's key weak in vain)."""
+    vault, _ = gh_with_one_slot(tmp_path)
+    user_auth = types.SimpleNamespace(vault=vault, token_source=lambda principal: (None, "stamp"))
+    spec = RemoteSpec(
+        argv=("http://127.0.0.1:9/mcp",),
+        env=None,
+        cwd=None,
+        stderr="discard",
+        max_line_bytes=1 << 20,
+        max_write_queue_bytes=1 << 20,
+        close_timeout=1.0,
+        term_timeout=0.0,
+        server="far",
+        remote=types.SimpleNamespace(url="http://127.0.0.1:9/mcp"),  # type: ignore[arg-type]
+        reachability=None,  # type: ignore[arg-type]
+        http_options=None,  # type: ignore[arg-type]
+        pump_options=None,  # type: ignore[arg-type]
+        request_timeout=1.0,
+        close_grace=1.0,
+        user_auth=user_auth,
+    )
+    owner = Owner()
+    owner.child = spec.process(
+        on_message=owner.on_message, on_exit=owner.on_exit, label="t", principal="iss#alice", on_revoke=owner.end
+    )
+    owner.child.close("never needed")
     owner_gone, child_gone = weakref.ref(owner), weakref.ref(owner.child)
     del owner
     assert owner_gone() is None and child_gone() is None

@@ -28,7 +28,7 @@ from mcpgate.relay.transport import Sink, Transport
 from mcpgate.serve.remote.child import RemoteChild
 from mcpgate.serve.remote.transport import Reachability, RemoteTransport, WatchedHttpClient
 from mcpgate.serve.servers.remote_entry import RemoteEntry
-from mcpgate.serve.sessions.spec import ChildSpec
+from mcpgate.serve.sessions.spec import ChildSpec, _weakly
 
 RELAY = RelaySettings()  # the relay's declared defaults
 
@@ -116,7 +116,7 @@ class RemoteSpec(ChildSpec):
             label=label,
         )
         if stamp is not None and principal is not None:
-            self.user_auth.vault.hold(principal, child, stamp, on_revoke)
+            self.user_auth.vault.hold(principal, child, stamp, _weakly(on_revoke))  # as ChildSpec: not kept by it
         return cast(ChildProcess, child)
 
     def _ended_remote(self, child: RemoteChild, on_exit: Callable[[str], None], reason: str) -> None:
