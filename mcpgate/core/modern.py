@@ -24,6 +24,8 @@ from mcpgate.core.header_values import tool_header_params as tool_header_params
 from mcpgate.core.jsonrpc import Notification, Request
 
 SUPPORTED_MODERN = versions.MODERN
+_VERSION, _CAPABILITIES = wire.META_PROTOCOL_VERSION, wire.META_CLIENT_CAPABILITIES  # _served's, read once
+_VERSION_HEADER, _METHOD_HEADER, _NAME_HEADER = wire.PROTOCOL_VERSION, wire.METHOD, wire.NAME
 _OWS = " \t"  # the spaces and tabs around a header value (RFC 9110)
 HEADER_MISMATCH = -32020
 MISSING_CLIENT_CAPABILITY = -32021
@@ -140,24 +142,25 @@ def _served(
 ) -> bool:
     """The ladder's verdict for a well-formed request, each header read once: True only when every rung passes
     (then the rungs below would find nothing); False sends the request down the ladder, which says what fails.
-    A version in `supported` and a method in MODERN_METHODS are plain header values by construction."""
+    A version in `supported` and a method in MODERN_METHODS are plain header values by construction (a header equal
+    to one needs no stripping)."""
     params = message.params
     meta = params.get("_meta") if isinstance(params, dict) else None
-    if not isinstance(meta, dict) or not isinstance(meta.get(wire.META_CLIENT_CAPABILITIES), dict):
+    if not isinstance(meta, dict) or not isinstance(meta.get(_CAPABILITIES), dict):
         return False
-    version = meta.get(wire.META_PROTOCOL_VERSION)
+    version = meta.get(_VERSION)
     method = message.method
     if not isinstance(version, str) or version not in supported or method not in MODERN_METHODS:
         return False
-    raw = header(wire.PROTOCOL_VERSION)
-    if raw is None or raw.strip(_OWS) != version:
+    raw = header(_VERSION_HEADER)
+    if raw != version and (raw is None or raw.strip(_OWS) != version):
         return False
-    raw = header(wire.METHOD)
-    if raw is None or raw.strip(_OWS) != method:
+    raw = header(_METHOD_HEADER)
+    if raw != method and (raw is None or raw.strip(_OWS) != method):
         return False
     field = NAME_FIELD.get(method)
     if field is not None:
-        raw = header(wire.NAME)
+        raw = header(_NAME_HEADER)
         decoded = decode_header_value(raw) if raw is not None else None
         if decoded is None or decoded != params.get(field):
             return False
@@ -283,14 +286,16 @@ def _check_params(
 def legacy_params(params: dict[str, Any] | None) -> dict[str, Any] | None:
     """The params a legacy child gets: the per-request protocol fields of _meta removed (progressToken and any
     other key kept), an _meta left empty removed. The argument is not changed."""
-    if not isinstance(params, dict) or not isinstance(params.get("_meta"), dict):
+    if not isinstance(params, dict):
+        return params
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
         return params
     out = dict(params)
-    meta = {key: value for key, value in params["_meta"].items() if key not in REQUEST_META_KEYS}
-    if meta:
-        out["_meta"] = meta
-    else:
+    if meta.keys() <= REQUEST_META_KEYS:  # only the per-request fields (the usual _meta): it goes whole
         del out["_meta"]
+    else:
+        out["_meta"] = {key: value for key, value in meta.items() if key not in REQUEST_META_KEYS}
     return out
 
 

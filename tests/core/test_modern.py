@@ -492,6 +492,12 @@ def test_method_tables() -> None:
         ({"_meta": {**META, "com.example/trace": "t"}}, {"_meta": {"com.example/trace": "t"}}),
         ({"_meta": {}}, {}),
         ({"_meta": "odd"}, {"_meta": "odd"}),
+        (
+            {"_meta": {**META, wire.META_CLIENT_INFO: {"name": "c"}}, "arguments": {"_meta": META}},
+            {"arguments": {"_meta": META}},
+        ),
+        ({"_meta": {"progressToken": "t"}, "name": "x"}, {"_meta": {"progressToken": "t"}, "name": "x"}),
+        ({"_meta": {wire.META_CLIENT_INFO: {}, "x": None}}, {"_meta": {"x": None}}),
     ],
 )
 def test_legacy_params(params: dict[str, Any] | None, expected: dict[str, Any] | None) -> None:

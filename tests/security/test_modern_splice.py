@@ -130,3 +130,77 @@ def test_names_stamped_looks_within_its_bounds_only() -> None:
     assert answers.names_stamped(raw, 0, at + len(b'"_meta"')) is True
     assert answers.names_stamped(raw, 0, at + 3) is False  # the name runs past the end
     assert answers.names_stamped(raw, at + 1, len(raw)) is False  # its opening quote is before the start
+
+
+# -- an answer laid out as the SDKs write it is found without the pattern (answers.minted_bounds) -----------------
+
+_LAYOUTS = [
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"content":[{"type":"text","text":"hi"}],"isError":false}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":{}}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"t":"}}"}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"_meta":{"x":1}}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1}} ',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1} }',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{ "a":1}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result": {"a":1}}',
+    b'{"jsonrpc": "2.0", "id": "MINTED", "result": {"a": 1}}',
+    b' {"jsonrpc":"2.0","id":"MINTED","result":{"a":1}}',
+    b'{"id":"MINTED","jsonrpc":"2.0","result":{"a":1}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1},"extra":{}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":[{}]}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1}}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","error":{"code":1,"message":"x"}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{}',
+    b'{"jsonrpc":"2.0","id":"MINTEDx","result":{"a":1}}',
+    b'{"jsonrpc":"2.0","id":"xMINTED","result":{"a":1}}',
+    b'{"jsonrpc":"2.0","id":"mcpgate\\u002d1","result":{"a":1}}',
+    b'{"jsonrpc":"2.0","id":"mcpgate-1\\"","result":{"a":1}}',
+]
+_FOUND = {0, 1, 2, 3, 4, 7, 12, 14}  # compact heads ending in "}}": found without the pattern
+
+
+@pytest.mark.parametrize("minted", ["mcpgate-1", "mcpgate-12345", "mcpgate-p7"])
+@pytest.mark.parametrize("layout", range(len(_LAYOUTS)))
+def test_minted_bounds_are_result_bounds_or_none(minted: str, layout: int) -> None:
+    raw = _LAYOUTS[layout].replace(b"MINTED", minted.encode())
+    found = answers.minted_bounds(raw, minted)
+    assert found is None or found == jsonrpc.result_bounds(raw)
+    assert (found is not None) is (layout in _FOUND)
+
+
+def test_minted_ids_are_plain_in_a_json_string() -> None:
+    """minted_bounds reads the id as its bytes: a minted id has no quote, backslash, control or non-ASCII character."""
+    from mcpgate.serve.modern.calls import mint
+
+    for kind in ("", "p"):
+        minted = mint(kind)
+        assert minted.isascii() and minted.isprintable() and '"' not in minted and "\\" not in minted
+
+
+@pytest.mark.parametrize("layout", range(len(_LAYOUTS)))
+def test_an_answer_is_the_same_with_or_without_the_minted_head(layout: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the client gets through minted_bounds is what result_bounds alone gave (or the decoded answer's)."""
+    raw = _LAYOUTS[layout]
+    message = jsonrpc.parse(raw)
+    if not isinstance(message, jsonrpc.Response) or message.id != "MINTED":
+        return  # not an answer to the call (the child's reader drops it, or it is another call's)
+    fast = answered(raw, bare=True)
+    monkeypatch.setattr(answers, "minted_bounds", lambda _raw, _minted: None)
+    assert answered(raw, bare=True) == fast
+
+
+def test_an_answer_whose_id_is_escaped_is_read_by_the_pattern() -> None:
+    child = pooled()
+    request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
+    assert isinstance(request, jsonrpc.Request)
+    call = new_call(request, "static", {}, Stream(LIMITS, expected=1))
+    child.calls[call.minted] = call
+    escaped = call.minted.replace("-", "\\u002d").encode()
+    raw = b'{"jsonrpc":"2.0","id":"' + escaped + b'","result":{"a":1}}'
+    assert answers.minted_bounds(raw, call.minted) is None and jsonrpc.result_bounds(raw) is not None
+    child._on_message(jsonrpc.parse_line(raw, bare=True))
+    delivered = call.stream.next(0)
+    assert isinstance(delivered, Delivery)
+    assert delivered.data == b'{"jsonrpc":"2.0","id":7,"result":{"a":1,"resultType":"complete"}}'

@@ -33,6 +33,9 @@ _QUOTED = tuple(b'"' + name + b'"' for name in _NAMES)
 # A result this large is walked from quote to quote (bytes.find: a memchr each) before the pattern, which steps
 # through every byte (~1 ms on a 4 MiB text); past this many quotes the pattern searches the rest.
 _WALK_FROM, _WALK_QUOTES = 64 * 1024, 64
+_VIEW_FROM = 4096  # a result this large is passed on through a memoryview (copied once, into the answer)
+# The head of a child's answer to a minted id as the SDKs write it (compact): its result is found without the pattern.
+_MINTED_HEAD = b'{"jsonrpc":"2.0","id":"%s","result":{'
 _EMPTY = re.compile(rb"\{[ \t\r\n]*\}")  # a result object with no member (matching stops at the first one)
 _EMPTY_NEXT = frozenset(b" \t\r\n}")  # what follows the "{" of a result with no member (else no match is tried)
 UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
@@ -86,8 +89,10 @@ class Answers:
         stamp never duplicates one), holds a CR (an SSE line would end there; a line LineDecoder.bare vouched for,
         still the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"}."""
         raw = message.raw
-        bounds = jsonrpc.result_bounds(raw) if raw is not None else None
-        if raw is None or bounds is None:
+        if raw is None:
+            return None
+        bounds = minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw)
+        if bounds is None:
             return None
         start, end = bounds  # the result searched in place: a large one is copied once, into the answer
         if raw is not message.bare and raw.find(b"\r", start, end) >= 0:  # bytes the splitter vouched for: no CR
@@ -101,10 +106,22 @@ class Answers:
             members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
         client_id = call.client_id
         encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
-        head = b'{"jsonrpc":"2.0","id":' + encoded_id + b',"result":'
         if raw[start + 1] in _EMPTY_NEXT and _EMPTY.fullmatch(raw, start, end):  # no member of its own
-            return head + b"{" + members + b"}}"
-        return b"".join((head, memoryview(raw)[start : end - 1], b",", members, b"}}"))  # its bytes copied once
+            return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":{', members, b"}}"))
+        # its bytes copied once, into the answer (a small result's slice costs less than a view's)
+        result = raw[start : end - 1] if end - start < _VIEW_FROM else memoryview(raw)[start : end - 1]
+        return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":', result, b",", members, b"}}"))
+
+
+def minted_bounds(raw: bytes, minted: str) -> tuple[int, int] | None:
+    """jsonrpc.result_bounds(raw) for an answer laid out as the SDKs write it, {"jsonrpc":"2.0","id":"<minted>",
+    "result":{...}} without whitespace, read without the pattern; None for any other layout (result_bounds reads
+    it). `minted` is a minted id (calls.mint): ASCII without a quote, a backslash or a control character, so the id
+    the pattern would read is exactly its bytes."""
+    head = _MINTED_HEAD % minted.encode()
+    if raw.startswith(head) and raw.endswith(b"}}"):  # the result's brace and the message's, after the head's "{"
+        return len(head) - 1, len(raw) - 1
+    return None
 
 
 def names_stamped(raw: bytes, start: int, end: int) -> bool:

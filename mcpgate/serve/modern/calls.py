@@ -79,25 +79,37 @@ class Call:
         return self.continuation is not None and self.continuation.parked
 
 
-def new_call(request: Request, principal: str, capabilities: dict[str, Any], stream: Any, **kwargs: Any) -> Call:
+def new_call(
+    request: Request,
+    principal: str,
+    capabilities: dict[str, Any],
+    stream: Any,
+    *,
+    bridged: bool = False,
+    input_responses: dict[str, Any] | None = None,
+    tools: ToolFilter | None = None,
+) -> Call:
     """A Call for a client request (its id, name, log level and progress token read once, here)."""
-    params = request.params if isinstance(request.params, dict) else {}
-    name = mrtr.call_name(request.method, params)
-    meta = params.get("_meta")
-    level = token = None
-    if isinstance(meta, dict):
-        level, token = meta.get(wire.META_LOG_LEVEL), meta.get("progressToken")
+    params = request.params
+    name = level = token = None
+    if isinstance(params, dict):
+        name = mrtr.call_name(request.method, params)
+        meta = params.get("_meta")
+        if isinstance(meta, dict):
+            level, token = meta.get(wire.META_LOG_LEVEL), meta.get("progressToken")
     return Call(
-        client_id=request.id,
-        minted=mint(),
-        method=request.method,
-        name=name if isinstance(name, str) else None,
-        stream=stream,
-        principal=principal,
-        capabilities=capabilities,
-        log_level=level if isinstance(level, str) else None,
-        client_token=token if token is not None and jsonrpc.is_valid_id(token) else None,  # as progress_token
-        **kwargs,
+        request.id,
+        mint(),
+        request.method,
+        name if isinstance(name, str) else None,
+        stream,
+        principal,
+        capabilities,
+        level if isinstance(level, str) else None,
+        token if token is not None and jsonrpc.is_valid_id(token) else None,  # as jsonrpc.progress_token
+        bridged=bridged,
+        input_responses=input_responses,
+        tools=tools,
     )
 
 

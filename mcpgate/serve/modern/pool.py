@@ -14,6 +14,7 @@ naming the last reason. Idle children stop after `pool_idle_ttl`.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -85,6 +86,7 @@ class Pool:
         cluster: Cluster | None = None,  # the fleet's instances: its states and task ids are the fleet's
     ) -> None:
         self.settings, self.spec, self.limits, self.clock = settings, spec, limits, clock
+        self._notes_ttl = max(1.0, settings.cache_ttl_ms / 1000)  # how long the tools' notes are kept (tool_notes)
         self.cluster = cluster
         self.groups: dict[str, Group] = {}
         self.bridge = Bridge(cluster, lambda principal: self.group(principal).wake(), settings.input_ttl, clock)
@@ -117,7 +119,7 @@ class Pool:
         ChildSpawnError when its command cannot be started: serve/errors.py's table answers it).
 
         `bridged`: the call could make a legacy child ask for input; `candidate`: its client may be asked."""
-        group = self.group(principal)
+        group = self.groups.get(principal) or self.group(principal)
         if not group.crashes:  # the usual case, a child with room: no clock read, no list made
             child = self._pick(group, bridged, candidate)
             if child is not None:
@@ -189,7 +191,8 @@ class Pool:
 
     def _wake(self, group: Group) -> None:
         """A slot of `group` is free, or a child has gone: its waiters, and every request waiting for room."""
-        group.wake()
+        if group.waiters:  # every call's release wakes: usually no one waits
+            group.wake()
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for event in waiters:
@@ -238,7 +241,7 @@ class Pool:
             principal=owner,  # its group's alone (a child with user secrets holds this principal's)
             view=view,  # and a hub group's, that principal's view (serve/hub/views.py)
         )
-        child.on_release = lambda: self._wake(group)
+        child.on_release = functools.partial(self._wake, group)
         group.children.append(child)  # counted (and waited for by others) from now on
         backoff = self._backoff(group)
         if backoff:
@@ -338,8 +341,15 @@ class Pool:
     # -- the tools' x-mcp-header annotations (Mcp-Param-* headers are checked against them) -------------------
     def tool_notes(self, principal: str) -> tool_notes.ToolNotes:
         """What the principal's tools declare: their Mcp-Param-* headers, {tool: {argument: header name}}, and the
-        task-only tools of a legacy child (serve/modern/tool_notes.py), read again when stale."""
-        return tool_notes.fresh(self.group(principal), lambda: self.acquire(principal), self.settings, self.clock())
+        task-only tools of a legacy child (serve/modern/tool_notes.py), read from a child's tools/list again when
+        its list changed (the notes were dropped) or the cache hint's time has passed (as long as a client may cache
+        tools/list)."""
+        group = self.groups.get(principal) or self.group(principal)
+        notes, now = group.tools, self.clock()
+        if notes is None or now - group.tools_at > self._notes_ttl:
+            notes = group.tools = tool_notes.read(self.acquire(principal), self.settings.pool_wait)
+            group.tools_at = now
+        return notes
 
     # -- listen -------------------------------------------------------------------------------------------
     def hub(self, principal: str) -> ListenHub:

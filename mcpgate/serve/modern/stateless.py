@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from mcpgate.core import jsonrpc, modern, mrtr, versions
+from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
 from mcpgate.core import tasks as core_tasks
-from mcpgate.core.capabilities import INPUT_CAPABILITY, client_capabilities
+from mcpgate.core.capabilities import INPUT_CAPABILITY
 from mcpgate.core.jsonrpc import Notification, Request
 from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.observe import audit, tracing
@@ -45,7 +45,9 @@ _INPUT_CAPABILITIES = frozenset(INPUT_CAPABILITY.values())
 def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
     """A 2026-07-28 POST: the ladder first (a Refusal carrying the request's id), then the reply."""
     request_id = message.id if isinstance(message, Request) else None
-    refuse_on(modern.validate(message, request.header), request_id)
+    failure = modern.validate(message, request.header)
+    if failure is not None:
+        refuse_on(failure, request_id)
     if not isinstance(message, Request):
         return HttpResponse(202)  # 2026-07-28 defines no client notification over HTTP: accepted, dropped
     if gw.closing and not is_retry(message):  # draining: a retry may still resume the call it names here
@@ -149,7 +151,10 @@ def start(
     gateway's envelope) goes back to the child that issued it; `tools` filters a tools/list call's result.
     `closing`: the gateway drains, and takes no new call."""
     params = message.params if isinstance(message.params, dict) else {}
-    capabilities = client_capabilities(message)
+    meta = params.get("_meta")  # client_capabilities(message), from the params at hand
+    capabilities = meta.get(wire.META_CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
+    if not isinstance(capabilities, dict):
+        capabilities = {}
     stream = Stream(pool.limits, expected=1)
     state = params.get("requestState")
     holder: PooledChild | None = None

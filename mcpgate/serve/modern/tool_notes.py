@@ -6,11 +6,9 @@ that did not declare the tasks extension is answered -32021 for them, as the ext
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mcpgate.config.settings import Settings
 from mcpgate.core import modern
 
 TOOL_PAGES = 20  # tools/list pages read for the annotations
@@ -22,13 +20,6 @@ class ToolNotes:
     task_required: frozenset[str] = frozenset()  # tools a legacy child runs only as 2025-11-25 tasks
 
 
-class Kept(Protocol):
-    """Where a principal's notes are kept, and since when (the pool's Group)."""
-
-    tools: ToolNotes | None
-    tools_at: float
-
-
 class Lister(Protocol):
     """The child whose tools/list is read (modern/pooled_child.py)."""
 
@@ -38,15 +29,6 @@ class Lister(Protocol):
     def request_meta(self) -> dict[str, Any]: ...
 
     def ask(self, method: str, params: dict[str, Any], timeout: float) -> dict[str, Any] | None: ...
-
-
-def fresh(group: Kept, child: Callable[[], Lister], settings: Settings, now: float) -> ToolNotes:
-    """The group's notes, read from a child's tools/list (`child()`) again when its list changed (the notes were
-    dropped) or the cache hint's time has passed (as long as a client may cache tools/list)."""
-    if group.tools is None or now - group.tools_at > max(1.0, settings.cache_ttl_ms / 1000):
-        group.tools = read(child(), settings.pool_wait)
-        group.tools_at = now
-    return group.tools
 
 
 def read(child: Lister, timeout: float) -> ToolNotes:
