@@ -90,6 +90,8 @@ def test_the_memo_keeps_heads_that_passed_within_its_bounds() -> None:
     raw = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"
     first = memo.get(raw)
     assert first is not None and memo.get(raw) is first
+    read = line_by_line(raw)
+    assert first.kept and read is not None and not read.kept  # only a head the memo holds keeps its environ keys
     refused = b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"
     assert memo.get(refused) is None and refused not in memo.known
     long = b"GET / HTTP/1.1\r\nHost: a\r\nX-Long: " + b"a" * 64 + b"\r\n\r\n"

@@ -88,9 +88,7 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.logged: bool = server.access_logged
         self.application = server.application
         self.head: Head | None = None  # the request being answered
-        self.base: dict[str, Any] | None = None  # the environ's keys of the connection (made on its first request)
-        self.keys: dict[str, Any] = {}  # `base` and the keys of the head `made_for` (heads.py: a Head never changes)
-        self.made_for: Head | None = None
+        self.own: dict[str, Any] | None = None  # the environ's keys of the connection (made on its first request)
 
     def handle(self) -> None:
         server: Server = self.server
@@ -240,15 +238,17 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
     def get_environ(self) -> dict[str, Any]:
         head = self.head
         assert head is not None
-        base = self.base
-        if base is None:  # the server's keys, the client's address and socket: the same for each request
-            base = request_environ.connection_items(self.server.get_environ(), self.client_address)
-            base["gunicorn.sock"] = self.socket  # as gunicorn's handler
-            base["wsgi.input_terminated"] = True  # no upgrade reads the raw socket
-            self.base = base
-        if head is not self.made_for:  # the connection's keys and the head's, merged once for each head it sends
-            self.keys, self.made_for = {**base, **head.items}, head
-        environ = self.keys.copy()
+        own = self.own
+        if own is None:  # the client's address and socket: the same for each request of the connection
+            own = self.own = request_environ.connection_items({}, self.client_address)
+            own["gunicorn.sock"] = self.socket  # as gunicorn's handler
+        keys = head.environ  # the server's keys and the head's, merged once for each head the memo holds
+        if keys is None:  # (no upgrade reads the raw socket: the input is terminated)
+            keys = {**self.server.get_environ(), "wsgi.input_terminated": True, **head.items}
+            if head.kept:
+                head.environ = keys
+        environ = keys.copy()
+        environ.update(own)
         expect = self.socket if head.expect else None  # as pywsgi's Input
         body = self.wsgi_input = Body(self.rfile, head.length, expect, head.chunked)
         body.connection = self

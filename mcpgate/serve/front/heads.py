@@ -32,7 +32,19 @@ BYTES = 4096  # the longest head remembered
 class Head:
     """A checked request head: what the connection reads of it, and the environ's keys it makes."""
 
-    __slots__ = ("chunked", "close", "expect", "headers", "items", "length", "line", "path", "requestline")
+    __slots__ = (
+        "chunked",
+        "close",
+        "environ",
+        "expect",
+        "headers",
+        "items",
+        "kept",
+        "length",
+        "line",
+        "path",
+        "requestline",
+    )
 
     def __init__(self, requestline: str, line: RequestLine, path: str, headers: RequestHeaders) -> None:
         self.requestline = requestline  # as pywsgi keeps it: the line without its CRLF
@@ -46,6 +58,10 @@ class Head:
         self.items: dict[str, Any] = request_environ.request_items(line.method, path, line.version, headers)
         self.chunked = "HTTP_TRANSFER_ENCODING" in self.items  # RequestHeaders admits only "chunked"
         self.expect = self.items.get("HTTP_EXPECT") == "100-continue"  # as pywsgi's Input
+        self.kept = False  # held by a server's Heads: its environ keys are worth keeping with it
+        # the server's environ keys and `items`, made by the connection that first answers it once `kept` (every
+        # request's environ is a copy, with its connection's keys)
+        self.environ: dict[str, Any] | None = None
 
 
 def checked(raw_requestline: str, line: RequestLine, headers: RequestHeaders) -> Head:
@@ -82,6 +98,7 @@ class Heads:
             if len(self.known) >= self.most:
                 del self.known[next(iter(self.known))]
             self.known[raw] = head
+            head.kept = True
         return head
 
 
