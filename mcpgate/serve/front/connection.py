@@ -3,9 +3,10 @@ pywsgi's handler, with a stricter, lighter request reader and the read deadlines
 open connections, the budget and the memo of request heads.
 
 A request whose head is whole in the connection's buffer is read in one look: its bytes name a head already
-checked (serve/front/heads.py), or are checked as a whole and remembered; the environ is the connection's keys
-and the head's, copied. Any other head (not whole yet, refused, past the memo's bounds) is read a line at a time,
-as pywsgi reads it. What the application gives whole goes out with its head in one send (writing.py).
+checked (serve/front/heads.py), or are checked as a whole and remembered; the environ is a copy of the server's
+keys and the head's (merged once for a remembered head), with the connection's. Any other head (not whole yet,
+refused, past the memo's bounds) is read a line at a time, as pywsgi reads it. What the application gives whole
+goes out with its head in one send (writing.py).
 
 Reading a request: the request line and header block are checked as request_headers says (a refusal is 400
 and a closed connection, so nothing framed two ways is ever answered, and one line in the error log and the

@@ -12,7 +12,8 @@ A head is looked up only when its bytes are whole in the connection's buffer and
 not remembered is parsed from those bytes and remembered when it passes. Anything else (a head not whole in the
 buffer, one that is refused, one past the memo's bounds) goes the connection's line-by-line way, which says why a
 refused one is refused. Bounded: at most MOST heads of at most BYTES each, the oldest forgotten first; a Head is
-shared by every request that sent its bytes, so it is never changed once made.
+shared by every request that sent its bytes, so it is never changed once made (but for its `environ`, the
+server's environ keys merged with its own, made once by the first connection that answers it).
 """
 
 from __future__ import annotations
