@@ -6,16 +6,19 @@
 - a forward's head is remembered by what it is made of (forward.py, head_of), the same bytes as exchange.message
   makes, and a header that would break the framing is still refused;
 - a forwarded value's MAC is still the HMAC-SHA256 of the same JSON array (core/session_ids);
-- the owner's probe of a forwarded POST's connection (resent.py, closed) never yields to the hub: gevent's select
-  did, a whole turn of the loop on every forwarded call.
+- the owner's probe of a forwarded POST's connection (the worker's peer_gone, serve/front/connection.py) never
+  yields to the hub (gevent's select did, a whole turn of the loop on every forwarded call) and reads any
+  descriptor (select.select refuses one past 1023).
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import hmac
 import json
+import resource
 import socket
 from collections.abc import Iterator
 
@@ -26,7 +29,7 @@ from mcpgate.core import session_ids
 from mcpgate.serve.cluster import exchange as exchange_module
 from mcpgate.serve.cluster.exchange import OwnerConnection, message
 from mcpgate.serve.cluster.forward import head_of
-from mcpgate.serve.cluster.resent import closed
+from mcpgate.serve.front.connection import peer_gone as closed
 from tests.serve.test_cluster_forward_exchange import Owner, exchange, send
 
 REPLIES = [
@@ -125,4 +128,21 @@ def test_the_carrier_probe_never_yields_to_the_hub() -> None:
         assert closed(ours) is True
     finally:
         other.kill()
+        ours.close()
+
+
+def test_the_probe_reads_a_descriptor_past_select_s_bound() -> None:
+    """select.select refuses a descriptor of 1024 or more (FD_SETSIZE): a worker holding 2,000 streams has them."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1100:
+        pytest.skip(f"the descriptor limit here ({soft}) allows no descriptor past 1024")
+    ours, theirs = socket.socketpair()
+    high = socket.socket(fileno=fcntl.fcntl(ours.fileno(), fcntl.F_DUPFD, 1100))
+    try:
+        assert high.fileno() >= 1100
+        assert closed(high) is False
+        theirs.close()
+        assert closed(high) is True
+    finally:
+        high.close()
         ours.close()

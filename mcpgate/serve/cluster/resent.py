@@ -22,11 +22,9 @@ a copy waits no longer than the first may take before its reply turns into a str
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import io
 import logging
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -35,7 +33,6 @@ from typing import Any
 
 import gevent
 from gevent.event import AsyncResult
-from gevent.monkey import get_original
 
 from mcpgate.serve.cluster.forward import read_body
 from mcpgate.serve.front.context import PeerGone, context
@@ -50,8 +47,6 @@ CARRIER_GRACE = 2.0  # seconds a copy sent again waits for the first copy's conn
 CARRIER_POLL = 0.01  # seconds between two looks at it
 
 Key = tuple[str, str]  # the session id, the body's digest
-SOCKET = "gunicorn.sock"  # the environ key of the client's connection (the worker sets it)
-_select = get_original("select", "select")  # the system call itself: gevent's yields to the hub each time
 
 
 @dataclass(eq=False)
@@ -87,7 +82,7 @@ class Resent:
             return answer
         if not forwarded or key in self._running:
             return run()
-        return self._run_first(key, Copy(carrier_probe(environ)), run)
+        return self._run_first(key, Copy(context(environ).peer_gone), run)
 
     def _answer_of_first(self, key: Key) -> HttpResponse | None:
         self._await_carrier(key)
@@ -144,21 +139,3 @@ class Resent:
         self._sessions[session] -= 1
         if self._sessions[session] <= 0:
             del self._sessions[session]
-
-
-def carrier_probe(environ: dict[str, Any]) -> PeerGone | None:
-    """Whether the connection a forwarded request came on is closed: `closed` on the worker's socket, else the
-    request context's probe (another WSGI server's: None)."""
-    sock = environ.get(SOCKET)
-    return functools.partial(closed, sock) if sock is not None else context(environ).peer_gone
-
-
-def closed(sock: socket.socket) -> bool:
-    """The worker's probe (serve/front/connection.py, peer_gone) with the select system call itself: gevent's
-    select, even with no wait, yields to the hub (a turn of its loop, every forwarded call). Never blocks: the
-    socket is read (a peek) only when it reads as readable."""
-    try:
-        readable, _, _ = _select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
-        return True

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import gevent
+from gevent.monkey import get_original
 from gevent.pywsgi import _REQUEST_TOO_LONG_RESPONSE, MAX_REQUEST_LINE, _InvalidClientInput
 from gunicorn.workers.ggevent import PyWSGIHandler, PyWSGIServer
 
@@ -334,12 +335,17 @@ def refused_environ(requestline: str, address: Any) -> dict[str, str]:
     }
 
 
+_poll = get_original("select", "poll")  # the system call itself: gevent's select yields to the hub even with no wait
+
+
 def peer_gone(sock: socket.socket) -> bool:
-    """Whether the client closed its connection: the socket reads as ended (never blocks; data waiting, such
-    as a pipelined request, means it is still there)."""
+    """Whether the client closed its connection: the socket reads as ended (never blocks, never yields to the hub
+    (one poll system call, any descriptor number); data waiting, such as a pipelined request, means it is still
+    there)."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        probe = _poll()
+        probe.register(sock.fileno(), select.POLLIN)
+        return bool(probe.poll(0)) and sock.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True
 
