@@ -204,3 +204,19 @@ def test_an_answer_whose_id_is_escaped_is_read_by_the_pattern() -> None:
     delivered = call.stream.next(0)
     assert isinstance(delivered, Delivery)
     assert delivered.data == b'{"jsonrpc":"2.0","id":7,"result":{"a":1,"resultType":"complete"}}'
+
+
+@pytest.mark.parametrize("layout", range(len(_LAYOUTS)))
+def test_the_client_gets_valid_json_holding_the_child_s_result(layout: int) -> None:
+    """Spliced or made again, the client's answer is JSON whose result is the child's: a member after the result
+    (`"result":{...},"extra":{}`) is not taken for part of it."""
+    raw = _LAYOUTS[layout]
+    message = jsonrpc.parse(raw)
+    if not isinstance(message, jsonrpc.Response) or message.id != "MINTED" or message.is_error:
+        return
+    for bare in (False, True):
+        answer = json.loads(answered(raw, bare=bare))
+        assert answer["id"] == 7
+        child_result = dict(message.obj["result"]) if isinstance(message.obj["result"], dict) else None
+        if child_result is not None:
+            assert {key: answer["result"][key] for key in child_result} == child_result

@@ -87,9 +87,11 @@ class Answers:
         """A result answered without decoding or encoding it again: its bytes with the client's id and the stamp's
         members appended. None when the result names any member the stamp could add (a byte search, no parse: the
         stamp never duplicates one), holds a CR (an SSE line would end there; a line LineDecoder.bare vouched for,
-        still the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"}."""
+        still the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"} (a
+        decoded one with another member, wherever it is, included; an answer read by its head alone, past
+        PARTIAL_FROM_BYTES, is taken to end with its result, as the SDKs write it)."""
         raw = message.raw
-        if raw is None:
+        if raw is None or (len(message.obj) != 3 and not message.partial):  # a member besides the three: made again
             return None
         bounds = minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw)
         if bounds is None:
