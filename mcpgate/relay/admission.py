@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import gevent
+from gevent import GreenletExit
 from gevent.event import AsyncResult, Event
 from gevent.greenlet import Greenlet
 
@@ -86,12 +87,15 @@ class Admission:
         """A worker's life: its job, then each one handed to it, until none comes for IDLE_WORKER_SECONDS, its
         job was cancelled, or the relay is closing."""
         next_job: Job | None = job
-        while next_job is not None:
-            self._run(next_job)
-            if next_job.cancelled or self._closing:
-                return
-            next_job = None  # nothing of the last request is held while waiting
-            next_job = self._wait_for_job()
+        try:
+            while next_job is not None:
+                self._run(next_job)
+                if next_job.cancelled or self._closing:
+                    return
+                next_job = None  # nothing of the last request is held while waiting
+                next_job = self._wait_for_job()
+        except GreenletExit:  # killed: it ends here, its exception (whose frames hold its job) not kept as its value
+            return
 
     def _wait_for_job(self) -> Job | None:
         slot: AsyncResult = AsyncResult()
@@ -140,6 +144,12 @@ class Admission:
             self.unqueue(self._queue[0])
         return jobs
 
+    def detach(self) -> None:
+        """The relay has ended: its way back (`run`) dropped, so that no reference cycle is left; nothing runs
+        from now on (a job admitted still is only marked done)."""
+        self._closing = True
+        self._run = _not_run
+
     def _update(self) -> None:
         if len(self._queue) < self.queue_max:
             self._room.set()
@@ -159,3 +169,8 @@ class Admission:
         while not self._room.wait(timeout=warn_every):
             log.warning("no request has ended for %gs; stdin is still paused", warn_every)
         log.info("stdin resumed")
+
+
+def _not_run(job: Job) -> None:
+    """An ended relay's `run`: the job is over without being relayed."""
+    job.done.set(None)

@@ -240,7 +240,6 @@ class FastReply:
         self.status, self.reason, self.headers = status, reason, headers
         self._conn: Connection | None = conn
         self._owner = owner
-        self._original_response = self  # requests' cookie extraction reads .msg of it
         self.msg = headers
         self._chunked = framing.chunked
         # body bytes left (length framing) or in the current chunk (chunked); None: until the connection ends
@@ -250,6 +249,12 @@ class FastReply:
         self._keep = framing.keep
         encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
         self._decoder = _decoder(encoding)
+
+    @property
+    def _original_response(self) -> FastReply:
+        """requests' cookie extraction reads .msg of it (a property: an attribute holding the reply itself made
+        each reply a reference cycle)."""
+        return self
 
     # -- what the transports read -------------------------------------------------------------------------
 

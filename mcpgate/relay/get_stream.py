@@ -17,6 +17,7 @@ import logging
 from typing import Protocol
 
 import gevent
+from gevent import GreenletExit
 from gevent.event import Event
 from gevent.greenlet import Greenlet
 
@@ -48,14 +49,14 @@ class StreamOwner(Protocol):
 
 class GetStream:
     def __init__(self, owner: StreamOwner) -> None:
-        self.owner = owner
+        self.owner: StreamOwner | None = owner  # None once stopped (it holds this stream: no cycle is left)
         self.offered = True  # until a 405 says otherwise
         self._greenlet: Greenlet | None = None
         self._opened = Event()  # the newest stream's first GET has its answer (or failed, or never will)
         self._opened.set()
 
     def start(self) -> None:
-        if self.owner.closing or not self.offered:
+        if self.owner is None or self.owner.closing or not self.offered:
             return
         if self._greenlet is None or self._greenlet.dead:
             self._opened = Event()
@@ -77,17 +78,25 @@ class GetStream:
         self.start()
 
     def stop(self) -> None:
-        if self._greenlet is not None:
-            self._greenlet.kill(block=True, timeout=1.0)
+        """Kill the stream's greenlet; forget it and the owner (the greenlet's GreenletExit's frames hold this
+        stream, and the owner holds it: no cycle is left)."""
+        greenlet, self._greenlet = self._greenlet, None
+        self.owner = None
+        if greenlet is not None:
+            greenlet.kill(block=True, timeout=1.0)
 
     def _run(self, opened: Event) -> None:
         try:
             self._loop(opened)
+        except GreenletExit:  # stopped: it ends here, its exception (whose frames hold this stream) not kept
+            return
         finally:
             opened.set()
 
     def _loop(self, opened: Event) -> None:
         owner = self.owner
+        if owner is None:
+            return
         failures, retry_ms = 0, None
         last_id, id_session = None, owner.session_id
         while not owner.closing:
@@ -98,7 +107,7 @@ class GetStream:
             if last_id is not None:
                 headers[wire.LAST_EVENT_ID] = last_id
             decoder = owner.http.new_decoder()
-            got = self._once(headers, sid, decoder, opened)
+            got = self._once(owner, headers, sid, decoder, opened)
             if got is None:
                 return
             last_id = decoder.last_event_id or last_id
@@ -106,9 +115,10 @@ class GetStream:
             failures = 0 if got else failures + 1
             gevent.sleep(reconnect_delay(failures, retry_ms))
 
-    def _once(self, headers: dict[str, str], sid: str | None, decoder: SseDecoder, opened: Event) -> int | None:
+    def _once(
+        self, owner: StreamOwner, headers: dict[str, str], sid: str | None, decoder: SseDecoder, opened: Event
+    ) -> int | None:
         """One GET: the number of events read, or None when the server offers no stream."""
-        owner = self.owner
         try:
             resp = owner.http.send("GET", owner.url, headers, replay_safe=True, tries=1)
         except errors.RelayError as exc:

@@ -84,6 +84,8 @@ class HostWriter:
             pass
         writer.join(timeout=2.0)
         writer.kill(block=True, timeout=1.0)
+        # Not asked any more (no direct write, no writer greenlet): the relay's callbacks dropped, no cycle left.
+        self._alone, self._on_closed = _never, _nothing
 
     def _loop(self, pipes: StdPipes) -> None:
         while True:
@@ -107,3 +109,11 @@ class HostWriter:
         self._gone = True
         self._direct = None
         self._on_closed()
+
+
+def _never() -> bool:
+    return False
+
+
+def _nothing() -> None:
+    return None

@@ -34,7 +34,7 @@ from mcpgate.relay import errors
 from mcpgate.relay.admission import Admission, Job
 from mcpgate.relay.host_writer import HostWriter, Out
 from mcpgate.relay.stdio import IDLE_WAIT_SECONDS, StdPipes, StopSignals, open_pipes
-from mcpgate.relay.transport import OneWay, Sink, Transport, Upstream
+from mcpgate.relay.transport import EndedTransport, OneWay, Sink, Transport, Upstream
 
 log = logging.getLogger("mcpgate.relay")
 
@@ -312,7 +312,14 @@ class Relay:
             self.transport.close()
         finally:
             self._writer.finish(writer)
+            self._detach()
         return 0
+
+    def _detach(self) -> None:
+        """The relay has ended: what points back at it (its admission's run, its transport's sink; its writer's
+        callbacks went in HostWriter.finish) is dropped, so that it goes with its last reference (no cycle is left)."""
+        self._admission.detach()
+        self.transport = EndedTransport()
 
     def stop(self) -> None:
         """End the relay as stdin's end does (serve() drains, closes the upstream session and returns)."""

@@ -40,6 +40,23 @@ class Transport(Protocol):
         ...
 
 
+class EndedTransport:
+    """What an ended relay holds instead of its transport (closed by then): nothing goes upstream any more, and
+    the transport's sink (the relay's bound method) no longer makes a reference cycle with the relay."""
+
+    def request(self, req: jsonrpc.Request) -> jsonrpc.Response:
+        raise errors.ShuttingDown("relay has shut down")
+
+    def send_oneway(self, message: OneWay) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def cancel_grace(self, req: jsonrpc.Request) -> float:
+        return 0.0
+
+
 def decode_upstream(data: bytes) -> list[Upstream]:
     """The JSON-RPC messages in one upstream payload (a JSON body or an SSE event's data)."""
     return upstream_messages(jsonrpc.parse(data))
