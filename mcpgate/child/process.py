@@ -300,10 +300,15 @@ class ChildProcess:
         if self._discard:
             return
         msg = jsonrpc.parse_line(line, bare=bare)
-        if isinstance(msg, (Response, Request, Notification)):  # most lines: one message
+        if isinstance(msg, (Response, Request, Notification)):  # most lines: one message (_hand_over, inlined)
             self._junk = 0
             self._spoke = True
-            self._hand_over(msg, line)
+            if self._log.isEnabledFor(logging.DEBUG):
+                self._log_message("<-child", msg, line)
+            try:
+                self._on_message(msg)
+            except Exception:  # noqa: BLE001 - a callback's failure must not stop the pipe reader
+                self._log.exception("child[%s] on_message callback failed", self.label)
             return
         if isinstance(msg, Invalid):
             return self._reject(line, msg.reason)

@@ -236,3 +236,49 @@ def test_bare_after_finish(chunks: list[bytes], tail: bytes | None, bare: bool) 
         decoder.feed(chunk)
     assert decoder.finish() == tail
     assert decoder.bare is bare
+
+
+def _outcome(decoder: LineDecoder, chunk: bytes, split: bool) -> tuple[object, ...]:
+    """What one feed gives (lines, or the LineTooLong's limit and lines) and the decoder's state after it."""
+    try:
+        result: object = decoder._split(chunk) if split else decoder.feed(chunk)
+    except LineTooLong as exc:
+        result = ("too long", exc.limit, exc.lines)
+    return result, decoder.bare, decoder.pending, decoder._discarding, list(decoder._parts), decoder._parts_cr
+
+
+_ONE_LINES = [
+    b'{"jsonrpc":"2.0","id":1,"result":{}}\n',
+    b"x\n",
+    b"\n",
+    b" \t\n",
+    b"\x0b\n",
+    b"12345678\n",  # at the limit
+    b"123456789\n",  # past it
+    b"1234567\r\n",
+    b"a\rb\n",
+    b"1\n2\n",
+    b"1\n\n",
+    b"1\n2",
+    b"\n1\n",
+    b"abc",
+    b"",
+    b"\r",
+    b"\r\n",
+    LS + b"\n",
+]
+_BEFORE = [[], [b"ab"], [b"ab\r"], [b"123456789012"], [b"1\r\n2", b"3\r"]]  # what was fed first (a state)
+
+
+@pytest.mark.parametrize("before", _BEFORE)
+@pytest.mark.parametrize("chunk", _ONE_LINES)
+def test_one_line_fast_path_is_the_full_split(before: list[bytes], chunk: bytes) -> None:
+    """feed()'s shortcut for one whole line gives what the full split gives, from every state, error included."""
+    fast, full = LineDecoder(8), LineDecoder(8)
+    for piece in before:
+        for decoder in (fast, full):
+            try:
+                decoder.feed(piece)
+            except LineTooLong:
+                pass
+    assert _outcome(fast, chunk, split=False) == _outcome(full, chunk, split=True)

@@ -115,7 +115,7 @@ class Session:
     def on_child_message(self, message: Request | Notification | Response) -> None:
         if self.bridge is not None:
             self.bridge.from_child(message)
-        elif not self._refused_as_modern(message):
+        elif self._init_request is None or not self._refused_as_modern(message):  # None: no handshake to refuse
             self.route(message)
 
     def _refused_as_modern(self, message: Request | Notification | Response) -> bool:
@@ -141,8 +141,8 @@ class Session:
         if self._tool_lists and isinstance(message, Response):
             message = self._without_hidden_tools(message)
         if (
-            isinstance(message, Response)
-            and self._init_key is not None
+            self._init_key is not None  # only until the handshake is answered
+            and isinstance(message, Response)
             and message.id is not None
             and jsonrpc.id_key(message.id) == self._init_key
         ):
