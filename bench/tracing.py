@@ -21,6 +21,7 @@ other work on the machine moves the calls/s.
     python bench/tracing.py --base /tmp/base   # each mode from that source tree too (`git archive HEAD | tar -x`)
     python bench/tracing.py --profile /tmp/traced.txt [--profile-mode unsampled]   # one round under py-spy
     python bench/tracing.py --in-process   # CPU per traced request of the request path's hooks and of encoding
+    python bench/tracing.py --gc [--modes off,on]   # the worker's cyclic collections per 1,000 calls, and their CPU
     python bench/tracing.py --together [--base /tmp/base]   # every gateway at once, the clients split evenly
     OTEL_TRACES_SAMPLER=traceidratio OTEL_TRACES_SAMPLER_ARG=0.01 python bench/tracing.py   # 1 % sampled
 """
@@ -134,9 +135,10 @@ def children_cpu(master: int) -> tuple[float, float]:
 
 
 def spy(worker: int, seconds: float, target: str) -> subprocess.Popen[bytes]:
-    """py-spy (the venv's) sampling the worker for `seconds`, its raw (collapsed) stacks into `target`."""
+    """py-spy (the venv's) sampling the worker for `seconds`, its raw (collapsed) stacks into `target`: only while
+    it holds the GIL (a gevent hub waiting in its C loop does not, and would count as busy)."""
     py_spy = Path(sys.executable).parent / "py-spy"
-    args = [str(py_spy), "record", "--pid", str(worker), "--rate", "250", "--format", "raw"]
+    args = [str(py_spy), "record", "--pid", str(worker), "--rate", "250", "--format", "raw", "--gil"]
     return subprocess.Popen([*args, "--duration", str(int(seconds)), "-o", target], stdout=subprocess.DEVNULL)
 
 
@@ -157,9 +159,57 @@ def burner(milliseconds: float) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", BURN, str(milliseconds)])
 
 
-def start(mode: str | bool, endpoint: str, tree: Path | None = None) -> tuple[subprocess.Popen[bytes], int, Any]:
+GC_HOOKS = """
+import mcpgate.gunicorn_config as _gateway
+from mcpgate.gunicorn_config import *  # noqa: F403
+
+_SEEN = {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0], "began": 0.0}
+
+
+def _noted(phase, info):
+    import time
+
+    if phase == "start":
+        _SEEN["began"] = time.thread_time()
+    else:
+        _SEEN["collections"][info["generation"]] += 1
+        _SEEN["seconds"][info["generation"]] += time.thread_time() - _SEEN["began"]
+
+
+def _written(signum, frame):
+    import json, os
+
+    with open(%r + ".tmp", "w") as f:
+        json.dump(_SEEN, f)
+    os.replace(%r + ".tmp", %r)
+
+
+def post_worker_init(worker):
+    _gateway.post_worker_init(worker)
+    import gc, signal
+
+    gc.callbacks.append(_noted)
+    signal.signal(signal.SIGUSR2, _written)
+"""  # (--gc) the worker's collections by generation and the CPU they took; SIGUSR2 writes them to a file
+
+
+def collections_of(worker: int, written: Path) -> dict[str, list[float]]:
+    """The worker's collections so far (--gc): by generation, how many and their CPU seconds."""
+    written.unlink(missing_ok=True)
+    os.kill(worker, signal.SIGUSR2)
+    deadline = time.monotonic() + 20
+    while not written.exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the worker wrote no collections")
+        time.sleep(0.05)
+    return json.loads(written.read_text())  # type: ignore[no-any-return]
+
+
+def start(
+    mode: str | bool, endpoint: str, tree: Path | None = None, config: Path | None = None
+) -> tuple[subprocess.Popen[bytes], int, Any]:
     """A gateway (gunicorn, one worker) in a mode (True: on, False: off), mcpgate imported from `tree` (None: this
-    checkout), answering /healthz: its process, port, log."""
+    checkout), with gunicorn's `config` (None: mcpgate's), answering /healthz: its process, port, log."""
     mode = {True: "on", False: "off"}.get(mode, mode) if isinstance(mode, bool) else mode
     port = gateways.free_port()
     env = {**os.environ, "MCPGATE_TRACING": str(mode in ("on", "unsampled")).lower(), "MCPGATE_MAX_SESSIONS": "200"}
@@ -170,8 +220,9 @@ def start(mode: str | bool, endpoint: str, tree: Path | None = None) -> tuple[su
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     log = open(f"/tmp/mcpgate-bench-tracing-{port}.log", "wb")  # noqa: SIM115
+    hooks = ["-c", str(config)] if config is not None else []
     gw = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}", "mcpgate.wsgi"],
+        [sys.executable, "-m", "gunicorn", *hooks, "-b", f"127.0.0.1:{port}", "mcpgate.wsgi"],
         cwd=tree or ROOT,
         env=env,
         stdout=log,
@@ -273,6 +324,39 @@ def round_of(
         return calls / elapsed, cpu * per, export, total
     finally:
         stop(gw, log)
+
+
+def gc_round(mode: str, endpoint: str, seconds: float, clients: int, tree: Path | None) -> tuple[float, list[float]]:
+    """A round with the worker's collections noted (--gc): calls/s, and per 1,000 calls the collections of each
+    generation, then the collector's CPU per call (us)."""
+    folder = Path(f"/tmp/mcpgate-bench-tracing-gc-{os.getpid()}")
+    folder.mkdir(exist_ok=True)
+    written, config = folder / "collections.json", folder / "gc_hooks.py"
+    config.write_text(GC_HOOKS % ((str(written),) * 3))
+    gw, port, log = start(mode, endpoint, tree, config)
+    try:
+        worker = int(Path(f"/proc/{gw.pid}/task/{gw.pid}/children").read_text().split()[0])
+        before = collections_of(worker, written)
+        (calls,), elapsed = load([port], seconds, clients)
+        after = collections_of(worker, written)
+    finally:
+        stop(gw, log)
+    per = 1000 / max(calls, 1)
+    made = [(a - b) * per for a, b in zip(after["collections"], before["collections"], strict=True)]
+    cpu = sum(after["seconds"]) - sum(before["seconds"])
+    return calls / elapsed, [*made, cpu * 1e3 * per]
+
+
+def gc_rounds(endpoint: str, args: argparse.Namespace, trees: dict[str, Path | None]) -> None:
+    for _ in range(args.rounds):
+        for tree, path in trees.items():
+            for mode in modes_of(args):
+                rate, (gen0, gen1, gen2, cpu) = gc_round(mode, endpoint, args.seconds, args.clients, path)
+                print(
+                    f"{tree:4} {mode:9}: {rate:8.0f} calls/s; collections per 1,000 calls: generation 0 {gen0:.1f}, "
+                    f"1 {gen1:.2f}, 2 {gen2:.2f}; the collector {cpu:.2f} us CPU/call",
+                    flush=True,
+                )
 
 
 def together(
@@ -451,6 +535,7 @@ def main() -> int:
     parser.add_argument("--profile-mode", default="on", choices=MODES, help="the profiled round's mode (on)")
     parser.add_argument("--in-process", action="store_true", help="only the hooks' and the encoding's CPU, in process")
     parser.add_argument("--together", action="store_true", help="every tree and mode served at once, clients split")
+    parser.add_argument("--gc", action="store_true", help="the worker's cyclic collections per 1,000 calls, by mode")
     args = parser.parse_args()
     if args.in_process:
         in_process()
@@ -468,7 +553,9 @@ def main() -> int:
     trees: dict[str, Path | None] = {"head": head}
     if args.base is not None:
         trees = {"base": args.base.resolve(), "head": head}
-    if args.together:
+    if args.gc:
+        gc_rounds(endpoint, args, trees)
+    elif args.together:
         served_together(endpoint, args, trees)
     else:
         rounds(endpoint, args, trees)
