@@ -63,13 +63,7 @@ def request_items(method: str, target: str, version: str, headers: RequestHeader
     if length:
         items["CONTENT_LENGTH"] = length
     items["SERVER_PROTOCOL"] = version
-    block = headers.block
-    if block is None:
-        items.update(http_items(headers.fields))
-    else:  # a remembered block (request_headers.Block): its items made once
-        if block.cgi is None:
-            block.cgi = http_items(block.fields)
-        items.update(block.cgi)
+    items.update(http_items(headers.fields))
     items["RAW_URI"] = target  # gunicorn's handler adds it (and the socket, which the worker adds)
     return items
 

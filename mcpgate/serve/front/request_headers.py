@@ -5,8 +5,8 @@ which runs the email package's parser; on the gateway's hot path that was about 
 the worker's CPU per call (py-spy, bench/). RequestHeaders reads the same lines and offers the
 small interface pywsgi and gunicorn use. A block already whole in the connection's buffer and made only of
 well-formed fields is read in one pass; any other is read a line at a time, so that a refusal names its line.
-A block that passed is remembered by its bytes (at most MEMO_BLOCKS blocks of at most MEMO_BYTES, the oldest
-forgotten first): a client sends the same block call after call, and the same bytes read as the same fields.
+(A whole request head that passed is remembered by the worker, heads.py: a block is read only for a head not
+remembered.)
 
 It refuses what gunicorn's own parser refuses by default (gunicorn/http/message.py), so the
 gateway never reads a request differently from a gunicorn-style proxy or server beside it:
@@ -99,47 +99,23 @@ def resolve_target(line: RequestLine, host: str | None) -> tuple[str, str | None
     return (rest if rest.startswith("/") else "/" + rest), authority
 
 
-class Block:
-    """What a well-formed header block reads as, remembered by its bytes (a client sends the same block call after
-    call): its fields, their first values by lower-cased name, and the environ's HTTP_* items once made. Shared
-    by every request that sent the same bytes, so never changed in place."""
-
-    __slots__ = ("cgi", "fields", "first")
-
-    def __init__(self, fields: tuple[tuple[str, str], ...], first: dict[str, str]) -> None:
-        self.fields, self.first = fields, first
-        self.cgi: dict[str, str] | None = None  # made by the first environ built from it (serve/front/environ.py)
-
-
-MEMO_BLOCKS = 256  # header blocks remembered (the oldest forgotten past it)
-MEMO_BYTES = 2048  # the longest block remembered
-_BLOCKS: dict[bytes, Block] = {}
-
-
-def _remember(raw: bytes, block: Block) -> None:
-    if len(raw) > MEMO_BYTES:
-        return
-    if len(_BLOCKS) >= MEMO_BLOCKS:
-        del _BLOCKS[next(iter(_BLOCKS))]
-    _BLOCKS[raw] = block
-
-
 class RequestHeaders:
     """Request header fields in arrival order; lookups are case-insensitive and return the first."""
 
-    __slots__ = ("_first", "block", "fields", "status")
+    __slots__ = ("_first", "fields", "status")
 
     def __init__(self, fields: list[tuple[str, str]], status: str = "", first: dict[str, str] | None = None) -> None:
         self.fields = fields
         self.status = status  # non-empty: pywsgi answers 400
         self._first = first  # lower-cased name -> its first value (made on first lookup when not given)
-        self.block: Block | None = None  # the remembered block these fields are (None once changed)
 
-    @classmethod
-    def of(cls, block: Block) -> RequestHeaders:
-        headers = cls(list(block.fields), "", block.first)  # its own list: RequestHeaders' fields are a list
-        headers.block = block
-        return headers
+    def given(self, place: int, value: str) -> RequestHeaders:
+        """These fields with the one at `place` (the only one of its name) given `value` (heads.Head.given)."""
+        fields = list(self.fields)
+        name = fields[place][0]
+        fields[place] = (name, value)
+        first = self._first
+        return RequestHeaders(fields, "", None if first is None else {**first, name.lower(): value})
 
     @classmethod
     def read(cls, fp: BinaryIO) -> RequestHeaders:
@@ -159,12 +135,7 @@ class RequestHeaders:
         end = 2 if buffered.startswith(b"\r\n") else buffered.find(b"\r\n\r\n") + 4  # 3: no end in the buffer
         if end == 3 or end > MAX_FIELD:
             return None
-        raw = buffered[:end]
-        known = _BLOCKS.get(raw)
-        if known is not None:  # the same bytes as an earlier block: the same fields, and they passed
-            fp.read(end)
-            return cls.of(known)
-        text = raw.decode("iso-8859-1")
+        text = buffered[:end].decode("iso-8859-1")
         if _BLOCK.fullmatch(text) is None:
             return None
         found = _FIELDS.findall(text)
@@ -181,11 +152,7 @@ class RequestHeaders:
                 first[key] = value
         # no name repeated: the framing checks read the first values (with repeats, _framing says which)
         status = _framing(fields) if len(first) < len(fields) else _framing_of(first)
-        if status:
-            return cls([], status)
-        block = Block(tuple(fields), first)
-        _remember(raw, block)
-        return cls.of(block)
+        return cls([], status) if status else cls(fields, "", first)
 
     @classmethod
     def _read_lines(cls, fp: BinaryIO) -> RequestHeaders:
@@ -225,7 +192,7 @@ class RequestHeaders:
         """Set the one field of this name (an absolute-form target's authority becomes the Host)."""
         wanted = name.lower()
         self.fields = [(key, v) for key, v in self.fields if key.lower() != wanted] + [(name, value)]
-        self._first = self.block = None
+        self._first = None
 
     def __delitem__(self, name: str) -> None:
         wanted = name.lower()
@@ -233,7 +200,7 @@ class RequestHeaders:
         if len(kept) == len(self.fields):
             raise KeyError(name)
         self.fields = kept
-        self._first = self.block = None
+        self._first = None
 
     def items(self) -> list[tuple[str, str]]:
         return list(self.fields)
