@@ -11,6 +11,7 @@ instance of the fleet.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -112,6 +113,12 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet() -> Iterator[Fleet]:
+    with tapped_fleet() as made:
+        yield made
+
+
+@contextlib.contextmanager
+def tapped_fleet() -> Iterator[Fleet]:
     """Instances A and B sharing a Redis; A's internal URL is the tap's."""
     with redis_server() as url:
         tap = Tap()

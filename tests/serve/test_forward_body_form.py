@@ -13,38 +13,18 @@ refused.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from mcpgate.core.wire import FORWARDED
-from tests.security.test_forward_replay import Tap, echo, instance_env, session_on
-from tests.support import Gateway, reply_message
-from tests.support.fleet import redis_server
-
-
-@dataclass
-class Pair:
-    a: Gateway  # reached by B through the tap
-    b: Gateway
-    tap: Tap
+from tests.security.test_forward_replay import Fleet, Tap, echo, session_on, tapped_fleet
+from tests.support import reply_message
 
 
 @pytest.fixture(scope="module")
-def pair() -> Iterator[Pair]:
-    with redis_server() as url:
-        tap = Tap()
-        a = Gateway(instance_env(url, f"http://127.0.0.1:{tap.port}", MCPGATE_INSTANCE_ID="a"))
-        tap.target = a.port
-        b = Gateway(instance_env(url, MCPGATE_INSTANCE_ID="b"))
-        try:
-            a.wait_ready()
-            b.wait_ready()
-            yield Pair(a, b, tap)
-        finally:
-            a.stop()
-            b.stop()
-            tap.close()
+def pair() -> Iterator[Fleet]:
+    with tapped_fleet() as made:
+        yield made
 
 
 def recorded(tap: Tap) -> list[tuple[bytes, bytes]]:
@@ -71,7 +51,7 @@ def field(head: bytes, name: str) -> str | None:
     return None
 
 
-def test_a_connections_later_posts_carry_their_value_in_the_body(pair: Pair) -> None:
+def test_a_connections_later_posts_carry_their_value_in_the_body(pair: Fleet) -> None:
     session = session_on(pair.a)
     before = len(recorded(pair.tap))
     for n in range(4):
@@ -97,7 +77,7 @@ def test_a_connections_later_posts_carry_their_value_in_the_body(pair: Pair) -> 
     assert pair.a.request("DELETE", headers=session).status == 204
 
 
-def test_a_value_in_the_body_is_checked_as_strictly(pair: Pair) -> None:
+def test_a_value_in_the_body_is_checked_as_strictly(pair: Fleet) -> None:
     session = session_on(pair.a)
     for n in range(2):  # the second goes in the body form
         assert reply_message(pair.b.request("POST", body=echo(f"warm {n}", 20 + n), headers=session))["result"]
