@@ -6,14 +6,14 @@ batch on one connection."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from mcpgate.observe.span_batches import MOST_HEAD, LeanPost, answer, plain_header
+from tests.support.otlp import endpoint
 
 ANSWERS: list[tuple[bytes, int, bool]] = [
     (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200, True),
@@ -98,15 +98,8 @@ def kept_receiver() -> Iterator[tuple[str, list[tuple[int, str, bytes]]]]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", got
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with endpoint(Handler) as url:
+        yield url, got
 
 
 def test_batches_go_on_one_kept_connection(kept_receiver: tuple[str, list[tuple[int, str, bytes]]]) -> None:

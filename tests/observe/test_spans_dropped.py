@@ -9,16 +9,15 @@ import contextlib
 import os
 import re
 import signal
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from mcpgate.observe.span_pipe import SpanPipe
 from tests.observe.test_span_pipe import a_traced_call, ended, the_export_process
 from tests.observe.test_tracing import open_session_with
 from tests.support import HANG_GUARD, Gateway, serving, wait_for
-from tests.support.otlp import receiver
+from tests.support.otlp import endpoint, receiver
 
 SERIES = re.compile(r'^mcpgate_spans_dropped_total\{reason="([a-z]+)"\} ([0-9.e+]+)$', re.MULTILINE)
 CALL_SPANS = 4  # a traced tools/call in a 2025 session: its own, the guard's, the session lookup's, the wait's
@@ -44,15 +43,8 @@ def refusing() -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with endpoint(Handler) as url:
+        yield url
 
 
 def test_spans_past_the_queue_bound_are_counted_in_metrics() -> None:

@@ -102,12 +102,18 @@ def receiver() -> Iterator[Receiver]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    got.url = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    with endpoint(Handler) as got.url:
+        yield got
+
+
+@contextlib.contextmanager
+def endpoint(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` serving on a free loopback port (a thread per connection) for a `with` block: its traces URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield got
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
     finally:
         server.shutdown()
         server.server_close()
