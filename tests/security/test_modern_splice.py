@@ -16,7 +16,7 @@ import pytest
 from mcpgate.core import jsonrpc
 from mcpgate.core.sse import encode_event
 from mcpgate.serve.modern import answers
-from mcpgate.serve.modern.calls import new_call
+from mcpgate.serve.modern.calls import Call, new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
 from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
@@ -44,12 +44,18 @@ def pooled() -> PooledChild:
     return child
 
 
-def answered(raw: bytes, bare: bool = False) -> bytes:
+def awaiting() -> tuple[PooledChild, Call]:
+    """A pooled child with one tools/call (client id 7) waiting for its answer."""
     child = pooled()
     request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
     assert isinstance(request, jsonrpc.Request)
     call = new_call(request, "static", {}, Stream(LIMITS, expected=1))
     child.calls[call.minted] = call
+    return child, call
+
+
+def answered(raw: bytes, bare: bool = False) -> bytes:
+    child, call = awaiting()
     child._on_message(jsonrpc.parse_line(raw.replace(b"MINTED", call.minted.encode()), bare=bare))
     delivered = call.stream.next(0)
     assert isinstance(delivered, Delivery)
@@ -83,11 +89,7 @@ def test_a_line_the_splitter_vouched_for_is_spliced_as_any_other() -> None:
 
 def test_a_raw_with_a_cr_that_replaced_the_vouched_one_is_still_searched() -> None:
     """The word holds for the bytes it was said of: a raw put in their place (not the message's bare) is searched."""
-    child = pooled()
-    request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
-    assert isinstance(request, jsonrpc.Request)
-    call = new_call(request, "static", {}, Stream(LIMITS, expected=1))
-    child.calls[call.minted] = call
+    child, call = awaiting()
     message = jsonrpc.parse_line(b'{"jsonrpc":"2.0","id":"' + call.minted.encode() + b'","result":{}}', bare=True)
     assert isinstance(message, jsonrpc.Response)
     message.raw = b'{"jsonrpc":"2.0","id":"' + call.minted.encode() + b'","result":{"content":[],\r"isError":false}}'
@@ -192,11 +194,7 @@ def test_an_answer_is_the_same_with_or_without_the_minted_head(layout: int, monk
 
 
 def test_an_answer_whose_id_is_escaped_is_read_by_the_pattern() -> None:
-    child = pooled()
-    request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo"}}')
-    assert isinstance(request, jsonrpc.Request)
-    call = new_call(request, "static", {}, Stream(LIMITS, expected=1))
-    child.calls[call.minted] = call
+    child, call = awaiting()
     escaped = call.minted.replace("-", "\\u002d").encode()
     raw = b'{"jsonrpc":"2.0","id":"' + escaped + b'","result":{"a":1}}'
     assert answers.minted_bounds(raw, call.minted) is None and jsonrpc.result_bounds(raw) is not None
