@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from mcpgate.serve.modern import tool_notes
 from mcpgate.serve.modern.bridge import Bridge
 from mcpgate.serve.modern.child_state import ChildStates
 from mcpgate.serve.modern.listen import ListenHub
+from mcpgate.serve.modern.pool_group import Group
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.modern.tasks import Tasks
 from mcpgate.serve.sessions.spec import ChildSpec
@@ -46,34 +46,7 @@ if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are config
 
 log = logging.getLogger("mcpgate.pool")
 
-CRASH_WINDOW = 60.0
 EVICT_AFTER = 1.0  # seconds a bridged call waits for a full pool before the oldest parked call is evicted
-
-
-class Group:
-    """One principal's children, their listen hub and the requests waiting for room."""
-
-    def __init__(self, principal: str) -> None:
-        self.principal = principal
-        self.children: list[PooledChild] = []
-        self.era: Era | None = None
-        self.crashes: deque[tuple[float, str]] = deque(maxlen=64)
-        self.waiters: list[gevent.event.Event] = []
-        self.hub: ListenHub | None = None
-        self.hub_child: PooledChild | None = None
-        self.tools: tool_notes.ToolNotes | None = None  # what the children's tools/list says (None: not read yet)
-        self.tools_at = 0.0
-        self.spares_coming = 0  # spares prewarm has scheduled that _spawn has not yet counted among the children
-
-    def wake(self) -> None:
-        if not self.waiters:  # every call's release wakes: usually no one waits
-            return
-        waiters, self.waiters = self.waiters, []
-        for event in waiters:
-            event.set()
-
-    def recent_crashes(self, now: float) -> list[tuple[float, str]]:
-        return [crash for crash in self.crashes if now - crash[0] < CRASH_WINDOW]
 
 
 class Pool:
@@ -126,7 +99,7 @@ class Pool:
                 return child
         deadline = self.clock() + self.settings.pool_wait
         while True:
-            self._refuse_when_crashing(group)
+            group.refuse_when_crashing(self.clock(), self.settings.pool_restarts)
             child = self._pick(group, bridged, candidate)
             if child is not None:
                 return child
@@ -243,7 +216,7 @@ class Pool:
         )
         child.on_release = functools.partial(self._wake, group)
         group.children.append(child)  # counted (and waited for by others) from now on
-        backoff = self._backoff(group)
+        backoff = group.backoff(self.clock())
         if backoff:
             gevent.sleep(backoff)
         try:
@@ -289,21 +262,6 @@ class Pool:
         if child.era is Era.LEGACY:  # spares beside it: see prewarm
             self.prewarm(group.principal)
         group.wake()
-
-    def _backoff(self, group: Group) -> float:
-        crashes = group.recent_crashes(self.clock())
-        return min(5.0, 0.1 * 2 ** (len(crashes) - 1)) if crashes else 0.0
-
-    def _refuse_when_crashing(self, group: Group) -> None:
-        crashes = group.recent_crashes(self.clock())
-        if len(crashes) >= self.settings.pool_restarts:
-            raise Refusal(
-                503,
-                jsonrpc.INTERNAL_ERROR,
-                f"Service Unavailable: the MCP server crashed {len(crashes)} times in the last minute "
-                f"(last: {crashes[-1][1]})",
-                headers={"Retry-After": str(int(CRASH_WINDOW))},
-            )
 
     def _on_exit(self, group: Group, child: PooledChild, reason: str) -> None:
         self._stopping.discard(child)
