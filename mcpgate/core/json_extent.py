@@ -1,0 +1,91 @@
+"""Where a JSON object or array in a byte string ends, found without decoding it.
+
+    value_end(data, start, steps) -> int | None     the index just past the value that opens at data[start]
+
+The value opening at data[start] (a "{" or a "[") is walked bracket by bracket, its strings skipped whole, until
+its depth is back to none: the answer is the index just past its closing bracket (data[start:answer] is the
+value). None means unknown: data[start] opens no object or array, the data ends first, a string never ends, or the
+walk took more than `steps` steps. A caller that gets None decodes the whole text instead (always correct); the
+bound keeps the walk cheaper than that decoding (a result of very many small tokens is not walked to its end).
+
+What a step is: one match of a compiled pattern (which takes a bracket, or a run of short plain strings and the
+bytes between them, at C speed), one search of a long string's closing quote (bytes.find: a memchr), one escaped
+quote inside a string, or one backslash of the run before a quote (the quote is escaped when the run is odd). A
+result of one long text without escaped quotes is a dozen steps whatever its size. A string past its sixteenth
+escaped quote (JSON inside a text) has its rest matched by one pattern, at the pattern engine's pace (a few
+nanoseconds a byte, about what decoding it costs), as one step.
+
+For JSON text the answer is exact: a bracket inside a string is never counted, and a quote is a string's end only
+after an even run of backslashes. The walk checks nothing else (a bracket of the other kind closes as well): it
+says where valid JSON ends, not whether the bytes are valid JSON. Pure: no I/O, standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+# From a position between tokens: every byte up to the next bracket or the next string that is long or escaped,
+# short plain strings ("[^"\\]{0,64}") taken whole. Possessive: a failed string is given up, never backtracked into.
+# A long string is not matched here: the pattern engine steps through each byte, bytes.find does not.
+_SKIP = re.compile(rb'(?:[^"{}\[\]]++|"[^"\\]{0,64}+")*+')
+# The rest of a string from a position that is not inside an escape: through its closing quote.
+_STRING_REST = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+_FOUND_ESCAPED = 16  # escaped quotes of one string found by bytes.find before _STRING_REST takes its rest
+_BACKSLASH = ord("\\")
+_OPENERS = frozenset(b"{[")
+_CLOSERS = frozenset(b"}]")
+
+
+def value_end(data: bytes, start: int, steps: int) -> int | None:
+    """The index just past the object or array that opens at data[start], or None when unknown (see the module
+    docstring). `steps` bounds the walk's Python-level steps."""
+    if not 0 <= start < len(data) or data[start] not in _OPENERS:
+        return None
+    skip, size = _SKIP.match, len(data)
+    depth, at = 1, start + 1
+    while steps > 0:
+        steps -= 1
+        at = skip(data, at).end()  # type: ignore[union-attr]  # the pattern matches the empty string
+        if at >= size:
+            return None
+        byte = data[at]
+        if byte in _OPENERS:
+            depth += 1
+            at += 1
+        elif byte in _CLOSERS:
+            depth -= 1
+            at += 1
+            if depth == 0:
+                return at
+        else:  # a string the pattern gave up on: long, or holding a backslash
+            at, steps = _string_end(data, at + 1, steps)
+            if at < 0:
+                return None
+    return None
+
+
+def _string_end(data: bytes, at: int, steps: int) -> tuple[int, int]:
+    """The index just past the string whose opening quote is at data[at - 1] (-1: unknown, it never ends or its
+    escaped quotes took all `steps`) and the steps left. Its quotes are found by bytes.find; past _FOUND_ESCAPED
+    escaped ones the rest of it is matched by _STRING_REST."""
+    find = data.find
+    quote = find(b'"', at)
+    escaped = 0
+    while quote > 0 and data[quote - 1] == _BACKSLASH:  # escaped when the run of backslashes is odd
+        run = quote - 1
+        while data[run - 1] == _BACKSLASH:  # the string's opening quote ends the run at the latest
+            run -= 1
+            steps -= 1
+            if steps <= 0:
+                return -1, 0
+        if (quote - run) % 2 == 0:  # an even run: the backslashes escape each other and the quote ends it
+            break
+        escaped += 1
+        steps -= 1
+        if steps <= 0:
+            return -1, 0
+        if escaped > _FOUND_ESCAPED:  # a text of many escaped quotes (JSON in a text): its rest in one match
+            rest = _STRING_REST.match(data, quote + 1)
+            return (-1 if rest is None else rest.end()), steps
+        quote = find(b'"', quote + 1)
+    return (-1 if quote < 0 else quote + 1), steps
