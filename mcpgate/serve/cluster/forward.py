@@ -6,8 +6,9 @@ the owner's own checks) without its Authorization (the token does not travel) an
 principal this instance authenticated, the view the caller's verified identity selected here (its rule and the
 views' fingerprint: the owner sees no token, so it applies this view, and refuses it when its own views differ)
 and this instance's id, signed with the cluster key for this method, path, query, session and body, with a
-nonce never used before (core/session_ids; the owner accepts each value once). The nonce is the connection's:
-each connection to an owner draws a random channel when it connects, and the values sent on it carry
+nonce never used before (core/session_ids' value, made by serve/cluster/signing.py; the owner accepts each value
+once). The nonce is the connection's: each connection to an owner draws a random channel when it connects, and
+the values sent on it carry
 `<channel>~0`, `<channel>~1`, ... The owner checks the first in Redis and each later one against the count of
 that same connection (serve/cluster/nonces.py, Channels): one Redis command per connection, not per request.
 
@@ -40,10 +41,11 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from mcpgate.config.settings import Settings
-from mcpgate.core import jsonrpc, session_ids, wire
+from mcpgate.core import jsonrpc, wire
 from mcpgate.observe import tracing
 from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, message
 from mcpgate.serve.cluster.relayed import Relayed
+from mcpgate.serve.cluster.signing import Signer, body_digest
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
 
@@ -85,6 +87,7 @@ class Forwarder:
 
     def __init__(self, key: bytes, settings: Settings, instance: str) -> None:
         self.key, self.instance = key, instance  # the sender its Mcpgate-Forwarded values name
+        self.signer = Signer(key)
         self.sender = instance.encode("ascii")  # valid_instance: ASCII letters, digits, - and _
         self.idle_per_owner = settings.worker_connections
         self.max_body = settings.max_body_bytes
@@ -106,14 +109,14 @@ class Forwarder:
         if tracing.KEY in environ:  # the forward's span: its context in the traceparent header
             tracing.forwarding(environ, headers, body, owner)
         query = environ.get("QUERY_STRING", "")
-        signed = session_ids.ForwardedRequest(method, path, query, session_id, body)
+        signed, digest = (method, path, query, session_id), body_digest(body)
         view = context(environ).view or ""  # the view the caller's identity chose here (the owner applies it)
         stamp = time.time()
         length = b"Content-Length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
         head = head_of(method, environ.get("SCRIPT_NAME", "") + path, query, headers)
 
         def signed_for(nonce: str, in_body: bool) -> bytes:  # the request as sent, its value signed with `nonce`
-            value = session_ids.forwarded(principal, self.instance, stamp, signed, self.key, view, nonce)
+            value = self.signer.value(principal, self.instance, stamp, signed, digest, view, nonce)
             if in_body and method == "POST":  # the value leads the body; the head names the sender alone
                 lead = b"%s\r\nContent-Length: %d\r\n\r\n%s\n" % (
                     self.sender,

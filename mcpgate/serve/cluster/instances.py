@@ -45,6 +45,7 @@ from mcpgate.serve.cluster.moved import held_by, restarted
 from mcpgate.serve.cluster.nonces import Channels, Nonces, series
 from mcpgate.serve.cluster.peers import ForwardingPeers
 from mcpgate.serve.cluster.resent import Resent
+from mcpgate.serve.cluster.signing import CheckedBody, Signer
 from mcpgate.serve.front import auth
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
@@ -79,6 +80,7 @@ class Cluster:
         self.instance, self.key, self.redis = instance, key, redis
         self.directory = directory
         self.forwarder = forwarder
+        self.signer = Signer(key)  # checks forwarded values (core/session_ids' check, with less work per call)
         self.resent = Resent(forwarder.max_body, forwarder.sse_after)  # a forwarded POST sent again (resent.py)
         self.nonces = Nonces(redis)  # forwarded values seen, in Redis (checks sent together: nonces.py)
         self.channels = Channels()  # the series of values each connection carries (their first one in Redis)
@@ -144,18 +146,14 @@ class Cluster:
             value, body = self.value_in_body(environ, peer, sender)
         else:
             body = read_body(environ, self.forwarder.max_body)
-        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
-        request = session_ids.ForwardedRequest(
-            environ["REQUEST_METHOD"],
-            environ.get("PATH_INFO", ""),
-            environ.get("QUERY_STRING", ""),
-            named_session(environ) or "",
-            body,
-        )
-        claim = session_ids.forwarded_check(value, time.time(), request, self.key)
-        if claim is None:
+        request = (environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""))
+        signed = self.signer.check(value, time.time(), (*request, named_session(environ) or ""), body)
+        if signed is None:
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
-        elif not self.first_use(claim.nonce, context(environ).peer_gone):
+        claim = signed.claim
+        # put back for the handler, with its digest (resent.py keys on it rather than hashing the body again)
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = CheckedBody(body, signed.digest), str(len(body))
+        if not self.first_use(claim.nonce, context(environ).peer_gone):
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded value was used before (a replay)")
         found = context(environ)
         found.forwarded = True
@@ -167,11 +165,11 @@ class Cluster:
         body after it (at most MCPGATE_MAX_BODY bytes, 413 past it); 403 when there is none, or it names another
         sender than the head did."""
         whole = read_body(environ, self.forwarder.max_body + VALUE_MOST + 1)
-        line, newline, body = whole[: VALUE_MOST + 1].partition(b"\n")
-        value = line.decode("ascii", "replace")
-        if not newline or session_ids.forwarded_sender(value) != sender:
+        end = whole.find(b"\n", 0, VALUE_MOST + 1)  # the value's line feed, within its first VALUE_MOST + 1 bytes
+        value = whole[:end].decode("ascii", "replace")
+        if end < 0 or session_ids.forwarded_sender(value) != sender:
             self.refuse_forwarded(peer, "its body does not lead with the Mcpgate-Forwarded value its head announced")
-        body = whole[len(line) + 1 :]
+        body = whole[end + 1 :]
         if len(body) > self.forwarder.max_body:
             limit = self.forwarder.max_body
             raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")

@@ -22,8 +22,6 @@ a copy waits no longer than the first may take before its reply turns into a str
 
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
 import time
 from collections import Counter
@@ -35,6 +33,7 @@ import gevent
 from gevent.event import AsyncResult
 
 from mcpgate.serve.cluster.forward import read_body
+from mcpgate.serve.cluster.signing import CheckedBody, body_digest
 from mcpgate.serve.front.context import PeerGone, context
 from mcpgate.serve.front.http import HttpResponse
 
@@ -73,9 +72,14 @@ class Resent:
         forwarded = context(environ).forwarded
         if environ.get("REQUEST_METHOD") != "POST" or not (forwarded or self._sessions[session]):
             return run()
-        body = read_body(environ, self.max_body)  # put back for the handler, as forwarded_principal does
-        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
-        key = (session, hashlib.sha256(body).hexdigest())
+        checked = environ["wsgi.input"]
+        if isinstance(checked, CheckedBody) and checked.tell() == 0:  # its value checked: its digest is known
+            digest = checked.digest
+        else:
+            body = read_body(environ, self.max_body)  # put back for the handler, as forwarded_principal does
+            digest = body_digest(body)
+            environ["wsgi.input"], environ["CONTENT_LENGTH"] = CheckedBody(body, digest), str(len(body))
+        key = (session, digest)
         answer = self._answer_of_first(key)
         if answer is not None:
             log.info("a request sent again after the instance that forwarded it died: given its first answer")
