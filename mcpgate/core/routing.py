@@ -55,16 +55,13 @@ class Route(Generic[S]):
     done: bool = False  # a response that completes its request
 
 
-@dataclass(slots=True)
-class _InFlight(Generic[S]):
-    stream: S
-    token: IdKey | None
-
-
 class Router(Generic[S]):
     def __init__(self, cancelled: CancelTracker) -> None:
         self.cancelled = cancelled
-        self._in_flight: dict[IdKey, _InFlight[S]] = {}
+        # Each request in flight: the route its response takes, made when the request is sent (the response is
+        # then routed without making anything).
+        self._in_flight: dict[IdKey, Route[S]] = {}
+        self._tokens: dict[IdKey, IdKey] = {}  # the progress token of each request in flight that routes one
         self._progress: dict[IdKey, S] = {}
         self._open: dict[S, None] = {}  # request streams still open, oldest first
         self.get_stream: S | None = None
@@ -75,16 +72,18 @@ class Router(Generic[S]):
 
     def open_request(self, request: Request, stream: S) -> None:
         """Record a client request about to be sent to the child on behalf of `stream`."""
-        key = id_key(request.id)
+        request_id = request.id
+        key: IdKey = ("s", request_id) if isinstance(request_id, str) else ("n", request_id)  # id_key, inlined
         if key in self._in_flight:
-            raise DuplicateRequestId(request.id)
-        token = progress_token(request)
-        token_key = id_key(token) if token is not None else None
-        if token_key is not None and token_key in self._progress:
-            token_key = None  # tokens must be unique; a reused one is not routed twice
-        self._in_flight[key] = _InFlight(stream, token_key)
-        if token_key is not None:
-            self._progress[token_key] = stream
+            raise DuplicateRequestId(request_id)
+        params = request.params
+        if isinstance(params, dict) and "_meta" in params:  # without it, no progress token (progress_token)
+            token = progress_token(request)
+            token_key = id_key(token) if token is not None else None
+            if token_key is not None and token_key not in self._progress:  # a reused token is not routed twice
+                self._progress[token_key] = stream
+                self._tokens[key] = token_key
+        self._in_flight[key] = Route(stream, "", True)
         self.cancelled.forget(key)
 
     def open_stream(self, stream: S) -> None:
@@ -92,12 +91,24 @@ class Router(Generic[S]):
 
     def close_stream(self, stream: S) -> None:
         self._open.pop(stream, None)
-        if self.get_stream == stream:
+        get = self.get_stream
+        if get is not None and (get is stream or get == stream):
             self.get_stream = None
 
     def route(self, message: Request | Notification | Response, now: float) -> Route[S]:
-        if isinstance(message, Response):
-            return self._route_response(message, now)
+        if isinstance(message, Response):  # the usual message: a response, routed by its id
+            if message.id is None:
+                return Route(DROP, "error response without an id")
+            request_id = message.id
+            key: IdKey = ("s", request_id) if isinstance(request_id, str) else ("n", request_id)  # id_key, inlined
+            route = self._in_flight.pop(key, None)
+            if route is None:
+                if self.cancelled.drop_late(key, now):
+                    return Route(DROP, "late response to a cancelled request")
+                return Route(DROP, "response to no request in flight")
+            if self._tokens:
+                self._release(key)
+            return route
         if isinstance(message, Notification) and message.method == PROGRESS:
             token = message.params.get("progressToken") if isinstance(message.params, dict) else None
             stream = self._progress.get(id_key(token)) if is_valid_id(token) else None
@@ -117,32 +128,24 @@ class Router(Generic[S]):
     def cancel(self, request_id: Id, now: float) -> S | None:
         """The client cancelled a request: forget it, drop its late response; return its stream."""
         key = id_key(request_id)
-        entry = self._in_flight.pop(key, None)
-        if entry is None:
+        route = self._in_flight.pop(key, None)
+        if route is None:
             return None
-        self._release(entry)
+        if self._tokens:
+            self._release(key)
         self.cancelled.cancel(key, now)
-        return entry.stream
+        return route.target  # type: ignore[return-value]  # a request's route is always to its stream
 
     def abandon_all(self) -> list[tuple[Id, S]]:
         """The child is gone: every request still waiting, with its stream."""
-        waiting = [(value, entry.stream) for (_, value), entry in self._in_flight.items()]
+        waiting: list[tuple[Id, S]] = [(value, route.target) for (_, value), route in self._in_flight.items()]  # type: ignore[misc]
         self._in_flight.clear()
+        self._tokens.clear()
         self._progress.clear()
         return waiting
 
-    def _route_response(self, message: Response, now: float) -> Route[S]:
-        if message.id is None:
-            return Route(DROP, "error response without an id")
-        key = id_key(message.id)
-        entry = self._in_flight.pop(key, None)
-        if entry is None:
-            if self.cancelled.drop_late(key, now):
-                return Route(DROP, "late response to a cancelled request")
-            return Route(DROP, "response to no request in flight")
-        self._release(entry)
-        return Route(entry.stream, done=True)
-
-    def _release(self, entry: _InFlight[S]) -> None:
-        if entry.token is not None:
-            self._progress.pop(entry.token, None)
+    def _release(self, key: IdKey) -> None:
+        """A request is no longer in flight: its progress token, if it has one, routes nothing more."""
+        token = self._tokens.pop(key, None)
+        if token is not None:
+            self._progress.pop(token, None)

@@ -136,39 +136,43 @@ class Session:
 
     def route(self, message: Request | Notification | Response) -> None:
         """Deliver a message for the client (the child's, or the bridge's on its behalf) where it belongs."""
-        if audit.LOG is not None and isinstance(message, Response):  # an audited request's answer: its line
-            audit.LOG.answered(self, message)
-        if self._tool_lists and isinstance(message, Response):
-            message = self._without_hidden_tools(message)
-        if (
-            self._init_key is not None  # only until the handshake is answered
-            and isinstance(message, Response)
-            and message.id is not None
-            and jsonrpc.id_key(message.id) == self._init_key
-        ):
-            self._init_key = None
-            self.handshake = (self._init_request.params if self._init_request else None, message.full().get("result"))
-            self._init_request = None
-            self.version = initialize_version(message.full().get("result"))
+        if isinstance(message, Response):
+            if audit.LOG is not None:  # an audited request's answer: its line
+                audit.LOG.answered(self, message)
+            if self._tool_lists:
+                message = self._without_hidden_tools(message)
+            if self._init_key is not None:  # only until the handshake is answered
+                self._answered_initialize(message)
         route = self.router.route(message, self._clock())
-        if route.target is DROP:
+        target = route.target
+        if target is DROP:
             log.debug("session %s: dropped a message from the child: %s", self.label, route.reason)
             return
-        data = jsonrpc.raw_bytes(message)
-        if route.target is BUFFER:
+        raw = message.raw  # what raw_bytes gives for bytes the splitter vouched for, without its call
+        data = raw if raw is not None and raw is message.bare else jsonrpc.raw_bytes(message)
+        if target is BUFFER:
             self._buffer_append(data)
             return
-        if route.target.deliver(data, route.done) or not route.target.closed:
+        if target.deliver(data, route.done) or not target.closed:
             return
         # The stream was ended for not being read: forget it now, so what follows goes elsewhere (a message
         # that belongs to no request too, to the next stream or the buffer; its requests' go nowhere).
-        self.close_stream(route.target)
+        self.close_stream(target)
         if not isinstance(message, Response) and message.method != PROGRESS:
-            target = self.router.general_target()
-            if target is BUFFER:
+            general = self.router.general_target()
+            if general is BUFFER:
                 self._buffer_append(data)
             else:
-                target.deliver(data)
+                general.deliver(data)
+
+    def _answered_initialize(self, message: Response) -> None:
+        """The child's answer to the client's initialize: the session's revision and its handshake, once."""
+        if message.id is None or jsonrpc.id_key(message.id) != self._init_key:
+            return
+        self._init_key = None
+        self.handshake = (self._init_request.params if self._init_request else None, message.full().get("result"))
+        self._init_request = None
+        self.version = initialize_version(message.full().get("result"))
 
     def _buffer_append(self, data: bytes) -> None:
         """Hold a message for the next stream; past the buffer's messages or bytes, its oldest go."""
@@ -199,12 +203,13 @@ class Session:
     # -- from the client ------------------------------------------------------------------------
     def open_stream(self, requests: Iterable[Request]) -> Stream:
         """A reply stream owed one response per request; registers the requests with the router."""
-        pending = list(requests)
-        stream = Stream(self._limits, expected=len(pending))
+        pending = requests if isinstance(requests, list) else list(requests)
+        stream = Stream(self._limits, len(pending))
         stream.pump = self._pump  # its reader reads the child's answers itself while it waits (child/stdout.py)
         self.add_requests(pending, stream)
         self.router.open_stream(stream)
-        self._flush_buffer_to(stream)
+        if self.buffer:
+            self._flush_buffer_to(stream)
         return stream
 
     def add_requests(self, requests: Iterable[Request], stream: Stream) -> None:
@@ -266,7 +271,7 @@ class Session:
         """The stream is done for good: nothing more goes to it and it cannot be resumed."""
         stream.close()
         self.router.close_stream(stream)
-        if self._resumable.get(stream.number) is stream:
+        if stream.number and self._resumable.get(stream.number) is stream:  # 0: never resumable
             del self._resumable[stream.number]
 
     # -- resumable streams (Last-Event-ID) ----------------------------------------------------------

@@ -35,6 +35,7 @@ class End(enum.Enum):
 
 
 END: Final = End.END
+_new_tuple = tuple.__new__  # makes a Delivery as its NamedTuple __new__ does, without that Python frame
 
 # reads a stream's source in the calling greenlet while it waits for the stream's event, at most `timeout` seconds:
 # True when it read or the event was set, False when the timeout passed, None when it could not (nothing waited)
@@ -140,7 +141,7 @@ class Stream:
             if self.limits.on_drop is not None:
                 self.limits.on_drop()
             return False
-        self._pending.append(Delivery(data, done))
+        self._pending.append(_new_tuple(Delivery, (data, done)))  # Delivery(data, done) without its __new__'s frame
         self._bytes += len(data)
         self._ready.set()
         return True
@@ -187,7 +188,8 @@ class Stream:
             if self._pending:
                 item = self._pending.popleft()
                 self._bytes -= len(item.data)
-                self._make_room()
+                if self._room is not None:  # a writer waits for room (_make_room)
+                    self._room.set()
                 return item
             if self.ending:
                 return END
@@ -237,7 +239,8 @@ class Stream:
         self._pending.clear()
         self._bytes = 0
         self._ready.set()
-        self._make_room()
+        if self._room is not None:  # a writer waits for room (_make_room)
+            self._room.set()
 
     def _make_room(self) -> None:
         """Wake a writer waiting for room, if one is."""

@@ -1,0 +1,81 @@
+"""A session's reply stream, its shortcuts against the full path: a Delivery made without its __new__ equals one made
+with it, and the bytes a session passes on for a message equal what jsonrpc.raw_bytes gives for it."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.framing import LineDecoder
+from mcpgate.serve.sessions.session import Session
+from mcpgate.serve.sessions.spec import ChildSpec
+from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
+
+LIMITS = StreamLimits(100, 1 << 20, 0.1, 10, 1 << 16)
+
+LINES = [
+    b'{"jsonrpc":"2.0","id":1,"result":{}}\n',
+    b'{"jsonrpc":"2.0","id":1,"result":{"text":"a\\nb"}}\n',
+    b'{"jsonrpc":"2.0","id":1,"result":{}}\r\n',
+    b' {"jsonrpc" : "2.0", "id" : 1, "result" : {"x":[1,2]}}\n',
+    b'{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"no"}}\n',
+    b'{"id":1,"jsonrpc":"2.0","result":{"a":"\\r"}}\n',
+]
+
+
+def session() -> Session:
+    spec = ChildSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
+    return Session(
+        "s" * 32,
+        "owner",
+        spec,
+        buffer_messages=10,
+        buffer_bytes=1 << 16,
+        limits=LIMITS,
+        replay_streams=2,
+        on_end=lambda _session, _reason: None,
+    )
+
+
+@pytest.mark.parametrize("done", [False, True])
+@pytest.mark.parametrize("data", [b"", b"{}", b"x" * 1000])
+def test_a_delivered_message_is_the_delivery_made_in_full(data: bytes, done: bool) -> None:
+    stream = Stream(LIMITS, 1)
+    assert stream.deliver(data, done)
+    item = stream.next(0)
+    made = Delivery(data, done)
+    assert isinstance(item, Delivery) and type(item) is Delivery
+    assert item == made and (item.data, item.done) == (made.data, made.done) and hash(item) == hash(made)
+    assert stream.deliver(data)
+    assert stream.next(0) == Delivery(data)
+
+
+@pytest.mark.parametrize("line", LINES)
+@pytest.mark.parametrize("bare_word", [True, False])
+def test_a_routed_answer_carries_raw_bytes(line: bytes, bare_word: bool) -> None:
+    """Whatever the splitter said of the line, the stream gets what raw_bytes gives for the message."""
+    decoder = LineDecoder(1 << 20)
+    (text,) = decoder.feed(line)
+    message = jsonrpc.parse_line(text, bare=decoder.bare and bare_word)
+    assert isinstance(message, jsonrpc.Response)
+    live = session()
+    request = jsonrpc.parse(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}')
+    assert isinstance(request, jsonrpc.Request)
+    stream = live.open_stream([request])
+    live.route(message)
+    item = stream.next(0)
+    assert item == Delivery(jsonrpc.raw_bytes(message), True)
+    live.close_stream(stream)
+
+
+def test_open_stream_takes_any_iterable_as_a_list() -> None:
+    live = session()
+    made = [jsonrpc.parse(b'{"jsonrpc":"2.0","id":%d,"method":"ping"}' % n) for n in (1, 2)]
+    requests = [message for message in made if isinstance(message, jsonrpc.Request)]
+    from_list = live.open_stream(requests)
+    from_iterator = live.open_stream(iter([jsonrpc.Request(3, "ping", None, {}), jsonrpc.Request(4, "ping", None, {})]))
+    assert from_list.expected == from_iterator.expected == 2
+    assert live.router.in_flight == 4
+    live.close_stream(from_list)
+    live.close_stream(from_iterator)
+    assert live.router.general_target() is not from_list
