@@ -37,7 +37,7 @@ import atexit
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeGuard
+from typing import Any
 
 from mcpgate.core.jsonrpc import Message, Request
 from mcpgate.observe import trace_sampling, w3c
@@ -54,6 +54,8 @@ IDS = w3c.Ids()
 _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent, a sampled one, an unsampled one
 _always: bool | None = None  # the decision whatever the parent (ALWAYS_ON, ALWAYS_OFF), known as a request begins
 _time = time.time_ns
+now = time.time_ns  # a step's start, as the request path takes it (Trace.took)
+GUARD, SESSION, POOL, MRTR = "mcpgate.guard", "mcpgate.session", "mcpgate.pool", "mcpgate.mrtr"  # steps' names
 
 
 def setup(enabled: bool, service: str) -> None:
@@ -91,7 +93,6 @@ class Trace:
     """One request's spans as plain fields: decided once (`open`), ended once (`end`), encoded by the export."""
 
     __slots__ = (
-        "began",
         "code",
         "decided",
         "end_at",
@@ -99,7 +100,6 @@ class Trace:
         "headed",
         "http_method",
         "kind",
-        "naming",
         "opened",
         "parent",
         "sampled",
@@ -122,7 +122,6 @@ class Trace:
         self.headed = False  # the traceparent header read (`from_header`)
         self.decided = _always is not None  # sampled or not is known (a static sampler's: from the start)
         self.sampled = _always is True
-        self.naming, self.began = "", 0  # the step being timed (`step`)
         self.steps: list[tuple[str, int, int]] = []  # name, start, end: INTERNAL children of the request's span
         self.wait: tuple[bytes, int] | None = None  # the wait for the child: span id, start
         self.forward: tuple[bytes, int, str] | None = None  # a forward: span id, start, the owner instance
@@ -177,12 +176,12 @@ class Trace:
             fields["tracestate"] = self.state
         return fields
 
-    def __enter__(self) -> None:  # a step (`step`), timed
-        self.began = _time()
-
-    def __exit__(self, *_: object) -> None:
+    def took(self, name: str, began: int) -> None:
+        """A step that began at `began` (time.time_ns) ended now: timed, unless the request is known unsampled. The
+        request path times its steps itself (`began = tracing.now()`, the step, then this in a finally clause):
+        one call a step."""
         if self.sampled or not self.decided:
-            self.steps.append((self.naming, self.began, _time()))
+            self.steps.append((name, began, _time()))
 
     def end(self, environ: Mapping[str, Any], status: int, body: bytes | None) -> None:
         """The request answered: queued for export when sampled."""
@@ -195,7 +194,9 @@ class Trace:
             if body.find(b'"error"') >= 0:  # (as error_code looks first: no call for the usual answer)
                 self.code = error_code(body)
             if self.code is None and type(self.what) is tuple and self.what[0] == "tools/call":
-                self.tool_error = tool_error(body)
+                at = body.find(b'"isError"')  # (as tool_error tells the usual answer: no call for it)
+                if at >= 0 and (not body.startswith(b":false", at + 9) or body.find(b'"isError"', at + 9) >= 0):
+                    self.tool_error = tool_error(body)
         TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
 
     def encoded(self) -> bytes:
@@ -235,27 +236,61 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
-def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> Trace | _Nothing:
-    """A child span for what runs inside (the guard, a session or pool lookup; never one inside another): the
-    request's Trace times it. "mcpgate.mrtr" instead for a `message` that is an MRTR round (a retry carrying
-    requestState). Nothing when off or not sampled."""
+class _Step:
+    """A step timed by a `with` block (`step`): what the request path does with `now` and Trace.took."""
+
+    __slots__ = ("began", "name", "trace")
+
+    def __init__(self, trace: Trace, name: str) -> None:
+        self.trace, self.name, self.began = trace, name, 0
+
+    def __enter__(self) -> None:
+        self.began = _time()
+
+    def __exit__(self, *_: object) -> None:
+        self.trace.took(self.name, self.began)
+
+
+def step_name(name: str, message: Request | None) -> str:
+    """A step's span name: "mcpgate.mrtr" instead of `name` for a `message` that is an MRTR round (a retry carrying
+    requestState)."""
+    if message is not None and isinstance(message.params, dict) and message.params.get("requestState") is not None:
+        return MRTR
+    return name
+
+
+def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> _Step | _Nothing:
+    """A child span for what runs inside (the guard, a session or pool lookup; never one inside another), as a
+    context manager (the request path times its steps with `now` and Trace.took instead): named by `step_name`.
+    Nothing when off or not sampled."""
     trace: Trace | None = environ.get(KEY)
     if trace is None or (trace.decided and not trace.sampled):
         return _NOTHING
-    if message is not None and isinstance(message.params, dict) and message.params.get("requestState") is not None:
-        name = "mcpgate.mrtr"
-    trace.naming = name
-    return trace
+    return _Step(trace, step_name(name, message))
 
 
 def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     """The request's sampling decided, and the message as the child gets it: a request's `_meta.traceparent`
-    (and tracestate) naming the span of the wait for the child's answer (the message changed in place)."""
+    (and tracestate) naming the span of the wait for the child's answer (the message changed in place). The
+    common request (params an object without _meta, not opened yet, no traceparent header, the sampler's rule
+    for a request without a parent static) goes by plain_to_child, the rest by opened_to_child."""
     trace: Trace | None = environ.get(KEY)
     if trace is None:
         return message
-    if plain(message, trace, environ):  # no parent; the sampler's rule for that static
+    if (
+        type(message) is Request
+        and type(message.params) is dict
+        and not trace.opened
+        and "_meta" not in message.params
+        and "HTTP_TRACEPARENT" not in environ
+        and type(_rules[0]) is bool
+    ):
         return plain_to_child(trace, environ, message, message.params)
+    return opened_to_child(trace, environ, message)
+
+
+def opened_to_child(trace: Trace, environ: Mapping[str, Any], message: Message) -> Message:
+    """to_child for any message: `open`, then the wait's context into the request's _meta (w3c.put_in_meta)."""
     trace.open(environ, message)
     if not isinstance(message, Request) or (message.params is not None and not isinstance(message.params, dict)):
         return message
@@ -264,14 +299,6 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
         trace.wait = (span_id, _time())
     w3c.put_in_meta(message, trace.context(span_id))
     return message
-
-
-def plain(message: Message, trace: Trace, environ: Mapping[str, Any]) -> TypeGuard[Request]:
-    """A request not opened yet whose params are an object without _meta, with no traceparent header, and the
-    sampler's rule for a request with no parent static: plain_to_child's."""
-    if type(message) is not Request or type(message.params) is not dict or trace.opened:
-        return False
-    return "_meta" not in message.params and "HTTP_TRACEPARENT" not in environ and type(_rules[0]) is bool
 
 
 def plain_to_child(trace: Trace, environ: Mapping[str, Any], message: Request, params: dict[str, Any]) -> Request:

@@ -246,13 +246,14 @@ def test_the_short_way_to_the_child_is_the_long_one(
         drawn = w3c.Ids()
         drawn.drawn = bytes(range(1, 256)) * 16
         monkeypatch.setattr(tracing, "IDS", drawn)
-        if not short:
-            monkeypatch.setattr(tracing, "plain", lambda *_: False)
         environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
         trace = tracing.begin(environ, "default")
         with tracing.step(environ, "mcpgate.guard"):
             pass
-        sent = tracing.to_child(environ, message(raw))
+        if short:
+            sent = tracing.to_child(environ, message(raw))
+        else:
+            sent = tracing.opened_to_child(trace, environ, message(raw))
         assert isinstance(sent, Request)
         fields = (trace.trace_id, trace.sampled, trace.decided, trace.opened, trace.what, trace.session, trace.state)
         steps = [name for name, _, _ in trace.steps]

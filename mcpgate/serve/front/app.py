@@ -197,8 +197,9 @@ class Endpoint:
         server = self.servers.get(route[0]) if route is not None else None
         listing = route is None and path in LISTING
         endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
-        if tracing.TRACER is not None and route is not None:  # tracing off: this one check
-            tracing.begin(environ, route[0])
+        trace = None  # tracing off: one check, and none of a trace's
+        if tracing.TRACER is not None and route is not None:
+            trace = tracing.begin(environ, route[0])
         if self.cors_on:
             start_response = self._with_cors(environ, start_response)
         try:
@@ -213,9 +214,12 @@ class Endpoint:
                 )
             else:
                 target = server.settings if server is not None else None
-                if tracing.KEY in environ:  # tracing off: no span, not even an empty one
-                    with tracing.step(environ, "mcpgate.guard"):
+                if trace is not None:  # tracing off: no span, not even an empty one
+                    began = tracing.now()
+                    try:
                         self.guard.check(environ, endpoint, target)
+                    finally:
+                        trace.took(tracing.GUARD, began)
                 else:
                     self.guard.check(environ, endpoint, target)
                 if route is not None:
@@ -231,7 +235,7 @@ class Endpoint:
             if audit.LOG is not None:  # its audit line: the kind, never a token (mcpgate/observe/audit.py)
                 audit.LOG.refused(environ, refusal.status, refusal.code, refusal.kind, context(environ))
             response = refusal.response()
-        if tracing.KEY in environ:  # the request's spans end with its response
+        if trace is not None:  # the request's spans end with its response
             return tracing.finish(environ, response.status, response.body, response(environ, start_response))
         return response(environ, start_response)
 

@@ -105,9 +105,13 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
             call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
         return reply(gw, pool, call, client)
     listed = tools if message.method == "tools/list" else None
-    if tracing.KEY in request.environ:
-        with tracing.step(request.environ, "mcpgate.pool", message):  # the pool's child, or an MRTR round's
+    trace = request.environ.get(tracing.KEY)
+    if trace is not None:  # the pool's child, or an MRTR round's
+        began = tracing.now()
+        try:
             call = start(pool, principal, message, listed, closing=gw.closing)
+        finally:
+            trace.took(tracing.step_name(tracing.POOL, message), began)
     else:
         call = start(pool, principal, message, listed, closing=gw.closing)
     if audit.LOG is not None and call.audit is None and message.method in audit.NAMED:  # a retry's call has one

@@ -70,7 +70,8 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     message = context(request.environ).message = jsonrpc.parse(checks.read_body(request, gw.settings.max_body_bytes))
     if isinstance(message, Invalid):
         raise Refusal(400, message.code, message.reason, message.id)
-    if tracing.KEY in request.environ:  # its span; the child's request names the span of the wait for it
+    trace = request.environ.get(tracing.KEY)
+    if trace is not None:  # its span; the child's request names the span of the wait for it
         message = tracing.to_child(request.environ, message)
     if gw.settings.modern_only and isinstance(message, Request) and message.method == "initialize":
         refuse_initialize(message)
@@ -80,9 +81,12 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
     if isinstance(message, Request) and message.method == "initialize":
         return initialize(gw, request, message)
-    if tracing.KEY in request.environ:
-        with tracing.step(request.environ, "mcpgate.session"):
+    if trace is not None:
+        began = tracing.now()
+        try:
             session = find_session(gw, request)
+        finally:
+            trace.took(tracing.SESSION, began)
     else:
         session = find_session(gw, request)
     return exchange(gw, session, batch_items(session, message), request.environ)

@@ -1,0 +1,81 @@
+"""A request's steps timed the request path's way (tracing.now, the step, Trace.took in a finally clause) are the
+steps a `with tracing.step(...)` block times: the same names in the same order, each inside its own block, none
+for a request known to be unsampled, and a step that raised timed all the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcpgate.core import jsonrpc
+from mcpgate.core.jsonrpc import Request
+from mcpgate.observe import tracing
+from mcpgate.observe.tracing import KEY, Trace
+
+PLAIN = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}'
+ROUND = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","requestState":"s"}}'
+
+
+def request(raw: bytes) -> Request:
+    parsed = jsonrpc.parse(raw)
+    assert isinstance(parsed, Request)
+    return parsed
+
+
+def traced(decided: bool, sampled: bool) -> tuple[dict[str, Any], Trace]:
+    trace = Trace("default")
+    trace.decided, trace.sampled = decided, sampled
+    return {KEY: trace}, trace
+
+
+class Refused(Exception):
+    pass
+
+
+def by_took(trace: Trace, message: Request | None) -> None:
+    """The steps as app.py, streamable.py and stateless.py time them."""
+    began = tracing.now()
+    try:
+        pass
+    finally:
+        trace.took(tracing.GUARD, began)
+    began = tracing.now()
+    try:
+        raise Refused
+    except Refused:
+        pass
+    finally:
+        trace.took(tracing.step_name(tracing.POOL, message), began)
+
+
+def by_with(environ: dict[str, Any], message: Request | None) -> None:
+    """The same steps in `with tracing.step(...)` blocks."""
+    with tracing.step(environ, tracing.GUARD):
+        pass
+    try:
+        with tracing.step(environ, tracing.POOL, message):
+            raise Refused
+    except Refused:
+        pass
+
+
+@pytest.mark.parametrize(("decided", "sampled"), [(True, True), (True, False), (False, False), (False, True)])
+@pytest.mark.parametrize("raw", [None, PLAIN, ROUND])
+def test_took_times_what_a_with_block_times(decided: bool, sampled: bool, raw: bytes | None) -> None:
+    message = None if raw is None else request(raw)
+    got = []
+    for timing in ("took", "with"):
+        environ, trace = traced(decided, sampled)
+        before = tracing.now()
+        if timing == "took":
+            by_took(trace, message)
+        else:
+            by_with(environ, message)
+        after = tracing.now()
+        assert all(before <= began <= ended <= after for _, began, ended in trace.steps)
+        assert [began for _, began, _ in trace.steps] == sorted(began for _, began, _ in trace.steps)
+        got.append([name for name, _, _ in trace.steps])
+    assert got[0] == got[1]
+    pool = "mcpgate.mrtr" if raw == ROUND else "mcpgate.pool"
+    assert got[0] == ([] if decided and not sampled else ["mcpgate.guard", pool])
