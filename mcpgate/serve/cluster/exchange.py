@@ -5,6 +5,11 @@ the reply is read through one buffered reader the connection keeps, its head par
 (bounded: a line at most MAX_LINE bytes, at most http1.MAX_HEADERS lines), its body read whole or chunk by chunk
 (bounded reads). Each connection draws the channel of the nonces its requests' values carry when it connects.
 The Forwarder (serve/cluster/forward.py) keeps these connections, per owner, and decides what a failure means.
+
+A connection made with a `pause` has no timer per read (gevent starts and stops one for every wait of a socket
+with a timeout: ~5 % of a forwarding instance's Python per call): each read and send records when its wait must
+end, and a Watch (one per Forwarder, twice a second) ends the waits that overran by shutting the socket down; the
+wait then fails with TimeoutError, as the socket's own timeout failed it. Connecting keeps the socket's timeout.
 """
 
 from __future__ import annotations
@@ -13,9 +18,14 @@ import http.client
 import io
 import re
 import secrets
+import socket
+import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Any
+
+import gevent
 
 from mcpgate.core import http1
 
@@ -24,6 +34,7 @@ MAX_LINE = 65536  # longest line of a reply's head (http.client's own bound)
 READ_BUFFER = 16 * 1024  # a connection's buffered reader
 CHANNEL_BYTES = 16  # a connection's channel: 22 base64url characters
 BAD_NAME = re.compile(r"[ :\r\n\t]")  # what would break a header line's framing in its name
+SWEEP_INTERVAL = 0.5  # seconds between two looks at the waits of a Watch's connections (how late one ends)
 
 
 @dataclass
@@ -39,18 +50,24 @@ class Reply:
 
 class OwnerConnection(http.client.HTTPConnection):
     """A kept-alive connection to an owner (http.client's connect, timeouts and socket) that speaks the exchange
-    itself: `send` writes a request in one go, `head` reads a reply's head, `body`/`chunks` its body."""
+    itself: `send` writes a request in one go, `head` reads a reply's head, `body`/`chunks` its body. `pause`:
+    the seconds each of its waits may take once connected (0: the socket's timeout, `timeout`, applies)."""
 
     reader: io.BufferedReader | None = None
     channel = ""  # the nonces of the values sent on this connection: "<channel>~<count>", count 0, 1, 2, ...
     count = 0
     body_form = False  # the owner said it reads a POST's value in its body (forward.py): never on a new connection
+    pause = 0.0
+    until: float | None = None  # while it waits on the owner (pause set): when the wait must have ended
+    timed_out = False  # a wait overran: the Watch shut the socket down
 
     def connect(self) -> None:
         super().connect()
         self.reader = None
         self.channel, self.count = secrets.token_urlsafe(CHANNEL_BYTES), 0
-        self.body_form = False
+        self.body_form = self.timed_out = False
+        if self.pause:
+            self.sock.settimeout(None)  # its waits end by the Watch: no timer per read
 
     def next_nonce(self) -> str:
         """The nonce of the next request's value: the first on a connection is checked in the owner's Redis, the
@@ -65,10 +82,29 @@ class OwnerConnection(http.client.HTTPConnection):
         if self.sock is None:
             self.connect()
         if self.reader is None:
-            self.reader = cast(io.BufferedReader, self.sock.makefile("rb", READ_BUFFER))
-        sent = self.sock.send(message)  # one system call when the socket takes it all (gevent's sendall asks
-        if sent < len(message):  # the socket's buffer size first, each time): sendall only for what is left
-            self.sock.sendall(memoryview(message)[sent:])
+            self.reader = io.BufferedReader(WatchedReads(self), READ_BUFFER)
+        if self.pause:
+            self.until = time.monotonic() + self.pause
+        try:
+            sent = self.sock.send(message)  # one system call when the socket takes it all (gevent's sendall asks
+            if sent < len(message):  # the socket's buffer size first, each time): sendall only for what is left
+                self.sock.sendall(memoryview(message)[sent:])
+        except OSError:
+            if self.timed_out:
+                raise TimeoutError("timed out") from None
+            raise
+        finally:
+            self.until = None
+
+    def expire(self) -> None:
+        """End the wait that overran (the Watch's): the socket shut down, the wait fails with TimeoutError."""
+        self.timed_out = True
+        sock = self.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed
+                pass
 
     def close(self) -> None:
         reader, self.reader = self.reader, None
@@ -168,6 +204,70 @@ class OwnerConnection(http.client.HTTPConnection):
                 yield data
             if self.line() not in (b"\r\n", b"\n"):
                 raise http.client.IncompleteRead(b"")
+
+
+class WatchedReads(io.RawIOBase):
+    """A connection's socket as its buffered reader reads it: each read's wait, with a `pause`, ends by the Watch
+    (TimeoutError, as a socket's timeout); without one, by the socket's timeout."""
+
+    def __init__(self, conn: OwnerConnection) -> None:
+        super().__init__()
+        self.conn = conn
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        conn = self.conn
+        if conn.timed_out:
+            raise TimeoutError("timed out")
+        if conn.pause:
+            conn.until = time.monotonic() + conn.pause
+        try:
+            count: int = conn.sock.recv_into(buffer)
+        except OSError:
+            if conn.timed_out:
+                raise TimeoutError("timed out") from None
+            raise
+        finally:
+            conn.until = None
+        if conn.timed_out:
+            raise TimeoutError("timed out")
+        return count
+
+
+class Watch:
+    """The waits of a Forwarder's connections: one greenlet (started with the first connection watched, in the
+    worker) looks twice a second and ends those past their end."""
+
+    def __init__(self) -> None:
+        self._watched: weakref.WeakSet[OwnerConnection] = weakref.WeakSet()
+        self._sweeper: gevent.Greenlet[Any, Any] | None = None
+
+    def add(self, conn: OwnerConnection) -> None:
+        self._watched.add(conn)
+        if self._sweeper is None:
+            self._sweeper = gevent.spawn(self._sweep)
+
+    def sweep(self, now: float) -> int:
+        """End the waits past their end at `now`; how many."""
+        ended = 0
+        for conn in list(self._watched):
+            until = conn.until
+            if until is not None and until <= now and not conn.timed_out:
+                conn.expire()
+                ended += 1
+        return ended
+
+    def _sweep(self) -> None:
+        while True:
+            gevent.sleep(SWEEP_INTERVAL)
+            self.sweep(time.monotonic())
+
+    def stop(self) -> None:
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.kill(block=False)
 
 
 def message(method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> bytes:

@@ -25,7 +25,8 @@ a rolling redeploy) keeps getting every value in the head. The head itself is ma
 A reply with a length is read whole and its connection goes back to the pool at once; any other (an SSE
 stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes it, and its connection is
 pooled again only once it was read to its end. Connecting has a timeout; a reply may pause no longer than the
-owner's SSE switch and two keepalives (the owner writes keepalive comments on every live stream).
+owner's SSE switch and two keepalives (the owner writes keepalive comments on every live stream): each wait on the
+owner records its end, which the forwarder's Watch enforces (exchange.py: no timer per read).
 
 The exchange itself (the request's bytes, the reply's head and body read off the connection) is
 serve/cluster/exchange.py's OwnerConnection.
@@ -43,7 +44,7 @@ from urllib.parse import quote, urlsplit
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, wire
 from mcpgate.observe import tracing
-from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, message
+from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, Watch, message
 from mcpgate.serve.cluster.relayed import Relayed
 from mcpgate.serve.cluster.signing import Signer, body_digest
 from mcpgate.serve.front.context import context
@@ -95,6 +96,7 @@ class Forwarder:
         self.read_timeout = settings.sse_after + 2 * settings.keepalive + CONNECT_TIMEOUT
         self._idle: dict[str, list[OwnerConnection]] = {}
         self._gone: set[str] = set()
+        self.watch = Watch()  # ends a wait on an owner past read_timeout (no timer per read: exchange.py)
         self.relayed = Relayed()  # the GET streams relayed for others' sessions, which a drain ends
 
     def forward(
@@ -150,8 +152,6 @@ class Forwarder:
             try:
                 conn.send_request(request(conn.next_nonce(), conn.body_form))
                 sent = True
-                if conn.sock is not None:
-                    conn.sock.settimeout(self.read_timeout)
                 return conn, conn.head(method)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 conn.close()
@@ -170,11 +170,13 @@ class Forwarder:
             return idle.pop(), True
         host, _, port = origin.rpartition(":")
         conn = OwnerConnection(host.strip("[]"), int(port) if port else 80, timeout=CONNECT_TIMEOUT)
+        conn.pause = self.read_timeout  # each wait on the owner, once connected
+        self.watch.add(conn)
         return conn, False
 
     def _release(self, origin: str, conn: OwnerConnection, reply: Reply) -> None:
         idle = self._idle.setdefault(origin, [])
-        if reply.will_close or len(idle) >= self.idle_per_owner:
+        if reply.will_close or conn.timed_out or len(idle) >= self.idle_per_owner:
             conn.close()
         else:
             idle.append(conn)
@@ -245,6 +247,7 @@ class Forwarder:
         log.warning("instance %s is gone (%s): its kept sessions are taken over where asked for", owner, reason)
 
     def close(self) -> None:
+        self.watch.stop()
         for idle in self._idle.values():
             for conn in idle:
                 conn.close()

@@ -150,15 +150,14 @@ class Cluster:
         signed = self.signer.check(value, time.time(), (*request, named_session(environ) or ""), body)
         if signed is None:
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
-        claim = signed.claim
         # put back for the handler, with its digest (resent.py keys on it rather than hashing the body again)
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = CheckedBody(body, signed.digest), str(len(body))
-        if not self.first_use(claim.nonce, context(environ).peer_gone):
+        if not self.first_use(signed.nonce, context(environ).peer_gone):
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded value was used before (a replay)")
         found = context(environ)
         found.forwarded = True
-        found.view = claim.view  # the view its forwarder chose (views_file.ViewTable.key checks it is ours)
-        return claim.principal
+        found.view = signed.view  # the view its forwarder chose (views_file.ViewTable.key checks it is ours)
+        return signed.principal
 
     def value_in_body(self, environ: dict[str, Any], peer: str | None, sender: str) -> tuple[str, bytes]:
         """The Mcpgate-Forwarded value a POST's body leads with (its first line, at most VALUE_MOST bytes) and the

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,11 +65,11 @@ class Resent:
         self.max_body, self.wait, self.clock = max_body, wait + MARGIN, clock
         self._running: dict[Key, Copy] = {}
         self._kept: dict[Key, tuple[HttpResponse, float]] = {}  # answers whose carrier had gone, until when
-        self._sessions: Counter[str] = Counter()  # sessions with an entry in either table
+        self._sessions: dict[str, int] = {}  # sessions with an entry in either table: how many
 
     def serve(self, environ: dict[str, Any], session: str, run: Callable[[], HttpResponse]) -> HttpResponse:
         forwarded = context(environ).forwarded
-        if environ.get("REQUEST_METHOD") != "POST" or not (forwarded or self._sessions[session]):
+        if environ.get("REQUEST_METHOD") != "POST" or not (forwarded or session in self._sessions):
             return run()
         checked = environ["wsgi.input"]
         if isinstance(checked, CheckedBody) and checked.tell() == 0:  # its value checked: its digest is known
@@ -114,7 +113,7 @@ class Resent:
 
     def _run_first(self, key: Key, copy: Copy, run: Callable[[], HttpResponse]) -> HttpResponse:
         self._running[key] = copy
-        self._sessions[key[0]] += 1
+        self._more(key[0])
         response: HttpResponse | None = None
         try:
             response = run()
@@ -137,9 +136,14 @@ class Resent:
                 del self._kept[old]
                 self._less(old[0])
         self._kept[key] = (answer, now + KEPT_FOR)
-        self._sessions[key[0]] += 1
+        self._more(key[0])
+
+    def _more(self, session: str) -> None:
+        self._sessions[session] = self._sessions.get(session, 0) + 1
 
     def _less(self, session: str) -> None:
-        self._sessions[session] -= 1
-        if self._sessions[session] <= 0:
+        left = self._sessions[session] - 1
+        if left > 0:
+            self._sessions[session] = left
+        else:
             del self._sessions[session]

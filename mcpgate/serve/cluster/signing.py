@@ -19,7 +19,6 @@ import io
 from typing import NamedTuple
 
 from mcpgate.core import session_ids
-from mcpgate.core.session_ids import Forwarded
 
 _STRING = session_ids._STRING  # a str as json.dumps writes it (ensure_ascii)
 _DOMAIN = _STRING(session_ids._FORWARDED_DOMAIN)
@@ -43,10 +42,17 @@ class CheckedBody(io.BytesIO):
 
 
 class Signed(NamedTuple):
-    """A value that checked (as forwarded_check's answer) and the digest of the body it was signed for."""
+    """A value that checked (forwarded_check's Forwarded, as fields) and the digest of the body it was signed for."""
 
-    claim: Forwarded
+    principal: str
+    sender: str
+    nonce: str
+    view: str
     digest: str
+
+
+# (sender valid, view valid, the text's part up to the sender, the view's JSON)
+Identity = tuple[bool, bool, str, str]
 
 
 class Signer:
@@ -58,8 +64,10 @@ class Signer:
         key = key.ljust(BLOCK, b"\0")
         self._inner = hashlib.sha256(key.translate(bytes(x ^ 0x36 for x in range(256))))
         self._outer = hashlib.sha256(key.translate(bytes(x ^ 0x5C for x in range(256))))
-        self._senders: dict[tuple[str, str], str] = {}  # (principal, sender) -> their signed JSON, domain first
-        self._requests: dict[tuple[str, str, str, str], str] = {}  # (method, path, query, session) -> theirs
+        self._signing: dict[tuple[str, str, str], tuple[str, str, str]] = {}  # (principal, sender, view) -> parts
+        self._checking: dict[tuple[str, str, str], Identity] = {}  # (principal's base64url, sender, view) -> its
+        self._principals: dict[str, str] = {}  # a principal's base64url -> the principal
+        self._requests: dict[tuple[str, str, str, str], str] = {}  # (method, path, query, session) -> their JSON
 
     def mac(self, text: str) -> str:
         """hmac.digest(key, text, "sha256") cut as session ids and values cut it, in base64url."""
@@ -69,32 +77,28 @@ class Signer:
         outer.update(inner.digest())
         return _b64(outer.digest()[: session_ids.MAC_BYTES])
 
-    def _sender_part(self, principal_b64: str, sender: str) -> str:
-        key = (principal_b64, sender)
-        known = self._senders.get(key)
+    def _request_part(self, request: tuple[str, str, str, str]) -> str:
+        known = self._requests.get(request)
         if known is None:
-            known = f"[{_DOMAIN},{_STRING(principal_b64)},{_STRING(sender)},"
-            if len(self._senders) >= KEPT:
-                self._senders.clear()
-            self._senders[key] = known
-        return known
-
-    def _request_part(self, method: str, path: str, query: str, session: str) -> str:
-        key = (method, path, query, session)
-        known = self._requests.get(key)
-        if known is None:
-            known = ",".join(map(_STRING, key))
+            known = ",".join(map(_STRING, request))
             if len(self._requests) >= KEPT:
                 self._requests.clear()
-            self._requests[key] = known
+            self._requests[request] = known
         return known
 
-    def _signed(self, fields: tuple[str, str, str, str, str], request: tuple[str, str, str, str], digest: str) -> str:
-        """The MAC over session_ids._forwarded_mac's JSON text (the digest, base64url, is its own JSON string)."""
-        principal_b64, sender, stamp, nonce, view = fields
-        middle = ",".join(map(_STRING, (stamp, nonce, view)))
-        text = f'{self._sender_part(principal_b64, sender)}{middle},{self._request_part(*request)},"{digest}"]'
-        return self.mac(text)
+    def _signing_parts(self, principal: str, sender: str, view: str) -> tuple[str, str, str]:
+        """(the principal's base64url, the text up to the sender, the view's JSON); ValueError for a bad view."""
+        key = (principal, sender, view)
+        known = self._signing.get(key)
+        if known is None:
+            if not session_ids.valid_view(view):
+                raise ValueError("a view's token holds only [A-Za-z0-9-_~], at most 64 of them")
+            principal_b64 = _b64(principal.encode())
+            known = (principal_b64, f"[{_DOMAIN},{_STRING(principal_b64)},{_STRING(sender)},", _STRING(view))
+            if len(self._signing) >= KEPT:
+                self._signing.clear()
+            self._signing[key] = known
+        return known
 
     def value(
         self,
@@ -108,12 +112,38 @@ class Signer:
     ) -> str:
         """session_ids.forwarded(principal, sender, now, ForwardedRequest(*request, body), key, view, nonce), the
         body given by its `digest` (body_digest) and `nonce` never empty."""
-        if not session_ids.valid_view(view):
-            raise ValueError("a view's token holds only [A-Za-z0-9-_~], at most 64 of them")
+        principal_b64, head, view_json = self._signing_parts(principal, sender, view)
         if not nonce or not session_ids.valid_view(nonce):
             raise ValueError("a nonce holds only [A-Za-z0-9-_~], at most 64 of them (and at least one)")
-        fields = (_b64(principal.encode()), sender, str(int(now)), nonce, view)
-        return ".".join((*fields, self._signed(fields, request, digest)))
+        stamp = str(int(now))  # digits, and the nonce [A-Za-z0-9_~-]: each its own JSON string between quotes
+        mac = self.mac(f'{head}"{stamp}","{nonce}",{view_json},{self._request_part(request)},"{digest}"]')
+        return f"{principal_b64}.{sender}.{stamp}.{nonce}.{view}.{mac}"
+
+    def _identity(self, principal_b64: str, sender: str, view: str) -> Identity:
+        """What a value's principal, sender and view give its check (remembered, bounded)."""
+        key = (principal_b64, sender, view)
+        known = self._checking.get(key)
+        if known is None:
+            head = f"[{_DOMAIN},{_STRING(principal_b64)},{_STRING(sender)},"
+            known = (session_ids.valid_instance(sender), session_ids.valid_view(view), head, _STRING(view))
+            if len(self._checking) >= KEPT:
+                self._checking.clear()
+            self._checking[key] = known
+        return known
+
+    def _principal(self, principal_b64: str) -> str | None:
+        """The principal a value that checked names (None: not base64url of UTF-8; decoded as forwarded_check
+        decodes it, errors included), remembered when it is one (bounded)."""
+        known = self._principals.get(principal_b64)
+        if known is None:
+            try:
+                known = base64.urlsafe_b64decode(principal_b64 + "=" * (-len(principal_b64) % 4)).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            if len(self._principals) >= KEPT:
+                self._principals.clear()
+            self._principals[principal_b64] = known
+        return known
 
     def check(
         self,
@@ -123,22 +153,20 @@ class Signer:
         body: bytes,
         window: int = session_ids.FORWARDED_WINDOW,
     ) -> Signed | None:
-        """session_ids.forwarded_check(value, now, ForwardedRequest(*request, body), key, window), with the body's
-        digest when it checks."""
+        """session_ids.forwarded_check(value, now, ForwardedRequest(*request, body), key, window), as fields and
+        with the body's digest when it checks; its checks in the same order (the same answer, or error)."""
         parts = value.split(".")
         if len(parts) != 6:
             return None
         principal_b64, sender, stamp, nonce, view, mac = parts
-        if not (stamp.isdigit() and len(stamp) <= 12 and session_ids.valid_instance(sender) and 0 < len(nonce) <= 64):
+        sender_valid, view_valid, head, view_json = self._identity(principal_b64, sender, view)
+        if not (stamp.isdigit() and len(stamp) <= 12 and sender_valid and 0 < len(nonce) <= 64):
             return None
-        if abs(now - int(stamp)) > window or not session_ids.valid_view(view):
+        if abs(now - int(stamp)) > window or not view_valid:
             return None
         digest = body_digest(body)
-        expected = self._signed((principal_b64, sender, stamp, nonce, view), request, digest)
-        if not hmac.compare_digest(mac.encode(), expected.encode()):
+        text = f'{head}{_STRING(stamp)},{_STRING(nonce)},{view_json},{self._request_part(request)},"{digest}"]'
+        if not hmac.compare_digest(mac.encode(), self.mac(text).encode()):
             return None
-        try:
-            principal = base64.urlsafe_b64decode(principal_b64 + "=" * (-len(principal_b64) % 4)).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        return Signed(Forwarded(principal, sender, nonce, view), digest)
+        principal = self._principal(principal_b64)
+        return None if principal is None else Signed(principal, sender, nonce, view, digest)
