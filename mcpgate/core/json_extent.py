@@ -25,11 +25,13 @@ from __future__ import annotations
 import re
 
 # From a position between tokens: every byte up to the next bracket or the next string that is long or escaped,
-# short plain strings ("[^"\\]{0,64}") taken whole. Possessive: a failed string is given up, never backtracked into.
-# A long string is not matched here: the pattern engine steps through each byte, bytes.find does not.
-_SKIP = re.compile(rb'(?:[^"{}\[\]]++|"[^"\\]{0,64}+")*+')
-# The rest of a string from a position that is not inside an escape: through its closing quote.
-_STRING_REST = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+# short plain strings ("[^"\\]{0,64}") taken whole. It matches wherever it starts, so it never backtracks past a
+# failed string (the quantifiers need not be possessive, which Python 3.10 lacks). A long string is not matched
+# here: the pattern engine steps through each byte, bytes.find does not.
+_SKIP = re.compile(rb'(?:[^"{}\[\]]+|"[^"\\]{0,64}")*')
+# The rest of a string from a position that is not inside an escape: through its closing quote (unrolled: each
+# byte read one way, so a string that never ends is given up in linear time).
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _FOUND_ESCAPED = 16  # escaped quotes of one string found by bytes.find before _STRING_REST takes its rest
 _BACKSLASH = ord("\\")
 _OPENERS = frozenset(b"{[")

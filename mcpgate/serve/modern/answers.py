@@ -9,7 +9,10 @@ tools/list result loses the tools its filter hides; an input_required result, or
 and the client gets a 502-like internal error instead). An error answer keeps its error, and its code is noted on
 the call (call.error_code). A plain result, neither of those, is spliced: its bytes are passed on with the
 stamp's members appended, without decoding or encoding it again (a large one was classified from its head and
-never decoded), unless it names a member the stamp could add or holds a CR (an SSE line would end there).
+never decoded), unless it names a member the stamp could add or holds a CR (an SSE line would end there). A large
+one's end is found by walking it (core/json_extent: its strings skipped by bytes.find), not taken to be the
+message's last brace but one: an answer with a member after its result, or one whose walk past its bound is
+unknown, is decoded whole and made again.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from mcpgate.core import jsonrpc, modern, mrtr, tasks
+from mcpgate.core import json_extent, jsonrpc, modern, mrtr, tasks
 from mcpgate.core.jsonrpc import Response
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.serve.modern.calls import Call
@@ -38,6 +41,12 @@ _VIEW_FROM = 4096  # a result this large is passed on through a memoryview (copi
 _MINTED_HEAD = b'{"jsonrpc":"2.0","id":"%s","result":{'
 _EMPTY = re.compile(rb"\{[ \t\r\n]*\}")  # a result object with no member (matching stops at the first one)
 _EMPTY_NEXT = frozenset(b" \t\r\n}")  # what follows the "{" of a result with no member (else no match is tried)
+_TAIL = re.compile(rb"[ \t\n\r]*\}[ \t\n\r]*")  # what follows the result of an answer that ends with it
+# A large result's walk takes at most one step for this many bytes of its answer (and never fewer than the
+# minimum): a step costs about a microsecond, decoding and encoding an answer of dense small tokens 30-40 ns a
+# byte, so a walk given up at its bound wasted a tenth of what the decoding costs at most.
+_BYTES_A_STEP, _STEPS_AT_LEAST = 256, 1024
+NOT_JSON = "Bad Gateway: the MCP server's answer is not JSON"
 UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
 
 
@@ -58,7 +67,11 @@ class Answers:
         data = self._spliced(call, message, server_info) if spliced else None
         if data is not None:
             return data
-        obj = message.full()
+        try:
+            obj = message.full()
+        except (ValueError, RecursionError):  # read by its head alone, and no JSON after all
+            log.warning("pooled child %s: an answer of %d bytes is not JSON", self.label, len(message.raw or b""))
+            obj = jsonrpc.error_response(call.client_id, jsonrpc.INTERNAL_ERROR, NOT_JSON)
         result = obj.get("result")
         if isinstance(result, dict) and (mrtr.is_input_required(result) or tasks.names_task(call.method, result)):
             result = self.sealed(call, result)  # its requestState or task id sealed for the principal
@@ -89,11 +102,14 @@ class Answers:
         stamp never duplicates one), holds a CR (an SSE line would end there; a line LineDecoder.bare vouched for,
         still the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"} (a
         decoded one with another member, wherever it is, included; an answer read by its head alone, past
-        PARTIAL_FROM_BYTES, is taken to end with its result, as the SDKs write it)."""
+        PARTIAL_FROM_BYTES, must end with its result: partial_bounds)."""
         raw = message.raw
         if raw is None or (len(message.obj) != 3 and not message.partial):  # a member besides the three: made again
             return None
-        bounds = minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw)
+        if message.partial:
+            bounds = partial_bounds(raw, call.minted)
+        else:
+            bounds = minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw)
         if bounds is None:
             return None
         start, end = bounds  # the result searched in place: a large one is copied once, into the answer
@@ -115,11 +131,32 @@ class Answers:
         return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":', result, b",", members, b"}}"))
 
 
+def partial_bounds(raw: bytes, minted: str) -> tuple[int, int] | None:
+    """The result's place in an answer read by its head alone (jsonrpc.parse_line's partial Response, whose head
+    {"jsonrpc", "id", "result": matched): from its "{" to the end of the object it opens, found by json_extent's
+    walk, when only the message's closing brace follows it. None when another member follows (`"result":{...},
+    "_x":{}}`), the result is no object, or the walk past its bound does not know (the caller decodes the answer
+    whole). The minted head, as the SDKs write it, is recognised without the pattern."""
+    head = _MINTED_HEAD % minted.encode()
+    if raw.startswith(head):
+        start = len(head) - 1
+    else:
+        bounds = jsonrpc.result_bounds(raw)  # its start is where the head ends; None: no object there, or
+        if bounds is None:  # the bytes before the last brace are no "}" (then something follows it)
+            return None
+        start = bounds[0]
+    end = json_extent.value_end(raw, start, max(_STEPS_AT_LEAST, len(raw) // _BYTES_A_STEP))
+    if end is None or _TAIL.fullmatch(raw, end) is None:
+        return None
+    return start, end
+
+
 def minted_bounds(raw: bytes, minted: str) -> tuple[int, int] | None:
     """jsonrpc.result_bounds(raw) for an answer laid out as the SDKs write it, {"jsonrpc":"2.0","id":"<minted>",
     "result":{...}} without whitespace, read without the pattern; None for any other layout (result_bounds reads
     it). `minted` is a minted id (calls.mint): ASCII without a quote, a backslash or a control character, so the id
-    the pattern would read is exactly its bytes."""
+    the pattern would read is exactly its bytes. For a decoded answer of these three members only: the result is
+    taken to end at the message's last brace but one (an answer read by its head alone has partial_bounds)."""
     head = _MINTED_HEAD % minted.encode()
     if raw.startswith(head) and raw.endswith(b"}}"):  # the result's brace and the message's, after the head's "{"
         return len(head) - 1, len(raw) - 1

@@ -1,0 +1,110 @@
+"""A pooled child's large answer (past jsonrpc.PARTIAL_FROM_BYTES, read by its head alone) reaches its 2026-07-28
+client as JSON holding exactly the child's result, whatever follows the result in the child's line.
+
+serve/modern/answers.py splices a plain result's bytes into the client's answer without decoding it. A large
+answer was taken to end with its result, as the SDKs write it: the result's bounds ran from the "{" after
+"result": to the "}" before the message's last. A child whose line had a member after the result
+(`"result":{...},"_x":{"a":1}}`) then had `{...},"_x":{"a":1` spliced as the result: the client's result lacked the
+stamp's members, which went into "_x" instead (or the answer was no JSON at all). Its end is now found by walking
+the result (core/json_extent); an answer with anything after the result is decoded whole and made again.
+
+Each layout is played by tests/fixtures/splice_server.py through a real gateway and its pooled (legacy) child.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from mcpgate.core.jsonrpc import PARTIAL_FROM_BYTES
+from tests.support import FIXTURES, Gateway, lazy_gateways, modern_body, post_modern, reply_message
+
+SPLICE = f"{sys.executable} {FIXTURES / 'splice_server.py'}"
+ENVS = {"splice": {"MCPGATE_COMMAND": SPLICE, "MCPGATE_POOL_CHILDREN": "1", "MCPGATE_POOL_SPARES": "0"}}
+SIZE = PARTIAL_FROM_BYTES + 40_000  # every answer below is read by its head alone
+STAMPED = {"resultType", "_meta", "ttlMs", "cacheScope"}  # what the gateway may add to a result
+HEAD = '{"jsonrpc":"2.0","id":{ID},"result":'
+TEXT = '{"content":[{"type":"text","text":"{PAD}"}]}'
+
+LAYOUTS = {
+    # a member after the result
+    "after-object": HEAD + TEXT + ',"_x":{"a":1}}',
+    "after-nested-object": HEAD + TEXT + ',"_x":{"a":{"b":{}}}}',
+    "after-array": HEAD + TEXT + ',"_x":[{"a":1}]}',
+    "after-string-with-braces": HEAD + TEXT + r',"_x":"}\"{\"}"}',
+    "after-object-with-braces-in-a-string": HEAD + TEXT + r',"_x":{"s":"}}\"}"}}',
+    "after-empty-object": HEAD + TEXT + ',"_x":{}}',
+    "after-number": HEAD + TEXT + ',"_x":1}',
+    "after-escaped-text": HEAD + '{"content":[{"type":"text","text":"{ESC}"}]},"_x":{"a":"}"}}',
+    "after-many-tokens": HEAD + '{"m":{MANY}},"_x":{"a":1}}',
+    "result-again": HEAD + TEXT + ',"result":{"content":[],"isError":true}}',
+    "id-again": HEAD + TEXT + ',"id":{ID}}',
+    # nothing after the result (spliced, unless the walk gives up)
+    "plain": HEAD + TEXT + "}",
+    "braces-in-strings": HEAD
+    + r'{"content":[{"type":"text","text":"{PAD}}}{\"}"}],"n":{"a":{"b":"}","c":"\\"}},"d":[]}}',
+    "escaped-text": HEAD + '{"content":[{"type":"text","text":"{ESC}"}],"isError":false}}',
+    "many-tokens": HEAD + '{"m":{MANY}}}',
+    "result-last-member-is-an-object": HEAD + '{"t":"{PAD}","o":{"a":{}}}}',
+    # whitespace
+    "spaces": '{ "jsonrpc" : "2.0" , "id" : {ID} , "result" : { "content" : [ { "type" : "text" , "text" : "{PAD}" }'
+    ' ] } , "_x" : { "a" : 1 } }',
+    "tabs-and-crs": '{"jsonrpc":"2.0","id":{ID},"result":\t{"t":"{PAD}","o":{}}\r\t,\r"_x":{"a":{}}\t}\t',
+    "spaces-nothing-after": '{ "jsonrpc":"2.0", "id":{ID}, "result": { "t" : "{PAD}", "o" : { } } \t } ',
+    "cr-before-the-end": '{"jsonrpc":"2.0","id":{ID},"result":{"t":"{PAD}","o":{}}\r}\r\t',
+}
+
+
+@pytest.fixture(scope="module")
+def gateways() -> Iterator[Callable[[str], Gateway]]:
+    with lazy_gateways(ENVS) as get:
+        yield get
+
+
+def child_line(template: str, request_id: Any) -> bytes:
+    """What the fixture writes for this template (its filling, for the test's own reading)."""
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        import splice_server  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(FIXTURES))
+    return str(splice_server.filled(template, request_id, SIZE)).encode()
+
+
+def asked(gw: Gateway, template: str, client_id: Any) -> dict[str, Any]:
+    body = modern_body(client_id, "tools/call", {"name": "line", "arguments": {"template": template, "size": SIZE}})
+    reply = post_modern(gw, body, timeout=60.0)
+    assert reply.status == 200, reply
+    return reply_message(reply)  # json.loads of the answer: it is JSON
+
+
+@pytest.mark.parametrize("client_id", [7, "c-1"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_the_client_gets_the_child_s_result_whatever_follows_it(
+    gateways: Callable[[str], Gateway], layout: str, client_id: Any
+) -> None:
+    template = LAYOUTS[layout]
+    line = child_line(template, "mcpgate-1")
+    assert len(line) >= PARTIAL_FROM_BYTES  # read by its head alone
+    child_result = json.loads(line)["result"]  # the child's result as any JSON reader takes it (the last, if two)
+    answer = asked(gateways("splice"), template, client_id)
+    assert answer["jsonrpc"] == "2.0" and answer["id"] == client_id and "error" not in answer
+    assert set(answer) == {"jsonrpc", "id", "result"}  # no member of the child's besides its result
+    result = answer["result"]
+    assert "_x" not in result and set(result) - set(child_result) <= STAMPED
+    assert {key: result[key] for key in child_result} == child_result
+    assert result["resultType"] == "complete"  # the stamp is inside the result
+
+
+def test_a_large_answer_that_is_no_json_is_answered_with_an_error(gateways: Callable[[str], Gateway]) -> None:
+    """An answer read by its head alone whose result is followed by no JSON: decoded whole, it fails, and the
+    client gets an error (not the child's bytes, nor a call left waiting)."""
+    template = HEAD + TEXT + ',"_x":}'
+    answer = asked(gateways("splice"), template, 9)
+    assert answer["id"] == 9 and answer["error"]["code"] == -32603 and "not JSON" in answer["error"]["message"]
+    # the child is still there for the next call
+    assert asked(gateways("splice"), LAYOUTS["plain"], 10)["result"]["content"][0]["text"].startswith("0123")
