@@ -48,6 +48,7 @@ class StdoutReader:
         self.discard = False
         self._decoder = LineDecoder(max_line_bytes)
         self._watcher: Any = None  # the pipe's io watcher while the reader runs
+        self._hub: Any = None  # the reader's hub (a pump reads in the same thread)
         self._parked: Waiter[Any] | None = None  # the reader's waiter while it waits for the pipe
         self._pumping = False  # a request's greenlet reads the pipe now
         self._ended = False  # a pump read the end of the pipe (the reader reads it again and ends)
@@ -56,7 +57,7 @@ class StdoutReader:
 
     def run(self) -> None:
         """The reader greenlet: every line until the end of the pipe (and a last line without its newline)."""
-        hub = get_hub()
+        hub = self._hub = get_hub()
         watcher = self._watcher = hub.loop.io(self.fd, _READABLE)
         try:
             while True:
@@ -94,6 +95,9 @@ class StdoutReader:
         except LineTooLong as exc:
             lines, too_long = exc.lines, True  # the complete lines read with it still count
         bare = decoder.bare
+        if len(lines) == 1:  # the usual read: one line (nothing would be left for the reader to hand over)
+            on_line(lines[0], bare)
+            lines = []
         handed = 0
         try:
             for line in lines:
@@ -111,8 +115,7 @@ class StdoutReader:
         `ready`; a readable pipe is read once here, its lines handed over. True: the pipe was read or `ready`
         set; False: `timeout` passed; None: the pipe cannot be read here now (another reads it, it ended, or
         this is the hub), and nothing was waited for."""
-        watcher, parked = self._watcher, self._parked
-        hub = get_hub()
+        watcher, parked, hub = self._watcher, self._parked, self._hub
         if parked is None or watcher is None or self._pumping or self._ended or self.discard or getcurrent() is hub:
             return None
         waiter: Waiter[Any] = Waiter(hub)
@@ -124,7 +127,7 @@ class StdoutReader:
             watcher.start(switch, True)
             ready.rawlink(switch)
             if timeout is not None:
-                timer = hub.loop.timer(max(0.0, timeout))
+                timer = hub.loop.timer(timeout if timeout > 0.0 else 0.0)
                 timer.start(switch, False)
             try:
                 woke = waiter.get()
@@ -140,7 +143,11 @@ class StdoutReader:
             return woke is not False
         finally:
             self._pumping = False
-            self._resume(watcher, hub)
+            parked = self._parked  # the reader waits for the pipe again (_resume, inlined for the usual case)
+            if parked is not None and self._watcher is watcher and not self._leftover:
+                watcher.start(parked.switch, None)
+            else:
+                self._resume(watcher, hub)
 
     def _read_held(self, pumping: bool) -> bool:
         """Read what the pipe holds: a full read is read again at once (a long line's next piece is often there
