@@ -96,6 +96,7 @@ class Forwarder:
         self.read_timeout = settings.sse_after + 2 * settings.keepalive + CONNECT_TIMEOUT
         self._idle: dict[str, list[OwnerConnection]] = {}
         self._gone: set[str] = set()
+        self._origins: dict[str, str] = {}  # an owner's URL -> its host and port (urlsplit once per URL)
         self.watch = Watch()  # ends a wait on an owner past read_timeout (no timer per read: exchange.py)
         self.relayed = Relayed()  # the GET streams relayed for others' sessions, which a drain ends
 
@@ -128,7 +129,12 @@ class Forwarder:
                 return b"".join((head, FORWARDED_FIELD, lead, body))
             return b"".join((head, FORWARDED_FIELD, value.encode("ascii"), b"\r\n", length, b"\r\n", body))
 
-        origin = urlsplit(url).netloc
+        origin = self._origins.get(url)
+        if origin is None:
+            origin = urlsplit(url).netloc
+            if len(self._origins) >= NAMES_KEPT:
+                self._origins.clear()
+            self._origins[url] = origin
         try:
             conn, reply = self._exchange(origin, signed_for, method)
         except LostInFlight as lost:  # the owner died with the request, or reset it unread (instances.py decides)
