@@ -1,6 +1,7 @@
 """Where a JSON object or array in a byte string ends, found without decoding it.
 
     value_end(data, start, steps) -> int | None     the index just past the value that opens at data[start]
+    value_end(data, start, steps, quoteless)         also: where its long strings' insides hold no quote
 
 The value opening at data[start] (a "{" or a "[") is walked bracket by bracket, its strings skipped whole, until
 its depth is back to none: the answer is the index just past its closing bracket (data[start:answer] is the
@@ -18,6 +19,10 @@ nanoseconds a byte, about what decoding it costs), as one step.
 For JSON text the answer is exact: a bracket inside a string is never counted, and a quote is a string's end only
 after an even run of backslashes. The walk checks nothing else (a bracket of the other kind closes as well): it
 says where valid JSON ends, not whether the bytes are valid JSON. Pure: no I/O, standard library only.
+
+`quoteless`, a list the walk appends to: the insides (a, b) of the first QUOTELESS_MOST strings of QUOTELESS_FROM
+bytes or more found by one search, so data[a:b] holds no quote (data[a - 1] and data[b] are the string's quotes).
+A caller searching the value for something that starts with a quote need not search those bytes again.
 """
 
 from __future__ import annotations
@@ -34,13 +39,14 @@ _SKIP = re.compile(rb'(?:[^"{}\[\]]+|"[^"\\]{0,64}")*')
 _STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _FOUND_ESCAPED = 16  # escaped quotes of one string found by bytes.find before _STRING_REST takes its rest
 _BACKSLASH = ord("\\")
+QUOTELESS_FROM, QUOTELESS_MOST = 4096, 16
 _OPENERS = frozenset(b"{[")
 _CLOSERS = frozenset(b"}]")
 
 
-def value_end(data: bytes, start: int, steps: int) -> int | None:
+def value_end(data: bytes, start: int, steps: int, quoteless: list[tuple[int, int]] | None = None) -> int | None:
     """The index just past the object or array that opens at data[start], or None when unknown (see the module
-    docstring). `steps` bounds the walk's Python-level steps."""
+    docstring). `steps` bounds the walk's Python-level steps; `quoteless` is appended to (the module docstring)."""
     if not 0 <= start < len(data) or data[start] not in _OPENERS:
         return None
     skip, size = _SKIP.match, len(data)
@@ -60,16 +66,21 @@ def value_end(data: bytes, start: int, steps: int) -> int | None:
             if depth == 0:
                 return at
         else:  # a string the pattern gave up on: long, or holding a backslash
-            at, steps = _string_end(data, at + 1, steps)
+            opened = at + 1
+            at, steps, searched_once = _string_end(data, opened, steps)
             if at < 0:
                 return None
+            long_plain = searched_once and at - opened > QUOTELESS_FROM
+            if long_plain and quoteless is not None and len(quoteless) < QUOTELESS_MOST:
+                quoteless.append((opened, at - 1))
     return None
 
 
-def _string_end(data: bytes, at: int, steps: int) -> tuple[int, int]:
+def _string_end(data: bytes, at: int, steps: int) -> tuple[int, int, bool]:
     """The index just past the string whose opening quote is at data[at - 1] (-1: unknown, it never ends or its
-    escaped quotes took all `steps`) and the steps left. Its quotes are found by bytes.find; past _FOUND_ESCAPED
-    escaped ones the rest of it is matched by _STRING_REST."""
+    escaped quotes took all `steps`), the steps left, and whether its end was the first quote searched (then no
+    quote is inside it). Its quotes are found by bytes.find; past _FOUND_ESCAPED escaped ones the rest of it is
+    matched by _STRING_REST."""
     find = data.find
     quote = find(b'"', at)
     escaped = 0
@@ -79,15 +90,15 @@ def _string_end(data: bytes, at: int, steps: int) -> tuple[int, int]:
             run -= 1
             steps -= 1
             if steps <= 0:
-                return -1, 0
+                return -1, 0, False
         if (quote - run) % 2 == 0:  # an even run: the backslashes escape each other and the quote ends it
             break
         escaped += 1
         steps -= 1
         if steps <= 0:
-            return -1, 0
+            return -1, 0, False
         if escaped > _FOUND_ESCAPED:  # a text of many escaped quotes (JSON in a text): its rest in one match
             rest = _STRING_REST.match(data, quote + 1)
-            return (-1 if rest is None else rest.end()), steps
+            return (-1 if rest is None else rest.end()), steps, False
         quote = find(b'"', quote + 1)
-    return (-1 if quote < 0 else quote + 1), steps
+    return (-1 if quote < 0 else quote + 1), steps, escaped == 0

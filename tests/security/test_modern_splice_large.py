@@ -16,12 +16,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from mcpgate.core import json_extent, jsonrpc
 from mcpgate.core.jsonrpc import PARTIAL_FROM_BYTES
-from tests.support import FIXTURES, Gateway, lazy_gateways, modern_body, post_modern, reply_message
+from mcpgate.serve.modern import answers
+from tests.support import FIXTURES, HANG_GUARD, Gateway, lazy_gateways, modern_body, post_modern, reply_message
 
 SPLICE = f"{sys.executable} {FIXTURES / 'splice_server.py'}"
 ENVS = {"splice": {"MCPGATE_COMMAND": SPLICE, "MCPGATE_POOL_CHILDREN": "1", "MCPGATE_POOL_SPARES": "0"}}
@@ -104,7 +107,54 @@ def test_a_large_answer_that_is_no_json_is_answered_with_an_error(gateways: Call
     """An answer read by its head alone whose result is followed by no JSON: decoded whole, it fails, and the
     client gets an error (not the child's bytes, nor a call left waiting)."""
     template = HEAD + TEXT + ',"_x":}'
-    answer = asked(gateways("splice"), template, 9)
+    with ThreadPoolExecutor(1) as pool:  # a call left waiting fails the test instead of hanging it
+        answer = pool.submit(asked, gateways("splice"), template, 9).result(timeout=HANG_GUARD)
     assert answer["id"] == 9 and answer["error"]["code"] == -32603 and "not JSON" in answer["error"]["message"]
     # the child is still there for the next call
     assert asked(gateways("splice"), LAYOUTS["plain"], 10)["result"]["content"][0]["text"].startswith("0123")
+
+
+# -- the shortcuts, against the full reading of the same bytes ----------------------------------------------------
+
+LONG = "0123456789abcdef" * 512  # 8 KiB: a string json_extent reports as holding no quote
+ANSWERS = [
+    {"t": LONG},
+    {"t": LONG, "resultType": "x"},
+    {"resultType": LONG},
+    {"_meta": {"a": LONG}, "b": LONG},
+    {LONG: 1, "ttlMs": 2},
+    {"a": [LONG, LONG], "cacheScope": "x"},
+    {"a": [LONG] * 20, "z": {"_meta": 1}},  # more long strings than the walk reports
+    {"t": LONG + '"ttlMs', "u": LONG},  # an escaped quote: searched
+    {"t": 'x"resultType', "u": LONG},  # a name ending at a string's closing quote
+    {"t": LONG + "\\", "u": "resultType"},
+    {"t": LONG, "u": LONG + '"', "v": ["_meta"]},
+]
+
+
+@pytest.mark.parametrize("extra", ["", ',"_x":{"a":1}'])
+@pytest.mark.parametrize("index", range(len(ANSWERS)))
+def test_partial_bounds_and_names_are_the_full_reading_s(index: int, extra: str) -> None:
+    """partial_bounds is the result's place as json reads it (None when a member follows), and names_stamped_around
+    over the walk's quoteless strings answers as the pattern does over the whole result."""
+    result = ANSWERS[index]
+    for text in (json.dumps(result), json.dumps(result, indent=1)):
+        raw = ('{"jsonrpc":"2.0","id":"mcpgate-1","result":' + text + extra + "}").encode()
+        quoteless: list[tuple[int, int]] = []
+        bounds = answers.partial_bounds(raw, "mcpgate-1", quoteless)
+        if extra:
+            assert bounds is None
+            continue
+        assert bounds is not None and json.loads(raw[bounds[0] : bounds[1]]) == result
+        assert len(quoteless) <= json_extent.QUOTELESS_MOST
+        assert all(b'"' not in raw[a:b] and raw[a - 1] == raw[b] == ord('"') for a, b in quoteless)
+        expected = answers._STAMPED.search(raw, *bounds) is not None
+        assert answers.names_stamped_around(raw, *bounds, quoteless) is expected
+        assert answers.names_stamped(raw, *bounds) is expected
+
+
+def test_partial_bounds_of_a_head_the_pattern_reads() -> None:
+    """A head not laid out as the SDKs write it (spaces, an escaped id) is read by the pattern, then walked."""
+    raw = b'{ "jsonrpc": "2.0", "id": "mcpgate\\u002d1", "result": {"t": "}"} }'
+    assert answers.partial_bounds(raw, "mcpgate-1") == (jsonrpc.result_bounds(raw) or (0, 0))
+    assert answers.partial_bounds(raw[:-2] + b', "_x": {} }', "mcpgate-1") is None

@@ -33,6 +33,7 @@ log = logging.getLogger("mcpgate.pool")
 _NAMES = (b"resultType", b"_meta", b"ttlMs", b"cacheScope")
 _STAMPED = re.compile(b'"(?:' + b"|".join(_NAMES) + b')"')
 _QUOTED = tuple(b'"' + name + b'"' for name in _NAMES)
+_LONGEST = max(len(name) for name in _QUOTED)
 # A result this large is walked from quote to quote (bytes.find: a memchr each) before the pattern, which steps
 # through every byte (~1 ms on a 4 MiB text); past this many quotes the pattern searches the rest.
 _WALK_FROM, _WALK_QUOTES = 64 * 1024, 64
@@ -106,8 +107,10 @@ class Answers:
         raw = message.raw
         if raw is None or (len(message.obj) != 3 and not message.partial):  # a member besides the three: made again
             return None
+        quoteless: list[tuple[int, int]] | None = None  # a partial result's long strings that hold no quote
         if message.partial:
-            bounds = partial_bounds(raw, call.minted)
+            quoteless = []
+            bounds = partial_bounds(raw, call.minted, quoteless)
         else:
             bounds = minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw)
         if bounds is None:
@@ -115,7 +118,7 @@ class Answers:
         start, end = bounds  # the result searched in place: a large one is copied once, into the answer
         if raw is not message.bare and raw.find(b"\r", start, end) >= 0:  # bytes the splitter vouched for: no CR
             return None
-        if names_stamped(raw, start, end):
+        if names_stamped(raw, start, end) if quoteless is None else names_stamped_around(raw, start, end, quoteless):
             return None
         cacheable = call.method in modern.CACHEABLE
         members = self._stamps.get(cacheable)
@@ -131,12 +134,13 @@ class Answers:
         return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":', result, b",", members, b"}}"))
 
 
-def partial_bounds(raw: bytes, minted: str) -> tuple[int, int] | None:
+def partial_bounds(raw: bytes, minted: str, quoteless: list[tuple[int, int]] | None = None) -> tuple[int, int] | None:
     """The result's place in an answer read by its head alone (jsonrpc.parse_line's partial Response, whose head
     {"jsonrpc", "id", "result": matched): from its "{" to the end of the object it opens, found by json_extent's
     walk, when only the message's closing brace follows it. None when another member follows (`"result":{...},
     "_x":{}}`), the result is no object, or the walk past its bound does not know (the caller decodes the answer
-    whole). The minted head, as the SDKs write it, is recognised without the pattern."""
+    whole). The minted head, as the SDKs write it, is recognised without the pattern. `quoteless` gets the walk's
+    long strings that hold no quote (json_extent.value_end), for names_stamped_around."""
     head = _MINTED_HEAD % minted.encode()
     if raw.startswith(head):
         start = len(head) - 1
@@ -145,7 +149,7 @@ def partial_bounds(raw: bytes, minted: str) -> tuple[int, int] | None:
         if bounds is None:  # the bytes before the last brace are no "}" (then something follows it)
             return None
         start = bounds[0]
-    end = json_extent.value_end(raw, start, max(_STEPS_AT_LEAST, len(raw) // _BYTES_A_STEP))
+    end = json_extent.value_end(raw, start, max(_STEPS_AT_LEAST, len(raw) // _BYTES_A_STEP), quoteless)
     if end is None or _TAIL.fullmatch(raw, end) is None:
         return None
     return start, end
@@ -177,3 +181,16 @@ def names_stamped(raw: bytes, start: int, end: int) -> bool:
             return True
         at = find(b'"', at + 1, end)
     return at >= 0 and _STAMPED.search(raw, at, end) is not None
+
+
+def names_stamped_around(raw: bytes, start: int, end: int, quoteless: list[tuple[int, int]]) -> bool:
+    """names_stamped(raw, start, end) without searching again the insides of strings known to hold no quote
+    (`quoteless`: json_extent's (a, b) spans, in order, within start and end), which the walk that found the
+    result's end has just read: a name starts with a quote, so none starts inside one, and one starting before it
+    is searched to its end."""
+    at = start
+    for inside, after in quoteless:
+        if names_stamped(raw, at, min(inside + _LONGEST, after)):
+            return True
+        at = after
+    return names_stamped(raw, at, end)
