@@ -13,8 +13,8 @@ What a step is: one match of a compiled pattern (which takes a bracket, or a run
 bytes between them, at C speed), one search of a long string's closing quote (bytes.find: a memchr), one escaped
 quote inside a string, or one backslash of the run before a quote (the quote is escaped when the run is odd). A
 result of one long text without escaped quotes is a dozen steps whatever its size. A string past its sixteenth
-escaped quote (JSON inside a text) has its rest matched by one pattern, at the pattern engine's pace (a few
-nanoseconds a byte, about what decoding it costs), as one step.
+escaped quote (JSON inside a text) has its rest read by pieces of 4 KiB, doubled up to 1 MiB, each one step: a
+piece is copied and its escapes replaced (bytes.replace) so that its first quote is the string's end.
 
 For JSON text the answer is exact: a bracket inside a string is never counted, and a quote is a string's end only
 after an even run of backslashes. The walk checks nothing else (a bracket of the other kind closes as well): it
@@ -34,10 +34,8 @@ import re
 # failed string (the quantifiers need not be possessive, which Python 3.10 lacks). A long string is not matched
 # here: the pattern engine steps through each byte, bytes.find does not.
 _SKIP = re.compile(rb'(?:[^"{}\[\]]+|"[^"\\]{0,64}")*')
-# The rest of a string from a position that is not inside an escape: through its closing quote (unrolled: each
-# byte read one way, so a string that never ends is given up in linear time).
-_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_FOUND_ESCAPED = 16  # escaped quotes of one string found by bytes.find before _STRING_REST takes its rest
+_FOUND_ESCAPED = 16  # escaped quotes of one string found by bytes.find before _rest_of_string takes its rest
+_CHUNK_FIRST, _CHUNK_MOST = 4096, 1 << 20  # _rest_of_string's pieces: the first one's bytes, doubled up to this
 _BACKSLASH = ord("\\")
 QUOTELESS_FROM, QUOTELESS_MOST = 4096, 16
 _OPENERS = frozenset(b"{[")
@@ -80,7 +78,7 @@ def _string_end(data: bytes, at: int, steps: int) -> tuple[int, int, bool]:
     """The index just past the string whose opening quote is at data[at - 1] (-1: unknown, it never ends or its
     escaped quotes took all `steps`), the steps left, and whether its end was the first quote searched (then no
     quote is inside it). Its quotes are found by bytes.find; past _FOUND_ESCAPED escaped ones the rest of it is
-    matched by _STRING_REST."""
+    read by _rest_of_string."""
     find = data.find
     quote = find(b'"', at)
     escaped = 0
@@ -97,8 +95,25 @@ def _string_end(data: bytes, at: int, steps: int) -> tuple[int, int, bool]:
         steps -= 1
         if steps <= 0:
             return -1, 0, False
-        if escaped > _FOUND_ESCAPED:  # a text of many escaped quotes (JSON in a text): its rest in one match
-            rest = _STRING_REST.match(data, quote + 1)
-            return (-1 if rest is None else rest.end()), steps, False
+        if escaped > _FOUND_ESCAPED:  # a text of many escaped quotes (JSON in a text): its rest by pieces
+            end, steps = _rest_of_string(data, quote + 1, steps)
+            return end, steps, False
         quote = find(b'"', quote + 1)
     return (-1 if quote < 0 else quote + 1), steps, escaped == 0
+
+
+def _rest_of_string(data: bytes, at: int, steps: int) -> tuple[int, int]:
+    """The index just past the string that data[at] is inside of, `at` not inside an escape (-1: unknown), and the
+    steps left. A piece of it is copied and its escapes made plain at C speed (each pair of backslashes, then each
+    escaped quote, replaced by two bytes that are neither): its first quote is then the string's end. A piece that
+    ends in the middle of an escape (one backslash left) has the next one start past the escaped byte."""
+    size, chunk = len(data), _CHUNK_FIRST
+    while at < size and steps > 0:
+        steps -= 1
+        piece = data[at : at + chunk].replace(b"\\\\", b"__").replace(b'\\"', b"__")
+        quote = piece.find(b'"')
+        if quote >= 0:
+            return at + quote + 1, steps
+        at += len(piece) + (1 if piece.endswith(b"\\") else 0)
+        chunk = min(chunk * 2, _CHUNK_MOST)
+    return -1, 0

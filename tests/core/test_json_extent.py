@@ -99,3 +99,20 @@ def test_value_end_is_where_json_ends_the_value(seed: int) -> None:
             encoded = text.encode()
             data = b'{"result":' + encoded + b',"_x":{"a":"}"}}'
             assert value_end(data, 10, 1_000_000) == 10 + len(encoded)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7])
+def test_a_string_read_by_pieces_ends_where_json_ends_it(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every escaped string read by pieces (from its first escaped quote), pieces so small that one ends inside
+    every kind of escape (a pair of backslashes, an escaped quote, a backslash run of any length)."""
+    from mcpgate.core import json_extent
+
+    monkeypatch.setattr(json_extent, "_FOUND_ESCAPED", 0)
+    monkeypatch.setattr(json_extent, "_CHUNK_FIRST", chunk)
+    monkeypatch.setattr(json_extent, "_CHUNK_MOST", chunk * 2)
+    rng = random.Random(chunk)
+    for _ in range(200):
+        text = "".join(rng.choice(['"', "\\", "a", "}", "\\\\", '\\"']) for _ in range(rng.randrange(1, 40)))
+        value = {"t": '"' + text, "u": [text]}  # an escaped quote first: the rest read by pieces
+        encoded = json.dumps(value).encode()
+        assert value_end(encoded + b',"x":"}"}', 0, 100_000) == len(encoded), encoded
