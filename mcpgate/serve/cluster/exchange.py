@@ -28,6 +28,7 @@ from typing import Any
 import gevent
 
 from mcpgate.core import http1
+from mcpgate.serve.cluster.reply_heads import ReplyHeads
 
 READ_CHUNK = 64 * 1024  # most bytes read from an owner's reply at once
 MAX_LINE = 65536  # longest line of a reply's head (http.client's own bound)
@@ -46,6 +47,7 @@ class Reply:
     length: int | None  # Content-Length; None: chunked or until the connection closes
     chunked: bool
     will_close: bool  # the connection cannot carry another request
+    shape: bytes | None = None  # its head's shape when remembered (reply_heads.py): the same headers relay alike
 
 
 class OwnerConnection(http.client.HTTPConnection):
@@ -60,6 +62,7 @@ class OwnerConnection(http.client.HTTPConnection):
     pause = 0.0
     until: float | None = None  # while it waits on the owner (pause set): when the wait must have ended
     timed_out = False  # a wait overran: the Watch shut the socket down
+    heads: ReplyHeads | None = None  # reply heads remembered by shape (the Forwarder's; None: each read in full)
 
     def connect(self) -> None:
         super().connect()
@@ -121,13 +124,24 @@ class OwnerConnection(http.client.HTTPConnection):
 
     def head(self, method: str) -> Reply:
         """The reply's status and headers (1xx interim replies skipped); RemoteDisconnected on a closed connection."""
+        assert self.reader is not None
         while True:
-            whole = self.whole_head()
-            if whole is not None:
-                minor, status, headers = whole
-                if not 100 <= status < 200:
-                    break
-                continue
+            block: bytes | None = self.whole_head()
+            if block is not None:
+                known = self.heads.read(block, method) if self.heads is not None else None
+                if known is not None:  # a remembered shape: read as http1 reads it (reply_heads.py)
+                    self.reader.read(len(block) + 4)
+                    minor, status, headers, framing, shape = known
+                    return Reply(status, headers, framing.length, framing.chunked, not framing.keep, shape)
+                try:
+                    minor, status, _, headers = http1.head(block)
+                except http1.ReplyError:  # read a line at a time, which says why
+                    block = None
+                else:
+                    self.reader.read(len(block) + 4)
+                    if not 100 <= status < 200:
+                        break
+                    continue
             status_line = self.line()
             if not status_line:
                 raise http.client.RemoteDisconnected("the owner closed the connection without a reply")
@@ -142,13 +156,15 @@ class OwnerConnection(http.client.HTTPConnection):
             framing = http1.framing(status, minor, headers, method)
         except http1.ReplyError as exc:
             raise http.client.HTTPException(f"the owner's reply: {exc}") from None
-        return Reply(status, headers, framing.length, framing.chunked, not framing.keep)
+        remembered = None
+        if block is not None and self.heads is not None:
+            remembered = self.heads.remember(block, method, minor, status, headers, framing)
+        return Reply(status, headers, framing.length, framing.chunked, not framing.keep, remembered)
 
-    def whole_head(self) -> tuple[int, int, list[tuple[str, str]]] | None:
-        """(minor version, status, headers) of a head whose bytes are whole in the reader's buffer (after one read
-        when it is empty), parsed in one go and consumed; None, nothing consumed, for any other (the lines are then
-        read one at a time: a head in pieces or longer than MAX_LINE, one with a bare LF, one refused, which says
-        why)."""
+    def whole_head(self) -> bytes | None:
+        """The bytes of a head that is whole in the reader's buffer (after one read when it is empty), without the
+        empty line that ends it, not consumed; None for any other (its lines are then read one at a time: a head
+        in pieces or longer than MAX_LINE, one with a bare LF)."""
         assert self.reader is not None
         buffered = self.reader.peek(1)
         end = buffered.find(b"\r\n\r\n")
@@ -157,12 +173,7 @@ class OwnerConnection(http.client.HTTPConnection):
         block = buffered[:end]
         if block.count(b"\n") != block.count(b"\r\n"):
             return None
-        try:
-            minor, status, _, headers = http1.head(block)
-        except http1.ReplyError:
-            return None
-        self.reader.read(end + 4)
-        return minor, status, headers
+        return block
 
     def header_lines(self) -> list[tuple[str, str]]:
         headers: list[tuple[str, str]] = []

@@ -46,6 +46,7 @@ from mcpgate.core import jsonrpc, wire
 from mcpgate.observe import tracing
 from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, Watch, message
 from mcpgate.serve.cluster.relayed import Relayed
+from mcpgate.serve.cluster.reply_heads import ReplyHeads
 from mcpgate.serve.cluster.signing import Signer, body_digest
 from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
@@ -97,6 +98,8 @@ class Forwarder:
         self._idle: dict[str, list[OwnerConnection]] = {}
         self._gone: set[str] = set()
         self._origins: dict[str, str] = {}  # an owner's URL -> its host and port (urlsplit once per URL)
+        self.heads = ReplyHeads()  # owners' reply heads remembered by shape (reply_heads.py)
+        self._relayed: dict[bytes, tuple[dict[str, str], list[tuple[str, str]], bool]] = {}  # shape -> relayed
         self.watch = Watch()  # ends a wait on an owner past read_timeout (no timer per read: exchange.py)
         self.relayed = Relayed()  # the GET streams relayed for others' sessions, which a drain ends
 
@@ -177,6 +180,7 @@ class Forwarder:
         host, _, port = origin.rpartition(":")
         conn = OwnerConnection(host.strip("[]"), int(port) if port else 80, timeout=CONNECT_TIMEOUT)
         conn.pause = self.read_timeout  # each wait on the owner, once connected
+        conn.heads = self.heads
         self.watch.add(conn)
         return conn, False
 
@@ -188,18 +192,16 @@ class Forwarder:
             idle.append(conn)
 
     def _relay(self, origin: str, conn: OwnerConnection, reply: Reply, method: str, owner: str) -> HttpResponse:
-        headers = {}
-        extra: list[tuple[str, str]] = []
-        for name, value in reply.headers:
-            lowered = name.lower()
-            if lowered in NOT_RETURNED:
-                if lowered == FORWARDED_NAME and value == BODY_FORM:  # the owner reads values in a POST's body
-                    conn.body_form = True
-                continue
-            if name in headers:  # a repeated header (Set-Cookie) stays repeated
-                extra.append((name, value))
-            else:
-                headers[name] = value
+        relayed = self._relayed.get(reply.shape) if reply.shape is not None else None
+        if relayed is None:
+            relayed = returned(reply.headers)
+            if reply.shape is not None:  # a remembered head's shape: its headers are relayed alike every time
+                if len(self._relayed) >= HEADS_KEPT:
+                    self._relayed.clear()
+                self._relayed[reply.shape] = relayed
+        headers, extra, body_form = relayed
+        if body_form:  # the owner reads the values of this connection's POSTs in their bodies
+            conn.body_form = True
         if reply.length is not None:
             try:
                 data = conn.body(reply.length) if reply.length else b""
@@ -258,6 +260,27 @@ class Forwarder:
             for conn in idle:
                 conn.close()
         self._idle.clear()
+
+
+def returned(
+    received: list[tuple[str, str]],
+) -> tuple[dict[str, str], list[tuple[str, str]], bool]:
+    """An owner's reply headers as relayed: the first of each name, the repeated ones (Set-Cookie) after them,
+    whether the owner said it reads a POST's value in its body (its Mcpgate-Forwarded: body, never relayed)."""
+    headers: dict[str, str] = {}
+    extra: list[tuple[str, str]] = []
+    body_form = False
+    for name, value in received:
+        lowered = name.lower()
+        if lowered in NOT_RETURNED:
+            if lowered == FORWARDED_NAME and value == BODY_FORM:
+                body_form = True
+            continue
+        if name in headers:  # a repeated header stays repeated
+            extra.append((name, value))
+        else:
+            headers[name] = value
+    return headers, extra, body_form
 
 
 def describe(exc: BaseException) -> str:
