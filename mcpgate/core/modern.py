@@ -27,6 +27,8 @@ SUPPORTED_MODERN = versions.MODERN
 _VERSION, _CAPABILITIES = wire.META_PROTOCOL_VERSION, wire.META_CLIENT_CAPABILITIES  # _served's, read once
 _VERSION_HEADER, _METHOD_HEADER, _NAME_HEADER = wire.PROTOCOL_VERSION, wire.METHOD, wire.NAME
 _OWS = " \t"  # the spaces and tabs around a header value (RFC 9110)
+_TEXTS: dict[str, str] = {}  # header_text's memo: a header's raw value -> its text
+_TEXTS_MAX = 256
 HEADER_MISMATCH = -32020
 MISSING_CLIENT_CAPABILITY = -32021
 MODERN_ERRORS = frozenset({HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, jsonrpc.UNSUPPORTED_PROTOCOL_VERSION})
@@ -65,6 +67,7 @@ NAME_FIELD: Mapping[str, str] = {
 REQUEST_META_KEYS = frozenset(
     {wire.META_PROTOCOL_VERSION, wire.META_CLIENT_CAPABILITIES, wire.META_CLIENT_INFO, wire.META_LOG_LEVEL}
 )
+_ONLY_REQUEST_META = REQUEST_META_KEYS.issuperset  # meta.keys() <= REQUEST_META_KEYS, a method call less
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,12 +164,25 @@ def _served(
     field = NAME_FIELD.get(method)
     if field is not None:
         raw = header(_NAME_HEADER)
-        decoded = decode_header_value(raw) if raw is not None else None
+        decoded = header_text(raw) if raw is not None else None
         if decoded is None or decoded != params.get(field):
             return False
     if param_headers and method == "tools/call":
         return _check_params(message, header, param_headers) is None
     return True
+
+
+def header_text(raw: str) -> str | None:
+    """decode_header_value(raw), remembered: a worker sees the same few Mcp-Name values (its tools' names) again
+    and again. Only a valid value is kept, at most _TEXTS_MAX of them (the memo starts afresh when full)."""
+    text = _TEXTS.get(raw)
+    if text is None:
+        text = decode_header_value(raw)
+        if text is not None:
+            if len(_TEXTS) >= _TEXTS_MAX:
+                _TEXTS.clear()
+            _TEXTS[raw] = text
+    return text
 
 
 def check_param_headers(
@@ -286,17 +302,34 @@ def _check_params(
 def legacy_params(params: dict[str, Any] | None) -> dict[str, Any] | None:
     """The params a legacy child gets: the per-request protocol fields of _meta removed (progressToken and any
     other key kept), an _meta left empty removed. The argument is not changed."""
-    if not isinstance(params, dict):
+    if type(params) is not dict and not isinstance(params, dict):  # (a type check first: no call)
         return params
     meta = params.get("_meta")
-    if not isinstance(meta, dict):
+    if type(meta) is not dict and not isinstance(meta, dict):
         return params
-    out = dict(params)
-    if meta.keys() <= REQUEST_META_KEYS:  # only the per-request fields (the usual _meta): it goes whole
+    out = params.copy() if type(params) is dict else dict(params)
+    if _ONLY_REQUEST_META(meta):  # only the per-request fields (the usual _meta): it goes whole
         del out["_meta"]
     else:
         out["_meta"] = {key: value for key, value in meta.items() if key not in REQUEST_META_KEYS}
     return out
+
+
+# What follows a minted id in a request to a child, per 2026-07-28 method (its name is ASCII: JSON escapes nothing).
+_AFTER_ID = {method: b'","method":"' + method.encode() + b'","params":' for method in MODERN_METHODS}
+
+
+def child_request(minted: str, method: str, params: dict[str, Any] | None) -> bytes:
+    """jsonrpc.encode({"jsonrpc": "2.0", "id": minted, "method": method, "params": params}), without params when
+    None, for an id the gateway minted (serve/modern/calls.mint: ASCII letters, digits and "-", nothing JSON
+    escapes): a 2026-07-28 method's head is put together from known bytes and only the params are encoded."""
+    after = _AFTER_ID.get(method) if params is not None else None
+    if after is None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": minted, "method": method}
+        if params is not None:
+            message["params"] = params
+        return jsonrpc.encode(message)
+    return b"".join((b'{"jsonrpc":"2.0","id":"', minted.encode(), after, jsonrpc.encode(params), b"}"))
 
 
 def stamp_result(

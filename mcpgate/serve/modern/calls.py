@@ -11,20 +11,23 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from mcpgate.core import jsonrpc, mrtr, wire
+from mcpgate.core import jsonrpc, wire
 from mcpgate.core.jsonrpc import Id, Notification, Request
+from mcpgate.core.modern import NAME_FIELD
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.observe.audit import Started
 from mcpgate.serve.sessions.stream import Stream
 
 _minted = itertools.count(1)  # unique in the worker: a minted id is never reused, so a late answer finds nothing
+_next_minted = _minted.__next__
+_now = time.monotonic
+_LOG_LEVEL = wire.META_LOG_LEVEL
 
 
 def mint(kind: str = "") -> str:
-    return f"mcpgate-{kind}{next(_minted)}"
+    return f"mcpgate-{kind}{_next_minted()}"
 
 
 class Asked(Protocol):
@@ -45,33 +48,76 @@ class Carrier(Protocol):
     def cancel(self, call: Call, reason: str) -> None: ...
 
 
-@dataclass(eq=False, slots=True)
 class Call:
-    """One client request in flight on a child (or parked, answered with input_required, awaiting a retry)."""
+    """One client request in flight on a child (or parked, answered with input_required, awaiting a retry).
 
-    client_id: Id
-    minted: str
-    method: str
-    name: str | None  # params.name or params.uri: a retry must name the same
-    stream: Stream
-    principal: str
-    capabilities: dict[str, Any]
-    log_level: str | None
-    client_token: Id | None = None
-    minted_token: str | None = None
-    bridged: bool = False  # an MRTR method on a legacy child (its input requests are bridged or refused)
-    continuation: Asked | None = None  # once it asked its client for input (modern/bridge.py)
-    finished: bool = False  # answered by the child, cancelled or abandoned
-    # what the child sent for the call while it was parked (progress, log messages), for the retry's stream
-    waiting: deque[Notification] = field(default_factory=deque)
-    waiting_bytes: int = 0
-    input_responses: dict[str, Any] | None = None  # answers the request carried ahead (its continuation's, once asked)
-    child: Carrier | None = None  # where it runs (set by start_call)
-    error_code: int | None = None  # the code of the child's error answer, when it was one
-    sent: float = field(default_factory=time.monotonic)  # when it was made (MCPGATE_REQUEST_TIMEOUT)
-    tools: ToolFilter | None = None  # a tools/list call's filter: its result loses the hidden tools
-    task_id: str | None = None  # a task method's: the client's task id (modern/tasks.py), its answer's taskId
-    audit: Started | None = None  # its audit line so far, while the audit log is on (mcpgate/observe/audit.py)
+    A plain class with slots, every member set by its own __init__ (made for every call: a dataclass's generated
+    __init__ with keyword arguments and default factories took about twice the instructions)."""
+
+    __slots__ = (
+        "audit",
+        "bridged",
+        "capabilities",
+        "child",
+        "client_id",
+        "client_token",
+        "continuation",
+        "error_code",
+        "finished",
+        "input_responses",
+        "log_level",
+        "method",
+        "minted",
+        "minted_token",
+        "name",
+        "principal",
+        "sent",
+        "stream",
+        "task_id",
+        "tools",
+        "waiting",
+        "waiting_bytes",
+    )
+
+    def __init__(
+        self,
+        client_id: Id,
+        minted: str,
+        method: str,
+        name: str | None,  # params.name or params.uri: a retry must name the same
+        stream: Stream,
+        principal: str,
+        capabilities: dict[str, Any],
+        log_level: str | None,
+        client_token: Id | None = None,
+        bridged: bool = False,  # an MRTR method on a legacy child (its input requests are bridged or refused)
+        input_responses: dict[str, Any] | None = None,  # answers the request carried ahead (its continuation's)
+        tools: ToolFilter | None = None,  # a tools/list call's filter: its result loses the hidden tools
+    ) -> None:
+        self.client_id = client_id
+        self.minted = minted
+        self.method = method
+        self.name = name
+        self.stream = stream
+        self.principal = principal
+        self.capabilities = capabilities
+        self.log_level = log_level
+        self.client_token = client_token
+        self.minted_token: str | None = None
+        self.bridged = bridged
+        self.continuation: Asked | None = None  # once it asked its client for input (modern/bridge.py)
+        self.finished = False  # answered by the child, cancelled or abandoned
+        # what the child sent for the call while it was parked (progress, log messages), for the retry's stream
+        # (made when the first one is kept)
+        self.waiting: deque[Notification] | None = None
+        self.waiting_bytes = 0
+        self.input_responses = input_responses
+        self.child: Carrier | None = None  # where it runs (set by start_call)
+        self.error_code: int | None = None  # the code of the child's error answer, when it was one
+        self.sent = _now()  # when it was made (MCPGATE_REQUEST_TIMEOUT)
+        self.tools = tools
+        self.task_id: str | None = None  # a task method's: the client's task id (modern/tasks.py), its answer's taskId
+        self.audit: Started | None = None  # its audit line so far, while the audit log is on (mcpgate/observe/audit.py)
 
     @property
     def parked(self) -> bool:
@@ -91,25 +137,30 @@ def new_call(
 ) -> Call:
     """A Call for a client request (its id, name, log level and progress token read once, here)."""
     params = request.params
+    method = request.method
     name = level = token = None
-    if isinstance(params, dict):
-        name = mrtr.call_name(request.method, params)
+    if type(params) is dict or isinstance(params, dict):
+        field = NAME_FIELD.get(method)  # as mrtr.call_name
+        if field is not None:
+            name = params.get(field)
         meta = params.get("_meta")
-        if isinstance(meta, dict):
-            level, token = meta.get(wire.META_LOG_LEVEL), meta.get("progressToken")
+        if type(meta) is dict or isinstance(meta, dict):
+            level, token = meta.get(_LOG_LEVEL), meta.get("progressToken")
+    if token is not None and not jsonrpc.is_valid_id(token):  # as jsonrpc.progress_token
+        token = None
     return Call(
         request.id,
-        mint(),
-        request.method,
-        name if isinstance(name, str) else None,
+        f"mcpgate-{_next_minted()}",  # as mint()
+        method,
+        name if type(name) is str or isinstance(name, str) else None,
         stream,
         principal,
         capabilities,
-        level if isinstance(level, str) else None,
-        token if token is not None and jsonrpc.is_valid_id(token) else None,  # as jsonrpc.progress_token
-        bridged=bridged,
-        input_responses=input_responses,
-        tools=tools,
+        level if type(level) is str or isinstance(level, str) else None,
+        token,
+        bridged,
+        input_responses,
+        tools,
     )
 
 
@@ -122,10 +173,13 @@ def to_client(call: Call, message: Notification) -> bool:
             call.stream.deliver(data)
         return True
     size, limits, kept = _size(message), call.stream.limits, True
-    while call.waiting and (len(call.waiting) >= limits.messages or call.waiting_bytes + size > limits.bytes):
-        call.waiting_bytes -= _size(call.waiting.popleft())
+    waiting = call.waiting
+    if waiting is None:
+        waiting = call.waiting = deque()
+    while waiting and (len(waiting) >= limits.messages or call.waiting_bytes + size > limits.bytes):
+        call.waiting_bytes -= _size(waiting.popleft())
         kept = False
-    call.waiting.append(message)
+    waiting.append(message)
     call.waiting_bytes += size
     return kept
 
@@ -147,8 +201,9 @@ def resume(call: Call, request: Request, stream: Stream) -> None:
     retry's own token), then (the caller's part) the call's result if it came."""
     call.client_id, call.stream = request.id, stream
     call.client_token = jsonrpc.progress_token(request)
-    while call.waiting:
-        data = for_client(call, call.waiting.popleft())
+    waiting = call.waiting
+    while waiting:
+        data = for_client(call, waiting.popleft())
         if data is not None:
             stream.deliver(data)
     call.waiting_bytes = 0

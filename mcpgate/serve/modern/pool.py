@@ -47,6 +47,9 @@ if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are config
 log = logging.getLogger("mcpgate.pool")
 
 EVICT_AFTER = 1.0  # seconds a bridged call waits for a full pool before the oldest parked call is evicted
+# Era.LEGACY read once: a member read off its Enum class costs a Python-level attribute call each time in Python
+# 3.11 (EnumType's __getattr__ makes the class's attribute lookup the slow hook), about 1,000 instructions
+_LEGACY = Era.LEGACY
 
 
 class Pool:
@@ -172,14 +175,17 @@ class Pool:
                 event.set()
 
     def _pick(self, group: Group, bridged: bool, candidate: bool) -> PooledChild | None:
+        """The least loaded child that can take the call (the first of equals), or None. The children are read in
+        place, no copy: when one is stopped here the list is read again from its start (the ones before it are
+        read the same again), which picks what reading on would have picked."""
         best: PooledChild | None = None
         best_load = limit = self.settings.pool_child_requests
-        for child in list(group.children):
-            if not child.ready.is_set() or child.ended or child.stopping or not child.child.alive:
+        for child in group.children:
+            if child.ended or child.stopping or not child.ready.is_set() or not child.child.alive:
                 continue
             if child.redo:  # its era was in doubt: it goes, not as a crash, and a new one is asked afresh
                 self._stop(group, child, "restarted to ask its era again")
-                continue
+                return self._pick(group, bridged, candidate)
             if child.problem:  # it cannot serve: it goes, counted as a crash (the next request tries anew)
                 group.crashes.append((self.clock(), child.problem))
                 self._stop(group, child, child.problem)
@@ -189,7 +195,7 @@ class Pool:
                 continue
             # on a legacy child a bridged call may be asked for input: one candidate at a time, alone
             busy = child.candidate is not None or (candidate and child.bridged_calls > 0)
-            if bridged and busy and child.era is Era.LEGACY:
+            if bridged and busy and child.era is _LEGACY:
                 continue
             if best is None or load < best_load:
                 best, best_load = child, load

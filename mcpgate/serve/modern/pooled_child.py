@@ -223,15 +223,12 @@ class PooledChild:
             call.minted_token = mint("p")
             params = {**params, "_meta": {**(params.get("_meta") or {}), "progressToken": call.minted_token}}
             self._tokens[call.minted_token] = call
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": call.minted, "method": request.method}
-        if params is not None:
-            message["params"] = params
         self.calls[call.minted] = call
         call.child = self
         if call.bridged:
             self.bridged_calls += 1
-        self.last_used = self.clock()
-        if not self.child.send(jsonrpc.encode(message)):
+        # (its last use is the call's release: a child with a call in flight is neither idle nor evicted)
+        if not self.child.send(modern.child_request(call.minted, request.method, params)):
             self.release(call)
             return False
         return True

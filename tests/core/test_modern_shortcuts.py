@@ -1,0 +1,125 @@
+"""The shortcuts of core/modern.py each give what the full path gives: a child's request put together from a head
+made once per method (child_request) is the bytes jsonrpc.encode makes of the whole message, a remembered header
+text (header_text) is decode_header_value's, and legacy_params keeps its results for every kind of params."""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+
+from mcpgate.core import jsonrpc, modern, wire
+from mcpgate.core.header_values import decode_header_value
+
+MINTED = ["mcpgate-1", "mcpgate-42", "mcpgate-p7", "mcpgate-1234567890123"]
+METHODS = [*sorted(modern.MODERN_METHODS), "initialize", "ping", "notifications/x", 'x\u00e9/"quoted"', ""]
+PARAMS: list[dict[str, Any] | None] = [
+    None,
+    {},
+    {"name": "echo", "arguments": {"message": "hello"}},
+    {"name": "echo", "arguments": {"message": "caf\u00e9 \u2603 \U0001f600", "n": 1.5, "b": [True, None]}},
+    {"name": "e", "arguments": {"text": 'a\nb\r"c"\\d\u2028\x00'}},
+    {"name": "lone", "arguments": {"s": "\ud800 a lone surrogate"}},  # encode falls back to ASCII escapes
+    {"uri": "file:///a b", "_meta": {"progressToken": "p-1", "x": {"y": []}}},
+    {"name": "n", "requestState": "s" * 300, "inputResponses": {"a": {"action": "accept"}}},
+    {"taskId": "t-1"},
+    {"nested": {"deep": [[[{"k": "v"}]]]}, "big": 2**70, "neg": -0.0},
+]
+
+
+def full(minted: str, method: str, params: dict[str, Any] | None) -> bytes:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": minted, "method": method}
+    if params is not None:
+        message["params"] = params
+    return jsonrpc.encode(message)
+
+
+@pytest.mark.parametrize(("minted", "method", "params"), list(itertools.product(MINTED, METHODS, PARAMS)))
+def test_child_request_is_the_full_encoding(minted: str, method: str, params: dict[str, Any] | None) -> None:
+    assert modern.child_request(minted, method, params) == full(minted, method, params)
+
+
+HEADER_VALUES = [
+    "echo",
+    " echo ",
+    "\techo",
+    "caf\u00e9",  # not visible ASCII: invalid
+    "a\x7fb",
+    "a\x00b",
+    "",
+    " ",
+    "=?base64?ZWNobw==?=",  # "echo"
+    "=?base64?Y2Fmw6k=?=",  # "café"
+    "=?base64?ZWNobw?=",  # unpadded: invalid
+    "=?base64?/w==?=",  # not UTF-8: invalid
+    "=?BASE64?ZWNobw==?=",  # not the sentinel (case-sensitive): plain
+    "=?base64??=",  # the empty text
+    "file:///tmp/a b",
+    "x" * 300,
+]
+
+
+@pytest.mark.parametrize("raw", HEADER_VALUES)
+def test_header_text_is_decode_header_value(raw: str) -> None:
+    modern._TEXTS.clear()
+    expected = decode_header_value(raw)
+    assert modern.header_text(raw) == expected  # read
+    assert modern.header_text(raw) == expected  # remembered (a valid one) or read again
+    assert (raw in modern._TEXTS) == (expected is not None)
+
+
+def test_header_text_memo_is_bounded() -> None:
+    modern._TEXTS.clear()
+    for number in range(modern._TEXTS_MAX * 3):
+        raw = f"tool-{number}"
+        assert modern.header_text(raw) == raw
+        assert len(modern._TEXTS) <= modern._TEXTS_MAX
+    for raw in HEADER_VALUES:  # still the same answers after the memo started afresh
+        assert modern.header_text(raw) == decode_header_value(raw)
+
+
+def reference_legacy_params(params: Any) -> Any:
+    """legacy_params as it was written before its shortcuts (isinstance checks, dict(), a keys view compared)."""
+    if not isinstance(params, dict):
+        return params
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        return params
+    out = dict(params)
+    if meta.keys() <= modern.REQUEST_META_KEYS:
+        del out["_meta"]
+    else:
+        out["_meta"] = {key: value for key, value in meta.items() if key not in modern.REQUEST_META_KEYS}
+    return out
+
+
+REQUEST_META = {wire.META_PROTOCOL_VERSION: "2026-07-28", wire.META_CLIENT_CAPABILITIES: {}}
+LEGACY_CASES: list[Any] = [
+    None,
+    [],
+    "text",
+    {},
+    {"name": "echo"},
+    {"name": "echo", "_meta": None},
+    {"name": "echo", "_meta": []},
+    {"name": "echo", "_meta": {}},
+    {"name": "echo", "arguments": {"a": 1}, "_meta": dict(REQUEST_META)},
+    {"_meta": {**REQUEST_META, wire.META_CLIENT_INFO: {"name": "c"}, wire.META_LOG_LEVEL: "debug"}},
+    {"name": "echo", "_meta": {**REQUEST_META, "progressToken": 5}},
+    {"name": "echo", "_meta": {"progressToken": "t", "other": {"x": 1}}},
+    OrderedDict([("name", "echo"), ("_meta", dict(REQUEST_META))]),
+    OrderedDict([("name", "echo"), ("_meta", OrderedDict(REQUEST_META))]),
+    {"name": "echo", "_meta": OrderedDict([("progressToken", 1), (wire.META_PROTOCOL_VERSION, "2026-07-28")])},
+]
+
+
+@pytest.mark.parametrize("params", LEGACY_CASES)
+def test_legacy_params_as_before(params: Any) -> None:
+    snapshot = repr(params)
+    got, expected = modern.legacy_params(params), reference_legacy_params(params)
+    assert got == expected
+    assert type(got) is type(expected)
+    assert (got is params) == (expected is params)
+    assert repr(params) == snapshot  # the argument is not changed

@@ -1,0 +1,134 @@
+"""A pooled call's record and the request its child gets, made by the shortcuts of serve/modern (calls.new_call's
+reading of the params, start_call's request put together by core/modern.child_request), are what the full path
+gives: a table of client requests, each on a legacy and a modern child, with and without a progress token."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from mcpgate.core import jsonrpc, modern, mrtr, wire
+from mcpgate.core.jsonrpc import Request
+from mcpgate.serve.modern.calls import Call, new_call
+from mcpgate.serve.modern.pooled_child import Era, PooledChild
+from mcpgate.serve.sessions.spec import ChildSpec
+from mcpgate.serve.sessions.stream import Stream, StreamLimits
+
+LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=5.0, replay_events=0, replay_bytes=0)
+REQUEST_META = {wire.META_PROTOCOL_VERSION: "2026-07-28", wire.META_CLIENT_CAPABILITIES: {}}
+
+PARAMS: list[Any] = [
+    {"name": "echo", "arguments": {"message": "hello"}, "_meta": REQUEST_META},
+    {"name": "echo", "arguments": {"message": "hello"}},
+    {"name": "caf\u00e9", "arguments": {"t": "a\nb\ud800"}, "_meta": {**REQUEST_META, "progressToken": 3}},
+    {"name": "p", "_meta": {**REQUEST_META, "progressToken": "tok", wire.META_LOG_LEVEL: "info"}},
+    {"name": "p", "_meta": {"progressToken": True}},  # not a legal token
+    {"name": "p", "_meta": {"progressToken": 1.5, wire.META_LOG_LEVEL: 7}},
+    {"name": "p", "_meta": {"progressToken": None, "other": 1}},
+    {"name": 5, "_meta": []},
+    {"uri": "file:///x", "_meta": {**REQUEST_META, "progressToken": -2}},
+    {"taskId": "t-1", "_meta": REQUEST_META},
+    {},
+    [1, 2],
+    None,
+]
+METHODS = ["tools/call", "prompts/get", "resources/read", "tools/list", "tasks/get", "completion/complete", "x/y"]
+
+
+def request(method: str, params: Any) -> Request:
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": 7, "method": method}
+    if params is not None:
+        obj["params"] = params
+    parsed = jsonrpc.parse(json.dumps(obj).encode())
+    assert isinstance(parsed, Request)
+    return parsed
+
+
+class Pipe:
+    """The child's process as start_call uses it: what it was sent."""
+
+    alive = True
+    pid = None
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> bool:
+        self.sent.append(data)
+        return True
+
+
+def pooled(era: Era) -> tuple[PooledChild, Pipe]:
+    spec = ChildSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
+    child = PooledChild(
+        spec,
+        label="pool-1",
+        probe_timeout=1.0,
+        start_timeout=1.0,
+        init_timeout=1.0,
+        ttl_ms=0,
+        on_exit=lambda _child, _reason: None,
+        on_input_request=lambda _child, _request: None,
+        on_input_withdrawn=lambda _child, _id: None,
+        on_listen_message=lambda _child, _message: False,
+        on_input_required=lambda _child, _call, result: result,
+    )
+    child.era, child.modern = era, era is Era.MODERN
+    pipe = Pipe()
+    child.child = pipe  # type: ignore[assignment]
+    return child, pipe
+
+
+def expected_record(message: Request) -> tuple[Any, ...]:
+    """What the call records of its request, read the full way (mrtr.call_name, jsonrpc.progress_token)."""
+    params = message.params if isinstance(message.params, dict) else None
+    name = mrtr.call_name(message.method, params) if params is not None else None
+    meta = params.get("_meta") if params is not None else None
+    level = meta.get(wire.META_LOG_LEVEL) if isinstance(meta, dict) else None
+    return (
+        message.id,
+        message.method,
+        name if isinstance(name, str) else None,
+        level if isinstance(level, str) else None,
+        jsonrpc.progress_token(message),
+    )
+
+
+def expected_bytes(child: PooledChild, message: Request, call: Call) -> bytes:
+    """The request the child gets, built the full way: the params rewritten, the message encoded whole."""
+    params = message.params if isinstance(message.params, dict) else None
+    if params is not None and not child.modern:
+        params = modern.legacy_params(params)
+    if params is not None and call.client_token is not None:
+        params = {**params, "_meta": {**(params.get("_meta") or {}), "progressToken": call.minted_token}}
+    out: dict[str, Any] = {"jsonrpc": "2.0", "id": call.minted, "method": message.method}
+    if params is not None:
+        out["params"] = params
+    return jsonrpc.encode(out)
+
+
+@pytest.mark.parametrize(("method", "params", "era"), list(itertools.product(METHODS, PARAMS, list(Era))))
+def test_call_and_child_request_as_the_full_path(method: str, params: Any, era: Era) -> None:
+    message = request(method, params)
+    call = new_call(message, "static", {"c": 1}, Stream(LIMITS, expected=1), bridged=True, tools=None)
+    record = (call.client_id, call.method, call.name, call.log_level, call.client_token)
+    assert record == expected_record(message)
+    assert call.minted.startswith("mcpgate-") and call.minted[8:].isdigit()
+    assert (call.principal, call.capabilities, call.bridged, call.finished, call.parked) == (
+        "static",
+        {"c": 1},
+        True,
+        False,
+        False,
+    )
+    assert call.waiting is None and call.waiting_bytes == 0 and call.child is None and call.audit is None
+    child, pipe = pooled(era)
+    assert child.start_call(message, call)
+    assert pipe.sent == [expected_bytes(child, message, call)]
+    assert json.loads(pipe.sent[0])["id"] == call.minted
+    assert child.calls == {call.minted: call} and call.child is child and child.bridged_calls == 1
+    child.release(call)
+    assert child.calls == {} and child.bridged_calls == 0 and call.finished
