@@ -7,6 +7,8 @@ import pytest
 
 from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder
+from mcpgate.core.routing import DuplicateRequestId
+from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.serve.sessions.session import Session
 from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
@@ -79,3 +81,40 @@ def test_open_stream_takes_any_iterable_as_a_list() -> None:
     live.close_stream(from_list)
     live.close_stream(from_iterator)
     assert live.router.general_target() is not from_list
+
+
+def state(live: Session) -> tuple[object, ...]:
+    router = live.router
+    return (router.in_flight, sorted(router._in_flight, key=repr), live._init_key, sorted(live._tool_lists, key=repr))
+
+
+REQUESTS = [
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}',
+    b'{"jsonrpc":"2.0","id":"1","method":"tools/list"}',
+    b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{}}',
+    b'{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"_meta":{"progressToken":"t"}}}',
+]
+
+
+@pytest.mark.parametrize("body", REQUESTS)
+@pytest.mark.parametrize("filtered", [False, True])
+@pytest.mark.parametrize("taken", [False, True])
+def test_one_request_registers_as_any_number_does(body: bytes, filtered: bool, taken: bool) -> None:
+    """A one-request list (the shortcut) leaves the session as the same request given as an iterable does, and a
+    duplicate id is refused by both with nothing registered."""
+    request = jsonrpc.parse(body)
+    assert isinstance(request, jsonrpc.Request)
+    sessions = [session(), session()]
+    for live in sessions:
+        live.tools = ToolFilter.of(("x",), ()) if filtered else None
+        if taken:
+            live.open_stream([request])
+    results = []
+    for live, given in zip(sessions, ([request], iter([request])), strict=True):
+        try:
+            live.open_stream(given)
+            results.append(("opened", state(live)))
+        except DuplicateRequestId:
+            results.append(("refused", state(live)))
+    assert results[0] == results[1]
+    assert results[0][0] == ("refused" if taken else "opened")

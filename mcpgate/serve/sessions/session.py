@@ -214,23 +214,34 @@ class Session:
 
     def add_requests(self, requests: Iterable[Request], stream: Stream) -> None:
         """Send the responses to these requests to `stream` (DuplicateRequestId: none of them is registered)."""
-        opened: list[Request] = []
-        try:
-            for request in requests:
-                self.router.open_request(request, stream)
-                opened.append(request)
-                if request.method == "initialize":
-                    self._init_key = jsonrpc.id_key(request.id)
-                    self._init_request = request
-                elif self.tools is not None and request.method == "tools/list":  # its result loses the hidden tools
-                    self._tool_lists.add(jsonrpc.id_key(request.id))
-        except Exception:
-            for request in opened:
-                self.router.cancel(request.id, self._clock())
-                self._tool_lists.discard(jsonrpc.id_key(request.id))
-            raise
+        if isinstance(requests, list) and len(requests) == 1:  # the usual POST: refused, it leaves nothing to undo
+            request = requests[0]
+            self.router.open_request(request, stream)
+            if self.tools is not None or request.method == "initialize":
+                self._note(request)
+            opened: list[Request] = requests
+        else:
+            opened = []
+            try:
+                for request in requests:
+                    self.router.open_request(request, stream)
+                    opened.append(request)
+                    self._note(request)
+            except Exception:
+                for request in opened:
+                    self.router.cancel(request.id, self._clock())
+                    self._tool_lists.discard(jsonrpc.id_key(request.id))
+                raise
         if audit.LOG is not None:
             audit.LOG.opened(self, opened)
+
+    def _note(self, request: Request) -> None:
+        """What the session remembers of a request it sends: the handshake's, and a tools/list's while tools hide."""
+        if request.method == "initialize":
+            self._init_key = jsonrpc.id_key(request.id)
+            self._init_request = request
+        elif self.tools is not None and request.method == "tools/list":  # its result loses the hidden tools
+            self._tool_lists.add(jsonrpc.id_key(request.id))
 
     def _without_hidden_tools(self, message: Response) -> Response:
         """The response to a tools/list request in flight, without the hidden tools (its id is forgotten as the

@@ -198,9 +198,13 @@ class Stream:
                 return None
             self._ready.clear()
             if self.pump is not None:
-                if deadline is None and timeout is not None:
-                    deadline = time.monotonic() + timeout
-                woke = self.pump(self._ready, None if deadline is None else deadline - time.monotonic())
+                if deadline is None:  # the first wait: all of `timeout`
+                    left = timeout
+                    if timeout is not None:
+                        deadline = time.monotonic() + timeout
+                else:
+                    left = deadline - time.monotonic()
+                woke = self.pump(self._ready, left)
                 if woke is not None:
                     if not woke and not self._woken:
                         return None
