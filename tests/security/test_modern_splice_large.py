@@ -103,13 +103,25 @@ def test_the_client_gets_the_child_s_result_whatever_follows_it(
     assert result["resultType"] == "complete"  # the stamp is inside the result
 
 
-def test_a_large_answer_that_is_no_json_is_answered_with_an_error(gateways: Callable[[str], Gateway]) -> None:
-    """An answer read by its head alone whose result is followed by no JSON: decoded whole, it fails, and the
-    client gets an error (not the child's bytes, nor a call left waiting)."""
-    template = HEAD + TEXT + ',"_x":}'
-    with ThreadPoolExecutor(1) as pool:  # a call left waiting fails the test instead of hanging it
+@pytest.mark.parametrize(
+    "template",
+    [
+        pytest.param(HEAD + TEXT + ',"_x":}', id="no-json-after-the-result"),
+        pytest.param(HEAD + '{"a":{DEEP}}}', id="nested-too-deep"),
+    ],
+)
+def test_a_large_answer_that_cannot_be_read_is_answered_with_an_error(
+    gateways: Callable[[str], Gateway], template: str
+) -> None:
+    """An answer read by its head alone that the walk cannot vouch for and json cannot read (no JSON after the
+    result; nested past the decoder's depth, which a small answer's full parse refuses too): the client gets an
+    error, not the child's bytes nor a call left waiting."""
+    pool = ThreadPoolExecutor(1)  # a call left waiting fails the test instead of hanging it
+    try:
         answer = pool.submit(asked, gateways("splice"), template, 9).result(timeout=HANG_GUARD)
-    assert answer["id"] == 9 and answer["error"]["code"] == -32603 and "not JSON" in answer["error"]["message"]
+    finally:
+        pool.shutdown(wait=False)  # a hung request ends with its gateway, stopped after the module
+    assert answer["id"] == 9 and answer["error"]["code"] == -32603 and answer["error"]["message"] == answers.NOT_JSON
     # the child is still there for the next call
     assert asked(gateways("splice"), LAYOUTS["plain"], 10)["result"]["content"][0]["text"].startswith("0123")
 

@@ -47,7 +47,7 @@ _TAIL = re.compile(rb"[ \t\n\r]*\}[ \t\n\r]*")  # what follows the result of an 
 # minimum): a step costs about a microsecond, decoding and encoding an answer of dense small tokens 30-40 ns a
 # byte, so a walk given up at its bound wasted a tenth of what the decoding costs at most.
 _BYTES_A_STEP, _STEPS_AT_LEAST = 256, 1024
-NOT_JSON = "Bad Gateway: the MCP server's answer is not JSON"
+NOT_JSON = "Bad Gateway: the MCP server's answer could not be read as JSON (not JSON, or nested too deep)"
 UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
 
 
@@ -70,8 +70,10 @@ class Answers:
             return data
         try:
             obj = message.full()
-        except (ValueError, RecursionError):  # read by its head alone, and no JSON after all
-            log.warning("pooled child %s: an answer of %d bytes is not JSON", self.label, len(message.raw or b""))
+        except (ValueError, RecursionError):  # read by its head alone, and no JSON (or too deep) after all
+            log.warning(
+                "pooled child %s: an answer of %d bytes could not be read as JSON", self.label, len(message.raw or b"")
+            )
             obj = jsonrpc.error_response(call.client_id, jsonrpc.INTERNAL_ERROR, NOT_JSON)
         result = obj.get("result")
         if isinstance(result, dict) and (mrtr.is_input_required(result) or tasks.names_task(call.method, result)):
