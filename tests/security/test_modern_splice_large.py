@@ -24,6 +24,7 @@ import pytest
 from mcpgate.core import json_extent, jsonrpc
 from mcpgate.core.jsonrpc import PARTIAL_FROM_BYTES
 from mcpgate.serve.modern import answers
+from tests.security.test_modern_splice import awaiting
 from tests.support import FIXTURES, HANG_GUARD, Gateway, lazy_gateways, modern_body, post_modern, reply_message
 
 SPLICE = f"{sys.executable} {FIXTURES / 'splice_server.py'}"
@@ -170,3 +171,35 @@ def test_partial_bounds_of_a_head_the_pattern_reads() -> None:
     raw = b'{ "jsonrpc": "2.0", "id": "mcpgate\\u002d1", "result": {"t": "}"} }'
     assert answers.partial_bounds(raw, "mcpgate-1") == (jsonrpc.result_bounds(raw) or (0, 0))
     assert answers.partial_bounds(raw[:-2] + b', "_x": {} }', "mcpgate-1") is None
+
+
+# far more tokens than the walk's bound; spaced, so the child's bytes differ from the compact encoding
+MANY = ", ".join(f'"k{i}": [{i}, true, null, "v{i}"]' for i in range(20_000))
+
+
+@pytest.mark.parametrize(
+    ("after", "spliced"),
+    [
+        pytest.param("", True, id="nothing-after: decoded, then spliced"),
+        pytest.param(',"_x":{"a":{}}', False, id="a-member-after: made again"),
+        pytest.param(',"id":"other"', False, id="the-id-again: made again"),
+    ],
+)
+def test_a_walk_given_up_leaves_the_decoding_to_say_whether_the_result_is_last(after: str, spliced: bool) -> None:
+    """A large result of many small tokens stops the walk at its bound (UNKNOWN): the answer is decoded once, and
+    with the three members only its result's bytes are spliced as they came (not encoded again); with anything
+    else it is made again from the decoded answer. Either way the client's result is the child's, stamped."""
+    raw = ('{"jsonrpc":"2.0","id":"MINTED","result":{' + MANY + "}" + after + "}").encode()
+    assert len(raw) >= PARTIAL_FROM_BYTES
+    _child, call = awaiting()
+    raw = raw.replace(b"MINTED", call.minted.encode())
+    assert answers.partial_bounds(raw, call.minted) is answers.UNKNOWN
+    message = jsonrpc.parse_line(raw)
+    assert isinstance(message, jsonrpc.Response) and message.partial
+    data = answers.Answers("t", 0, lambda _call, result: result).of(call, message, None)
+    answer = json.loads(data)
+    assert answer["id"] == 7 and set(answer) == {"jsonrpc", "id", "result"}
+    child_result = json.loads(raw)["result"]
+    assert {key: answer["result"][key] for key in child_result} == child_result
+    assert answer["result"]["resultType"] == "complete"
+    assert (("{" + MANY).encode() in data) is spliced  # the child's bytes as they came, or encoded again
