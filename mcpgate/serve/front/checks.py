@@ -34,8 +34,13 @@ def _accepts(types: frozenset[str], wanted: str) -> bool:
 
 
 def require_post_accept(header: str | None) -> None:
-    if not (header and _post_accepted(header)):  # none or empty: no media types, refused
-        raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list both {JSON} and {SSE}")
+    if header:  # none or empty: no media types, refused
+        passed = _POST_ACCEPTED.get(header)  # the memo's table first: a client sends the same Accept each time
+        if passed is None:
+            passed = _post_accepted(header)
+        if passed:
+            return
+    raise Refusal(406, INVALID_REQUEST, f"Not Acceptable: the Accept header must list both {JSON} and {SSE}")
 
 
 @memo.remembered
@@ -43,6 +48,9 @@ def _post_accepted(header: str) -> bool:
     """Whether a POST's Accept lists both JSON and SSE (remembered: a client sends the same Accept each time)."""
     types = _media_types(header)
     return _accepts(types, JSON) and _accepts(types, SSE)
+
+
+_POST_ACCEPTED = memo.seen_by(_post_accepted)
 
 
 def require_get_accept(header: str | None) -> None:
@@ -79,14 +87,22 @@ def require_not_cross_site(fetch_site: str | None, origin: str | None, listed: C
 
 
 def require_json_content(header: str | None) -> None:
-    if not (header and _json_content(header)):
-        raise Refusal(415, INVALID_REQUEST, f"Unsupported Media Type: the Content-Type must be {JSON}")
+    if header:
+        passed = _JSON_CONTENT.get(header)  # as require_post_accept
+        if passed is None:
+            passed = _json_content(header)
+        if passed:
+            return
+    raise Refusal(415, INVALID_REQUEST, f"Unsupported Media Type: the Content-Type must be {JSON}")
 
 
 @memo.remembered
 def _json_content(header: str) -> bool:
     """Whether a Content-Type names JSON (remembered, as _post_accepted)."""
     return JSON in _media_types(header)
+
+
+_JSON_CONTENT = memo.seen_by(_json_content)
 
 
 def read_body(request: HttpRequest, limit: int) -> bytes:

@@ -78,11 +78,17 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
     counted in the server's budget while it waits on its client (reading: the module's docstring). pywsgi's
     handler answers what is rare: its refusals, errors, and replies that are not one piece (writing.py)."""
 
+    # The connection's own attributes are slots: with pywsgi's per-request ones in the instance dict they passed the
+    # 30 names an instance keeps inline (CPython 3.11), and every attribute of the handler was then looked up in a
+    # dict of its own.
+    __slots__ = ("head", "limits", "logged", "own", "peer_gone", "raw", "reader", "requests")
+
     environ: dict[str, Any] | None  # pywsgi's, for the request being answered
     response_headers: list[tuple[bytes, bytes]]
 
     def __init__(self, sock: socket.socket, address: Any, server: Server) -> None:
         self.reader = TimedReader(sock)
+        self.raw = self.reader.raw  # writing.py's send (None: a TLS socket, written through gevent's)
         super().__init__(sock, address, server, rfile=io.BufferedReader(self.reader, READ_BUFFER))
         self.limits: Limits = server.limits
         self.requests = 0
@@ -157,20 +163,21 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
     def handle_one_request(self) -> tuple[str, bytes] | bool | None:
         """pywsgi's: True when the connection goes on, None when it ends, a canned answer for a refusal."""
         rfile = self.rfile
-        if rfile.closed:
+        reader = self.reader
+        if reader.shut:  # rfile.closed (its raw reader's), read as a flag
             return None
         self.environ, self.response_headers = None, []  # the access log of a request refused before it has them
         if self.requests:  # keep-alive: wait for the next request's first byte, then give it a whole head
             if self.server.closing:  # none after the worker's stop began (Server.closing)
                 return None
-            self.reader.pausing(self.limits.keepalive)
+            reader.pausing(self.limits.keepalive)
             self.server.waiting.enter(self)
             try:
                 if not rfile.peek(1):
                     return None
             except OSError:
                 return None
-            self.reader.within(self.limits.header)
+            reader.within(self.limits.header)
         self.requests += 1
         self.response_length = 0
         head = self.whole_head()
@@ -191,7 +198,7 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.take(head)
         self.environ = self.get_environ()
         self.handle_one_response()
-        if self.close_connection or rfile.closed:
+        if self.close_connection or reader.shut:
             return None
         return True
 
@@ -254,11 +261,12 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         expect = self.socket if head.expect else None  # as pywsgi's Input
         body = self.wsgi_input = Body(self.rfile, head.length, expect, head.chunked)
         body.connection = self
+        body.done = not head.chunked and not head.length  # Body.whole at once for a request without a body
         environ["wsgi.input"] = body
         environ[CONTEXT] = made = RequestContext(self.peer_gone)
         if logs.REQUEST is not None:  # JSON logs: this greenlet's lines name the request's server and principal
             logs.REQUEST.set(made)
-        if not head.chunked and not head.length:  # no body (Body.whole at once): nothing more to wait for
+        if body.done:  # no body: nothing more to wait for
             self.body_read()
         else:
             self.reader.body(self.limits.body, self.limits.body_rate)
@@ -270,8 +278,8 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.reader.pausing(self.limits.body)
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-        body: Body | None = getattr(self, "wsgi_input", None)
-        unread = body is not None and not body.whole  # answered before its body was read: closed after this reply
+        body: Body | None = self.wsgi_input  # pywsgi's class default None until a request has one
+        unread = body is not None and not body.done  # answered before its body was read: closed after this reply
         if unread:
             self.server.waiting.leave(self)
         if unread or self.server.closing:  # or the worker stops: the connection's last reply (Server.closing)

@@ -24,6 +24,7 @@ import time
 from typing import Any, Protocol
 
 from gevent.pywsgi import Input, _InvalidClientInput
+from gevent.socket import socket as PLAIN_SOCKET
 
 from mcpgate.observe import refusals
 
@@ -45,6 +46,10 @@ class TimedReader(io.RawIOBase):
     def __init__(self, sock: socket.socket) -> None:
         super().__init__()
         self.sock = sock
+        # gevent's plain socket: its own non-blocking socket is read directly, gevent's wait only when nothing is
+        # there (what gevent's recv_into does, without its frames); any other (TLS) is read through its own methods
+        self.raw: Any = sock._sock if type(sock) is PLAIN_SOCKET else None  # type: ignore[attr-defined]
+        self.shut = False  # closed (IOBase.closed asks the MRO for a private name: a flag is read at once)
         self.pause: float | None = None
         self.deadline: float | None = None
         self.rate = 0.0  # bytes a second: each byte received moves the deadline 1/rate s later (0: it stays)
@@ -75,6 +80,25 @@ class TimedReader(io.RawIOBase):
         except OSError:
             pass
 
+    def recv_into(self, buffer: Any) -> int:
+        """The socket's recv_into: gevent's, for a plain socket without its Python frames (try, wait while the
+        socket has nothing, try again; a socket in non-blocking mode raises instead of waiting, as gevent's)."""
+        raw = self.raw
+        if raw is None:
+            return self.sock.recv_into(buffer)
+        while True:
+            try:
+                return raw.recv_into(buffer)  # type: ignore[no-any-return]
+            except BlockingIOError:
+                sock: Any = self.sock
+                if sock.timeout == 0.0:
+                    raise
+            sock._wait(sock._read_event)
+
+    def close(self) -> None:
+        self.shut = True
+        super().close()
+
     def overran(self, now: float) -> bool:
         """Called by the sweeper: a wait past its end is ended (True when this one was)."""
         if self.waiting_until is None or now < self.waiting_until or self.failed:
@@ -94,7 +118,7 @@ class TimedReader(io.RawIOBase):
             raise ReadTimeout(self.reason)
         self.waiting_until = until
         try:
-            count = self.sock.recv_into(buffer)
+            count = self.recv_into(buffer)
         except OSError:  # gevent cancels the wait when `fail` shuts the read side (cancel_wait_ex, EBADF)
             if self.failed:
                 raise ReadTimeout(self.reason) from None
@@ -122,8 +146,9 @@ class Body(Input):  # type: ignore[misc]
     drain (`_discard`) closes the connection after the reply instead. Built as pywsgi's Input is; its
     `connection` is set right after."""
 
-    __slots__ = ("connection",)
+    __slots__ = ("connection", "done")
     connection: Reading
+    done: bool  # `whole` as last seen: set by the connection when the body is made, then by each read
 
     @property
     def whole(self) -> bool:
@@ -133,11 +158,34 @@ class Body(Input):  # type: ignore[misc]
         return self.position >= (self.content_length or 0)  # type: ignore[no-any-return]
 
     def read(self, length: int | None = None) -> bytes:
+        if self.chunked_input or self.socket is not None or length is None or length < 0:
+            return self._read_any(length)
+        # pywsgi's read of a Content-Length body with no 100-continue to send (Input._do_read), `whole` with it
+        data = b""
+        content_length = self.content_length
+        if content_length is not None:
+            length = min(length, content_length - self.position)
+            if length > 0:
+                try:
+                    data = self.rfile.read(length)
+                except _InvalidClientInput:
+                    raise
+                except OSError as exc:
+                    if exc.errno is not None:
+                        raise
+                    raise BodyEnded(str(exc)) from None
+                self.position += len(data)
+                if len(data) < length:
+                    raise BodyEnded(f"unexpected end of file while reading request at position {self.position}")
+        if self.position >= (content_length or 0):
+            self.done = True
+            self.connection.body_read()
+        return data
+
+    def _read_any(self, length: int | None) -> bytes:
+        """read() of any body: a chunked one, one with 100-continue to send, or read to its end."""
         try:
-            if self.chunked_input or self.socket is not None or length is None or length < 0:
-                data: bytes = super().read(length)
-            else:  # pywsgi's read of a Content-Length body with no 100-continue to send, in one frame
-                data = self._read_plain(length)
+            data: bytes = super().read(length)
         except _InvalidClientInput:
             raise
         except OSError as exc:  # pywsgi's "unexpected end of file" (no errno): the client went away mid-body
@@ -145,20 +193,8 @@ class Body(Input):  # type: ignore[misc]
                 raise
             raise BodyEnded(str(exc)) from None
         if self.whole:
+            self.done = True
             self.connection.body_read()
-        return data
-
-    def _read_plain(self, length: int) -> bytes:
-        """Input._do_read for `length` bytes of a Content-Length body (none left: b"")."""
-        if self.content_length is None:
-            return b""
-        length = min(length, self.content_length - self.position)
-        if length <= 0:
-            return b""
-        data: bytes = self.rfile.read(length)
-        self.position += len(data)
-        if len(data) < length:
-            raise OSError(f"unexpected end of file while reading request at position {self.position}")
         return data
 
     def readline(self, size: int | None = None) -> bytes:
@@ -171,13 +207,14 @@ class Body(Input):  # type: ignore[misc]
                 raise
             raise BodyEnded(str(exc)) from None
         if self.whole:
+            self.done = True
             self.connection.body_read()
         return data
 
     def _discard(self) -> None:
         """After the reply: a body not read whole is never read on (pywsgi would read it to its end, at the
         client's pace); the connection closes instead."""
-        if not self.whole:
+        if not self.done:
             self.connection.close_connection = True
 
 

@@ -102,6 +102,7 @@ class LeanWrites:
     application: Any
     environ: Any
     wsgi_input: Any
+    raw: Any  # gevent's plain socket's own (non-blocking) socket; None for any other (TLS: written through gevent's)
 
     def handle_one_response(self) -> None:
         """pywsgi's, the clock read only for an access log: the application's reply, then its body's end (an unread
@@ -205,9 +206,16 @@ class LeanWrites:
 
     def _sendall(self, data: Any) -> None:
         sock = self.socket
+        raw = self.raw
         try:
-            sent = sock.send(data)  # gevent's: waits while the socket is full
-            if sent < len(data):
+            if raw is None:  # a TLS socket: gevent's send, which waits while the socket is full
+                sent = sock.send(data)
+            else:  # gevent's plain socket: its own non-blocking send (what gevent's send tries first)
+                try:
+                    sent = raw.send(data)
+                except BlockingIOError:
+                    sent = 0
+            if sent < len(data):  # the rest by gevent's sendall, which waits while the socket is full
                 sock.sendall(memoryview(data)[sent:])
         except OSError as ex:  # as pywsgi's _sendall
             self.status = f"socket error: {ex}"
@@ -243,25 +251,23 @@ class LeanWrites:
             headers.append((b"Date", DATE.now()))
         if self.provided_content_length is None:
             headers.append((b"Content-Length", b"%d" % len(data)))
-        head = _head(self.status, headers)
         if not data or self.command == "HEAD" or len(data) > JOINED:
-            self._sendall(head)
+            self._sendall(_head(self.status, headers))
             self._write(data)
         else:
-            self._sendall(head + data)
+            self._sendall(_head(self.status, headers, data))
 
     def _write_with_headers(self, data: bytes) -> None:
         """The head, with `data` (the body's first piece) in the same send when it is small."""
         self.headers_sent = True
         self.finalize_headers()
-        head = _head(self.status, self.response_headers)
         if not data or self.command == "HEAD" or len(data) > JOINED:
-            self._sendall(head)
+            self._sendall(_head(self.status, self.response_headers))
             self._write(data)
         elif self.response_use_chunked:
-            self._sendall(b"".join((head, b"%x\r\n" % len(data), data, b"\r\n")))
+            self._sendall(b"".join((_head(self.status, self.response_headers), b"%x\r\n" % len(data), data, b"\r\n")))
         else:
-            self._sendall(head + data)
+            self._sendall(_head(self.status, self.response_headers, data))
 
     if TYPE_CHECKING:
 
@@ -274,10 +280,19 @@ class LeanWrites:
         def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any: ...
 
 
-def _head(status: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
-    """A reply's status line and header fields, ending with the blank line (one join of the lines)."""
-    lines = [b"HTTP/1.1 " + status]
-    for header, value in headers:
-        lines.append(header + b": " + value)
-    lines.append(b"\r\n")
+_LINES: dict[bytes, bytes] = {}  # a status seen -> its status line (at most _MOST)
+
+
+def _head(status: bytes, headers: list[tuple[bytes, bytes]], body: bytes = b"") -> bytes:
+    """A reply's status line and header fields, ending with the blank line, then `body`: one join (a name and its
+    value joined by b": ", neither copied apart)."""
+    line = _LINES.get(status)
+    if line is None:
+        line = b"HTTP/1.1 " + status
+        if len(_LINES) < _MOST:
+            _LINES[status] = line
+    lines = [line]
+    lines += map(b": ".join, headers)
+    lines.append(b"")
+    lines.append(body)
     return b"\r\n".join(lines)
