@@ -1,6 +1,8 @@
 """A pooled call's record and the request its child gets, made by the shortcuts of serve/modern (calls.new_call's
 reading of the params, start_call's request put together by core/modern.child_request), are what the full path
-gives: a table of client requests, each on a legacy and a modern child, with and without a progress token."""
+gives: a table of client requests, each on a legacy and a modern child, with and without a progress token. A
+child's answer taken by _on_message's shortcut (a call's minted id looked up first) reaches what _on_response's
+full path reaches."""
 
 from __future__ import annotations
 
@@ -132,3 +134,47 @@ def test_call_and_child_request_as_the_full_path(method: str, params: Any, era: 
     assert child.calls == {call.minted: call} and call.child is child and child.bridged_calls == 1
     child.release(call)
     assert child.calls == {} and child.bridged_calls == 0 and call.finished
+
+
+ANSWERS = [  # (what the child answers, with {call} and {own} standing for the minted ids)
+    b'{"jsonrpc":"2.0","id":"{call}","result":{"content":[{"type":"text","text":"hi"}],"isError":false}}',
+    b'{"jsonrpc":"2.0","id":"{call}","result":{}}',
+    b'{"jsonrpc":"2.0","id":"{call}","error":{"code":-32602,"message":"no"}}',
+    b'{"jsonrpc":"2.0","id":"{own}","result":{"tools":[]}}',
+    b'{"jsonrpc":"2.0","id":"{own}","error":{"code":-1,"message":"no"}}',
+    b'{"jsonrpc":"2.0","id":"mcpgate-0","result":{}}',  # late or unknown
+    b'{"jsonrpc":"2.0","id":7,"result":{}}',  # not a minted id
+    b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"parse"}}',
+]
+
+
+def routed(raw: bytes, shortcut: bool) -> tuple[Any, ...]:
+    """What a child's answer reaches: the call's stream, the gateway's own request, neither."""
+    child, _pipe = pooled(Era.LEGACY)
+    call = new_call(request("tools/call", PARAMS[0]), "static", {}, Stream(LIMITS, expected=1))
+    assert child.start_call(request("tools/call", PARAMS[0]), call)
+    own: list[Any] = []
+    minted = child.request("tools/list", {}, own.append)
+    assert minted is not None
+    message = jsonrpc.parse_line(raw.replace(b"{call}", call.minted.encode()).replace(b"{own}", minted.encode()))
+    assert isinstance(message, jsonrpc.Response)
+    if shortcut:
+        child._on_message(message)
+    else:
+        child._on_response(message)  # the full path: the gateway's own requests first, then the calls
+    data = getattr(call.stream.next(0), "data", None)
+    names = {call.minted: "call", minted: "own"}  # (minted ids differ from one run to the next)
+    own = [{**answer, "id": names.get(answer.get("id"), answer.get("id"))} for answer in own]
+    return (
+        data,
+        own,
+        call.finished,
+        call.error_code,
+        [names[key] for key in child.calls],
+        [names[key] for key in child._own],
+    )
+
+
+@pytest.mark.parametrize("raw", ANSWERS)
+def test_answer_routed_as_the_full_path(raw: bytes) -> None:
+    assert routed(raw, shortcut=True) == routed(raw, shortcut=False)

@@ -259,7 +259,14 @@ class PooledChild:
 
     # -- from the child ----------------------------------------------------------------------------------
     def _on_message(self, message: Request | Notification | Response) -> None:
-        if isinstance(message, Response):
+        if type(message) is Response:  # the usual: a call's answer (a type check and one lookup; no call)
+            key = message.id
+            call = self.calls.get(key) if type(key) is str else None
+            if call is not None:  # (minted ids are unique: one names a call or a request of the gateway's own)
+                self._answered(call, self.answers.of(call, message, self.server_info))
+            else:
+                self._on_response(message)
+        elif isinstance(message, Response):
             self._on_response(message)
         elif isinstance(message, Request):
             self._on_request(message)
@@ -288,7 +295,7 @@ class PooledChild:
         if call.continuation is not None:  # it asked for input: delivered now, or held for the retry while parked
             call.continuation.finished(data)
             return
-        call.stream.deliver(data, done=True)
+        call.stream.deliver(data, True)  # (done: its last message)
 
     def _on_request(self, message: Request) -> None:
         if message.method == "ping":
