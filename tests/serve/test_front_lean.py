@@ -64,6 +64,22 @@ def test_only_gevents_plain_socket_is_read_through_its_own() -> None:
         b.close()
 
 
+def test_the_readers_shut_flag_is_rfile_closed() -> None:
+    a, b = gsocket.socketpair()
+    try:
+        reader = TimedReader(a)
+        rfile = io.BufferedReader(reader)
+        assert (rfile.closed, reader.shut) == (False, False)
+        rfile.close()
+        assert (rfile.closed, reader.shut) == (True, True)
+        other = TimedReader(b)
+        other.close()  # the raw reader closed by itself
+        assert (other.closed, other.shut) == (True, True)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_read_waits_for_bytes_that_come_later_as_gevents_does() -> None:
     a, b = gsocket.socketpair()
     try:
