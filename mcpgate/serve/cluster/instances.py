@@ -87,6 +87,7 @@ class Cluster:
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
         self.peers = ForwardingPeers(self.sender_url, peers)
         self._owners: dict[str, str] = {}  # session ids whose MAC checked -> the instance they name
+        self._senders: set[str] = set()  # Mcpgate-Forwarded values seen that are an instance id alone
 
     def mint(self) -> str:
         """A session id naming this instance."""
@@ -138,7 +139,7 @@ class Cluster:
         the same way, the sender named in the head checked before the body is read."""
         value = str(environ.get("HTTP_MCPGATE_FORWARDED", ""))
         peer = environ.get("REMOTE_ADDR")
-        in_body = session_ids.valid_instance(value)  # the sender alone: the value leads the body (forward.py)
+        in_body = value in self._senders or self._a_sender(value)  # the sender alone: the value leads the body
         sender = value if in_body else session_ids.forwarded_sender(value)
         if sender is None or not self.peers.allowed(peer, sender):
             self.refuse_forwarded(peer, f"it does not come from the address of the instance it names ({sender})")
@@ -166,13 +167,23 @@ class Cluster:
         whole = read_body(environ, self.forwarder.max_body + VALUE_MOST + 1)
         end = whole.find(b"\n", 0, VALUE_MOST + 1)  # the value's line feed, within its first VALUE_MOST + 1 bytes
         value = whole[:end].decode("ascii", "replace")
-        if end < 0 or session_ids.forwarded_sender(value) != sender:
+        # session_ids.forwarded_sender(value) == sender, `sender` a valid instance id (checked in the head)
+        if end < 0 or value.count(".") != 5 or value.split(".", 2)[1] != sender:
             self.refuse_forwarded(peer, "its body does not lead with the Mcpgate-Forwarded value its head announced")
         body = whole[end + 1 :]
         if len(body) > self.forwarder.max_body:
             limit = self.forwarder.max_body
             raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
         return value, body
+
+    def _a_sender(self, value: str) -> bool:
+        """Whether a head's Mcpgate-Forwarded value is a sender alone (a valid instance id: remembered, bounded)."""
+        if not session_ids.valid_instance(value):
+            return False
+        if len(self._senders) >= OWNERS_KEPT:
+            self._senders.clear()
+        self._senders.add(value)
+        return True
 
     @staticmethod
     def refuse_forwarded(peer: str | None, problem: str) -> NoReturn:
