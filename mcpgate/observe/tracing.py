@@ -116,7 +116,7 @@ class Trace:
         "what",
     )
 
-    def __init__(self, server: str | None, kind: int = SERVER) -> None:
+    def __init__(self, server: str | None, kind: int = SERVER, environ: Mapping[str, Any] | None = None) -> None:
         self.start, self.server, self.kind = _time(), server, kind
         self.opened = False  # described, its parent and trace id found (`open`)
         self.headed = False  # the traceparent header read (`from_header`)
@@ -133,6 +133,11 @@ class Trace:
         self.tool_error = False  # a tools/call result with isError true
         self.status, self.end_at, self.trace_id, self.state = 0, 0, b"", ""
         self.parent: Parent | None = None
+        if environ is not None and not self.decided and "HTTP_TRACEPARENT" in environ:  # decided by its flag?
+            parent = self.from_header(environ)
+            rule = None if parent is None else _rules[1] if parent.sampled else _rules[2]
+            if rule is True or rule is False:
+                self.decided, self.sampled = True, rule
 
     def open(self, environ: Mapping[str, Any], message: Message | None) -> None:
         """The parent from the traceparent header, else from the message's _meta, and the sampling decision (once)."""
@@ -195,7 +200,7 @@ class Trace:
                 self.code = error_code(body)
             if self.code is None and type(self.what) is tuple and self.what[0] == "tools/call":
                 at = body.find(b'"isError"')  # (as tool_error tells the usual answer: no call for it)
-                if at >= 0 and (not body.startswith(b":false", at + 9) or body.find(b'"isError"', at + 9) >= 0):
+                if at >= 0 and (body[at + 9 : at + 15] != b":false" or body.find(b'"isError"', at + 9) >= 0):
                     self.tool_error = tool_error(body)
         TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
 
@@ -213,13 +218,9 @@ class Trace:
 
 
 def begin(environ: dict[str, Any], server: str) -> Trace:
-    """The Trace of a request to an MCP endpoint (call only when TRACER is set)."""
-    trace = environ[KEY] = Trace(server)
-    if not trace.decided and "HTTP_TRACEPARENT" in environ:  # decided now when the parent's flag decides it
-        parent = trace.from_header(environ)
-        rule = None if parent is None else _rules[1] if parent.sampled else _rules[2]
-        if rule is True or rule is False:
-            trace.decided, trace.sampled = True, rule
+    """The Trace of a request to an MCP endpoint (call only when TRACER is set), decided now when a static sampler
+    or the traceparent header's flag decides it (app.py makes it so itself: one call)."""
+    trace = environ[KEY] = Trace(server, SERVER, environ)
     return trace
 
 
@@ -303,23 +304,31 @@ def opened_to_child(trace: Trace, environ: Mapping[str, Any], message: Message) 
 
 def plain_to_child(trace: Trace, environ: Mapping[str, Any], message: Request, params: dict[str, Any]) -> Request:
     """to_child for the common request: params an object without _meta, no traceparent header (so no parent),
-    the sampler's rule for a request without one static. What `open`, `context` and w3c.put_in_meta do, at once."""
+    the sampler's rule for a request without one static. What `open`, `context` and w3c.put_in_meta do, at once
+    (the ids as IDS.context draws them: sliced here while the draw holds them and no id can be all zero)."""
     if not trace.decided:
         trace.sampled = _rules[0]
     trace.opened = trace.headed = trace.decided = True
-    drawn = IDS.context()  # no parent: a trace of its own (its id, then the wait's span id), no tracestate
-    trace.trace_id, ids = drawn[:16], drawn.hex()
+    ids, at = IDS, IDS.at
+    drawn = ids.drawn[at : at + 24]  # no parent: a trace of its own (its id, then the wait's span id)
+    if len(drawn) == 24 and drawn.count(0) < 8:
+        ids.at = at + 24
+    else:
+        drawn = ids.context()
+    trace.trace_id, ids_hex = drawn[:16], drawn.hex("-", -16)  # the trace id's hex, "-", the span id's
     if trace.sampled:
         trace.what = (message.method, params.get("name"), None, message.id)
         trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
         trace.wait = (drawn[16:], _time())
-        fields = {"traceparent": f"00-{ids[:32]}-{ids[32:]}-01"}
+        context = f"00-{ids_hex}-01"
     else:
         trace.steps.clear()
-        fields = {"traceparent": f"00-{ids[:32]}-{ids[32:]}-00"}
-    params["_meta"] = fields
+        context = f"00-{ids_hex}-00"
+    params["_meta"] = {"traceparent": context}  # no tracestate
     raw = message.raw
-    message.raw = None if raw is None else w3c.spliced_meta(raw, fields)
+    message.raw = (
+        None if raw is None else w3c.spliced_member(raw, b'"_meta":{"traceparent":"' + context.encode() + b'"}')
+    )
     return message
 
 

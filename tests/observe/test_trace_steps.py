@@ -1,6 +1,7 @@
 """A request's steps timed the request path's way (tracing.now, the step, Trace.took in a finally clause) are the
 steps a `with tracing.step(...)` block times: the same names in the same order, each inside its own block, none
-for a request known to be unsampled, and a step that raised timed all the same."""
+for a request known to be unsampled, and a step that raised timed all the same; a span's end marks a tool error
+as answer_marks.tool_error does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import tracing
+from mcpgate.observe.answer_marks import tool_error
 from mcpgate.observe.tracing import KEY, Trace
+from tests.observe.test_trace_answers import ANSWERS
 
 PLAIN = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}'
 ROUND = b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","requestState":"s"}}'
@@ -79,3 +82,29 @@ def test_took_times_what_a_with_block_times(decided: bool, sampled: bool, raw: b
     assert got[0] == got[1]
     pool = "mcpgate.mrtr" if raw == ROUND else "mcpgate.pool"
     assert got[0] == ([] if decided and not sampled else ["mcpgate.guard", pool])
+
+
+class Collected:
+    """A stand-in for the span export (observe/span_pipe.py's SpanPipe): the ended Traces kept."""
+
+    def __init__(self) -> None:
+        self.ended: list[Trace] = []
+
+    def on_end(self, trace: Trace, spans: int) -> None:
+        self.ended.append(trace)
+
+
+@pytest.mark.parametrize(("body", "expected"), ANSWERS)
+def test_a_spans_end_marks_a_tool_error_as_tool_error_tells_it(
+    body: bytes, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trace.end's own look at a tools/call answer (its usual answer told without a call) marks what
+    answer_marks.tool_error marks, the bytes cut short after "isError" included."""
+    collected = Collected()
+    monkeypatch.setattr(tracing, "TRACER", collected)
+    for answer in (body, body[: body.find(b'"isError"') + 12] if b'"isError"' in body else body):
+        environ, trace = traced(True, True)
+        trace.opened, trace.what = True, ("tools/call", "echo", None, 1)
+        tracing.finish(environ, 200, answer, [answer])
+        assert trace.tool_error is tool_error(answer)
+    assert collected.ended[0].tool_error is expected

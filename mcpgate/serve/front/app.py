@@ -199,7 +199,7 @@ class Endpoint:
         endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
         trace = None  # tracing off: one check, and none of a trace's
         if tracing.TRACER is not None and route is not None:
-            trace = tracing.begin(environ, route[0])
+            trace = environ[tracing.KEY] = tracing.Trace(route[0], tracing.SERVER, environ)  # tracing.begin's
         if self.cors_on:
             start_response = self._with_cors(environ, start_response)
         try:
