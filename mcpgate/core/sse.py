@@ -45,7 +45,7 @@ def encode_event(
         parts.append(b"retry: %d\n" % retry_ms)
     if event:
         parts.append(b"event: " + event.encode() + b"\n")
-    if b"\n" in data or b"\r" in data:
+    if 10 in data or 13 in data:  # LF, CR as ints: `b"\n" in data` first tries b"\n" as an int (a TypeError in C)
         for line in data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
             parts.append(b"data: " + line + b"\n")
     else:

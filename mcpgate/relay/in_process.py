@@ -49,7 +49,7 @@ class InProcessRelay(Relay):
         """The host's line handled at once in its greenlet as the reader would (the host has seen the
         reader wait on empty input), unless that could block, overtake or answer before returning (a line not
         whole, invalid or batched, an id in use, a full queue): False, and the host puts it in the pipes."""
-        if line[:1] != b"{" or b"\n" in line or not self._may_take(len(line)):
+        if line[:1] != b"{" or 10 in line or not self._may_take(len(line)):
             return False
         message = jsonrpc.parse(line)
         if not isinstance(message, (jsonrpc.Request, jsonrpc.Notification, jsonrpc.Response)):
