@@ -394,3 +394,34 @@ def test_stderr_file_appends_with_label(harness, tmp_path):
     assert child.stop("bye")
     assert log.read_bytes() == b"earlier\n[s3] one\n[s3] two\n"
     assert messages(child)[0].method == "ready"  # stderr never reaches stdout
+
+
+def _alive_as_defined(child: ChildProcess) -> bool:
+    """What `alive` means: started, not exited, and not shutting down."""
+    return child._proc is not None and not child._closing
+
+
+@pytest.mark.parametrize("ending", ["close", "exit", "stop"])
+def test_alive_follows_the_child_s_life(harness, ending):
+    """`alive` is a plain attribute (read on every pooled call): at each step of a child's life it says what its
+    definition says, and it is never True again once the child is ending."""
+    args = ["burst", "0", "0"] if ending == "exit" else ["echo"]  # exits at once with code 0; echoes until EOF
+    child = ChildProcess([sys.executable, PEER, *args], on_message=lambda m: None, on_exit=lambda r: None, **LIMITS)
+    assert child.alive is False and _alive_as_defined(child) is False  # not started
+    harness.children.append(child)
+    child.start()
+    assert child.alive is _alive_as_defined(child)
+    assert child.alive is True or ending == "exit"  # the exiting child may be gone already
+    if ending == "close":
+        child.close("asked")
+        assert child.alive is False and _alive_as_defined(child) is False  # shutting down, not exited yet
+    elif ending == "stop":
+        assert child.stop("asked", timeout=GUARD)
+    assert child.join(GUARD)
+    assert child.alive is False and _alive_as_defined(child) is False
+
+
+def test_alive_is_false_for_a_child_closed_before_it_started(harness):
+    child = ChildProcess([sys.executable, PEER], on_message=lambda m: None, on_exit=lambda r: None, **LIMITS)
+    child.close("never started")
+    assert child.alive is False and _alive_as_defined(child) is False
