@@ -40,6 +40,9 @@ log = logging.getLogger("mcpgate.http")
 ERROR_STATUS = {jsonrpc.METHOD_NOT_FOUND: 404, modern.HEADER_MISMATCH: 400, modern.MISSING_CLIENT_CAPABILITY: 400}
 ERROR_STATUS[jsonrpc.UNSUPPORTED_PROTOCOL_VERSION] = 400
 _INPUT_CAPABILITIES = frozenset(INPUT_CAPABILITY.values())
+# Enum members read once: a member read off its class (Era.LEGACY) costs a Python-level call in Python 3.11
+# (EnumType's __getattr__ makes the class's attribute lookup the slow hook), about 1,000 instructions each time
+_LEGACY, _GONE = Era.LEGACY, Turn.GONE
 
 
 def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
@@ -162,7 +165,7 @@ def start(
     stream = Stream(pool.limits, expected=1)
     state = params.get("requestState")
     holder: PooledChild | None = None
-    if state is not None and (pool.group(principal).era is Era.LEGACY or pool.bridge.issued(state, principal)):
+    if state is not None and (pool.group(principal).era is _LEGACY or pool.bridge.issued(state, principal)):
         resumed = pool.bridge.resume(principal, message, stream)
         if resumed is not None:
             return resumed
@@ -177,7 +180,7 @@ def start(
     bridged = message.method in modern.MRTR_METHODS
     candidate = bridged and not _INPUT_CAPABILITIES.isdisjoint(capabilities)  # its client may be asked for input
     child = holder or pool.acquire(principal, bridged=bridged, candidate=candidate)
-    if state is not None and child.era is Era.LEGACY:  # a state the bridge did not seal (its own went above)
+    if state is not None and child.era is _LEGACY:  # a state the bridge did not seal (its own went above)
         raise pool.bridge.refusal(principal, message)
     responses = params.get("inputResponses")
     call = new_call(
@@ -185,7 +188,7 @@ def start(
         principal,
         capabilities,
         stream,
-        bridged=bridged and child.era is Era.LEGACY,
+        bridged=bridged and child.era is _LEGACY,
         input_responses=responses if isinstance(responses, dict) else None,
         tools=tools,
     )
@@ -212,11 +215,11 @@ def reply(gw: PublishedServer, pool: Pool, call: Call, client: Client) -> HttpRe
 
     client.watch(gone)
     answers = answer_or_switch(stream, gw.settings.sse_after, client)
-    if not isinstance(answers, list) and answers is not Turn.GONE:  # SSE from here
+    if not isinstance(answers, list) and answers is not _GONE:  # SSE from here
         return sse(gw, call, client, gone)
     client.stop()
     finish(pool, call, stream)
-    if answers is Turn.GONE:  # the client went away (or the stream ended) before anything came
+    if answers is _GONE:  # the client went away (or the stream ended) before anything came
         return HttpResponse(204)
     return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
 

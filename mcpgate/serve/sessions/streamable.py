@@ -30,6 +30,9 @@ from mcpgate.serve.sessions.session import Delivery, Session, Stream
 
 log = logging.getLogger("mcpgate.http")
 _CALLS = (Request, Notification)  # what a client sends to be answered or told (not a response, batch or error)
+# Era's members read once: a member read off its class costs a Python-level call in Python 3.11 (EnumType's
+# __getattr__ makes the class's attribute lookup the slow hook), about 1,000 instructions each time
+_MODERN, _LEGACY = Era.MODERN, Era.LEGACY
 
 
 @answered
@@ -75,7 +78,7 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         message = tracing.to_child(request.environ, message)
     if gw.settings.modern_only and isinstance(message, Request) and message.method == "initialize":
         refuse_initialize(message)
-    if isinstance(message, _CALLS) and (gw.settings.modern_only or era(request, message) is Era.MODERN):
+    if isinstance(message, _CALLS) and (gw.settings.modern_only or era(request, message) is _MODERN):
         return stateless.post(gw, request, message)
     if gw.settings.modern_only:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
@@ -96,11 +99,11 @@ def era(request: HttpRequest, message: Request | Notification) -> Era:
     """MODERN (2026-07-28) on positive evidence: its _meta (or method) says so, or it carries a modern
     MCP-Protocol-Version and no session id (a modern client whose _meta is missing: the ladder says what)."""
     if modern.is_modern(message):
-        return Era.MODERN
+        return _MODERN
     if request.header(wire.SESSION_ID) is not None:  # a session's request (the usual case: asked first)
-        return Era.LEGACY
+        return _LEGACY
     header = request.header(wire.PROTOCOL_VERSION)
-    return Era.MODERN if header is not None and versions.is_modern(header.strip()) else Era.LEGACY
+    return _MODERN if header is not None and versions.is_modern(header.strip()) else _LEGACY
 
 
 def refuse_initialize(message: Request) -> None:
