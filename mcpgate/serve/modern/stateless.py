@@ -219,7 +219,7 @@ def reply(gw: PublishedServer, pool: Pool, call: Call, client: Client) -> HttpRe
         return sse(gw, call, client, gone)
     client.stop()
     finish(pool, call, stream)
-    if answers is _GONE:  # the client went away (or the stream ended) before anything came
+    if not isinstance(answers, list):  # GONE: the client went away (or the stream ended) before anything came
         return HttpResponse(204)
     return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
 
