@@ -37,22 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gateways
 import procs
+from ab import copy_tree, log
 from mcpclient import CLIENTS
 
 KINDS = {"2025": CLIENTS["legacy"], "2026": CLIENTS["modern"]}
 CALLGRIND_H = "/usr/include/valgrind/callgrind.h"
 STEER_S = 120.0  # the worker handles a signal (and writes a dump) within this
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def copy_tree(dest: Path) -> Path:
-    """A copy of this checkout's mcpgate package (so edits made while the run goes on do not mix in)."""
-    shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(gateways.ROOT / "mcpgate", dest / "mcpgate", ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
 
 
 LIBRARY_C = r"""

@@ -24,8 +24,8 @@ from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
 LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=5.0, replay_events=0, replay_bytes=0)
 
 
-def pooled() -> PooledChild:
-    """A legacy pooled child whose process is never started: what it "sends" is handed to it below."""
+def pooled(era: Era = Era.LEGACY) -> PooledChild:
+    """A pooled child of this era whose process is never started: what it "sends" is handed to it below."""
     spec = ChildSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
     child = PooledChild(
         spec,
@@ -40,7 +40,7 @@ def pooled() -> PooledChild:
         on_listen_message=lambda _child, _message: False,
         on_input_required=lambda _child, _call, result: result,
     )
-    child.era = Era.LEGACY
+    child.era, child.modern = era, era is Era.MODERN
     return child
 
 

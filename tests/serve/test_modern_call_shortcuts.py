@@ -16,8 +16,8 @@ from mcpgate.core import jsonrpc, modern, mrtr, wire
 from mcpgate.core.jsonrpc import Request
 from mcpgate.serve.modern.calls import Call, new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
-from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import Stream, StreamLimits
+from tests.security.test_modern_splice import pooled as splice_pooled
 
 LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=5.0, replay_events=0, replay_bytes=0)
 REQUEST_META = {wire.META_PROTOCOL_VERSION: "2026-07-28", wire.META_CLIENT_CAPABILITIES: {}}
@@ -64,21 +64,7 @@ class Pipe:
 
 
 def pooled(era: Era) -> tuple[PooledChild, Pipe]:
-    spec = ChildSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
-    child = PooledChild(
-        spec,
-        label="pool-1",
-        probe_timeout=1.0,
-        start_timeout=1.0,
-        init_timeout=1.0,
-        ttl_ms=0,
-        on_exit=lambda _child, _reason: None,
-        on_input_request=lambda _child, _request: None,
-        on_input_withdrawn=lambda _child, _id: None,
-        on_listen_message=lambda _child, _message: False,
-        on_input_required=lambda _child, _call, result: result,
-    )
-    child.era, child.modern = era, era is Era.MODERN
+    child = splice_pooled(era)
     pipe = Pipe()
     child.child = pipe  # type: ignore[assignment]
     return child, pipe

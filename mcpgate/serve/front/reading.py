@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import socket
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from gevent.pywsgi import Input, _InvalidClientInput
@@ -35,6 +36,12 @@ class ReadTimeout(_InvalidClientInput):  # type: ignore[misc]
 
 class BodyEnded(_InvalidClientInput):  # type: ignore[misc]
     """The client closed its connection (or was closed) before its body was whole: one log line, not a trace."""
+
+
+def _ended(exc: OSError) -> OSError:
+    """What a body's read raises for an OSError: a socket's own error (an errno) as it is, pywsgi knows those;
+    pywsgi's "unexpected end of file" (no errno), the client gone mid-body, as BodyEnded."""
+    return exc if exc.errno is not None else BodyEnded(str(exc))
 
 
 class TimedReader(io.RawIOBase):
@@ -175,9 +182,7 @@ class Body(Input):  # type: ignore[misc]
                 except _InvalidClientInput:
                     raise
                 except OSError as exc:
-                    if exc.errno is not None:
-                        raise
-                    raise BodyEnded(str(exc)) from None
+                    raise _ended(exc) from None
                 self.position += len(data)
                 if len(data) < length:
                     raise BodyEnded(f"unexpected end of file while reading request at position {self.position}")
@@ -188,28 +193,19 @@ class Body(Input):  # type: ignore[misc]
 
     def _read_any(self, length: int | None) -> bytes:
         """read() of any body: a chunked one, one with 100-continue to send, or read to its end."""
-        try:
-            data: bytes = super().read(length)
-        except _InvalidClientInput:
-            raise
-        except OSError as exc:  # pywsgi's "unexpected end of file" (no errno): the client went away mid-body
-            if exc.errno is not None:  # a socket's own error: pywsgi knows those
-                raise
-            raise BodyEnded(str(exc)) from None
-        if self.whole:
-            self.done = True
-            self.connection.body_read()
-        return data
+        return self._through_pywsgi(super().read, length)
 
     def readline(self, size: int | None = None) -> bytes:
+        return self._through_pywsgi(super().readline, size)
+
+    def _through_pywsgi(self, reading: Callable[[int | None], bytes], size: int | None) -> bytes:
+        """pywsgi's own read or readline, its end of file mid-body told as BodyEnded, `whole` noted after it."""
         try:
-            data: bytes = super().readline(size)
+            data = reading(size)
         except _InvalidClientInput:
             raise
         except OSError as exc:
-            if exc.errno is not None:
-                raise
-            raise BodyEnded(str(exc)) from None
+            raise _ended(exc) from None
         if self.whole:
             self.done = True
             self.connection.body_read()
