@@ -24,6 +24,7 @@ from mcpgate.serve.vault.crypto import Cipher
 from mcpgate.serve.vault.store import SqliteVaultStore
 from mcpgate.serve.vault.upstream_oauth import UpstreamSignIn
 from mcpgate.serve.vault.vault import Vault
+from tests import support
 
 PRINCIPAL = "https://gw.example#user:alice"
 LEASE = upstream_refresh.LEASE + "up"
@@ -135,12 +136,12 @@ def test_a_refused_refresh_with_nothing_newer_ends_it_and_an_unreachable_server_
         signin = signin_with(tmp_path / "refused", url)
         token, _stamp = signin.token_source(PRINCIPAL)
         assert token.on_unauthorized(None, "Bearer AT-1") is False and seen == ["RT-1"]
-        gevent.wait(timeout=10)  # the grant ends in a greenlet of its own
-        assert not signin.signed_in(PRINCIPAL)
+        # the grant ends in a greenlet of its own: waited for until it has
+        assert support.wait_for(lambda: not signin.signed_in(PRINCIPAL), 10, sleep=gevent.sleep)
     with token_endpoint(lambda form: REFUSED) as (url, _seen):
         pass  # (its port closed now: nobody answers there)
     signin = signin_with(tmp_path / "unreachable", url)
     token, _stamp = signin.token_source(PRINCIPAL)
     assert token.on_unauthorized(None, "Bearer AT-1") is False
-    gevent.wait(timeout=10)
+    assert not token._ending  # no end was begun (its greenlet would end the grant): nothing to wait for
     assert signin.signed_in(PRINCIPAL)  # kept: the next call tries again
