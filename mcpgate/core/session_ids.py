@@ -147,7 +147,9 @@ def forwarded_check(
     if len(parts) != 6:
         return None
     principal_b64, sender, stamp, nonce, view, mac = parts
-    if not (stamp.isdigit() and len(stamp) <= 12 and valid_instance(sender) and 0 < len(nonce) <= 64):
+    if not (
+        stamp.isascii() and stamp.isdigit() and len(stamp) <= 12 and valid_instance(sender) and 0 < len(nonce) <= 64
+    ):
         return None
     if abs(now - int(stamp)) > window or not valid_view(view):
         return None

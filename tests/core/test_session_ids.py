@@ -157,3 +157,13 @@ def test_a_forwarded_value_carries_the_view_its_sender_chose() -> None:
     assert plain is not None and plain.view == ""
     with pytest.raises(ValueError):
         session_ids.forwarded("alice", "i1", NOW, REQUEST, KEY, view="0.x")
+
+
+# NOW's digits in Arabic-Indic and in fullwidth forms (int() reads both as NOW), and a superscript two
+@pytest.mark.parametrize("stamp", ["\u0661\u0668" + "\u0660" * 8, "\uff11\uff18" + "\uff10" * 8, "\u00b2"])
+def test_a_stamp_in_other_digits_is_refused_not_an_error(stamp: str) -> None:
+    """A stamp str.isdigit takes but that is no ASCII digits (a superscript, which int() refuses; Arabic-Indic or
+    fullwidth digits, which it reads) is refused like any malformed value, even under a MAC that holds."""
+    fields = (session_ids._b64(b"alice"), "i1", stamp, "n1", "")
+    value = ".".join((*fields, session_ids._forwarded_mac(KEY, fields, REQUEST)))
+    assert session_ids.forwarded_check(value, NOW, REQUEST, KEY) is None

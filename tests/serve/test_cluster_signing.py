@@ -96,7 +96,7 @@ def outcome(check: object, *args: object) -> object:
 
 def test_odd_values_signed_by_hand_check_alike() -> None:
     """Values no forwarder makes, with a MAC that holds: a stamp in other digits (one int() reads, one it refuses:
-    an error either way alike), a nonce and a principal that JSON escapes."""
+    refused alike), a nonce and a principal that JSON escapes."""
     key = KEYS[1]
     method, path, query, session, body = REQUESTS[0]
     request = session_ids.ForwardedRequest(method, path, query, session, body)

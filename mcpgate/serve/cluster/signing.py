@@ -160,7 +160,7 @@ class Signer:
             return None
         principal_b64, sender, stamp, nonce, view, mac = parts
         sender_valid, view_valid, head, view_json = self._identity(principal_b64, sender, view)
-        if not (stamp.isdigit() and len(stamp) <= 12 and sender_valid and 0 < len(nonce) <= 64):
+        if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12 and sender_valid and 0 < len(nonce) <= 64):
             return None
         if abs(now - int(stamp)) > window or not view_valid:
             return None
