@@ -76,13 +76,15 @@ def child_user(user: str, group: str = "") -> ChildUser | None:
     if not user:
         return None
     try:
-        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+        entry = pwd.getpwuid(int(user)) if (user.isascii() and user.isdigit()) else pwd.getpwnam(user)
     except (KeyError, OverflowError):
         raise ValueError(f"MCPGATE_CHILD_USER names no user of this system: {user!r}") from None
     gid = entry.pw_gid
     if group:
         try:
-            gid = grp.getgrgid(int(group)).gr_gid if group.isdigit() else grp.getgrnam(group).gr_gid
+            gid = (
+                grp.getgrgid(int(group)).gr_gid if (group.isascii() and group.isdigit()) else grp.getgrnam(group).gr_gid
+            )
         except (KeyError, OverflowError):
             raise ValueError(f"MCPGATE_CHILD_GROUP names no group of this system: {group!r}") from None
     if entry.pw_uid == 0 or gid == 0:

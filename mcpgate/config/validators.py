@@ -65,7 +65,7 @@ def bind(value: str) -> str | None:
     if value.startswith("unix:"):
         return None if len(value) > 5 else "must name a socket path after unix:"
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         return "must be HOST:PORT (for example 127.0.0.1:8000) or unix:PATH"
     return None
 

@@ -42,7 +42,7 @@ def status_line(line: bytes) -> tuple[int, int, str]:
     text = line.rstrip(b"\r\n").decode("latin-1")
     version, _, rest = text.partition(" ")
     code, _, reason = rest.partition(" ")
-    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
+    if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not (code.isascii() and code.isdigit()):
         raise ReplyError(f"bad status line {text[:80]!r}")
     return (1 if version == "HTTP/1.1" else 0), int(code), reason
 
@@ -82,7 +82,7 @@ def framing(status: int, minor: int, headers: list[tuple[str, str]], method: str
         if lowered == "transfer-encoding":
             chunked = value.rstrip(" \t").lower().endswith("chunked")
         elif lowered == "content-length":
-            if not value.isdigit() or (length is not None and int(value) != length):
+            if not (value.isascii() and value.isdigit()) or (length is not None and int(value) != length):
                 raise ReplyError(f"bad Content-Length {value[:40]!r}")
             length = int(value)
         elif lowered == "connection":

@@ -214,7 +214,7 @@ class HttpClient:
         """The whole body, bounded by max_message_bytes."""
         limit = self.options.max_message_bytes
         length = resp.headers.get("Content-Length", "")
-        if length.isdigit() and "Content-Encoding" not in resp.headers:
+        if length.isascii() and length.isdigit() and "Content-Encoding" not in resp.headers:
             # The size is known before reading (and cannot grow in decoding): one read, when it fits.
             if int(length) > limit:
                 raise errors.InvalidUpstream(f"upstream reply exceeded {limit} bytes")
@@ -281,7 +281,7 @@ class HttpClient:
         connection goes back to the pool; otherwise it is closed."""
         raw = resp.raw
         length = resp.headers.get("Content-Length", "")
-        if not raw.isclosed() and length.isdigit() and int(length) <= ERROR_BODY_BYTES:
+        if not raw.isclosed() and length.isascii() and length.isdigit() and int(length) <= ERROR_BODY_BYTES:
             try:
                 with errors.mapped(""):
                     raw.read(decode_content=False)

@@ -30,7 +30,10 @@ def test_a_status_line(line: bytes, parsed: tuple[int, int, str]) -> None:
 
 @pytest.mark.parametrize(
     "line",
-    [b"", b"HTTP/2 200 OK", b"HTTP/1.1 2000 OK", b"HTTP/1.1 20 OK", b"HTTP/1.1 abc OK", b"ICY 200 OK", b"200 OK"],
+    [
+        *(b"", b"HTTP/2 200 OK", b"HTTP/1.1 2000 OK", b"HTTP/1.1 20 OK", b"HTTP/1.1 abc OK", b"ICY 200 OK", b"200 OK"),
+        *(b"HTTP/1.1 20\xb2 OK", b"HTTP/1.1 \xb9\xb2\xb3 OK"),  # latin-1 superscripts: str.isdigit takes them
+    ],
 )
 def test_a_bad_status_line(line: bytes) -> None:
     with pytest.raises(ReplyError, match="bad status line"):
@@ -100,7 +103,7 @@ def test_framing(status: int, minor: int, headers: list[tuple[str, str]], method
     assert http1.framing(status, minor, headers, method) == framing
 
 
-@pytest.mark.parametrize("value", ["+5", "-1", "5 5", "five", "", "0x5", "5, 5"])
+@pytest.mark.parametrize("value", ["+5", "-1", "5 5", "five", "", "0x5", "5, 5", "\u00b2", "1\u00b9"])
 def test_a_content_length_two_readers_could_read_differently(value: str) -> None:
     with pytest.raises(ReplyError, match="bad Content-Length"):
         http1.framing(200, 1, [("Content-Length", value)], "POST")

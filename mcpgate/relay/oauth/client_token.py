@@ -384,7 +384,7 @@ def _network(message: str, url: str) -> str:
 
 
 def _lifetime(value: Any) -> float | None:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():
         value = int(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)

@@ -145,7 +145,7 @@ class Record:
         expires_in = response.get("expires_in")
         expires_at = response.get("expires_at")
         if (isinstance(expires_in, (int, float)) and not isinstance(expires_in, bool)) or (
-            isinstance(expires_in, str) and expires_in.isdigit()
+            isinstance(expires_in, str) and expires_in.isascii() and expires_in.isdigit()
         ):
             expires_at = now + float(expires_in)
         self.tokens = {

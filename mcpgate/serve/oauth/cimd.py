@@ -232,7 +232,7 @@ def cache_ttl(cache_control: str | None) -> float:
             seconds = 0.0
         elif name == "max-age" and seconds is None:
             value = value.strip().strip('"')
-            seconds = float(value) if value.isdigit() else None
+            seconds = float(value) if (value.isascii() and value.isdigit()) else None
     if seconds is None:
         return DEFAULT_TTL
     return min(MAX_TTL, max(MIN_TTL, seconds))

@@ -234,7 +234,7 @@ def _check_response(status: int, headers: dict[str, str], host: str, max_bytes: 
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise FetchError(f"{host} answered {media or 'no content type'}, not application/json")
     length = headers.get("content-length", "")
-    if length.isdigit() and int(length) > max_bytes:
+    if length.isascii() and length.isdigit() and int(length) > max_bytes:
         raise FetchError(f"the document at {host} is larger than {max_bytes} bytes")
 
 
