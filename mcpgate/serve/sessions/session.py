@@ -169,10 +169,9 @@ class Session:
         """The child's answer to the client's initialize: the session's revision and its handshake, once."""
         if message.id is None or jsonrpc.id_key(message.id) != self._init_key:
             return
-        self._init_key = None
-        self.handshake = (self._init_request.params if self._init_request else None, message.full().get("result"))
-        self._init_request = None
-        self.version = initialize_version(message.full().get("result"))
+        result = message.full().get("result")  # decoded once (a large answer is read by its head alone)
+        self.handshake = (self._init_request.params if self._init_request else None, result)
+        self._init_key, self._init_request, self.version = None, None, initialize_version(result)
 
     def _buffer_append(self, data: bytes) -> None:
         """Hold a message for the next stream; past the buffer's messages or bytes, its oldest go."""
