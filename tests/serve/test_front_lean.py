@@ -16,15 +16,7 @@ from gevent import socket as gsocket
 from mcpgate.serve.front.http import HttpResponse, json_response
 from mcpgate.serve.front.reading import Body, TimedReader
 from mcpgate.serve.front.writing import LeanWrites, _head
-
-
-def pywsgi_head(status: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
-    towrite = bytearray(b"HTTP/1.1 " + status + b"\r\n")
-    for header, value in headers:
-        towrite.extend(b"%s: %s\r\n" % (header, value))
-    towrite.extend(b"\r\n")
-    return bytes(towrite)
-
+from tests.serve.test_writing import pywsgi_head
 
 HEADS = [
     (b"200 OK", []),

@@ -16,7 +16,7 @@ import binascii
 import hashlib
 import hmac
 import io
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from mcpgate.core import session_ids
 
@@ -51,6 +51,13 @@ class Signed(NamedTuple):
     digest: str
 
 
+def _keep(table: dict[Any, Any], key: Any, value: Any) -> None:
+    """Remember `value` under `key`, the table bounded by KEPT (full, it starts again)."""
+    if len(table) >= KEPT:
+        table.clear()
+    table[key] = value
+
+
 # (sender valid, view valid, the text's part up to the sender, the view's JSON)
 Identity = tuple[bool, bool, str, str]
 
@@ -81,9 +88,7 @@ class Signer:
         known = self._requests.get(request)
         if known is None:
             known = ",".join(map(_STRING, request))
-            if len(self._requests) >= KEPT:
-                self._requests.clear()
-            self._requests[request] = known
+            _keep(self._requests, request, known)
         return known
 
     def _signing_parts(self, principal: str, sender: str, view: str) -> tuple[str, str, str]:
@@ -95,9 +100,7 @@ class Signer:
                 raise ValueError("a view's token holds only [A-Za-z0-9-_~], at most 64 of them")
             principal_b64 = _b64(principal.encode())
             known = (principal_b64, f"[{_DOMAIN},{_STRING(principal_b64)},{_STRING(sender)},", _STRING(view))
-            if len(self._signing) >= KEPT:
-                self._signing.clear()
-            self._signing[key] = known
+            _keep(self._signing, key, known)
         return known
 
     def value(
@@ -126,9 +129,7 @@ class Signer:
         if known is None:
             head = f"[{_DOMAIN},{_STRING(principal_b64)},{_STRING(sender)},"
             known = (session_ids.valid_instance(sender), session_ids.valid_view(view), head, _STRING(view))
-            if len(self._checking) >= KEPT:
-                self._checking.clear()
-            self._checking[key] = known
+            _keep(self._checking, key, known)
         return known
 
     def _principal(self, principal_b64: str) -> str | None:
@@ -140,9 +141,7 @@ class Signer:
                 known = base64.urlsafe_b64decode(principal_b64 + "=" * (-len(principal_b64) % 4)).decode()
             except (binascii.Error, UnicodeDecodeError):
                 return None
-            if len(self._principals) >= KEPT:
-                self._principals.clear()
-            self._principals[principal_b64] = known
+            _keep(self._principals, principal_b64, known)
         return known
 
     def check(
