@@ -39,6 +39,17 @@ _KEYS: dict[str, str] = {}  # a header's name -> its environ key
 _KEYS_MAX = 256
 
 
+def environ_key(name: str) -> str:
+    """Where a request header's value is in the WSGI environ (PEP 3333: HTTP_ and its name, but for two)."""
+    key = name.upper().replace("-", "_")
+    return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
+
+
+def header_text(value: Any) -> str | None:
+    """An environ value as HttpRequest.header gives it: None, a str as it is, anything else as its str."""
+    return value if value is None or isinstance(value, str) else str(value)
+
+
 class HttpRequest:
     __slots__ = ("environ", "method")
 
@@ -49,9 +60,7 @@ class HttpRequest:
     def header(self, name: str) -> str | None:
         key = _KEYS.get(name)
         if key is None:
-            key = name.upper().replace("-", "_")
-            if key not in ("CONTENT_TYPE", "CONTENT_LENGTH"):
-                key = "HTTP_" + key
+            key = environ_key(name)
             if len(_KEYS) < _KEYS_MAX:  # the names the code asks for: a few dozen
                 _KEYS[name] = key
         value = self.environ.get(key)
