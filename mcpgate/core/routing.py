@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable
-from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response, id_key, is_valid_id, progress_token
@@ -46,13 +45,16 @@ class DuplicateRequestId(ValueError):
         self.request_id = request_id
 
 
-@dataclass(slots=True)
-class Route(Generic[S]):
-    """Where a message goes: a stream, BUFFER, or DROP (with the reason)."""
+class Route(NamedTuple, Generic[S]):
+    """Where a message goes: a stream, BUFFER, or DROP (with the reason). A tuple: a request's is made with
+    tuple.__new__ (open_request), without a Python frame."""
 
     target: S | Buffer | Drop
     reason: str = ""
     done: bool = False  # a response that completes its request
+
+
+_new_tuple = tuple.__new__
 
 
 class Router(Generic[S]):
@@ -83,7 +85,7 @@ class Router(Generic[S]):
             if token_key is not None and token_key not in self._progress:  # a reused token is not routed twice
                 self._progress[token_key] = stream
                 self._tokens[key] = token_key
-        self._in_flight[key] = Route(stream, "", True)
+        self._in_flight[key] = _new_tuple(Route, (stream, "", True))  # Route(stream, "", True) without its __new__
         self.cancelled.forget(key)
 
     def open_stream(self, stream: S) -> None:

@@ -288,3 +288,16 @@ def test_the_targets_are_singletons_of_their_own_types() -> None:
     assert isinstance(BUFFER, Buffer) and isinstance(DROP, Drop)
     targets: tuple[object, ...] = (BUFFER, DROP)
     assert "buffer" not in targets and "drop" not in targets
+
+
+@pytest.mark.parametrize("stream", ["post-A", "", 0, ("a", 1), frozenset({"x"})])
+@pytest.mark.parametrize("request_id", [1, "1", 2**70])
+def test_a_requests_route_made_without_its_new_is_the_one_its_class_makes(stream: Any, request_id: Id) -> None:
+    router: Router[Any] = Router(CancelTracker(ttl=30.0))
+    router.open_request(request(request_id), stream)
+    route = router.route(response(request_id), 0.0)
+    made = Route(stream, "", True)
+    assert type(route) is Route
+    assert route == made == Route(stream, done=True)
+    assert (route.target, route.reason, route.done) == (made.target, made.reason, made.done) == (stream, "", True)
+    assert repr(route) == repr(made)
