@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -417,8 +417,35 @@ def _gateway_pids(root: int) -> list[int]:
 
 def tree_cpu_ns(root: int) -> int:
     """CPU time (user + system, every thread) the gateway's own processes have used, in ns (/proc schedstat)."""
+    return _cpu_ns(_gateway_pids(root))
+
+
+def servers_cpu_ns(root: int) -> dict[int, int]:
+    """CPU time each child server under the gateway `root` has used, in ns, by pid: the descendants running the
+    bench's child that have no such descendant themselves (a gateway or shell that names the child's script in
+    its own command line is not the child)."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _ppid_map().items():
+        children.setdefault(ppid, []).append(pid)
+    script = str(CHILD_SCRIPT)
+    below: dict[int, bool] = {}  # pid -> a child server runs at or under it
+
+    def walk(pid: int) -> bool:
+        under = [walk(child) for child in children.get(pid, [])]
+        named = script in _cmdline(pid)
+        below[pid] = named or any(under)
+        if named and not any(under):
+            found.append(pid)
+        return below[pid]
+
+    found: list[int] = []
+    walk(root)
+    return {pid: _cpu_ns([pid]) for pid in found}
+
+
+def _cpu_ns(pids: Iterable[int]) -> int:
     total = 0
-    for pid in _gateway_pids(root):
+    for pid in pids:
         try:
             tasks = os.listdir(f"/proc/{pid}/task")
         except OSError:

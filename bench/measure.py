@@ -38,6 +38,7 @@ def summary(latencies_ms: list[float]) -> dict[str, float]:
 
 
 CpuClock = Callable[[], int]  # the measured gateway's CPU time so far, in ns
+CpuByPid = Callable[[], dict[int, int]]  # the CPU time so far of each of a set of processes, in ns
 
 
 def with_cpu(result: dict, cpu_ns: int | None, calls: int) -> dict:
@@ -85,7 +86,7 @@ def sequential_http(
 # -- concurrent client processes ---------------------------------------------------------------------
 
 
-def _load_worker(port: int, path: str, duration: float, ready, go, start_at, queue, client: Client) -> None:  # type: ignore[no-untyped-def]
+def _load_worker(port: int, path: str, duration: float, ready, go, start_at, queue, client: Client, sampled) -> None:  # type: ignore[no-untyped-def]
     session = None
     try:
         session = client(port, path).initialize()
@@ -110,6 +111,7 @@ def _load_worker(port: int, path: str, duration: float, ready, go, start_at, que
     time.sleep(max(0.0, began - clock()))
     errors = 0
     error_text = ""
+    cpu_began = time.process_time_ns()  # this client's own CPU over the window (where the cores go, not a figure)
     ended = clock()
     while ended < stop_at:
         t0 = clock()
@@ -128,25 +130,37 @@ def _load_worker(port: int, path: str, duration: float, ready, go, start_at, que
         ended = clock()
         if ended <= stop_at:
             latencies.append((ended - t0) * 1000.0)
-    queue.put(("ok", latencies.tobytes(), errors, error_text))
+    queue.put(("ok", latencies.tobytes(), errors, error_text, time.process_time_ns() - cpu_began))
+    sampled.wait(60)  # the session (and a gateway's child for it) lives until the parent has read the CPU clocks
     session.delete()
     session.close()
 
 
 def concurrent_http(
-    port: int, path: str, processes: int, duration: float, cpu: CpuClock | None = None, client: Client = HttpSession
+    port: int,
+    path: str,
+    processes: int,
+    duration: float,
+    cpu: CpuClock | None = None,
+    client: Client = HttpSession,
+    servers_cpu: CpuByPid | None = None,
 ) -> dict[str, float]:
     """Throughput and latency with `processes` client processes, each with its own session and connection
     (a 2026-07-28 client: its own connection, no session).
 
     Calls are counted when they complete inside one common window of `duration` seconds that starts once
     every process has its session (perf_counter is CLOCK_MONOTONIC on Linux: the same clock in every process).
+    Besides the gateway's CPU (`cpu`), the result says what the load's client processes and the child servers
+    (`servers_cpu`, their clock) spent a call over the same window: on a machine whose cores they share with
+    the gateway, calls/s is bounded by the three together.
     """
-    ready, go = _fork.Barrier(processes + 1), _fork.Barrier(processes + 1)
+    ready, go, sampled = _fork.Barrier(processes + 1), _fork.Barrier(processes + 1), _fork.Event()
     start_at = _fork.Value("d", 0.0, lock=False)
     queue = _fork.Queue()
     workers = [
-        _fork.Process(target=_load_worker, args=(port, path, duration, ready, go, start_at, queue, client), daemon=True)
+        _fork.Process(
+            target=_load_worker, args=(port, path, duration, ready, go, start_at, queue, client, sampled), daemon=True
+        )
         for _ in range(processes)
     ]
     for worker in workers:
@@ -154,16 +168,21 @@ def concurrent_http(
     latencies: list[float] = []
     errors, setup_errors = 0, 0
     messages: list[str] = []
-    cpu_used = None
+    cpu_used = servers_used = None
+    clients_used = 0
     try:
         ready.wait(300)
         start_at.value = time.perf_counter() + 0.05 + 0.002 * processes
         go.wait(60)
-        if cpu:  # the gateway's CPU over the same window the calls are counted in
+        if cpu or servers_cpu:  # the gateway's (and the child servers') CPU over the window the calls are counted in
             time.sleep(max(0.0, start_at.value - time.perf_counter()))
-            cpu_began = cpu()
+            cpu_began = cpu() if cpu else 0
+            servers_began = servers_cpu() if servers_cpu else {}
             time.sleep(max(0.0, start_at.value + duration - time.perf_counter()))
-            cpu_used = cpu() - cpu_began
+            cpu_used = cpu() - cpu_began if cpu else None
+            if servers_cpu:  # a process that ended in the window is left out; one that began counts from zero
+                servers_used = sum(ns - servers_began.get(pid, 0) for pid, ns in servers_cpu().items())
+        sampled.set()  # (again in finally, for a window that failed)
         for _ in workers:
             item = queue.get(timeout=duration + 300)
             if item[0] == "error":
@@ -174,15 +193,21 @@ def concurrent_http(
             values.frombytes(item[1])
             latencies.extend(values)
             errors += item[2]
+            clients_used += item[4]
             if item[3]:
                 messages.append(item[3])
     finally:
+        sampled.set()
         for worker in workers:
             worker.join(30)
             if worker.is_alive():
                 worker.kill()
                 worker.join(5)
     result = with_cpu(summary(latencies), cpu_used, len(latencies))
+    if latencies:
+        result["clients_cpu_us_per_call"] = clients_used / len(latencies) / 1000.0
+        if servers_used is not None:
+            result["servers_cpu_us_per_call"] = servers_used / len(latencies) / 1000.0
     result.update(
         {
             "processes": processes,

@@ -115,6 +115,34 @@ def serve_table(results: dict) -> list[str]:
     return lines
 
 
+def cores_at_16(results: dict) -> list[str]:
+    """Where the machine's cores went at 16 clients: the gateway's CPU a call beside what the load's client
+    processes and the child servers spent in the same window (empty for a run that did not measure them)."""
+    speed = results.get("speed") or {}
+    peer, _ = fastest(speed, PEERS, ("c16", "calls_per_s"), higher=True)
+    shares = []
+    for name in [n for n in ("mcpgate", "mcpgate-modern", peer) if n]:
+        gateway, rate = get(speed, name, "c16", "cpu_us_per_call"), get(speed, name, "c16", "calls_per_s")
+        clients = get(speed, name, "c16", "clients_cpu_us_per_call")
+        servers = get(speed, name, "c16", "servers_cpu_us_per_call")
+        if None in (gateway, clients, servers, rate):
+            return []
+        shares.append(
+            f"{label(results, name)} {gateway:.0f} in the gateway, {clients:.0f} in the clients and {servers:.0f} in "
+            f"the child servers ({(gateway + clients + servers) * rate / 1e6:.2f} cores busy at {rate:,.0f} calls/s)"
+        )
+    ours, theirs = get(speed, "mcpgate", "c16", "cpu_us_per_call"), get(speed, peer, "c16", "cpu_us_per_call")
+    text = (
+        "Where the cores went at 16 clients, CPU µs a call over the same window: " + "; ".join(shares) + ". "
+        f"The load's clients and the child servers cost every gateway alike, so on {results['machine']['nproc']} "
+        "shared cores calls/s shows a gateway's own CPU diluted: mcpgate's CPU a call at 16 clients is "
+        f"{theirs / ours:.2f}x below {label(results, peer)}'s."
+    )
+    import textwrap
+
+    return [textwrap.fill(text, width=115, break_on_hyphens=False, break_long_words=False)]
+
+
 def memory_table(results: dict) -> list[str]:
     mem = memory_rows(results)
     counts = results["config"]["memory_counts"]
@@ -451,6 +479,7 @@ def markdown(results: dict) -> str:
         "",
         *serve_table(results),
         "",
+        *[line for text in cores_at_16(results) for line in (text, "")],
         "## Serve: memory of the gateway's own processes (child servers excluded)",
         "",
         "RSS sums each process's resident set (gunicorn: master + worker, which share pages after the fork); "
@@ -680,6 +709,7 @@ def readme_section(results: dict) -> str:
             "",
             *serve_table(results),
             "",
+            *[line for text in cores_at_16(results) for line in (text, "")],
             "### Memory of the gateway's own processes with idle sessions (child servers excluded)",
             "",
             *memory_table(results),

@@ -235,6 +235,7 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
                         cfg["duration_s"],
                         cpu_of(run),
                         client_of(by_name[name]),
+                        servers_cpu_of(run),
                     )
                     log(f"  c{level} {name}: {fmt(value)}")
             for name in order:
@@ -337,6 +338,12 @@ def cpu_of(running) -> measure.CpuClock:  # type: ignore[no-untyped-def]
     return lambda: gateways.tree_cpu_ns(pid)
 
 
+def servers_cpu_of(running) -> measure.CpuByPid:  # type: ignore[no-untyped-def]
+    """The CPU clock of a started gateway's child servers."""
+    pid = running.proc.pid
+    return lambda: gateways.servers_cpu_ns(pid)
+
+
 def fmt(value) -> str:  # type: ignore[no-untyped-def]
     if not isinstance(value, dict) or "error" in value:
         return str(value)[:300]
@@ -357,6 +364,9 @@ def fmt_blob(value) -> str:  # type: ignore[no-untyped-def]
 
 
 # -- aggregation -------------------------------------------------------------------------------------------
+
+
+CORE_SHARES = ("clients_cpu_us_per_call", "servers_cpu_us_per_call")  # CPU a call beside the gateway's
 
 
 def aggregate(raw: dict, cfg: dict) -> dict:
@@ -383,7 +393,7 @@ def aggregate(raw: dict, cfg: dict) -> dict:
             elif metric == "startup_s":
                 row["startup_s"] = median([v for v in values if isinstance(v, float)])
             elif good:
-                keys = ("p50_ms", "p99_ms", "mean_ms", "n", "cpu_us_per_call")
+                keys = ("p50_ms", "p99_ms", "mean_ms", "n", "cpu_us_per_call", *CORE_SHARES)
                 row[metric] = {key: median([v[key] for v in good if key in v]) for key in keys if key in good[0]}
                 if "calls_per_s" in good[0]:
                     row[metric]["calls_per_s"] = median([v["calls_per_s"] for v in good])
