@@ -172,6 +172,43 @@ def _served(
     return True
 
 
+def _environ_key(name: str) -> str:
+    """A request header's key in a WSGI environ (as the front's HttpRequest.header reads it): HTTP_ and the name
+    upper-cased, "-" made "_"."""
+    return "HTTP_" + name.upper().replace("-", "_")
+
+
+_ENVIRON_VERSION, _ENVIRON_METHOD, _ENVIRON_NAME = map(_environ_key, (_VERSION_HEADER, _METHOD_HEADER, _NAME_HEADER))
+
+
+def served_environ(message: Request, environ: Mapping[str, Any]) -> bool:
+    """True only when validate(message, header) is None, for a request whose headers are the WSGI `environ`'s
+    (HttpRequest.header's reading of it; no Mcp-Param-* headers asked for): each header read by the environ's own
+    get, with no Python call, and taken when it is the body's value exactly (a str). False decides nothing: the
+    caller asks validate, which says what fails, or that the request passes after all (a header with spaces
+    around its value, a Base64 Mcp-Name first seen, a params or _meta object of a dict's subclass)."""
+    params = message.params
+    if type(params) is not dict:
+        return False
+    meta = params.get("_meta")
+    if type(meta) is not dict or type(meta.get(_CAPABILITIES)) is not dict:
+        return False
+    version = meta.get(_VERSION)
+    method = message.method
+    if type(version) is not str or version not in SUPPORTED_MODERN or method not in MODERN_METHODS:
+        return False
+    get = environ.get
+    if get(_ENVIRON_VERSION) != version or get(_ENVIRON_METHOD) != method:  # (only a str equals a str)
+        return False
+    field = NAME_FIELD.get(method)
+    if field is not None:
+        raw = get(_ENVIRON_NAME)
+        text = _TEXTS.get(raw) if type(raw) is str else None  # header_text's memo: a value seen before
+        if text is None or text != params.get(field):
+            return False
+    return True
+
+
 def header_text(raw: str) -> str | None:
     """decode_header_value(raw), remembered: a worker sees the same few Mcp-Name values (its tools' names) again
     and again. Only a valid value is kept, at most _TEXTS_MAX of them (the memo starts afresh when full)."""

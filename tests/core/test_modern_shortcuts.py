@@ -123,3 +123,61 @@ def test_legacy_params_as_before(params: Any) -> None:
     assert type(got) is type(expected)
     assert (got is params) == (expected is params)
     assert repr(params) == snapshot  # the argument is not changed
+
+
+# served_environ: the ladder's verdict read straight from a WSGI environ, against validate reading the same
+# environ through the front's HttpRequest.header. A table of bodies (methods, params, _meta) by header sets.
+LADDER_METHODS = ["tools/call", "prompts/get", "resources/read", "tasks/get", "tools/list", "server/discover", "ping"]
+LADDER_PARAMS: list[Any] = [
+    None,
+    [1],
+    {},
+    {"name": "echo", "uri": "echo", "taskId": "echo", "_meta": dict(REQUEST_META)},
+    {"name": "echo", "uri": "echo", "taskId": "echo", "_meta": {**REQUEST_META, "progressToken": 1}},
+    {"name": "other", "uri": "other", "taskId": "other", "_meta": dict(REQUEST_META)},
+    {"name": "caf\u00e9", "uri": "caf\u00e9", "taskId": "caf\u00e9", "_meta": dict(REQUEST_META)},
+    {"name": 5, "uri": None, "_meta": dict(REQUEST_META)},
+    {"name": "echo", "_meta": {wire.META_PROTOCOL_VERSION: "2026-07-28"}},  # no client capabilities
+    {"name": "echo", "_meta": {**REQUEST_META, wire.META_CLIENT_CAPABILITIES: []}},
+    {"name": "echo", "_meta": {**REQUEST_META, wire.META_PROTOCOL_VERSION: "2025-11-25"}},
+    {"name": "echo", "_meta": {**REQUEST_META, wire.META_PROTOCOL_VERSION: ["2026-07-28"]}},  # unhashable
+    {"name": "echo", "_meta": {**REQUEST_META, wire.META_PROTOCOL_VERSION: None}},
+    {"name": "echo", "_meta": []},
+    {"name": "echo"},
+    OrderedDict([("name", "echo"), ("_meta", dict(REQUEST_META))]),  # a dict's subclass: the ladder decides
+    {"name": "echo", "_meta": OrderedDict(REQUEST_META)},
+]
+CAFE = "=?base64?Y2Fmw6k=?="  # "café"
+NAME_VALUES: list[Any] = ["echo", " echo", "echo\t", "other", "ECHO", CAFE, "=?base64?ZWNobw==?=", "", None, b"echo"]
+VERSION_VALUES: list[Any] = ["2026-07-28", " 2026-07-28 ", "2025-11-25", "", None, b"2026-07-28"]
+METHOD_VALUES: list[Any] = ["=", " =", "tools/list", None, b"="]  # "=": the body's method
+
+
+def ladder_environ(version: Any, method: Any, name: Any) -> dict[str, Any]:
+    environ: dict[str, Any] = {"REQUEST_METHOD": "POST"}
+    for key, value in (("HTTP_MCP_PROTOCOL_VERSION", version), ("HTTP_MCP_METHOD", method), ("HTTP_MCP_NAME", name)):
+        if value is not None:
+            environ[key] = value
+    return environ
+
+
+@pytest.mark.parametrize("method", LADDER_METHODS)
+@pytest.mark.parametrize("params", LADDER_PARAMS)
+def test_served_environ_is_the_ladder(method: str, params: Any) -> None:
+    from mcpgate.serve.front.http import HttpRequest
+
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": method}
+    if params is not None:
+        obj["params"] = params
+    message = jsonrpc.Request(1, method, params, obj, None)
+    taken = 0
+    for version, method_value, name in itertools.product(VERSION_VALUES, METHOD_VALUES, NAME_VALUES):
+        method_header = method if method_value == "=" else (" " + method if method_value == " =" else method_value)
+        environ = ladder_environ(version, method_header, name)
+        for _ in range(2):  # before and after validate remembered the Mcp-Name value's text (header_text)
+            fast = modern.served_environ(message, environ)
+            passed = modern.validate(message, HttpRequest(environ).header) is None
+            assert not fast or passed, (version, method_header, name)  # True only when the ladder passes
+            taken += fast
+    if type(params) is dict and params in LADDER_PARAMS[3:5] and method in modern.MODERN_METHODS:
+        assert taken  # the usual request, exact headers: taken by the shortcut

@@ -43,18 +43,20 @@ _INPUT_CAPABILITIES = frozenset(INPUT_CAPABILITY.values())
 # Enum members read once: a member read off its class (Era.LEGACY) costs a Python-level call in Python 3.11
 # (EnumType's __getattr__ makes the class's attribute lookup the slow hook), about 1,000 instructions each time
 _LEGACY, _GONE = Era.LEGACY, Turn.GONE
+# The methods serve() answers other than by a call of its own: server/discover, subscriptions/listen, a task's.
+_OWN_METHODS = frozenset({"server/discover", "subscriptions/listen", *core_tasks.METHODS})
 
 
 def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
     """A 2026-07-28 POST: the ladder first (a Refusal carrying the request's id), then the reply."""
-    request_id = message.id if isinstance(message, Request) else None
-    failure = modern.validate(message, request.header)
-    if failure is not None:
-        refuse_on(failure, request_id)
-    if not isinstance(message, Request):
-        return HttpResponse(202)  # 2026-07-28 defines no client notification over HTTP: accepted, dropped
+    if not isinstance(message, Request) or not modern.served_environ(message, request.environ):  # (usual: passed)
+        failure = modern.validate(message, request.header)
+        if failure is not None:
+            refuse_on(failure, message.id if isinstance(message, Request) else None)
+        if not isinstance(message, Request):
+            return HttpResponse(202)  # 2026-07-28 defines no client notification over HTTP: accepted, dropped
     if gw.closing and not is_retry(message):  # draining: a retry may still resume the call it names here
-        raise shutting_down(request_id)
+        raise shutting_down(message.id)
     if gw.child_spec.slots is not None:  # per-user credentials: a retry's answer to the vault's request dropped
         from mcpgate.serve.vault import elicit  # (only then: a plain worker holds none of the vault)
 
@@ -98,16 +100,18 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
         if notes.task_required:  # a legacy child's task-only tool
             tasks.refuse_untasked(notes, message)
     client = Client.of(request.environ)
-    if message.method == "server/discover":
-        return discover(gw, pool.acquire(principal), message)
-    if message.method == "subscriptions/listen":
-        return listen(gw, pool.hub(principal), message, client)
-    if message.method in core_tasks.METHODS:  # to the child holding the task, wherever it is (modern/tasks.py)
+    method = message.method
+    if method in _OWN_METHODS:  # (one test for the three kinds below: the usual call is none of them)
+        if method == "server/discover":
+            return discover(gw, pool.acquire(principal), message)
+        if method == "subscriptions/listen":
+            return listen(gw, pool.hub(principal), message, client)
+        # a task method: to the child holding the task, wherever it is (modern/tasks.py)
         call = tasks.start(pool.tasks, pool.holder, principal, message, new_call, Stream(pool.limits, expected=1))
         if audit.LOG is not None:  # a task method's line (audit.NAMED)
             call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
         return reply(gw, pool, call, client)
-    listed = tools if message.method == "tools/list" else None
+    listed = tools if method == "tools/list" else None
     trace = request.environ.get(tracing.KEY)
     if trace is not None:  # the pool's child, or an MRTR round's
         began = tracing.now()
@@ -117,7 +121,7 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
             trace.took(tracing.step_name(tracing.POOL, message), began)
     else:
         call = start(pool, principal, message, listed, closing=gw.closing)
-    if audit.LOG is not None and call.audit is None and message.method in audit.NAMED:  # a retry's call has one
+    if audit.LOG is not None and call.audit is None and method in audit.NAMED:  # a retry's call has one
         call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
     return reply(gw, pool, call, client)
 
