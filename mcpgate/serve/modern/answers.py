@@ -116,14 +116,23 @@ class Answers:
             if bounds is UNKNOWN:  # the walk gave up: the decoding says whether the result is the last member
                 bounds = jsonrpc.result_bounds(raw) if _decoded(message) else None
                 quoteless = None
-        else:
-            bounds = minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw)
+        else:  # minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw), the first without a call
+            head = _MINTED_HEAD % call.minted.encode()
+            bounds = (len(head) - 1, len(raw) - 1) if raw.startswith(head) and raw.endswith(b"}}") else None
+            if bounds is None:
+                bounds = jsonrpc.result_bounds(raw)
         if bounds is None:
             return None
         start, end = bounds  # the result searched in place: a large one is copied once, into the answer
         if raw is not message.bare and raw.find(b"\r", start, end) >= 0:  # bytes the splitter vouched for: no CR
             return None
-        if names_stamped(raw, start, end) if quoteless is None else names_stamped_around(raw, start, end, quoteless):
+        if quoteless is not None:
+            if names_stamped_around(raw, start, end, quoteless):
+                return None
+        elif end - start < _WALK_FROM:  # names_stamped(raw, start, end), a small result's search without a call
+            if _STAMPED.search(raw, start, end) is not None:
+                return None
+        elif names_stamped(raw, start, end):
             return None
         cacheable = call.method in modern.CACHEABLE
         members = self._stamps.get(cacheable)

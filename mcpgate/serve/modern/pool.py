@@ -190,6 +190,8 @@ class Pool:
                 group.crashes.append((self.clock(), child.problem))
                 self._stop(group, child, child.problem)
                 raise Refusal(502, jsonrpc.INTERNAL_ERROR, f"Bad Gateway: {child.problem}")
+            if best_load == 0:  # an idle child is picked already: none after it is less loaded (only the checks above)
+                continue
             load = len(child.calls)
             if load >= limit:
                 continue
