@@ -184,3 +184,58 @@ def test_a_json_response_is_the_full_constructions(body: Any, status: int, heade
     made, full = json_response(body, status, headers), HttpResponse(status, body, "application/json", headers)
     assert (made.status, made.body, made.headers) == (full.status, full.body, full.headers)
     assert type(made) is HttpResponse
+
+
+class Started(LeanWrites):
+    """What start_response leaves: pywsgi's attributes _started sets."""
+
+    def __init__(self, version: str, close: bool) -> None:
+        self.request_version, self.close_connection = version, close
+        self.status = self._orig_status = self.provided_date = self.provided_content_length = None
+        self.response_headers, self.code = [], 0
+
+    def state(self) -> tuple[Any, ...]:
+        return (
+            self.status,
+            self._orig_status,
+            self.response_headers,
+            self.code,
+            self.provided_date,
+            self.provided_content_length,
+            self.close_connection,
+        )
+
+
+JSON_TYPE = json_response(b"{}").headers[0]
+STARTED_HEADERS: list[Any] = [
+    json_response(b"{}").headers,
+    json_response(b'{"jsonrpc":"2.0","id":1,"result":{}}', 400).headers,
+    json_response(b"{}", headers={"Mcp-Session-Id": "abc"}).headers,
+    [JSON_TYPE, ("Content-Length", "0")],
+    [JSON_TYPE, ("Content-Length", "")],
+    [JSON_TYPE, ("Content-Length", "\u00b2")],  # a superscript two: a digit to str.isdigit, latin-1 encodable
+    [JSON_TYPE, ("Content-Length", "12\r\n")],
+    [JSON_TYPE, ("Content-Length", "1 2")],
+    [JSON_TYPE, ("content-length", "12")],
+    [JSON_TYPE, ("Content-Length", 12)],
+    [JSON_TYPE, ("Date", "Thu, 03 Dec 2026 07:00:00 GMT")],
+    [JSON_TYPE, ("Connection", "close")],
+    [JSON_TYPE, ["Content-Length", "12"]],
+    [("Content-Type", "application/json"), ("Content-Length", "12")],  # equal, not json_response's own
+    [JSON_TYPE, ("Content-Length", "12"), ("X-Other", "y")],
+    (JSON_TYPE, ("Content-Length", "12")),
+]
+
+
+@pytest.mark.parametrize("headers", STARTED_HEADERS)
+@pytest.mark.parametrize(
+    "status", ["200 OK", "204 No Content", "304 Not Modified", "400 Bad Request", "599 Odd", "20x"]
+)
+@pytest.mark.parametrize(("version", "close"), [("HTTP/1.1", False), ("HTTP/1.0", False), ("HTTP/1.0", True)])
+def test_a_json_replys_headers_taken_at_once_are_what_each_one_checked_gives(
+    headers: Any, status: str, version: str, close: bool
+) -> None:
+    for _ in range(2):  # the status line and names made, then remembered
+        lean, full = Started(version, close), Started(version, close)
+        assert lean._started(status, headers) == full._started_any(status, headers)
+        assert lean.state() == full.state()

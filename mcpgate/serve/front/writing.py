@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from gevent.pywsgi import _InvalidClientInput, format_date_time
 
+from mcpgate.serve.front.http import JSON_TYPE
+
 JOINED = 64 * 1024  # bytes of body sent in one piece with the head (more: sent after it, not copied)
 
 
@@ -46,6 +48,7 @@ _NOTED = frozenset(("connection", "date", "content-length"))
 _STATUSES: dict[str, tuple[bytes, int]] = {}  # a status line seen -> its bytes and code (at most _MOST)
 _NAMES: dict[str, tuple[bytes, str]] = {}  # a header name seen -> its bytes and what start_response notes of it
 _MOST = 256
+_JSON_TYPE = (b"Content-Type", JSON_TYPE[1].encode("latin-1"))  # JSON_TYPE encoded
 
 
 def _status(status: Any) -> tuple[bytes, int] | None:
@@ -164,7 +167,27 @@ class LeanWrites:
     def _started(self, status: str, headers: list[tuple[str, str]]) -> bool:
         """pywsgi's start_response in one pass over the headers, leaving the same state; False, with nothing
         changed, for anything pywsgi's would refuse (which then raises its own error): a name or value that is
-        not a str, holds a CR or LF or is not latin-1, a status not "NNN ...", a 204 or 304 with a length."""
+        not a str, holds a CR or LF or is not latin-1, a status not "NNN ...", a 204 or 304 with a length.
+        A JSON reply's two headers as json_response makes them (its JSON_TYPE, then a Content-Length of ASCII
+        digits) are taken in one look; any other goes through _started_any."""
+        if type(headers) is list and len(headers) == 2 and headers[0] is JSON_TYPE and type(status) is str:
+            name, length = headers[1]
+            if type(name) is str and name == "Content-Length" and type(length) is str and length.isascii():
+                known = _STATUSES.get(status)
+                if known is not None and length.isdigit():
+                    raw_status, code = known
+                    if code in (304, 204) and length != "0":
+                        return False
+                    encoded = [_JSON_TYPE, (b"Content-Length", length.encode())]
+                    if self.request_version == "HTTP/1.0":
+                        encoded.append((b"Connection", b"close" if self.close_connection else b"keep-alive"))
+                    self.status, self._orig_status, self.response_headers, self.code = raw_status, status, encoded, code
+                    self.provided_date, self.provided_content_length = None, length
+                    return True
+        return self._started_any(status, headers)
+
+    def _started_any(self, status: str, headers: list[tuple[str, str]]) -> bool:
+        """_started's for any reply: each header checked and encoded in turn."""
         known = _STATUSES.get(status) if type(status) is str else None
         if known is None:
             known = _status(status)
