@@ -93,8 +93,9 @@ def is_modern(message: Request | Notification) -> bool:
     (whatever their values), or the method is server/discover."""
     if message.method == "server/discover":
         return True
-    meta = request_meta(message)
-    return meta is not None and (wire.META_PROTOCOL_VERSION in meta or wire.META_CLIENT_CAPABILITIES in meta)
+    params = message.params  # request_meta(message), read here (every POST asks: a frame less)
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and (_VERSION in meta or _CAPABILITIES in meta)
 
 
 def validate(

@@ -181,3 +181,32 @@ def test_served_environ_is_the_ladder(method: str, params: Any) -> None:
             taken += fast
     if type(params) is dict and params in LADDER_PARAMS[3:5] and method in modern.MODERN_METHODS:
         assert taken  # the usual request, exact headers: taken by the shortcut
+
+
+def reference_is_modern(message: Any) -> bool:
+    """is_modern as it was: through request_meta."""
+    if message.method == "server/discover":
+        return True
+    meta = modern.request_meta(message)
+    return meta is not None and (wire.META_PROTOCOL_VERSION in meta or wire.META_CLIENT_CAPABILITIES in meta)
+
+
+ERA_PARAMS: list[Any] = [
+    *LADDER_PARAMS,
+    {"_meta": {wire.META_CLIENT_CAPABILITIES: None}},
+    {"_meta": {wire.META_PROTOCOL_VERSION: 5}},
+    {"_meta": {"progressToken": 1}},
+    OrderedDict([("_meta", OrderedDict([(wire.META_PROTOCOL_VERSION, "x")]))]),
+    "text",
+    7,
+]
+
+
+@pytest.mark.parametrize("method", ["server/discover", "tools/call", "initialize"])
+@pytest.mark.parametrize("params", ERA_PARAMS)
+def test_is_modern_as_through_request_meta(method: str, params: Any) -> None:
+    for message in (
+        jsonrpc.Request(1, method, params, {"jsonrpc": "2.0", "id": 1, "method": method}, None),
+        jsonrpc.Notification(method, params, {"jsonrpc": "2.0", "method": method}, None),
+    ):
+        assert modern.is_modern(message) is reference_is_modern(message)
