@@ -128,6 +128,7 @@ def test_wheel_holds_the_package_and_its_metadata(dist: Dist) -> None:
         "gunicorn[gevent]>=23.0",
         "jinja2>=3.1.6",
         "joserfc>=1.7.6",
+        "msgspec>=0.21",
         "prometheus-client>=0.20",
         "redis>=5",
         "requests>=2.33.0",

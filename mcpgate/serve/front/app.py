@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
+from mcpgate import fast_json
 from mcpgate.config.modes import AuthMode
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc
@@ -329,6 +330,7 @@ def create_app(settings: Settings | None = None, listening: Sequence[str] | None
     """The app, its Runtime attached (`listening`: the worker's addresses; None: those it loads the app within)."""
     settings = settings or Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)
+    fast_json.install()
     tracing.setup(settings.tracing, "mcpgate")
     runtime = Runtime.build(settings, listening)  # the cluster (None without REDIS_URL), then the servers
     servers = runtime.servers
