@@ -201,10 +201,12 @@ def parse_line(data: bytes, partial_from: int | None = PARTIAL_FROM_BYTES, bare:
     A gateway routes a response by its id alone and forwards its bytes unchanged, so a
     response of `partial_from` bytes or more (None: never) whose head names the id before
     the result is classified from that head, without decoding a result of many megabytes.
+    Its bytes must still be UTF-8, as a line parsed whole must be (ASCII looked for first:
+    far cheaper than the check of the rest); one that is not is parsed whole, which says so.
     Every other line is parsed whole. `bare`: the caller knows the line holds no CR or LF
     (LineDecoder.bare); the message then names its raw bytes as `bare`.
     """
-    if partial_from is not None and len(data) >= partial_from:
+    if partial_from is not None and len(data) >= partial_from and (data.isascii() or _utf8(data)):
         head = _RESPONSE_HEAD.match(data)
         if head is not None and data[_skip_space(data, len(data) - 1, -1)] == _CLOSE:  # no copy, as rstrip makes
             msg_id = _head_id(head.group(1))
@@ -216,6 +218,14 @@ def parse_line(data: bytes, partial_from: int | None = PARTIAL_FROM_BYTES, bare:
     if bare and isinstance(msg, (Response, Request, Notification)):
         msg.bare = data
     return msg
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _head_id(token: bytes) -> Id | None:

@@ -625,6 +625,28 @@ def test_what_the_head_cannot_vouch_for_is_parsed_whole(line: bytes) -> None:
     assert isinstance(parse(line), Invalid)
 
 
+@pytest.mark.parametrize(
+    ("result", "vouched"),
+    [
+        pytest.param(b'"' + BIG.encode() + b'"', True, id="ascii"),
+        pytest.param(b'"' + ("\u00e9\u2713" * 60000).encode() + b'"', True, id="utf8"),
+        pytest.param(b'"' + BIG.encode() + b'\xff"', False, id="invalid-byte-last"),
+        pytest.param(b'"\xc3' + BIG.encode() + b'"', False, id="cut-sequence-first"),
+        pytest.param(b'"' + BIG.encode() + b'\xed\xa0\x80"', False, id="encoded-surrogate"),
+        pytest.param(b'{"t":"' + BIG.encode() + b'","u":"\xc0\xaf"}', False, id="overlong"),
+    ],
+)
+def test_a_large_response_is_vouched_for_by_its_head_only_when_its_bytes_are_utf8(result: bytes, vouched: bool) -> None:
+    """A line parsed whole must be UTF-8; a large one classified by its head, whose result is forwarded as it is,
+    must too: one that is not is parsed whole, and refused as any other line would be."""
+    line = b'{"jsonrpc":"2.0","id":5,"result":' + result + b"}"
+    message = jsonrpc.parse_line(line)
+    if vouched:
+        assert isinstance(message, Response) and message.partial and message.full() == json.loads(line)
+    else:
+        assert message == parse(line) and isinstance(message, Invalid) and "utf-8" in message.reason
+
+
 def test_partial_from_none_parses_a_large_response_whole() -> None:
     line = json.dumps({"jsonrpc": "2.0", "id": 7, "result": {"t": BIG}}).encode()
     message = jsonrpc.parse_line(line, partial_from=None, bare=True)
