@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpgate.observe.span_export import RECORD, Record
+from mcpgate.observe.span_export import NICE, RECORD, Record
 from mcpgate.observe.span_pipe import SpanPipe, record
 from mcpgate.observe.tracing import CLIENT, Trace
 from mcpgate.observe.w3c import Parent
@@ -71,6 +71,25 @@ def test_the_export_process_holds_no_secret_and_ends_with_a_stopped_gateway(sink
             environ = []
         assert not [entry for entry in environ if entry.startswith(b"MCPGATE_")]
     assert wait_dead([pid]) == []
+
+
+def niceness(pid: int) -> int:
+    """A process's nice value (/proc/PID/stat's 19th field)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])
+
+
+def test_the_export_process_runs_niced_below_the_worker(sink: Receiver) -> None:
+    """On a busy machine the export process yields to the worker (and the children): its niceness is the
+    worker's plus span_export.NICE, once it is exporting (a trace's spans came through it)."""
+    env = {**traced_env(sink), "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    del env["MCPGATE_COMMAND"]
+    with serving(env) as gw:
+        pid = the_export_process(gw.proc.pid)
+        [worker] = direct_children(gw.proc.pid)
+        a_traced_call(gw, open_session_with(gw, {}), "4" * 32, 10)
+        wait_for(lambda: sink.of_trace("4" * 32), timeout=30, what="the trace's spans")
+        assert niceness(pid) == min(niceness(worker) + NICE, 19)
 
 
 def test_a_graceful_stop_exports_what_the_worker_still_held(sink: Receiver) -> None:
