@@ -43,7 +43,7 @@ from mcpgate.core.jsonrpc import Message, Request
 from mcpgate.observe import trace_sampling, w3c
 from mcpgate.observe.answer_marks import error_code, tool_error
 from mcpgate.observe.trace_sampling import looked_at, request_of
-from mcpgate.observe.w3c import TRACE_KEYS, Parent
+from mcpgate.observe.w3c import _BLANK_OR_END, TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
 
@@ -53,6 +53,7 @@ TRACER: Any = None  # the export (span_pipe.SpanPipe) once `setup` switched trac
 IDS = w3c.Ids()
 _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent, a sampled one, an unsampled one
 _always: bool | None = None  # the decision whatever the parent (ALWAYS_ON, ALWAYS_OFF), known as a request begins
+_root: bool | None = True  # the decision for a request without a parent when the sampler's is static, else None
 _time = time.time_ns
 now = time.time_ns  # a step's start, as the request path takes it (Trace.took)
 GUARD, SESSION, POOL, MRTR = "mcpgate.guard", "mcpgate.session", "mcpgate.pool", "mcpgate.mrtr"  # steps' names
@@ -62,7 +63,7 @@ def setup(enabled: bool, service: str) -> None:
     """Switch tracing on for this process (a gateway worker, a relay): the SDK's sampler configured from OTEL_*,
     the span export process started (its resource and exporter from OTEL_*; OTEL_SERVICE_NAME, when set, names the
     service instead of `service`)."""
-    global TRACER, _rules, _always, IDS
+    global TRACER, _rules, _always, _root, IDS
     if not enabled or TRACER is not None:
         return
     from mcpgate.observe.span_pipe import SpanPipe
@@ -70,6 +71,7 @@ def setup(enabled: bool, service: str) -> None:
     IDS = w3c.Ids()
     _rules = trace_sampling.configure()
     _always = _rules[0] if _rules[0] is _rules[1] is _rules[2] and isinstance(_rules[0], bool) else None
+    _root = _rules[0] if isinstance(_rules[0], bool) else None
     TRACER = SpanPipe(service)
     atexit.register(TRACER.shutdown)
     proc = TRACER.export.proc
@@ -274,20 +276,49 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     """The request's sampling decided, and the message as the child gets it: a request's `_meta.traceparent`
     (and tracestate) naming the span of the wait for the child's answer (the message changed in place). The
     common request (params an object without _meta, not opened yet, no traceparent header, the sampler's rule
-    for a request without a parent static) goes by plain_to_child, the rest by opened_to_child."""
+    for a request without a parent static) is served here in one call: what `open`, `context` and
+    w3c.put_in_meta do (the ids as IDS.context draws them: sliced here while the draw holds them and no id can be
+    all zero; the member spliced into compact JSON's params here, else by w3c.spliced_member); the rest goes by
+    opened_to_child."""
     trace: Trace | None = environ.get(KEY)
     if trace is None:
         return message
-    if (
-        type(message) is Request
-        and type(message.params) is dict
-        and not trace.opened
-        and "_meta" not in message.params
-        and "HTTP_TRACEPARENT" not in environ
-        and type(_rules[0]) is bool
-    ):
-        return plain_to_child(trace, environ, message, message.params)
-    return opened_to_child(trace, environ, message)
+    if type(message) is not Request or trace.opened or _root is None or "HTTP_TRACEPARENT" in environ:
+        return opened_to_child(trace, environ, message)
+    params = message.params
+    if type(params) is not dict or "_meta" in params:
+        return opened_to_child(trace, environ, message)
+    if not trace.decided:
+        trace.sampled = _root
+    trace.opened = trace.headed = trace.decided = True
+    ids = IDS
+    at = ids.at
+    drawn = ids.drawn[at : at + 24]  # no parent: a trace of its own (its id, then the wait's span id)
+    if len(drawn) == 24 and drawn.count(0) < 8:
+        ids.at = at + 24
+    else:
+        drawn = ids.context()
+    trace.trace_id = drawn[:16]
+    if trace.sampled:
+        trace.what = (message.method, params.get("name"), None, message.id)
+        trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
+        trace.wait = (drawn[16:], _time())
+        context = f"00-{drawn.hex('-', -16)}-01"  # the trace id's hex, "-", the span id's
+    else:
+        trace.steps.clear()
+        context = f"00-{drawn.hex('-', -16)}-00"
+    params["_meta"] = {"traceparent": context}  # no tracestate
+    raw = message.raw
+    if raw is not None:
+        member = b'"_meta":{"traceparent":"' + context.encode() + b'"},'
+        at = raw.find(b'"params"')  # compact JSON (w3c.spliced_member's first case, its checks the same)
+        cut = at + 10
+        if at >= 0 and raw[at + 8 : cut] == b":{" and cut < len(raw) and raw[cut] not in _BLANK_OR_END:
+            unsure = raw.find(b'"params"', cut) >= 0 or raw.find(b"\\u") >= 0
+            message.raw = None if unsure else b"".join((raw[:cut], member, raw[cut:]))
+        else:
+            message.raw = w3c.spliced_member(raw, member[:-1])
+    return message
 
 
 def opened_to_child(trace: Trace, environ: Mapping[str, Any], message: Message) -> Message:
@@ -299,36 +330,6 @@ def opened_to_child(trace: Trace, environ: Mapping[str, Any], message: Message) 
     if trace.sampled:
         trace.wait = (span_id, _time())
     w3c.put_in_meta(message, trace.context(span_id))
-    return message
-
-
-def plain_to_child(trace: Trace, environ: Mapping[str, Any], message: Request, params: dict[str, Any]) -> Request:
-    """to_child for the common request: params an object without _meta, no traceparent header (so no parent),
-    the sampler's rule for a request without one static. What `open`, `context` and w3c.put_in_meta do, at once
-    (the ids as IDS.context draws them: sliced here while the draw holds them and no id can be all zero)."""
-    if not trace.decided:
-        trace.sampled = _rules[0]
-    trace.opened = trace.headed = trace.decided = True
-    ids, at = IDS, IDS.at
-    drawn = ids.drawn[at : at + 24]  # no parent: a trace of its own (its id, then the wait's span id)
-    if len(drawn) == 24 and drawn.count(0) < 8:
-        ids.at = at + 24
-    else:
-        drawn = ids.context()
-    trace.trace_id, ids_hex = drawn[:16], drawn.hex("-", -16)  # the trace id's hex, "-", the span id's
-    if trace.sampled:
-        trace.what = (message.method, params.get("name"), None, message.id)
-        trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
-        trace.wait = (drawn[16:], _time())
-        context = f"00-{ids_hex}-01"
-    else:
-        trace.steps.clear()
-        context = f"00-{ids_hex}-00"
-    params["_meta"] = {"traceparent": context}  # no tracestate
-    raw = message.raw
-    message.raw = (
-        None if raw is None else w3c.spliced_member(raw, b'"_meta":{"traceparent":"' + context.encode() + b'"}')
-    )
     return message
 
 

@@ -228,6 +228,10 @@ PLAIN = [  # a request to_child takes the short way with (no _meta, no tracepare
     SPLICED[2][0],
     b'{"jsonrpc":"2.0","id":"a","method":"prompts/get","params":{"name":"greet"}}',
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"params":{}}}}',  # not spliced
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params" :{"name":"x"},"y":{"params":{}}}',  # nor here
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\u0078"}}',  # an escape: not spliced
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{ "name":"x"}}',  # the search's way
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}',
 ]
 
 
@@ -236,11 +240,13 @@ PLAIN = [  # a request to_child takes the short way with (no _meta, no tracepare
 def test_the_short_way_to_the_child_is_the_long_one(
     raw: bytes, rule: bool, ended: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """to_child's plain_to_child leaves the message and the Trace as `open`, `context` and put_in_meta do, for a
-    sampled request and an unsampled one (the sampler's rule with no parent: ParentBased's root)."""
+    """to_child's short way for the common request leaves the message and the Trace as `open`, `context` and
+    put_in_meta do, for a sampled request and an unsampled one (the sampler's rule with no parent: ParentBased's
+    root)."""
     from mcpgate.observe import tracing
 
     monkeypatch.setattr(tracing, "_rules", (rule, True, False))
+    monkeypatch.setattr(tracing, "_root", rule)
     got = []
     for short in (True, False):
         drawn = w3c.Ids()
