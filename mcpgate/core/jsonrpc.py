@@ -192,6 +192,7 @@ _RESPONSE_HEAD = re.compile(
     rb'(-?(?:0|[1-9][0-9]*)|"(?:[^"\\\x00-\x1f]|\\.)*")[ \t\n\r]*,[ \t\n\r]*"(result|error)"[ \t\n\r]*:'
 )
 PARTIAL_FROM_BYTES = 256 * 1024
+NOT_UTF8 = "Internal error: the server's answer was not UTF-8"  # (a large answer read by its head: parse_line)
 _PLAIN_INT = 18  # digits of an integer id read with int() (far below the int-from-text digit limit json.loads keeps)
 
 
@@ -202,16 +203,20 @@ def parse_line(data: bytes, partial_from: int | None = PARTIAL_FROM_BYTES, bare:
     response of `partial_from` bytes or more (None: never) whose head names the id before
     the result is classified from that head, without decoding a result of many megabytes.
     Its bytes must still be UTF-8, as a line parsed whole must be (ASCII looked for first:
-    far cheaper than the check of the rest); one that is not is parsed whole, which says so.
-    Every other line is parsed whole. `bare`: the caller knows the line holds no CR or LF
-    (LineDecoder.bare); the message then names its raw bytes as `bare`.
+    far cheaper than the check of the rest): for one that is not, the id its head names is
+    answered with an Internal error in the peer's stead (its bytes are no JSON to forward,
+    and the caller waiting on that id learns it at once). Every other line is parsed whole.
+    `bare`: the caller knows the line holds no CR or LF (LineDecoder.bare); the message then
+    names its raw bytes as `bare`.
     """
-    if partial_from is not None and len(data) >= partial_from and (data.isascii() or _utf8(data)):
+    if partial_from is not None and len(data) >= partial_from:
         head = _RESPONSE_HEAD.match(data)
         if head is not None and data[_skip_space(data, len(data) - 1, -1)] == _CLOSE:  # no copy, as rstrip makes
             msg_id = _head_id(head.group(1))
             if msg_id is None:  # an invalid escape or UTF-8 in a string id: let the full parse report it
                 return parse(data)
+            if not (data.isascii() or _utf8(data)):
+                return Response(msg_id, error_response(msg_id, INTERNAL_ERROR, NOT_UTF8))
             obj = {"jsonrpc": "2.0", "id": msg_id, head.group(2).decode(): None}
             return Response(msg_id, obj, data, partial=True, bare=data if bare else None)
     msg = parse(data)

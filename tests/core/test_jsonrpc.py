@@ -636,15 +636,27 @@ def test_what_the_head_cannot_vouch_for_is_parsed_whole(line: bytes) -> None:
         pytest.param(b'{"t":"' + BIG.encode() + b'","u":"\xc0\xaf"}', False, id="overlong"),
     ],
 )
-def test_a_large_response_is_vouched_for_by_its_head_only_when_its_bytes_are_utf8(result: bytes, vouched: bool) -> None:
+@pytest.mark.parametrize("msg_id", [5, "s-5"])
+def test_a_large_response_is_vouched_for_by_its_head_only_when_its_bytes_are_utf8(
+    result: bytes, vouched: bool, msg_id: int | str
+) -> None:
     """A line parsed whole must be UTF-8; a large one classified by its head, whose result is forwarded as it is,
-    must too: one that is not is parsed whole, and refused as any other line would be."""
-    line = b'{"jsonrpc":"2.0","id":5,"result":' + result + b"}"
-    message = jsonrpc.parse_line(line)
+    must too: for one that is not, its id is answered with an Internal error (no invalid bytes go on, and the
+    call waiting on that id is answered), where parsing it whole would only have refused the line."""
+    line = b'{"jsonrpc":"2.0","id":' + json.dumps(msg_id).encode() + b',"result":' + result + b"}"
+    message = jsonrpc.parse_line(line, bare=True)
+    assert isinstance(message, Response) and message.id == msg_id
     if vouched:
-        assert isinstance(message, Response) and message.partial and message.full() == json.loads(line)
+        assert message.partial and message.full() == json.loads(line) and message.bare is line
     else:
-        assert message == parse(line) and isinstance(message, Invalid) and "utf-8" in message.reason
+        whole = parse(line)
+        assert isinstance(whole, Invalid) and "utf-8" in whole.reason
+        assert not message.partial and message.raw is None and message.bare is None and message.is_error
+        assert json.loads(raw_bytes(message)) == {
+            "jsonrpc": "2.0",
+            "id": msg_id,
+            "error": {"code": jsonrpc.INTERNAL_ERROR, "message": jsonrpc.NOT_UTF8},
+        }
 
 
 def test_partial_from_none_parses_a_large_response_whole() -> None:

@@ -105,24 +105,25 @@ def test_the_client_gets_the_child_s_result_whatever_follows_it(
 
 
 @pytest.mark.parametrize(
-    "template",
+    ("template", "why"),
     [
-        pytest.param(HEAD + TEXT + ',"_x":}', id="no-json-after-the-result"),
-        pytest.param(HEAD + '{"a":{DEEP}}}', id="nested-too-deep"),
+        pytest.param(HEAD + TEXT + ',"_x":}', answers.NOT_JSON, id="no-json-after-the-result"),
+        pytest.param(HEAD + '{"a":{DEEP}}}', answers.NOT_JSON, id="nested-too-deep"),
+        pytest.param(HEAD + '{"t":"{PAD}{BAD}"}}', jsonrpc.NOT_UTF8, id="not-utf8"),
     ],
 )
 def test_a_large_answer_that_cannot_be_read_is_answered_with_an_error(
-    gateways: Callable[[str], Gateway], template: str
+    gateways: Callable[[str], Gateway], template: str, why: str
 ) -> None:
     """An answer read by its head alone that the walk cannot vouch for and json cannot read (no JSON after the
-    result; nested past the decoder's depth, which a small answer's full parse refuses too): the client gets an
-    error, not the child's bytes nor a call left waiting."""
+    result; nested past the decoder's depth, which a small answer's full parse refuses too), or whose bytes are
+    not UTF-8: the client gets an error, not the child's bytes nor a call left waiting."""
     pool = ThreadPoolExecutor(1)  # a call left waiting fails the test instead of hanging it
     try:
         answer = pool.submit(asked, gateways("splice"), template, 9).result(timeout=HANG_GUARD)
     finally:
         pool.shutdown(wait=False)  # a hung request ends with its gateway, stopped after the module
-    assert answer["id"] == 9 and answer["error"]["code"] == -32603 and answer["error"]["message"] == answers.NOT_JSON
+    assert answer["id"] == 9 and answer["error"]["code"] == -32603 and answer["error"]["message"] == why
     # the child is still there for the next call
     assert asked(gateways("splice"), LAYOUTS["plain"], 10)["result"]["content"][0]["text"].startswith("0123")
 
