@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from mcpgate.core.jsonrpc import Message, Request
+from mcpgate.core.wire import META_PROTOCOL_VERSION
 from mcpgate.observe import trace_sampling, w3c
 from mcpgate.observe.answer_marks import error_code, tool_error
 from mcpgate.observe.trace_sampling import looked_at, request_of
@@ -275,18 +276,22 @@ def step(environ: Mapping[str, Any], name: str, message: Request | None = None) 
 def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     """The request's sampling decided, and the message as the child gets it: a request's `_meta.traceparent`
     (and tracestate) naming the span of the wait for the child's answer (the message changed in place). The
-    common request (params an object without _meta, not opened yet, no traceparent header, the sampler's rule
-    for a request without a parent static) is served here in one call: what `open`, `context` and
-    w3c.put_in_meta do (the ids as IDS.context draws them: sliced here while the draw holds them and no id can be
-    all zero; the member spliced into compact JSON's params here, else by w3c.spliced_member); the rest goes by
-    opened_to_child."""
+    common request (params an object, its _meta absent or an object without a W3C field as a 2026-07-28
+    request's, not opened yet, no traceparent header, the sampler's rule for a request without a parent static)
+    is served here in one call: what `open`, `context` and w3c.put_in_meta do (the ids as IDS.context draws them:
+    sliced here while the draw holds them and no id can be all zero; the member spliced into compact JSON's
+    params here, else by w3c.spliced_member; an _meta there: the raw bytes dropped, as put_in_meta drops them);
+    the rest goes by opened_to_child."""
     trace: Trace | None = environ.get(KEY)
     if trace is None:
         return message
     if type(message) is not Request or trace.opened or _root is None or "HTTP_TRACEPARENT" in environ:
         return opened_to_child(trace, environ, message)
     params = message.params
-    if type(params) is not dict or "_meta" in params:
+    if type(params) is not dict:
+        return opened_to_child(trace, environ, message)
+    meta = params.get("_meta")  # a 2026-07-28 request's (its version, capabilities): served here too
+    if meta is not None and (type(meta) is not dict or "traceparent" in meta or "tracestate" in meta):
         return opened_to_child(trace, environ, message)
     if not trace.decided:
         trace.sampled = _root
@@ -300,13 +305,18 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
         drawn = ids.context()
     trace.trace_id = drawn[:16]
     if trace.sampled:
-        trace.what = (message.method, params.get("name"), None, message.id)
+        version = None if meta is None else meta.get(META_PROTOCOL_VERSION)
+        trace.what = (message.method, params.get("name"), version, message.id)
         trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
         trace.wait = (drawn[16:], _time())
         context = f"00-{drawn.hex('-', -16)}-01"  # the trace id's hex, "-", the span id's
     else:
         trace.steps.clear()
         context = f"00-{drawn.hex('-', -16)}-00"
+    if meta is not None:  # put_in_meta's: its keys, then the traceparent; the raw bytes encoded again
+        params["_meta"] = {**meta, "traceparent": context}
+        message.raw = None
+        return message
     params["_meta"] = {"traceparent": context}  # no tracestate
     raw = message.raw
     if raw is not None:

@@ -232,21 +232,41 @@ PLAIN = [  # a request to_child takes the short way with (no _meta, no tracepare
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\u0078"}}',  # an escape: not spliced
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{ "name":"x"}}',  # the search's way
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}',
+    # a 2026-07-28 request's _meta (no W3C field in it): the short way too, its raw bytes encoded again
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":'
+    b'{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}',
+    b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":5},"name":"x"}}',
+    b'{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{}}}',
+]
+LONG = [  # the long way, whichever is called: a W3C field in _meta, or an _meta that is no object
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"traceparent":"00-'
+    + TRACE.encode()
+    + b'-a269f801cf0054d7-01"}}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"tracestate":"k=v"}}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":"m"}}',
 ]
 
 
-@pytest.mark.parametrize("raw", PLAIN)
+@pytest.mark.parametrize("raw", PLAIN + LONG)
 @pytest.mark.parametrize("rule", [True, False])
 def test_the_short_way_to_the_child_is_the_long_one(
     raw: bytes, rule: bool, ended: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """to_child's short way for the common request leaves the message and the Trace as `open`, `context` and
     put_in_meta do, for a sampled request and an unsampled one (the sampler's rule with no parent: ParentBased's
-    root)."""
+    root); a request of PLAIN goes the short way (opened_to_child is not called)."""
     from mcpgate.observe import tracing
 
     monkeypatch.setattr(tracing, "_rules", (rule, True, False))
     monkeypatch.setattr(tracing, "_root", rule)
+    long_way = tracing.opened_to_child
+    longs: list[bytes] = []
+
+    def counted(trace: Any, environ: dict[str, Any], message: Any) -> Any:
+        longs.append(raw)
+        return long_way(trace, environ, message)
+
+    monkeypatch.setattr(tracing, "opened_to_child", counted)
     got = []
     for short in (True, False):
         drawn = w3c.Ids()
@@ -258,11 +278,13 @@ def test_the_short_way_to_the_child_is_the_long_one(
             pass
         if short:
             sent = tracing.to_child(environ, message(raw))
+            assert longs == ([] if raw in PLAIN else [raw])
         else:
-            sent = tracing.opened_to_child(trace, environ, message(raw))
+            sent = long_way(trace, environ, message(raw))
         assert isinstance(sent, Request)
         fields = (trace.trace_id, trace.sampled, trace.decided, trace.opened, trace.what, trace.session, trace.state)
         steps = [name for name, _, _ in trace.steps]
         got.append((sent.raw, sent.obj, fields, trace.http_method, trace.wait and trace.wait[0], steps, trace.parent))
     assert got[0] == got[1]
-    assert (got[0][4] is not None) is rule and json.loads(jsonrpc.raw_bytes(message(raw))) != got[0][1]
+    assert json.loads(jsonrpc.raw_bytes(message(raw))) != got[0][1]
+    assert raw in LONG or (got[0][4] is not None) is rule  # (LONG's first: sampled by its parent's flag)
