@@ -80,7 +80,8 @@ class Router(Generic[S]):
             raise DuplicateRequestId(request_id)
         params = request.params
         if isinstance(params, dict) and "_meta" in params:  # without it, no progress token (progress_token)
-            token = progress_token(request)
+            meta = params["_meta"]  # nor without the key in it (a traced request's _meta: its traceparent alone)
+            token = progress_token(request) if isinstance(meta, dict) and "progressToken" in meta else None
             token_key = id_key(token) if token is not None else None
             if token_key is not None and token_key not in self._progress:  # a reused token is not routed twice
                 self._progress[token_key] = stream

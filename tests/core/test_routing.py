@@ -301,3 +301,37 @@ def test_a_requests_route_made_without_its_new_is_the_one_its_class_makes(stream
     assert route == made == Route(stream, done=True)
     assert (route.target, route.reason, route.done) == (made.target, made.reason, made.done) == (stream, "", True)
     assert repr(route) == repr(made)
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"progressToken": "tok"},
+        {"progressToken": 7, "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+        {"progressToken": True},
+        {"progressToken": None},
+        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+        {},
+        None,
+        "tok",
+    ],
+)
+def test_a_requests_progress_token_is_the_one_progress_token_reads(meta: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """open_request routes the token jsonrpc.progress_token reads (the general path), and asks it only when _meta
+    holds a progressToken key (a traced request's _meta holds its traceparent alone)."""
+    from mcpgate.core import jsonrpc, routing
+
+    message = msg({"id": 1, "method": "tools/call", "params": {"name": "x", "_meta": meta}})
+    asked: list[Any] = []
+
+    def counted(request: Request) -> Any:
+        asked.append(request.id)
+        return jsonrpc.progress_token(request)
+
+    monkeypatch.setattr(routing, "progress_token", counted)
+    router = new_router()
+    router.open_stream("owner")
+    router.open_request(message, "owner")
+    token = jsonrpc.progress_token(message)
+    assert router._tokens == ({("n", 1): jsonrpc.id_key(token)} if token is not None else {})
+    assert asked == ([1] if isinstance(meta, dict) and "progressToken" in meta else [])
