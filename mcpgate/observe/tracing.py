@@ -291,7 +291,9 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     if type(params) is not dict:
         return opened_to_child(trace, environ, message)
     meta = params.get("_meta")  # a 2026-07-28 request's (its version, capabilities): served here too
-    if meta is not None and (type(meta) is not dict or "traceparent" in meta or "tracestate" in meta):
+    if (meta is not None and (type(meta) is not dict or "traceparent" in meta or "tracestate" in meta)) or (
+        meta is None and "_meta" in params
+    ):  # ("_meta": null: put_in_meta's, whose raw bytes are encoded again)
         return opened_to_child(trace, environ, message)
     if not trace.decided:
         trace.sampled = _root

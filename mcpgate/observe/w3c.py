@@ -104,8 +104,9 @@ def put_in_meta(message: Any, fields: dict[str, str]) -> None:
         else:
             message.raw = None
         return
+    spliced = raw is not None and "_meta" not in params  # an "_meta": null is there: a second one would not count
     params["_meta"] = fields
-    message.raw = spliced_meta(raw, fields) if raw is not None and meta is None else None
+    message.raw = spliced_meta(raw, fields) if spliced else None
 
 
 def replaced_context(raw: bytes, old: str, new: str) -> bytes | None:

@@ -80,6 +80,7 @@ SPLICED = [  # the raw request; whether its bytes are kept (spliced) or encoded 
     (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"arguments":{"params":{"a":1}}}}', False),  # two "params"
     (b'{"jsonrpc":"2.0","id":1,"method":"t","p\\u0061rams":{"arguments":{"params":{}}}}', False),  # an escape
     (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"_meta":"not an object"}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"name":"x","_meta":null}}', False),  # a second _meta: lost
     (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"_meta":{"progressToken":3}}}', False),
     (b'{"jsonrpc":"2.0","id":1,"method":"t","params":{"_meta":{"traceparent":"' + CONTEXT.encode() + b'"}}}', True),
 ]
@@ -244,6 +245,7 @@ LONG = [  # the long way, whichever is called: a W3C field in _meta, or an _meta
     + b'-a269f801cf0054d7-01"}}}',
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":{"tracestate":"k=v"}}}',
     b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":"m"}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":null}}',
 ]
 
 
