@@ -173,13 +173,9 @@ def _served(
     return True
 
 
-def _environ_key(name: str) -> str:
-    """A request header's key in a WSGI environ (as the front's HttpRequest.header reads it): HTTP_ and the name
-    upper-cased, "-" made "_"."""
-    return "HTTP_" + name.upper().replace("-", "_")
-
-
-_ENVIRON_VERSION, _ENVIRON_METHOD, _ENVIRON_NAME = map(_environ_key, (_VERSION_HEADER, _METHOD_HEADER, _NAME_HEADER))
+_ENVIRON_VERSION, _ENVIRON_METHOD, _ENVIRON_NAME = (
+    wire.environ_key(name) for name in (_VERSION_HEADER, _METHOD_HEADER, _NAME_HEADER)
+)
 
 
 def served_environ(message: Request, environ: Mapping[str, Any]) -> bool:

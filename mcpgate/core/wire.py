@@ -23,3 +23,11 @@ META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+
+def environ_key(name: str) -> str:
+    """Where a request header's value is in a WSGI environ (PEP 3333: HTTP_ and its name upper-cased, "-" made
+    "_"; Content-Type and Content-Length without the prefix): the front's HttpRequest.header and the shortcuts
+    that read the environ directly (core/modern.served_environ, serve/sessions/streamable.post_headers)."""
+    key = name.upper().replace("-", "_")
+    return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key

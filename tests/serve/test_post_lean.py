@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from mcpgate.core import wire
-from mcpgate.serve.front.http import HttpRequest, environ_key
+from mcpgate.core.wire import environ_key
+from mcpgate.serve.front.http import HttpRequest
 from mcpgate.serve.sessions import streamable
 
 NAMES = ("Accept", "Content-Type", wire.SESSION_ID, wire.PROTOCOL_VERSION)

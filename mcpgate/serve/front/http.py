@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from mcpgate.core import jsonrpc
+from mcpgate.core.wire import environ_key
 
 STATUS_TEXT = {
     200: "OK",
@@ -37,12 +38,6 @@ STATUS_LINES = {status: f"{status} {text}" for status, text in STATUS_TEXT.items
 StartResponse = Callable[..., Any]
 _KEYS: dict[str, str] = {}  # a header's name -> its environ key
 _KEYS_MAX = 256
-
-
-def environ_key(name: str) -> str:
-    """Where a request header's value is in the WSGI environ (PEP 3333: HTTP_ and its name, but for two)."""
-    key = name.upper().replace("-", "_")
-    return key if key in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + key
 
 
 def header_text(value: Any) -> str | None:

@@ -19,7 +19,7 @@ from mcpgate.serve.cluster import takeover
 from mcpgate.serve.errors import BadRequest, MethodNotAllowed, SessionNotFound, ShuttingDown, answered
 from mcpgate.serve.front import auth, checks, reply
 from mcpgate.serve.front.context import context
-from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, environ_key, header_text, json_response
+from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, header_text, json_response
 from mcpgate.serve.front.reply import SSE_HEADERS, Client
 from mcpgate.serve.kinds import EndCause
 from mcpgate.serve.modern import stateless
@@ -34,8 +34,8 @@ _CALLS = (Request, Notification)  # what a client sends to be answered or told (
 # __getattr__ makes the class's attribute lookup the slow hook), about 1,000 instructions each time
 _MODERN, _LEGACY = Era.MODERN, Era.LEGACY
 # the headers a POST reads, by their environ keys (post_headers)
-_ACCEPT, _CONTENT_TYPE = environ_key("Accept"), environ_key("Content-Type")
-_SESSION_ID, _PROTOCOL_VERSION = environ_key(wire.SESSION_ID), environ_key(wire.PROTOCOL_VERSION)
+_ACCEPT, _CONTENT_TYPE = wire.environ_key("Accept"), wire.environ_key("Content-Type")
+_SESSION_ID, _PROTOCOL_VERSION = wire.environ_key(wire.SESSION_ID), wire.environ_key(wire.PROTOCOL_VERSION)
 _PLAIN = frozenset((str, type(None)))  # values HttpRequest.header gives as they are (a str subclass's is converted)
 
 
