@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from mcpgate.core.versions import initialize_version
 from mcpgate.observe import audit
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.servers import watchdog
+from mcpgate.serve.sessions.held import Held
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
 from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import END as END
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
     from mcpgate.serve.sessions.kept import Keeper
 
 log = logging.getLogger("mcpgate.session")
-
-
-# every session's buffer until a message first waits for a stream: never appended to (a deque is ~0.7 KB)
-_NO_BUFFER: deque[bytes] = deque(maxlen=0)
 
 
 class Session:
@@ -76,10 +72,7 @@ class Session:
             **({"view": view} if view is not None else {}),
         )
         self.router: Router[Stream] = watchdog.router(child.limits, CancelTracker(ttl=60.0))
-        self.buffer = _NO_BUFFER  # made when a message first waits for a stream (most sessions never need it)
-        self._buffer_messages = buffer_messages
-        self.buffer_bytes = 0
-        self._buffer_limit = buffer_bytes
+        self.held = Held(buffer_messages, buffer_bytes, self.label)  # messages no stream takes yet (held.py)
         self._limits = limits
         # Resumable streams by number, oldest first; at most `replay_streams` of them without a reader.
         self.tag = secrets.token_hex(4)  # names this session in its event ids (not derived from its id)
@@ -151,7 +144,7 @@ class Session:
         raw = message.raw  # what raw_bytes gives for bytes the splitter vouched for, without its call
         data = raw if raw is not None and raw is message.bare else jsonrpc.raw_bytes(message)
         if target is BUFFER:
-            self._buffer_append(data)
+            self.held.append(data)
             return
         if target.deliver(data, route.done) or not target.closed:
             return
@@ -161,7 +154,7 @@ class Session:
         if not isinstance(message, Response) and message.method != PROGRESS:
             general = self.router.general_target()
             if general is BUFFER:
-                self._buffer_append(data)
+                self.held.append(data)
             else:
                 general.deliver(data)
 
@@ -172,24 +165,6 @@ class Session:
         result = message.full().get("result")  # decoded once (a large answer is read by its head alone)
         self.handshake = (self._init_request.params if self._init_request else None, result)
         self._init_key, self._init_request, self.version = None, None, initialize_version(result)
-
-    def _buffer_append(self, data: bytes) -> None:
-        """Hold a message for the next stream; past the buffer's messages or bytes, its oldest go."""
-        if len(data) > self._buffer_limit:
-            log.warning("session %s: no stream open; dropped a message larger than the buffer", self.label)
-            return
-        if self.buffer is _NO_BUFFER:
-            self.buffer = deque(maxlen=self._buffer_messages)
-        dropped = 0
-        while self.buffer and (
-            len(self.buffer) == self.buffer.maxlen or self.buffer_bytes + len(data) > self._buffer_limit
-        ):
-            self.buffer_bytes -= len(self.buffer.popleft())
-            dropped += 1
-        if dropped:
-            log.warning("session %s: no stream open and the buffer is full; dropped %d oldest", self.label, dropped)
-        self.buffer.append(data)
-        self.buffer_bytes += len(data)
 
     def on_child_exit(self, reason: str) -> None:
         try:
@@ -207,8 +182,8 @@ class Session:
         stream.pump = self._pump  # its reader reads the child's answers itself while it waits (child/stdout.py)
         self.add_requests(pending, stream)
         self.router.open_stream(stream)
-        if self.buffer:
-            self._flush_buffer_to(stream)
+        if self.held.messages:
+            self.held.flush_to(stream)
         return stream
 
     def add_requests(self, requests: Iterable[Request], stream: Stream) -> None:
@@ -274,7 +249,7 @@ class Session:
             return None
         stream = Stream(self._limits, get=True)
         self.router.get_stream = stream
-        self._flush_buffer_to(stream)
+        self.held.flush_to(stream)
         return stream
 
     def close_stream(self, stream: Stream) -> None:
@@ -304,11 +279,7 @@ class Session:
         stream.reader = 0
         self.router.close_stream(stream)
         if stream.get:  # its unread messages are older than the buffer's: they go first, within its bounds
-            held = [item.data for item in stream.take_pending()] + list(self.buffer)
-            self.buffer.clear()
-            self.buffer_bytes = 0
-            for data in held:
-                self._buffer_append(data)
+            self.held.put_first([item.data for item in stream.take_pending()])
         idle = [number for number, kept in self._resumable.items() if not kept.reader]
         for number in idle[: max(0, len(idle) - self._replay_streams)]:
             forgotten = self._resumable.pop(number)
@@ -331,7 +302,7 @@ class Session:
         reader = stream.attach()
         if stream.get:
             self.router.get_stream = stream
-            self._flush_buffer_to(stream)
+            self.held.flush_to(stream)
         elif stream.expected:
             self.router.open_stream(stream)
         return Resumed(stream, reader, stream.id_prefix + str(found.seq), missed)
@@ -385,11 +356,6 @@ class Session:
         self._resumable.clear()
         self.child.close(reason)
         self._on_end(self, reason)
-
-    def _flush_buffer_to(self, stream: Stream) -> None:
-        while self.buffer:
-            stream.deliver(self.buffer.popleft(), force=True)  # the buffer is bounded: no wait
-        self.buffer_bytes = 0
 
 
 @dataclass(frozen=True, slots=True)
