@@ -21,7 +21,7 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, modern_client, versions, wire
+from mcpgate.core import jsonrpc, modern, modern_client, modern_rewrites, versions, wire
 from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
@@ -254,7 +254,7 @@ class ModernTransport:
                     error = reply.obj.get("error")
                     raise ModernRefused(
                         f"upstream refused server/discover: {errors.excerpt(jsonrpc.raw_bytes(reply))}",
-                        recognised=modern.recognised_modern_error(error),
+                        recognised=modern_rewrites.recognised_modern_error(error),
                         data=error.get("data") if isinstance(error, dict) else None,
                     )
                 if not self._adopt(reply.obj.get("result")):
@@ -268,7 +268,7 @@ class ModernTransport:
 
     def _adopt(self, result: object) -> bool:
         """Cache a DiscoverResult that names a revision the relay speaks (and speak the newest of those)."""
-        if not modern.is_discover_result(result):
+        if not modern_rewrites.is_discover_result(result):
             return False
         assert isinstance(result, dict)
         mutual = [v for v in result["supportedVersions"] if v in versions.MODERN]

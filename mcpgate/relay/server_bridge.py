@@ -2,7 +2,7 @@
 
 The bridge performs the upstream's initialize itself on the host's first request (declaring elicitation,
 sampling and roots) and keeps that one session. Each modern request goes upstream under a minted id with the
-per-request _meta removed (core.modern.legacy_params); results come back stamped (resultType, cache hints,
+per-request _meta removed (core.modern_rewrites.legacy_params); results come back stamped (resultType, cache hints,
 serverInfo from initialize). server/discover is answered from the InitializeResult.
 
 The upstream's own input requests (elicitation/create, sampling/createMessage, roots/list) reach the bridge
@@ -31,7 +31,7 @@ from gevent.lock import Semaphore
 from gevent.pool import Group
 
 from mcpgate import __version__
-from mcpgate.core import continuation, jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core import continuation, jsonrpc, modern, modern_rewrites, mrtr, versions, wire
 from mcpgate.core.capabilities import INPUT_CAPABILITY, INPUT_METHODS, client_capabilities
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.request_state import Opened, StateSealer
@@ -107,8 +107,10 @@ class ModernHostBridge:
         self._ensure_session(req)
         params = req.params if isinstance(req.params, dict) else {}
         if req.method == "server/discover":
-            result = modern.discover_from_initialize(self.init_result or {}, versions.MODERN)
-            stamped = modern.stamp_result(req.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info)
+            result = modern_rewrites.discover_from_initialize(self.init_result or {}, versions.MODERN)
+            stamped = modern_rewrites.stamp_result(
+                req.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info
+            )
             return response(req.id, {"result": stamped})
         if req.method == "subscriptions/listen":
             return self._listen(req, params)
@@ -138,7 +140,7 @@ class ModernHostBridge:
             if not self._gate.enter(call, candidate, GATE_WAIT):
                 raise errors.RelayError(f"{req.method} waited {GATE_WAIT:g}s for another call's input request")
             call.gated = True
-        upstream_params = mrtr.without_mrtr(modern.legacy_params(req.params))
+        upstream_params = mrtr.without_mrtr(modern_rewrites.legacy_params(req.params))
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": call.minted, "method": req.method}
         if upstream_params is not None:
             message["params"] = upstream_params
@@ -199,7 +201,9 @@ class ModernHostBridge:
         obj = reply.full()
         result = obj.get("result")
         if isinstance(result, dict):
-            stamped = modern.stamp_result(call.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info)
+            stamped = modern_rewrites.stamp_result(
+                call.method, result, ttl_ms=CACHE_TTL_MS, server_info=self.server_info
+            )
             return response(host_id, {"result": stamped})
         return response(host_id, {key: value for key, value in obj.items() if key not in ("jsonrpc", "id")})
 
@@ -236,7 +240,7 @@ class ModernHostBridge:
         elif isinstance(action, continuation.AskClient):  # the host's request is answered: the call is parked
             state = self.sealer.seal(PRINCIPAL, call.continuation, action.round, binding=call.binding)
             result = mrtr.input_required_result(action.requests, state)
-            result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=self.server_info)
+            result = modern_rewrites.stamp_result(call.method, result, ttl_ms=0, server_info=self.server_info)
             self._resumable[call.continuation] = call
             self._by_host.pop(jsonrpc.id_key(call.host_id), None)
             call.turn.set(("input", result))
@@ -370,7 +374,7 @@ class ModernHostBridge:
         if self.init_result is None:
             log.info("dropped %s: the upstream session has not started", message.method)
             return
-        legacy = modern.legacy_params(message.params)
+        legacy = modern_rewrites.legacy_params(message.params)
         obj: dict[str, Any] = {"jsonrpc": "2.0", "method": message.method}
         if legacy is not None:
             obj["params"] = legacy

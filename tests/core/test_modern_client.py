@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core import jsonrpc, modern, modern_client, wire
+from mcpgate.core import jsonrpc, modern, modern_client, modern_rewrites, wire
 from mcpgate.core.header_values import decode_header_value, tool_header_params
 from mcpgate.core.jsonrpc import Notification, Request
 
@@ -192,4 +192,4 @@ def test_modern_params_pass_validate_and_round_trip_back() -> None:
     assert modern.is_modern(message)
     headers = modern_client.request_headers(message, PARAM_HEADERS)
     assert modern.validate(message, lookup(headers), param_headers=PARAM_HEADERS) is None
-    assert modern.legacy_params(params) == legacy
+    assert modern_rewrites.legacy_params(params) == legacy

@@ -1,6 +1,7 @@
-"""The shortcuts of core/modern.py each give what the full path gives: a child's request put together from a head
-made once per method (child_request) is the bytes jsonrpc.encode makes of the whole message, a remembered header
-text (header_text) is decode_header_value's, and legacy_params keeps its results for every kind of params."""
+"""The shortcuts of core/modern.py and core/modern_rewrites.py each give what the full path gives: a child's
+request put together from a head made once per method (child_request) is the bytes jsonrpc.encode makes of the
+whole message, a remembered header text (header_text) is decode_header_value's, and legacy_params keeps its
+results for every kind of params."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core import jsonrpc, modern, wire
+from mcpgate.core import jsonrpc, modern, modern_rewrites, wire
 from mcpgate.core.header_values import decode_header_value
 
 MINTED = ["mcpgate-1", "mcpgate-42", "mcpgate-p7", "mcpgate-1234567890123"]
@@ -38,7 +39,7 @@ def full(minted: str, method: str, params: dict[str, Any] | None) -> bytes:
 
 @pytest.mark.parametrize(("minted", "method", "params"), list(itertools.product(MINTED, METHODS, PARAMS)))
 def test_child_request_is_the_full_encoding(minted: str, method: str, params: dict[str, Any] | None) -> None:
-    assert modern.child_request(minted, method, params) == full(minted, method, params)
+    assert modern_rewrites.child_request(minted, method, params) == full(minted, method, params)
 
 
 HEADER_VALUES = [
@@ -88,10 +89,10 @@ def reference_legacy_params(params: Any) -> Any:
     if not isinstance(meta, dict):
         return params
     out = dict(params)
-    if meta.keys() <= modern.REQUEST_META_KEYS:
+    if meta.keys() <= modern_rewrites.REQUEST_META_KEYS:
         del out["_meta"]
     else:
-        out["_meta"] = {key: value for key, value in meta.items() if key not in modern.REQUEST_META_KEYS}
+        out["_meta"] = {key: value for key, value in meta.items() if key not in modern_rewrites.REQUEST_META_KEYS}
     return out
 
 
@@ -118,7 +119,7 @@ LEGACY_CASES: list[Any] = [
 @pytest.mark.parametrize("params", LEGACY_CASES)
 def test_legacy_params_as_before(params: Any) -> None:
     snapshot = repr(params)
-    got, expected = modern.legacy_params(params), reference_legacy_params(params)
+    got, expected = modern_rewrites.legacy_params(params), reference_legacy_params(params)
     assert got == expected
     assert type(got) is type(expected)
     assert (got is params) == (expected is params)

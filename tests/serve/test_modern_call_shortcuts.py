@@ -1,5 +1,5 @@
 """A pooled call's record and the request its child gets, made by the shortcuts of serve/modern (calls.new_call's
-reading of the params, start_call's request put together by core/modern.child_request), are what the full path
+reading of the params, start_call's request put together by core/modern_rewrites.child_request), are what the full path
 gives: a table of client requests, each on a legacy and a modern child, with and without a progress token. A
 child's answer taken by _on_message's shortcut (a call's minted id looked up first) reaches what _on_response's
 full path reaches."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core import jsonrpc, modern, mrtr, wire
+from mcpgate.core import jsonrpc, modern_rewrites, mrtr, wire
 from mcpgate.core.jsonrpc import Request
 from mcpgate.serve.modern.calls import Call, new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
@@ -89,7 +89,7 @@ def expected_bytes(child: PooledChild, message: Request, call: Call) -> bytes:
     """The request the child gets, built the full way: the params rewritten, the message encoded whole."""
     params = message.params if isinstance(message.params, dict) else None
     if params is not None and not child.modern:
-        params = modern.legacy_params(params)
+        params = modern_rewrites.legacy_params(params)
     if params is not None and call.client_token is not None:
         params = {**params, "_meta": {**(params.get("_meta") or {}), "progressToken": call.minted_token}}
     out: dict[str, Any] = {"jsonrpc": "2.0", "id": call.minted, "method": message.method}

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcpgate.child.process import ChildProcess, OnMessage
-from mcpgate.core import jsonrpc, modern
+from mcpgate.core import jsonrpc, modern_rewrites
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.modern.pooled_child import verdict_key
@@ -132,7 +132,7 @@ class MemberChild:
         if jsonrpc.id_key(message.id) != jsonrpc.id_key(init.id):
             return False
         self._init, self._handshake = None, False
-        if not message.is_error or not modern.recognised_modern_error(message.full().get("error")):
+        if not message.is_error or not modern_rewrites.recognised_modern_error(message.full().get("error")):
             return False  # answered (or refused as any server may): the hub decides
         log.info("hub member %s: refused initialize as a 2026-07-28 server does; bridged", self.label)
         remember_modern_only(self._verdict, refused=True)

@@ -3,7 +3,7 @@
     Answers(label, ttl_ms, sealed).of(call, response, server_info) -> bytes     the client's JSON-RPC message
 
 The client's id replaces the minted one. A result gets what a 2026-07-28 result must or should carry
-(core/modern.stamp_result: resultType, a cacheable method's ttlMs and cacheScope, the child's serverInfo); a
+(core/modern_rewrites.stamp_result: resultType, a cacheable method's ttlMs and cacheScope, the child's serverInfo); a
 tools/list result loses the tools its filter hides; an input_required result, or one naming a task, goes to
 `sealed` first, which seals its requestState or task id for the call's principal (None: it cannot be passed on,
 and the client gets a 502-like internal error instead). An error answer keeps its error, and its code is noted on
@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from mcpgate.core import json_extent, jsonrpc, modern, mrtr, tasks
+from mcpgate.core import json_extent, jsonrpc, modern_rewrites, mrtr, tasks
 from mcpgate.core.jsonrpc import Response
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.serve.modern.calls import Call
@@ -83,7 +83,7 @@ class Answers:
         if isinstance(result, dict):
             if call.tools is not None and not mrtr.is_input_required(result):
                 result = self._without_hidden_tools(call.tools, result)
-            result = modern.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=server_info)
+            result = modern_rewrites.stamp_result(call.method, result, ttl_ms=self.ttl_ms, server_info=server_info)
             obj = {"jsonrpc": "2.0", "id": call.client_id, "result": result}
         else:
             error = obj.get("error")
@@ -134,10 +134,10 @@ class Answers:
                 return None
         elif names_stamped(raw, start, end):
             return None
-        cacheable = call.method in modern.CACHEABLE
+        cacheable = call.method in modern_rewrites.CACHEABLE
         members = self._stamps.get(cacheable)
         if members is None:  # the same for every result of its kind from this child: encoded once
-            stamp = modern.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=server_info)
+            stamp = modern_rewrites.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=server_info)
             members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
         client_id = call.client_id
         encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)

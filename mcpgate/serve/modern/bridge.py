@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import gevent
 
-from mcpgate.core import jsonrpc, modern, mrtr
+from mcpgate.core import jsonrpc, modern_rewrites, mrtr
 from mcpgate.core.continuation import (
     ENDED,
     AnswerChild,
@@ -157,7 +157,7 @@ class Bridge:
         call = cont.call
         state = self.sealer.seal(cont.principal, cont.id, ask.round, instance=self.issuer.instance)
         result = mrtr.input_required_result(ask.requests, state)
-        result = modern.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
+        result = modern_rewrites.stamp_result(call.method, result, ttl_ms=0, server_info=cont.child.server_info)
         call.stream.deliver(jsonrpc.encode({"jsonrpc": "2.0", "id": call.client_id, "result": result}), done=True)
 
     def _cancel(self, cont: Continuation, reason: str) -> None:

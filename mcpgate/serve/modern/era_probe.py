@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import gevent.event
 
-from mcpgate.core import modern
+from mcpgate.core import modern_rewrites
 
 log = logging.getLogger("mcpgate.pool")
 
@@ -174,7 +174,9 @@ def _as_remembered_legacy(child: Probed, key: Key, deadline: float) -> None:
         child.take_legacy(result)
         return
     forget(key)
-    if modern.recognised_modern_error(answer.get("error")):  # it speaks 2026-07-28 now: it has answered, ask it
+    if modern_rewrites.recognised_modern_error(
+        answer.get("error")
+    ):  # it speaks 2026-07-28 now: it has answered, ask it
         log.info("pooled child %s: refused initialize as a 2026-07-28 server does; asked server/discover", child.label)
         again = child.ask("server/discover", {"_meta": child.request_meta()}, child.init_timeout)
         if again is not None and child.take_modern(again):

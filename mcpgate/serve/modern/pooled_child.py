@@ -21,7 +21,7 @@ import gevent.event
 
 from mcpgate import __version__
 from mcpgate.child.limits import ended_message
-from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core import jsonrpc, modern_rewrites, mrtr, versions, wire
 from mcpgate.core.capabilities import INPUT_METHODS
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.observe import audit
@@ -131,7 +131,7 @@ class PooledChild:
     def take_modern(self, message: dict[str, Any]) -> bool:
         """Whether `message` (an answer to server/discover) makes the child modern; if so, what it serves is kept."""
         result = message.get("result")
-        if modern.is_discover_result(result):
+        if modern_rewrites.is_discover_result(result):
             assert isinstance(result, dict)
             self.era, self.modern = Era.MODERN, True
             self.discover = dict(result)
@@ -141,7 +141,7 @@ class PooledChild:
             self.server_info = info if isinstance(info, dict) else None
             log.info("pooled child %s speaks 2026-07-28", self.label)
             return True
-        if modern.recognised_modern_error(message.get("error")):
+        if modern_rewrites.recognised_modern_error(message.get("error")):
             self.era, self.modern = Era.MODERN, True
             self.problem = f"the MCP server does not support {versions.V2026_07_28}: {message['error'].get('message')}"
             return True
@@ -161,7 +161,7 @@ class PooledChild:
         self.capabilities = dict(result.get("capabilities") or {})
         info = result.get("serverInfo")
         self.server_info = info if isinstance(info, dict) else None
-        self.discover = modern.discover_from_initialize(result, versions.MODERN)
+        self.discover = modern_rewrites.discover_from_initialize(result, versions.MODERN)
         self.child.send(jsonrpc.encode({"jsonrpc": "2.0", "method": "notifications/initialized"}))
         if "logging" in self.capabilities:  # everything; each call's logLevel filters what its client sees
             self.request("logging/setLevel", {"level": "debug"}, lambda _answer: None)
@@ -218,7 +218,7 @@ class PooledChild:
         """Forward a client request under its minted id; False when the child does not take it."""
         params = request.params if isinstance(request.params, dict) else None
         if params is not None and not self.modern:
-            params = modern.legacy_params(params)  # a new dict when it changes anything
+            params = modern_rewrites.legacy_params(params)  # a new dict when it changes anything
         if params is not None and call.client_token is not None:  # then params._meta is an object
             call.minted_token = mint("p")
             params = {**params, "_meta": {**(params.get("_meta") or {}), "progressToken": call.minted_token}}
@@ -228,7 +228,7 @@ class PooledChild:
         if call.bridged:
             self.bridged_calls += 1
         # (its last use is the call's release: a child with a call in flight is neither idle nor evicted)
-        if not self.child.send(modern.child_request(call.minted, request.method, params)):
+        if not self.child.send(modern_rewrites.child_request(call.minted, request.method, params)):
             self.release(call)
             return False
         return True

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from mcpgate.core import jsonrpc, modern, mrtr, versions, wire
+from mcpgate.core import jsonrpc, modern, modern_rewrites, mrtr, versions, wire
 from mcpgate.core import tasks as core_tasks
 from mcpgate.core.capabilities import INPUT_CAPABILITY
 from mcpgate.core.jsonrpc import Notification, Request
@@ -149,7 +149,7 @@ def discover(gw: PublishedServer, child: PooledChild, message: Request) -> HttpR
     offered = child.discover.get("supportedVersions")
     supported = [v for v in offered if v in versions.MODERN] if isinstance(offered, list) else []
     result = {**child.discover, "supportedVersions": supported or list(versions.MODERN)}
-    result = modern.stamp_result(
+    result = modern_rewrites.stamp_result(
         "server/discover", result, ttl_ms=gw.settings.cache_ttl_ms, server_info=child.server_info
     )
     return json_response(jsonrpc.encode({"jsonrpc": "2.0", "id": message.id, "result": result}))

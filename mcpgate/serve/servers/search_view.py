@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcpgate.child.spawn import ChildSpawnError
-from mcpgate.core import modern, tool_search
+from mcpgate.core import modern_rewrites, tool_search
 from mcpgate.core.jsonrpc import Request
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.core.tool_search import ToolIndex
@@ -69,7 +69,9 @@ class SearchView:
         if result is None:
             return None
         if stamped:
-            result = modern.stamp_result(message.method, result, ttl_ms=self.settings.cache_ttl_ms, server_info=None)
+            result = modern_rewrites.stamp_result(
+                message.method, result, ttl_ms=self.settings.cache_ttl_ms, server_info=None
+            )
         return {"jsonrpc": "2.0", "id": message.id, "result": result}
 
     def index(self, pool: Pool, principal: str, tools: ToolFilter | None) -> ToolIndex | None:

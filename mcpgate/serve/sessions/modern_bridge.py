@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mcpgate import __version__
-from mcpgate.core import jsonrpc, modern, modern_client, mrtr, versions
+from mcpgate.core import jsonrpc, modern, modern_client, modern_rewrites, mrtr, versions
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.serve.modern import era_probe
 from mcpgate.serve.sessions.modern_listen import Listens
@@ -231,10 +231,14 @@ class ModernChildBridge:
         full = message.full()
         result = full.get("result")
         error = full.get("error")
-        if not modern.is_discover_result(result) and not self._refused and not modern.recognised_modern_error(error):
+        if (
+            not modern_rewrites.is_discover_result(result)
+            and not self._refused
+            and not modern_rewrites.recognised_modern_error(error)
+        ):
             self._legacy_after_all(request)
             return
-        if not modern.is_discover_result(result):
+        if not modern_rewrites.is_discover_result(result):
             code = error.get("code") if isinstance(error, dict) else None
             why = error.get("message") if isinstance(error, dict) else "no DiscoverResult"
             failed = jsonrpc.error_response(

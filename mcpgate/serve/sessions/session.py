@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mcpgate.child.limits import ended_message
-from mcpgate.core import jsonrpc, modern, replay, session_ids
+from mcpgate.core import jsonrpc, modern_rewrites, replay, session_ids
 from mcpgate.core.cancel import CancelTracker
 from mcpgate.core.jsonrpc import Notification, Request, Response
 from mcpgate.core.replay import CannotResume, ReplayLog
@@ -118,7 +118,7 @@ class Session:
             return False
         if message.id is None or jsonrpc.id_key(message.id) != self._init_key:
             return False
-        if not modern.recognised_modern_error(message.full().get("error")):
+        if not modern_rewrites.recognised_modern_error(message.full().get("error")):
             return False
         log.info("session %s: the child refused initialize as a 2026-07-28 server does; bridged", self.label)
         if self.verdict is not None:
