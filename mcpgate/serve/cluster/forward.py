@@ -49,7 +49,7 @@ from mcpgate.serve.cluster.relayed import Relayed
 from mcpgate.serve.cluster.reply_heads import ReplyHeads
 from mcpgate.serve.cluster.signing import Signer, body_digest
 from mcpgate.serve.front.context import context
-from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
+from mcpgate.serve.front.http import JSON_TYPE, HttpRequest, HttpResponse, Refusal, json_response
 
 log = logging.getLogger("mcpgate.forward")
 
@@ -62,7 +62,9 @@ HOP_BY_HOP = frozenset(
 # the token stays here; the body is whole (read here), so nothing to expect
 NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-length", "expect"}
 FORWARDED_NAME = wire.FORWARDED.lower()
-NOT_RETURNED = HOP_BY_HOP | {"content-length", FORWARDED_NAME}  # an owner's Mcpgate-Forwarded is the forwarder's
+# an owner's Mcpgate-Forwarded is the forwarder's; its Date too: the worker dates the reply it writes, as any other
+NOT_RETURNED = HOP_BY_HOP | {"content-length", FORWARDED_NAME, "date"}
+JSON_ONLY = dict([JSON_TYPE])  # a reply relayed with this header alone is written as json_response makes one
 BODY_FORM = "body"  # an owner's reply saying: send the values of this connection's POSTs in their bodies
 GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
 NAMES_KEPT = 512  # environ keys whose header name is remembered (the client chooses them: bounded)
@@ -99,7 +101,7 @@ class Forwarder:
         self._gone: set[str] = set()
         self._origins: dict[str, str] = {}  # an owner's URL -> its host and port (urlsplit once per URL)
         self.heads = ReplyHeads()  # owners' reply heads remembered by shape (reply_heads.py)
-        self._relayed: dict[bytes, tuple[dict[str, str], list[tuple[str, str]], bool]] = {}  # shape -> relayed
+        self._relayed: dict[bytes, RelayedHead] = {}  # a reply head's shape -> how it is relayed
         self.watch = Watch()  # ends a wait on an owner past read_timeout (no timer per read: exchange.py)
         self.relayed = Relayed()  # the GET streams relayed for others' sessions, which a drain ends
 
@@ -199,7 +201,7 @@ class Forwarder:
                 if len(self._relayed) >= HEADS_KEPT:
                     self._relayed.clear()
                 self._relayed[reply.shape] = relayed
-        headers, extra, body_form = relayed
+        headers, extra, body_form, json_only = relayed
         if body_form:  # the owner reads the values of this connection's POSTs in their bodies
             conn.body_form = True
         if reply.length is not None:
@@ -209,6 +211,8 @@ class Forwarder:
                 conn.close()
                 raise
             self._release(origin, conn, reply)
+            if json_only:  # JSON alone: the reply's two headers as the worker takes them in one look (writing.py)
+                return json_response(data, reply.status)
             response = HttpResponse(reply.status, data, headers=headers)
         else:
             stream = self._stream(origin, conn, reply, owner, standing=method == "GET")
@@ -262,11 +266,15 @@ class Forwarder:
         self._idle.clear()
 
 
-def returned(
-    received: list[tuple[str, str]],
-) -> tuple[dict[str, str], list[tuple[str, str]], bool]:
+# a reply's headers relayed: the first of each name, the repeated ones, whether the owner reads POSTs' values in
+# their bodies, whether the headers are JSON_ONLY's and none repeated
+RelayedHead = tuple[dict[str, str], list[tuple[str, str]], bool, bool]
+
+
+def returned(received: list[tuple[str, str]]) -> RelayedHead:
     """An owner's reply headers as relayed: the first of each name, the repeated ones (Set-Cookie) after them,
-    whether the owner said it reads a POST's value in its body (its Mcpgate-Forwarded: body, never relayed)."""
+    whether the owner said it reads a POST's value in its body (its Mcpgate-Forwarded: body, never relayed), and
+    whether they are its Content-Type of JSON alone."""
     headers: dict[str, str] = {}
     extra: list[tuple[str, str]] = []
     body_form = False
@@ -280,7 +288,7 @@ def returned(
             extra.append((name, value))
         else:
             headers[name] = value
-    return headers, extra, body_form
+    return headers, extra, body_form, headers == JSON_ONLY and not extra
 
 
 def describe(exc: BaseException) -> str:
@@ -292,21 +300,39 @@ def describe(exc: BaseException) -> str:
 
 def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:
     """The request's headers a forward carries: all but hop-by-hop ones (and those Connection names), the
-    token and any Mcpgate-Forwarded."""
+    token and any Mcpgate-Forwarded; in the environ's order. Which of the environ's keys those can be depends on
+    its keys alone: remembered by the keys as a tuple (a client's requests have the same keys, in the same order:
+    one look at a tuple instead of a pass over each key and its name; bounded)."""
+    keys = tuple(environ)
+    plan = _PLANS.get(keys)
+    if plan is None:
+        plan = sent_keys(keys)
+        if len(_PLANS) >= PLANS_KEPT:
+            _PLANS.clear()
+        _PLANS[keys] = plan
     connection = environ.get("HTTP_CONNECTION")
-    named = {token.strip().lower() for token in str(connection).split(",")} if connection else set()
-    headers: list[tuple[str, str]] = []
-    for key, value in environ.items():
+    if connection:
+        named = {token.strip().lower() for token in str(connection).split(",")}
+        return [(name, str(value)) for key, name, lowered in plan if (value := environ[key]) and lowered not in named]
+    return [(name, str(value)) for key, name, _ in plan if (value := environ[key])]
+
+
+def sent_keys(keys: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
+    """The environ keys whose headers a forward may carry (all but NOT_SENT's), in order: (key, its header's name
+    as sent, the name in lowercase)."""
+    plan = []
+    for key in keys:
         found = _NAMES.get(key)
         if found is None:
             found = header_name(key)
         name, lowered = found
-        if not name or lowered in NOT_SENT or lowered in named or not value:
-            continue
-        headers.append((name, str(value)))
-    return headers
+        if name and lowered not in NOT_SENT:
+            plan.append((key, name, lowered))
+    return tuple(plan)
 
 
+PLANS_KEPT = 256  # environ key tuples whose forwarded headers are remembered (past it, the table starts again)
+_PLANS: dict[tuple[str, ...], tuple[tuple[str, str, str], ...]] = {}
 _NAMES: dict[str, tuple[str, str]] = {}  # environ key -> (its header's name as sent, lowercase); ("", ""): none
 FORWARDED_FIELD = wire.FORWARDED.encode("ascii") + b": "  # the value is base64url, names and digits: ASCII
 HEADS_KEPT = 256  # request heads remembered (past it, the table starts again)
