@@ -139,6 +139,7 @@ class Cluster:
         the same way, the sender named in the head checked before the body is read."""
         value = str(environ.get("HTTP_MCPGATE_FORWARDED", ""))
         peer = environ.get("REMOTE_ADDR")
+        found = context(environ)
         in_body = value in self._senders or self._a_sender(value)  # the sender alone: the value leads the body
         sender = value if in_body else session_ids.forwarded_sender(value)
         if sender is None or not self.peers.allowed(peer, sender):
@@ -153,9 +154,8 @@ class Cluster:
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
         # put back for the handler, with its digest (resent.py keys on it rather than hashing the body again)
         environ["wsgi.input"], environ["CONTENT_LENGTH"] = CheckedBody(body, signed.digest), str(len(body))
-        if not self.first_use(signed.nonce, context(environ).peer_gone):
+        if not self.first_use(signed.nonce, found.peer_gone):
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded value was used before (a replay)")
-        found = context(environ)
         found.forwarded = True
         found.view = signed.view  # the view its forwarder chose (views_file.ViewTable.key checks it is ours)
         return signed.principal
@@ -216,19 +216,22 @@ class Cluster:
         the owner now gone from `lookup` (so it can answer as for a lost owner: a new call, not a 404)."""
         session_id = named_session(environ) if kind != "sse" else None  # HTTP+SSE's stream: a new session, here
         owner = self.owner(session_id) if session_id else None
+        found = context(environ)
         if owner is not None and owner != self.instance:
             if kind != "mcp":
                 return self.forward(environ, None, owner, session_id or "", kind)
             body = read_body(environ, self.forwarder.max_body)
-            response = None if context(environ).forwarded else self._forward(environ, body, owner, session_id or "")
+            response = None if found.forwarded else self._forward(environ, body, owner, session_id or "")
             if response is not None:
                 return response
             return self._again(environ, body, kind, handler, owner)  # gone: taken over here (cluster/takeover.py)
         if kind == "mcp" and session_id:  # a POST its forwarder died under, sent again: serve/cluster/resent.py
-            response = self.resent.serve(environ, session_id, lambda: self._here(environ, kind, handler))
+            response = self.resent.serve(environ, session_id, lambda: self._here(environ, kind, handler), found)
         else:
             response = self._here(environ, kind, handler)
-        if context(environ).forwarded:  # its forwarder may send the values of its POSTs in their bodies
+        # its forwarder may send the values of its POSTs in their bodies: said to one that sent it in the head (a
+        # head naming the sender alone is the body form already: its reply keeps the worker's short way for JSON)
+        if found.forwarded and environ.get("HTTP_MCPGATE_FORWARDED") not in self._senders:
             response.headers.append(BODY_FORM)
         return response
 

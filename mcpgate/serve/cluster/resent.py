@@ -33,7 +33,7 @@ from gevent.event import AsyncResult
 
 from mcpgate.serve.cluster.forward import read_body
 from mcpgate.serve.cluster.signing import CheckedBody, body_digest
-from mcpgate.serve.front.context import PeerGone, context
+from mcpgate.serve.front.context import PeerGone, RequestContext, context
 from mcpgate.serve.front.http import HttpResponse
 
 log = logging.getLogger("mcpgate.cluster")
@@ -67,8 +67,17 @@ class Resent:
         self._kept: dict[Key, tuple[HttpResponse, float]] = {}  # answers whose carrier had gone, until when
         self._sessions: dict[str, int] = {}  # sessions with an entry in either table: how many
 
-    def serve(self, environ: dict[str, Any], session: str, run: Callable[[], HttpResponse]) -> HttpResponse:
-        forwarded = context(environ).forwarded
+    def serve(
+        self,
+        environ: dict[str, Any],
+        session: str,
+        run: Callable[[], HttpResponse],
+        found: RequestContext | None = None,
+    ) -> HttpResponse:
+        """`found`: the request's context when its caller has it at hand (else read from the environ)."""
+        if found is None:
+            found = context(environ)
+        forwarded = found.forwarded
         if environ.get("REQUEST_METHOD") != "POST" or not (forwarded or session in self._sessions):
             return run()
         checked = environ["wsgi.input"]
@@ -85,7 +94,7 @@ class Resent:
             return answer
         if not forwarded or key in self._running:
             return run()
-        return self._run_first(key, Copy(context(environ).peer_gone), run)
+        return self._run_first(key, Copy(found.peer_gone), run)
 
     def _answer_of_first(self, key: Key) -> HttpResponse | None:
         self._await_carrier(key)
