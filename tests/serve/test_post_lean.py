@@ -1,5 +1,7 @@
 """The Streamable HTTP POST's shortcuts against the general path: its four headers read in one call
-(streamable.post_headers) are what HttpRequest.header gives for each, whatever the environ holds there."""
+(streamable.post_headers) are what HttpRequest.header gives for each, whatever the environ holds there; what post
+reads in place of a call (the checks' memo, the request's context, era's first question, batch_items) is what the
+call gives."""
 
 from __future__ import annotations
 
@@ -7,10 +9,14 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core import wire
+from mcpgate.core import modern, wire
+from mcpgate.core.jsonrpc import Batch, Notification, Request
 from mcpgate.core.wire import environ_key
-from mcpgate.serve.front.http import HttpRequest
+from mcpgate.serve.front import auth, checks
+from mcpgate.serve.front.context import CONTEXT, RequestContext, context
+from mcpgate.serve.front.http import HttpRequest, Refusal
 from mcpgate.serve.sessions import streamable
+from mcpgate.serve.sessions.inbound import batch_items
 
 NAMES = ("Accept", "Content-Type", wire.SESSION_ID, wire.PROTOCOL_VERSION)
 
@@ -52,3 +58,122 @@ KEYS = {
 def test_an_environ_key_is_pep_3333s(name: str, key: str) -> None:
     assert environ_key(name) == key
     assert HttpRequest({"REQUEST_METHOD": "GET", key: "v"}).header(name) == "v"
+
+
+# What post asks in place of a call (the checks' memo, the request's context, era's first question, batch_items):
+# each shortcut against the call it spares, for tables of values.
+ACCEPTS: list[Any] = [
+    None,
+    "",
+    "application/json, text/event-stream",
+    "application/json",
+    "text/event-stream",
+    "*/*",
+    "application/*, text/*",
+    "APPLICATION/JSON, TEXT/EVENT-STREAM",
+    "application/json;q=0, text/event-stream",
+    "text/html",
+    " , ",
+    "x" * 300,  # past the memo's bound: never kept
+    "application/json, text/event-stream\x00",
+]
+CONTENT_TYPES: list[Any] = [
+    None,
+    "",
+    "application/json",
+    "application/json; charset=utf-8",
+    "Application/JSON",
+    "text/plain",
+    "application/jsonx",
+    "application/json" + " " * 300,
+]
+
+
+def verdict(check: Any, value: Any) -> int | None:
+    try:
+        check(value)
+    except Refusal as refusal:
+        return refusal.status
+    return None
+
+
+@pytest.mark.parametrize(
+    ("check", "table", "values"),
+    [
+        (checks.require_post_accept, checks.ACCEPT_PASSED, ACCEPTS),
+        (checks.require_json_content, checks.JSON_CONTENT_PASSED, CONTENT_TYPES),
+    ],
+)
+def test_a_value_the_memo_passed_passes_the_check(check: Any, table: dict[str, bool], values: list[Any]) -> None:
+    """post skips the check's call only for a value its memo holds as True: such a value passes the check, and any
+    value the check refuses is never held as True (before the check has seen it, and after)."""
+    for value in values:
+        for _ in range(2):  # unseen, then seen (remembered when within the memo's bounds)
+            skipped = table.get(value) is True
+            refused = verdict(check, value)
+            assert not (skipped and refused is not None), value
+            assert (table.get(value) is True) == (refused is None and value in table), value
+
+
+class Context(RequestContext):
+    pass
+
+
+ENVIRONS: list[Any] = [
+    {},
+    {CONTEXT: RequestContext()},
+    {CONTEXT: RequestContext(principal="alice")},
+    {CONTEXT: Context(principal="bob")},
+    {CONTEXT: "not a context"},
+    {CONTEXT: None},
+]
+
+
+@pytest.mark.parametrize("environ", ENVIRONS)
+def test_the_principal_read_in_place_is_the_contexts(environ: dict[str, Any]) -> None:
+    """auth.principal reads the context without context()'s call when it is there: the same principal, and the
+    same context left in the environ, as context() gives."""
+    mine, theirs = dict(environ), dict(environ)
+    noted = context(theirs)
+    expected = noted.principal if noted.principal is not None else auth.STATIC_PRINCIPAL
+    assert auth.principal(mine) == expected
+    left = mine[CONTEXT]
+    assert type(left) is type(theirs[CONTEXT]) and left == theirs[CONTEXT]
+    if isinstance(environ.get(CONTEXT), RequestContext):
+        assert left is environ[CONTEXT]
+
+
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}
+MESSAGES: list[Any] = [
+    Request(1, "tools/call", {"name": "echo"}, {}),
+    Request(1, "tools/call", {"name": "echo", "_meta": META}, {}),
+    Request(1, "tools/call", {"_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}, {}),
+    Request(1, "tools/call", {"_meta": {"progressToken": 1}}, {}),
+    Request(1, "tools/call", {"_meta": None}, {}),
+    Request(1, "tools/call", [1, 2], {}),
+    Request(1, "tools/call", None, {}),
+    Request(1, "server/discover", None, {}),
+    Notification("notifications/initialized", None, {}),
+    Notification("notifications/cancelled", {"_meta": META}, {}),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES)
+@pytest.mark.parametrize("session_id", [None, "s" * 32, ""])
+@pytest.mark.parametrize("header", [None, "2025-11-25", "2026-07-28", " 2026-07-28 ", "bogus"])
+def test_a_sessions_era_is_eras_first_question(message: Any, session_id: str | None, header: str | None) -> None:
+    """post asks a request with a session id only modern.is_modern (era's first question; its second answers
+    LEGACY for any session id): the same era as era() gives, for every message, id and version header."""
+    shortcut = (
+        modern.is_modern(message)
+        if session_id is not None
+        else streamable.era(message, session_id, header) is streamable._MODERN
+    )
+    assert shortcut == (streamable.era(message, session_id, header) is streamable._MODERN)
+
+
+@pytest.mark.parametrize("message", [*MESSAGES, Batch([MESSAGES[0], MESSAGES[8]]), Batch([])])
+def test_a_posts_items_are_batch_items(message: Any) -> None:
+    session: Any = type("S", (), {"version": "2025-03-26"})()  # a revision that allows batches
+    items = batch_items(session, message) if isinstance(message, Batch) else [message]
+    assert items == batch_items(session, message)

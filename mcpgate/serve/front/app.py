@@ -21,7 +21,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.observe import audit, logs, refusals, tracing
 from mcpgate.serve.front import auth, checks
 from mcpgate.serve.front.bare import BareApp, Health, Missing
-from mcpgate.serve.front.context import context
+from mcpgate.serve.front.context import CONTEXT, RequestContext, context
 from mcpgate.serve.front.cors import Cors
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, StartResponse, buffer_body
 from mcpgate.serve.kinds import RouteKind
@@ -248,12 +248,15 @@ class Endpoint:
             raise self.servers.unknown(name, environ)
         if server.views is not None and not server.views.sees(name, environ):  # forwarded: the view it signed
             raise self.servers.unknown(name, environ)  # not there for this caller
-        context(environ).server = name
+        noted = environ.get(CONTEXT)  # context(environ)'s, its call only to make one
+        if type(noted) is not RequestContext:
+            noted = context(environ)
+        noted.server = name
         if self.cluster is not None:  # here, or forwarded to the instance owning the session it names
-            if server.views is None and context(environ).view:  # a forwarder's view, and no views here
+            if server.views is None and noted.view:  # a forwarder's view, and no views here
                 from mcpgate.serve.servers import views_file
 
-                raise views_file.mismatch(str(context(environ).view), "")
+                raise views_file.mismatch(str(noted.view), "")
             return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], server))
         return HANDLERS[kind](server, HttpRequest(environ))
 

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from typing import Any
 from urllib.parse import urlsplit
 
-from mcpgate.serve.front.context import context
+from mcpgate.serve.front.context import CONTEXT, RequestContext, context
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 # RFC 9110 7.2 / RFC 3986 3.2.2: a host name (letters, digits, "-", ".", "_", "~") or a bracketed IPv6 literal,
@@ -180,5 +180,6 @@ STATIC_PRINCIPAL = "static"  # every caller of a no-auth or static-token gateway
 def principal(environ: dict[str, Any]) -> str:
     """Whose pool serves a request: named in its context by the guard once the caller is authenticated (an OAuth
     subject is its own principal); the static-token or no-auth case is one principal."""
-    value = context(environ).principal
+    noted = environ.get(CONTEXT)  # context(environ)'s, its call only to make one
+    value = (noted if type(noted) is RequestContext else context(environ)).principal
     return value if value is not None else STATIC_PRINCIPAL

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import cast
 
 from mcpgate.core.jsonrpc import INVALID_REQUEST
 from mcpgate.serve.front import memo
@@ -35,7 +36,7 @@ def _accepts(types: frozenset[str], wanted: str) -> bool:
 
 def require_post_accept(header: str | None) -> None:
     if header:  # none or empty: no media types, refused
-        passed = _POST_ACCEPTED.get(header)  # the memo's table first: a client sends the same Accept each time
+        passed = ACCEPT_PASSED.get(header)  # the memo's table first: a client sends the same Accept each time
         if passed is None:
             passed = _post_accepted(header)
         if passed:
@@ -50,7 +51,9 @@ def _post_accepted(header: str) -> bool:
     return _accepts(types, JSON) and _accepts(types, SSE)
 
 
-_POST_ACCEPTED = memo.seen_by(_post_accepted)
+# The memo's table: a header found there as True passes require_post_accept (a caller may ask it first and call the
+# check only on a miss: streamable.post). Asked for a header that is not there (None, too), it answers None.
+ACCEPT_PASSED = cast("dict[str | None, bool]", memo.seen_by(_post_accepted))
 
 
 def require_get_accept(header: str | None) -> None:
@@ -88,7 +91,7 @@ def require_not_cross_site(fetch_site: str | None, origin: str | None, listed: C
 
 def require_json_content(header: str | None) -> None:
     if header:
-        passed = _JSON_CONTENT.get(header)  # as require_post_accept
+        passed = JSON_CONTENT_PASSED.get(header)  # as require_post_accept
         if passed is None:
             passed = _json_content(header)
         if passed:
@@ -102,7 +105,7 @@ def _json_content(header: str) -> bool:
     return JSON in _media_types(header)
 
 
-_JSON_CONTENT = memo.seen_by(_json_content)
+JSON_CONTENT_PASSED = cast("dict[str | None, bool]", memo.seen_by(_json_content))  # as ACCEPT_PASSED, its check's
 
 
 def read_body(request: HttpRequest, limit: int) -> bytes:

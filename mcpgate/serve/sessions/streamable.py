@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from mcpgate.core import jsonrpc, modern, versions, wire
-from mcpgate.core.jsonrpc import Invalid, Notification, Request
+from mcpgate.core.jsonrpc import Batch, Invalid, Notification, Request
 from mcpgate.core.replay import MAX_ID_CHARS, CannotResume
 from mcpgate.observe import tracing
 from mcpgate.serve.cluster import takeover
 from mcpgate.serve.errors import BadRequest, MethodNotAllowed, SessionNotFound, ShuttingDown, answered
 from mcpgate.serve.front import auth, checks, reply
-from mcpgate.serve.front.context import context
+from mcpgate.serve.front.checks import ACCEPT_PASSED, JSON_CONTENT_PASSED
+from mcpgate.serve.front.context import CONTEXT, RequestContext, context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, header_text, json_response
 from mcpgate.serve.front.reply import SSE_HEADERS, Client
 from mcpgate.serve.kinds import EndCause
@@ -97,9 +98,14 @@ def session_of(gw: PublishedServer, request: HttpRequest, session_id: str | None
 def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     environ = request.environ
     accept, content_type, session_id, version = post_headers(environ)
-    checks.require_post_accept(accept)
-    checks.require_json_content(content_type)
-    message = context(environ).message = jsonrpc.parse(checks.read_body(request, gw.settings.max_body_bytes))
+    if ACCEPT_PASSED.get(accept) is not True:  # a value that passed before (the checks' memo) needs no call
+        checks.require_post_accept(accept)
+    if JSON_CONTENT_PASSED.get(content_type) is not True:
+        checks.require_json_content(content_type)
+    noted = environ.get(CONTEXT)  # context(environ)'s, its call only to make one
+    if type(noted) is not RequestContext:
+        noted = context(environ)
+    message = noted.message = jsonrpc.parse(checks.read_body(request, gw.settings.max_body_bytes))
     if isinstance(message, Invalid):
         raise Refusal(400, message.code, message.reason, message.id)
     trace = environ.get(tracing.KEY)
@@ -108,7 +114,11 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     modern_only = gw.settings.modern_only  # read after the body (nothing waits between its three uses)
     if modern_only and isinstance(message, Request) and message.method == "initialize":
         refuse_initialize(message)
-    if isinstance(message, _CALLS) and (modern_only or era(message, session_id, version) is _MODERN):
+    if isinstance(message, _CALLS) and (
+        modern_only
+        # era's answer: for a session's request (the usual case) its first question alone, without era's call
+        or (modern.is_modern(message) if session_id is not None else era(message, session_id, version) is _MODERN)
+    ):
         return stateless.post(gw, request, message)
     if modern_only:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
@@ -122,7 +132,7 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
             trace.took(tracing.SESSION, began)
     else:
         session = session_of(gw, request, session_id, version)
-    return exchange(gw, session, batch_items(session, message), environ)
+    return exchange(gw, session, batch_items(session, message) if isinstance(message, Batch) else [message], environ)
 
 
 def era(message: Request | Notification, session_id: str | None, header: str | None) -> Era:
