@@ -63,3 +63,14 @@ def test_the_plans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         environ = {**BASE, f"HTTP_X_{n}": "v"}
         assert forward.end_to_end(environ) == [(f"X-{n}", "v")]
         assert len(forward._PLANS) <= forward.PLANS_KEPT
+
+
+@pytest.mark.parametrize("extra", CASES)
+def test_a_remembered_head_is_the_head_of_its_headers(extra: dict[str, Any]) -> None:
+    environ = {**BASE, **extra}
+    variants = [environ, dict.fromkeys(environ, "v"), {**environ, "HTTP_X_LATE": "1"}]
+    variants.append({key: (f"{value}-2" if isinstance(value, str) else value) for key, value in environ.items()})
+    for each in variants * 2:  # each twice: made, then remembered
+        for method, path, query in (("POST", "/mcp", ""), ("GET", "/a b", "session_id=x"), ("POST", "/mcp", "q")):
+            expected = forward.head_of(method, path, query, per_key(each))
+            assert forward.plain_head(method, path, query, each) == expected

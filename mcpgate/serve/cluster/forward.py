@@ -113,15 +113,18 @@ class Forwarder:
         path = environ.get("PATH_INFO", "")
         if body is None:
             body = read_body(environ, self.max_body)
-        headers = end_to_end(environ)
-        if tracing.KEY in environ:  # the forward's span: its context in the traceparent header
-            tracing.forwarding(environ, headers, body, owner)
         query = environ.get("QUERY_STRING", "")
+        target = environ.get("SCRIPT_NAME", "") + path
+        if tracing.KEY in environ:  # the forward's span: its context in the traceparent header
+            headers = end_to_end(environ)
+            tracing.forwarding(environ, headers, body, owner)
+            head = head_of(method, target, query, headers)
+        else:
+            head = plain_head(method, target, query, environ)
         signed, digest = (method, path, query, session_id), body_digest(body)
         view = context(environ).view or ""  # the view the caller's identity chose here (the owner applies it)
         stamp = time.time()
         length = b"Content-Length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
-        head = head_of(method, environ.get("SCRIPT_NAME", "") + path, query, headers)
 
         def signed_for(nonce: str, in_body: bool) -> bytes:  # the request as sent, its value signed with `nonce`
             value = self.signer.value(principal, self.instance, stamp, signed, digest, view, nonce)
@@ -303,18 +306,56 @@ def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:
     token and any Mcpgate-Forwarded; in the environ's order. Which of the environ's keys those can be depends on
     its keys alone: remembered by the keys as a tuple (a client's requests have the same keys, in the same order:
     one look at a tuple instead of a pass over each key and its name; bounded)."""
-    keys = tuple(environ)
-    plan = _PLANS.get(keys)
-    if plan is None:
-        plan = sent_keys(keys)
-        if len(_PLANS) >= PLANS_KEPT:
-            _PLANS.clear()
-        _PLANS[keys] = plan
+    plan = plan_of(environ).sent
     connection = environ.get("HTTP_CONNECTION")
     if connection:
         named = {token.strip().lower() for token in str(connection).split(",")}
         return [(name, str(value)) for key, name, lowered in plan if (value := environ[key]) and lowered not in named]
     return [(name, str(value)) for key, name, _ in plan if (value := environ[key])]
+
+
+class Plan:
+    """What an environ's keys give a forward: `sent`, the keys whose headers it may carry (sent_keys); `keys`,
+    those keys alone; `named`, whether a Connection header may name more to leave out. Compared by identity."""
+
+    __slots__ = ("keys", "named", "sent")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.sent = sent_keys(keys)
+        self.keys = tuple(key for key, _, _ in self.sent)
+        self.named = "HTTP_CONNECTION" in keys
+
+
+def plan_of(environ: dict[str, Any]) -> Plan:
+    """The environ's Plan, remembered by its keys as a tuple (bounded)."""
+    keys = tuple(environ)
+    plan = _PLANS.get(keys)
+    if plan is None:
+        plan = Plan(keys)
+        if len(_PLANS) >= PLANS_KEPT:
+            _PLANS.clear()
+        _PLANS[keys] = plan
+    return plan
+
+
+def plain_head(method: str, path: str, query: str, environ: dict[str, Any]) -> bytes:
+    """head_of(method, path, query, end_to_end(environ)), remembered by the environ's Plan and the values of its
+    keys (a client sends the same head call after call: no list of headers made, no key of them built; bounded)."""
+    plan = plan_of(environ)
+    if plan.named:  # a Connection header: its tokens decide too
+        return head_of(method, path, query, end_to_end(environ))
+    values = tuple(map(environ.__getitem__, plan.keys))
+    key = (method, path, query, plan, values)
+    try:
+        known = _PLAIN.get(key)
+    except TypeError:  # a value that is not hashable (no server puts one there): the long way
+        return head_of(method, path, query, end_to_end(environ))
+    if known is None:
+        known = head_of(method, path, query, end_to_end(environ))
+        if len(_PLAIN) >= HEADS_KEPT:
+            _PLAIN.clear()
+        _PLAIN[key] = known
+    return known
 
 
 def sent_keys(keys: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
@@ -332,7 +373,8 @@ def sent_keys(keys: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
 
 
 PLANS_KEPT = 256  # environ key tuples whose forwarded headers are remembered (past it, the table starts again)
-_PLANS: dict[tuple[str, ...], tuple[tuple[str, str, str], ...]] = {}
+_PLANS: dict[tuple[str, ...], Plan] = {}
+_PLAIN: dict[tuple[str, str, str, Plan, tuple[Any, ...]], bytes] = {}  # plain_head's heads
 _NAMES: dict[str, tuple[str, str]] = {}  # environ key -> (its header's name as sent, lowercase); ("", ""): none
 FORWARDED_FIELD = wire.FORWARDED.encode("ascii") + b": "  # the value is base64url, names and digits: ASCII
 HEADS_KEPT = 256  # request heads remembered (past it, the table starts again)
