@@ -380,11 +380,16 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
     finish), its spans' encoding, and an unsampled request's hooks: CPU per request, the best of `repeats`."""
     os.environ.setdefault("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")
     from mcpgate.core import jsonrpc
-    from mcpgate.observe import otlp_wire, tracing
+    from mcpgate.observe import otlp_wire, span_pipe, tracing
 
     tracing.setup(True, "bench")
-    ended: list[Any] = []
-    tracing.TRACER.on_end = lambda trace, spans: ended.append(trace)
+    export = tracing.TRACER
+    kept: list[tuple[Any, int]] = []  # the ended Traces, with their spans
+    if hasattr(span_pipe, "Kept"):  # Trace.end queues them itself: a stand-in's queue keeps them
+        tracing.TRACER = span_pipe.Kept()
+        kept = tracing.TRACER.queue
+    else:  # a tree before that: its on_end
+        export.on_end = lambda trace, spans: kept.append((trace, spans))
     raw = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"x"}}}'
     answer = b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"x"}],"isError":false}}'
     session = {"HTTP_MCP_SESSION_ID": "a" * 32, "REQUEST_METHOD": "POST"}
@@ -405,7 +410,7 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
     def best(run: Any) -> float:
         times = []
         for _ in range(repeats):
-            ended.clear()
+            kept.clear()
             began = time.process_time()
             for _ in range(calls):
                 run(dict(environ_of[run]))
@@ -415,21 +420,21 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
     environ_of: dict[Any, dict[str, Any]] = {hooks: session, parse_only: session}
     floor = best(parse_only)
     traced = best(hooks) - floor
-    spans = list(ended)
+    spans = [trace for trace, _ in kept]
     piped, encode = [], []
-    if hasattr(tracing.TRACER, "head"):  # a tree that encodes in the worker (before the export process)
+    if hasattr(export, "head"):  # a tree that encodes in the worker (before the export process)
         for _ in range(repeats):
             began = time.process_time()
             parts: list[bytes] = []
             for trace in spans:
                 trace.encode_into(parts)
-            otlp_wire.request(tracing.TRACER.head, [b"".join(parts)])
+            otlp_wire.request(export.head, [b"".join(parts)])
             encode.append((time.process_time() - began) / len(spans) * 1e6)
         piped = encode
     else:  # the worker writes records (observe/span_pipe.py), the export process encodes them (span_export.py)
         import marshal
 
-        from mcpgate.observe import span_export, span_pipe
+        from mcpgate.observe import span_export
 
         head = span_export.resource_head("bench")
         payload = b""
@@ -443,7 +448,7 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
             encode.append((time.process_time() - began) / len(spans) * 1e6)
     environ_of[hooks] = unsampled
     quiet = best(hooks) - floor
-    tracing.TRACER.shutdown()
+    export.shutdown()
     print(f"per traced request: {traced:.1f} us on the request path, {min(piped):.1f} us its batch in the worker")
     print(f"    {min(encode):.1f} us encoding (the export process; before it, the worker's export greenlet)")
     print(f"per unsampled request: {quiet:.1f} us; the parse the hooks are measured against: {floor:.1f} us")

@@ -272,6 +272,7 @@ class SpanPipe:
         self.delay = setting("OTEL_BSP_SCHEDULE_DELAY", environ) / 1000
         self.batch = setting("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", environ)
         self.bound = setting("OTEL_BSP_MAX_QUEUE_SIZE", environ)
+        self.full_at = min(self.batch, self.bound + 1)  # spans queued that call for `full`
         self.queue: collections.deque[tuple[Any, int]] = collections.deque()
         self.queued = 0  # spans in the queue
         self.dropped = 0  # spans dropped since the last warning
@@ -285,11 +286,17 @@ class SpanPipe:
         self.worker.start()
 
     def on_end(self, ended: Any, spans: int) -> None:
-        """A request's `spans` ended (on the request's greenlet: one append)."""
+        """A request's `spans` ended (on the request's greenlet: one append). tracing.Trace.end does the same itself
+        (no call for it): the queue, the count, `full` once a batch is queued."""
         if self.stopped:
             return
         self.queue.append((ended, spans))
         self.queued += spans
+        if self.queued >= self.full_at:
+            self.full()
+
+    def full(self) -> None:
+        """A batch queued, or the queue past its bound: the oldest make room, the flusher is woken for a batch."""
         while self.queued > self.bound and len(self.queue) > 1:  # the oldest make room
             lost = self.queue.popleft()[1]
             self.drop(lost, QUEUE)
@@ -351,3 +358,32 @@ class SpanPipe:
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.flush()
         return True
+
+
+class Kept:
+    """A stand-in for SpanPipe that keeps the ended Traces, unbounded (tests, bench/tracing.py --in-process): what
+    tracing.Trace.end reads of a SpanPipe."""
+
+    stopped = False
+    full_at = 1 << 62
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[Any, int]] = []
+        self.queued = 0
+
+    @property
+    def ended(self) -> list[Any]:
+        return [trace for trace, _ in self.queue]
+
+    def full(self) -> None:
+        return None
+
+    def on_end(self, ended: Any, spans: int) -> None:
+        self.queue.append((ended, spans))
+        self.queued += spans
+
+    def dropped_by(self) -> dict[str, int]:
+        return dict.fromkeys(DROPPED, 0)
+
+    def shutdown(self, timeout: float = STOP_TIMEOUT) -> None:
+        return None

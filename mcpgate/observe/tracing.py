@@ -14,9 +14,10 @@ sampling decision first, once per request (the W3C context parsed here, observe/
 when it is not a static or parent-based static one: observe/trace_sampling.py), as the request begins when a
 static sampler or the traceparent header's flag decides it (no step of an unsampled request is timed then);
 unsampled, only the context is passed on. Sampled: the start and end times of each step (the guard, the
-session or pool lookup, an MRTR round: the Trace times them itself, one at a time), the id and start of
-the wait for the child (the span named in the child's `_meta.traceparent`) and of a forward to another
-instance, the HTTP status; ids come from one os.urandom per IDS_DRAWN bytes. The ended Trace is queued whole and
+session or pool lookup, an MRTR round: the Trace times them itself, one at a time; their names and a step's `with`
+block: observe/trace_steps.py), the id and start of the wait for the child (the span named in the child's
+`_meta.traceparent`) and of a forward to another instance, the HTTP status; ids come from one os.urandom per
+IDS_DRAWN bytes. The ended Trace is queued whole (by Trace.end itself, as span_pipe.SpanPipe.on_end would) and
 written to the export process as a record of its fields; there the other spans get their ids, the attributes
 are built and encoded to OTLP protobuf (observe/trace_spans.py, otlp_wire.py), per batch.
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 import atexit
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mcpgate.core.jsonrpc import Message, Request
@@ -44,6 +45,12 @@ from mcpgate.core.wire import META_PROTOCOL_VERSION
 from mcpgate.observe import trace_sampling, w3c
 from mcpgate.observe.answer_marks import error_code, tool_error
 from mcpgate.observe.trace_sampling import looked_at, request_of
+from mcpgate.observe.trace_steps import GUARD as GUARD  # the steps' names, as the request path names them
+from mcpgate.observe.trace_steps import MRTR as MRTR
+from mcpgate.observe.trace_steps import NOTHING, Ending, Nothing, Step
+from mcpgate.observe.trace_steps import POOL as POOL
+from mcpgate.observe.trace_steps import SESSION as SESSION
+from mcpgate.observe.trace_steps import step_name as step_name
 from mcpgate.observe.w3c import _BLANK_OR_END, TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
@@ -57,7 +64,6 @@ _always: bool | None = None  # the decision whatever the parent (ALWAYS_ON, ALWA
 _root: bool | None = True  # the decision for a request without a parent when the sampler's is static, else None
 _time = time.time_ns
 now = time.time_ns  # a step's start, as the request path takes it (Trace.took)
-GUARD, SESSION, POOL, MRTR = "mcpgate.guard", "mcpgate.session", "mcpgate.pool", "mcpgate.mrtr"  # steps' names
 
 
 def setup(enabled: bool, service: str) -> None:
@@ -192,20 +198,35 @@ class Trace:
             self.steps.append((name, began, _time()))
 
     def end(self, environ: Mapping[str, Any], status: int, body: bytes | None) -> None:
-        """The request answered: queued for export when sampled."""
+        """The request answered: queued for export when sampled (what span_pipe.SpanPipe.on_end does, done here)."""
         if not self.opened and (self.sampled or not self.decided):
             self.open(environ, None)
         if not self.sampled:
             return
         self.end_at, self.status = _time(), status
         if body:
-            if body.find(b'"error"') >= 0:  # (as error_code looks first: no call for the usual answer)
-                self.code = error_code(body)
-            if self.code is None and type(self.what) is tuple and self.what[0] == "tools/call":
-                at = body.find(b'"isError"')  # (as tool_error tells the usual answer: no call for it)
-                if at >= 0 and (body[at + 9 : at + 15] != b":false" or body.find(b'"isError"', at + 9) >= 0):
-                    self.tool_error = tool_error(body)
-        TRACER.on_end(self, 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None))
+            parts = body.split(b'rror"')  # "error" and "isError" alike (one search, no arguments parsed)
+            # (tools/call's usual answer: one "isError", false, and no "error": as `marked` finds it)
+            if len(parts) > 1 and (len(parts) > 2 or parts[0][-4:] != b'"isE' or parts[1][:6] != b":false"):
+                self.marked(body)
+        pipe = TRACER
+        if pipe.stopped:
+            return
+        spans = 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None)
+        pipe.queue.append((self, spans))
+        pipe.queued += spans
+        if pipe.queued >= pipe.full_at:
+            pipe.full()
+
+    def marked(self, body: bytes) -> None:
+        """Its error code and tool error, read from an answer holding "error" or "isError" (as error_code and
+        tool_error look first: no call for the usual answer)."""
+        if body.find(b'"error"') >= 0:
+            self.code = error_code(body)
+        if self.code is None and type(self.what) is tuple and self.what[0] == "tools/call":
+            at = body.find(b'"isError"')
+            if at >= 0 and (body[at + 9 : at + 15] != b":false" or body.find(b'"isError"', at + 9) >= 0):
+                self.tool_error = tool_error(body)
 
     def encoded(self) -> bytes:
         """Its spans, encoded (as the export process encodes its record)."""
@@ -227,50 +248,14 @@ def begin(environ: dict[str, Any], server: str) -> Trace:
     return trace
 
 
-class _Nothing:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *_: object) -> None:
-        return None
-
-
-_NOTHING = _Nothing()
-
-
-class _Step:
-    """A step timed by a `with` block (`step`): what the request path does with `now` and Trace.took."""
-
-    __slots__ = ("began", "name", "trace")
-
-    def __init__(self, trace: Trace, name: str) -> None:
-        self.trace, self.name, self.began = trace, name, 0
-
-    def __enter__(self) -> None:
-        self.began = _time()
-
-    def __exit__(self, *_: object) -> None:
-        self.trace.took(self.name, self.began)
-
-
-def step_name(name: str, message: Request | None) -> str:
-    """A step's span name: "mcpgate.mrtr" instead of `name` for a `message` that is an MRTR round (a retry carrying
-    requestState)."""
-    if message is not None and isinstance(message.params, dict) and message.params.get("requestState") is not None:
-        return MRTR
-    return name
-
-
-def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> _Step | _Nothing:
+def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> Step | Nothing:
     """A child span for what runs inside (the guard, a session or pool lookup; never one inside another), as a
     context manager (the request path times its steps with `now` and Trace.took instead): named by `step_name`.
     Nothing when off or not sampled."""
     trace: Trace | None = environ.get(KEY)
     if trace is None or (trace.decided and not trace.sampled):
-        return _NOTHING
-    return _Step(trace, step_name(name, message))
+        return NOTHING
+    return Step(trace, step_name(name, message))
 
 
 def to_child(environ: Mapping[str, Any], message: Message) -> Message:
@@ -279,7 +264,7 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     common request (params an object, its _meta absent or an object without a W3C field as a 2026-07-28
     request's, not opened yet, no traceparent header, the sampler's rule for a request without a parent static)
     is served here in one call: what `open`, `context` and w3c.put_in_meta do (the ids as IDS.context draws them:
-    sliced here while the draw holds them and no id can be all zero; the member spliced into compact JSON's
+    sliced here while the draw's `clean` part holds them; the member spliced into compact JSON's
     params here, else by w3c.spliced_member; an _meta there: the raw bytes dropped, as put_in_meta drops them);
     the rest goes by opened_to_child."""
     trace: Trace | None = environ.get(KEY)
@@ -300,8 +285,8 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     trace.opened = trace.headed = trace.decided = True
     ids = IDS
     at = ids.at
-    drawn = ids.drawn[at : at + 24]  # no parent: a trace of its own (its id, then the wait's span id)
-    if len(drawn) == 24 and drawn.count(0) < 8:
+    if at + 24 <= ids.clean:  # no parent: a trace of its own (its id, then the wait's span id)
+        drawn = ids.drawn[at : at + 24]
         ids.at = at + 24
     else:
         drawn = ids.context()
@@ -321,15 +306,16 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
         return message
     params["_meta"] = {"traceparent": context}  # no tracestate
     raw = message.raw
-    if raw is not None:
-        member = b'"_meta":{"traceparent":"' + context.encode() + b'"},'
-        at = raw.find(b'"params"')  # compact JSON (w3c.spliced_member's first case, its checks the same)
-        cut = at + 10
-        if at >= 0 and raw[at + 8 : cut] == b":{" and cut < len(raw) and raw[cut] not in _BLANK_OR_END:
-            unsure = raw.find(b'"params"', cut) >= 0 or raw.find(b"\\u") >= 0
-            message.raw = None if unsure else b"".join((raw[:cut], member, raw[cut:]))
+    if raw is not None:  # compact JSON (w3c.spliced_member's first case, its checks the same)
+        parts = raw.split(b'"params"')  # (one search, no arguments parsed: two parts when the key is there once)
+        if len(parts) != 2 or (92 in raw and raw.find(b"\\u") >= 0):  # (92: a backslash, looked for as find would)
+            message.raw = None
+        elif (tail := parts[1])[:2] == b":{" and len(tail) > 2 and tail[2] not in _BLANK_OR_END:
+            message.raw = b"".join(
+                (parts[0], b'"params":{"_meta":{"traceparent":"', context.encode(), b'"},', tail[2:])
+            )
         else:
-            message.raw = w3c.spliced_member(raw, member[:-1])
+            message.raw = w3c.spliced_member(raw, b'"_meta":{"traceparent":"' + context.encode() + b'"}')
     return message
 
 
@@ -361,24 +347,6 @@ def forwarding(environ: Mapping[str, Any], headers: list[tuple[str, str]], body:
     headers.extend(trace.context(span_id).items())
 
 
-class _Ending:
-    """A streamed body whose close ends the request's spans."""
-
-    def __init__(self, body: Iterable[bytes], end: Callable[[], None]) -> None:
-        self.body, self.end = body, end
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self.body)
-
-    def close(self) -> None:
-        try:
-            close = getattr(self.body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self.end()
-
-
 def finish(
     environ: dict[str, Any], status: int, body: bytes | Iterable[bytes], sent: Iterable[bytes]
 ) -> Iterable[bytes]:
@@ -387,7 +355,7 @@ def finish(
     if isinstance(body, bytes):
         trace.end(environ, status, body)
         return sent
-    return _Ending(sent, lambda: trace.end(environ, status, None))
+    return Ending(sent, lambda: trace.end(environ, status, None))
 
 
 def relayed(body: bytes | None, headers: Mapping[str, str], send: Callable[[Mapping[str, str]], Any]) -> Any:

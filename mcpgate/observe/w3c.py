@@ -61,17 +61,21 @@ def traceparent(trace_id: bytes, span_id: bytes, sampled: bool) -> str:
 
 
 class Ids:
-    """Random ids, sliced from one os.urandom draw (never all zero)."""
+    """Random ids, sliced from one os.urandom draw (never all zero). `clean`: where the draw's part that holds no 8
+    zero bytes in a row ends (the whole draw, as good as always), before which no id of 8 bytes or more can be all
+    zero: tracing.to_child slices a trace id and a span id there without looking at them."""
 
-    __slots__ = ("at", "drawn")
+    __slots__ = ("at", "clean", "drawn")
 
     def __init__(self) -> None:
-        self.drawn, self.at = b"", 0
+        self.drawn, self.at, self.clean = b"", 0, 0
 
     def take(self, size: int) -> bytes:
         at, end = self.at, self.at + size
         if end > len(self.drawn):
             self.drawn, at, end = os.urandom(IDS_DRAWN), 0, size
+            run = self.drawn.find(bytes(8))
+            self.clean = IDS_DRAWN if run < 0 else run
         self.at = end
         taken = self.drawn[at:end]
         return taken if taken.count(0) < size else taken[:-1] + b"\x01"

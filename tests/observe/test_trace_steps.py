@@ -12,7 +12,8 @@ import pytest
 from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import tracing
-from mcpgate.observe.answer_marks import tool_error
+from mcpgate.observe.answer_marks import error_code, tool_error
+from mcpgate.observe.span_pipe import Kept
 from mcpgate.observe.tracing import KEY, Trace
 from tests.observe.test_trace_answers import ANSWERS
 
@@ -84,23 +85,13 @@ def test_took_times_what_a_with_block_times(decided: bool, sampled: bool, raw: b
     assert got[0] == ([] if decided and not sampled else ["mcpgate.guard", pool])
 
 
-class Collected:
-    """A stand-in for the span export (observe/span_pipe.py's SpanPipe): the ended Traces kept."""
-
-    def __init__(self) -> None:
-        self.ended: list[Trace] = []
-
-    def on_end(self, trace: Trace, spans: int) -> None:
-        self.ended.append(trace)
-
-
 @pytest.mark.parametrize(("body", "expected"), ANSWERS)
 def test_a_spans_end_marks_a_tool_error_as_tool_error_tells_it(
     body: bytes, expected: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Trace.end's own look at a tools/call answer (its usual answer told without a call) marks what
     answer_marks.tool_error marks, the bytes cut short after "isError" included."""
-    collected = Collected()
+    collected = Kept()
     monkeypatch.setattr(tracing, "TRACER", collected)
     for answer in (body, body[: body.find(b'"isError"') + 12] if b'"isError"' in body else body):
         environ, trace = traced(True, True)
@@ -108,3 +99,36 @@ def test_a_spans_end_marks_a_tool_error_as_tool_error_tells_it(
         tracing.finish(environ, 200, answer, [answer])
         assert trace.tool_error is tool_error(answer)
     assert collected.ended[0].tool_error is expected
+
+
+MARKED = [  # answers a span's end reads (the usual tools/call answer told by one search, the rest by `marked`)
+    *ANSWERS,
+    (b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad","data":{"isError":false}}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"mirror"}],"isError":false}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"mirror"}],"isError":true}}', True),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false,"error":{"code":1}}}', False),
+    (b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":falsehood}}', False),  # no JSON: as marked reads it
+    (b'{"isError":false}', False),
+    (b'rror"', False),
+    (b"", False),
+]
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list"])
+@pytest.mark.parametrize(("body", "expected"), MARKED)
+def test_a_spans_end_reads_an_answer_as_answer_marks_does(
+    body: bytes, expected: bool, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trace.end's error code and tool error are answer_marks' for a table of answers (its one search's every way:
+    no "rror\"", the usual tools/call answer, more than one, one that is no "isError":false), for a tools/call and
+    for a request whose answer has no tool error."""
+    monkeypatch.setattr(tracing, "TRACER", Kept())
+    environ, trace = traced(True, True)
+    trace.opened, trace.what = True, (method, "echo", None, 1)
+    tracing.finish(environ, 200, body, [body])
+    code = error_code(body) if body.find(b'"error"') >= 0 else None
+    assert trace.code == code
+    assert trace.tool_error is (code is None and method == "tools/call" and tool_error(body))
+    if method == "tools/call" and code is None:
+        assert trace.tool_error is expected

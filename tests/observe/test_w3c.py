@@ -120,6 +120,47 @@ def test_ids_are_drawn_in_one_go_and_never_zero(monkeypatch: pytest.MonkeyPatch)
     assert all(len(pair) == 24 and any(pair[:16]) and any(pair[16:]) for pair in pairs)
 
 
+ZERO_RUN = b"\x01" * 40 + bytes(16) + b"\x02" * (w3c.IDS_DRAWN - 56)
+
+
+@pytest.mark.parametrize(
+    ("drawn", "clean"),
+    [
+        (bytes(range(1, 256)) * 17, w3c.IDS_DRAWN),
+        (ZERO_RUN, 40),
+        (b"\x01" * 100 + bytes(7) + b"\x01" * 100 + bytes(8) + b"\x03" * w3c.IDS_DRAWN, 207),  # 7 zeros are not 8
+        (bytes(w3c.IDS_DRAWN), 0),
+    ],
+)
+def test_a_draws_clean_part_ends_at_its_first_eight_zero_bytes(
+    drawn: bytes, clean: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "urandom", lambda size: drawn[:size])
+    ids = w3c.Ids()
+    ids.take(8)
+    assert ids.clean == clean
+
+
+def test_the_short_way_to_the_child_takes_ids_as_a_context_does(
+    ended: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """to_child's short way slices its ids from the draw's clean part and asks IDS.context past it: the ids a
+    context gives, none all zero where the draw holds a run of zeros."""
+    from mcpgate.observe import tracing
+
+    monkeypatch.setattr(os, "urandom", lambda size: ZERO_RUN[:size])
+    monkeypatch.setattr(tracing, "IDS", w3c.Ids())
+    twin, got = w3c.Ids(), []
+    for _ in range(5):
+        environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
+        trace = tracing.begin(environ, "default")
+        tracing.to_child(environ, message(b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'))
+        assert trace.wait is not None
+        got.append(trace.trace_id + trace.wait[0])
+    assert got == [twin.context() for _ in got]
+    assert all(any(ids[:16]) and any(ids[16:]) for ids in got)
+
+
 def test_a_context_is_a_trace_id_and_a_span_id_as_taken_one_by_one() -> None:
     one, other = w3c.Ids(), w3c.Ids()
     one.drawn = other.drawn = bytes(range(256)) * 16
@@ -129,16 +170,15 @@ def test_a_context_is_a_trace_id_and_a_span_id_as_taken_one_by_one() -> None:
 @pytest.fixture
 def ended(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """Tracing on in this process for one test (its ended Traces collected, nothing exported), then off again."""
-    from mcpgate.observe import tracing
+    from mcpgate.observe import span_pipe, tracing
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")
     assert tracing.TRACER is None
     tracing.setup(True, "w3c-test")
-    got: list[Any] = []
-    export = tracing.TRACER
-    export.on_end = lambda trace, spans: got.append((trace, spans))
+    export, kept = tracing.TRACER, span_pipe.Kept()
+    tracing.TRACER = kept  # what Trace.end queues: (the Trace, its spans)
     try:
-        yield got
+        yield kept.queue
     finally:
         tracing.TRACER = None
         export.shutdown()
