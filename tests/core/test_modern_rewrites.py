@@ -4,11 +4,15 @@ stamp, the DiscoverResult made of an InitializeResult, and how a 2026-07-28 peer
 from __future__ import annotations
 
 import json
+import math
+import random
+import struct
 from typing import Any
 
+import msgspec
 import pytest
 
-from mcpgate.core import modern, modern_rewrites, wire
+from mcpgate.core import jsonrpc, modern, modern_rewrites, wire
 
 V = "2026-07-28"
 META = {
@@ -194,3 +198,95 @@ def test_is_discover_result(result: object, answer: bool) -> None:
 )
 def test_recognised_modern_error(error: object, answer: bool) -> None:
     assert modern_rewrites.recognised_modern_error(error) is answer
+
+
+# -- a child request's params written by a fast encoder (msgspec's, as the worker gives it) ------------------------
+
+FAST = msgspec.json.Encoder().encode
+FLOATS = [0.0, -0.0, 1.5, 0.1, 1e16, 1e15, 1e-05, 1e-04, 2.5e-07, 1.5e300, 5e-324, 1.7976931348623157e308, -1e22]
+FAST_PARAMS: list[Any] = [
+    {"name": "echo", "arguments": {"message": "hello"}},
+    {},
+    {"name": "été 😀 \u2028\u2029 \x7f", "arguments": {"t": '\x00\x01\x1f\n\r\t\b\f"\\/'}},
+    {"arguments": {"big": 2**64, "small": -(2**63) - 1, "huge": 10**40, "flags": [True, False]}},
+    {"arguments": {"nested": [[[{"a": []}]], {}], "k\u00e9y\n": 1}},
+    *({"arguments": {"x": value}} for value in FLOATS),
+    {"arguments": {"none": None}},  # a null: json's bytes (the same)
+    {"arguments": {"past": float("inf"), "below": -float("inf")}},  # 1e400 decoded by json: json's Infinity kept
+    {"arguments": {"nan": float("nan")}},
+    {"arguments": {"lone": "\ud800"}},  # json escapes the whole text as ASCII; msgspec refuses it
+    {"_meta": {"progressToken": "mcpgate-p1"}, "name": "x"},
+]
+
+
+def same(a: Any, b: Any) -> bool:
+    """The same decoded JSON: equal values of the same types, a float's sign and a NaN included, keys in order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1.0, a) == math.copysign(1.0, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def holds_float(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(holds_float(item) for item in value.values())
+    if isinstance(value, list):
+        return any(holds_float(item) for item in value)
+    return isinstance(value, float)
+
+
+def check_fast(params: Any) -> None:
+    expected = modern_rewrites.child_request("mcpgate-7", "tools/call", params)  # json's, as before
+    got = modern_rewrites.child_request("mcpgate-7", "tools/call", params, FAST)
+    if not holds_float(params):
+        assert got == expected
+    else:
+        assert same(json.loads(got), json.loads(expected)), (got, expected)
+    assert json.loads(got)["id"] == "mcpgate-7"
+
+
+@pytest.mark.parametrize("params", FAST_PARAMS)
+def test_fast_params_decode_as_json_s(params: Any) -> None:
+    check_fast(params)
+
+
+def test_fast_params_are_taken_unless_json_s_must_be() -> None:
+    """The fast bytes are the ones sent when they can be (the table above would pass with json's alone)."""
+    plain = {"name": "echo", "arguments": {"x": 1e16}}
+    assert modern_rewrites.child_request("m", "tools/call", plain, FAST).endswith(FAST(plain) + b"}")
+    assert FAST(plain) != jsonrpc.encode(plain)
+    for kept in ({"x": float("inf")}, {"x": "\udfff"}):
+        assert modern_rewrites.child_request("m", "tools/call", kept, FAST).endswith(jsonrpc.encode(kept) + b"}")
+
+
+def text(rng: random.Random) -> str:
+    """ASCII, controls and any code point of the first planes (a lone surrogate too)."""
+    return "".join(chr(rng.choice([rng.randrange(0x80), rng.randrange(0x11000)])) for _ in range(rng.randrange(9)))
+
+
+def generated(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(9 if depth < 4 else 6)
+    if kind == 0:
+        return rng.choice([None, True, False])
+    if kind == 1:
+        return rng.choice([rng.randrange(-1000, 1000), rng.getrandbits(70) - 2**69])
+    if kind == 2:
+        return struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]  # any double, NaN and inf too
+    if kind == 3:
+        return rng.choice([rng.uniform(-1e6, 1e6), rng.uniform(-1e-3, 1e-3), float(rng.getrandbits(60))])
+    if kind in (4, 5):
+        return text(rng)
+    if kind in (6, 7):
+        return {text(rng) + str(i): generated(rng, depth + 1) for i in range(rng.randrange(4))}
+    return [generated(rng, depth + 1) for _ in range(rng.randrange(4))]
+
+
+def test_generated_params_decode_as_json_s() -> None:
+    rng = random.Random(2026)
+    for _ in range(3000):
+        check_fast({"name": "t", "arguments": {"v": generated(rng)}})

@@ -63,7 +63,8 @@ class Answers:
 
     def of(self, call: Call, message: Response, server_info: dict[str, Any] | None) -> bytes:
         """What the call's client gets for the child's answer `message`."""
-        spliced = not message.is_error and call.method not in tasks.METHODS  # its answer names the task: rewritten
+        # (Response.is_error read without its property: a Python call less; a task method's answer names the task)
+        spliced = "error" not in message.obj and call.method not in tasks.METHODS
         spliced = spliced and (call.tools is None or not call.tools.may_hide(message.raw))
         data = self._spliced(call, message, server_info) if spliced else None
         if data is not None:
