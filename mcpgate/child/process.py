@@ -58,6 +58,20 @@ FIRST_START_HINT = (
 )
 
 
+DEBUG = logging.DEBUG
+_NONE_KNOWN: dict[int, bool] = {}  # never written: a logger whose answers are not known asks isEnabledFor
+
+
+def levels_known(log: logging.Logger) -> dict[int, bool]:
+    """The logger's own memo of isEnabledFor's answers by level (logging.Logger._cache: filled by isEnabledFor,
+    cleared in place whenever a level changes or logging.disable is called), so a False found there is
+    isEnabledFor's answer without its call; a logger that answers otherwise (a subclass's own isEnabledFor, no
+    such memo) gets an empty table, which sends every question to isEnabledFor."""
+    cache = getattr(log, "_cache", None)
+    own = getattr(type(log), "isEnabledFor", None) is logging.Logger.isEnabledFor
+    return cache if own and type(cache) is dict else _NONE_KNOWN
+
+
 class ChildProcess:
     """One supervised stdio child; see the module docstring."""
 
@@ -90,6 +104,7 @@ class ChildProcess:
         self.close_timeout, self.term_timeout, self.max_junk_lines = close_timeout, term_timeout, max_junk_lines
         self._on_message, self._on_exit = on_message, on_exit
         self._log = logger or logging.getLogger(__name__)
+        self._levels = levels_known(self._log)  # every message asks whether DEBUG is on: a False here says no
         self.pid: int | None = None
         self.returncode: int | None = None
         self.exit_reason: str | None = None
@@ -182,7 +197,7 @@ class ChildProcess:
             self._log.warning("child[%s] write queue full (%d bytes unwritten); closing", self.label, unwritten)
             self.close(WRITE_QUEUE_FULL, cause="crash")
             return False
-        if self._log.isEnabledFor(logging.DEBUG):
+        if self._levels.get(DEBUG) is not False and self._log.isEnabledFor(DEBUG):
             self._log_message("->child", jsonrpc.parse(data), data)
         return self._stdin.put(data)
 
@@ -304,7 +319,7 @@ class ChildProcess:
         if isinstance(msg, (Response, Request, Notification)):  # most lines: one message (_hand_over, inlined)
             self._junk = 0
             self._spoke = True
-            if self._log.isEnabledFor(logging.DEBUG):
+            if self._levels.get(DEBUG) is not False and self._log.isEnabledFor(DEBUG):
                 self._log_message("<-child", msg, line)
             try:
                 self._on_message(msg)

@@ -44,28 +44,14 @@ class StdinWriter:
         self.fd, self._on_failure = fd, on_failure
 
     def put(self, data: bytes) -> bool:
-        """Write one encoded message (no trailing newline) or queue it; False when the pipe failed."""
+        """Write one encoded message (no trailing newline) or queue it; False when the pipe failed. With nothing
+        pending it is written straight away, and only what the pipe did not take is queued."""
         size = len(data) + 1
-        if not self._queue and not self._writing:
-            return self._write_now(data, size)
-        self._more().append(data)
-        self.queued += size
-        self._ensure_writer()
-        return True
-
-    def release(self) -> None:
-        """The child is gone: forget what is queued and the owner's callback."""
-        self._queue.clear()
-        self.queued = 0
-        self.stopping, self._on_failure = True, None
-
-    def _failed(self, why: str) -> None:
-        on_failure = self._on_failure
-        if on_failure is not None:
-            on_failure(why)
-
-    def _write_now(self, data: bytes, size: int) -> bool:
-        """The fast path: nothing is pending, so write straight away; queue what the pipe did not take."""
+        if self._queue or self._writing:  # behind what is pending
+            self._more().append(data)
+            self.queued += size
+            self._ensure_writer()
+            return True
         try:
             written = os.writev(self.fd, (data, _NEWLINE))
         except BlockingIOError:
@@ -80,6 +66,17 @@ class StdinWriter:
             self.queued += size - written
             self._ensure_writer()
         return True
+
+    def release(self) -> None:
+        """The child is gone: forget what is queued and the owner's callback."""
+        self._queue.clear()
+        self.queued = 0
+        self.stopping, self._on_failure = True, None
+
+    def _failed(self, why: str) -> None:
+        on_failure = self._on_failure
+        if on_failure is not None:
+            on_failure(why)
 
     def _more(self) -> deque[bytes | memoryview]:
         """The queue, made the first time the pipe does not take a message at once."""

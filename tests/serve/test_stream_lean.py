@@ -3,6 +3,8 @@ with it, and the bytes a session passes on for a message equal what jsonrpc.raw_
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from mcpgate.core import jsonrpc
@@ -85,7 +87,22 @@ def test_open_stream_takes_any_iterable_as_a_list() -> None:
 
 def state(live: Session) -> tuple[object, ...]:
     router = live.router
-    return (router.in_flight, sorted(router._in_flight, key=repr), live._init_key, sorted(live._tool_lists, key=repr))
+    return (
+        router.in_flight,
+        sorted(router._in_flight, key=repr),
+        sorted(router._tokens.items(), key=repr),
+        sorted(router._progress, key=repr),
+        live._init_key,
+        sorted(live._tool_lists, key=repr),
+    )
+
+
+def opened_in_full(live: Session, requests: list[jsonrpc.Request]) -> Stream:
+    """open_stream's work by add_requests' loop (what an iterable of any length takes)."""
+    stream = Stream(LIMITS, len(requests))
+    live.add_requests(iter(requests), stream)
+    live.router.open_stream(stream)
+    return stream
 
 
 REQUESTS = [
@@ -100,21 +117,26 @@ REQUESTS = [
 @pytest.mark.parametrize("filtered", [False, True])
 @pytest.mark.parametrize("taken", [False, True])
 def test_one_request_registers_as_any_number_does(body: bytes, filtered: bool, taken: bool) -> None:
-    """A one-request list (the shortcut) leaves the session as the same request given as an iterable does, and a
-    duplicate id is refused by both with nothing registered."""
+    """A one-request list (open_stream's and add_requests' shortcuts) leaves the session as add_requests' loop over
+    the same request does, and a duplicate id is refused by each with nothing registered."""
     request = jsonrpc.parse(body)
     assert isinstance(request, jsonrpc.Request)
-    sessions = [session(), session()]
-    for live in sessions:
+    ways: list[Any] = [
+        lambda live: live.open_stream([request]),
+        lambda live: live.open_stream(iter([request])),
+        lambda live: live.add_requests([request], Stream(LIMITS, 1)),
+        lambda live: opened_in_full(live, [request]),
+    ]
+    results = []
+    for way in ways:
+        live = session()
         live.tools = ToolFilter.of(("x",), ()) if filtered else None
         if taken:
-            live.open_stream([request])
-    results = []
-    for live, given in zip(sessions, ([request], iter([request])), strict=True):
+            opened_in_full(live, [request])
         try:
-            live.open_stream(given)
+            way(live)
             results.append(("opened", state(live)))
         except DuplicateRequestId:
             results.append(("refused", state(live)))
-    assert results[0] == results[1]
+    assert all(result == results[-1] for result in results), results
     assert results[0][0] == ("refused" if taken else "opened")

@@ -180,7 +180,15 @@ class Session:
         pending = requests if isinstance(requests, list) else list(requests)
         stream = Stream(self._limits, len(pending))
         stream.pump = self._pump  # its reader reads the child's answers itself while it waits (child/stdout.py)
-        self.add_requests(pending, stream)
+        if len(pending) == 1:  # the usual POST: add_requests' first case, without its call
+            request = pending[0]
+            self.router.open_request(request, stream)  # DuplicateRequestId: refused, it leaves nothing to undo
+            if self.tools is not None or request.method == "initialize":
+                self._note(request)
+            if audit.LOG is not None:
+                audit.LOG.opened(self, pending)
+        else:
+            self.add_requests(pending, stream)
         self.router.open_stream(stream)
         if self.held.messages:
             self.held.flush_to(stream)
