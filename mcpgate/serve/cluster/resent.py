@@ -88,11 +88,14 @@ class Resent:
             digest = body_digest(body)
             environ["wsgi.input"], environ["CONTENT_LENGTH"] = CheckedBody(body, digest), str(len(body))
         key = (session, digest)
-        answer = self._answer_of_first(key)
-        if answer is not None:
-            log.info("a request sent again after the instance that forwarded it died: given its first answer")
-            return answer
-        if not forwarded or key in self._running:
+        if key in self._running or key in self._kept:  # else no first copy to answer from (the usual case)
+            answer = self._answer_of_first(key)
+            if answer is not None:
+                log.info("a request sent again after the instance that forwarded it died: given its first answer")
+                return answer
+            if key in self._running:
+                return run()
+        if not forwarded:
             return run()
         return self._run_first(key, Copy(found.peer_gone), run)
 
