@@ -42,6 +42,7 @@ class Tap:
         self.port = self.listener.getsockname()[1]
         self.target = 0
         self.sent = bytearray()
+        self.answered = bytearray()  # what the target sent back, all connections in turn
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -58,9 +59,8 @@ class Tap:
     def _pipe(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
         try:
             while chunk := source.recv(65536):
-                if record:
-                    with self.lock:
-                        self.sent += chunk
+                with self.lock:
+                    (self.sent if record else self.answered).extend(chunk)
                 sink.sendall(chunk)
         except OSError:
             pass

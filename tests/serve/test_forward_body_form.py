@@ -27,10 +27,10 @@ def pair() -> Iterator[Fleet]:
         yield made
 
 
-def recorded(tap: Tap) -> list[tuple[bytes, bytes]]:
-    """Each request the tap saw, as (head, body)."""
+def recorded(tap: Tap, answers: bool = False) -> list[tuple[bytes, bytes]]:
+    """Each request the tap saw (each reply, `answers`), as (head, body): messages with a Content-Length."""
     with tap.lock:
-        data = bytes(tap.sent)
+        data = bytes(tap.answered if answers else tap.sent)
     found = []
     while data:
         head, sep, rest = data.partition(b"\r\n\r\n")
@@ -53,7 +53,7 @@ def field(head: bytes, name: str) -> str | None:
 
 def test_a_connections_later_posts_carry_their_value_in_the_body(pair: Fleet) -> None:
     session = session_on(pair.a)
-    before = len(recorded(pair.tap))
+    before, answered = len(recorded(pair.tap)), len(recorded(pair.tap, answers=True))
     for n in range(4):
         served = pair.b.request("POST", body=echo(f"call {n}", 10 + n), headers=session)
         assert reply_message(served)["result"]["content"][0]["text"] == f"call {n}", served
@@ -74,6 +74,12 @@ def test_a_connections_later_posts_carry_their_value_in_the_body(pair: Fleet) ->
         for head, _ in later
     }
     assert len(heads) == 1, "the same head, call after call (but its length): the owner reads it from its memo"
+    replies = recorded(pair.tap, answers=True)[answered:]
+    assert len(replies) == 4, replies
+    if field(sent[0][0], FORWARDED) != "b":  # a new connection: its first reply says to send values in bodies
+        assert field(replies[0][0], FORWARDED) == "body", replies[0]
+    for head, _ in replies[1:]:  # said once: a reply to a value in the body keeps the JSON reply's two headers
+        assert field(head, FORWARDED) is None, head
     assert pair.a.request("DELETE", headers=session).status == 204
 
 
