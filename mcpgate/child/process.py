@@ -59,6 +59,7 @@ FIRST_START_HINT = (
 
 
 DEBUG = logging.DEBUG
+PARTIAL_FROM = jsonrpc.PARTIAL_FROM_BYTES  # parse_line's threshold (_deliver's lines take its default)
 _NONE_KNOWN: dict[int, bool] = {}  # never written: a logger whose answers are not known asks isEnabledFor
 
 
@@ -315,8 +316,13 @@ class ChildProcess:
         """One line of the child's stdout (`bare`: it holds no CR, LineDecoder.bare) to on_message."""
         if self._discard:
             return
-        msg = jsonrpc.parse_line(line, bare=bare)
+        # parse_line's message: a line shorter than its threshold is parsed whole by parse() and named `bare` (as
+        # parse_line does, without its call)
+        short = len(line) < PARTIAL_FROM
+        msg = jsonrpc.parse(line) if short else jsonrpc.parse_line(line, bare=bare)
         if isinstance(msg, (Response, Request, Notification)):  # most lines: one message (_hand_over, inlined)
+            if bare and short:
+                msg.bare = line
             self._junk = 0
             self._spoke = True
             if self._levels.get(DEBUG) is not False and self._log.isEnabledFor(DEBUG):

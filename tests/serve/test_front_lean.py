@@ -6,13 +6,16 @@ socket (TLS) through its own methods; a body's `done` is its `whole` after every
 from __future__ import annotations
 
 import io
+import time
 from typing import Any
 
 import gevent
 import gevent.ssl
 import pytest
 from gevent import socket as gsocket
+from gevent.pywsgi import format_date_time
 
+from mcpgate.serve.front import writing
 from mcpgate.serve.front.http import HttpResponse, json_response
 from mcpgate.serve.front.reading import Body, TimedReader
 from mcpgate.serve.front.writing import LeanWrites, _head
@@ -239,3 +242,39 @@ def test_a_json_replys_headers_taken_at_once_are_what_each_one_checked_gives(
         lean, full = Started(version, close), Started(version, close)
         assert lean._started(status, headers) == full._started_any(status, headers)
         assert lean.state() == full.state()
+
+
+class Whole(LeanWrites):
+    """What _write_whole reads of a started reply, and the bytes it sends."""
+
+    def __init__(self) -> None:
+        self.status, self.code, self.command, self.provided_content_length = b"200 OK", 200, "POST", "2"
+        self.provided_date, self.response_headers = None, []
+        self.sent: list[bytes] = []
+
+    def _sendall(self, data: Any) -> None:
+        self.sent.append(bytes(data))
+
+
+CLOCK = [1_000.0, 1_000.9, 1_001.0, 1_001.5, 999.99, 999.1, 5_000.0, 5_000.0]  # a second gone back among them
+
+
+def test_a_replys_date_is_the_clocks_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_write_whole takes the Date formatted for the clock's second without DATE.now()'s call while the second is
+    the one formatted: each reply's Date is the second's, as DATE.now() gives it, however the clock moves."""
+    readings = iter(CLOCK * 2)
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    monkeypatch.setattr(writing, "DATE", writing.HttpDate())
+    monkeypatch.setattr(time, "time", clock)  # the module's own clock (writing.py reads time.time)
+    for reading in readings:
+        now[0] = reading
+        reply = Whole()
+        reply._write_whole(b"{}")
+        (head,) = reply.sent
+        date = next(line for line in head.split(b"\r\n") if line.startswith(b"Date: "))
+        assert date == b"Date: " + format_date_time(int(reading))
+        assert writing.HttpDate().now() == format_date_time(int(reading))

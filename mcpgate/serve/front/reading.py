@@ -68,6 +68,8 @@ class TimedReader(io.RawIOBase):
         self.failed = False
         self.reason = "timed out"  # what a failed read says (an evicted connection's: refusals.EVICTED)
 
+    # within and pausing set the three fields a read's deadline is made of; the connection's keep-alive loop sets
+    # them itself as these do (connection.py: handle_one_request, body_read), a call less each on every request
     def within(self, seconds: float) -> None:
         self.pause, self.deadline, self.rate = None, time.monotonic() + seconds, 0.0
 

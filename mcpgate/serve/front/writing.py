@@ -270,8 +270,8 @@ class LeanWrites:
         self.headers_sent = True
         self.connection_upgraded = self.code == 101
         headers = self.response_headers
-        if self.provided_date is None:
-            headers.append((b"Date", DATE.now()))
+        if self.provided_date is None:  # DATE.now(), its call spared while the second is the one formatted
+            headers.append((b"Date", DATE._value if int(time.time()) == DATE._second else DATE.now()))
         if self.provided_content_length is None:
             headers.append((b"Content-Length", b"%d" % len(data)))
         if not data or self.command == "HEAD" or len(data) > JOINED:
