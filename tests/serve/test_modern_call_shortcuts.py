@@ -164,3 +164,28 @@ def routed(raw: bytes, shortcut: bool) -> tuple[Any, ...]:
 @pytest.mark.parametrize("raw", ANSWERS)
 def test_answer_routed_as_the_full_path(raw: bytes) -> None:
     assert routed(raw, shortcut=True) == routed(raw, shortcut=False)
+
+
+@pytest.mark.parametrize(("method", "params"), list(itertools.product(METHODS[:3], PARAMS)))
+def test_new_call_sets_every_member_as_call_init_does(method: str, params: Any) -> None:
+    """new_call sets a Call's members itself (no __init__): each of them is there, as Call(...) sets it."""
+    stream, responses, tools = Stream(LIMITS, expected=1), {"k": {"v": 1}}, None
+    made = new_call(request(method, params), "p", {"c": 1}, stream, bridged=True, input_responses=responses)
+    init = Call(
+        made.client_id,
+        made.minted,
+        made.method,
+        made.name,
+        stream,
+        "p",
+        {"c": 1},
+        made.log_level,
+        made.client_token,
+        True,
+        responses,
+        tools,
+    )
+    for member in Call.__slots__:
+        if member != "sent":  # the clock when each was made
+            assert getattr(made, member) == getattr(init, member), member  # (AttributeError: a member never set)
+    assert abs(made.sent - init.sent) < 60.0

@@ -148,20 +148,34 @@ def new_call(
             level, token = meta.get(_LOG_LEVEL), meta.get("progressToken")
     if token is not None and not jsonrpc.is_valid_id(token):  # as jsonrpc.progress_token
         token = None
-    return Call(
-        request.id,
-        f"mcpgate-{_next_minted()}",  # as mint()
-        method,
-        name if type(name) is str or isinstance(name, str) else None,
-        stream,
-        principal,
-        capabilities,
-        level if type(level) is str or isinstance(level, str) else None,
-        token,
-        bridged,
-        input_responses,
-        tools,
-    )
+    # Call(...)'s record, its members set here (no __init__ frame, no twelve arguments passed on to it)
+    call = _new(Call)
+    call.client_id = request.id
+    call.minted = f"mcpgate-{_next_minted()}"  # as mint()
+    call.method = method
+    call.name = name if type(name) is str or isinstance(name, str) else None
+    call.stream = stream
+    call.principal = principal
+    call.capabilities = capabilities
+    call.log_level = level if type(level) is str or isinstance(level, str) else None
+    call.client_token = token
+    call.minted_token = None
+    call.bridged = bridged
+    call.continuation = None
+    call.finished = False
+    call.waiting = None
+    call.waiting_bytes = 0
+    call.input_responses = input_responses
+    call.child = None
+    call.error_code = None
+    call.sent = _now()
+    call.tools = tools
+    call.task_id = None
+    call.audit = None
+    return call
+
+
+_new = object.__new__  # a Call without its __init__ (new_call sets every member)
 
 
 def to_client(call: Call, message: Notification) -> bool:

@@ -183,7 +183,8 @@ def start(
     if closing:
         raise shutting_down(message.id)
     bridged = message.method in modern.MRTR_METHODS
-    candidate = bridged and not _INPUT_CAPABILITIES.isdisjoint(capabilities)  # its client may be asked for input
+    # its client may be asked for input (a client declaring no capability, no set operation)
+    candidate = bridged and not _INPUT_CAPABILITIES.isdisjoint(capabilities) if capabilities else False
     child = holder or pool.acquire(principal, bridged=bridged, candidate=candidate)
     if state is not None and child.era is _LEGACY:  # a state the bridge did not seal (its own went above)
         raise pool.bridge.refusal(principal, message)
