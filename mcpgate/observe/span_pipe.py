@@ -327,12 +327,16 @@ class SpanPipe:
 
     def flush(self, whole: bool = True) -> None:
         while self.queue and self.queued >= (1 if whole else self.batch):
-            taken: list[tuple[Any, ...]] = []
-            spans = 0
-            while self.queue and spans < self.batch:
-                ended, count = self.queue.popleft()
-                taken.append(record(ended))
-                spans += count
+            if self.queued <= self.batch:  # the whole queue, one batch (as a batch that just filled wakes it)
+                taken = [record(ended) for ended, _ in self.queue]
+                spans = self.queued
+                self.queue.clear()
+            else:
+                taken, spans = [], 0
+                while self.queue and spans < self.batch:
+                    ended, count = self.queue.popleft()
+                    taken.append(record(ended))
+                    spans += count
             self.queued -= spans
             payload = marshal.dumps(taken)
             if not self.export.write(LENGTH.pack(len(payload)) + payload):

@@ -198,25 +198,8 @@ class Trace:
             self.steps.append((name, began, _time()))
 
     def end(self, environ: Mapping[str, Any], status: int, body: bytes | None) -> None:
-        """The request answered: queued for export when sampled (what span_pipe.SpanPipe.on_end does, done here)."""
-        if not self.opened and (self.sampled or not self.decided):
-            self.open(environ, None)
-        if not self.sampled:
-            return
-        self.end_at, self.status = _time(), status
-        if body:
-            parts = body.split(b'rror"')  # "error" and "isError" alike (one search, no arguments parsed)
-            # (tools/call's usual answer: one "isError", false, and no "error": as `marked` finds it)
-            if len(parts) > 1 and (len(parts) > 2 or parts[0][-4:] != b'"isE' or parts[1][:6] != b":false"):
-                self.marked(body)
-        pipe = TRACER
-        if pipe.stopped:
-            return
-        spans = 1 + len(self.steps) + (self.wait is not None) + (self.forward is not None)
-        pipe.queue.append((self, spans))
-        pipe.queued += spans
-        if pipe.queued >= pipe.full_at:
-            pipe.full()
+        """The request answered: queued for export when sampled (`finish`'s work, for a Trace of its own)."""
+        finish(environ, status, b"" if body is None else body, (), self)
 
     def marked(self, body: bytes) -> None:
         """Its error code and tool error, read from an answer holding "error" or "isError" (as error_code and
@@ -348,14 +331,37 @@ def forwarding(environ: Mapping[str, Any], headers: list[tuple[str, str]], body:
 
 
 def finish(
-    environ: dict[str, Any], status: int, body: bytes | Iterable[bytes], sent: Iterable[bytes]
+    environ: Mapping[str, Any],
+    status: int,
+    body: bytes | Iterable[bytes],
+    sent: Iterable[bytes],
+    trace: Trace | None = None,
 ) -> Iterable[bytes]:
-    """The response as the server sends it; the request's spans end now, or when a streamed body closes."""
-    trace: Trace = environ.pop(KEY)
-    if isinstance(body, bytes):
-        trace.end(environ, status, body)
+    """The response as the server sends it; the request's spans end now, or when a streamed body closes (Trace.end,
+    which gives `trace` where the environ holds none): its Trace queued for export when sampled, as
+    span_pipe.SpanPipe.on_end would queue it (one call for the request's end, not three)."""
+    ended: Trace = environ.pop(KEY) if trace is None else trace  # type: ignore[attr-defined]
+    if not isinstance(body, bytes):
+        return Ending(sent, lambda: ended.end(environ, status, None))
+    if not ended.opened and (ended.sampled or not ended.decided):
+        ended.open(environ, None)
+    if not ended.sampled:
         return sent
-    return Ending(sent, lambda: trace.end(environ, status, None))
+    ended.end_at, ended.status = _time(), status
+    if body:
+        parts = body.split(b'rror"')  # "error" and "isError" alike (one search, no arguments parsed)
+        # (tools/call's usual answer: one "isError", false, and no "error": as `marked` finds it)
+        if len(parts) > 1 and (len(parts) > 2 or parts[0][-4:] != b'"isE' or parts[1][:6] != b":false"):
+            ended.marked(body)
+    pipe = TRACER
+    if pipe.stopped:
+        return sent
+    spans = 1 + len(ended.steps) + (ended.wait is not None) + (ended.forward is not None)
+    pipe.queue.append((ended, spans))
+    pipe.queued += spans
+    if pipe.queued >= pipe.full_at:
+        pipe.full()
+    return sent
 
 
 def relayed(body: bytes | None, headers: Mapping[str, str], send: Callable[[Mapping[str, str]], Any]) -> Any:

@@ -203,3 +203,41 @@ def test_a_record_carries_every_field_the_export_reads() -> None:
     trace.forward = (b"\x03" * 8, 3, "a")
     got = Record(marshal.loads(marshal.dumps([record(trace)]))[0])
     assert {name: getattr(got, name) for name in RECORD} == {name: getattr(trace, name) for name in RECORD}
+
+
+FLUSHES = [  # OTEL_BSP_MAX_EXPORT_BATCH_SIZE, each queued request's spans, a whole flush (the schedule delay's)
+    (4, [2, 2], False),  # the whole queue one batch, as a batch that just filled wakes the flusher
+    (4, [2, 2, 2], False),  # a batch and a rest left for the next
+    (4, [2, 2, 2], True),
+    (4, [1, 3, 2], True),
+    (4, [3, 3, 3], False),  # a batch passes its size by its last request's spans
+    (5, [2, 2], False),  # not a batch yet: nothing goes
+    (5, [2, 2], True),
+    (4, [5, 1], True),
+    (4, [], True),
+]
+
+
+@pytest.mark.parametrize(("batch", "counts", "whole"), FLUSHES)
+def test_a_flush_writes_the_batches_of_its_queue(batch: int, counts: list[int], whole: bool, sink: Receiver) -> None:
+    """The batches a flush writes, each a frame of records in the queue's order: as taken one request at a time
+    while a batch holds fewer spans than its size (the whole queue at once when it is no more than one batch)."""
+    expected, left = [], list(counts)
+    while left and sum(left) >= (1 if whole else batch):
+        taken: list[int] = []
+        while left and sum(taken) < batch:
+            taken.append(left.pop(0))
+        expected.append(taken)
+    pipe = SpanPipe("flushes", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink.url, "OTEL_BSP_SCHEDULE_DELAY": "3600000"})
+    frames: list[bytes] = []
+    try:
+        pipe.batch = batch
+        pipe.export.write = lambda frame: frames.append(frame) is None  # type: ignore[method-assign]
+        for n, spans in enumerate(counts):
+            pipe.queue.append((ended(n), spans))  # (no wake: the flusher left asleep)
+            pipe.queued += spans
+        pipe.flush(whole)
+        got = [[counts[int.from_bytes(r[5], "big")] for r in marshal.loads(frame[4:])] for frame in frames]
+        assert got == expected and pipe.queued == sum(left) and [s for _, s in pipe.queue] == left
+    finally:
+        pipe.shutdown()

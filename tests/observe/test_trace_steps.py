@@ -132,3 +132,28 @@ def test_a_spans_end_reads_an_answer_as_answer_marks_does(
     assert trace.tool_error is (code is None and method == "tools/call" and tool_error(body))
     if method == "tools/call" and code is None:
         assert trace.tool_error is expected
+
+
+@pytest.mark.parametrize("way", ["bytes", "stream", "end"])
+def test_a_requests_end_queues_it_once_whichever_way_it_ends(way: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """finish with a whole body queues the Trace at once; with a streamed body, when the body closes; Trace.end (the
+    relay's way) as finish does: once, its status and spans counted, and a sampled Trace only."""
+    kept = Kept()
+    monkeypatch.setattr(tracing, "TRACER", kept)
+    answer = b'{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}'
+    for sampled in (True, False):
+        environ, trace = traced(True, sampled)
+        trace.opened, trace.what = True, ("tools/call", "echo", None, 1)
+        trace.took(tracing.GUARD, tracing.now())
+        if way == "end":
+            del environ[KEY]
+            trace.end(environ, 200, answer)
+        else:
+            sent = tracing.finish(environ, 200, answer if way == "bytes" else iter([answer]), [answer])
+            assert KEY not in environ
+            if way == "stream":
+                assert kept.queue == [] and list(sent) == [answer]
+                sent.close()  # type: ignore[attr-defined]
+        assert kept.queue == ([(trace, 2)] if sampled else [])
+        assert trace.status == (200 if sampled else 0) and trace.tool_error is (sampled and way != "stream")
+        kept.queue.clear()
