@@ -286,8 +286,8 @@ class SpanPipe:
         self.worker.start()
 
     def on_end(self, ended: Any, spans: int) -> None:
-        """A request's `spans` ended (on the request's greenlet: one append). tracing.Trace.end does the same itself
-        (no call for it): the queue, the count, `full` once a batch is queued."""
+        """A request's `spans` ended (on the request's greenlet: one append). tracing.finish does the same itself
+        (no call for it): the queue, the count, `full` once a batch is queued or the bound passed."""
         if self.stopped:
             return
         self.queue.append((ended, spans))

@@ -17,7 +17,7 @@ unsampled, only the context is passed on. Sampled: the start and end times of ea
 session or pool lookup, an MRTR round: the Trace times them itself, one at a time; their names and a step's `with`
 block: observe/trace_steps.py), the id and start of the wait for the child (the span named in the child's
 `_meta.traceparent`) and of a forward to another instance, the HTTP status; ids come from one os.urandom per
-IDS_DRAWN bytes. The ended Trace is queued whole (by Trace.end itself, as span_pipe.SpanPipe.on_end would) and
+IDS_DRAWN bytes. The ended Trace is queued whole (by `finish` itself, as span_pipe.SpanPipe.on_end would) and
 written to the export process as a record of its fields; there the other spans get their ids, the attributes
 are built and encoded to OTLP protobuf (observe/trace_spans.py, otlp_wire.py), per batch.
 
