@@ -11,7 +11,10 @@ import pytest
 
 from mcpgate.core import modern, wire
 from mcpgate.core.jsonrpc import Batch, Notification, Request
+from mcpgate.core.routing import DuplicateRequestId
+from mcpgate.core.sessions import SessionLimitReached
 from mcpgate.core.wire import environ_key
+from mcpgate.serve.errors import answered
 from mcpgate.serve.front import auth, checks
 from mcpgate.serve.front.context import CONTEXT, RequestContext, context
 from mcpgate.serve.front.http import HttpRequest, Refusal
@@ -177,3 +180,44 @@ def test_a_posts_items_are_batch_items(message: Any) -> None:
     session: Any = type("S", (), {"version": "2025-03-26"})()  # a revision that allows batches
     items = batch_items(session, message) if isinstance(message, Batch) else [message]
     assert items == batch_items(session, message)
+
+
+OUTCOMES: list[Any] = [
+    "served",
+    DuplicateRequestId(7),  # a domain exception: the table's refusal, with the parsed request's id
+    SessionLimitReached(2),
+    Refusal(406, -32600, "Not Acceptable"),  # raised as it is
+    ValueError("a bug"),  # not the table's: raised as it is
+]
+
+
+def outcome(call: Any, gw: Any, request: HttpRequest) -> Any:
+    try:
+        return ("answer", call(gw, request))
+    except Refusal as refused:
+        return ("refused", refused.status, refused.code, refused.message, refused.id, refused.data)
+    except Exception as exc:  # noqa: BLE001 -- compared as raised
+        return ("raised", exc)
+
+
+@pytest.mark.parametrize("result", OUTCOMES, ids=repr)
+@pytest.mark.parametrize("noted", [None, Request(3, "tools/call", {}, {})])
+def test_a_post_served_straight_is_handles(monkeypatch: pytest.MonkeyPatch, result: Any, noted: Any) -> None:
+    """The Endpoint sends a POST on an MCP path to streamable.handle_post (handle's frame spared): for whatever
+    post gives or raises, what comes out is what handle gives (the same table, the same id)."""
+    assert streamable.handle_post.__wrapped__ is streamable.post  # type: ignore[attr-defined]  # answered(post)
+    calls: list[tuple[Any, Any]] = []
+
+    def post(gw: Any, request: HttpRequest) -> Any:
+        calls.append((gw, request))
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    monkeypatch.setattr(streamable, "post", post)
+    handle_post = answered(streamable.post)  # made as the module makes it, around the stand-in
+    gw: Any = object()
+    environ = {"REQUEST_METHOD": "POST", CONTEXT: RequestContext(message=noted)}
+    request = HttpRequest(environ)
+    assert outcome(handle_post, gw, request) == outcome(streamable.handle, gw, request)
+    assert calls == [(gw, request), (gw, request)]

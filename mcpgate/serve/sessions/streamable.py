@@ -135,6 +135,9 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     return exchange(gw, session, batch_items(session, message) if isinstance(message, Batch) else [message], environ)
 
 
+handle_post = answered(post)  # handle's POST case itself, the table applied as to handle (serve/front/app.py)
+
+
 def era(message: Request | Notification, session_id: str | None, header: str | None) -> Era:
     """MODERN (2026-07-28) on positive evidence: its _meta (or method) says so, or it carries a modern
     MCP-Protocol-Version (`header`) and no session id (a modern client whose _meta is missing: the ladder says
