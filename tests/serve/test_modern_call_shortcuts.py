@@ -14,8 +14,12 @@ import pytest
 
 from mcpgate.core import jsonrpc, modern_rewrites, mrtr, wire
 from mcpgate.core.jsonrpc import Request
+from mcpgate.serve.front import auth
+from mcpgate.serve.front.context import CONTEXT, RequestContext
+from mcpgate.serve.front.reply import SOCKET, Client
 from mcpgate.serve.modern.calls import Call, new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
+from mcpgate.serve.modern.stateless import caller
 from mcpgate.serve.sessions.stream import Stream, StreamLimits
 from tests.security.test_modern_splice import pooled as splice_pooled
 
@@ -189,3 +193,27 @@ def test_new_call_sets_every_member_as_call_init_does(method: str, params: Any) 
         if member != "sent":  # the clock when each was made
             assert getattr(made, member) == getattr(init, member), member  # (AttributeError: a member never set)
     assert abs(made.sent - init.sent) < 60.0
+
+
+def _probe() -> bool:
+    return False
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},  # no context yet: one is made
+        {CONTEXT: RequestContext()},
+        {CONTEXT: RequestContext(principal="alice", peer_gone=_probe)},
+        {CONTEXT: RequestContext(principal=""), SOCKET: object()},
+        {CONTEXT: "not a context", SOCKET: None},
+    ],
+)
+def test_caller_reads_what_principal_and_client_of_read(environ: dict[str, Any]) -> None:
+    """stateless.caller: auth.principal's principal and Client.of's connection, the context read once."""
+    expected_principal = auth.principal(dict(environ))
+    expected = Client.of(dict(environ))
+    principal, client = caller(environ)
+    assert principal == expected_principal
+    assert (client._sock, client._probe, client.departed) == (expected._sock, expected._probe, expected.departed)
+    assert isinstance(environ[CONTEXT], RequestContext)  # made when missing, as context() makes it

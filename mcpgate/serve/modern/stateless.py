@@ -23,9 +23,10 @@ from mcpgate.core.jsonrpc import Notification, Request
 from mcpgate.core.tool_filter import ToolFilter, pinned
 from mcpgate.observe import audit, tracing
 from mcpgate.serve.errors import ShuttingDown
-from mcpgate.serve.front import auth
+from mcpgate.serve.front.auth import STATIC_PRINCIPAL
+from mcpgate.serve.front.context import CONTEXT, RequestContext, context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal, json_response
-from mcpgate.serve.front.reply import SSE_HEADERS, Client, Turn, answer_or_switch, events
+from mcpgate.serve.front.reply import SOCKET, SSE_HEADERS, Client, Turn, answer_or_switch, events
 from mcpgate.serve.modern import tasks
 from mcpgate.serve.modern.calls import new_call
 from mcpgate.serve.modern.listen import ListenHub
@@ -77,7 +78,8 @@ def post(gw: PublishedServer, request: HttpRequest, message: Request | Notificat
 def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpResponse:
     pool = gw.pool
     request_id = message.id
-    principal = who = auth.principal(request.environ)  # `who` for the audit; `principal` keys the pool
+    principal, client = caller(request.environ)
+    who = principal  # `who` for the audit; `principal` keys the pool
     s = gw.settings
     pins = gw.pins
     tools = ToolFilter.of(s.tools_allow, s.tools_deny, pins=pins) if s.tools_allow or s.tools_deny or pins else None
@@ -100,7 +102,6 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
             refuse_on(modern.check_param_headers(message, request.header, param_headers), request_id)  # the rest passed
         if notes.task_required:  # a legacy child's task-only tool
             tasks.refuse_untasked(notes, message)
-    client = Client.of(request.environ)
     method = message.method
     if method in _OWN_METHODS:  # (one test for the three kinds below: the usual call is none of them)
         if method == "server/discover":
@@ -125,6 +126,16 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     if audit.LOG is not None and call.audit is None and method in audit.NAMED:  # a retry's call has one
         call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
     return reply(gw, pool, call, client)
+
+
+def caller(environ: dict[str, Any]) -> tuple[str, Client]:
+    """(auth.principal(environ), Client.of(environ)): the request's context read once, in place (context() only to
+    make one)."""
+    noted = environ.get(CONTEXT)
+    if type(noted) is not RequestContext:
+        noted = context(environ)
+    principal = noted.principal
+    return principal if principal is not None else STATIC_PRINCIPAL, Client(environ.get(SOCKET), noted.peer_gone)
 
 
 def is_retry(message: Request) -> bool:
