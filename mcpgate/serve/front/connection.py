@@ -198,7 +198,10 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
                 head = self.read_head(line)
             except Exception as ex:  # noqa: BLE001 -- as pywsgi: any failure to read a head is the client's 400
                 return self._handle_client_error(ex)  # type: ignore[no-any-return]
-        self.take(head)
+        # the request being answered is `head`'s: pywsgi's attributes, which its handler and the access log read
+        self.head, self.requestline, self.headers = head, head.requestline, head.headers
+        self.command, self.path, self.request_version = head.line.method, head.path, head.line.version
+        self.content_length, self.close_connection = head.length, head.close
         self.environ = self.get_environ()
         self.handle_one_response()
         if self.close_connection or reader.shut:
@@ -234,12 +237,6 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.command, self.path, self.request_version = line
         self.headers = self.MessageClass(self.rfile, 0)
         return checked(raw_requestline, line, self.headers)
-
-    def take(self, head: Head) -> None:
-        """The request being answered is `head`'s (pywsgi's attributes, which its handler and the access log read)."""
-        self.head, self.requestline, self.headers = head, head.requestline, head.headers
-        self.command, self.path, self.request_version = head.line.method, head.path, head.line.version
-        self.content_length, self.close_connection = head.length, head.close
 
     def MessageClass(self, fp: BinaryIO, *args: Any) -> RequestHeaders:  # pywsgi names it so
         try:
