@@ -217,3 +217,23 @@ def test_caller_reads_what_principal_and_client_of_read(environ: dict[str, Any])
     assert principal == expected_principal
     assert (client._sock, client._probe, client.departed) == (expected._sock, expected._probe, expected.departed)
     assert isinstance(environ[CONTEXT], RequestContext)  # made when missing, as context() makes it
+
+
+TEXT_IDS = ["a", "req-1", "", "caf\u00e9 \U0001f600", 'q"uote\\back/slash', "\x00\x1f\n\t\x7f\u2028", "lone\ud800", "7"]
+
+
+@pytest.mark.parametrize("client_id", TEXT_IDS)
+def test_a_spliced_answer_names_a_text_id_as_json_writes_it(client_id: str) -> None:
+    """A result spliced for a client whose id is a text: the id's bytes are json's (msgspec's, or json's own for a
+    lone surrogate, which msgspec refuses)."""
+    child, _pipe = pooled(Era.LEGACY)
+    message = jsonrpc.parse(json.dumps({"jsonrpc": "2.0", "id": client_id, "method": "tools/call"}).encode())
+    assert isinstance(message, Request)
+    call = new_call(message, "static", {}, Stream(LIMITS, expected=1))
+    assert child.start_call(message, call)
+    answer = b'{"jsonrpc":"2.0","id":"%s","result":{"content":[]}}' % call.minted.encode()
+    child._on_message(jsonrpc.parse_line(answer))
+    data = call.stream.next(0).data  # type: ignore[union-attr]
+    head = b'{"jsonrpc":"2.0","id":' + jsonrpc.encode(client_id) + b',"result":{"content":[]'
+    assert data.startswith(head), data
+    assert json.loads(data)["id"] == client_id

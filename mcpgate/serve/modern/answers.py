@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from mcpgate.core import json_extent, jsonrpc, modern_rewrites, mrtr, tasks
 from mcpgate.core.jsonrpc import Response
 from mcpgate.core.tool_filter import ToolFilter
@@ -47,6 +49,7 @@ _TAIL = re.compile(rb"[ \t\n\r]*\}[ \t\n\r]*")  # what follows the result of an 
 # minimum): a step costs about a microsecond, decoding an answer of dense small tokens 15-20 ns a
 # byte, so a walk given up at its bound wasted a fifth of what the decoding costs at most.
 _BYTES_A_STEP, _STEPS_AT_LEAST = 256, 1024
+_FAST_TEXT = msgspec.json.Encoder().encode  # a text id, encoded as json's encoder writes it
 NOT_JSON = "Bad Gateway: the MCP server's answer could not be read as JSON (not JSON, or nested too deep)"
 UNCARRIED = "Bad Gateway: the MCP server's requestState or task id cannot be passed on (not a string, or too long)"
 
@@ -141,7 +144,13 @@ class Answers:
             stamp = modern_rewrites.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=server_info)
             members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
         client_id = call.client_id
-        encoded_id = str(client_id).encode() if isinstance(client_id, int) else jsonrpc.encode(client_id)
+        if isinstance(client_id, int):
+            encoded_id = str(client_id).encode()
+        else:  # a text id: msgspec writes every code point as json's encoder does (a lone surrogate it refuses)
+            try:
+                encoded_id = _FAST_TEXT(client_id)
+            except ValueError:
+                encoded_id = jsonrpc.encode(client_id)  # json's ASCII escapes
         if raw[start + 1] in _EMPTY_NEXT and _EMPTY.fullmatch(raw, start, end):  # no member of its own
             return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":{', members, b"}}"))
         # its bytes copied once, into the answer (a small result's slice costs less than a view's)
