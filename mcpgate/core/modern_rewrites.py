@@ -5,8 +5,9 @@ anything returns a new object).
 Towards a child:
   - legacy_params: a legacy (2025) child's params are the client's without the per-request protocol fields of
     _meta (REQUEST_META_KEYS); progressToken and any other _meta key stay, an _meta left empty goes.
-  - child_request: the bytes of the request the gateway sends under an id it minted, exactly what
-    jsonrpc.encode makes of the whole message.
+  - child_request: the bytes of the request the gateway sends under an id it minted, what jsonrpc.encode makes
+    of the whole message (given a fast encoder for the params, the same JSON: a float may be written in another
+    exponent form, 1e16 for 1e+16).
 
 Back to the client:
   - stamp_result: a result with what a 2026-07-28 result must or should carry (resultType; a CACHEABLE method's
