@@ -96,6 +96,9 @@ VAULT_ALWAYS = {"mcpgate.serve.vault", "mcpgate.serve.vault.errors"}
 FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 # the OAuth modes' modules: only the mode's dispatcher (oauth/setup.py, standard library only) is always there
 OAUTH_ALWAYS = {"mcpgate.serve.oauth", "mcpgate.serve.oauth.setup"}
+# standard-library modules a plain gateway's processes do without: difflib only names the setting nearest to a
+# mistyped MCPGATE_ variable (config/declarations.unknown_variables)
+STDLIB_UNUSED = ("difflib",)
 # the master checks the configuration and starts the worker: none of the app's libraries, nor gevent (the worker
 # class it loads is a stand-in: serve/front/lazy_worker.py)
 MASTER_NEVER = (
@@ -158,7 +161,7 @@ def test_a_plain_worker_holds_no_feature_module(plain: tuple[Gateway, Path]) -> 
         assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
     oauth = of(modules, "mcpgate.serve.oauth") - OAUTH_ALWAYS
     assert not oauth, f"OAuth modules in a plain worker: {sorted(oauth)}"
-    for package in (*FLEET_ONLY, *NEW_FEATURES):
+    for package in (*FLEET_ONLY, *NEW_FEATURES, *STDLIB_UNUSED):
         assert not of(modules, package), f"{package} in a plain worker: {sorted(of(modules, package))[:5]}"
 
 
@@ -174,7 +177,7 @@ def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, P
     _, out = plain
     modules = set(Path(f"{out}.master").read_text().split())  # written before the worker was started
     assert "mcpgate.gunicorn_config" in modules
-    for package in (*MASTER_NEVER, *NEW_FEATURES, *MASTER_NOT_SERVING, *CONFIGURED_ONLY, *FLEET_ONLY):
+    for package in (*MASTER_NEVER, *NEW_FEATURES, *MASTER_NOT_SERVING, *CONFIGURED_ONLY, *FLEET_ONLY, *STDLIB_UNUSED):
         assert not of(modules, package), f"{package} in the master: {sorted(of(modules, package))[:5]}"
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import json
 import os
 from collections.abc import Callable, Collection, Mapping
@@ -168,10 +167,15 @@ def load(cls: type[S], environ: Mapping[str, str] | None = None, **overrides: An
 def unknown_variables(environ: Mapping[str, str], known: Collection[str], prefix: str) -> list[str]:
     """One line per variable named like a setting (it starts with `prefix`) that no declaration reads, with the
     nearest known name when one is close: a mistyped setting is otherwise silently ignored."""
-    lines = []
+    lines: list[str] = []
+    names = sorted(name for name in environ if name.startswith(prefix) and name not in known)
+    if not names:
+        return lines
+    import difflib  # only for a name that is no setting: every gunicorn master asks, and difflib is 140 KB
+
     # compared without the prefix, which every candidate shares (PORT and REDIS_URL, which lack it, as they are)
     by_stem = {name.removeprefix(prefix): name for name in known}
-    for name in sorted(name for name in environ if name.startswith(prefix) and name not in known):
+    for name in names:
         near = difflib.get_close_matches(name.removeprefix(prefix), sorted(by_stem), n=1)
         lines.append(f"{name} is not a setting" + (f" (did you mean {by_stem[near[0]]}?)" if near else ""))
     return lines
