@@ -96,9 +96,10 @@ VAULT_ALWAYS = {"mcpgate.serve.vault", "mcpgate.serve.vault.errors"}
 FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 # the OAuth modes' modules: only the mode's dispatcher (oauth/setup.py, standard library only) is always there
 OAUTH_ALWAYS = {"mcpgate.serve.oauth", "mcpgate.serve.oauth.setup"}
-# standard-library modules a plain gateway's processes do without: difflib only names the setting nearest to a
-# mistyped MCPGATE_ variable (config/declarations.unknown_variables)
-STDLIB_UNUSED = ("difflib",)
+# modules a plain gateway's processes do without: difflib only names the setting nearest to a mistyped MCPGATE_
+# variable (config/declarations.unknown_variables); typing_extensions only serves msgspec's typed decoding, which
+# the gateway never asks for (mcpgate/fast_json.py loads msgspec without it)
+STDLIB_UNUSED = ("difflib", "typing_extensions")
 # the master checks the configuration and starts the worker: none of the app's libraries, nor gevent (the worker
 # class it loads is a stand-in: serve/front/lazy_worker.py)
 MASTER_NEVER = (
