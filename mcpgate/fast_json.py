@@ -20,13 +20,19 @@ from mcpgate.core import jsonrpc
 
 
 def _import_msgspec() -> ModuleType:
-    """msgspec, loaded (if it is not yet) with typing_extensions held out of its import alone."""
+    """msgspec, loaded (if it is not yet) with typing_extensions held out of its import alone; a msgspec that
+    cannot load without it (a later release) is loaded again with it, so the gateway starts either way."""
     if "msgspec" in sys.modules or "typing_extensions" in sys.modules:
         import msgspec
 
         return msgspec
     sys.modules["typing_extensions"] = None  # type: ignore[assignment]  # an import of it raises ImportError
     try:
+        import msgspec
+    except ImportError:
+        for name in [name for name in sys.modules if name == "msgspec" or name.startswith("msgspec.")]:
+            del sys.modules[name]
+        del sys.modules["typing_extensions"]
         import msgspec
     finally:
         if sys.modules.get("typing_extensions", ModuleType("absent")) is None:

@@ -51,3 +51,31 @@ def test_installed_decoder_keeps_json_verdicts() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+LOADS = {  # a msgspec's own import: what it needs of typing_extensions -> loaded, and typing_extensions with it
+    "tolerates its absence (msgspec's own way)": (
+        "try:\n    import typing_extensions\nexcept ImportError:\n    pass\n",
+        False,
+    ),
+    "needs it (a later release, say)": ("import typing_extensions\n", True),
+}
+
+
+@pytest.mark.parametrize("case", LOADS)
+def test_msgspec_loads_with_or_without_typing_extensions(case: str, tmp_path: Path) -> None:
+    """fast_json holds typing_extensions out of msgspec's import; a msgspec that cannot load without it is loaded
+    again with it, so the gateway starts either way (a stand-in package on the path first plays msgspec)."""
+    source, kept = LOADS[case]
+    package = tmp_path / "msgspec"
+    package.mkdir()
+    (package / "__init__.py").write_text(f"{source}from msgspec import json\n")
+    (package / "json.py").write_text("LOADED = True\n")
+    code = (
+        "import sys; from mcpgate import fast_json; assert fast_json.msgspec.json.LOADED; "
+        "print('typing_extensions' in sys.modules and sys.modules['typing_extensions'] is not None)"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(kept)

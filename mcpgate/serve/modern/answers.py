@@ -22,11 +22,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from mcpgate.core import json_extent, jsonrpc, modern_rewrites, mrtr, tasks
 from mcpgate.core.jsonrpc import Response
 from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.fast_json import msgspec  # loaded its way: fast_json says how
 from mcpgate.serve.modern.calls import Call
 
 log = logging.getLogger("mcpgate.pool")

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
-import msgspec
 
 from mcpgate import __version__
 from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern_rewrites, mrtr, versions, wire
 from mcpgate.core.capabilities import INPUT_METHODS
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
+from mcpgate.fast_json import msgspec  # loaded its way: fast_json says how
 from mcpgate.observe import audit
 from mcpgate.serve.modern import calls, era_probe
 from mcpgate.serve.modern.answers import Answers

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.event import AsyncResult
 
-from mcpgate import fast_json  # noqa: F401  # msgspec loaded its way (no typing_extensions) before the pool's import
 from mcpgate.child.limits import ChildLimits
 from mcpgate.child.process import ChildProcess
 from mcpgate.child.spawn import ChildSpawnError, child_environment, child_user, resolve_executable, split_command
