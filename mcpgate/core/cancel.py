@@ -17,37 +17,39 @@ class CancelTracker:
             raise ValueError("ttl and max_entries must be positive")
         self.ttl = ttl
         self.max_entries = max_entries
-        self._deadlines: OrderedDict[Hashable, float] = OrderedDict()
+        # each cancelled key's deadline, oldest first: read it (empty: nothing is cancelled), change it through the
+        # methods
+        self.deadlines: OrderedDict[Hashable, float] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._deadlines)
+        return len(self.deadlines)
 
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._deadlines
+        return key in self.deadlines
 
     def cancel(self, key: Hashable, now: float) -> None:
         """Record that the request with this key was cancelled at `now`."""
         self.expire(now)
-        self._deadlines.pop(key, None)
-        self._deadlines[key] = now + self.ttl
-        while len(self._deadlines) > self.max_entries:
-            self._deadlines.popitem(last=False)
+        self.deadlines.pop(key, None)
+        self.deadlines[key] = now + self.ttl
+        while len(self.deadlines) > self.max_entries:
+            self.deadlines.popitem(last=False)
 
     def drop_late(self, key: Hashable, now: float) -> bool:
         """True when a response with this key answers a cancelled request and must be dropped.
 
         The entry is consumed: a request is answered at most once.
         """
-        deadline = self._deadlines.pop(key, None)
+        deadline = self.deadlines.pop(key, None)
         return deadline is not None and deadline > now
 
     def forget(self, key: Hashable) -> None:
-        self._deadlines.pop(key, None)
+        self.deadlines.pop(key, None)
 
     def expire(self, now: float) -> None:
         """Forget entries whose time is up (insertion order is deadline order)."""
-        while self._deadlines:
-            key, deadline = next(iter(self._deadlines.items()))
+        while self.deadlines:
+            key, deadline = next(iter(self.deadlines.items()))
             if deadline > now:
                 break
-            del self._deadlines[key]
+            del self.deadlines[key]

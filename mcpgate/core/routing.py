@@ -87,7 +87,9 @@ class Router(Generic[S]):
                 self._progress[token_key] = stream
                 self._tokens[key] = token_key
         self._in_flight[key] = _new_tuple(Route, (stream, "", True))  # Route(stream, "", True) without its __new__
-        self.cancelled.forget(key)
+        cancelled = self.cancelled
+        if cancelled.deadlines:  # else nothing is cancelled (nearly always): forget's call spared
+            cancelled.forget(key)
 
     def open_stream(self, stream: S) -> None:
         self._open[stream] = None

@@ -88,3 +88,23 @@ def test_a_token_reused_while_in_flight_stays_with_its_first_request_and_goes_wi
     assert progress_target(router, "t") == "c"
     assert router.abandon_all() == [(3, "c")]
     assert progress_target(router, "t") is DROP and router._tokens == {}
+
+
+CANCELLED: list[list[Id]] = [[], [1], ["1"], [2, 1, "x"], [3]]
+
+
+@pytest.mark.parametrize("cancelled", CANCELLED)
+@pytest.mark.parametrize("request_id", [1, "1", 3])
+def test_a_request_sent_forgets_its_cancelled_key_as_forget_does(cancelled: list[Id], request_id: Id) -> None:
+    """open_request calls forget only when something is cancelled: what is left cancelled equals forget's, in order,
+    and a response to the request routes to its stream either way."""
+    tracker, general = CancelTracker(), CancelTracker()
+    for n, cancelled_id in enumerate(cancelled):
+        tracker.cancel(id_key(cancelled_id), float(n))
+        general.cancel(id_key(cancelled_id), float(n))
+    router: Router[str] = Router(tracker)
+    router.open_request(make(request_id, None), "s")
+    general.forget(id_key(request_id))
+    assert list(tracker.deadlines.items()) == list(general.deadlines.items())
+    response = Response(request_id, {"jsonrpc": "2.0", "id": request_id, "result": {}})
+    assert router.route(response, 0.0) == Route("s", done=True)
