@@ -11,9 +11,10 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.framing import LineDecoder
 from mcpgate.core.routing import DuplicateRequestId
 from mcpgate.core.tool_filter import ToolFilter
+from mcpgate.serve.front import reply
 from mcpgate.serve.sessions.session import Session
 from mcpgate.serve.sessions.spec import ChildSpec
-from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
+from mcpgate.serve.sessions.stream import END, Delivery, Stream, StreamLimits
 
 LIMITS = StreamLimits(100, 1 << 20, 0.1, 10, 1 << 16)
 
@@ -140,3 +141,87 @@ def test_one_request_registers_as_any_number_does(body: bytes, filtered: bool, t
             results.append(("refused", state(live)))
     assert all(result == results[-1] for result in results), results
     assert results[0][0] == ("refused" if taken else "opened")
+
+
+# -- answer_or_switch waits in its own frame: the same as next_within's wait, response after response ---------------
+
+
+def general_answer_or_switch(
+    stream: Stream, within: float, client: Any = None, early: tuple[Delivery, ...] = ()
+) -> Any:
+    """answer_or_switch as it was, a next_within call for each response."""
+    collected = list(early)
+    while stream.expected > 0:
+        item = reply.next_within(stream, within, client)
+        if isinstance(item, Delivery) and item.done:
+            collected.append(item)
+            stream.expected -= 1
+            continue
+        if isinstance(item, Delivery):
+            collected.append(item)
+        stream.expected += sum(1 for taken in collected if taken.done)
+        stream.requeue(collected)
+        return reply.Turn.SSE if isinstance(item, Delivery) else reply.Turn.GONE if item is END else item
+    return collected
+
+
+REPLIES: list[tuple[str, int, list[tuple[bytes, bool]], str, float, bool | None, bool]] = [
+    # (name, owed, delivered (data, done), then: "" / "end" / "close", within, client gone (None: no client), early)
+    ("one answer", 1, [(b"a", True)], "", 0.0, None, False),
+    ("two answers", 2, [(b"a", True), (b"b", True)], "", 0.0, None, False),
+    ("answers and early", 2, [(b"a", True), (b"b", True)], "", 0.0, False, True),
+    ("progress first", 1, [(b"p", False), (b"a", True)], "", 0.0, None, False),
+    ("answer then progress", 2, [(b"a", True), (b"p", False)], "", 0.0, None, True),
+    ("nothing within", 1, [], "", 0.0, None, False),
+    ("nothing within, a client there", 1, [], "", 0.0, False, False),
+    ("one of two within", 2, [(b"a", True)], "", 0.0, False, False),
+    ("ended", 1, [], "end", 5.0, None, False),
+    ("closed after an answer", 2, [(b"a", True)], "close", 5.0, None, False),
+    ("client gone", 1, [], "", 5.0, True, False),
+    ("client gone after an answer", 2, [(b"a", True)], "", 5.0, True, True),
+    ("owes nothing", 0, [(b"a", True)], "", 0.0, None, True),
+]
+
+
+def reply_stream(owed: int, delivered: list[tuple[bytes, bool]], then: str) -> Stream:
+    stream = Stream(LIMITS, owed)
+    for data, done in delivered:
+        assert stream.deliver(data, done)
+    if then == "end":
+        stream.end()
+    elif then == "close":
+        stream.close()
+    return stream
+
+
+def drained(stream: Stream) -> list[Any]:
+    stream.end()
+    out: list[Any] = []
+    while (item := stream.next(0)) is not None and item is not END:
+        out.append(item)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("owed", "delivered", "then", "within", "gone", "early"),
+    [case[1:] for case in REPLIES],
+    ids=[case[0] for case in REPLIES],
+)
+def test_answer_or_switch_waits_as_next_within_does(
+    monkeypatch: pytest.MonkeyPatch,
+    owed: int,
+    delivered: list[tuple[bytes, bool]],
+    then: str,
+    within: float,
+    gone: bool | None,
+    early: bool,
+) -> None:
+    monkeypatch.setattr(reply, "TICK", 0.01)  # a gone client is seen at the first probe, both ways
+    seen: list[Any] = []
+    for way in (reply.answer_or_switch, general_answer_or_switch):
+        stream = reply_stream(owed, delivered, then)
+        client = None if gone is None else reply.Client(probe=lambda gone=gone: gone)
+        given = (Delivery(b"early", True),) if early else ()
+        answer = way(stream, within, client, given)
+        seen.append((answer, stream.expected, drained(stream)))
+    assert seen[0] == seen[1]

@@ -172,7 +172,8 @@ class Client:
 
 
 def next_within(stream: Stream, within: float, client: Client | None) -> Delivery | End | Turn:
-    """The stream's next message, END, Turn.SSE when `within` passes first, Turn.GONE when the client leaves."""
+    """The stream's next message, END, Turn.SSE when `within` passes first, Turn.GONE when the client leaves (what
+    answer_or_switch does in its own frame for each response it waits for)."""
     deadline = time.monotonic() + within
     while True:
         left = deadline - time.monotonic()
@@ -192,8 +193,21 @@ def answer_or_switch(
     `early` first: answers the gateway gave itself); otherwise what was taken goes back in front of the stream,
     the owed count with it, and the Turn says how the reply goes on."""
     collected = list(early)
+    item: Delivery | End | Turn | None
     while stream.expected > 0:
-        item = next_within(stream, within, client)
+        # next_within(stream, within, client), in this frame: a call fewer a reply
+        deadline = time.monotonic() + within
+        while True:
+            left = deadline - time.monotonic()
+            item = stream.next(max(0.0, left) if client is None else max(0.0, min(TICK, left)))
+            if item is not None:
+                break
+            if client is not None and client.gone():
+                item = Turn.GONE
+                break
+            if left <= 0:
+                item = Turn.SSE
+                break
         if isinstance(item, Delivery) and item.done:
             collected.append(item)
             stream.expected -= 1
