@@ -92,7 +92,9 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         super().__init__(sock, address, server, rfile=io.BufferedReader(self.reader, READ_BUFFER))
         self.limits: Limits = server.limits
         self.requests = 0
-        self.peer_gone = functools.partial(peer_gone, sock)  # every request's probe of this connection
+        # every request's probe of this connection (a plain socket's keeps its poll object; a TLS socket's makes one)
+        raw = self.raw
+        self.peer_gone = functools.partial(peer_gone, sock) if raw is None else functools.partial(peer_polled, raw, [])
         self.logged: bool = server.access_logged
         self.application = server.application
         self.head: Head | None = None  # the request being answered
@@ -355,6 +357,25 @@ def peer_gone(sock: socket.socket) -> bool:
         probe = _poll()
         probe.register(sock.fileno(), select.POLLIN)
         return bool(probe.poll(0)) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+_PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
+
+
+def peer_polled(raw: Any, pollers: list[Any]) -> bool:
+    """peer_gone's verdict for a plain socket, read on its own socket object (never gevent's, which would wait) with
+    the one poll object its connection keeps in `pollers` (made at its first probe): a poll system call, and a peek
+    only when that reads as ready. (A lone non-blocking peek costs more: an open, quiet connection's raises.)"""
+    try:
+        if raw.fileno() < 0:  # closed: its descriptor's number may be another connection's by now
+            return True
+        if not pollers:
+            poller = _poll()
+            poller.register(raw.fileno(), select.POLLIN)
+            pollers.append(poller)
+        return bool(pollers[0].poll(0)) and raw.recv(1, _PEEK) == b""
     except (OSError, ValueError):
         return True
 
