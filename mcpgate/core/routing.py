@@ -65,7 +65,8 @@ class Router(Generic[S]):
         self._in_flight: dict[IdKey, Route[S]] = {}
         self._tokens: dict[IdKey, IdKey] = {}  # the progress token of each request in flight that routes one
         self._progress: dict[IdKey, S] = {}
-        self._open: dict[S, None] = {}  # request streams still open, oldest first
+        # request streams still open, oldest first (a session's open_stream adds its stream here itself)
+        self.open_streams: dict[S, None] = {}
         self.get_stream: S | None = None
 
     @property
@@ -92,10 +93,10 @@ class Router(Generic[S]):
             cancelled.forget(key)
 
     def open_stream(self, stream: S) -> None:
-        self._open[stream] = None
+        self.open_streams[stream] = None
 
     def close_stream(self, stream: S) -> None:
-        self._open.pop(stream, None)
+        self.open_streams.pop(stream, None)
         get = self.get_stream
         if get is not None and (get is stream or get == stream):
             self.get_stream = None
@@ -126,8 +127,8 @@ class Router(Generic[S]):
         """The stream for messages that belong to no request: GET, else the newest open request stream."""
         if self.get_stream is not None:
             return self.get_stream
-        if self._open:
-            return next(reversed(self._open))
+        if self.open_streams:
+            return next(reversed(self.open_streams))
         return BUFFER
 
     def cancel(self, request_id: Id, now: float) -> S | None:

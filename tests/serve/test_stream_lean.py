@@ -225,3 +225,40 @@ def test_answer_or_switch_waits_as_next_within_does(
         answer = way(stream, within, client, given)
         seen.append((answer, stream.expected, drained(stream)))
     assert seen[0] == seen[1]
+
+
+# -- a session's open_stream opens its stream in the router itself: as Router.open_stream does ----------------------
+
+STEPS: list[list[tuple[str, int]]] = [
+    [("open", 0)],
+    [("open", 0), ("open", 1)],
+    [("open", 0), ("open", 1), ("close", 1)],
+    [("open", 0), ("open", 1), ("close", 0), ("open", 2)],
+    [("open", 0), ("close", 0)],
+    [("open", 0), ("close", 0), ("open", 1), ("close", 1)],
+]
+
+
+@pytest.mark.parametrize("steps", STEPS)
+def test_a_session_opens_its_stream_in_the_router_as_open_stream_does(steps: list[tuple[str, int]]) -> None:
+    """After the same opens and closes, the router's open streams (oldest first) and the target of a message for no
+    request are the same, whichever way each stream was opened."""
+    seen: list[Any] = []
+    for shortcut in (True, False):
+        live = session()
+        streams: dict[int, Stream] = {}
+        for step, n in steps:
+            if step == "close":
+                live.close_stream(streams[n])
+                continue
+            request = jsonrpc.Request(n, "tools/call", None, {"jsonrpc": "2.0", "id": n, "method": "tools/call"})
+            if shortcut:
+                streams[n] = live.open_stream([request])
+            else:
+                streams[n] = stream = Stream(LIMITS, 1)
+                live.add_requests([request], stream)
+                live.router.open_stream(stream)
+        order = {id(stream): n for n, stream in streams.items()}
+        target = live.router.general_target()
+        seen.append(([order[id(s)] for s in live.router.open_streams], order.get(id(target), target)))
+    assert seen[0] == seen[1]

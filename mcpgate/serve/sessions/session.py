@@ -189,7 +189,7 @@ class Session:
                 audit.LOG.opened(self, pending)
         else:
             self.add_requests(pending, stream)
-        self.router.open_stream(stream)
+        self.router.open_streams[stream] = None  # Router.open_stream, without its call
         if self.held.messages:
             self.held.flush_to(stream)
         return stream
