@@ -227,7 +227,7 @@ def test_answer_or_switch_waits_as_next_within_does(
     assert seen[0] == seen[1]
 
 
-# -- a session's open_stream opens its stream in the router itself: as Router.open_stream does ----------------------
+# -- a session's open_stream and close_stream do the router's part themselves: as Router.open_stream and close_stream
 
 STEPS: list[list[tuple[str, int]]] = [
     [("open", 0)],
@@ -236,29 +236,40 @@ STEPS: list[list[tuple[str, int]]] = [
     [("open", 0), ("open", 1), ("close", 0), ("open", 2)],
     [("open", 0), ("close", 0)],
     [("open", 0), ("close", 0), ("open", 1), ("close", 1)],
+    [("get", 9), ("open", 0), ("close", 9)],
+    [("get", 9), ("open", 0), ("close", 0)],
+    [("open", 0), ("get", 9), ("close", 0), ("close", 9), ("open", 1)],
 ]
 
 
 @pytest.mark.parametrize("steps", STEPS)
-def test_a_session_opens_its_stream_in_the_router_as_open_stream_does(steps: list[tuple[str, int]]) -> None:
-    """After the same opens and closes, the router's open streams (oldest first) and the target of a message for no
-    request are the same, whichever way each stream was opened."""
+def test_a_session_opens_and_closes_its_stream_in_the_router_as_the_router_does(steps: list[tuple[str, int]]) -> None:
+    """After the same opens and closes, the router's open streams (oldest first), its GET stream and the target of a
+    message for no request are the same, whichever way each stream was opened and closed."""
     seen: list[Any] = []
     for shortcut in (True, False):
         live = session()
         streams: dict[int, Stream] = {}
         for step, n in steps:
-            if step == "close":
+            if step == "get":
+                streams[n] = live.open_get_stream()  # type: ignore[assignment]
+            elif step == "close" and shortcut:
                 live.close_stream(streams[n])
-                continue
-            request = jsonrpc.Request(n, "tools/call", None, {"jsonrpc": "2.0", "id": n, "method": "tools/call"})
-            if shortcut:
-                streams[n] = live.open_stream([request])
+            elif step == "close":
+                streams[n].close()
+                live.router.close_stream(streams[n])
+            elif shortcut:
+                streams[n] = live.open_stream([request_of(n)])
             else:
                 streams[n] = stream = Stream(LIMITS, 1)
-                live.add_requests([request], stream)
+                live.add_requests([request_of(n)], stream)
                 live.router.open_stream(stream)
         order = {id(stream): n for n, stream in streams.items()}
-        target = live.router.general_target()
-        seen.append(([order[id(s)] for s in live.router.open_streams], order.get(id(target), target)))
+        router = live.router
+        named = [order.get(id(target), target) for target in (router.get_stream, router.general_target())]
+        seen.append(([order[id(s)] for s in router.open_streams], named))
     assert seen[0] == seen[1]
+
+
+def request_of(n: int) -> jsonrpc.Request:
+    return jsonrpc.Request(n, "tools/call", None, {"jsonrpc": "2.0", "id": n, "method": "tools/call"})

@@ -263,7 +263,11 @@ class Session:
     def close_stream(self, stream: Stream) -> None:
         """The stream is done for good: nothing more goes to it and it cannot be resumed."""
         stream.close()
-        self.router.close_stream(stream)
+        router = self.router  # Router.close_stream, without its call:
+        router.open_streams.pop(stream, None)
+        get = router.get_stream
+        if get is not None and (get is stream or get == stream):
+            router.get_stream = None
         if stream.number and self._resumable.get(stream.number) is stream:  # 0: never resumable
             del self._resumable[stream.number]
 
