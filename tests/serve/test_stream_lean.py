@@ -3,6 +3,7 @@ with it, and the bytes a session passes on for a message equal what jsonrpc.raw_
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -146,13 +147,27 @@ def test_one_request_registers_as_any_number_does(body: bytes, filtered: bool, t
 # -- answer_or_switch waits in its own frame: the same as next_within's wait, response after response ---------------
 
 
+def next_within(stream: Stream, within: float, client: Any) -> Any:
+    """The wait answer_or_switch made a call for each response, before it waited in its own frame."""
+    deadline = time.monotonic() + within
+    while True:
+        left = deadline - time.monotonic()
+        item = stream.next(max(0.0, left) if client is None else max(0.0, min(reply.TICK, left)))
+        if item is not None:
+            return item
+        if client is not None and client.gone():
+            return reply.Turn.GONE
+        if left <= 0:
+            return reply.Turn.SSE
+
+
 def general_answer_or_switch(
     stream: Stream, within: float, client: Any = None, early: tuple[Delivery, ...] = ()
 ) -> Any:
     """answer_or_switch as it was, a next_within call for each response."""
     collected = list(early)
     while stream.expected > 0:
-        item = reply.next_within(stream, within, client)
+        item = next_within(stream, within, client)
         if isinstance(item, Delivery) and item.done:
             collected.append(item)
             stream.expected -= 1

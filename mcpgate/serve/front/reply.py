@@ -171,21 +171,6 @@ class Client:
             watch.stop(self._left)
 
 
-def next_within(stream: Stream, within: float, client: Client | None) -> Delivery | End | Turn:
-    """The stream's next message, END, Turn.SSE when `within` passes first, Turn.GONE when the client leaves (what
-    answer_or_switch does in its own frame for each response it waits for)."""
-    deadline = time.monotonic() + within
-    while True:
-        left = deadline - time.monotonic()
-        item = stream.next(max(0.0, left) if client is None else max(0.0, min(TICK, left)))
-        if item is not None:
-            return item
-        if client is not None and client.gone():
-            return Turn.GONE
-        if left <= 0:
-            return Turn.SSE
-
-
 def answer_or_switch(
     stream: Stream, within: float, client: Client | None = None, early: Iterable[Delivery] = ()
 ) -> list[Delivery] | Turn:
@@ -195,7 +180,7 @@ def answer_or_switch(
     collected = list(early)
     item: Delivery | End | Turn | None
     while stream.expected > 0:
-        # next_within(stream, within, client), in this frame: a call fewer a reply
+        # the next message, END, Turn.GONE when the client leaves, Turn.SSE when `within` passes first
         deadline = time.monotonic() + within
         while True:
             left = deadline - time.monotonic()
