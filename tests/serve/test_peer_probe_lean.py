@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from gevent import socket as gsocket
 
-from mcpgate.serve.front.connection import peer_gone, peer_polled
+from mcpgate.serve.front.peer_probe import peer_gone, peer_polled
 
 WAIT_MS = 10_000  # generous: loopback delivers at once
 

@@ -31,14 +31,12 @@ from __future__ import annotations
 
 import functools
 import io
-import select
 import socket
 import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import gevent
-from gevent.monkey import get_original
 from gevent.pywsgi import _REQUEST_TOO_LONG_RESPONSE, MAX_REQUEST_LINE, _InvalidClientInput
 from gunicorn.workers.ggevent import PyWSGIHandler, PyWSGIServer
 
@@ -47,6 +45,7 @@ from mcpgate.observe import logs, refusals
 from mcpgate.serve.front import environ as request_environ
 from mcpgate.serve.front.context import CONTEXT, RequestContext
 from mcpgate.serve.front.heads import Head, Heads, checked
+from mcpgate.serve.front.peer_probe import peer_gone, peer_polled
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
 from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line
 from mcpgate.serve.front.writing import LeanWrites
@@ -346,40 +345,6 @@ def refused_environ(requestline: str, address: Any) -> dict[str, str]:
     }
 
 
-_poll = get_original("select", "poll")  # the system call itself: gevent's select yields to the hub even with no wait
-
-
-def peer_gone(sock: socket.socket) -> bool:
-    """Whether the client closed its connection: the socket reads as ended (never blocks, never yields to the hub
-    (one poll system call, any descriptor number); data waiting, such as a pipelined request, means it is still
-    there)."""
-    try:
-        probe = _poll()
-        probe.register(sock.fileno(), select.POLLIN)
-        return bool(probe.poll(0)) and sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
-        return True
-
-
-_PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
-
-
-def peer_polled(raw: Any, pollers: list[Any]) -> bool:
-    """peer_gone's verdict for a plain socket, read on its own socket object (never gevent's, which would wait) with
-    the one poll object its connection keeps in `pollers` (made at its first probe): a poll system call, and a peek
-    only when that reads as ready. (A lone non-blocking peek costs more: an open, quiet connection's raises.)"""
-    try:
-        if raw.fileno() < 0:  # closed: its descriptor's number may be another connection's by now
-            return True
-        if not pollers:
-            poller = _poll()
-            poller.register(raw.fileno(), select.POLLIN)
-            pollers.append(poller)
-        return bool(pollers[0].poll(0)) and raw.recv(1, _PEEK) == b""
-    except (OSError, ValueError):
-        return True
-
-
 class Server(PyWSGIServer):  # type: ignore[misc]
     """pywsgi's server, holding the set of open client connections its worker shares, and the budget."""
 
@@ -396,6 +361,16 @@ class Server(PyWSGIServer):  # type: ignore[misc]
         # also one accepted after the known connections were released, before gunicorn closes the listener
         self.closing = False
         self._sweeper: gevent.Greenlet | None = None
+
+    def update_environ(self) -> None:
+        """pywsgi's, without its reverse DNS lookup: SERVER_NAME is the listening address as it is. pywsgi asks
+        socket.getfqdn, which starts gevent's resolver and its thread and waits on DNS as each worker starts (a
+        resolver that does not answer holds the worker's start); nothing here reads SERVER_NAME (a request's
+        Host header names the host)."""
+        address = self.address
+        if isinstance(address, tuple):
+            self.environ.setdefault("SERVER_NAME", str(address[0]))
+        super().update_environ()
 
     def start(self) -> None:
         super().start()

@@ -17,7 +17,6 @@ Streamable HTTP (serve/sessions/streamable.py), the HTTP+SSE transport (serve/se
 
 from __future__ import annotations
 
-import _socket
 import enum
 import logging
 import ssl
@@ -30,6 +29,7 @@ from gevent.hub import get_hub
 
 from mcpgate.core.sse import encode_comment, encode_event, encode_priming
 from mcpgate.serve.front.context import context
+from mcpgate.serve.front.peer_probe import ended
 from mcpgate.serve.sessions.stream import END, Delivery, End, Stream
 
 log = logging.getLogger("mcpgate.http")
@@ -110,19 +110,6 @@ class PeerWatch:
 # By fd: the socket it was made for (weakly: a closed connection's entry stays until its fd is used again, at most
 # one per fd the worker has open at once) and the watch.
 _WATCHES: dict[int, tuple[weakref.ref[Any], PeerWatch]] = {}
-
-
-def ended(fd: int) -> bool:
-    """Whether the connection on `fd` reads as ended, without waiting (data waiting: not ended)."""
-    raw = _socket.socket(fileno=fd)  # the fd's own socket object, detached below (never closed here)
-    try:
-        return raw.recv(1, _socket.MSG_PEEK | _socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:  # reset
-        return True
-    finally:
-        raw.detach()
 
 
 class Client:
