@@ -1,4 +1,4 @@
-"""The headers a forward carries (forward.end_to_end) are those the per-key pass gave before they were remembered
+"""The headers a forward carries (forward_heads.end_to_end) are those the per-key pass gave before they were remembered
 by the environ's keys: the same names, values and order, over a table of environs and the same keys again with
 other values (the plan is the keys'; the values and the Connection header are read per request)."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.serve.cluster import forward
+from mcpgate.serve.cluster import forward_heads
 
 BASE: dict[str, Any] = {
     "REQUEST_METHOD": "POST",
@@ -38,8 +38,8 @@ def per_key(environ: dict[str, Any]) -> list[tuple[str, str]]:
     named = {token.strip().lower() for token in str(connection).split(",")} if connection else set()
     headers = []
     for key, value in environ.items():
-        name, lowered = forward.header_name(key)
-        if not name or lowered in forward.NOT_SENT or lowered in named or not value:
+        name, lowered = forward_heads.header_name(key)
+        if not name or lowered in forward_heads.NOT_SENT or lowered in named or not value:
             continue
         headers.append((name, str(value)))
     return headers
@@ -48,21 +48,21 @@ def per_key(environ: dict[str, Any]) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("extra", CASES)
 def test_the_headers_sent_are_the_per_key_pass_s(extra: dict[str, Any]) -> None:
     environ = {**BASE, **extra}
-    assert forward.end_to_end(environ) == per_key(environ)
+    assert forward_heads.end_to_end(environ) == per_key(environ)
     again = {key: (f"{value}-2" if isinstance(value, str) and value else value) for key, value in environ.items()}
     if "HTTP_CONNECTION" in again:  # the same keys, other values (the Connection header's tokens too)
         again["HTTP_CONNECTION"] = "x-keep"
-    assert forward.end_to_end(again) == per_key(again)  # the plan remembered from `environ`, values read anew
+    assert forward_heads.end_to_end(again) == per_key(again)  # the plan remembered from `environ`, values read anew
     emptied = dict.fromkeys(environ, "")
-    assert forward.end_to_end(emptied) == per_key(emptied) == []
+    assert forward_heads.end_to_end(emptied) == per_key(emptied) == []
 
 
 def test_the_plans_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(forward, "_PLANS", {})
-    for n in range(forward.PLANS_KEPT * 2 + 3):
+    monkeypatch.setattr(forward_heads, "_PLANS", {})
+    for n in range(forward_heads.PLANS_KEPT * 2 + 3):
         environ = {**BASE, f"HTTP_X_{n}": "v"}
-        assert forward.end_to_end(environ) == [(f"X-{n}", "v")]
-        assert len(forward._PLANS) <= forward.PLANS_KEPT
+        assert forward_heads.end_to_end(environ) == [(f"X-{n}", "v")]
+        assert len(forward_heads._PLANS) <= forward_heads.PLANS_KEPT
 
 
 @pytest.mark.parametrize("extra", CASES)
@@ -72,5 +72,5 @@ def test_a_remembered_head_is_the_head_of_its_headers(extra: dict[str, Any]) -> 
     variants.append({key: (f"{value}-2" if isinstance(value, str) else value) for key, value in environ.items()})
     for each in variants * 2:  # each twice: made, then remembered
         for method, path, query in (("POST", "/mcp", ""), ("GET", "/a b", "session_id=x"), ("POST", "/mcp", "q")):
-            expected = forward.head_of(method, path, query, per_key(each))
-            assert forward.plain_head(method, path, query, each) == expected
+            expected = forward_heads.head_of(method, path, query, per_key(each))
+            assert forward_heads.plain_head(method, path, query, each) == expected

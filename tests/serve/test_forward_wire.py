@@ -28,7 +28,7 @@ import pytest
 from mcpgate.core import session_ids
 from mcpgate.serve.cluster import exchange as exchange_module
 from mcpgate.serve.cluster.exchange import OwnerConnection, message
-from mcpgate.serve.cluster.forward import head_of
+from mcpgate.serve.cluster.forward_heads import head_of
 from mcpgate.serve.front.peer_probe import peer_gone as closed
 from tests.serve.test_cluster_forward_exchange import Owner, exchange, send
 

@@ -20,7 +20,7 @@ worker reads from its memo of heads as it reads a direct call's (a value in the 
 new: parsed again, each time). The value, its MAC over the body after it, its window and its nonce are checked as
 in a head (serve/cluster/instances.py, forwarded_principal). An owner that does not say so (an older release, in
 a rolling redeploy) keeps getting every value in the head. The head itself is made once per client's head
-(`head_of`) and the value appended.
+(`head_of`, serve/cluster/forward_heads.py) and the value appended.
 
 A reply with a length is read whole and its connection goes back to the pool at once; any other (an SSE
 stream, chunked) is passed on chunk by chunk, bounded reads, as the owner writes it, and its connection is
@@ -39,12 +39,21 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, wire
 from mcpgate.observe import tracing
-from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, Watch, message
+from mcpgate.serve.cluster.exchange import OwnerConnection, Reply, Watch
+from mcpgate.serve.cluster.forward_heads import (
+    FORWARDED_FIELD,
+    HEADS_KEPT,
+    HOP_BY_HOP,
+    NAMES_KEPT,
+    end_to_end,
+    head_of,
+    plain_head,
+)
 from mcpgate.serve.cluster.relayed import Relayed
 from mcpgate.serve.cluster.reply_heads import ReplyHeads
 from mcpgate.serve.cluster.signing import Signer, body_digest
@@ -54,20 +63,12 @@ from mcpgate.serve.front.http import JSON_TYPE, HttpRequest, HttpResponse, Refus
 log = logging.getLogger("mcpgate.forward")
 
 CONNECT_TIMEOUT = 5.0  # seconds to reach an owner
-# RFC 9110 7.6.1: meaningful for one connection only, never forwarded
-HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer"}
-    | {"transfer-encoding", "upgrade"}
-)
-# the token stays here; the body is whole (read here), so nothing to expect
-NOT_SENT = HOP_BY_HOP | {"authorization", wire.FORWARDED.lower(), "content-length", "expect"}
 FORWARDED_NAME = wire.FORWARDED.lower()
 # an owner's Mcpgate-Forwarded is the forwarder's; its Date too: the worker dates the reply it writes, as any other
 NOT_RETURNED = HOP_BY_HOP | {"content-length", FORWARDED_NAME, "date"}
 JSON_ONLY = dict([JSON_TYPE])  # a reply relayed with this header alone is written as json_response makes one
 BODY_FORM = "body"  # an owner's reply saying: send the values of this connection's POSTs in their bodies
 GONE_REPORTS = 256  # owners whose loss is logged once each, at most this many remembered
-NAMES_KEPT = 512  # environ keys whose header name is remembered (the client chooses them: bounded)
 
 
 class LostInFlight(ConnectionError):
@@ -299,117 +300,6 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, http.client.IncompleteRead):
         return f"the owner closed the connection mid-reply ({len(exc.partial)} bytes of a chunk read)"
     return f"{type(exc).__name__}: {exc}"
-
-
-def end_to_end(environ: dict[str, Any]) -> list[tuple[str, str]]:
-    """The request's headers a forward carries: all but hop-by-hop ones (and those Connection names), the
-    token and any Mcpgate-Forwarded; in the environ's order. Which of the environ's keys those can be depends on
-    its keys alone: remembered by the keys as a tuple (a client's requests have the same keys, in the same order:
-    one look at a tuple instead of a pass over each key and its name; bounded)."""
-    plan = plan_of(environ).sent
-    connection = environ.get("HTTP_CONNECTION")
-    if connection:
-        named = {token.strip().lower() for token in str(connection).split(",")}
-        return [(name, str(value)) for key, name, lowered in plan if (value := environ[key]) and lowered not in named]
-    return [(name, str(value)) for key, name, _ in plan if (value := environ[key])]
-
-
-class Plan:
-    """What an environ's keys give a forward: `sent`, the keys whose headers it may carry (sent_keys); `keys`,
-    those keys alone; `named`, whether a Connection header may name more to leave out. Compared by identity."""
-
-    __slots__ = ("keys", "named", "sent")
-
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self.sent = sent_keys(keys)
-        self.keys = tuple(key for key, _, _ in self.sent)
-        self.named = "HTTP_CONNECTION" in keys
-
-
-def plan_of(environ: dict[str, Any]) -> Plan:
-    """The environ's Plan, remembered by its keys as a tuple (bounded)."""
-    keys = tuple(environ)
-    plan = _PLANS.get(keys)
-    if plan is None:
-        plan = Plan(keys)
-        if len(_PLANS) >= PLANS_KEPT:
-            _PLANS.clear()
-        _PLANS[keys] = plan
-    return plan
-
-
-def plain_head(method: str, path: str, query: str, environ: dict[str, Any]) -> bytes:
-    """head_of(method, path, query, end_to_end(environ)), remembered by the environ's Plan and the values of its
-    keys (a client sends the same head call after call: no list of headers made, no key of them built; bounded)."""
-    plan = plan_of(environ)
-    if plan.named:  # a Connection header: its tokens decide too
-        return head_of(method, path, query, end_to_end(environ))
-    values = tuple(map(environ.__getitem__, plan.keys))
-    key = (method, path, query, plan, values)
-    try:
-        known = _PLAIN.get(key)
-    except TypeError:  # a value that is not hashable (no server puts one there): the long way
-        return head_of(method, path, query, end_to_end(environ))
-    if known is None:
-        known = head_of(method, path, query, end_to_end(environ))
-        if len(_PLAIN) >= HEADS_KEPT:
-            _PLAIN.clear()
-        _PLAIN[key] = known
-    return known
-
-
-def sent_keys(keys: tuple[str, ...]) -> tuple[tuple[str, str, str], ...]:
-    """The environ keys whose headers a forward may carry (all but NOT_SENT's), in order: (key, its header's name
-    as sent, the name in lowercase)."""
-    plan = []
-    for key in keys:
-        found = _NAMES.get(key)
-        if found is None:
-            found = header_name(key)
-        name, lowered = found
-        if name and lowered not in NOT_SENT:
-            plan.append((key, name, lowered))
-    return tuple(plan)
-
-
-PLANS_KEPT = 256  # environ key tuples whose forwarded headers are remembered (past it, the table starts again)
-_PLANS: dict[tuple[str, ...], Plan] = {}
-_PLAIN: dict[tuple[str, str, str, Plan, tuple[Any, ...]], bytes] = {}  # plain_head's heads
-_NAMES: dict[str, tuple[str, str]] = {}  # environ key -> (its header's name as sent, lowercase); ("", ""): none
-FORWARDED_FIELD = wire.FORWARDED.encode("ascii") + b": "  # the value is base64url, names and digits: ASCII
-HEADS_KEPT = 256  # request heads remembered (past it, the table starts again)
-_HEADS: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], bytes] = {}
-
-
-def head_of(method: str, path: str, query: str, headers: list[tuple[str, str]]) -> bytes:
-    """A forward's request line and end-to-end header lines (exchange.message: the target quoted, a header that
-    would break the framing refused), without its Mcpgate-Forwarded value, its length and the empty line; a client
-    sends the same head call after call, so it is remembered by what it is made of (bounded)."""
-    key = (method, path, query, tuple(headers))
-    known = _HEADS.get(key)
-    if known is None:
-        target = quote(path, safe="/%:@!$&'()*+,;=-._~") + ("?" + query if query else "")
-        known = message(method, target, headers, b"")[:-2]  # its lines, each with its CRLF; not the empty line
-        if len(_HEADS) >= HEADS_KEPT:
-            _HEADS.clear()
-        _HEADS[key] = known
-    return known
-
-
-def header_name(key: str) -> tuple[str, str]:
-    """The header an environ key holds, as a forward sends its name and in lowercase (("", ""): not a header);
-    remembered, so that each request does not spell its names again."""
-    if key.startswith("HTTP_"):
-        name = key[5:].replace("_", "-")
-    elif key == "CONTENT_TYPE":
-        name = "Content-Type"
-    else:
-        name = ""
-    found = (name.title(), name.lower())
-    if len(_NAMES) >= NAMES_KEPT:
-        _NAMES.clear()
-    _NAMES[key] = found
-    return found
 
 
 def read_body(environ: dict[str, Any], limit: int) -> bytes:
