@@ -170,29 +170,50 @@ def test_answer_routed_as_the_full_path(raw: bytes) -> None:
     assert routed(raw, shortcut=True) == routed(raw, shortcut=False)
 
 
+DEFAULTS = {  # the members new_call starts at one value, whatever the request
+    "minted_token": None,
+    "continuation": None,
+    "finished": False,
+    "waiting": None,
+    "waiting_bytes": 0,
+    "child": None,
+    "error_code": None,
+    "task_id": None,
+    "audit": None,
+}
+
+
 @pytest.mark.parametrize(("method", "params"), list(itertools.product(METHODS[:3], PARAMS)))
-def test_new_call_sets_every_member_as_call_init_does(method: str, params: Any) -> None:
-    """new_call sets a Call's members itself (no __init__): each of them is there, as Call(...) sets it."""
-    stream, responses, tools = Stream(LIMITS, expected=1), {"k": {"v": 1}}, None
-    made = new_call(request(method, params), "p", {"c": 1}, stream, bridged=True, input_responses=responses)
-    init = Call(
-        made.client_id,
-        made.minted,
-        made.method,
-        made.name,
-        stream,
-        "p",
-        {"c": 1},
-        made.log_level,
-        made.client_token,
-        True,
-        responses,
-        tools,
-    )
-    for member in Call.__slots__:
-        if member != "sent":  # the clock when each was made
-            assert getattr(made, member) == getattr(init, member), member  # (AttributeError: a member never set)
-    assert abs(made.sent - init.sent) < 60.0
+def test_new_call_sets_every_member_as_the_core_reads_the_request(method: str, params: Any) -> None:
+    """new_call, the one maker of a Call, sets each of its members: what it reads of the request as the core's
+    readers read it (mrtr.call_name, jsonrpc.progress_token, the _meta log level), the rest as given or at rest."""
+    stream, responses = Stream(LIMITS, expected=1), {"k": {"v": 1}}
+    tools: Any = object()  # (a filter stands in)
+    message = request(method, params)
+    made = new_call(message, "p", {"c": 1}, stream, bridged=True, input_responses=responses, tools=tools)
+    other = new_call(message, "p", {"c": 1}, stream)
+    name = mrtr.call_name(method, params)
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    level = meta.get(wire.META_LOG_LEVEL) if isinstance(meta, dict) else None
+    expected = {
+        "client_id": message.id,
+        "method": method,
+        "name": name if isinstance(name, str) else None,
+        "stream": stream,
+        "principal": "p",
+        "capabilities": {"c": 1},
+        "log_level": level if isinstance(level, str) else None,
+        "client_token": jsonrpc.progress_token(message),
+        "bridged": True,
+        "input_responses": responses,
+        "tools": tools,
+        **DEFAULTS,
+    }
+    assert set(expected) | {"minted", "sent"} == set(Call.__slots__)
+    assert {member: getattr(made, member) for member in expected} == expected
+    assert made.minted.startswith("mcpgate-") and made.minted != other.minted
+    assert 0 <= other.sent - made.sent < 60.0
+    assert (other.bridged, other.input_responses, other.tools) == (False, None, None)
 
 
 def _probe() -> bool:

@@ -51,8 +51,9 @@ class Carrier(Protocol):
 class Call:
     """One client request in flight on a child (or parked, answered with input_required, awaiting a retry).
 
-    A plain class with slots, every member set by its own __init__ (made for every call: a dataclass's generated
-    __init__ with keyword arguments and default factories took about twice the instructions)."""
+    A plain class with slots, made by new_call alone, which sets every member (made for every call: a dataclass's
+    generated __init__ with keyword arguments and default factories took about twice the instructions, and an
+    __init__ of its own a frame and twelve arguments more)."""
 
     __slots__ = (
         "audit",
@@ -79,45 +80,31 @@ class Call:
         "waiting_bytes",
     )
 
-    def __init__(
-        self,
-        client_id: Id,
-        minted: str,
-        method: str,
-        name: str | None,  # params.name or params.uri: a retry must name the same
-        stream: Stream,
-        principal: str,
-        capabilities: dict[str, Any],
-        log_level: str | None,
-        client_token: Id | None = None,
-        bridged: bool = False,  # an MRTR method on a legacy child (its input requests are bridged or refused)
-        input_responses: dict[str, Any] | None = None,  # answers the request carried ahead (its continuation's)
-        tools: ToolFilter | None = None,  # a tools/list call's filter: its result loses the hidden tools
-    ) -> None:
-        self.client_id = client_id
-        self.minted = minted
-        self.method = method
-        self.name = name
-        self.stream = stream
-        self.principal = principal
-        self.capabilities = capabilities
-        self.log_level = log_level
-        self.client_token = client_token
-        self.minted_token: str | None = None
-        self.bridged = bridged
-        self.continuation: Asked | None = None  # once it asked its client for input (modern/bridge.py)
-        self.finished = False  # answered by the child, cancelled or abandoned
-        # what the child sent for the call while it was parked (progress, log messages), for the retry's stream
-        # (made when the first one is kept)
-        self.waiting: deque[Notification] | None = None
-        self.waiting_bytes = 0
-        self.input_responses = input_responses
-        self.child: Carrier | None = None  # where it runs (set by start_call)
-        self.error_code: int | None = None  # the code of the child's error answer, when it was one
-        self.sent = _now()  # when it was made (MCPGATE_REQUEST_TIMEOUT)
-        self.tools = tools
-        self.task_id: str | None = None  # a task method's: the client's task id (modern/tasks.py), its answer's taskId
-        self.audit: Started | None = None  # its audit line so far, while the audit log is on (mcpgate/observe/audit.py)
+    # every member, as new_call sets it
+    client_id: Id
+    minted: str  # the id the child gets in the client's stead
+    method: str
+    name: str | None  # params.name or params.uri: a retry must name the same
+    stream: Stream
+    principal: str
+    capabilities: dict[str, Any]
+    log_level: str | None
+    client_token: Id | None
+    minted_token: str | None  # the progress token the child gets in the client's stead (set as the call starts)
+    bridged: bool  # an MRTR method on a legacy child (its input requests are bridged or refused)
+    continuation: Asked | None  # once it asked its client for input (modern/bridge.py)
+    finished: bool  # answered by the child, cancelled or abandoned
+    # what the child sent for the call while it was parked (progress, log messages), for the retry's stream (made
+    # when the first one is kept)
+    waiting: deque[Notification] | None
+    waiting_bytes: int
+    input_responses: dict[str, Any] | None  # answers the request carried ahead (its continuation's)
+    child: Carrier | None  # where it runs (set by start_call)
+    error_code: int | None  # the code of the child's error answer, when it was one
+    sent: float  # when it was made (MCPGATE_REQUEST_TIMEOUT)
+    tools: ToolFilter | None  # a tools/list call's filter: its result loses the hidden tools
+    task_id: str | None  # a task method's: the client's task id (modern/tasks.py), its answer's taskId
+    audit: Started | None  # its audit line so far, while the audit log is on (mcpgate/observe/audit.py)
 
     @property
     def parked(self) -> bool:
@@ -148,7 +135,6 @@ def new_call(
             level, token = meta.get(_LOG_LEVEL), meta.get("progressToken")
     if token is not None and not jsonrpc.is_valid_id(token):  # as jsonrpc.progress_token
         token = None
-    # Call(...)'s record, its members set here (no __init__ frame, no twelve arguments passed on to it)
     call = _new(Call)
     call.client_id = request.id
     call.minted = f"mcpgate-{_next_minted()}"  # as mint()
@@ -175,7 +161,7 @@ def new_call(
     return call
 
 
-_new = object.__new__  # a Call without its __init__ (new_call sets every member)
+_new = object.__new__  # a bare Call (new_call sets every member)
 
 
 def to_client(call: Call, message: Notification) -> bool:
