@@ -183,6 +183,14 @@ def measure_tree(
     return figures
 
 
+def print_ab(heading: str, rows: list[str], figures: dict[str, dict[str, float]]) -> None:
+    """The table of a base/new run: each row's least instructions a call in each tree, and their ratio."""
+    print(f"\n| {heading} | base Ir/call | new Ir/call | new/base |\n|---|---:|---:|---:|")
+    for row in rows:
+        base, now = figures["base"][row], figures["new"][row]
+        print(f"| {row} | {base:,.0f} | {now:,.0f} | {now / base:.3f}× |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, required=True, help="the base tree (holds mcpgate/)")
@@ -215,10 +223,7 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
-    print("\n| kind | base Ir/call | new Ir/call | new/base |\n|---|---:|---:|---:|")
-    for kind in kinds:
-        base, now = figures["base"][kind], figures["new"][kind]
-        print(f"| {kind} | {base:,.0f} | {now:,.0f} | {now / base:.3f}× |")
+    print_ab("kind", kinds, figures)
     if args.keep:
         print(f"\ndumps: {out_dir} (callgrind_annotate --inclusive=yes <file>)")
     return 0

@@ -62,10 +62,7 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
-    print("\n| worker, path | base Ir/call | new Ir/call | new/base |\n|---|---:|---:|---:|")
-    for row in ROWS:
-        base, now = figures["base"][row], figures["new"][row]
-        print(f"| {row} | {base:,.0f} | {now:,.0f} | {now / base:.3f}× |")
+    instructions.print_ab("worker, path", list(ROWS), figures)
     base, now = ratio(figures["base"]), ratio(figures["new"])
     print(f"| forwarded (both) / direct | {base:.2f}× | {now:.2f}× | |")
     if args.keep:
