@@ -65,7 +65,7 @@ class Router(Generic[S]):
         self._in_flight: dict[IdKey, Route[S]] = {}
         self._tokens: dict[IdKey, IdKey] = {}  # the progress token of each request in flight that routes one
         self._progress: dict[IdKey, S] = {}
-        # request streams still open, oldest first (a session's open_stream adds its stream here itself)
+        # request streams still open, oldest first (open_stream, close_stream)
         self.open_streams: dict[S, None] = {}
         self.get_stream: S | None = None
 

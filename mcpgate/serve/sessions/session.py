@@ -180,16 +180,8 @@ class Session:
         pending = requests if isinstance(requests, list) else list(requests)
         stream = Stream(self._limits, len(pending))
         stream.pump = self._pump  # its reader reads the child's answers itself while it waits (child/stdout.py)
-        if len(pending) == 1:  # the usual POST: add_requests' first case, without its call
-            request = pending[0]
-            self.router.open_request(request, stream)  # DuplicateRequestId: refused, it leaves nothing to undo
-            if self.tools is not None or request.method == "initialize":
-                self._note(request)
-            if audit.LOG is not None:
-                audit.LOG.opened(self, pending)
-        else:
-            self.add_requests(pending, stream)
-        self.router.open_streams[stream] = None  # Router.open_stream, without its call
+        self.add_requests(pending, stream)  # DuplicateRequestId: refused, it leaves nothing to undo
+        self.router.open_stream(stream)
         if self.held.messages:
             self.held.flush_to(stream)
         return stream
@@ -263,11 +255,7 @@ class Session:
     def close_stream(self, stream: Stream) -> None:
         """The stream is done for good: nothing more goes to it and it cannot be resumed."""
         stream.close()
-        router = self.router  # Router.close_stream, without its call:
-        router.open_streams.pop(stream, None)
-        get = router.get_stream
-        if get is not None and (get is stream or get == stream):
-            router.get_stream = None
+        self.router.close_stream(stream)
         if stream.number and self._resumable.get(stream.number) is stream:  # 0: never resumable
             del self._resumable[stream.number]
 
