@@ -30,27 +30,6 @@ from typing import TYPE_CHECKING
 import gevent
 
 from mcpgate.core import jsonrpc, modern_rewrites, mrtr
-from mcpgate.core.continuation import (
-    ENDED,
-    AnswerChild,
-    AskClient,
-    Asked,
-    CancelCall,
-    Cancelled,
-    Deliver,
-    Event,
-    Finished,
-    Forget,
-    Limits,
-    RefuseChild,
-    RefuseRetry,
-    Resumed,
-    Retried,
-    Tick,
-    Withdrawn,
-    no_candidate,
-)
-from mcpgate.core.continuation import Continuation as Machine
 from mcpgate.core.jsonrpc import Id, Request
 from mcpgate.core.request_state import Opened, StateError, StateSealer
 from mcpgate.serve.cluster.forwarding import Forward
@@ -60,7 +39,10 @@ from mcpgate.serve.modern.calls import resume as resume_call
 from mcpgate.serve.modern.pooled_child import Call, PooledChild
 from mcpgate.serve.sessions.stream import Stream
 
-if TYPE_CHECKING:  # the fleet's modules only in a fleet's worker (REDIS_URL)
+if TYPE_CHECKING:  # the fleet's modules only in a fleet's worker (REDIS_URL); the machine's where a call asks
+    from mcpgate.core import continuation
+    from mcpgate.core.continuation import Continuation as Machine
+    from mcpgate.core.continuation import Event, RefuseChild
     from mcpgate.serve.cluster.instances import Cluster
 
 log = logging.getLogger("mcpgate.bridge")
@@ -89,6 +71,8 @@ class Continuation:
 
     def finished(self, data: bytes) -> None:
         """The child answered the call (`data`, encoded for the client): delivered now, or held for the retry."""
+        from mcpgate.core.continuation import Finished  # (imported once a call asks: see Bridge)
+
         self.bridge.handle(self, Finished(data))
 
 
@@ -103,7 +87,7 @@ class Bridge:
         """`fleet`: the instances sharing the state's key (None: this one alone); `wake(principal)`: a child of the
         principal's has room again (the pool's waiters for one)."""
         self.wake, self.clock = wake, clock
-        self.limits = Limits(input_ttl)
+        self.input_ttl = input_ttl  # each machine's Limits (made where core/continuation.py is imported)
         self.continuations: dict[str, Continuation] = {}  # those a retry may resume
         self.timed: set[Continuation] = set()  # those with a timer (a forgotten one may still hold left-overs)
         self.issuer = Issuer.of(fleet, PURPOSE)  # named in the state: where to resume it
@@ -111,13 +95,18 @@ class Bridge:
 
     # -- from the child ---------------------------------------------------------------------------------
     def on_input_request(self, child: PooledChild, request: Request) -> None:
+        # the machine's module is imported here, where a call first asks its client for input (or after, by what
+        # such a call makes happen): a worker whose calls never ask holds none of its classes
+        from mcpgate.core.continuation import Asked, Limits, no_candidate
+        from mcpgate.core.continuation import Continuation as Machine
+
         call = child.candidate
         if call is None or call.finished:  # no call on the child whose client may be asked
             self._refuse(child, no_candidate(request))
             return
         cont = call.continuation
         if not isinstance(cont, Continuation):  # its first input request (only this bridge sets one)
-            machine: Machine[bytes] = Machine(self.limits, call.capabilities, call.input_responses)
+            machine: Machine[bytes] = Machine(Limits(self.input_ttl), call.capabilities, call.input_responses)
             cont = Continuation(secrets.token_urlsafe(16), call.principal, child, call, machine, self)
             call.continuation = cont
             self.continuations[cont.id] = cont
@@ -126,12 +115,25 @@ class Bridge:
     def on_input_withdrawn(self, child: PooledChild, request_id: Id) -> None:
         """The child cancelled one of its own input requests (pending, or left over by its ended call): nobody is
         to answer it, its client is not asked it, and it is not refused after the grace."""
+        from mcpgate.core.continuation import Withdrawn
+
         for cont in [c for c in {*self.continuations.values(), *self.timed} if c.child is child]:
             self.handle(cont, Withdrawn(request_id))
 
     # -- the machine's actions ----------------------------------------------------------------------------
     def handle(self, cont: Continuation, event: Event[bytes], retry: Retry | None = None) -> None:
         """Feed the machine one event and perform what it answers; `retry`: the event is that retry's."""
+        from mcpgate.core.continuation import (
+            AnswerChild,
+            AskClient,
+            CancelCall,
+            Deliver,
+            Forget,
+            RefuseChild,
+            RefuseRetry,
+            Resumed,
+        )
+
         for action in cont.machine.handle(event, self.clock()):
             if isinstance(action, AnswerChild):
                 cont.child.answer(action.request_id, action.result)
@@ -152,7 +154,7 @@ class Bridge:
                 raise Refusal(400, jsonrpc.INVALID_PARAMS, action.message, retry[0].id)
         self._arm(cont)
 
-    def _ask(self, cont: Continuation, ask: AskClient) -> None:
+    def _ask(self, cont: Continuation, ask: continuation.AskClient) -> None:
         """Answer the call's current HTTP request with the input requests (the call is parked)."""
         call = cont.call
         state = self.sealer.seal(cont.principal, cont.id, ask.round, instance=self.issuer.instance)
@@ -187,6 +189,8 @@ class Bridge:
             self.timed.discard(cont)
 
     def _tick(self, cont: Continuation) -> None:
+        from mcpgate.core.continuation import Cancelled, Tick
+
         cont.timer = None  # this greenlet ends here: _arm sets the next one
         if cont.call.finished and not cont.machine.finished:  # cancelled, not answered (nothing if ended already)
             self.handle(cont, Cancelled("the call has ended"))
@@ -195,6 +199,8 @@ class Bridge:
     # -- the pool's -------------------------------------------------------------------------------------------
     def evict_oldest(self, principal: str) -> bool:
         """Abandon the principal's call that has waited longest for its client's input, freeing its child."""
+        from mcpgate.core.continuation import Cancelled
+
         parked = [c for c in self.continuations.values() if c.principal == principal and c.machine.parked]
         if not parked:
             return False
@@ -214,6 +220,8 @@ class Bridge:
     def call_ended(self, call: Call) -> None:
         """The call is over (answered or cancelled): its continuation goes."""
         if isinstance(call.continuation, Continuation):
+            from mcpgate.core.continuation import Cancelled
+
             self.handle(call.continuation, Cancelled("the call has ended"))
 
     # -- from the client's retry ----------------------------------------------------------------------------
@@ -247,6 +255,8 @@ class Bridge:
                 opened.instance,
             )
             return None
+        from mcpgate.core.continuation import ENDED, Retried
+
         cont = self.continuations.get(opened.continuation)
         if cont is None:
             raise Refusal(400, jsonrpc.INVALID_PARAMS, ENDED, request.id)
