@@ -205,6 +205,7 @@ def haproxy_on(port: int, config_text: str, env: dict[str, str]) -> Iterator[Bal
         return text.replace("{port}", str(port)).replace("{admin}", str(admin_path))
 
     cfg.write_text(fill(config_text))
+    admin_path.unlink(missing_ok=True)  # a socket left by an earlier run on this port is not this one's
     full_env = {**os.environ, **{name: fill(value) for name, value in env.items()}}
     check = subprocess.run([binary, "-c", "-f", str(cfg)], env=full_env, capture_output=True, text=True)
     if check.returncode != 0:
@@ -214,6 +215,13 @@ def haproxy_on(port: int, config_text: str, env: dict[str, str]) -> Iterator[Bal
     try:
         if not wait_own_listener(port, proc, log):  # a port not held: another process bound it first
             raise RuntimeError(f"haproxy exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
+        # HAProxy binds its runtime API's socket under a temporary name and renames it into place, which may come
+        # after its frontend listens (seen under load): a test's first admin command waits for the socket
+        admin = "{admin}" in config_text or any("{admin}" in value for value in env.values())
+        if admin and not wait_for(admin_path.exists, 30):
+            raise RuntimeError(
+                f"haproxy made no runtime API socket at {admin_path}:\n{log.read_text(errors='replace')}"
+            )
         yield Balancer(port, proc, admin_path, log)
     finally:
         stop_process(proc)
