@@ -7,7 +7,8 @@ Per tree and round: Redis, two instances i1 and i2 (one worker each under callgr
 steering), a 2025 session opened on i1; its echo calls sent to i1 ("direct") and to i2, which forwards them to
 i1 ("forwarded"). Counted per call: the owner's worker for a direct call, the owner's and the forwarder's for a
 forwarded one. Each round starts fresh processes of each tree, base and new in turn; the least over the rounds
-(and over each round's `--repeat` blocks) is each figure, as bench/instructions.py takes it. The new tree is by
+(and over each round's `--repeat` blocks) is each figure, as bench/instructions.py takes it; the medians of the
+rounds follow (one process may be luckier than another by a few per cent). The new tree is by
 default a copy of this checkout's mcpgate/ made at the start (edits made while the run goes on do not mix in).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -51,6 +53,7 @@ def main() -> int:
     trees = {"base": args.base.resolve(), "new": (args.new or copy_tree(out_dir / "new")).resolve()}
     procs.install_handlers()
     figures: dict[str, dict[str, float]] = {"base": {}, "new": {}}
+    rounds: dict[str, dict[str, list[float]]] = {"base": {row: [] for row in ROWS}, "new": {row: [] for row in ROWS}}
     try:
         config = instructions.build(out_dir)
         for _ in range(args.rounds):
@@ -59,12 +62,16 @@ def main() -> int:
                 log(f"{name}: " + ", ".join(f"{row} {measured[row]:,.0f}" for row in ROWS))
                 for row in ROWS:
                     figures[name][row] = min(measured[row], figures[name].get(row, measured[row]))
+                    rounds[name][row].append(measured[row])
     finally:
         if not args.keep:
             shutil.rmtree(out_dir, ignore_errors=True)
     instructions.print_ab("worker, path", list(ROWS), figures)
     base, now = ratio(figures["base"]), ratio(figures["new"])
     print(f"| forwarded (both) / direct | {base:.2f}× | {now:.2f}× | |")
+    medians = {name: {row: statistics.median(values) for row, values in rows.items()} for name, rows in rounds.items()}
+    instructions.print_ab("worker, path (median of rounds)", list(ROWS), medians)
+    print(f"| forwarded (both) / direct | {ratio(medians['base']):.2f}× | {ratio(medians['new']):.2f}× | |")
     if args.keep:
         print(f"\ndumps: {out_dir} (callgrind_annotate --inclusive=yes <file>; <tree>-i2 is the forwarder)")
     return 0

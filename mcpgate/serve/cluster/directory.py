@@ -133,7 +133,8 @@ class Directory:
         """The internal URL of a live instance, None when the directory does not know it (or Redis fails)."""
         if instance == self.instance:
             return self.url
-        if self.gone.holds(instance, lambda: self.entry_ttl(instance)):
+        gone = self.gone  # an instance marked gone is asked about (most are not: no call, no closure made)
+        if instance in gone.marks and gone.holds(instance, lambda: self.entry_ttl(instance)):
             return None
         now = self.clock()
         cached = self._cache.get(instance)

@@ -128,11 +128,11 @@ class OwnerConnection(http.client.HTTPConnection):
         while True:
             block: bytes | None = self.whole_head()
             if block is not None:
-                known = self.heads.read(block, method) if self.heads is not None else None
+                known = self.heads.framed(block, method) if self.heads is not None else None
                 if known is not None:  # a remembered shape: read as http1 reads it (reply_heads.py)
                     self.reader.read(len(block) + 4)
-                    minor, status, headers, framing, shape = known
-                    return Reply(status, headers, framing.length, framing.chunked, not framing.keep, shape)
+                    status, headers, length, chunked, keep, shape = known
+                    return Reply(status, headers, length, chunked, not keep, shape)
                 try:
                     minor, status, _, headers = http1.head(block)
                 except http1.ReplyError:  # read a line at a time, which says why

@@ -107,9 +107,17 @@ class Forwarder:
         self.relayed = Relayed()  # the GET streams relayed for others' sessions, which a drain ends
 
     def forward(
-        self, environ: dict[str, Any], body: bytes | None, url: str, owner: str, session_id: str, principal: str
+        self,
+        environ: dict[str, Any],
+        body: bytes | None,
+        url: str,
+        owner: str,
+        session_id: str,
+        principal: str,
+        view: str | None = None,
     ) -> HttpResponse | None:
-        """The owner's reply; None when the owner cannot be reached (logged once per owner)."""
+        """The owner's reply; None when the owner cannot be reached (logged once per owner). `view`: the view the
+        caller's identity chose here, which the owner applies (None: read from the request's context)."""
         method = environ["REQUEST_METHOD"]
         path = environ.get("PATH_INFO", "")
         if body is None:
@@ -123,7 +131,8 @@ class Forwarder:
         else:
             head = plain_head(method, target, query, environ)
         signed, digest = (method, path, query, session_id), body_digest(body)
-        view = context(environ).view or ""  # the view the caller's identity chose here (the owner applies it)
+        if view is None:
+            view = context(environ).view or ""
         stamp = time.time()
         length = b"Content-Length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
 

@@ -26,35 +26,36 @@ class GoneMarks:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self._marks: dict[str, tuple[float, float]] = {}
+        # read by whoever asks for every request (directory.lookup): `holds` is called only for a marked instance
+        self.marks: dict[str, tuple[float, float]] = {}
 
     def mark(self, instance: str, ttl: float | None, fallback: float) -> None:
         """`instance` found unreachable; `ttl`: seconds its entry has left (None: unknown, then `fallback`)."""
         now = self.clock()
-        if len(self._marks) >= MARKS:
-            self._marks.clear()
+        if len(self.marks) >= MARKS:
+            self.marks.clear()
         left = ttl if ttl is not None and ttl > 0 else fallback
-        self._marks[instance] = (now + left, now + RECHECK)
+        self.marks[instance] = (now + left, now + RECHECK)
 
     def holds(self, instance: str, read_ttl: Callable[[], float | None]) -> bool:
         """Whether `instance` is still taken for gone. `read_ttl`: its entry's seconds left now (None: no entry,
         or Redis did not answer)."""
-        marked = self._marks.get(instance)
+        marked = self.marks.get(instance)
         if marked is None:
             return False
         expiry, recheck = marked
         now = self.clock()
         if now >= expiry:
-            del self._marks[instance]
+            del self.marks[instance]
             return False
         if now < recheck:
             return True
         ttl = read_ttl()  # a Redis round trip: another request may have dropped or renewed the mark meanwhile
-        if self._marks.get(instance) is not marked:
-            return instance in self._marks
+        if self.marks.get(instance) is not marked:
+            return instance in self.marks
         if ttl is not None and now + ttl > expiry + REWRITTEN:
-            del self._marks[instance]
+            del self.marks[instance]
             log.info("instance %s is in the directory again: no longer taken for gone", instance)
             return False
-        self._marks[instance] = (expiry, now + RECHECK)
+        self.marks[instance] = (expiry, now + RECHECK)
         return True

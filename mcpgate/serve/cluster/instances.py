@@ -47,7 +47,7 @@ from mcpgate.serve.cluster.peers import ForwardingPeers
 from mcpgate.serve.cluster.resent import Resent
 from mcpgate.serve.cluster.signing import CheckedBody, Signer
 from mcpgate.serve.front import auth
-from mcpgate.serve.front.context import context
+from mcpgate.serve.front.context import RequestContext, context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse, Refusal
 
 if TYPE_CHECKING:
@@ -84,8 +84,10 @@ class Cluster:
         self.resent = Resent(forwarder.max_body, forwarder.sse_after)  # a forwarded POST sent again (resent.py)
         self.nonces = Nonces(redis)  # forwarded values seen, in Redis (checks sent together: nonces.py)
         self.channels = Channels()  # the series of values each connection carries (their first one in Redis)
-        # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory
-        self.peers = ForwardingPeers(self.sender_url, peers)
+        # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory (as
+        # `lookup` gives it, else read again from Redis: an instance restarted a moment ago under the same id is not
+        # refused for what this one remembered of its absence)
+        self.peers = ForwardingPeers(directory.lookup, peers, directory.read)
         self._owners: dict[str, str] = {}  # session ids whose MAC checked -> the instance they name
         self._senders: set[str] = set()  # Mcpgate-Forwarded values seen that are an instance id alone
 
@@ -109,11 +111,6 @@ class Cluster:
     def lookup(self, instance: str) -> str | None:
         return self.directory.lookup(instance)
 
-    def sender_url(self, instance: str) -> str | None:
-        """A forwarding instance's URL: as `lookup`, else read again from Redis (an instance restarted a moment ago
-        under the same id is not refused for what this one remembered of its absence)."""
-        return self.directory.lookup(instance) or self.directory.read(instance)
-
     def start(self) -> None:
         self.directory.start()
         atexit.register(self.stop)
@@ -130,16 +127,18 @@ class Cluster:
         self.forwarder.close()
         self.nonces.close()
 
-    def forwarded_principal(self, environ: dict[str, Any]) -> str:
+    def forwarded_principal(self, environ: dict[str, Any], found: RequestContext | None = None) -> str:
         """The principal of a request another instance forwarded, or a 403 Refusal (503: Redis unreachable).
         Checked in this order: the connection comes from the sender it names (before any body is read); the
         MAC covers this request, its body included (read here, bounded, and put back for the handler); the
         value is recent; its nonce is new. Marks the request as forwarded: it is never forwarded again. A head
         that names the sender alone has the value in the body's first line (forward.py: the body form), checked
-        the same way, the sender named in the head checked before the body is read."""
+        the same way, the sender named in the head checked before the body is read. `found`: the request's
+        context when the caller has it at hand (else read from the environ)."""
         value = str(environ.get("HTTP_MCPGATE_FORWARDED", ""))
         peer = environ.get("REMOTE_ADDR")
-        found = context(environ)
+        if found is None:
+            found = context(environ)
         in_body = value in self._senders or self._a_sender(value)  # the sender alone: the value leads the body
         sender = value if in_body else session_ids.forwarded_sender(value)
         if sender is None or not self.peers.allowed(peer, sender):
@@ -147,9 +146,12 @@ class Cluster:
         if in_body:
             value, body = self.value_in_body(environ, peer, sender)
         else:
-            body = read_body(environ, self.forwarder.max_body)
-        request = (environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""))
-        signed = self.signer.check(value, time.time(), (*request, named_session(environ) or ""), body)
+            body = unread_body(environ, self.forwarder.max_body)
+        session = environ.get("HTTP_MCP_SESSION_ID")  # named_session's, its call only for a query's session_id
+        if session is None:
+            session = named_session(environ) or ""
+        request = (environ["REQUEST_METHOD"], environ.get("PATH_INFO", ""), environ.get("QUERY_STRING", ""), session)
+        signed = self.signer.check(value, time.time(), request, body)
         if signed is None:
             self.refuse_forwarded(peer, "its Mcpgate-Forwarded header does not check (another request, key or time)")
         # put back for the handler, with its digest (resent.py keys on it rather than hashing the body again)
@@ -164,7 +166,7 @@ class Cluster:
         """The Mcpgate-Forwarded value a POST's body leads with (its first line, at most VALUE_MOST bytes) and the
         body after it (at most MCPGATE_MAX_BODY bytes, 413 past it); 403 when there is none, or it names another
         sender than the head did."""
-        whole = read_body(environ, self.forwarder.max_body + VALUE_MOST + 1)
+        whole = unread_body(environ, self.forwarder.max_body + VALUE_MOST + 1)
         end = whole.find(b"\n", 0, VALUE_MOST + 1)  # the value's line feed, within its first VALUE_MOST + 1 bytes
         value = whole[:end].decode("ascii", "replace")
         # session_ids.forwarded_sender(value) == sender, `sender` a valid instance id (checked in the head)
@@ -195,9 +197,10 @@ class Cluster:
         later count of a connection's series against that connection: nonces.py, Channels). `connection`: the
         object the worker keeps for the connection the request came on (None: another WSGI server's, every
         nonce then goes to Redis)."""
-        found = series(nonce) if connection is not None else None
-        if found is not None and found[1] > 0:
-            return self.channels.follows(connection, *found)
+        if connection is not None:  # a later value of a connection's series: against its count (no Redis)
+            follows = self.channels.follows_nonce(connection, nonce)
+            if follows is not None:
+                return follows
         try:
             fresh = self.nonces.first_use(nonce)
         except self.directory.errors as exc:
@@ -205,23 +208,35 @@ class Cluster:
             raise Refusal(
                 503, jsonrpc.INTERNAL_ERROR, "Service Unavailable: the fleet's Redis is unreachable"
             ) from None
-        if fresh and found is not None:
-            self.channels.open(connection, found[0])
+        if fresh and connection is not None:
+            found = series(nonce)
+            if found is not None:  # count 0 (a later count went to Redis only when it is no series' count)
+                self.channels.open(connection, found[0])
         return fresh
 
-    def serve(self, environ: dict[str, Any], kind: str, handler: Handler) -> HttpResponse:
-        """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names.
+    def serve(
+        self, environ: dict[str, Any], kind: str, handler: Handler, found: RequestContext | None = None
+    ) -> HttpResponse:
+        """Serve a request on a server's MCP path `kind`: here, or at the owner of the session it names (`found`:
+        its context when the caller has it at hand, else read from the environ).
 
         A handler raising Forward for an owner that cannot be reached is run once more with the same body,
         the owner now gone from `lookup` (so it can answer as for a lost owner: a new call, not a 404)."""
-        session_id = named_session(environ) if kind != "sse" else None  # HTTP+SSE's stream: a new session, here
+        if kind == "sse":  # HTTP+SSE's stream: a new session, here
+            session_id = None
+        else:  # named_session's, its call only for a query's session_id
+            session_id = environ.get("HTTP_MCP_SESSION_ID")
+            if session_id is None:
+                session_id = named_session(environ)
         owner = self.owner(session_id) if session_id else None
-        found = context(environ)
+        if found is None:
+            found = context(environ)
         if owner is not None and owner != self.instance:
             if kind != "mcp":
                 return self.forward(environ, None, owner, session_id or "", kind)
-            body = read_body(environ, self.forwarder.max_body)
-            response = None if found.forwarded else self._forward(environ, body, owner, session_id or "")
+            limit = self.forwarder.max_body
+            body = unread_body(environ, limit) if found.message is None else read_body(environ, limit)
+            response = None if found.forwarded else self._forward(environ, body, owner, session_id or "", found)
             if response is not None:
                 return response
             return self._again(environ, body, kind, handler, owner)  # gone: taken over here (cluster/takeover.py)
@@ -272,11 +287,20 @@ class Cluster:
         return response
 
     def _forward(
-        self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str, moved: bool = False
+        self,
+        environ: dict[str, Any],
+        body: bytes | None,
+        owner: str,
+        session_id: str,
+        found: RequestContext | None = None,
+        moved: bool = False,
     ) -> HttpResponse | None:
         """The owner's reply; None when it is not in the directory or cannot be reached (then it is taken for
-        gone until its directory entry would have expired), or when this request was itself forwarded here."""
-        if context(environ).forwarded:  # a forwarded request is never forwarded again
+        gone until its directory entry would have expired), or when this request was itself forwarded here.
+        `found`: the request's context when the caller has it at hand (else read from the environ)."""
+        if found is None:
+            found = context(environ)
+        if found.forwarded:  # a forwarded request is never forwarded again
             log.warning("refused a request forwarded here for instance %s", owner)
             return None
         url = self.lookup(owner)
@@ -284,7 +308,11 @@ class Cluster:
             self.forwarder.report_gone(owner, "not in the directory")
             return None
         try:
-            response = self.forwarder.forward(environ, body, url, owner, session_id, auth.principal(environ))
+            principal = found.principal  # auth.principal's: the guard's, else the one of the static or no-auth case
+            if principal is None:
+                principal = auth.STATIC_PRINCIPAL
+            view = found.view or ""  # the view the caller's identity chose here (the owner applies it)
+            response = self.forwarder.forward(environ, body, url, owner, session_id, principal, view)
         except LostInFlight as lost:
             self.directory.forget(owner)
             if lost.unread and self.directory.stopping(owner, url):  # its listener closed under the request:
@@ -296,12 +324,31 @@ class Cluster:
             return None
         holder = held_by(response)  # the owner no longer holds the session: its holder, or nobody (taken here)
         if holder and holder != self.instance and holder != owner and not moved:
-            return self._forward(environ, body, holder, session_id, moved=True)
+            return self._forward(environ, body, holder, session_id, found, moved=True)
         return response if holder is None else None
 
     @staticmethod
     def not_found(kind: str) -> Refusal:
         return Refusal(404, jsonrpc.INVALID_REQUEST, NOT_FOUND.get(kind, NOT_FOUND["mcp"]))
+
+
+def unread_body(environ: dict[str, Any], limit: int) -> bytes:
+    """forward.read_body's for a request no handler has parsed (the guard's check of a forwarded one, a forward
+    decided before the handler): read off wsgi.input as HttpRequest.read_body reads it, 413 past `limit`."""
+    length = environ.get("CONTENT_LENGTH")
+    stream = environ["wsgi.input"]
+    if length:
+        try:
+            size = int(length)
+        except ValueError:
+            size = -1
+        if 0 <= size <= limit:
+            return stream.read(size)  # type: ignore[no-any-return]
+    else:
+        body: bytes = stream.read(limit + 1)
+        if len(body) <= limit:
+            return body
+    raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
 
 
 def named_session(environ: dict[str, Any]) -> str | None:

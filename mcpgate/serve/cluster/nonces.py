@@ -46,6 +46,7 @@ MOST_AT_ONCE = 128  # nonces sent in one write at most
 _TAIL = b"\r\n$1\r\n1\r\n$2\r\nNX\r\n$2\r\nEX\r\n$%d\r\n%d\r\n" % (len(str(NONCE_TTL)), NONCE_TTL)
 
 
+_ref = weakref.ref
 CHANNEL_MARK = "~"  # <channel>~<count>: a nonce of a connection's series
 MAX_COUNT_DIGITS = 18  # a count longer than this is no count of a series (it goes to Redis as any nonce)
 
@@ -65,9 +66,26 @@ class Channels:
     def __init__(self) -> None:
         # [channel, last count]: changed in place (a weak dictionary's store makes a weak reference each time)
         self._open: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+        # its table, read with weak references made here (they compare as the references it holds): get's frame spared
+        self._data: dict[Any, list[Any]] = self._open.data  # type: ignore[attr-defined]
 
     def open(self, connection: Any, channel: str) -> None:
         self._open[connection] = [channel, 0]
+
+    def follows_nonce(self, connection: Any, nonce: str) -> bool | None:
+        """follows(connection, *series(nonce)) for a nonce of a series with a count above 0 (in one call: each
+        forwarded request on an owner asks); None for any other nonce (count 0, or none of a series: Redis's)."""
+        channel, mark, count = nonce.rpartition(CHANNEL_MARK)
+        if not (mark and channel and count.isascii() and count.isdigit() and len(count) <= MAX_COUNT_DIGITS):
+            return None
+        number = int(count)
+        if number <= 0:
+            return None
+        known = self._data.get(_ref(connection))  # WeakKeyDictionary.get's, its Python frame spared
+        if known is None or known[0] != channel or number <= known[1]:
+            return False
+        known[1] = number
+        return True
 
     def follows(self, connection: Any, channel: str, count: int) -> bool:
         """Whether `count` of `channel` is new on this connection (it is recorded now)."""

@@ -31,10 +31,16 @@ RESOLVED_FOR = 5.0  # seconds a host's resolved addresses are reused
 
 
 class ForwardingPeers:
-    """`allowed(peer, sender)`. `lookup`: an instance's internal URL from the directory (None: unknown)."""
+    """`allowed(peer, sender)`. `lookup`: an instance's internal URL from the directory (None: unknown); `read`,
+    when given, asked when `lookup` has none (the directory read again: serve/cluster/instances.py)."""
 
-    def __init__(self, lookup: Callable[[str], str | None], networks: auth.Networks = ()) -> None:
-        self.lookup, self.networks = lookup, networks
+    def __init__(
+        self,
+        lookup: Callable[[str], str | None],
+        networks: auth.Networks = (),
+        read: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self.lookup, self.networks, self.read = lookup, networks, read
         self._resolved: dict[str, tuple[frozenset[str], float]] = {}  # host -> (its addresses, until)
         self._local: dict[str, bool] = {}  # address -> whether this machine holds it
         self._answers: dict[tuple[str, str], tuple[bool, float]] = {}  # (peer, sender's URL) -> answer, until
@@ -45,6 +51,8 @@ class ForwardingPeers:
         if self.networks:
             return auth.peer_trusted(peer, self.networks)
         url = self.lookup(sender)
+        if url is None and self.read is not None:
+            url = self.read(sender)
         if url is None or not peer:
             return False
         now = time.monotonic()

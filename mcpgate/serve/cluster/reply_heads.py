@@ -68,6 +68,35 @@ class ReplyHeads:
                 framing = http1.Framing(int(value), framing.chunked, framing.keep)
         return known.minor, known.status, headers, framing, shape
 
+    def framed(
+        self, block: bytes, method: str
+    ) -> tuple[int, list[tuple[str, str]], int | None, bool, bool, bytes] | None:
+        """read(block, method) as the exchange takes it, in one frame (every forwarded reply): (status, headers,
+        the framing's length, chunked, keep, shape); None where read gives None. No Framing is made for it."""
+        at = block.find(LENGTH_FIELD)  # shape_of's
+        if at < 0:
+            shape, digits = block, None
+        else:
+            start = at + len(LENGTH_FIELD)
+            end = block.find(b"\r", start)
+            if end < 0:
+                end = len(block)
+            shape, digits = block[:start] + block[end:], block[start:end]
+        known = self._known.get((shape, method))
+        if known is None:
+            return None
+        framing = known.framing
+        headers = known.headers.copy()
+        length = framing.length
+        if known.at >= 0:
+            if digits is None or not (digits.isdigit() and len(digits) <= MAX_DIGITS):
+                return None
+            value = digits.decode("ascii")
+            headers[known.at] = (headers[known.at][0], value)
+            if known.length_framed:
+                length = int(value)
+        return known.status, headers, length, framing.chunked, framing.keep, shape
+
     def remember(
         self,
         block: bytes,

@@ -124,20 +124,25 @@ class Resent:
             gevent.sleep(CARRIER_POLL)
 
     def _run_first(self, key: Key, copy: Copy, run: Callable[[], HttpResponse]) -> HttpResponse:
+        session, sessions = key[0], self._sessions  # _more's and _less's, in this frame (every forwarded POST)
         self._running[key] = copy
-        self._more(key[0])
+        sessions[session] = sessions.get(session, 0) + 1
         response: HttpResponse | None = None
         try:
             response = run()
             return response
         finally:
             del self._running[key]
-            self._less(key[0])
+            left = sessions[session] - 1
+            if left > 0:
+                sessions[session] = left
+            else:
+                del sessions[session]
             whole = response if response is not None and isinstance(response.body, bytes) else None
             if copy.taker is not None:  # a copy sent again waits for it
                 copy.taker.set(whole)
-            elif whole is not None and copy.carrier_gone():  # its carrier died: a copy may yet be sent again
-                self._keep(key, whole)
+            elif whole is not None and copy.peer_gone is not None and copy.peer_gone():  # copy.carrier_gone():
+                self._keep(key, whole)  # its carrier died: a copy may yet be sent again
 
     def _keep(self, key: Key, answer: HttpResponse) -> None:
         now = self.clock()

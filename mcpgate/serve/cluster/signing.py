@@ -27,6 +27,7 @@ _URLSAFE = session_ids._URLSAFE  # _b64's translation, used in place below (a Py
 _to_base64 = binascii.b2a_base64
 _sha256 = hashlib.sha256
 _MAC_BYTES = session_ids.MAC_BYTES
+_VIEW_MATCH = session_ids._VIEW.fullmatch  # valid_view's
 KEPT = 256  # spelled parts remembered per table (past it, the table starts again)
 BLOCK = 64  # SHA-256's block: the HMAC key's pads
 
@@ -119,11 +120,20 @@ class Signer:
     ) -> str:
         """session_ids.forwarded(principal, sender, now, ForwardedRequest(*request, body), key, view, nonce), the
         body given by its `digest` (body_digest) and `nonce` never empty."""
-        principal_b64, head, view_json = self._signing_parts(principal, sender, view)
-        if not nonce or not session_ids.valid_view(nonce):
+        known = self._signing.get((principal, sender, view))
+        principal_b64, head, view_json = known if known is not None else self._signing_parts(principal, sender, view)
+        if not nonce or _VIEW_MATCH(nonce) is None:  # session_ids.valid_view(nonce), its call spared
             raise ValueError("a nonce holds only [A-Za-z0-9-_~], at most 64 of them (and at least one)")
         stamp = str(int(now))  # digits, and the nonce [A-Za-z0-9_~-]: each its own JSON string between quotes
-        mac = self.mac(f'{head}"{stamp}","{nonce}",{view_json},{self._request_part(request)},"{digest}"]')
+        part = self._requests.get(request)
+        if part is None:
+            part = self._request_part(request)
+        # self.mac(text), in this frame (every forwarded request is signed)
+        inner = self._inner.copy()
+        inner.update(f'{head}"{stamp}","{nonce}",{view_json},{part},"{digest}"]'.encode())
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        mac = _to_base64(outer.digest()[:_MAC_BYTES], newline=False).translate(_URLSAFE).rstrip(b"=").decode("ascii")
         return f"{principal_b64}.{sender}.{stamp}.{nonce}.{view}.{mac}"
 
     def _identity(self, principal_b64: str, sender: str, view: str) -> Identity:
@@ -167,9 +177,18 @@ class Signer:
             return None
         if abs(now - int(stamp)) > window or not view_valid:
             return None
-        digest = body_digest(body)
-        text = f'{head}{_STRING(stamp)},{_STRING(nonce)},{view_json},{self._request_part(request)},"{digest}"]'
-        if not hmac.compare_digest(mac.encode(), self.mac(text).encode()):
+        # body_digest(body) and self.mac(text), in this frame (each forwarded request on an owner checks one)
+        digest = _to_base64(_sha256(body).digest(), newline=False).translate(_URLSAFE).rstrip(b"=").decode("ascii")
+        part = self._requests.get(request)
+        if part is None:
+            part = self._request_part(request)
+        text = f'{head}{_STRING(stamp)},{_STRING(nonce)},{view_json},{part},"{digest}"]'
+        inner = self._inner.copy()
+        inner.update(text.encode())
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        expected = _to_base64(outer.digest()[:_MAC_BYTES], newline=False).translate(_URLSAFE).rstrip(b"=")
+        if not hmac.compare_digest(mac.encode(), expected):
             return None
         principal = self._principal(principal_b64)
         return None if principal is None else Signed(principal, sender, nonce, view, digest)

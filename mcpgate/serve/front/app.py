@@ -107,7 +107,8 @@ class Guard:
         if endpoint and "HTTP_SEC_FETCH_SITE" in environ:  # only a browser's request says where it comes from
             self.check_cross_site(environ)
         if endpoint and self.cluster is not None and "HTTP_MCPGATE_FORWARDED" in environ:
-            context(environ).principal = self.cluster.forwarded_principal(environ)  # instead of the token (403)
+            found = context(environ)
+            found.principal = self.cluster.forwarded_principal(environ, found)  # instead of the token (403)
         elif endpoint and self.authenticator is not None:
             context(environ).principal = self.authenticator.authenticate(environ, target)
 
@@ -260,7 +261,7 @@ class Endpoint:
                 from mcpgate.serve.servers import views_file
 
                 raise views_file.mismatch(str(noted.view), "")
-            return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], server))
+            return self.cluster.serve(environ, kind, functools.partial(HANDLERS[kind], server), noted)
         request = HttpRequest(environ)
         if kind is _MCP and request.method == "POST":
             return streamable.handle_post(server, request)
