@@ -20,6 +20,7 @@ from mcpgate.serve.front.reply import SOCKET, Client
 from mcpgate.serve.modern.calls import Call, new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
 from mcpgate.serve.modern.stateless import caller
+from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import Stream, StreamLimits
 from tests.security.test_modern_splice import pooled as splice_pooled
 
@@ -258,3 +259,38 @@ def test_a_spliced_answer_names_a_text_id_as_json_writes_it(client_id: str) -> N
     head = b'{"jsonrpc":"2.0","id":' + jsonrpc.encode(client_id) + b',"result":{"content":[]'
     assert data.startswith(head), data
     assert json.loads(data)["id"] == client_id
+
+
+class _Readerless:
+    """A child process with no reader of its own to pump (as a remote server's child is)."""
+
+    alive = True
+    pid = None
+
+
+class _ReaderlessSpec(ChildSpec):
+    def process(self, **_kwargs: Any) -> Any:
+        return _Readerless()
+
+
+@pytest.mark.parametrize("spec", [ChildSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0), None])
+def test_a_childs_pump_is_bound_once_as_start_read_it(spec: ChildSpec | None) -> None:
+    """PooledChild.pump, what stateless.start gives each call's stream, is getattr(child.child, "pump", None), the
+    reading it spares: a stdio process's own pump, and None for a process that has none."""
+    made = spec or _ReaderlessSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
+    child = PooledChild(
+        made,
+        label="pool-1",
+        probe_timeout=1.0,
+        start_timeout=1.0,
+        init_timeout=1.0,
+        ttl_ms=0,
+        on_exit=lambda _child, _reason: None,
+        on_input_request=lambda _child, _request: None,
+        on_input_withdrawn=lambda _child, _id: None,
+        on_listen_message=lambda _child, _message: False,
+        on_input_required=lambda _child, _call, result: result,
+    )
+    spared = getattr(child.child, "pump", None)
+    assert child.pump == spared
+    assert (spared is None) is (spec is None)

@@ -35,6 +35,7 @@ from mcpgate.serve.modern.calls import mint
 from mcpgate.serve.modern.era_probe import Era as Era  # re-exported: the pool and its endpoint name it from here
 from mcpgate.serve.servers import watchdog
 from mcpgate.serve.sessions.spec import ChildSpec, weakly
+from mcpgate.serve.sessions.stream import Pump
 
 if TYPE_CHECKING:  # views (MCPGATE_CONFIG's) are imported where they are configured
     from mcpgate.core.views import View
@@ -75,6 +76,8 @@ class PooledChild:
             on_revoke=self.revoke,
             **viewed,
         )
+        # its stdout read by a call's reply while it waits (ChildProcess.pump; None for a child without one), bound once
+        self.pump: Pump | None = getattr(self.child, "pump", None)
         self.probe_timeout, self.init_timeout = probe_timeout, init_timeout
         self.start_timeout = start_timeout
         self.key = verdict_key(spec)  # its era is remembered per server command

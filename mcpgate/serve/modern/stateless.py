@@ -209,7 +209,7 @@ def start(
         input_responses=responses if isinstance(responses, dict) else None,
         tools=tools,
     )
-    stream.pump = getattr(child.child, "pump", None)  # its reader reads the child's answers while it waits
+    stream.pump = child.pump  # its reader reads the child's answers while it waits
     if not child.start_call(message, call):
         raise Refusal(502, jsonrpc.INTERNAL_ERROR, "Bad Gateway: the MCP server is not taking requests", message.id)
     if call.bridged and candidate:
