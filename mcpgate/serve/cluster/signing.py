@@ -28,6 +28,7 @@ _to_base64 = binascii.b2a_base64
 _sha256 = hashlib.sha256
 _MAC_BYTES = session_ids.MAC_BYTES
 _VIEW_MATCH = session_ids._VIEW.fullmatch  # valid_view's
+_new_tuple = tuple.__new__
 KEPT = 256  # spelled parts remembered per table (past it, the table starts again)
 BLOCK = 64  # SHA-256's block: the HMAC key's pads
 
@@ -172,7 +173,10 @@ class Signer:
         if len(parts) != 6:
             return None
         principal_b64, sender, stamp, nonce, view, mac = parts
-        sender_valid, view_valid, head, view_json = self._identity(principal_b64, sender, view)
+        known = self._checking.get((principal_b64, sender, view))  # _identity's, its call only to spell one
+        sender_valid, view_valid, head, view_json = (
+            known if known is not None else self._identity(principal_b64, sender, view)
+        )
         if not (stamp.isascii() and stamp.isdigit() and len(stamp) <= 12 and sender_valid and 0 < len(nonce) <= 64):
             return None
         if abs(now - int(stamp)) > window or not view_valid:
@@ -190,5 +194,9 @@ class Signer:
         expected = _to_base64(outer.digest()[:_MAC_BYTES], newline=False).translate(_URLSAFE).rstrip(b"=")
         if not hmac.compare_digest(mac.encode(), expected):
             return None
-        principal = self._principal(principal_b64)
-        return None if principal is None else Signed(principal, sender, nonce, view, digest)
+        principal = self._principals.get(principal_b64)  # _principal's, its call only to decode one
+        if principal is None:
+            principal = self._principal(principal_b64)
+            if principal is None:
+                return None
+        return _new_tuple(Signed, (principal, sender, nonce, view, digest))  # Signed(...) without its Python __new__
