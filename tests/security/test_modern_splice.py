@@ -218,3 +218,45 @@ def test_the_client_gets_valid_json_holding_the_child_s_result(layout: int) -> N
         child_result = dict(message.obj["result"]) if isinstance(message.obj["result"], dict) else None
         if child_result is not None:
             assert {key: answer["result"][key] for key in child_result} == child_result
+
+
+_OF_CASES = [  # (the child's answer, spliced as read, spliced as a line the splitter vouched for): as _spliced did
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"content":[{"type":"text","text":"hi"}],"isError":false}}', True, True),
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{}}', True, True),
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":"\\"ttlMs\\""}}', True, True),  # no quote after its name
+    (b'{"id":"MINTED","jsonrpc":"2.0","result":{"a":[1,{"b":null}]}}', False, False),  # another layout: made again
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1,"_meta":{"x":1}}}', False, False),
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"resultType":"complete","a":1}}', False, False),
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":"ttlMs"}}', False, False),  # a value is searched too
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1},"extra":{}}', False, False),
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1,\r"b":2}}', False, True),  # a vouched line is not searched
+    (b'{"jsonrpc":"2.0","id":"MINTED","error":{"code":-32000,"message":"no"}}', False, False),
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"resultType":"input_required","requestState":"s"}}', False, False),
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":[1,2]}', False, False),
+]
+
+
+@pytest.mark.parametrize(("raw", "as_read", "vouched"), _OF_CASES)
+def test_of_answers_as_made_again_and_splices_only_a_plain_result(
+    raw: bytes, as_read: bool, vouched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers.of's answer (its splice in its own frame, or _made's) decodes to what _made, the full path, gives; a
+    plain result's is spliced (_made not called), any other's is _made's."""
+    child, call = awaiting()
+    raw = raw.replace(b"MINTED", call.minted.encode())
+    info = {"name": "kid", "version": "1"}
+    made = json.loads(child.answers._made(call, jsonrpc.parse_line(raw), info))
+    taken: list[bytes] = []
+    real = answers.Answers._made
+
+    def noted(self: answers.Answers, *args: Any) -> bytes:
+        data = real(self, *args)
+        taken.append(data)
+        return data
+
+    monkeypatch.setattr(answers.Answers, "_made", noted)
+    for bare, spliced in ((False, as_read), (True, vouched)):
+        taken.clear()
+        data = child.answers.of(call, jsonrpc.parse_line(raw, bare=bare), info)
+        assert json.loads(data) == made
+        assert taken == ([] if spliced else [data])

@@ -64,13 +64,72 @@ class Answers:
         self._stamps: dict[bool, bytes] = {}  # the stamp's members, encoded, for (not) cacheable results
 
     def of(self, call: Call, message: Response, server_info: dict[str, Any] | None) -> bytes:
-        """What the call's client gets for the child's answer `message`."""
+        """What the call's client gets for the child's answer `message`: a plain result spliced, in this frame (the
+        usual answer: a Python call less), else made again by _made. A result is spliced, without decoding or
+        encoding it again, as its bytes with the client's id and the stamp's members appended; it is made again when
+        the answer is an error or a task method's (it names the task), a tools/list result the call's filter may
+        hide tools of, a result naming any member the stamp could add (a byte search, no parse: the stamp never
+        duplicates one), one holding a CR (an SSE line would end there; a line LineDecoder.bare vouched for, still
+        the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"} (a
+        decoded one with another member, wherever it is, included; an answer read by its head alone, past
+        PARTIAL_FROM_BYTES, must end with its result: partial_bounds)."""
         # (Response.is_error read without its property: a Python call less; a task method's answer names the task)
-        spliced = "error" not in message.obj and call.method not in tasks.METHODS
-        spliced = spliced and (call.tools is None or not call.tools.may_hide(message.raw))
-        data = self._spliced(call, message, server_info) if spliced else None
-        if data is not None:
-            return data
+        raw = message.raw
+        if (
+            raw is None
+            or "error" in message.obj
+            or call.method in tasks.METHODS
+            or (call.tools is not None and call.tools.may_hide(raw))
+        ):
+            return self._made(call, message, server_info)
+        if len(message.obj) != 3 and not message.partial:  # a member besides the three: made again
+            return self._made(call, message, server_info)
+        quoteless: list[tuple[int, int]] | None = None  # a partial result's long strings that hold no quote
+        if message.partial:
+            quoteless = []
+            bounds = partial_bounds(raw, call.minted, quoteless)
+            if bounds is UNKNOWN:  # the walk gave up: the decoding says whether the result is the last member
+                bounds = jsonrpc.result_bounds(raw) if _decoded(message) else None
+                quoteless = None
+        else:  # minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw), the first without a call
+            head = _MINTED_HEAD % call.minted.encode()
+            bounds = (len(head) - 1, len(raw) - 1) if raw.startswith(head) and raw.endswith(b"}}") else None
+            if bounds is None:
+                bounds = jsonrpc.result_bounds(raw)
+        if bounds is None:
+            return self._made(call, message, server_info)
+        start, end = bounds  # the result searched in place: a large one is copied once, into the answer
+        if raw is not message.bare and raw.find(b"\r", start, end) >= 0:  # bytes the splitter vouched for: no CR
+            return self._made(call, message, server_info)
+        if quoteless is not None:
+            if names_stamped_around(raw, start, end, quoteless):
+                return self._made(call, message, server_info)
+        elif end - start < _WALK_FROM:  # names_stamped(raw, start, end), a small result's search without a call
+            if _STAMPED.search(raw, start, end) is not None:
+                return self._made(call, message, server_info)
+        elif names_stamped(raw, start, end):
+            return self._made(call, message, server_info)
+        cacheable = call.method in modern_rewrites.CACHEABLE
+        members = self._stamps.get(cacheable)
+        if members is None:  # the same for every result of its kind from this child: encoded once
+            stamp = modern_rewrites.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=server_info)
+            members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
+        client_id = call.client_id
+        if isinstance(client_id, int):
+            encoded_id = str(client_id).encode()
+        else:  # a text id: msgspec writes every code point as json's encoder does (a lone surrogate it refuses)
+            try:
+                encoded_id = _FAST_TEXT(client_id)
+            except ValueError:
+                encoded_id = jsonrpc.encode(client_id)  # json's ASCII escapes
+        if raw[start + 1] in _EMPTY_NEXT and _EMPTY.fullmatch(raw, start, end):  # no member of its own
+            return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":{', members, b"}}"))
+        # its bytes copied once, into the answer (a small result's slice costs less than a view's)
+        result = raw[start : end - 1] if end - start < _VIEW_FROM else memoryview(raw)[start : end - 1]
+        return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":', result, b",", members, b"}}"))
+
+    def _made(self, call: Call, message: Response, server_info: dict[str, Any] | None) -> bytes:
+        """The answer decoded and made again (the way of every answer `of` does not splice)."""
         try:
             obj = message.full()
         except (ValueError, RecursionError):  # read by its head alone, and no JSON (or too deep) after all
@@ -101,60 +160,6 @@ class Answers:
         if shown is None:
             log.warning("pooled child %s: a tools/list result could not be read; passed unchanged", self.label)
         return result if shown is None else shown
-
-    def _spliced(self, call: Call, message: Response, server_info: dict[str, Any] | None) -> bytes | None:
-        """A result answered without decoding or encoding it again: its bytes with the client's id and the stamp's
-        members appended. None when the result names any member the stamp could add (a byte search, no parse: the
-        stamp never duplicates one), holds a CR (an SSE line would end there; a line LineDecoder.bare vouched for,
-        still the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"} (a
-        decoded one with another member, wherever it is, included; an answer read by its head alone, past
-        PARTIAL_FROM_BYTES, must end with its result: partial_bounds)."""
-        raw = message.raw
-        if raw is None or (len(message.obj) != 3 and not message.partial):  # a member besides the three: made again
-            return None
-        quoteless: list[tuple[int, int]] | None = None  # a partial result's long strings that hold no quote
-        if message.partial:
-            quoteless = []
-            bounds = partial_bounds(raw, call.minted, quoteless)
-            if bounds is UNKNOWN:  # the walk gave up: the decoding says whether the result is the last member
-                bounds = jsonrpc.result_bounds(raw) if _decoded(message) else None
-                quoteless = None
-        else:  # minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw), the first without a call
-            head = _MINTED_HEAD % call.minted.encode()
-            bounds = (len(head) - 1, len(raw) - 1) if raw.startswith(head) and raw.endswith(b"}}") else None
-            if bounds is None:
-                bounds = jsonrpc.result_bounds(raw)
-        if bounds is None:
-            return None
-        start, end = bounds  # the result searched in place: a large one is copied once, into the answer
-        if raw is not message.bare and raw.find(b"\r", start, end) >= 0:  # bytes the splitter vouched for: no CR
-            return None
-        if quoteless is not None:
-            if names_stamped_around(raw, start, end, quoteless):
-                return None
-        elif end - start < _WALK_FROM:  # names_stamped(raw, start, end), a small result's search without a call
-            if _STAMPED.search(raw, start, end) is not None:
-                return None
-        elif names_stamped(raw, start, end):
-            return None
-        cacheable = call.method in modern_rewrites.CACHEABLE
-        members = self._stamps.get(cacheable)
-        if members is None:  # the same for every result of its kind from this child: encoded once
-            stamp = modern_rewrites.stamp_result(call.method, {}, ttl_ms=self.ttl_ms, server_info=server_info)
-            members = self._stamps[cacheable] = jsonrpc.encode(stamp)[1:-1]
-        client_id = call.client_id
-        if isinstance(client_id, int):
-            encoded_id = str(client_id).encode()
-        else:  # a text id: msgspec writes every code point as json's encoder does (a lone surrogate it refuses)
-            try:
-                encoded_id = _FAST_TEXT(client_id)
-            except ValueError:
-                encoded_id = jsonrpc.encode(client_id)  # json's ASCII escapes
-        if raw[start + 1] in _EMPTY_NEXT and _EMPTY.fullmatch(raw, start, end):  # no member of its own
-            return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":{', members, b"}}"))
-        # its bytes copied once, into the answer (a small result's slice costs less than a view's)
-        result = raw[start : end - 1] if end - start < _VIEW_FROM else memoryview(raw)[start : end - 1]
-        return b"".join((b'{"jsonrpc":"2.0","id":', encoded_id, b',"result":', result, b",", members, b"}}"))
 
 
 UNKNOWN = (-1, -1)  # partial_bounds: the walk did not reach the result's end
