@@ -1,8 +1,8 @@
 """The fleet's shortcuts on every forwarded call held to the ways they shortcut, over tables: an owner's check of a
 connection's series in one call (Channels.follows_nonce) against series() then Channels.follows as they were; the
-body read before any handler (instances.unread_body) against forward.read_body; the directory's lookup, which asks
-the gone marks only for a marked instance, against GoneMarks.holds asked every time; a remembered reply head read
-in one frame (ReplyHeads.framed) against ReplyHeads.read."""
+body read before any handler (forward.unread_body, read_body's way for a request no handler parsed) over a table;
+the directory's lookup, which asks the gone marks only for a marked instance, against GoneMarks.holds asked every
+time; a remembered reply head read in one frame (ReplyHeads.framed) against ReplyHeads.read."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from mcpgate.serve.cluster.directory import Directory
-from mcpgate.serve.cluster.forward import read_body
+from mcpgate.serve.cluster.forward import read_body, unread_body
 from mcpgate.serve.cluster.gone import RECHECK
-from mcpgate.serve.cluster.instances import unread_body
 from mcpgate.serve.cluster.nonces import Channels, series
 from mcpgate.serve.cluster.reply_heads import ReplyHeads
 from mcpgate.serve.front.context import CONTEXT, RequestContext
@@ -89,18 +88,19 @@ class Stream(io.BytesIO):
         return super().read(size)
 
 
+TOO_LARGE = 413
 BODIES = [
-    # (CONTENT_LENGTH, the bytes on the wire, limit)
-    ("12", b'{"jsonrpc":1}', 100),  # the length read, not past it
-    ("13", b'{"jsonrpc":1}', 13),  # at the limit
-    ("14", b'{"jsonrpc":1}xx', 13),  # past it: 413
-    ("0", b"", 10),
-    ("", b"abc", 10),  # no length: read up to the limit and one more
-    (None, b"abcdefghijk", 10),  # no length, more than the limit: 413
-    (None, b"abcdefghij", 10),
-    ("x1", b"abc", 10),  # not a number: 413
-    ("-1", b"abc", 10),  # negative: 413
-    (" 3", b"abc", 10),  # int() takes it, as HttpRequest.read_body does
+    # (CONTENT_LENGTH, the bytes on the wire, limit, the body read or 413)
+    ("12", b'{"jsonrpc":1}', 100, b'{"jsonrpc":1'),  # the length read, not past it
+    ("13", b'{"jsonrpc":1}', 13, b'{"jsonrpc":1}'),  # at the limit
+    ("14", b'{"jsonrpc":1}xx', 13, TOO_LARGE),  # past it
+    ("0", b"", 10, b""),
+    ("", b"abc", 10, b"abc"),  # no length: read up to the limit and one more
+    (None, b"abcdefghijk", 10, TOO_LARGE),  # no length, more than the limit
+    (None, b"abcdefghij", 10, b"abcdefghij"),
+    ("x1", b"abc", 10, TOO_LARGE),  # not a number
+    ("-1", b"abc", 10, TOO_LARGE),  # negative
+    (" 3", b"abc", 10, b"abc"),  # int() takes it
 ]
 
 
@@ -119,8 +119,12 @@ def outcome(read: Any, environ: dict[str, Any], limit: int) -> tuple[Any, ...]:
     return got, environ["wsgi.input"].asked
 
 
-@pytest.mark.parametrize(("length", "data", "limit"), BODIES)
-def test_unread_body_reads_as_read_body(length: str | None, data: bytes, limit: int) -> None:
+@pytest.mark.parametrize(("length", "data", "limit", "expected"), BODIES)
+def test_a_body_nothing_read_yet(length: str | None, data: bytes, limit: int, expected: bytes | int) -> None:
+    """forward.read_body of a request no handler parsed is unread_body's (the guard's check of a forwarded one reads
+    it so): the body, or 413 past the limit."""
+    got, _ = outcome(unread_body, environ_of(length, data), limit)
+    assert (got if isinstance(got, bytes) else got[0]) == expected
     assert outcome(unread_body, environ_of(length, data), limit) == outcome(read_body, environ_of(length, data), limit)
 
 

@@ -318,6 +318,12 @@ def read_body(environ: dict[str, Any], limit: int) -> bytes:
     if message is not None:
         raw = getattr(message, "raw", None)
         return raw if isinstance(raw, bytes) else b""
+    return unread_body(environ, limit)
+
+
+def unread_body(environ: dict[str, Any], limit: int) -> bytes:
+    """The body of a request nothing has read yet (the guard's check of a forwarded one, a forward decided before
+    the handler), at most `limit` bytes (413 past it, as the owner would answer)."""
     body = HttpRequest(environ).read_body(limit)
     if body is None:
         raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")

@@ -39,7 +39,7 @@ from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids, wire
 from mcpgate.serve.cluster import forward
 from mcpgate.serve.cluster.directory import Directory
-from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body
+from mcpgate.serve.cluster.forward import Forwarder, LostInFlight, read_body, unread_body
 from mcpgate.serve.cluster.forwarding import Forward as Forward  # raised by handlers; defined apart (forwarding.py)
 from mcpgate.serve.cluster.moved import held_by, restarted
 from mcpgate.serve.cluster.nonces import Channels, Nonces, series
@@ -330,25 +330,6 @@ class Cluster:
     @staticmethod
     def not_found(kind: str) -> Refusal:
         return Refusal(404, jsonrpc.INVALID_REQUEST, NOT_FOUND.get(kind, NOT_FOUND["mcp"]))
-
-
-def unread_body(environ: dict[str, Any], limit: int) -> bytes:
-    """forward.read_body's for a request no handler has parsed (the guard's check of a forwarded one, a forward
-    decided before the handler): read off wsgi.input as HttpRequest.read_body reads it, 413 past `limit`."""
-    length = environ.get("CONTENT_LENGTH")
-    stream = environ["wsgi.input"]
-    if length:
-        try:
-            size = int(length)
-        except ValueError:
-            size = -1
-        if 0 <= size <= limit:
-            return stream.read(size)  # type: ignore[no-any-return]
-    else:
-        body: bytes = stream.read(limit + 1)
-        if len(body) <= limit:
-            return body
-    raise Refusal(413, jsonrpc.INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes")
 
 
 def named_session(environ: dict[str, Any]) -> str | None:
