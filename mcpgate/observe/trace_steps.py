@@ -1,6 +1,6 @@
 """A traced request's steps and its end, as observe/tracing.py hands them out: the steps' span names, a step timed by
-a `with` block (tracing.step; the request path times its own with tracing.now and Trace.took), and a streamed body
-whose close ends the request's spans (tracing.finish)."""
+a `with` block (tracing.step; the request path times its own with tracing.now, appended to Trace.steps), and a
+streamed body whose close ends the request's spans (tracing.finish)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ NOTHING = Nothing()
 
 
 class Step:
-    """A step timed by a `with` block (tracing.step): what the request path does with tracing.now and Trace.took."""
+    """A step timed by a `with` block (tracing.step): what the request path does with tracing.now and Trace.steps."""
 
     __slots__ = ("began", "name", "trace")
 

@@ -12,9 +12,10 @@ A request to an MCP endpoint gets a Trace, kept in the WSGI environ under KEY: a
 tuples set on the request's greenlet, turned into spans only by the export greenlet. On the request path: the
 sampling decision first, once per request (the W3C context parsed here, observe/w3c.py; the SDK's sampler only
 when it is not a static or parent-based static one: observe/trace_sampling.py), as the request begins when a
-static sampler or the traceparent header's flag decides it (no step of an unsampled request is timed then);
-unsampled, only the context is passed on. Sampled: the start and end times of each step (the guard, the
-session or pool lookup, an MRTR round: the Trace times them itself, one at a time; their names and a step's `with`
+static sampler or the traceparent header's flag decides it; unsampled, only the context is passed on (nothing is
+exported: the steps the request path appends without a check go with it). Sampled: the start and end times of
+each step (the guard, the session or pool lookup, an MRTR round: one at a time, each appended to Trace.steps by
+the request path, the guard's starting at the request's start; their names and a step's `with`
 block: observe/trace_steps.py), the id and start of the wait for the child (the span named in the child's
 `_meta.traceparent`) and of a forward to another instance, the HTTP status; ids come from one os.urandom per
 IDS_DRAWN bytes. The ended Trace is queued whole (by `finish` itself, as span_pipe.SpanPipe.on_end would) and
@@ -63,7 +64,7 @@ _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent,
 _always: bool | None = None  # the decision whatever the parent (ALWAYS_ON, ALWAYS_OFF), known as a request begins
 _root: bool | None = True  # the decision for a request without a parent when the sampler's is static, else None
 _time = time.time_ns
-now = time.time_ns  # a step's start, as the request path takes it (Trace.took)
+now = time.time_ns  # a step's start and end, as the request path takes them (Trace.took's way)
 
 
 def setup(enabled: bool, service: str) -> None:
@@ -192,8 +193,9 @@ class Trace:
 
     def took(self, name: str, began: int) -> None:
         """A step that began at `began` (time.time_ns) ended now: timed, unless the request is known unsampled. The
-        request path times its steps itself (`began = tracing.now()`, the step, then this in a finally clause):
-        one call a step."""
+        request path appends its steps itself, without this call or its check (`began = tracing.now()`, the step,
+        then `trace.steps.append((name, began, tracing.now()))` in a finally clause; the guard's `began` is
+        trace.start): a known unsampled request's steps are never exported (`finish`)."""
         if self.sampled or not self.decided:
             self.steps.append((name, began, _time()))
 
@@ -233,7 +235,7 @@ def begin(environ: dict[str, Any], server: str) -> Trace:
 
 def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> Step | Nothing:
     """A child span for what runs inside (the guard, a session or pool lookup; never one inside another), as a
-    context manager (the request path times its steps with `now` and Trace.took instead): named by `step_name`.
+    context manager (the request path appends its steps to Trace.steps itself instead): named by `step_name`.
     Nothing when off or not sampled."""
     trace: Trace | None = environ.get(KEY)
     if trace is None or (trace.decided and not trace.sampled):

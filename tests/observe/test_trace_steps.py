@@ -1,7 +1,8 @@
-"""A request's steps timed the request path's way (tracing.now, the step, Trace.took in a finally clause) are the
-steps a `with tracing.step(...)` block times: the same names in the same order, each inside its own block, none
-for a request known to be unsampled, and a step that raised timed all the same; a span's end marks a tool error
-as answer_marks.tool_error does."""
+"""A request's steps timed the request path's way (the step, then its tuple appended to Trace.steps with tracing.now
+in a finally clause; the guard's start the request's own) are the steps a `with tracing.step(...)` block times and
+Trace.took keeps: the same names in the same order, each inside its own block, a step that raised timed all the
+same, and none exported for a request known to be unsampled (the path appends them without a check: `finish`
+drops them with the request); a span's end marks a tool error as answer_marks.tool_error does."""
 
 from __future__ import annotations
 
@@ -37,8 +38,23 @@ class Refused(Exception):
     pass
 
 
+def by_path(trace: Trace, message: Request | None) -> None:
+    """The steps as app.py, streamable.py and stateless.py time them (the guard's from the request's start)."""
+    try:
+        pass
+    finally:
+        trace.steps.append((tracing.GUARD, trace.start, tracing.now()))
+    began = tracing.now()
+    try:
+        raise Refused
+    except Refused:
+        pass
+    finally:
+        trace.steps.append((tracing.step_name(tracing.POOL, message), began, tracing.now()))
+
+
 def by_took(trace: Trace, message: Request | None) -> None:
-    """The steps as app.py, streamable.py and stateless.py time them."""
+    """The same steps by Trace.took (the request path's way before it appended them itself)."""
     began = tracing.now()
     try:
         pass
@@ -66,23 +82,38 @@ def by_with(environ: dict[str, Any], message: Request | None) -> None:
 
 @pytest.mark.parametrize(("decided", "sampled"), [(True, True), (True, False), (False, False), (False, True)])
 @pytest.mark.parametrize("raw", [None, PLAIN, ROUND])
-def test_took_times_what_a_with_block_times(decided: bool, sampled: bool, raw: bytes | None) -> None:
+def test_the_paths_steps_are_what_took_and_a_with_block_time(
+    decided: bool, sampled: bool, raw: bytes | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     message = None if raw is None else request(raw)
-    got = []
-    for timing in ("took", "with"):
-        environ, trace = traced(decided, sampled)
+    kept = Kept()
+    monkeypatch.setattr(tracing, "TRACER", kept)
+    got, exported = [], []
+    for timing in ("path", "took", "with"):
         before = tracing.now()
-        if timing == "took":
+        environ, trace = traced(decided, sampled)
+        if timing == "path":
+            by_path(trace, message)
+        elif timing == "took":
             by_took(trace, message)
         else:
             by_with(environ, message)
         after = tracing.now()
         assert all(before <= began <= ended <= after for _, began, ended in trace.steps)
         assert [began for _, began, _ in trace.steps] == sorted(began for _, began, _ in trace.steps)
+        if timing == "path":
+            assert trace.steps[0][1] == trace.start  # the guard's start: the request's, no clock read of its own
+        trace.opened = True
+        tracing.finish(environ, 200, b"{}", [b"{}"])
         got.append([name for name, _, _ in trace.steps])
-    assert got[0] == got[1]
+        exported.append([[name for name, _, _ in ended.steps] for ended in kept.ended])
+        kept.queue.clear()
     pool = "mcpgate.mrtr" if raw == ROUND else "mcpgate.pool"
-    assert got[0] == ([] if decided and not sampled else ["mcpgate.guard", pool])
+    unsampled = decided and not sampled
+    assert got[1] == got[2] == ([] if unsampled else ["mcpgate.guard", pool])
+    assert got[0] == ["mcpgate.guard", pool]  # appended without took's check
+    # (opened by hand: `sampled` is what finish reads, the decision of an undecided one not asked here)
+    assert exported[0] == exported[1] == exported[2] == ([["mcpgate.guard", pool]] if sampled else [])
 
 
 @pytest.mark.parametrize(("body", "expected"), ANSWERS)

@@ -120,7 +120,7 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
         try:
             call = start(pool, principal, message, listed, closing=gw.closing)
         finally:
-            trace.took(tracing.step_name(tracing.POOL, message), began)
+            trace.steps.append((tracing.step_name(tracing.POOL, message), began, tracing.now()))  # (no call)
     else:
         call = start(pool, principal, message, listed, closing=gw.closing)
     if audit.LOG is not None and call.audit is None and method in audit.NAMED:  # a retry's call has one
