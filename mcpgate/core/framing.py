@@ -63,18 +63,13 @@ class LineDecoder:
 
         Raises LineTooLong (carrying this call's good lines) when a line is over the limit.
         """
-        if (  # the usual read: one whole line, nothing before it pending, no CR (what _split gives it, sooner)
-            data[-1:] == b"\n"
-            and not self._parts
-            and not self._discarding
-            and data.find(b"\n", 0, len(data) - 1) < 0
-            and _CR not in data
-        ):
-            line = data[:-1]
-            self.bare = True
-            if len(line) > self._limit:
-                raise LineTooLong(self._limit, [])
-            return [line] if line and not line.isspace() else []
+        if data[-1:] == b"\n" and not self._parts and not self._discarding and _CR not in data:
+            line = data[:-1]  # the usual read: one whole line, nothing before it pending, no CR (_split's, sooner);
+            if _LF not in line:  # its other LFs looked for as an int (one memchr, bytes.find's call spared)
+                self.bare = True
+                if len(line) > self._limit:
+                    raise LineTooLong(self._limit, [])
+                return [line] if line and not line.isspace() else []
         return self._split(data)
 
     def _split(self, data: bytes) -> list[bytes]:
