@@ -288,3 +288,77 @@ def test_a_session_opens_and_closes_its_stream_in_the_router_as_the_router_does(
 
 def request_of(n: int) -> jsonrpc.Request:
     return jsonrpc.Request(n, "tools/call", None, {"jsonrpc": "2.0", "id": n, "method": "tools/call"})
+
+
+# -- a session routes a message with the clock read only when something is cancelled (Session.route) ---------------
+
+ROUTED: list[list[tuple[str, Any]]] = [
+    [("open", 1), ("answer", 1)],
+    [("open", 1), ("answer", 2), ("answer", 1), ("answer", 1)],
+    [("open", 1), ("cancel", 1), ("answer", 1)],  # a late answer to a cancelled request: dropped
+    [("open", 1), ("cancel", 1), ("tick", 61.0), ("answer", 1)],  # past the tracker's ttl: no request in flight
+    [("open", 1), ("open", 2), ("cancel", 1), ("answer", 2), ("answer", 1)],
+    [("open", 1), ("cancel", 1), ("tick", 61.0), ("open", 2), ("cancel", 2), ("answer", 1), ("answer", 2)],
+    [("open", 3), ("progress", "t"), ("note", 0), ("answer", 3), ("progress", "t")],
+    [("note", 0), ("open", 1), ("cancel", 1), ("note", 0), ("progress", "t")],
+    [("open", 1), ("cancel", 1), ("open", 1), ("answer", 1)],  # an id used again after its cancel
+]
+
+
+def routed_message(step: str, n: Any) -> jsonrpc.Notification | jsonrpc.Response:
+    if step == "answer":
+        return jsonrpc.Response(n, {"jsonrpc": "2.0", "id": n, "result": {}})
+    method = "notifications/progress" if step == "progress" else "notifications/message"
+    params = {"progressToken": n, "progress": 1} if step == "progress" else {}
+    return jsonrpc.Notification(method, params, {"jsonrpc": "2.0", "method": method, "params": params})
+
+
+def progress_request(n: int) -> jsonrpc.Request:
+    params = {"_meta": {"progressToken": "t"}}
+    obj = {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": params}
+    return jsonrpc.Request(n, "tools/call", params, obj)
+
+
+def routes_of(steps: list[tuple[str, Any]], shortcut: bool) -> list[tuple[object, str, bool]]:
+    """Each route a message took over the steps: by Session.route (`shortcut`) or by the router given the clock's
+    time; Session.route is held to reading the clock only while something is cancelled."""
+    now = [1000.0]
+    reads: list[bool] = []
+    live = session()
+
+    def clock() -> float:
+        reads.append(bool(live.router.cancelled.deadlines))
+        return now[0]
+
+    live._clock = clock
+    routes: list[Any] = []
+    full = live.router.route
+
+    def recorded(message: Any, at: float) -> Any:
+        routes.append(full(message, at))
+        return routes[-1]
+
+    live.router.route = recorded  # type: ignore[method-assign]
+    streams: dict[int, Stream] = {}
+    for step, n in steps:
+        if step == "open":
+            streams[n] = live.open_stream([progress_request(n) if n == 3 else request_of(n)])
+        elif step == "cancel":
+            live.cancel(n)
+        elif step == "tick":
+            now[0] += n
+        elif shortcut:
+            before = len(reads)
+            live.route(routed_message(step, n))
+            assert all(reads[before:]), "the clock was read with nothing cancelled"
+        else:  # the full way: the router given the clock's time, whatever is cancelled
+            routes.append(full(routed_message(step, n), clock()))
+    order = {id(stream): n for n, stream in streams.items()}
+    return [(order.get(id(route.target), route.target), route.reason, route.done) for route in routes]
+
+
+@pytest.mark.parametrize("steps", ROUTED)
+def test_a_session_routes_as_its_router_does_with_the_time(steps: list[tuple[str, Any]]) -> None:
+    """Each message a session routes goes where its router sends it at the clock's time (the time read only while
+    something is cancelled: a late answer to a cancelled request is dropped, one past the tracker's ttl is not)."""
+    assert routes_of(steps, shortcut=True) == routes_of(steps, shortcut=False)

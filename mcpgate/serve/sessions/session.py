@@ -136,7 +136,10 @@ class Session:
                 message = self._without_hidden_tools(message)
             if self._init_key is not None:  # only until the handshake is answered
                 self._answered_initialize(message)
-        route = self.router.route(message, self._clock())
+        router = self.router
+        # the time matters to a response for no request in flight (is it a cancelled one's, late?): with nothing
+        # cancelled (nearly always) none is due, the clock's read spared
+        route = router.route(message, self._clock() if router.cancelled.deadlines else 0.0)
         target = route.target
         if target is DROP:
             log.debug("session %s: dropped a message from the child: %s", self.label, route.reason)
