@@ -63,31 +63,14 @@ def export_environment(environ: dict[str, str]) -> dict[str, str]:
 
 
 def record(trace: Any) -> tuple[Any, ...]:
-    """A Trace's fields the export reads (span_export.RECORD's), as marshal takes them."""
-    parent = trace.parent
-    return (
-        trace.what,
-        trace.http_method,
-        trace.kind,
-        trace.server,
-        trace.session,
-        trace.trace_id,
-        trace.span_id,
-        None if parent is None else (parent.trace_id, parent.span_id, parent.sampled, parent.state),
-        trace.state,
-        trace.start,
-        trace.end_at,
-        trace.status,
-        trace.code,
-        trace.tool_error,
-        trace.steps,
-        trace.wait,
-        trace.forward,
-    )
+    """A Trace's fields the export reads (span_export.RECORD's), as marshal takes them: `records`' layout, the one
+    place it is written."""
+    return records(((trace, 0),))[0]
 
 
 def records(queued: Iterable[tuple[Any, int]]) -> list[tuple[Any, ...]]:
-    """`record` of each queued Trace (with its span count), in one pass: no call a Trace (a batch's usual way)."""
+    """The record of each queued Trace (with its span count), in one pass: no call a Trace (a batch's usual way).
+    A record is the Trace's fields the export reads (span_export.RECORD's), as marshal takes them."""
     return [
         (
             trace.what,
