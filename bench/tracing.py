@@ -436,11 +436,16 @@ def in_process(repeats: int = 7, calls: int = 2000) -> None:
 
         from mcpgate.observe import span_export
 
+        try:
+            from mcpgate.observe.span_records import record
+        except ImportError:  # a tree before observe/span_records.py
+            record = span_pipe.record
+
         head = span_export.resource_head("bench")
         payload = b""
         for _ in range(repeats):
             began = time.process_time()
-            batch = [span_pipe.record(trace) for trace in spans]
+            batch = [record(trace) for trace in spans]
             payload = marshal.dumps(batch)
             piped.append((time.process_time() - began) / len(spans) * 1e6)
             began = time.process_time()

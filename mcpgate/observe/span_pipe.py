@@ -32,12 +32,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from mcpgate.observe.span_batches import setting
 from mcpgate.observe.span_export import LENGTH
+from mcpgate.observe.span_records import records
 
 log = logging.getLogger("mcpgate.tracing")
 
@@ -60,41 +60,6 @@ def export_environment(environ: dict[str, str]) -> dict[str, str]:
     tree = str(Path(__file__).resolve().parent.parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([tree, *filter(None, [environ.get("PYTHONPATH")])])
     return env
-
-
-def record(trace: Any) -> tuple[Any, ...]:
-    """A Trace's fields the export reads (span_export.RECORD's), as marshal takes them: `records`' layout, the one
-    place it is written."""
-    return records(((trace, 0),))[0]
-
-
-def records(queued: Iterable[tuple[Any, int]]) -> list[tuple[Any, ...]]:
-    """The record of each queued Trace (with its span count), in one pass: no call a Trace (a batch's usual way).
-    A record is the Trace's fields the export reads (span_export.RECORD's), as marshal takes them."""
-    return [
-        (
-            trace.what,
-            trace.http_method,
-            trace.kind,
-            trace.server,
-            trace.session,
-            trace.trace_id,
-            trace.span_id,
-            None
-            if (parent := trace.parent) is None
-            else (parent.trace_id, parent.span_id, parent.sampled, parent.state),
-            trace.state,
-            trace.start,
-            trace.end_at,
-            trace.status,
-            trace.code,
-            trace.tool_error,
-            trace.steps,
-            trace.wait,
-            trace.forward,
-        )
-        for trace, _ in queued
-    ]
 
 
 class ExportProcess:
@@ -347,7 +312,7 @@ class SpanPipe:
                 taken, spans = [], 0
                 while self.queue and spans < self.batch:
                     ended, count = self.queue.popleft()
-                    taken.append(record(ended))
+                    taken.extend(records(((ended, count),)))
                     spans += count
             self.queued -= spans
             payload = marshal.dumps(taken)

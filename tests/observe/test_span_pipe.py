@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from mcpgate.observe.span_export import NICE, RECORD, Record
-from mcpgate.observe.span_pipe import SpanPipe, record
+from mcpgate.observe.span_pipe import SpanPipe
+from mcpgate.observe.span_records import record
 from mcpgate.observe.tracing import CLIENT, Trace
 from mcpgate.observe.w3c import Parent
 from tests.observe.test_tracing import open_session_with, traced_env
@@ -196,7 +197,7 @@ def test_no_export_process_no_spans_and_no_wait(sink: Receiver) -> None:
 
 
 def test_a_record_carries_every_field_the_export_reads() -> None:
-    """span_pipe.record writes a Trace's fields in span_export.RECORD's order, and marshal carries them whole."""
+    """span_records.record writes a Trace's fields in span_export.RECORD's order, and marshal carries them whole."""
     trace = ended(7)
     trace.parent = Parent(b"\x01" * 16, b"\x02" * 8, True, "k=v")
     trace.steps = [("mcpgate.guard", 1, 2)]

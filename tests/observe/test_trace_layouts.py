@@ -1,7 +1,7 @@
 """The export writes a trace with no tracestate and no forward into its layout's template (observe/trace_spans.py
 encode_into): the bytes are those the span-by-span writer gives (spans_into), for a table of traces (kinds, steps,
 a wait, a remote parent, errors, request ids short and long, a "%" in a name), and opentelemetry-proto decodes
-them. A batch's records, taken in one pass (span_pipe.records), are each Trace's `record`."""
+them. A batch's records, taken in one pass (span_records.records), are each Trace's `record`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mcpgate.observe import otlp_wire, trace_spans, w3c
-from mcpgate.observe.span_pipe import record, records
+from mcpgate.observe.span_records import record, records
 from mcpgate.observe.tracing import CLIENT, SERVER, Trace
 from tests.support.otlp import decode
 
@@ -112,7 +112,7 @@ def test_a_full_cache_is_emptied_not_frozen() -> None:
 
 
 def test_a_batchs_records_are_each_traces_record() -> None:
-    """span_pipe.records (a flush's one pass over the queue) writes what `record` writes of each Trace, in order,
+    """span_records.records (a flush's one pass over the queue) writes what `record` writes of each Trace, in order,
     for the table's traces and one with a tracestate and a forward (the span-by-span kind)."""
     traces = [trace_of(case) for case in CASES]
     odd = trace_of({"parent": w3c.Parent(bytes(range(1, 17)), bytes(range(30, 38)), False, "k=v")})

@@ -20,7 +20,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import w3c
 from mcpgate.observe.span_export import encoded_batch, resource_head
-from mcpgate.observe.span_pipe import record
+from mcpgate.observe.span_records import record
 from tests.support.otlp import decode, receiver
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
