@@ -52,36 +52,21 @@ class ReplyHeads:
         self._known: dict[tuple[bytes, str], Known] = {}
 
     def read(self, block: bytes, method: str) -> tuple[int, int, list[tuple[str, str]], http1.Framing, bytes] | None:
-        """The head as http1 reads it, and its shape; None when its shape is not known (or its digits are odd)."""
-        shape, digits = shape_of(block)
-        known = self._known.get((shape, method))
-        if known is None:
+        """The head as http1 reads it, and its shape; None when its shape is not known (or its digits are odd):
+        `framed`'s answer with its HTTP minor version and a Framing made of it."""
+        found = self.framed(block, method)
+        if found is None:
             return None
-        headers = known.headers.copy()
-        framing = known.framing
-        if known.at >= 0:
-            if digits is None or not (digits.isdigit() and len(digits) <= MAX_DIGITS):
-                return None
-            value = digits.decode("ascii")
-            headers[known.at] = (headers[known.at][0], value)
-            if known.length_framed:
-                framing = http1.Framing(int(value), framing.chunked, framing.keep)
-        return known.minor, known.status, headers, framing, shape
+        status, headers, length, chunked, keep, shape = found
+        return self._known[(shape, method)].minor, status, headers, http1.Framing(length, chunked, keep), shape
 
     def framed(
         self, block: bytes, method: str
     ) -> tuple[int, list[tuple[str, str]], int | None, bool, bool, bytes] | None:
-        """read(block, method) as the exchange takes it, in one frame (every forwarded reply): (status, headers,
-        the framing's length, chunked, keep, shape); None where read gives None. No Framing is made for it."""
-        at = block.find(LENGTH_FIELD)  # shape_of's
-        if at < 0:
-            shape, digits = block, None
-        else:
-            start = at + len(LENGTH_FIELD)
-            end = block.find(b"\r", start)
-            if end < 0:
-                end = len(block)
-            shape, digits = block[:start] + block[end:], block[start:end]
+        """A remembered head's reading as the exchange takes it, (every forwarded reply): (status,
+        headers, the framing's length, chunked, keep, shape); None when its shape is not known (or its digits are
+        odd). No Framing is made for it (`read` makes one)."""
+        shape, digits = shape_of(block)  # as `remember` takes it: one shape for both
         known = self._known.get((shape, method))
         if known is None:
             return None
