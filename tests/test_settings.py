@@ -108,3 +108,17 @@ def test_settings_are_typed_fields() -> None:
     assert settings.addresses == ["0.0.0.0:5000"] and Settings.from_env(environ={}).addresses == ["127.0.0.1:8000"]
     with pytest.raises(AttributeError):
         settings.no_such_setting  # type: ignore[attr-defined]  # noqa: B018
+
+
+AREAS = [base for base in Settings.__mro__[1:] if base is not object]  # auth_settings.py's AuthSettings, ...
+
+
+@pytest.mark.parametrize("area", AREAS, ids=lambda area: area.__name__)
+def test_an_area_generates_no_methods_of_its_own(area: type) -> None:
+    """Only Settings is built, shown and compared: an area (auth_settings.py, ...) is a frozen dataclass for its
+    fields alone, without the __init__, __repr__, __eq__ and __hash__ every gateway process would hold for nothing."""
+    assert "__dataclass_fields__" in vars(area) and area.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert not {"__init__", "__repr__", "__eq__", "__hash__"} & set(vars(area))
+    first, second = Settings.from_env(environ={}), Settings.from_env(environ={})
+    assert first == second and first != Settings.from_env(environ={"MCPGATE_MAX_SESSIONS": "7"})
+    assert all(f"{name}=" in repr(first) for name in area.__dataclass_fields__)  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ from mcpgate.config.declarations import declare, positive
 from mcpgate.config.modes import AuthMode
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class AuthSettings:
     """Who may use the MCP endpoints: the authentication mode and its settings."""
 

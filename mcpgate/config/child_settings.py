@@ -15,7 +15,7 @@ from mcpgate.config import validators
 from mcpgate.config.declarations import MiB, declare, non_negative, positive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class ChildSettings:
     """What runs as a child, how, and within which limits."""
 

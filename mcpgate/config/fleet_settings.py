@@ -15,7 +15,7 @@ from mcpgate.config import validators
 from mcpgate.config.declarations import declare, non_negative
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class FleetSettings:
     """The instances of a fleet: Redis, the cluster key, forwarding, caps."""
 

@@ -17,7 +17,7 @@ from mcpgate.config.declarations import MiB, declare, positive
 BIND_DEFAULT = "127.0.0.1:8000"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class FrontSettings:
     """The HTTP front: its paths, its exposure, its connections and gunicorn's knobs."""
 

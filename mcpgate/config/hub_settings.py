@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from mcpgate.config.declarations import declare, positive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class HubSettings:
     """The aggregate of every server at MCPGATE_PATH, and the bounds of each hub session's tables."""
 

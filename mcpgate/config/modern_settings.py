@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mcpgate.config.declarations import declare, non_negative, positive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class ModernSettings:
     """MCP 2026-07-28: the pool of children that serves it, and what it keeps."""
 

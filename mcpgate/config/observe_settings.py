@@ -14,7 +14,7 @@ from mcpgate.config import validators
 from mcpgate.config.declarations import declare, positive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class ObserveSettings:
     """The log format and the audit log."""
 

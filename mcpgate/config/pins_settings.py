@@ -15,7 +15,7 @@ from mcpgate.config.declarations import declare, positive
 PIN_POLICIES = ("off", "warn", "block")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class PinsSettings:
     """Pinned tool definitions and the management API."""
 

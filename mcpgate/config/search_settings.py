@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mcpgate.config.declarations import declare, positive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class SearchSettings:
     """The search view: on or off (per server in MCPGATE_CONFIG), what it always shows, what it reads."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from mcpgate.config.declarations import MiB, declare, non_negative, positive
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class SessionSettings:
     """The 2025 sessions: their number, their lifetime, their buffers and streams."""
 

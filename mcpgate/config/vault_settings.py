@@ -30,7 +30,7 @@ def vault_key(value: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, repr=False, eq=False)
 class VaultSettings:
     """Per-user credential slots: the vault's key and bounds."""
 
