@@ -170,32 +170,34 @@ _ENVIRON_VERSION, _ENVIRON_METHOD, _ENVIRON_NAME = (
 )
 
 
-def served_environ(message: Request, environ: Mapping[str, Any]) -> bool:
-    """True only when validate(message, header) is None, for a request whose headers are the WSGI `environ`'s
-    (HttpRequest.header's reading of it; no Mcp-Param-* headers asked for): each header read by the environ's own
-    get, with no Python call, and taken when it is the body's value exactly (a str). False decides nothing: the
-    caller asks validate, which says what fails, or that the request passes after all (a header with spaces
-    around its value, a Base64 Mcp-Name first seen, a params or _meta object of a dict's subclass)."""
+def served_environ(message: Request, environ: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The request's params._meta (a dict) only when validate(message, header) is None, for a request whose headers
+    are the WSGI `environ`'s (HttpRequest.header's reading of it; no Mcp-Param-* headers asked for): each header
+    read by the environ's own get, with no Python call, and taken when it is the body's value exactly (a str). The
+    _meta is what the later steps read the request's capabilities, log level and progress token from (read here
+    once). None decides nothing: the caller asks validate, which says what fails, or that the request passes after
+    all (a header with spaces around its value, a Base64 Mcp-Name first seen, a params or _meta object of a dict's
+    subclass)."""
     params = message.params
     if type(params) is not dict:
-        return False
+        return None
     meta = params.get("_meta")
     if type(meta) is not dict or type(meta.get(_CAPABILITIES)) is not dict:
-        return False
+        return None
     version = meta.get(_VERSION)
     method = message.method
     if type(version) is not str or version not in SUPPORTED_MODERN or method not in MODERN_METHODS:
-        return False
+        return None
     get = environ.get
     if get(_ENVIRON_VERSION) != version or get(_ENVIRON_METHOD) != method:  # (only a str equals a str)
-        return False
+        return None
     field = NAME_FIELD.get(method)
     if field is not None:
         raw = get(_ENVIRON_NAME)
         text = _TEXTS.get(raw) if type(raw) is str else None  # header_text's memo: a value seen before
         if text is None or text != params.get(field):
-            return False
-    return True
+            return None
+    return meta
 
 
 def header_text(raw: str) -> str | None:

@@ -176,8 +176,11 @@ def test_served_environ_is_the_ladder(method: str, params: Any) -> None:
         method_header = method if method_value == "=" else (" " + method if method_value == " =" else method_value)
         environ = ladder_environ(version, method_header, name)
         for _ in range(2):  # before and after validate remembered the Mcp-Name value's text (header_text)
-            fast = modern.served_environ(message, environ)
+            meta = modern.served_environ(message, environ)
+            fast = meta is not None
             passed = modern.validate(message, HttpRequest(environ).header) is None
+            assert meta is None or meta is params["_meta"]  # what the later steps read: the request's own _meta
+            assert not fast or modern.is_modern(message)  # streamable.post sends it to the pool on this alone
             assert not fast or passed, (version, method_header, name)  # True only when the ladder passes
             taken += fast
     if type(params) is dict and params in LADDER_PARAMS[3:5] and method in modern.MODERN_METHODS:

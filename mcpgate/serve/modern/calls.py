@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from mcpgate.core import jsonrpc, wire
 from mcpgate.core.jsonrpc import Id, Notification, Request
-from mcpgate.core.modern import NAME_FIELD
+from mcpgate.core.modern import NAME_FIELD, request_meta
 from mcpgate.core.tool_filter import ToolFilter
 from mcpgate.observe.audit import Started
 from mcpgate.serve.sessions.stream import Stream
@@ -24,6 +24,7 @@ _minted = itertools.count(1)  # unique in the worker: a minted id is never reuse
 _next_minted = _minted.__next__
 _now = time.monotonic
 _LOG_LEVEL = wire.META_LOG_LEVEL
+_UNREAD: Any = object()  # new_call's `meta` when its caller has not read it
 
 
 def mint(kind: str = "") -> str:
@@ -117,22 +118,20 @@ def new_call(
     principal: str,
     capabilities: dict[str, Any],
     stream: Any,
-    *,
+    meta: Any = _UNREAD,
     bridged: bool = False,
     input_responses: dict[str, Any] | None = None,
     tools: ToolFilter | None = None,
 ) -> Call:
-    """A Call for a client request (its id, name, log level and progress token read once, here)."""
+    """A Call for a client request (its id, name, log level and progress token read once, here). `meta`: the
+    request's params._meta, given by a caller that read it (core/modern.request_meta's, read here when not given)."""
     params = request.params
     method = request.method
-    name = level = token = None
-    if type(params) is dict or isinstance(params, dict):
-        field = NAME_FIELD.get(method)  # as mrtr.call_name
-        if field is not None:
-            name = params.get(field)
-        meta = params.get("_meta")
-        if type(meta) is dict or isinstance(meta, dict):
-            level, token = meta.get(_LOG_LEVEL), meta.get("progressToken")
+    field = NAME_FIELD.get(method)  # as mrtr.call_name
+    name = params.get(field) if field is not None and (type(params) is dict or isinstance(params, dict)) else None
+    if meta is _UNREAD:
+        meta = request_meta(request)
+    level, token = (meta.get(_LOG_LEVEL), meta.get("progressToken")) if meta is not None else (None, None)
     if token is not None and not jsonrpc.is_valid_id(token):  # as jsonrpc.progress_token
         token = None
     call = _new(Call)

@@ -90,7 +90,7 @@ class Pool:
         return sum(len(group.children) for group in self.groups.values()) + len(self._stopping)
 
     # -- taking a child -----------------------------------------------------------------------------
-    def acquire(self, principal: str, *, bridged: bool = False, candidate: bool = False) -> PooledChild:
+    def acquire(self, principal: str, bridged: bool = False, candidate: bool = False) -> PooledChild:
         """A ready child of the principal with room for one more call (Refusal 502/503 when there is none;
         ChildSpawnError when its command cannot be started: serve/errors.py's table answers it).
 

@@ -47,24 +47,32 @@ _INPUT_CAPABILITIES = frozenset(INPUT_CAPABILITY.values())
 _LEGACY, _GONE = Era.LEGACY, Turn.GONE
 # The methods serve() answers other than by a call of its own: server/discover, subscriptions/listen, a task's.
 _OWN_METHODS = frozenset({"server/discover", "subscriptions/listen", *core_tasks.METHODS})
+_CAPABILITIES = wire.META_CLIENT_CAPABILITIES
 
 
-def post(gw: PublishedServer, request: HttpRequest, message: Request | Notification) -> HttpResponse:
-    """A 2026-07-28 POST: the ladder first (a Refusal carrying the request's id), then the reply."""
-    if not isinstance(message, Request) or not modern.served_environ(message, request.environ):  # (usual: passed)
+def post(
+    gw: PublishedServer, request: HttpRequest, message: Request | Notification, meta: dict[str, Any] | None = None
+) -> HttpResponse:
+    """A 2026-07-28 POST: the ladder first (a Refusal carrying the request's id), then the reply. `meta`: the
+    request's params._meta when the endpoint has seen the ladder pass already (modern.served_environ's)."""
+    if not isinstance(message, Request) or (
+        meta is None and (meta := modern.served_environ(message, request.environ)) is None
+    ):
         failure = modern.validate(message, request.header)
         if failure is not None:
             refuse_on(failure, message.id if isinstance(message, Request) else None)
         if not isinstance(message, Request):
             return HttpResponse(202)  # 2026-07-28 defines no client notification over HTTP: accepted, dropped
+        meta = modern.request_meta(message) or {}  # (the ladder passed: an object)
     if gw.closing and not is_retry(message):  # draining: a retry may still resume the call it names here
         raise shutting_down(message.id)
     if gw.child_spec.slots is not None:  # per-user credentials: a retry's answer to the vault's request dropped
         from mcpgate.serve.vault import elicit  # (only then: a plain worker holds none of the vault)
 
         message = elicit.retry_of(message)
+        meta = modern.request_meta(message) or {}
     try:
-        return serve(gw, request, message)
+        return serve(gw, request, message, meta)
     except SlotsEmpty as empty:  # the principal's child needs a slot it has not filled: sent to the vault's page
         from mcpgate.serve.vault import elicit
 
@@ -75,7 +83,8 @@ def post(gw: PublishedServer, request: HttpRequest, message: Request | Notificat
         raise
 
 
-def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpResponse:
+def serve(gw: PublishedServer, request: HttpRequest, message: Request, meta: dict[str, Any]) -> HttpResponse:
+    """The request, past the ladder (`meta`: its params._meta), answered by the gateway or a pooled child."""
     pool = gw.pool
     request_id = message.id
     principal, client = caller(request.environ)
@@ -118,11 +127,11 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request) -> HttpRe
     if trace is not None:  # the pool's child, or an MRTR round's
         began = tracing.now()
         try:
-            call = start(pool, principal, message, listed, closing=gw.closing)
+            call = start(pool, principal, message, meta, listed, closing=gw.closing)
         finally:
             trace.steps.append((tracing.step_name(tracing.POOL, message), began, tracing.now()))  # (no call)
     else:
-        call = start(pool, principal, message, listed, closing=gw.closing)
+        call = start(pool, principal, message, meta, listed, closing=gw.closing)
     if audit.LOG is not None and call.audit is None and method in audit.NAMED:  # a retry's call has one
         call.audit = audit.LOG.start(message, who, gw.name, audit.MODERN, None)
     return reply(gw, pool, call, client)
@@ -167,18 +176,24 @@ def discover(gw: PublishedServer, child: PooledChild, message: Request) -> HttpR
 
 
 def start(
-    pool: Pool, principal: str, message: Request, tools: ToolFilter | None = None, *, closing: bool = False
+    pool: Pool,
+    principal: str,
+    message: Request,
+    meta: dict[str, Any],
+    tools: ToolFilter | None = None,
+    *,
+    closing: bool = False,
 ) -> Call:
     """The call, on its way to a child: a retry resumes the call its requestState names (here, or at the
     instance holding it: Forward), or starts again when that instance is gone; a modern child's state (in the
     gateway's envelope) goes back to the child that issued it; `tools` filters a tools/list call's result.
+    `meta`: the request's params._meta (its capabilities, log level and progress token are read from it).
     `closing`: the gateway drains, and takes no new call."""
-    params = message.params if isinstance(message.params, dict) else {}
-    meta = params.get("_meta")  # client_capabilities(message), from the params at hand
-    capabilities = meta.get(wire.META_CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
-    if not isinstance(capabilities, dict):
+    params = message.params if type(message.params) is dict or isinstance(message.params, dict) else {}
+    capabilities = meta.get(_CAPABILITIES)  # client_capabilities(message), from the _meta at hand
+    if type(capabilities) is not dict and not isinstance(capabilities, dict):
         capabilities = {}
-    stream = Stream(pool.limits, expected=1)
+    stream = Stream(pool.limits, 1)  # expected=1, given by position: a class's keyword costs ~1,000 instructions
     state = params.get("requestState")
     holder: PooledChild | None = None
     if state is not None and (pool.group(principal).era is _LEGACY or pool.bridge.issued(state, principal)):
@@ -196,18 +211,19 @@ def start(
     bridged = message.method in modern.MRTR_METHODS
     # its client may be asked for input (a client declaring no capability, no set operation)
     candidate = bridged and not _INPUT_CAPABILITIES.isdisjoint(capabilities) if capabilities else False
-    child = holder or pool.acquire(principal, bridged=bridged, candidate=candidate)
+    child = holder or pool.acquire(principal, bridged, candidate)  # (by position: a keyword ~100 instructions)
     if state is not None and child.era is _LEGACY:  # a state the bridge did not seal (its own went above)
         raise pool.bridge.refusal(principal, message)
     responses = params.get("inputResponses")
-    call = new_call(
+    call = new_call(  # (by position: a keyword costs ~100 instructions)
         message,
         principal,
         capabilities,
         stream,
-        bridged=bridged and child.era is _LEGACY,
-        input_responses=responses if isinstance(responses, dict) else None,
-        tools=tools,
+        meta,
+        bridged and child.era is _LEGACY,  # bridged
+        responses if isinstance(responses, dict) else None,  # input_responses
+        tools,
     )
     stream.pump = child.pump  # its reader reads the child's answers while it waits
     if not child.start_call(message, call):

@@ -114,12 +114,14 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     modern_only = gw.settings.modern_only  # read after the body (nothing waits between its three uses)
     if modern_only and isinstance(message, Request) and message.method == "initialize":
         refuse_initialize(message)
-    if isinstance(message, _CALLS) and (
-        modern_only
-        # era's answer: for a session's request (the usual case) its first question alone, without era's call
-        or (modern.is_modern(message) if session_id is not None else era(message, session_id, version) is _MODERN)
-    ):
-        return stateless.post(gw, request, message)
+    if isinstance(message, _CALLS):
+        if session_id is not None:  # era's answer for a session's request (the usual case): its first question alone
+            if modern_only or modern.is_modern(message):
+                return stateless.post(gw, request, message)
+        else:  # a 2026-07-28 request the ladder passes (its usual case) is modern: its _meta, read once, goes on
+            meta = modern.served_environ(message, environ) if type(message) is Request else None
+            if meta is not None or modern_only or era(message, session_id, version) is _MODERN:
+                return stateless.post(gw, request, message, meta)
     if modern_only:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
     if isinstance(message, Request) and message.method == "initialize":
