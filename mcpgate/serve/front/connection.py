@@ -45,7 +45,7 @@ from mcpgate.observe import logs, refusals
 from mcpgate.serve.front import environ as request_environ
 from mcpgate.serve.front.context import CONTEXT, RequestContext
 from mcpgate.serve.front.heads import Head, Heads, checked
-from mcpgate.serve.front.peer_probe import peer_gone, peer_polled
+from mcpgate.serve.front.peer_probe import peer_gone, peer_polled, polling
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
 from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line
 from mcpgate.serve.front.writing import LeanWrites
@@ -91,9 +91,15 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         super().__init__(sock, address, server, rfile=io.BufferedReader(self.reader, READ_BUFFER))
         self.limits: Limits = server.limits
         self.requests = 0
-        # every request's probe of this connection (a plain socket's keeps its poll object; a TLS socket's makes one)
+        # every request's probe of this connection (a plain socket's keeps its poll object, which its reader asks too
+        # before the first read of a kept-alive connection's next request: reading.py; a TLS socket's makes one)
         raw = self.raw
-        self.peer_gone = functools.partial(peer_gone, sock) if raw is None else functools.partial(peer_polled, raw, [])
+        if raw is None:
+            self.peer_gone = functools.partial(peer_gone, sock)
+        else:
+            pollers = [polling(raw)]
+            self.reader.poller = pollers[0]
+            self.peer_gone = functools.partial(peer_polled, raw, pollers)
         self.logged: bool = server.access_logged
         self.application = server.application
         self.head: Head | None = None  # the request being answered
@@ -174,14 +180,16 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             limits = self.limits
             # reader.pausing(keepalive), then reader.within(header) once a byte came: their three fields set here
             # (every request of a kept-alive connection; two calls spared)
-            reader.pause, reader.deadline, reader.rate = limits.keepalive, None, 0.0
+            # and idle: the client has just been answered, its next request is most likely not there yet (reading.py)
+            reader.pause, reader.deadline, reader.rate, reader.idle = limits.keepalive, None, 0.0, True
             self.server.waiting.enter(self)
             try:
                 if not rfile.peek(1):
                     return None
             except OSError:
                 return None
-            reader.pause, reader.deadline, reader.rate = None, time.monotonic() + limits.header, 0.0
+            # (idle cleared too: a request the buffer held already was taken without a read)
+            reader.pause, reader.deadline, reader.rate, reader.idle = None, time.monotonic() + limits.header, 0.0, False
         self.requests += 1
         self.response_length = 0
         head = self.whole_head()

@@ -38,12 +38,17 @@ def peer_polled(raw: Any, pollers: list[Any]) -> bool:
         if raw.fileno() < 0:  # closed: its descriptor's number may be another connection's by now
             return True
         if not pollers:
-            poller = _poll()
-            poller.register(raw.fileno(), select.POLLIN)
-            pollers.append(poller)
+            pollers.append(polling(raw))
         return bool(pollers[0].poll(0)) and raw.recv(1, _PEEK) == b""
     except (OSError, ValueError):
         return True
+
+
+def polling(raw: Any) -> Any:
+    """A poll object (the system call's, never gevent's) asking whether `raw`'s socket is readable."""
+    poller = _poll()
+    poller.register(raw.fileno(), select.POLLIN)
+    return poller
 
 
 def ended(fd: int) -> bool:
