@@ -218,7 +218,7 @@ def compiled(pack: Callable[..., bytes], parts: list[bytes | None], remote: bool
     for n in range(steps):
         values += ["t", f"drawn[{8 * n}:{8 * n + 8}]", "own", f"b{n}", f"e{n}"]
     if wait:
-        values += ["t", "wait[0]", "own", "wait[1]", "end", "rid"]
+        values += ["t", "wait[0][-8:]", "own", "wait[1]", "end", "rid"]  # (an id of 24: the trace's, then the wait's)
     taken = iter(values)
     constants = {f"c{at}": part for at, part in enumerate(parts) if part is not None}
     args = [f"c{at}" if part is not None else next(taken) for at, part in enumerate(parts)]
@@ -248,7 +248,7 @@ def spans_into(trace: Trace, out: list[bytes]) -> None:
     drawn = IDS.take(8 * (len(trace.steps) + 1))  # as encode_into draws them
     own = trace.span_id or drawn[-8:]
     parent, state = trace.parent, trace.state
-    lead = otlp_wire.lead(trace.trace_id)
+    lead = otlp_wire.lead(trace.trace_id[:16])  # (24 bytes from to_child: the trace id, then the wait's span id)
     after = otlp_wire.after_id(state, parent.span_id if parent is not None else b"")
     attributes = common + own_attributes(trace)
     last = otlp_wire.last(error_of(trace), parent is not None)
@@ -260,7 +260,7 @@ def spans_into(trace: Trace, out: list[bytes]) -> None:
         span(out, lead, drawn[8 * n : 8 * n + 8], after, otlp_wire.head(step, INTERNAL), began, ended, b"")
     if trace.wait is not None:
         span_id, began = trace.wait
-        span(out, lead, span_id, after, otlp_wire.head(name, CLIENT), began, end, common + _PIPE)
+        span(out, lead, span_id[-8:], after, otlp_wire.head(name, CLIENT), began, end, common + _PIPE)
     if trace.forward is not None:
         span_id, began, owner = trace.forward
         instance = otlp_wire.attributes({"mcpgate.instance": owner})

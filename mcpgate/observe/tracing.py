@@ -141,6 +141,8 @@ class Trace:
         self.http_method = ""
         self.code: int | None = None
         self.tool_error = False  # a tools/call result with isError true
+        # trace_id: 16 bytes, or 24 from to_child's short way (the trace id, then the wait's span id: wait[0] is the
+        # same 24 bytes), cut by the export process (trace_spans: [:16], [-8:]) rather than on the request path
         self.status, self.end_at, self.trace_id, self.state = 0, 0, b"", ""
         self.parent: Parent | None = None
         if environ is not None and not self.decided and "HTTP_TRACEPARENT" in environ:  # decided by its flag?
@@ -186,7 +188,7 @@ class Trace:
 
     def context(self, span_id: bytes) -> dict[str, str]:
         """The W3C fields naming `span_id` of this trace."""
-        fields = {"traceparent": w3c.traceparent(self.trace_id, span_id, self.sampled)}
+        fields = {"traceparent": w3c.traceparent(self.trace_id[:16], span_id, self.sampled)}
         if self.state:
             fields["tracestate"] = self.state
         return fields
@@ -249,9 +251,9 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     common request (params an object, its _meta absent or an object without a W3C field as a 2026-07-28
     request's, not opened yet, no traceparent header, the sampler's rule for a request without a parent static)
     is served here in one call: what `open`, `context` and w3c.put_in_meta do (the ids as IDS.context draws them:
-    sliced here while the draw's `clean` part holds them; the member spliced into compact JSON's
-    params here, else by w3c.spliced_member; an _meta there: the raw bytes dropped, as put_in_meta drops them);
-    the rest goes by opened_to_child."""
+    sliced here while the draw's `clean` part holds them, kept as one 24-byte value: Trace.trace_id's; the member
+    spliced into compact JSON's params here, else by w3c.spliced_member; an _meta there: the raw bytes dropped, as
+    put_in_meta drops them); the rest goes by opened_to_child."""
     trace: Trace | None = environ.get(KEY)
     if trace is None:
         return message
@@ -275,12 +277,12 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
         ids.at = at + 24
     else:
         drawn = ids.context()
-    trace.trace_id = drawn[:16]
+    trace.trace_id = drawn  # the trace id, then the wait's span id: 24 bytes (Trace.trace_id's)
     if trace.sampled:
         version = None if meta is None else meta.get(META_PROTOCOL_VERSION)
         trace.what = (message.method, params.get("name"), version, message.id)
         trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
-        trace.wait = (drawn[16:], _time())
+        trace.wait = (drawn, _time())
         context = f"00-{drawn.hex('-', -16)}-01"  # the trace id's hex, "-", the span id's
     else:
         trace.steps.clear()
@@ -295,7 +297,7 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
         parts = raw.split(b'"params"')  # (one search, no arguments parsed: two parts when the key is there once)
         if len(parts) != 2 or (92 in raw and raw.find(b"\\u") >= 0):  # (92: a backslash, looked for as find would)
             message.raw = None
-        elif (tail := parts[1])[:2] == b":{" and len(tail) > 2 and tail[2] not in _BLANK_OR_END:
+        elif len(tail := parts[1]) > 2 and tail[0] == 58 and tail[1] == 123 and tail[2] not in _BLANK_OR_END:  # :{
             message.raw = b"".join(
                 (parts[0], b'"params":{"_meta":{"traceparent":"', context.encode(), b'"},', tail[2:])
             )

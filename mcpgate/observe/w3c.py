@@ -63,7 +63,7 @@ def traceparent(trace_id: bytes, span_id: bytes, sampled: bool) -> str:
 class Ids:
     """Random ids, sliced from one os.urandom draw (never all zero). `clean`: where the draw's part that holds no 8
     zero bytes in a row ends (the whole draw, as good as always), before which no id of 8 bytes or more can be all
-    zero: tracing.to_child slices a trace id and a span id there without looking at them."""
+    zero: tracing.to_child slices a trace id and a span id there (as one 24-byte value) without looking at them."""
 
     __slots__ = ("at", "clean", "drawn")
 

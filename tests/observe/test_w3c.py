@@ -156,7 +156,7 @@ def test_the_short_way_to_the_child_takes_ids_as_a_context_does(
         trace = tracing.begin(environ, "default")
         tracing.to_child(environ, message(b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'))
         assert trace.wait is not None
-        got.append(trace.trace_id + trace.wait[0])
+        got.append(trace.trace_id[:16] + trace.wait[0][-8:])  # (both the same 24 bytes: the export cuts them)
     assert got == [twin.context() for _ in got]
     assert all(any(ids[:16]) and any(ids[16:]) for ids in got)
 
@@ -209,6 +209,38 @@ def test_a_traces_spans_decode_with_opentelemetry_proto(ended: list[Any]) -> Non
     assert server.attributes["gen_ai.tool.name"] == "echo" and server.attributes["jsonrpc.request.id"] == "1"
     assert server.attributes["mcp.session.id"] == "s" * 8 and wait.attributes["network.transport"] == "pipe"
     assert server.start <= guard.start <= guard.end <= wait.start <= wait.end == server.end
+
+
+@pytest.mark.parametrize("way", ["records", "encoded", "span by span"])
+def test_the_short_ways_ids_are_exported_as_the_child_got_them(ended: list[Any], way: str) -> None:
+    """A request to_child serves in one call (no traceparent anywhere) keeps its trace id and the wait's span id as
+    one 24-byte value, which the export cuts: the trace id and the wait's span id exported are the child's
+    `_meta.traceparent`'s, by records as the export process gets them (a first of its kind and one by its plan),
+    by Trace.encoded, and span by span (a tracestate's way)."""
+    from mcpgate.observe import otlp_wire, tracing
+
+    sent = []
+    for _ in range(2):
+        environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
+        trace = tracing.begin(environ, "default")
+        sent.append(json.loads(jsonrpc.raw_bytes(tracing.to_child(environ, message(SPLICED[0][0])))))
+        assert len(trace.trace_id) == 24 and trace.wait is not None and trace.wait[0] is trace.trace_id
+        if way == "span by span":
+            trace.state = "k=v"
+        tracing.finish(environ, 200, b'{"jsonrpc":"2.0","id":1,"result":{}}', [b""])
+    head = resource_head("w3c-test")
+    if way == "records":
+        body, _ = encoded_batch(head, marshal.dumps([record(trace) for trace, _ in ended]))
+    else:
+        body = otlp_wire.request(head, [trace.encoded() for trace, _ in ended])
+    spans = decode(body)
+    assert len(spans) == 4
+    for got in sent:
+        _, trace_hex, span_hex, flags = got["params"]["_meta"]["traceparent"].split("-")
+        waits = [s for s in spans if s.kind == "CLIENT" and s.span_id == span_hex]
+        servers = [s for s in spans if s.kind == "SERVER" and s.trace_id == trace_hex]
+        assert flags == "01" and len(waits) == len(servers) == 1
+        assert waits[0].trace_id == trace_hex and waits[0].parent_id == servers[0].span_id
 
 
 def test_a_tool_error_marks_the_requests_span(ended: list[Any]) -> None:
@@ -324,9 +356,12 @@ def test_the_short_way_to_the_child_is_the_long_one(
         else:
             sent = long_way(trace, environ, message(raw))
         assert isinstance(sent, Request)
-        fields = (trace.trace_id, trace.sampled, trace.decided, trace.opened, trace.what, trace.session, trace.state)
+        ids = trace.trace_id[:16]  # (the short way's 24 bytes: the trace id, then the wait's span id, as exported)
+        fields = (ids, trace.sampled, trace.decided, trace.opened, trace.what, trace.session, trace.state)
         steps = [name for name, _, _ in trace.steps]
-        got.append((sent.raw, sent.obj, fields, trace.http_method, trace.wait and trace.wait[0], steps, trace.parent))
+        got.append(
+            (sent.raw, sent.obj, fields, trace.http_method, trace.wait and trace.wait[0][-8:], steps, trace.parent)
+        )
     assert got[0] == got[1]
     assert json.loads(jsonrpc.raw_bytes(message(raw))) != got[0][1]
     assert raw in LONG or (got[0][4] is not None) is rule  # (LONG's first: sampled by its parent's flag)
