@@ -18,30 +18,15 @@ from mcpgate.core.sse import encode_event
 from mcpgate.serve.modern import answers
 from mcpgate.serve.modern.calls import Call, new_call
 from mcpgate.serve.modern.pooled_child import Era, PooledChild
-from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import Delivery, Stream, StreamLimits
+from tests.support.pooled import never_started
 
 LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=5.0, replay_events=0, replay_bytes=0)
 
 
 def pooled(era: Era = Era.LEGACY) -> PooledChild:
     """A pooled child of this era whose process is never started: what it "sends" is handed to it below."""
-    spec = ChildSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
-    child = PooledChild(
-        spec,
-        label="pool-1",
-        probe_timeout=1.0,
-        start_timeout=1.0,
-        init_timeout=1.0,
-        ttl_ms=0,
-        on_exit=lambda _child, _reason: None,
-        on_input_request=lambda _child, _request: None,
-        on_input_withdrawn=lambda _child, _id: None,
-        on_listen_message=lambda _child, _message: False,
-        on_input_required=lambda _child, _call, result: result,
-    )
-    child.era, child.modern = era, era is Era.MODERN
-    return child
+    return never_started(era)
 
 
 def awaiting() -> tuple[PooledChild, Call]:

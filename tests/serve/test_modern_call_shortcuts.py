@@ -22,7 +22,7 @@ from mcpgate.serve.modern.pooled_child import Era, PooledChild
 from mcpgate.serve.modern.stateless import caller
 from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import Stream, StreamLimits
-from tests.security.test_modern_splice import pooled as splice_pooled
+from tests.support.pooled import never_started
 
 LIMITS = StreamLimits(messages=8, bytes=1 << 16, stall_timeout=5.0, replay_events=0, replay_bytes=0)
 REQUEST_META = {wire.META_PROTOCOL_VERSION: "2026-07-28", wire.META_CLIENT_CAPABILITIES: {}}
@@ -69,7 +69,7 @@ class Pipe:
 
 
 def pooled(era: Era) -> tuple[PooledChild, Pipe]:
-    child = splice_pooled(era)
+    child = never_started(era)
     pipe = Pipe()
     child.child = pipe  # type: ignore[assignment]
     return child, pipe
@@ -278,19 +278,7 @@ def test_a_childs_pump_is_bound_once_as_start_read_it(spec: ChildSpec | None) ->
     """PooledChild.pump, what stateless.start gives each call's stream, is getattr(child.child, "pump", None), the
     reading it spares: a stdio process's own pump, and None for a process that has none."""
     made = spec or _ReaderlessSpec(("true",), None, None, "inherit", 1 << 20, 1 << 20, 1.0, 1.0)
-    child = PooledChild(
-        made,
-        label="pool-1",
-        probe_timeout=1.0,
-        start_timeout=1.0,
-        init_timeout=1.0,
-        ttl_ms=0,
-        on_exit=lambda _child, _reason: None,
-        on_input_request=lambda _child, _request: None,
-        on_input_withdrawn=lambda _child, _id: None,
-        on_listen_message=lambda _child, _message: False,
-        on_input_required=lambda _child, _call, result: result,
-    )
+    child = never_started(spec=made)
     spared = getattr(child.child, "pump", None)
     assert child.pump == spared
     assert (spared is None) is (spec is None)
