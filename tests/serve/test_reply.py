@@ -8,10 +8,12 @@ from __future__ import annotations
 import gc
 import json
 import socket
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import gevent
 import pytest
 
 from mcpgate.child.spawn import ChildSpawnError
@@ -220,6 +222,30 @@ def test_a_requests_stop_leaves_a_later_requests_watch_alone() -> None:
         watch = reply.PeerWatch.of(sock)
         assert watch is not None and watch._on_gone is not None
         later.stop()
+        assert watch._on_gone is None
+    finally:
+        sock.close()
+        peer.close()
+
+
+def test_a_client_watched_again_runs_only_its_latest_callback() -> None:
+    """watch() on a Client already watching replaces its callback (the first is stopped); a fresh Client's first
+    watch has nothing to stop: the peer's end runs the one callback given last, once."""
+    sock, peer = socket.socketpair()
+    ran: list[str] = []
+    try:
+        client = reply.Client(sock)
+        client.watch(lambda: ran.append("first"))
+        client.watch(lambda: ran.append("second"))
+        watch = reply.PeerWatch.of(sock)
+        assert watch is not None
+        peer.close()
+        deadline = time.monotonic() + NOTICED
+        while not client.departed and time.monotonic() < deadline:
+            gevent.sleep(0.01)  # the watch's callback runs in the hub
+        assert client.departed
+        assert ran == ["second"]
+        client.stop()
         assert watch._on_gone is None
     finally:
         sock.close()

@@ -140,7 +140,8 @@ class Client:
 
     def watch(self, on_gone: Callable[[], None]) -> None:
         """Run `on_gone` (in the hub: it must not block) as soon as the connection reads as ended."""
-        self.stop()
+        if self._watch is not None:  # watched already (a fresh Client, as every request makes, is not: no call)
+            self.stop()
         watch = PeerWatch.of(self._sock)
         if watch is not None:
             self._watch, self._on_gone = watch, on_gone
