@@ -732,8 +732,10 @@ def readme_section(results: dict) -> str:
                 "`python bench/run.py --quick` (2-3 minutes, into bench/out/), `python bench/run.py --profile` "
                 "(py-spy profiles of the serve worker), `python bench/report.py --readme` (this section from the last "
                 "full run). A change's cost is told apart from the machine's noise by `python bench/instructions.py "
-                "--base <tree> --new <tree>` (the worker's instructions per call under callgrind; valgrind and gcc) "
-                "and `python bench/ab.py` (CPU per call of two trees in interleaved slices). The bench's own "
+                "--base <tree> --new <tree>` (the worker's instructions per call under callgrind; valgrind and gcc; "
+                "`--pause 0.01` paces the client so that the worker waits for every request as a native one does, "
+                "the only way a change to the waits shows) and `python bench/ab.py` (CPU per call of two trees in "
+                "interleaved slices). The bench's own "
                 "dependencies are in `bench/requirements.txt`; none is a dependency of mcpgate."
             ),
             "",
