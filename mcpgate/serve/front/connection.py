@@ -178,9 +178,8 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             if self.server.closing:  # none after the worker's stop began (Server.closing)
                 return None
             limits = self.limits
-            # reader.pausing(keepalive), then reader.within(header) once a byte came: their three fields set here
-            # (every request of a kept-alive connection; two calls spared)
-            # and idle: the client has just been answered, its next request is most likely not there yet (reading.py)
+            # reader.pausing(keepalive), then reader.within(header) once a byte came: their fields set here (two calls
+            # spared a request); idle: the client was just answered, its next request likely not there yet (reading.py)
             reader.pause, reader.deadline, reader.rate, reader.idle = limits.keepalive, None, 0.0, True
             self.server.waiting.enter(self)
             try:
