@@ -5,10 +5,8 @@ TCP connections."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -17,6 +15,7 @@ from gevent import socket as gsocket
 
 from mcpgate.serve.front.peer_probe import polling
 from mcpgate.serve.front.reading import ReadTimeout, TimedReader
+from tests.support.loopback import connected, half_closed, pending, quiet, reset
 
 WAIT = 10.0  # generous: loopback delivers at once
 
@@ -38,46 +37,6 @@ class Counted:
             raise
 
 
-@contextlib.contextmanager
-def connected() -> Iterator[tuple[socket.socket, gsocket.socket]]:
-    """A loopback TCP connection: the client's plain socket and the server's gevent socket."""
-    listener = gsocket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    client = socket.create_connection(listener.getsockname())
-    server, _ = listener.accept()
-    listener.close()
-    try:
-        yield client, server
-    finally:
-        client.close()
-        server.close()
-
-
-def arrived(server: gsocket.socket) -> None:
-    assert polling(server._sock).poll(WAIT * 1000), "nothing arrived"
-
-
-def nothing(client: socket.socket, server: gsocket.socket) -> None:
-    pass
-
-
-def data(client: socket.socket, server: gsocket.socket) -> None:
-    client.sendall(b"POST /mcp")
-    arrived(server)
-
-
-def ended(client: socket.socket, server: gsocket.socket) -> None:
-    client.shutdown(socket.SHUT_WR)  # FIN
-    arrived(server)
-
-
-def reset(client: socket.socket, server: gsocket.socket) -> None:
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    client.close()  # RST
-    arrived(server)
-
-
 def later_data(client: socket.socket, reader: TimedReader) -> None:
     client.sendall(b"POST /mcp")
 
@@ -95,12 +54,12 @@ During = Callable[[socket.socket, TimedReader], None] | None
 
 # what is there before the read, what happens while it waits (None: it must not wait)
 CASES: list[tuple[Before, During]] = [
-    (data, None),
-    (ended, None),
+    (pending, None),
+    (half_closed, None),
     (reset, None),
-    (nothing, later_data),
-    (nothing, later_end),
-    (nothing, later_deadline),
+    (quiet, later_data),
+    (quiet, later_end),
+    (quiet, later_deadline),
 ]
 IDS = [f"{before.__name__}-{during.__name__ if during else 'now'}" for before, during in CASES]
 
@@ -139,9 +98,7 @@ def read_once(pair: tuple[socket.socket, gsocket.socket], before: Before, during
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize(
-    ("before", "during"), CASES, ids=[f"{b.__name__}-{d.__name__ if d else 'now'}" for b, d in CASES]
-)
+@pytest.mark.parametrize(("before", "during"), CASES, ids=IDS)
 def test_idle_read_never_fails_a_try(before: Before, during: During) -> None:
     with connected() as pair:
         outcome, calls, failed = read_once(pair, before, during, idle=True)
@@ -150,9 +107,7 @@ def test_idle_read_never_fails_a_try(before: Before, during: During) -> None:
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize(
-    ("before", "during"), CASES, ids=[f"{b.__name__}-{d.__name__ if d else 'now'}" for b, d in CASES]
-)
+@pytest.mark.parametrize(("before", "during"), CASES, ids=IDS)
 def test_idle_and_plain_reads_agree(before: Before, during: During) -> None:
     """The same case read with and without `idle` (two fresh connections): the same outcome; the plain read of a
     socket with nothing yet tried it first (a failed try), the idle one did not."""
@@ -163,4 +118,4 @@ def test_idle_and_plain_reads_agree(before: Before, during: During) -> None:
     (idle_outcome, _, idle_failed), (plain_outcome, _, plain_failed) = outcomes
     assert idle_outcome == plain_outcome
     assert idle_failed == 0
-    assert plain_failed == (1 if before is nothing else 0)
+    assert plain_failed == (1 if before is quiet else 0)

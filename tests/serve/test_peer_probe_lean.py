@@ -4,9 +4,7 @@ through gevent's socket) over real TCP connections, probe after probe."""
 
 from __future__ import annotations
 
-import select
 import socket
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,24 +12,7 @@ import pytest
 from gevent import socket as gsocket
 
 from mcpgate.serve.front.peer_probe import peer_gone, peer_polled
-
-WAIT_MS = 10_000  # generous: loopback delivers at once
-
-
-def arrived(sock: gsocket.socket) -> None:
-    """Wait until something (bytes, an end, a reset) is there to read on `sock`."""
-    probe = select.poll()
-    probe.register(sock.fileno(), select.POLLIN)
-    assert probe.poll(WAIT_MS), "nothing arrived"
-
-
-def idle(client: socket.socket, server: gsocket.socket) -> None:
-    pass
-
-
-def pending(client: socket.socket, server: gsocket.socket) -> None:
-    client.sendall(b"POST")
-    arrived(server)
+from tests.support.loopback import arrived, half_closed, pending, quiet, reset
 
 
 def pending_then_closed(client: socket.socket, server: gsocket.socket) -> None:
@@ -42,17 +23,6 @@ def pending_then_closed(client: socket.socket, server: gsocket.socket) -> None:
 
 def closed(client: socket.socket, server: gsocket.socket) -> None:
     client.close()  # FIN
-    arrived(server)
-
-
-def half_closed(client: socket.socket, server: gsocket.socket) -> None:
-    client.shutdown(socket.SHUT_WR)  # FIN, the client still reading
-    arrived(server)
-
-
-def reset(client: socket.socket, server: gsocket.socket) -> None:
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    client.close()  # RST
     arrived(server)
 
 
@@ -67,7 +37,7 @@ def read_to_the_end(client: socket.socket, server: gsocket.socket) -> None:
 
 
 CASES: list[tuple[Callable[[socket.socket, gsocket.socket], None], bool]] = [
-    (idle, False),
+    (quiet, False),
     (pending, False),
     (pending_then_closed, False),  # a request still to read: not gone yet
     (closed, True),
