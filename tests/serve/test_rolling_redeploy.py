@@ -28,6 +28,7 @@ CALLS_BETWEEN = 3  # calls every session has had answered before the first and a
 HANG_GUARD = 240
 ERROR_BYTES = 300  # of an error answer's body in a failure's report
 REPORTED_LINES = 60  # of HAProxy's log in a failure's report (the last of those not plainly answered)
+SENT_KEPT = 4  # requests of each session named in a failure's report (its last ones)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -39,6 +40,7 @@ class Caller:
     ids: set[str] = field(default_factory=set)
     failures: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # each answer with an error status: method, status, type, body
+    sent: list[str] = field(default_factory=list)  # the last requests sent (a hang's report: what went unanswered)
 
 
 def up(lb: Balancer, name: str) -> bool:
@@ -54,7 +56,12 @@ async def call_on(caller: Caller, url: str, stop: anyio.Event) -> None:
         if "mcp-session-id" in response.headers:
             caller.ids.add(response.headers["mcp-session-id"])
 
-    http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=60), event_hooks={"response": [seen]})
+    async def sending(request: httpx2.Request) -> None:
+        body = request.content[:ERROR_BYTES] if request.method == "POST" else b""
+        caller.sent[:] = [*caller.sent[-SENT_KEPT + 1 :], f"{anyio.current_time():.1f} {request.method} {body!r}"]
+
+    hooks = {"request": [sending], "response": [seen]}
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=60), event_hooks=hooks)
     try:
         async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
             while not stop.is_set():
@@ -109,11 +116,18 @@ def test_a_rolling_redeploy_fails_no_call(routing: str) -> None:
                                 group.start_soon(call_on, caller, lb.url, stop)
                             await answered_more([0] * SESSIONS)
                             for name in NAMES:
+                                phase[0] = f"replacing {name}"
                                 await anyio.to_thread.run_sync(replace, name)
+                                phase[0] = f"calls after {name} was replaced"
                                 await answered_more([c.answered for c in callers])
                             stop.set()
 
-                anyio.run(conduct)
+                phase = ["the first calls"]
+                try:
+                    anyio.run(conduct)
+                except TimeoutError:
+                    counts = {c.index: c.answered for c in callers}
+                    pytest.fail(f"{routing}: hung in {phase[0]} (answered {counts})\n{report(callers, lb)}")
                 failed = {c.index: c.failures for c in callers if c.failures}
                 assert not failed, f"{routing}: failed calls: {failed}\n{report(callers, lb)}"
                 assert all(len(c.ids) == 1 for c in callers), [c.ids for c in callers]  # each kept its session
@@ -128,6 +142,9 @@ def report(callers: list[Caller], lb: Balancer) -> str:
     """What a failure's report adds: the error answers each session got, and HAProxy's lines of the requests not
     plainly answered (the recipe's log-format: status, server, timers, termination state, retries)."""
     errors = "\n".join(f"session {c.index}: {error}" for c in callers for error in c.errors) or "none"
+    failures = "\n".join(f"session {c.index}: {failure}" for c in callers for failure in c.failures) or "none"
+    sent = "\n".join(f"session {c.index}: {request}" for c in callers for request in c.sent)
     unplain = [line for line in lb.log().splitlines() if not (" 200 " in line and line.endswith(" ---- retries=0"))]
     shown = "\n".join(unplain[-REPORTED_LINES:])
-    return f"error answers:\n{errors}\nHAProxy, requests not plainly answered (last {REPORTED_LINES}):\n{shown}"
+    heading = f"HAProxy, requests not plainly answered (last {REPORTED_LINES})"
+    return f"last requests sent:\n{sent}\nfailed calls:\n{failures}\nerror answers:\n{errors}\n{heading}:\n{shown}"

@@ -2,9 +2,8 @@
 the directory of live instances, and the route of a request naming another instance's session to its owner.
 
 Built once per worker (after the fork: the id and the heartbeat are the worker's own) by the app factory's
-Runtime (serve/runtime.py), and only when settings.redis_url is set; without it nothing here runs and redis is
-never imported. No module state: whoever needs the cluster (the servers' pools and caps, the OAuth storage) is
-given it.
+Runtime (serve/runtime.py), only when settings.redis_url is set (else redis is never imported). No module state:
+whoever needs the cluster (the servers' pools and caps, the OAuth storage) is given it.
 
 - The id: MCPGATE_INSTANCE_ID, or a random one. Session ids name it (core/session_ids).
 - The key: MCPGATE_CLUSTER_SECRET, or one made once and kept in Redis (SET NX: the first instance's wins).
@@ -13,9 +12,8 @@ given it.
   (serve/cluster/directory.py). A graceful stop says so there as its drain begins (`draining`): a request
   forwarded to an owner that stops, reset unread as its listener closes, is served here (taken over), not
   answered "restarted" (serve/cluster/forward.py, LostInFlight.unread).
-- `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose
-  session id names another instance is forwarded (serve/cluster/forward.py); so is one whose handler raises Forward
-  (serve/cluster/forwarding.py).
+- `serve`: the Endpoint hands it every request for a server's MCP paths (after the guard). A request whose session
+  id names another instance, or whose handler raises Forward (forwarding.py), is forwarded (forward.py).
 - `forwarded_principal`: the guard's check of a request another instance forwarded. Its Mcpgate-Forwarded
   value must be signed for this very request (body included), within a few seconds, by an instance of the
   directory connecting from that instance's address (or from MCPGATE_CLUSTER_PEERS), and seen for the first
@@ -59,6 +57,7 @@ KEY_NAME = "mcpgate:cluster-key"  # the cluster key made once, when MCPGATE_CLUS
 OWNERS_KEPT = 4096  # session ids whose checked owner is remembered (past it, the table starts again)
 VALUE_MOST = 8192  # bytes of a Mcpgate-Forwarded value a body may lead with (a value as long as a head's line)
 BODY_FORM = (wire.FORWARDED, forward.BODY_FORM)  # the reply to a forwarded request: send POSTs' values in bodies
+HOLDERS_ASKED = 3  # holders a request is forwarded to after its owner was found gone (each once)
 NOT_FOUND = {"mcp": "Session not found: initialize a new session", "messages": "Session not found: open a new stream"}
 
 Handler = Callable[[HttpRequest], HttpResponse]
@@ -78,15 +77,13 @@ class Cluster:
         peers: auth.Networks = (),
     ) -> None:
         self.instance, self.key, self.redis = instance, key, redis
-        self.directory = directory
-        self.forwarder = forwarder
+        self.directory, self.forwarder = directory, forwarder
         self.signer = Signer(key)  # checks forwarded values (core/session_ids' check, with less work per call)
         self.resent = Resent(forwarder.max_body, forwarder.sse_after)  # a forwarded POST sent again (resent.py)
         self.nonces = Nonces(redis)  # forwarded values seen, in Redis (checks sent together: nonces.py)
         self.channels = Channels()  # the series of values each connection carries (their first one in Redis)
         # who may send a forwarded request: MCPGATE_CLUSTER_PEERS, else each sender's address in the directory (as
-        # `lookup` gives it, else read again from Redis: an instance restarted a moment ago under the same id is not
-        # refused for what this one remembered of its absence)
+        # `lookup` gives it, else read from Redis: one restarted a moment ago under the same id is not refused)
         self.peers = ForwardingPeers(directory.lookup, peers, directory.read)
         self._owners: dict[str, str] = {}  # session ids whose MAC checked -> the instance they name
         self._senders: set[str] = set()  # Mcpgate-Forwarded values seen that are an instance id alone
@@ -263,19 +260,23 @@ class Cluster:
         return self._again(environ, body, kind, handler, owner)
 
     def _again(self, environ: dict[str, Any], body: bytes, kind: str, handler: Handler, gone: str) -> HttpResponse:
-        """Run the handler once more, the instance `gone` now gone from `lookup`: a session held elsewhere since
-        (taken over) is forwarded to its holder, once."""
-        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
-        context(environ).message = None
-        try:
-            return handler(HttpRequest(environ))
-        except Forward as again:
-            if again.owner != gone:
+        """Run the handler again, `gone` now gone from `lookup` (or not holding the session): each holder it names
+        asked once (a stopping one lets it go when asked: the next run takes it over here), HOLDERS_ASKED runs."""
+        asked = [gone]
+        for _ in range(HOLDERS_ASKED):
+            environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
+            context(environ).message = None
+            try:
+                return handler(HttpRequest(environ))
+            except Forward as again:
+                if again.owner in asked:
+                    break
+                asked.append(again.owner)
                 response = self._forward(environ, body, again.owner, named_session(environ) or "")
                 if response is not None:
                     return response
-            log.warning("instance %s asked again for a request forwarded to %s", self.instance, again.owner)
-            raise self.not_found(kind) from None
+        log.warning("instance %s: no holder of the session (%s) served it: not found", self.instance, ", ".join(asked))
+        raise self.not_found(kind) from None
 
     def forward(
         self, environ: dict[str, Any], body: bytes | None, owner: str, session_id: str = "", kind: str = "mcp"

@@ -56,51 +56,52 @@ class HeldElsewhere(Refusal):
         )
 
 
+CLAIMS = 3  # claims one request makes: a holder may change between the read and the claim (its graceful stop
+# releasing the session, another instance taking it over); each lost claim reads the holder again
+
+
 def revive(gw: PublishedServer, request: HttpRequest, session_id: str) -> Session | None:
     """The session taken over by this process, or None (nothing kept, another principal's, not compatible)."""
     keeper = gw.keeper
     if keeper is None:
         return None
-    found = keeper.load(session_id)
     principal = auth.principal(request.environ)
-    if found is None or found[0].principal != principal:
-        return None
-    kept, holder = found
-    elsewhere = held_elsewhere(gw, keeper, holder)
-    if elsewhere == LOCAL:  # another live process of this machine holds it: nowhere to send the request
-        return None
     forwarded = context(request.environ).forwarded
-    if elsewhere is not None:
-        if forwarded:
-            raise HeldElsewhere(elsewhere)
-        raise Forward(elsewhere)
-    if gw.closing and forwarded:  # a stopping instance leaves it to the live one that forwarded the request
-        if session_id not in gw.reviving:  # its hold let go first: the session may have ended here a moment ago,
-            keeper.release(session_id)  # its release still on the way to the store, which the other's claim reads
-        raise HeldElsewhere("")
-    waiting = gw.reviving.get(session_id)
-    if waiting is not None:  # another request of this process is taking it over
-        waiting.wait(gw.settings.session_resurrect_timeout)
-        return gw.get(session_id, principal)
-    # taken over by another request of this process while this one read the store (no yield from here to the
-    # guard below: a takeover registers its session before it names this process the holder)
-    if (here := gw.get(session_id, principal)) is not None:
-        return here
-    done: AsyncResult = AsyncResult()
-    gw.reviving[session_id] = done
-    try:
-        if keeper.claim(session_id, holder):
-            return take_over(gw, keeper, session_id, kept)
-    finally:
-        del gw.reviving[session_id]
-        done.set(True)
-    again = keeper.load(session_id)  # another process won the claim: the request goes to it
-    winner = held_elsewhere(gw, keeper, again[1]) if again is not None else None
-    if winner is None or winner == LOCAL:
-        return None
-    if forwarded:
-        raise HeldElsewhere(winner)
-    raise Forward(winner)
+    for _ in range(CLAIMS):
+        found = keeper.load(session_id)
+        if found is None or found[0].principal != principal:
+            return None
+        kept, holder = found
+        elsewhere = held_elsewhere(gw, keeper, holder)
+        if elsewhere == LOCAL:  # another live process of this machine holds it: nowhere to send the request
+            return None
+        if elsewhere is not None:
+            if forwarded:
+                raise HeldElsewhere(elsewhere)
+            raise Forward(elsewhere)
+        if gw.closing and forwarded:  # a stopping instance leaves it to the live one that forwarded the request
+            if session_id not in gw.reviving:  # its hold let go first: the session may have ended here a moment
+                keeper.release(session_id)  # ago, its release still on the way to the store, which the claim reads
+            raise HeldElsewhere("")
+        waiting = gw.reviving.get(session_id)
+        if waiting is not None:  # another request of this process is taking it over
+            waiting.wait(gw.settings.session_resurrect_timeout)
+            return gw.get(session_id, principal)
+        # taken over by another request of this process while this one read the store (no yield from here to the
+        # guard below: a takeover registers its session before it names this process the holder)
+        if (here := gw.get(session_id, principal)) is not None:
+            return here
+        done: AsyncResult = AsyncResult()
+        gw.reviving[session_id] = done
+        try:
+            if keeper.claim(session_id, holder):
+                return take_over(gw, keeper, session_id, kept)
+        finally:
+            del gw.reviving[session_id]
+            done.set(True)
+        # lost: another process won it (the next read finds it there and the request goes to it), or its holder
+        # changed under the claim (released by a stopping instance: claimed again)
+    return None
 
 
 DYING_POLL = 0.05  # seconds between looks at an orphaned holder on this machine
