@@ -29,9 +29,9 @@ from mcpgate.serve.sessions.held import Held
 from mcpgate.serve.sessions.modern_bridge import ModernChildBridge, modern_only, remember_modern_only
 from mcpgate.serve.sessions.spec import ChildSpec
 from mcpgate.serve.sessions.stream import END as END
+from mcpgate.serve.sessions.stream import SPARES, Pump, StreamLimits
 from mcpgate.serve.sessions.stream import Delivery as Delivery
 from mcpgate.serve.sessions.stream import End as End
-from mcpgate.serve.sessions.stream import Pump, StreamLimits
 from mcpgate.serve.sessions.stream import Stream as Stream
 
 if TYPE_CHECKING:
@@ -181,7 +181,11 @@ class Session:
     def open_stream(self, requests: Iterable[Request]) -> Stream:
         """A reply stream owed one response per request; registers the requests with the router."""
         pending = requests if isinstance(requests, list) else list(requests)
-        stream = Stream(self._limits, len(pending))
+        if SPARES:  # one a reply is done with, as a new one (Stream.recycle)
+            stream = SPARES.pop()
+            stream.limits, stream.expected = self._limits, len(pending)
+        else:
+            stream = Stream(self._limits, len(pending))
         stream.pump = self._pump  # its reader reads the child's answers itself while it waits (child/stdout.py)
         self.add_requests(pending, stream)  # DuplicateRequestId: refused, it leaves nothing to undo
         self.router.open_stream(stream)
@@ -261,6 +265,12 @@ class Session:
         self.router.close_stream(stream)
         if stream.number and self._resumable.get(stream.number) is stream:  # 0: never resumable
             del self._resumable[stream.number]
+
+    def reply_sent(self, stream: Stream) -> None:
+        """A POST's reply went whole as JSON: close_stream's, the stream kept for another reply when it is as a new
+        one (Stream.recycle; never resumable: its reply was not SSE)."""
+        self.router.close_stream(stream)
+        stream.recycle()
 
     # -- resumable streams (Last-Event-ID) ----------------------------------------------------------
     def make_resumable(self, stream: Stream) -> None:

@@ -201,7 +201,7 @@ def exchange(
     answers = reply.answer_or_switch(stream, gw.settings.sse_after, early=early_items)
     if isinstance(answers, reply.Turn):  # SSE from the first other message (the reply machine requeued it)
         return sse_reply(gw, session, stream, Client.of(environ), headers, new_session)
-    session.close_stream(stream)
+    session.reply_sent(stream)
     if new_session:
         check_initialized(session)
     body = b"[" + b",".join(item.data for item in answers) + b"]" if len(items) > 1 else answers[0].data
