@@ -106,21 +106,34 @@ def test_a_rolling_redeploy_fails_no_call(routing: str) -> None:
                 async def conduct() -> None:
                     stop = anyio.Event()
 
-                    async def answered_more(than: list[int]) -> None:
+                    async def answered_more(than: list[int]) -> bool:
+                        """False when a call failed (a session lost answers 404 to every later call: the
+                        failure is reported at once, not as a hang at HANG_GUARD)."""
                         while not all(c.answered >= n + CALLS_BETWEEN for c, n in zip(callers, than, strict=True)):
+                            if any(c.failures for c in callers):
+                                return False
                             await anyio.sleep(0.05)
+                        return True
+
+                    async def redeploy() -> bool:
+                        if not await answered_more([0] * SESSIONS):
+                            return False
+                        for name in NAMES:
+                            phase[0] = f"replacing {name}"
+                            await anyio.to_thread.run_sync(replace, name)
+                            phase[0] = f"calls after {name} was replaced"
+                            if not await answered_more([c.answered for c in callers]):
+                                return False
+                        return True
 
                     with anyio.fail_after(HANG_GUARD):
                         async with anyio.create_task_group() as group:
                             for caller in callers:
                                 group.start_soon(call_on, caller, lb.url, stop)
-                            await answered_more([0] * SESSIONS)
-                            for name in NAMES:
-                                phase[0] = f"replacing {name}"
-                                await anyio.to_thread.run_sync(replace, name)
-                                phase[0] = f"calls after {name} was replaced"
-                                await answered_more([c.answered for c in callers])
-                            stop.set()
+                            if await redeploy():
+                                stop.set()
+                            else:
+                                group.cancel_scope.cancel()
 
                 phase = ["the first calls"]
                 try:

@@ -3,6 +3,7 @@ stopping by PID, its workers' children, what the start check decides, a start th
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
@@ -22,10 +23,23 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
+GIVEN_KEPT = 512  # ports free_port handed out lately, never handed out again while remembered
+PICKS = 50  # the kernel's offers free_port looks at before it gives up
+_given: collections.deque[int] = collections.deque(maxlen=GIVEN_KEPT)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now and not handed out lately by this process: a test that starts three gateways
+    picks their ports before any of them binds, and the kernel may offer a port again once its probe closed
+    (seen: two instances of one fleet given the same port, the second one refused)."""
+    for _ in range(PICKS):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _given:
+            _given.append(port)
+            return port
+    raise RuntimeError(f"the kernel offered only loopback ports handed out lately ({PICKS} offers)")
 
 
 def pid_gone(pid: int) -> bool:
