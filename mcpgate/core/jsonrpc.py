@@ -178,6 +178,15 @@ def parse(data: bytes | str) -> Message:
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             return Invalid(PARSE_ERROR, f"Parse error: {exc}")
     raw = data if isinstance(data, bytes) else None
+    if type(obj) is dict and obj.get("jsonrpc") == "2.0":  # classify's two usual messages, without its call
+        if len(obj) == 3 and "result" in obj:
+            msg_id = obj.get("id")
+            if type(msg_id) is int or type(msg_id) is str:
+                return Response(msg_id, obj, raw)
+        elif type(params := obj.get("params")) is dict:
+            method, msg_id = obj.get("method"), obj.get("id")
+            if type(method) is str and method and (type(msg_id) is int or type(msg_id) is str):
+                return Request(msg_id, method, params, obj, raw)
     if isinstance(obj, list):
         if not obj:
             return Invalid(INVALID_REQUEST, "Invalid Request: empty batch")

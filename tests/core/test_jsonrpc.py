@@ -537,11 +537,12 @@ def test_parse_whitespace_around_the_value(data: bytes, value: Any) -> None:
     ],
 )
 def test_classify_of_three_members_is_the_whole_reading(obj: dict[str, Any], kind: type) -> None:
-    """classify's shortcut for {"jsonrpc":"2.0","id":...,"result":...} gives what its every check gives: the
+    """parse's and classify's shortcut for {"jsonrpc":"2.0","id":...,"result":...} gives what its every check gives: the
     same message for the usual answer, and any other dict still goes through every check."""
     data = json.dumps(obj).encode()
     message = parse(data)
     assert type(message) is kind
+    assert message == jsonrpc.classify(json.loads(data), data)  # parse's own shortcut: classify's reading
     if kind is Response:
         assert message == Response(obj["id"], obj, data)
 
@@ -567,10 +568,12 @@ def test_classify_of_three_members_is_the_whole_reading(obj: dict[str, Any], kin
     ],
 )
 def test_classify_of_the_usual_request_is_the_whole_reading(obj: dict[str, Any], kind: type) -> None:
-    """classify's shortcut for a request with object params gives what its every check gives (_classify_call)."""
+    """parse's and classify's shortcut for a request with object params gives what its every check gives
+    (_classify_call)."""
     data = json.dumps(obj).encode()
     message = parse(data)
     assert type(message) is kind
+    assert message == jsonrpc.classify(json.loads(data), data)  # parse's own shortcut: classify's reading
     usable = obj["id"] if jsonrpc.is_valid_id(obj.get("id")) else None
     if "method" in obj and obj.get("jsonrpc") == "2.0":
         assert message == jsonrpc._classify_call(obj, data, usable)

@@ -165,14 +165,17 @@ def answer_or_switch(
     """The responses the stream is owed, when each comes first and within `within` seconds (the reply is JSON,
     `early` first: answers the gateway gave itself); otherwise what was taken goes back in front of the stream,
     the owed count with it, and the Turn says how the reply goes on."""
-    collected = list(early)
+    collected = list(early) if early else []
     item: Delivery | End | Turn | None
     while stream.expected > 0:
         # the next message, END, Turn.GONE when the client leaves, Turn.SSE when `within` passes first
         deadline = time.monotonic() + within
+        left = within  # the first wait's: all of it (the clock was just read)
         while True:
-            left = deadline - time.monotonic()
-            item = stream.next(max(0.0, left) if client is None else max(0.0, min(TICK, left)))
+            if client is None:
+                item = stream.next(left if left > 0.0 else 0.0)
+            else:
+                item = stream.next(max(0.0, min(TICK, left)))
             if item is not None:
                 break
             if client is not None and client.gone():
@@ -181,6 +184,7 @@ def answer_or_switch(
             if left <= 0:
                 item = Turn.SSE
                 break
+            left = deadline - time.monotonic()
         if isinstance(item, Delivery) and item.done:
             collected.append(item)
             stream.expected -= 1

@@ -188,7 +188,7 @@ class Session:
             stream = Stream(self._limits, len(pending))
         stream.pump = self._pump  # its reader reads the child's answers itself while it waits (child/stdout.py)
         self.add_requests(pending, stream)  # DuplicateRequestId: refused, it leaves nothing to undo
-        self.router.open_stream(stream)
+        self.router.open_streams[stream] = None  # router.open_stream's, without its call
         if self.held.messages:
             self.held.flush_to(stream)
         return stream
@@ -269,7 +269,7 @@ class Session:
     def reply_sent(self, stream: Stream) -> None:
         """A POST's reply went whole as JSON: close_stream's, the stream kept for another reply when it is as a new
         one (Stream.recycle; never resumable: its reply was not SSE)."""
-        self.router.close_stream(stream)
+        self.router.open_streams.pop(stream, None)  # router.close_stream's for a POST's stream (never the GET one)
         stream.recycle()
 
     # -- resumable streams (Last-Event-ID) ----------------------------------------------------------

@@ -197,8 +197,10 @@ def exchange(
             return json_response(b"[" + b",".join(early) + b"]", 400)
         return HttpResponse(202)
     headers = {wire.SESSION_ID: session.id} if new_session else {}
-    early_items = [Delivery(data) for data in early] if early else ()
-    answers = reply.answer_or_switch(stream, gw.settings.sse_after, early=early_items)
+    if early:
+        answers = reply.answer_or_switch(stream, gw.settings.sse_after, early=[Delivery(data) for data in early])
+    else:  # the usual POST (no invalid member answered here): positional, a keyword's cost spared
+        answers = reply.answer_or_switch(stream, gw.settings.sse_after)
     if isinstance(answers, reply.Turn):  # SSE from the first other message (the reply machine requeued it)
         return sse_reply(gw, session, stream, Client.of(environ), headers, new_session)
     session.reply_sent(stream)
