@@ -1,9 +1,10 @@
 """The span export process: `python -m mcpgate.observe.span_export SERVICE PARENT_PID`, started by a traced process
 (a gateway worker, a relay: observe/span_pipe.py) with a pipe as its stdin. It reads the batches the worker
-writes there (a frame each: a 4-byte little-endian length, then a marshal'd list of records, one per ended
-request, RECORD's fields), turns each into its OTLP spans (observe/trace_spans.py, otlp_wire.py) and posts the
-batch as the SDK's OTLP/HTTP exporter would (observe/span_batches.py: its endpoint, headers, timeout,
-compression and retries from the OTEL_* variables of its environment; never from its argv). The spans of a
+writes there (a frame each: a 4-byte little-endian length, then a payload of one record per ended request,
+RECORD's fields, the usual request's packed with its shape numbered: observe/span_records.py), turns each into
+its OTLP spans (observe/trace_spans.py, otlp_wire.py) and posts the batch as the SDK's OTLP/HTTP exporter would
+(observe/span_batches.py: its endpoint, headers, timeout, compression and retries from the OTEL_* variables of its
+environment; never from its argv). The spans of a
 batch the endpoint did not accept (or that failed to encode) are reported back on its stdout, a pipe the worker
 reads (a 4-byte little-endian count per failed batch; written without blocking: a count the pipe cannot take
 now is added to the next one), for /metrics' mcpgate_spans_dropped_total{reason="export"}.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import marshal
 import os
 import signal
 import struct
@@ -29,6 +29,7 @@ import sys
 from typing import IO, Any
 
 from mcpgate.observe import otlp_wire, trace_spans, w3c
+from mcpgate.observe.span_records import Table, unpacked
 
 log = logging.getLogger("mcpgate.tracing")
 
@@ -55,6 +56,7 @@ LENGTH = struct.Struct("<I")  # a frame's length
 MOST = 64 << 20  # the largest frame read (a worker's batch is far below)
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 NICE = 10  # added to the export process's niceness (the worker's and the children's are left as they are)
+TABLE = Table()  # the shapes of the packed records this process read (observe/span_records.py)
 
 
 class Record:
@@ -103,9 +105,10 @@ class Record:
         self.parent = None if parent is None else w3c.Parent(*parent)
 
 
-def encoded_batch(head: tuple[bytes, bytes], payload: bytes) -> tuple[bytes, int]:
-    """A frame's payload as one ExportTraceServiceRequest, and how many requests it held."""
-    records = marshal.loads(payload)
+def encoded_batch(head: tuple[bytes, bytes], payload: bytes, table: Table = TABLE) -> tuple[bytes, int]:
+    """A frame's payload as one ExportTraceServiceRequest, and how many requests it held (its shapes added to
+    `table`, this process's, first)."""
+    records = unpacked(payload, table)
     parts: list[bytes] = []
     for fields in records:
         if not trace_spans.encode_record(fields, parts):  # a request of a kind not seen yet, a tracestate, ...
@@ -113,11 +116,11 @@ def encoded_batch(head: tuple[bytes, bytes], payload: bytes) -> tuple[bytes, int
     return otlp_wire.request(head, parts), len(records)
 
 
-def spans_in(payload: bytes) -> int:
+def spans_in(payload: bytes, table: Table = TABLE) -> int:
     """How many spans a frame's records make (as the worker counts them: the request's, a step's, the wait's and
     a forward's each)."""
     return sum(
-        1 + len(fields[14]) + (fields[15] is not None) + (fields[16] is not None) for fields in marshal.loads(payload)
+        1 + len(fields[14]) + (fields[15] is not None) + (fields[16] is not None) for fields in unpacked(payload, table)
     )
 
 

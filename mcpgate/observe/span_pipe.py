@@ -1,7 +1,8 @@
 """The worker's side of the span export: ended requests' Traces queued (bounded, counted in spans, as the SDK's
 BatchSpanProcessor by the same OTEL_BSP_* variables) and written, a batch at a time, as one compact frame to a
 pipe read by the span export process (observe/span_export.py), which encodes OTLP and posts. The worker neither
-encodes nor posts: a batch costs it a tuple per request, one marshal and one write.
+encodes nor posts: a batch costs it a struct pack per usual request (observe/span_records.py: its shape numbered,
+the numbers' shapes sent once), one marshal and one write.
 
 The pipe is non-blocking and bounded (its size raised to PIPE_BYTES where the kernel allows): a frame it cannot
 take whole is kept (one at most) and finished at the next flush; a frame that finds the pipe still full, or no
@@ -25,19 +26,19 @@ from __future__ import annotations
 import collections
 import fcntl
 import logging
-import marshal
 import os
 import select
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from mcpgate.observe.span_batches import setting
 from mcpgate.observe.span_export import LENGTH
-from mcpgate.observe.span_records import records
+from mcpgate.observe.span_records import Shapes, payload
 
 log = logging.getLogger("mcpgate.tracing")
 
@@ -255,6 +256,7 @@ class SpanPipe:
         self.dropped = 0  # spans dropped since the last warning
         self.lost = 0  # spans the worker dropped in all
         self.lost_by = dict.fromkeys((QUEUE, PIPE), 0)
+        self.shapes = Shapes()  # the shapes numbered for the export process's packed records (span_records.py)
         self.stopped = False
         self.wake = threading.Event()
         self.export = ExportProcess(service, environ)
@@ -303,20 +305,26 @@ class SpanPipe:
             self.export.read_reports()
 
     def flush(self, whole: bool = True) -> None:
+        shapes = self.shapes
         while self.queue and self.queued >= (1 if whole else self.batch):
             if self.queued <= self.batch:  # the whole queue, one batch (as a batch that just filled wakes it)
-                taken = records(self.queue)
+                taken: Iterable[tuple[Any, int]] = self.queue
                 spans = self.queued
-                self.queue.clear()
             else:
                 taken, spans = [], 0
                 while self.queue and spans < self.batch:
-                    ended, count = self.queue.popleft()
-                    taken.extend(records(((ended, count),)))
-                    spans += count
+                    ended = self.queue.popleft()
+                    taken.append(ended)
+                    spans += ended[1]
+            if shapes.process != self.export.starts:  # a new export process: it has no shape yet
+                shapes.process, shapes.sent = self.export.starts, 0
+            data, numbered = payload(taken, shapes)
+            if taken is self.queue:
+                self.queue.clear()
             self.queued -= spans
-            payload = marshal.dumps(taken)
-            if not self.export.write(LENGTH.pack(len(payload)) + payload):
+            if self.export.write(LENGTH.pack(len(data)) + data):
+                shapes.sent = numbered
+            else:
                 self.drop(spans, PIPE)
         if self.dropped:
             log.warning(

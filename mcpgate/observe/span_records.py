@@ -1,11 +1,59 @@
-"""The record of an ended request the worker writes to the span export process's pipe (observe/span_pipe.py): the
-Trace's fields the export reads (span_export.RECORD names them, in this order), as marshal takes them. One layout,
-written here once; a batch's records are made in one pass (no call a Trace)."""
+"""The records of ended requests the worker writes to the span export process's pipe (observe/span_pipe.py), a
+frame's payload at a time, and their reading back there (observe/span_export.py).
+
+A frame's payload is one marshal'd tuple (start, shapes, packed, records):
+
+- `packed`: the usual request (a 2025 session's or a pooled call: the ids of its own trace and of the wait for
+  its child as one 24-byte draw, two steps, no tracestate, no parent, no forward, an integer request id) as one
+  PACKED struct of the values that vary per request (its shape's index, the 24 id bytes, the request id, seven
+  times), in one bytes value: about a third of the instructions a marshal'd record of its fields costs the worker;
+- `shapes`: the shapes (SHAPE: method, tool, protocol version, server, session, status, error code, tool error, the
+  two steps' names) that first appeared since the export process last got one, numbered from `start` in the
+  order they appeared; each export process keeps the table (`Table`) the frames it read built, and a frame
+  starting at 0 (a new export process, a worker's table past SHAPES_KEPT started again) begins it anew. A frame
+  that was not written (the pipe full) takes its shapes along to the next one;
+- `records`: every other request as a record of the Trace's fields (RECORD's, in order: span_export.Record), as
+  marshal takes them, made in one pass (no call a Trace).
+
+`unpacked` turns a payload back into records (a packed request's as `record` would have written it), which is
+how the export process reads every request; a payload that is a list is records alone (tests, older frames).
+"""
 
 from __future__ import annotations
 
+import marshal
+import struct
+import time
 from collections.abc import Iterable
 from typing import Any
+
+PACKED = struct.Struct("<I24sq7d")  # shape, ids, request id; start, the steps' starts and ends, the wait's, end
+SHAPE = ("method", "target", "version", "server", "session", "status", "code", "tool_error", "first", "second")
+SHAPES_KEPT = 4096  # shapes a worker numbers before it starts its table again
+SERVER = 2  # OTLP's span kind of a packed request's span
+
+
+class Shapes:
+    """The worker's shape table: each shape's number, the shapes in their order, how many the export process has
+    (`sent`), and which export process that is (`process`: its start's number)."""
+
+    __slots__ = ("index", "listed", "process", "sent")
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[Any, ...], int] = {}
+        self.listed: list[tuple[Any, ...]] = []
+        self.sent, self.process = 0, 0
+
+    def add(self, shape: tuple[Any, ...]) -> int:
+        at = self.index[shape] = len(self.listed)
+        self.listed.append(shape)
+        return at
+
+    def restart(self) -> None:
+        """Numbered from 0 again (the next frame starts the export process's table again too)."""
+        self.index.clear()
+        self.listed.clear()
+        self.sent = 0
 
 
 def record(trace: Any) -> tuple[Any, ...]:
@@ -41,3 +89,123 @@ def records(queued: Iterable[tuple[Any, int]]) -> list[tuple[Any, ...]]:
         )
         for trace, _ in queued
     ]
+
+
+def payload(queued: Iterable[tuple[Any, int]], shapes: Shapes) -> tuple[bytes, int]:
+    """A frame's payload of the queued Traces (their shapes from shapes.sent on), and the shapes it numbers: the
+    caller sets shapes.sent to that once the frame is written. A table past SHAPES_KEPT starts again first."""
+    if len(shapes.listed) >= SHAPES_KEPT:
+        shapes.restart()
+    index, pack, packed, others = shapes.index, PACKED.pack, [], []
+    for trace, spans in queued:
+        wait = trace.wait
+        if wait is not None and wait[0] is trace.trace_id and trace.forward is None:  # to_child's one draw
+            what = trace.what  # (a tuple: to_child's, as its ids)
+            try:  # two steps, an integer id, times in range, a shape's values hashable: else a record
+                (first, began, ended), (second, began_2, ended_2) = trace.steps
+                shape = (
+                    what[0],
+                    what[1],
+                    what[2],
+                    trace.server,
+                    trace.session,
+                    trace.status,
+                    trace.code,
+                    trace.tool_error,
+                    first,
+                    second,
+                )
+                at = known = index.get(shape)
+                if known is None:  # a new shape: numbered once its request is packed
+                    at = len(shapes.listed)
+                packed.append(
+                    pack(at, wait[0], what[3], trace.start, began, ended, began_2, ended_2, wait[1], trace.end_at)
+                )
+                if known is None:
+                    shapes.add(shape)
+                continue
+            except (ValueError, TypeError, struct.error):
+                pass
+        others.append((trace, spans))
+    start, numbered = shapes.sent, len(shapes.listed)
+    offset = time.time_ns() - round(time.monotonic() * 1e9)  # the wall clock's time at the monotonic clock's 0
+    body = (start, shapes.listed[start:], b"".join(packed), records(others), offset)
+    return marshal.dumps(body), numbered
+
+
+class Table:
+    """The export process's shape table, as the frames it read built it."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[Any, ...]] = []
+
+
+def unpacked(data: bytes, table: Table) -> list[tuple[Any, ...]]:
+    """A frame's payload as records (span_export.RECORD's fields, in order), its shapes added to `table` first."""
+    got = marshal.loads(data)
+    if type(got) is list:  # records alone
+        return got
+    start, shapes, packed, others, offset = got
+    del table.shapes[start:]
+    table.shapes += shapes
+    known = table.shapes
+    out = [in_ns(fields, offset) for fields in others]
+    for at, ids, request, *times in PACKED.iter_unpack(packed):
+        begun, began, ended, began_2, ended_2, waited, end = [offset + round(t * 1e9) for t in times]
+        method, target, version, server, session, status, code, error, first, second = known[at]
+        steps = [(first, began, ended), (second, began_2, ended_2)]
+        what = (method, target, version, request)
+        wait = (ids, waited)
+        out.append(
+            (
+                what,
+                "",
+                SERVER,
+                server,
+                session,
+                ids,
+                b"",
+                None,
+                "",
+                begun,
+                end,
+                status,
+                code,
+                error,
+                steps,
+                wait,
+                None,
+            )
+        )
+    return out
+
+
+def in_ns(fields: tuple[Any, ...], offset: int) -> tuple[Any, ...]:
+    """A record's times (the worker's monotonic clock's seconds) as nanoseconds of the wall clock."""
+    (what, method, kind, server, session, ids, span_id, parent, state, start, end, status, code, error) = fields[:14]
+    steps, wait, forward = fields[14:]
+    steps = [(name, offset + round(began * 1e9), offset + round(ended * 1e9)) for name, began, ended in steps]
+    if wait is not None:
+        wait = (wait[0], offset + round(wait[1] * 1e9))
+    if forward is not None:
+        forward = (forward[0], offset + round(forward[1] * 1e9), forward[2])
+    start, end = offset + round(start * 1e9), offset + round(end * 1e9)
+    return (
+        what,
+        method,
+        kind,
+        server,
+        session,
+        ids,
+        span_id,
+        parent,
+        state,
+        start,
+        end,
+        status,
+        code,
+        error,
+        steps,
+        wait,
+        forward,
+    )

@@ -11,7 +11,7 @@ from typing import Any
 from mcpgate.core.jsonrpc import Request
 
 GUARD, SESSION, POOL, MRTR = "mcpgate.guard", "mcpgate.session", "mcpgate.pool", "mcpgate.mrtr"  # steps' names
-_time = time.time_ns
+_time = time.monotonic  # tracing.now's clock
 
 
 class Nothing:
@@ -35,7 +35,7 @@ class Step:
     __slots__ = ("began", "name", "trace")
 
     def __init__(self, trace: Any, name: str) -> None:
-        self.trace, self.name, self.began = trace, name, 0
+        self.trace, self.name, self.began = trace, name, 0.0
 
     def __enter__(self) -> None:
         self.began = _time()

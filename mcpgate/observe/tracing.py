@@ -63,8 +63,9 @@ IDS = w3c.Ids()
 _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent, a sampled one, an unsampled one
 _always: bool | None = None  # the decision whatever the parent (ALWAYS_ON, ALWAYS_OFF), known as a request begins
 _root: bool | None = True  # the decision for a request without a parent when the sampler's is static, else None
-_time = time.time_ns
-now = time.time_ns  # a step's start and end, as the request path takes them (Trace.took's way)
+_ABSENT: Any = object()  # to_child's params without "_meta"
+_time = time.monotonic  # a span's times: the monotonic clock's seconds (a float packs at a fraction of an int's
+now = time.monotonic  # cost), turned into the wall clock's nanoseconds by the export (observe/span_records.py)
 
 
 def setup(enabled: bool, service: str) -> None:
@@ -132,9 +133,9 @@ class Trace:
         self.headed = False  # the traceparent header read (`from_header`)
         self.decided = _always is not None  # sampled or not is known (a static sampler's: from the start)
         self.sampled = _always is True
-        self.steps: list[tuple[str, int, int]] = []  # name, start, end: INTERNAL children of the request's span
-        self.wait: tuple[bytes, int] | None = None  # the wait for the child: span id, start
-        self.forward: tuple[bytes, int, str] | None = None  # a forward: span id, start, the owner instance
+        self.steps: list[tuple[str, float, float]] = []  # name, start, end: INTERNAL children of the request's span
+        self.wait: tuple[bytes, float] | None = None  # the wait for the child: span id, start
+        self.forward: tuple[bytes, float, str] | None = None  # a forward: span id, start, the owner instance
         self.span_id = b""  # the request's own span's id: given by the export (the relay's: when sent)
         self.what: tuple[str, Any, Any, Any] | str = ""  # a request's request_of, else the span's name
         self.session: str | None = None  # the Mcp-Session-Id the request names
@@ -143,7 +144,7 @@ class Trace:
         self.tool_error = False  # a tools/call result with isError true
         # trace_id: 16 bytes, or 24 from to_child's short way (the trace id, then the wait's span id: wait[0] is the
         # same 24 bytes), cut by the export process (trace_spans: [:16], [-8:]) rather than on the request path
-        self.status, self.end_at, self.trace_id, self.state = 0, 0, b"", ""
+        self.status, self.end_at, self.trace_id, self.state = 0, 0.0, b"", ""
         self.parent: Parent | None = None
         if environ is not None and not self.decided and "HTTP_TRACEPARENT" in environ:  # decided by its flag?
             parent = self.from_header(environ)
@@ -175,9 +176,10 @@ class Trace:
             return
         if isinstance(message, Request):
             self.what = request_of(message, params, meta)
-        else:
+        else:  # (its HTTP method names the span of no request only)
             self.what = str(getattr(message, "method", "batch")) if message is not None else ""
-        self.session, self.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
+            self.http_method = environ.get("REQUEST_METHOD", "")
+        self.session = environ.get("HTTP_MCP_SESSION_ID")
 
     def from_header(self, environ: Mapping[str, Any]) -> Parent | None:
         """The parent in the request's traceparent header (and tracestate), if any."""
@@ -194,7 +196,7 @@ class Trace:
         return fields
 
     def took(self, name: str, began: int) -> None:
-        """A step that began at `began` (time.time_ns) ended now: timed, unless the request is known unsampled. The
+        """A step that began at `began` (`now`'s) ended now: timed, unless the request is known unsampled. The
         request path appends its steps itself, without this call or its check (`began = tracing.now()`, the step,
         then `trace.steps.append((name, began, tracing.now()))` in a finally clause; the guard's `began` is
         trace.start): a known unsampled request's steps are never exported (`finish`)."""
@@ -217,15 +219,19 @@ class Trace:
 
     def encoded(self) -> bytes:
         """Its spans, encoded (as the export process encodes its record)."""
-        from mcpgate.observe import trace_spans
-
-        return trace_spans.encoded(self)
+        out: list[bytes] = []
+        self.encode_into(out)
+        return b"".join(out)
 
     def encode_into(self, out: list[bytes]) -> None:
-        """Its spans' parts appended to a batch's (as the export process does)."""
-        from mcpgate.observe import trace_spans
+        """Its spans' parts appended to a batch's: its record written and read back, then encoded, as the worker and
+        the export process do (its times the wall clock's nanoseconds)."""
+        from mcpgate.observe import span_export, span_records, trace_spans
 
-        trace_spans.encode_into(self, out)
+        data, _ = span_records.payload([(self, 0)], span_records.Shapes())
+        for fields in span_records.unpacked(data, span_records.Table()):
+            if not trace_spans.encode_record(fields, out):
+                trace_spans.encode_into(span_export.Record(fields), out)
 
 
 def begin(environ: dict[str, Any], server: str) -> Trace:
@@ -262,11 +268,9 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     params = message.params
     if type(params) is not dict:
         return opened_to_child(trace, environ, message)
-    meta = params.get("_meta")  # a 2026-07-28 request's (its version, capabilities): served here too
-    if (meta is not None and (type(meta) is not dict or "traceparent" in meta or "tracestate" in meta)) or (
-        meta is None and "_meta" in params
-    ):  # ("_meta": null: put_in_meta's, whose raw bytes are encoded again)
-        return opened_to_child(trace, environ, message)
+    meta = params.get("_meta", _ABSENT)  # a 2026-07-28 request's (its version, capabilities): served here too
+    if meta is not _ABSENT and (type(meta) is not dict or "traceparent" in meta or "tracestate" in meta):
+        return opened_to_child(trace, environ, message)  # ("_meta": null: put_in_meta's, its raw bytes encoded again)
     if not trace.decided:
         trace.sampled = _root
     trace.opened = trace.headed = trace.decided = True
@@ -279,15 +283,15 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
         drawn = ids.context()
     trace.trace_id = drawn  # the trace id, then the wait's span id: 24 bytes (Trace.trace_id's)
     if trace.sampled:
-        version = None if meta is None else meta.get(META_PROTOCOL_VERSION)
+        version = None if meta is _ABSENT else meta.get(META_PROTOCOL_VERSION)
         trace.what = (message.method, params.get("name"), version, message.id)
-        trace.session, trace.http_method = environ.get("HTTP_MCP_SESSION_ID"), environ.get("REQUEST_METHOD", "")
+        trace.session = environ.get("HTTP_MCP_SESSION_ID")  # (its HTTP method: named by `what`, never read)
         trace.wait = (drawn, _time())
         context = f"00-{drawn.hex('-', -16)}-01"  # the trace id's hex, "-", the span id's
     else:
         trace.steps.clear()
         context = f"00-{drawn.hex('-', -16)}-00"
-    if meta is not None:  # put_in_meta's: its keys, then the traceparent; the raw bytes encoded again
+    if meta is not _ABSENT:  # put_in_meta's: its keys, then the traceparent; the raw bytes encoded again
         params["_meta"] = {**meta, "traceparent": context}
         message.raw = None
         return message
@@ -345,14 +349,14 @@ def finish(
     which gives `trace` where the environ holds none): its Trace queued for export when sampled, as
     span_pipe.SpanPipe.on_end would queue it (one call for the request's end, not three)."""
     ended: Trace = environ.pop(KEY) if trace is None else trace  # type: ignore[attr-defined]
-    if not isinstance(body, bytes):
+    if type(body) is not bytes:
         return Ending(sent, lambda: ended.end(environ, status, None))
     if not ended.opened and (ended.sampled or not ended.decided):
         ended.open(environ, None)
     if not ended.sampled:
         return sent
     ended.end_at, ended.status = _time(), status
-    if body:
+    if body and body[-17:] != b'"isError":false}}':  # tools/call's usual answer (its result last): no error
         parts = body.split(b'rror"')  # "error" and "isError" alike (one search, no arguments parsed)
         # (tools/call's usual answer: one "isError", false, and no "error": as `marked` finds it)
         if len(parts) > 1 and (len(parts) > 2 or parts[0][-4:] != b'"isE' or parts[1][:6] != b":false"):

@@ -17,7 +17,7 @@ import pytest
 
 from mcpgate.observe.span_export import NICE, RECORD, Record
 from mcpgate.observe.span_pipe import SpanPipe
-from mcpgate.observe.span_records import record
+from mcpgate.observe.span_records import Table, record, unpacked
 from mcpgate.observe.tracing import CLIENT, Trace
 from mcpgate.observe.w3c import Parent
 from tests.observe.test_tracing import open_session_with, traced_env
@@ -238,7 +238,8 @@ def test_a_flush_writes_the_batches_of_its_queue(batch: int, counts: list[int], 
             pipe.queue.append((ended(n), spans))  # (no wake: the flusher left asleep)
             pipe.queued += spans
         pipe.flush(whole)
-        got = [[counts[int.from_bytes(r[5], "big")] for r in marshal.loads(frame[4:])] for frame in frames]
+        table = Table()
+        got = [[counts[int.from_bytes(r[5], "big")] for r in unpacked(frame[4:], table)] for frame in frames]
         assert got == expected and pipe.queued == sum(left) and [s for _, s in pipe.queue] == left
     finally:
         pipe.shutdown()

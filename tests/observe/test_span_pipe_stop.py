@@ -39,8 +39,8 @@ def test_a_stopped_export_process_holding_part_of_a_frame_does_not_hold_the_shut
         frames = 0
         while pipe.export.pending is None:  # frames of ~100 KB until one is taken in part (a pipe holds 1 MiB at most)
             assert frames < 40, "the pipe never took a frame in part"
-            for k in range(500):
-                pipe.on_end(ended(frames * 500 + k + 1), 2)
+            for k in range(800):  # (past a pipe of 64 KiB, where the kernel kept the default size)
+                pipe.on_end(ended(frames * 800 + k + 1), 2)
             pipe.flush()
             frames += 1
         stopper = threading.Thread(target=pipe.shutdown, args=(1.0,), daemon=True)

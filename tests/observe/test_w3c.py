@@ -6,7 +6,6 @@ Trace turned into OTLP spans (observe/trace_spans.py) that opentelemetry-proto d
 from __future__ import annotations
 
 import json
-import marshal
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ from mcpgate.core import jsonrpc
 from mcpgate.core.jsonrpc import Request
 from mcpgate.observe import w3c
 from mcpgate.observe.span_export import encoded_batch, resource_head
-from mcpgate.observe.span_records import record
+from mcpgate.observe.span_records import Shapes, Table, payload
 from tests.support.otlp import decode, receiver
 
 TRACE, SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -196,7 +195,8 @@ def test_a_traces_spans_decode_with_opentelemetry_proto(ended: list[Any]) -> Non
     answer = b'{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no"}}'
     tracing.finish(environ, 200, answer, [b""])
     ((trace, count),) = ended
-    body, _ = encoded_batch(resource_head("w3c-test"), marshal.dumps([record(trace)]))  # as the export process gets it
+    frame, _ = payload([(trace, count)], Shapes())
+    body, _ = encoded_batch(resource_head("w3c-test"), frame, Table())  # as the export process gets it
     spans = {(s.name, s.kind): s for s in decode(body)}
     assert len(body) == len(otlp_wire.request(resource_head("w3c-test"), [trace.encoded()]))  # ids drawn apart
     assert count == len(spans) == 3
@@ -230,10 +230,12 @@ def test_the_short_ways_ids_are_exported_as_the_child_got_them(ended: list[Any],
         tracing.finish(environ, 200, b'{"jsonrpc":"2.0","id":1,"result":{}}', [b""])
     head = resource_head("w3c-test")
     if way == "records":
-        body, _ = encoded_batch(head, marshal.dumps([record(trace) for trace, _ in ended]))
+        table, shapes, spans = Table(), Shapes(), []
+        for queued in ended:  # (the first frame numbers its shape, the second uses it)
+            frame, shapes.sent = payload([queued], shapes)
+            spans += decode(encoded_batch(head, frame, table)[0])
     else:
-        body = otlp_wire.request(head, [trace.encoded() for trace, _ in ended])
-    spans = decode(body)
+        spans = decode(otlp_wire.request(head, [trace.encoded() for trace, _ in ended]))
     assert len(spans) == 4
     for got in sent:
         _, trace_hex, span_hex, flags = got["params"]["_meta"]["traceparent"].split("-")
