@@ -362,3 +362,37 @@ def test_a_session_routes_as_its_router_does_with_the_time(steps: list[tuple[str
     """Each message a session routes goes where its router sends it at the clock's time (the time read only while
     something is cancelled: a late answer to a cancelled request is dropped, one past the tracker's ttl is not)."""
     assert routes_of(steps, shortcut=True) == routes_of(steps, shortcut=False)
+
+
+# -- the bytes a session sends its child for a client's message (Session.send_message) -----------------------------
+
+SENT = [
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}',
+    b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\\nb"}}',
+    b'{"jsonrpc":"2.0",\n"id":1,"method":"tools/call","params":{}}',
+    b'{"jsonrpc":"2.0",\r"id":1,"method":"ping"}',
+    b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+    b'{"jsonrpc":"2.0","id":7,"result":{}}',
+]
+
+
+@pytest.mark.parametrize("text", SENT)
+@pytest.mark.parametrize("how", ["parsed", "bare", "re-encoded"])
+def test_a_sent_message_is_what_raw_bytes_gives(text: bytes, how: str) -> None:
+    """Whatever the message's raw and bare say, the child is sent what jsonrpc.raw_bytes gives for the message."""
+    message = jsonrpc.parse(text)
+    assert isinstance(message, (jsonrpc.Request, jsonrpc.Notification, jsonrpc.Response))
+    if how == "bare" and 10 not in text and 13 not in text:
+        message.bare = text
+    elif how == "re-encoded":
+        message.raw = None
+    live = session()
+    sent: list[bytes] = []
+
+    def send(data: bytes) -> bool:
+        sent.append(data)
+        return True
+
+    live.child.send = send  # type: ignore[method-assign]
+    assert live.send_message(message)
+    assert sent == [jsonrpc.raw_bytes(message)] and 10 not in sent[0] and 13 not in sent[0]

@@ -112,5 +112,10 @@ def read_body(request: HttpRequest, limit: int) -> bytes:
     """The request's body, refused (413) when it is larger than `limit` bytes."""
     body = request.read_body(limit)
     if body is None:
-        raise Refusal(413, INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes", kind="body_too_large")
+        raise too_large(limit)
     return body
+
+
+def too_large(limit: int) -> Refusal:
+    """read_body's refusal of a body larger than `limit` bytes (for a caller that read it itself)."""
+    return Refusal(413, INVALID_REQUEST, f"Payload Too Large: the body exceeds {limit} bytes", kind="body_too_large")

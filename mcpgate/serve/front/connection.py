@@ -33,42 +33,25 @@ import functools
 import io
 import socket
 import time
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import gevent
 from gevent.pywsgi import _REQUEST_TOO_LONG_RESPONSE, MAX_REQUEST_LINE, _InvalidClientInput
 from gunicorn.workers.ggevent import PyWSGIHandler, PyWSGIServer
 
-from mcpgate.config.settings import Settings
 from mcpgate.observe import logs, refusals
 from mcpgate.serve.front import environ as request_environ
 from mcpgate.serve.front.context import CONTEXT, RequestContext
 from mcpgate.serve.front.heads import Head, Heads, checked
 from mcpgate.serve.front.peer_probe import peer_gone, peer_polled, polling
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
+from mcpgate.serve.front.reading import Limits as Limits
 from mcpgate.serve.front.request_headers import RequestHeaders, parse_request_line
 from mcpgate.serve.front.writing import LeanWrites
 
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-length: 0\r\n\r\n"  # as pywsgi's
 READ_BUFFER = io.DEFAULT_BUFFER_SIZE  # as socket.makefile's, which pywsgi uses
 SWEEP_INTERVAL = 0.5  # seconds between checks of the read deadlines (how late a timeout may fire)
-
-
-@dataclass(frozen=True)
-class Limits:
-    keepalive: float  # seconds an idle keep-alive connection waits for its next request
-    header: float  # seconds to send a whole head
-    body: float  # seconds a body may pause between bytes, and its time before the rate counts
-    body_rate: float  # bytes a second a body must average (each one received gives it 1/rate s more)
-    waiting: int  # connections waiting on their client (a head, a body) before the oldest is closed
-
-    @classmethod
-    def of(cls, settings: Settings, worker_connections: int) -> Limits:
-        waiting = min(settings.idle_connections, max(1, worker_connections // 2))
-        return cls(
-            settings.keepalive_timeout, settings.header_timeout, settings.body_timeout, settings.body_min_rate, waiting
-        )
 
 
 class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
@@ -181,7 +164,11 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             # reader.pausing(keepalive), then reader.within(header) once a byte came: their fields set here (two calls
             # spared a request); idle: the client was just answered, its next request likely not there yet (reading.py)
             reader.pause, reader.deadline, reader.rate, reader.idle = limits.keepalive, None, 0.0, True
-            self.server.waiting.enter(self)
+            waiting = self.server.waiting  # waiting.enter(self), its usual case (room in the budget) without its call
+            if len(waiting.connections) < waiting.budget and self not in waiting.connections:
+                waiting.connections[self] = None
+            else:
+                waiting.enter(self)
             try:
                 if not rfile.peek(1):
                     return None
@@ -276,13 +263,14 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             logs.REQUEST.set(made)
         if body.done:  # no body: nothing more to wait for
             self.body_read()
-        else:
-            self.reader.body(self.limits.body, self.limits.body_rate)
+        else:  # self.reader.body(pause, rate), its fields set here (a call spared)
+            reader, limits = self.reader, self.limits
+            reader.pause, reader.deadline, reader.rate = limits.body, time.monotonic() + limits.body, limits.body_rate
         return environ
 
     def body_read(self) -> None:
         """The request's body, if any, is read whole: the connection waits on its client no more."""
-        self.server.waiting.leave(self)
+        self.server.waiting.connections.pop(self, None)  # waiting.leave(self), without its call
         reader = self.reader  # reader.pausing(body), its fields set here (every request; a call spared)
         reader.pause, reader.deadline, reader.rate = self.limits.body, None, 0.0
 

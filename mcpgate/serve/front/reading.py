@@ -22,12 +22,32 @@ import io
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gevent.pywsgi import Input, _InvalidClientInput
 from gevent.socket import socket as PLAIN_SOCKET
 
+from mcpgate.config.settings import Settings
 from mcpgate.observe import refusals
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A connection's read limits (the deadlines and the budget above), from the settings."""
+
+    keepalive: float  # seconds an idle keep-alive connection waits for its next request
+    header: float  # seconds to send a whole head
+    body: float  # seconds a body may pause between bytes, and its time before the rate counts
+    body_rate: float  # bytes a second a body must average (each one received gives it 1/rate s more)
+    waiting: int  # connections waiting on their client (a head, a body) before the oldest is closed
+
+    @classmethod
+    def of(cls, settings: Settings, worker_connections: int) -> Limits:
+        waiting = min(settings.idle_connections, max(1, worker_connections // 2))
+        return cls(
+            settings.keepalive_timeout, settings.header_timeout, settings.body_timeout, settings.body_min_rate, waiting
+        )
 
 
 class ReadTimeout(_InvalidClientInput):  # type: ignore[misc]

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from mcpgate.serve.sessions.kept import Keeper
 
 log = logging.getLogger("mcpgate.session")
+_LF, _CR = ord("\n"), ord("\r")  # searched as ints: one memchr each (core/jsonrpc.py)
 
 
 class Session:
@@ -333,7 +334,10 @@ class Session:
             return self.bridge.from_client(message)
         if self._take_message is not None:
             return self._take_message(message)
-        return self.child.send(jsonrpc.raw_bytes(message))
+        raw = message.raw  # raw_bytes' usual answer, without its call: the bytes as they came, when one line
+        if raw is None or (raw is not message.bare and (_LF in raw or _CR in raw)):
+            raw = jsonrpc.raw_bytes(message)
+        return self.child.send(raw)
 
     def cancel(self, request_id: jsonrpc.Id) -> None:
         """The client cancelled a request: answer its HTTP request now; drop the child's late reply."""

@@ -76,14 +76,17 @@ def post_headers(environ: dict[str, Any]) -> tuple[str | None, str | None, str |
 
 def find_session(gw: PublishedServer, request: HttpRequest) -> Session:
     """The request's session (a Refusal when there is none or the version header does not match it)."""
-    return session_of(gw, request, request.header(wire.SESSION_ID), request.header(wire.PROTOCOL_VERSION))
+    session_id, header = request.header(wire.SESSION_ID), request.header(wire.PROTOCOL_VERSION)
+    return session_of(gw, request, session_id, header, auth.principal(request.environ))
 
 
-def session_of(gw: PublishedServer, request: HttpRequest, session_id: str | None, header: str | None) -> Session:
-    """find_session's, with the request's session id and protocol version header already read."""
+def session_of(
+    gw: PublishedServer, request: HttpRequest, session_id: str | None, header: str | None, owner: str
+) -> Session:
+    """find_session's, with the request's session id, protocol version header and principal (`owner`) read."""
     if session_id is None:
         raise BadRequest(f"Bad Request: the {wire.SESSION_ID} header is required")
-    session = gw.get(session_id, auth.principal(request.environ))
+    session = gw.get(session_id, owner)
     if session is None and gw.keeper is not None:  # its process is gone: taken over here (cluster/takeover.py)
         session = takeover.revive(gw, request, session_id)
     if session is None or session.ended:
@@ -105,7 +108,10 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
     noted = environ.get(CONTEXT)  # context(environ)'s, its call only to make one
     if type(noted) is not RequestContext:
         noted = context(environ)
-    message = noted.message = jsonrpc.parse(checks.read_body(request, gw.settings.max_body_bytes))
+    body = request.read_body(gw.settings.max_body_bytes)  # checks.read_body's, without its call
+    if body is None:
+        raise checks.too_large(gw.settings.max_body_bytes)
+    message = noted.message = jsonrpc.parse(body)
     if isinstance(message, Invalid):
         raise Refusal(400, message.code, message.reason, message.id)
     trace = environ.get(tracing.KEY)
@@ -126,14 +132,16 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
     if isinstance(message, Request) and message.method == "initialize":
         return initialize(gw, request, message)
+    owner = noted.principal  # auth.principal's, from the context read above (its call spared)
+    owner = owner if owner is not None else auth.STATIC_PRINCIPAL
     if trace is not None:
         began = tracing.now()
         try:
-            session = session_of(gw, request, session_id, version)
+            session = session_of(gw, request, session_id, version, owner)
         finally:
             trace.steps.append((tracing.SESSION, began, tracing.now()))  # (tracing's step, appended here: no call)
     else:
-        session = session_of(gw, request, session_id, version)
+        session = session_of(gw, request, session_id, version, owner)
     return exchange(gw, session, batch_items(session, message) if isinstance(message, Batch) else [message], environ)
 
 
