@@ -266,6 +266,7 @@ class Stream:
             and len(SPARES) < SPARE_STREAMS
             and self._ready.hub is None
         ):
+            self.pump = None  # its session's child is not kept alive by a spare (the next POST sets its own)
             SPARES.append(self)
         else:
             self.close()
