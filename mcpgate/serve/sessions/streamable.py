@@ -132,8 +132,7 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         raise BadRequest("Invalid Request: a POST carries one request or notification")
     if isinstance(message, Request) and message.method == "initialize":
         return initialize(gw, request, message)
-    owner = noted.principal  # auth.principal's, from the context read above (its call spared)
-    owner = owner if owner is not None else auth.STATIC_PRINCIPAL
+    owner = auth.principal(environ)  # whose session it must be: one decision, in auth
     if trace is not None:
         began = tracing.now()
         try:
