@@ -31,6 +31,7 @@ PACKED = struct.Struct("<I24sq7d")  # shape, ids, request id; start, the steps' 
 SHAPE = ("method", "target", "version", "server", "session", "status", "code", "tool_error", "first", "second")
 SHAPES_KEPT = 4096  # shapes a worker numbers before it starts its table again
 SERVER = 2  # OTLP's span kind of a packed request's span
+NS = 1e9  # nanoseconds a second (a time's seconds, times this, truncated: within a nanosecond)
 
 
 class Shapes:
@@ -128,7 +129,7 @@ def payload(queued: Iterable[tuple[Any, int]], shapes: Shapes) -> tuple[bytes, i
                 pass
         others.append((trace, spans))
     start, numbered = shapes.sent, len(shapes.listed)
-    offset = time.time_ns() - round(time.monotonic() * 1e9)  # the wall clock's time at the monotonic clock's 0
+    offset = time.time_ns() - int(time.monotonic() * NS)  # the wall clock's time at the monotonic clock's 0
     body = (start, shapes.listed[start:], b"".join(packed), records(others), offset)
     return marshal.dumps(body), numbered
 
@@ -150,12 +151,12 @@ def unpacked(data: bytes, table: Table) -> list[tuple[Any, ...]]:
     table.shapes += shapes
     known = table.shapes
     out = [in_ns(fields, offset) for fields in others]
-    for at, ids, request, *times in PACKED.iter_unpack(packed):
-        begun, began, ended, began_2, ended_2, waited, end = [offset + round(t * 1e9) for t in times]
+    for at, ids, request, begun, began, ended, began_2, ended_2, waited, end in PACKED.iter_unpack(packed):
         method, target, version, server, session, status, code, error, first, second = known[at]
-        steps = [(first, began, ended), (second, began_2, ended_2)]
+        steps = [(first, int(began * NS) + offset, int(ended * NS) + offset)]
+        steps.append((second, int(began_2 * NS) + offset, int(ended_2 * NS) + offset))
+        start_ns, end_ns, wait = int(begun * NS) + offset, int(end * NS) + offset, (ids, int(waited * NS) + offset)
         what = (method, target, version, request)
-        wait = (ids, waited)
         out.append(
             (
                 what,
@@ -167,8 +168,8 @@ def unpacked(data: bytes, table: Table) -> list[tuple[Any, ...]]:
                 b"",
                 None,
                 "",
-                begun,
-                end,
+                start_ns,
+                end_ns,
                 status,
                 code,
                 error,
@@ -184,12 +185,12 @@ def in_ns(fields: tuple[Any, ...], offset: int) -> tuple[Any, ...]:
     """A record's times (the worker's monotonic clock's seconds) as nanoseconds of the wall clock."""
     (what, method, kind, server, session, ids, span_id, parent, state, start, end, status, code, error) = fields[:14]
     steps, wait, forward = fields[14:]
-    steps = [(name, offset + round(began * 1e9), offset + round(ended * 1e9)) for name, began, ended in steps]
+    steps = [(name, int(began * NS) + offset, int(ended * NS) + offset) for name, began, ended in steps]
     if wait is not None:
-        wait = (wait[0], offset + round(wait[1] * 1e9))
+        wait = (wait[0], int(wait[1] * NS) + offset)
     if forward is not None:
-        forward = (forward[0], offset + round(forward[1] * 1e9), forward[2])
-    start, end = offset + round(start * 1e9), offset + round(end * 1e9)
+        forward = (forward[0], int(forward[1] * NS) + offset, forward[2])
+    start, end = int(start * NS) + offset, int(end * NS) + offset
     return (
         what,
         method,
