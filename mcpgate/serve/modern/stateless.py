@@ -33,7 +33,7 @@ from mcpgate.serve.modern.listen import ListenHub
 from mcpgate.serve.modern.pool import Pool
 from mcpgate.serve.modern.pooled_child import Call, Era, PooledChild
 from mcpgate.serve.servers.server import PublishedServer
-from mcpgate.serve.sessions.stream import Stream
+from mcpgate.serve.sessions.stream import SPARES, Stream, StreamLimits
 from mcpgate.serve.vault.errors import SlotsEmpty
 
 log = logging.getLogger("mcpgate.http")
@@ -48,6 +48,9 @@ _LEGACY, _GONE = Era.LEGACY, Turn.GONE
 # The methods serve() answers other than by a call of its own: server/discover, subscriptions/listen, a task's.
 _OWN_METHODS = frozenset({"server/discover", "subscriptions/listen", *core_tasks.METHODS})
 _CAPABILITIES = wire.META_CLIENT_CAPABILITIES
+# What an answered call points at once its stream is recycled for another request: closed, it takes nothing
+SPENT = Stream(StreamLimits(0, 0, 0.0, 0, 0))
+SPENT.close()
 
 
 def post(
@@ -193,7 +196,11 @@ def start(
     capabilities = meta.get(_CAPABILITIES)  # client_capabilities(message), from the _meta at hand
     if type(capabilities) is not dict and not isinstance(capabilities, dict):
         capabilities = {}
-    stream = Stream(pool.limits, 1)  # expected=1, given by position: a class's keyword costs ~1,000 instructions
+    if SPARES:  # one a reply is done with, as a new one (Stream.recycle: reply's, or a 2025 session's)
+        stream = SPARES.pop()
+        stream.limits, stream.expected = pool.limits, 1
+    else:
+        stream = Stream(pool.limits, 1)  # expected=1, given by position: a class's keyword costs ~1,000 instructions
     state = params.get("requestState")
     holder: PooledChild | None = None
     if state is not None and (pool.group(principal).era is _LEGACY or pool.bridge.issued(state, principal)):
@@ -248,6 +255,12 @@ def reply(gw: PublishedServer, pool: Pool, call: Call, client: Client) -> HttpRe
     if not isinstance(answers, list) and answers is not _GONE:  # SSE from here
         return sse(gw, call, client, gone)
     client.stop()
+    if type(answers) is list and call.finished and call.continuation is None and call.stream is stream:
+        # answered, and nothing more can come for it (released by its child, never asked for input): its stream is
+        # kept for the next request (Stream.recycle; closed unless as new), the call pointed at a spent one
+        call.stream = SPENT
+        stream.recycle()
+        return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
     finish(pool, call, stream)
     if not isinstance(answers, list):  # GONE: the client went away (or the stream ended) before anything came
         return HttpResponse(204)
