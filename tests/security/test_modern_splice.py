@@ -212,7 +212,10 @@ _OF_CASES = [  # (the child's answer, spliced as read, spliced as a line the spl
     (b'{"id":"MINTED","jsonrpc":"2.0","result":{"a":[1,{"b":null}]}}', False, False),  # another layout: made again
     (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1,"_meta":{"x":1}}}', False, False),
     (b'{"jsonrpc":"2.0","id":"MINTED","result":{"resultType":"complete","a":1}}', False, False),
-    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":"ttlMs"}}', False, False),  # a value is searched too
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":"ttlMs"}}', True, True),  # a value names no member
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":{"_meta":{},"ttlMs":1}}}', True, True),  # nor a nested one
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1,"result\\u0054ype":"x"}}', False, False),  # escaped: a member
+    (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1,"\\u005fmeta":{"x":1}}}', False, False),
     (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1},"extra":{}}', False, False),
     (b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1,\r"b":2}}', False, True),  # a vouched line is not searched
     (b'{"jsonrpc":"2.0","id":"MINTED","error":{"code":-32000,"message":"no"}}', False, False),

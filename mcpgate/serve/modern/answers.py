@@ -9,7 +9,8 @@ tools/list result loses the tools its filter hides; an input_required result, or
 and the client gets a 502-like internal error instead). An error answer keeps its error, and its code is noted on
 the call (call.error_code). A plain result, neither of those, is spliced: its bytes are passed on with the
 stamp's members appended, without decoding or encoding it again (a large one was classified from its head and
-never decoded), unless it names a member the stamp could add or holds a CR (an SSE line would end there). A large
+never decoded), unless it has a member the stamp could add (a decoded result's own members are read; a large one's
+bytes are searched for the names, anywhere) or holds a CR (an SSE line would end there). A large
 one's end is found by walking it (core/json_extent: its strings skipped by bytes.find), not taken to be the
 message's last brace but one: an answer with a member after its result, or one whose walk past its bound is
 unknown, is decoded whole and made again.
@@ -68,11 +69,13 @@ class Answers:
         usual answer: a Python call less), else made again by _made. A result is spliced, without decoding or
         encoding it again, as its bytes with the client's id and the stamp's members appended; it is made again when
         the answer is an error or a task method's (it names the task), a tools/list result the call's filter may
-        hide tools of, a result naming any member the stamp could add (a byte search, no parse: the stamp never
-        duplicates one), one holding a CR (an SSE line would end there; a line LineDecoder.bare vouched for, still
-        the message's raw, is not searched), or the message is not laid out as {"jsonrpc", "id", "result"} (a
-        decoded one with another member, wherever it is, included; an answer read by its head alone, past
-        PARTIAL_FROM_BYTES, must end with its result: partial_bounds)."""
+        hide tools of, a result with a member the stamp could add (the stamp never duplicates one: a decoded
+        result's own members are read, so an escaped name counts and a nested one or a value does not; a result
+        read by its head alone, or a large one, is searched for the names as bytes, anywhere), one holding a CR (an
+        SSE line would end there; a line LineDecoder.bare vouched for, still the message's raw, is not searched), or
+        the message is not laid out as {"jsonrpc", "id", "result"} (a decoded one with another member, wherever it
+        is, included; an answer read by its head alone, past PARTIAL_FROM_BYTES, must end with its result:
+        partial_bounds)."""
         # (Response.is_error read without its property: a Python call less; a task method's answer names the task)
         raw = message.raw
         if (
@@ -104,8 +107,15 @@ class Answers:
         if quoteless is not None:
             if names_stamped_around(raw, start, end, quoteless):
                 return self._made(call, message, server_info)
-        elif end - start < _WALK_FROM:  # names_stamped(raw, start, end), a small result's search without a call
-            if _STAMPED.search(raw, start, end) is not None:
+        elif end - start < _WALK_FROM:  # a small result, decoded: its own members read (no byte search)
+            result = message.obj.get("result")
+            if (
+                type(result) is not dict
+                or "resultType" in result
+                or "_meta" in result
+                or "ttlMs" in result
+                or "cacheScope" in result
+            ):
                 return self._made(call, message, server_info)
         elif names_stamped(raw, start, end):
             return self._made(call, message, server_info)
