@@ -11,6 +11,7 @@ import pytest
 
 from tests import markers
 from tests.support import GATEWAYS, LOG_TAIL_LINES, Gateway, serving
+from tests.support.gateway import finish_stops
 from tests.support.oauth import oidc_issuer
 
 
@@ -31,6 +32,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_sessionfinish() -> None:
+    """The gateways stopped behind (Gateway.stop) are waited for, by PID, before the session ends."""
+    finish_stops()
+
+
 @pytest.fixture
 def gateway_factory() -> Iterator[Callable[..., Gateway]]:
     started: list[Gateway] = []
@@ -45,7 +51,7 @@ def gateway_factory() -> Iterator[Callable[..., Gateway]]:
         yield start
     finally:
         for gw in started:
-            gw.stop()
+            gw.stop(behind=True)
 
 
 @pytest.fixture(scope="module")
@@ -58,5 +64,5 @@ def issuer() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def demo_gateway() -> Iterator[Gateway]:
     """One gateway serving the bundled demo server, shared by a test module."""
-    with serving({"MCPGATE_SSE_AFTER": "1", "MCPGATE_KEEPALIVE": "0.5"}) as gw:
+    with serving({"MCPGATE_SSE_AFTER": "1", "MCPGATE_KEEPALIVE": "0.5"}, behind=True) as gw:
         yield gw

@@ -397,7 +397,7 @@ def test_no_secret_or_token_in_the_logs(
 @pytest.fixture(scope="module")
 def protected(shared_server: TokenServer) -> Iterator[Gateway]:
     env = {"MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}", "MCPGATE_OAUTH_ISSUER": shared_server.url}
-    with serving(env) as gateway:
+    with serving(env, behind=True) as gateway:
         yield gateway
 
 

@@ -23,7 +23,7 @@ CALLS = 5
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Gateway]:
-    with serving({"MCPGATE_COMMAND": f"{sys.executable} {FIXTURES / 'order_server.py'}"}) as gw:
+    with serving({"MCPGATE_COMMAND": f"{sys.executable} {FIXTURES / 'order_server.py'}"}, behind=True) as gw:
         yield gw
 
 

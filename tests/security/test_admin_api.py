@@ -39,7 +39,7 @@ def ask(gw: Gateway, method: str, path: str, authorization: str | None) -> tuple
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     state = tmp_path_factory.mktemp("state")
     environ = {"MCPGATE_ADMIN_TOKEN": TOKEN, "MCPGATE_TOOL_PINS": "block", "MCPGATE_STATE_DIR": str(state)}
-    with serving(environ) as served:
+    with serving(environ, behind=True) as served:
         yield served
 
 

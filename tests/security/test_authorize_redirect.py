@@ -31,7 +31,7 @@ WRONG_ON_PURPOSE = {  # what is wrong: (the request's parameters, the error it g
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     state: Path = tmp_path_factory.mktemp("authorize-redirect")
-    with serving(embedded_env(state, USERS, MCPGATE_OAUTH_REGISTER_LIMIT="1000")) as gateway:
+    with serving(embedded_env(state, USERS, MCPGATE_OAUTH_REGISTER_LIMIT="1000"), behind=True) as gateway:
         yield gateway
 
 

@@ -42,7 +42,9 @@ PAGES = {  # path: the content type its clients send
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     state: Path = tmp_path_factory.mktemp("bodies") / "state"
     users = f"alice:{passwords.make_hash('correct horse battery staple')}"
-    with serving(embedded_env(state, users, MCPGATE_BODY_TIMEOUT="600")) as gw:  # only the cap may end a body here
+    with serving(
+        embedded_env(state, users, MCPGATE_BODY_TIMEOUT="600"), behind=True
+    ) as gw:  # only the cap may end a body here
         yield gw
 
 

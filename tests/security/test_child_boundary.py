@@ -160,7 +160,7 @@ def assert_nothing_secret(reads: dict[str, str], *secret_values: str) -> None:
 @pytest.fixture(scope="module")
 def same_user(tools: Path) -> Iterator[Gateway]:
     env = {**SECRETS, "MCPGATE_COMMAND": (tools / "probe").read_text()}
-    with serving(env, python=str(tools / "as-stranger")) as gw:
+    with serving(env, python=str(tools / "as-stranger"), behind=True) as gw:
         yield gw
 
 

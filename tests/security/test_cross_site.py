@@ -29,7 +29,7 @@ SSE = {"Accept": "text/event-stream"}
 
 @pytest.fixture(scope="module")
 def gw() -> Iterator[Gateway]:
-    with serving({"MCPGATE_CORS_ORIGINS": LISTED, "MCPGATE_KEEPALIVE": "0.5"}) as gateway:
+    with serving({"MCPGATE_CORS_ORIGINS": LISTED, "MCPGATE_KEEPALIVE": "0.5"}, behind=True) as gateway:
         yield gateway
 
 

@@ -25,7 +25,7 @@ ATTACKER, BYSTANDER = "127.0.0.5", "127.0.0.6"
 
 @pytest.fixture(scope="module")
 def gw(issuer: str) -> Iterator[Gateway]:
-    with serving(resource_server_env(issuer, MCPGATE_OAUTH_INTROSPECTION_LIMIT=str(LIMIT))) as gateway:
+    with serving(resource_server_env(issuer, MCPGATE_OAUTH_INTROSPECTION_LIMIT=str(LIMIT)), behind=True) as gateway:
         yield gateway
 
 

@@ -75,7 +75,7 @@ def text_of(reply: Reply, msg_id: Any) -> str:
 
 @pytest.fixture(scope="module")
 def gw(issuer: str) -> Iterator[Gateway]:
-    with serving(resource_server_env(issuer, MCPGATE_COMMAND=CHILD, MCPGATE_POOL_SPARES="0")) as gateway:
+    with serving(resource_server_env(issuer, MCPGATE_COMMAND=CHILD, MCPGATE_POOL_SPARES="0"), behind=True) as gateway:
         yield gateway
 
 

@@ -30,7 +30,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "broken-secret": {"command": "/nonexistent/mcp-server-for-the-test"},  # its name was in /healthz's error
     }
     config = write_config(tmp_path_factory.mktemp("disclosure") / "mcp.json", entries)
-    with serving({"MCPGATE_CONFIG": config, "MCPGATE_AUTH_TOKEN": TOKEN}) as gw:
+    with serving({"MCPGATE_CONFIG": config, "MCPGATE_AUTH_TOKEN": TOKEN}, behind=True) as gw:
         yield gw
 
 

@@ -36,7 +36,7 @@ def gw(issuer: str) -> Iterator[Gateway]:
         "MCPGATE_POOL_SPARES": "0",
         "MCPGATE_POOL_WAIT": "2",
     }
-    with serving(resource_server_env(issuer, **pool)) as gateway:
+    with serving(resource_server_env(issuer, **pool), behind=True) as gateway:
         yield gateway
 
 

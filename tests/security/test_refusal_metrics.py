@@ -32,7 +32,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         MCPGATE_MAX_FORM_BYTES="1024",
         MCPGATE_OAUTH_REGISTER_LIMIT="1",
     )
-    with serving(env) as served:
+    with serving(env, behind=True) as served:
         yield served
 
 

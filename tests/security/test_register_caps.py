@@ -31,7 +31,7 @@ def gw(state_dir: Path) -> Iterator[Gateway]:
     env = embedded_env(
         state_dir, USERS, MCPGATE_OAUTH_REGISTER_LIMIT="1000", MCPGATE_OAUTH_CLIENT_METADATA_BYTES="8192"
     )
-    with serving(env) as gateway:
+    with serving(env, behind=True) as gateway:
         yield gateway
 
 

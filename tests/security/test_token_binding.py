@@ -34,7 +34,7 @@ PASSWORD = "correct horse battery staple"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Path]]:
     state = tmp_path_factory.mktemp("binding") / "state"
     users = ",".join(f"{name}:{passwords.make_hash(PASSWORD)}" for name in ("alice", "bob"))
-    with serving(embedded_env(state, users)) as gw:
+    with serving(embedded_env(state, users), behind=True) as gw:
         yield gw, state
 
 

@@ -61,7 +61,7 @@ def gw(issuer: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatewa
     path = tmp_path_factory.mktemp("views") / "servers.json"
     path.write_text(json.dumps(CONFIG))
     env = resource_server_env(issuer, MCPGATE_CONFIG=str(path), MCPGATE_OAUTH_AUDIENCE=AUDIENCE)
-    with serving(env) as gateway:
+    with serving(env, behind=True) as gateway:
         yield gateway
 
 

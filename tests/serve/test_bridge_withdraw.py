@@ -25,7 +25,7 @@ NEVER = 4 * WITHDRAW_GRACE  # how long "never answered" is watched for: well pas
 def gw() -> Iterator[Gateway]:
     # one child: the report goes to the child that withdrew; no spares beside it
     env = {"MCPGATE_COMMAND": COMMAND, "MCPGATE_POOL_CHILDREN": "1", "MCPGATE_POOL_SPARES": "0"}
-    with serving(env) as gateway:
+    with serving(env, behind=True) as gateway:
         yield gateway
 
 

@@ -28,7 +28,7 @@ def preflight(gw: Gateway, origin: str, headers: str = "content-type, mcp-sessio
 @pytest.fixture(scope="module")
 def listed() -> Iterator[Gateway]:
     """A gateway listing PAGE_ORIGIN for CORS, behind a token (the rules themselves: test_guard.py, in process)."""
-    with serving({"MCPGATE_CORS_ORIGINS": PAGE_ORIGIN, "MCPGATE_AUTH_TOKEN": TOKEN}) as gw:
+    with serving({"MCPGATE_CORS_ORIGINS": PAGE_ORIGIN, "MCPGATE_AUTH_TOKEN": TOKEN}, behind=True) as gw:
         yield gw
 
 

@@ -97,7 +97,7 @@ class Collections:
 def saving_worker(folder: Path, env: dict[str, str]) -> Iterator[tuple[Gateway, Collections]]:
     hooks = folder / "gunicorn_hooks.py"
     hooks.write_text(HOOKS.format(out=str(folder / "found")))
-    with serving(env, config=str(hooks)) as gw:
+    with serving(env, config=str(hooks), behind=True) as gw:
         yield gw, Collections(gw, folder / "found")
 
 

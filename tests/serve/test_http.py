@@ -29,13 +29,13 @@ MISSING_COMMAND = {"MCPGATE_COMMAND": "no-such-program-mcpgate --flag"}
 @pytest.fixture(scope="module")
 def refusing() -> Iterator[Gateway]:
     """A gateway whose requests in this module are all refused before a child starts (a 1000-byte body limit)."""
-    with serving({"MCPGATE_MAX_BODY_BYTES": "1000"}) as gw:
+    with serving({"MCPGATE_MAX_BODY_BYTES": "1000"}, behind=True) as gw:
         yield gw
 
 
 @pytest.fixture(scope="module")
 def missing_command() -> Iterator[Gateway]:
-    with serving(MISSING_COMMAND) as gw:
+    with serving(MISSING_COMMAND, behind=True) as gw:
         yield gw
 
 

@@ -58,7 +58,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory, far: EraServer) -> Iterator[Ga
     config = write(
         tmp_path_factory.mktemp("hub") / "mcp.json", servers, groups={"pair": {"servers": ["demo", "modern"]}}
     )
-    with serving({"MCPGATE_CONFIG": config}) as gw:
+    with serving({"MCPGATE_CONFIG": config}, behind=True) as gw:
         yield gw
 
 

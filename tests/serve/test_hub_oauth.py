@@ -33,7 +33,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "MCPGATE_STATE_DIR": str(tmp_path_factory.mktemp("state")),
         "MCPGATE_OAUTH_USERS": f"{USER}:{passwords.make_hash(PASSWORD)}",
     }
-    with serving(env) as gateway:
+    with serving(env, behind=True) as gateway:
         yield gateway
 
 

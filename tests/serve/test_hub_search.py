@@ -48,7 +48,7 @@ def at(gw: Gateway, path: str) -> Gateway:
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     path = tmp_path_factory.mktemp("hub-search") / "servers.json"
     path.write_text(json.dumps({"mcpServers": {"files": DEMO_ENTRY, "notes": DEMO_ENTRY}, "groups": GROUPS}))
-    with serving({"MCPGATE_CONFIG": str(path)}) as gateway:
+    with serving({"MCPGATE_CONFIG": str(path)}, behind=True) as gateway:
         yield gateway
 
 

@@ -95,7 +95,9 @@ class Traffic:
 
 @pytest.fixture(scope="module")
 def gw() -> Iterator[Gateway]:
-    with serving({"MCPGATE_METRICS": "true", "MCPGATE_METRICS_TOKEN": TOKEN, "MCPGATE_KEEPALIVE": "600"}) as gw:
+    with serving(
+        {"MCPGATE_METRICS": "true", "MCPGATE_METRICS_TOKEN": TOKEN, "MCPGATE_KEEPALIVE": "600"}, behind=True
+    ) as gw:
         yield gw
 
 

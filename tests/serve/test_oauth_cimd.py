@@ -553,7 +553,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         # On the allowlist, but localhost resolves to loopback: the fetcher must refuse it.
         "MCPGATE_OAUTH_CIMD_ALLOWLIST": "https://localhost/clients/",
     }
-    with serving(env) as gw:
+    with serving(env, behind=True) as gw:
         yield gw
 
 

@@ -60,7 +60,7 @@ def issuer() -> Iterator[str]:
 
 
 def started(env: dict[str, str]) -> Iterator[Gateway]:
-    with serving({"MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}", **env}) as gw:
+    with serving({"MCPGATE_PUBLIC_URL": "http://127.0.0.1:{port}", **env}, behind=True) as gw:
         yield gw
 
 

@@ -140,7 +140,7 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def site(state_dir: Path) -> Iterator[Site]:
     assert "AUTHLIB_INSECURE_TRANSPORT" not in os.environ
-    with serving(alice_env(state_dir)) as gw:
+    with serving(alice_env(state_dir), behind=True) as gw:
         yield Site(f"http://127.0.0.1:{gw.port}", gw=gw)
 
 

@@ -25,7 +25,7 @@ def env_for(issuer: str, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def gw(issuer: str) -> Iterator[Gateway]:
-    with serving(env_for(issuer)) as gateway:
+    with serving(env_for(issuer), behind=True) as gateway:
         yield gateway
 
 

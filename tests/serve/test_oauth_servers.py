@@ -233,7 +233,7 @@ def embedded(embedded_config: Path, tmp_path_factory: pytest.TempPathFactory) ->
         "MCPGATE_STATE_DIR": str(tmp_path_factory.mktemp("state")),
         "MCPGATE_OAUTH_USERS": f"{USER}:{passwords.make_hash(PASSWORD)}",
     }
-    with serving(env) as gateway:
+    with serving(env, behind=True) as gateway:
         yield gateway
 
 

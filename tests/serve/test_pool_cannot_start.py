@@ -14,7 +14,7 @@ from tests.support import Gateway, modern_body, post_modern, reply_message, serv
 
 @pytest.fixture(scope="module")
 def missing() -> Iterator[Gateway]:
-    with serving({"MCPGATE_COMMAND": "no-such-program-mcpgate --flag", "MCPGATE_POOL_WAIT": "2"}) as gw:
+    with serving({"MCPGATE_COMMAND": "no-such-program-mcpgate --flag", "MCPGATE_POOL_WAIT": "2"}, behind=True) as gw:
         yield gw
 
 

@@ -46,14 +46,14 @@ NOTICED = 10.0  # seconds: generous; the reply notices a closed connection withi
 @pytest.fixture(scope="module")
 def chatty() -> Iterator[Gateway]:
     """Keepalives every 0.2 s, replies turning SSE after 0.2 s."""
-    with serving({"MCPGATE_KEEPALIVE": "0.2", "MCPGATE_SSE_AFTER": "0.2"}) as gw:
+    with serving({"MCPGATE_KEEPALIVE": "0.2", "MCPGATE_SSE_AFTER": "0.2"}, behind=True) as gw:
         yield gw
 
 
 @pytest.fixture(scope="module")
 def quiet() -> Iterator[Gateway]:
     """A keepalive every ten minutes: a departed client can only be noticed by watching its connection."""
-    with serving({"MCPGATE_KEEPALIVE": "600"}) as gw:
+    with serving({"MCPGATE_KEEPALIVE": "600"}, behind=True) as gw:
         yield gw
 
 

@@ -135,7 +135,7 @@ def fleet_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "GATEWAY_SECRET": "must-not-leak",
         "MCPGATE_HUB": "false",
     }
-    with serving(env) as gw:
+    with serving(env, behind=True) as gw:
         yield gw
 
 

@@ -40,7 +40,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, Ga
     tmp = tmp_path_factory.mktemp("vault-rs")
     with serving(authorization_env(tmp)) as auth:
         env = rs_vault_env(tmp, auth.base, MCPGATE_OAUTH_AUDIENCE=auth.base + "/mcp")
-        with serving(env) as gw:
+        with serving(env, behind=True) as gw:
             yield auth, gw
 
 
@@ -52,7 +52,7 @@ def fixture_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         env = rs_vault_env(
             tmp, issuer, MCPGATE_VAULT_CLIENT_ID="test-client", MCPGATE_VAULT_CLIENT_SECRET="test-secret"
         )
-        with serving(env) as gw:
+        with serving(env, behind=True) as gw:
             yield issuer, gw
 
 

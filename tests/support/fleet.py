@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.gateway import ROOT, Gateway, free_port, stop_process
+from tests.support.gateway import ROOT, Gateway, free_port, stop_all, stop_process
 from tests.support.http import Served
 from tests.support.waiting import wait_for, wait_own_listener
 
@@ -109,8 +109,7 @@ def instances(secret: str, **common: str) -> Iterator[tuple[str, Callable[[str],
         try:
             yield url, start
         finally:
-            for gw in started:
-                gw.stop()
+            stop_all(started)
 
 
 class Balancer(Served):

@@ -68,14 +68,35 @@ def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout
     """`sig` (SIGTERM) by PID, then SIGKILL if it does not go."""
     if proc.poll() is None:
         proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        wait_gone(proc, timeout)
+
+
+def wait_gone(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """Wait for a process already signalled to exit; SIGKILL by PID past `timeout`."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+STOP_TIMEOUT = 30.0  # seconds a gateway's graceful stop may take before SIGKILL
+STOPPING_KEPT = 8  # gateways stopped behind and not yet waited for, at most
+_stopping: collections.deque[subprocess.Popen[bytes]] = collections.deque()
+
+
+def finish_stops(keep: int = 0) -> None:
+    """Forget the gateways stopped behind that have exited; wait for the oldest others until at most `keep` are
+    left (the session's end waits for all: tests/conftest.py)."""
+    for proc in list(_stopping):
+        if proc.poll() is not None:
+            _stopping.remove(proc)
+    while len(_stopping) > keep:
+        wait_gone(_stopping.popleft(), STOP_TIMEOUT)
 
 
 LOG_TAIL_LINES = 200
+READY_POLL = 0.02  # seconds between a starting gateway's refused connections
 
 
 _LIVES = itertools.count(1)  # numbers the log files of gateways started at a given port
@@ -127,7 +148,7 @@ class Gateway(Served):
                 if status in (200, 503):
                     return
             except OSError:
-                time.sleep(0.1)
+                time.sleep(READY_POLL)
         raise RuntimeError(f"gunicorn did not become ready:\n{self.log_tail()}")
 
     def log(self) -> str:
@@ -147,34 +168,57 @@ class Gateway(Served):
     def address(self) -> tuple[str, int]:
         return self.host, self.port
 
-    def stop(self) -> None:
+    def stop(self, behind: bool = False) -> None:
+        """SIGTERM by PID and wait until it exits (SIGKILL past STOP_TIMEOUT). `behind`: a teardown's stop, when
+        nothing the test checks follows: its wait goes to finish_stops and the next test starts meanwhile (an idle
+        gateway's worker exits only at gunicorn's next 1 s loop tick: ~1.2 s a stop)."""
         try:
-            stop_process(self.proc, timeout=30)
+            if not behind:
+                stop_process(self.proc, timeout=STOP_TIMEOUT)
+            elif self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                _stopping.append(self.proc)
+                finish_stops(STOPPING_KEPT)
         finally:
             self._log.close()
 
 
+def stop_all(gateways: list[Gateway]) -> None:
+    """Stop gateways together and wait until each has exited: SIGTERM to all of them by PID first, so their
+    graceful stops (~1.2 s each when idle) overlap instead of adding up."""
+    try:
+        for gw in gateways:
+            if gw.proc.poll() is None:
+                gw.proc.send_signal(signal.SIGTERM)
+        for gw in gateways:
+            wait_gone(gw.proc, STOP_TIMEOUT)
+    finally:
+        for gw in gateways:
+            gw.stop()  # closes its log (and ends one a failure above left running)
+
+
 @contextlib.contextmanager
-def serving(env: dict[str, str] | None = None, **kwargs: Any) -> Iterator[Gateway]:
-    """A ready gateway for a `with` block (e.g. one per test module), stopped at its end; `kwargs`: Gateway's."""
+def serving(env: dict[str, str] | None = None, behind: bool = False, **kwargs: Any) -> Iterator[Gateway]:
+    """A ready gateway for a `with` block (e.g. one per test module), stopped at its end (`behind`: Gateway.stop's,
+    for a fixture's teardown); `kwargs`: Gateway's."""
     gw = Gateway(env, **kwargs)
     try:
         gw.wait_ready()
         yield gw
     finally:
-        gw.stop()
+        gw.stop(behind)
 
 
 @contextlib.contextmanager
 def lazy_gateways(envs: dict[str, dict[str, str]]) -> Iterator[Callable[[str], Gateway]]:
     """`get(kind)`: the gateway started with `envs[kind]`, started on first use and shared until the block ends
-    (a module's gateways, one per kind of child or settings)."""
+    (a module's gateways, one per kind of child or settings; stopped behind, see Gateway.stop)."""
     started: dict[str, Gateway] = {}
     with contextlib.ExitStack() as stack:
 
         def get(kind: str) -> Gateway:
             if kind not in started:
-                started[kind] = stack.enter_context(serving(envs[kind]))
+                started[kind] = stack.enter_context(serving(envs[kind], behind=True))
             return started[kind]
 
         yield get
