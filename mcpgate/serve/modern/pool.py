@@ -71,7 +71,8 @@ class Pool:
         self._reaper: gevent.Greenlet | None = None
         self._numbers = 0
         self._stopping: set[PooledChild] = set()  # stopped on purpose, not yet exited: still processes
-        self._waiters: list[gevent.event.Event] = []  # requests waiting for room under pool_children_total
+        # requests waiting for room under pool_children_total (one list, cleared in place: every child reads it)
+        self._waiters: list[gevent.event.Event] = []
         self.closing = False
         # a group's pool (serve/hub/views.py): its keys are a principal and a view, read back at each spawn
         self.resolve: Callable[[str], tuple[str, View | None]] | None = None
@@ -170,7 +171,8 @@ class Pool:
         if group.waiters:  # every call's release wakes: usually no one waits
             group.wake()
         if self._waiters:
-            waiters, self._waiters = self._waiters, []
+            waiters = self._waiters.copy()
+            self._waiters.clear()
             for event in waiters:
                 event.set()
 
@@ -223,6 +225,7 @@ class Pool:
             view=view,  # and a hub group's, that principal's view (serve/hub/views.py)
         )
         child.on_release = functools.partial(self._wake, group)
+        child.waiters = (group.waiters, self._waiters)  # whether on_release has anyone to wake
         group.children.append(child)  # counted (and waited for by others) from now on
         backoff = group.backoff(self.clock())
         if backoff:

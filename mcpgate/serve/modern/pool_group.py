@@ -37,7 +37,8 @@ class Group:
     def wake(self) -> None:
         if not self.waiters:  # every call's release wakes: usually no one waits
             return
-        waiters, self.waiters = self.waiters, []
+        waiters = self.waiters.copy()  # the list itself stays: each of its children reads it (PooledChild.waiters)
+        self.waiters.clear()
         for event in waiters:
             event.set()
 

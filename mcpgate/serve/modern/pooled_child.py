@@ -101,7 +101,10 @@ class PooledChild:
         self.last_used = clock()
         self.ended: str | None = None
         self.stopping = False  # stopped on purpose (idle, shutdown): its exit is not a crash
-        self.on_release: Callable[[], None] = lambda: None  # a call's slot is free again
+        self.on_release: Callable[[], None] = lambda: None  # a call's slot is free again, and someone waits
+        # who waits for a slot (the pool's: its group's requests, the whole pool's), read as a call ends: on_release
+        # runs only when one of the two lists holds a waiter (the usual release: no Python call)
+        self.waiters: tuple[list[Any], list[Any]] = ([], [])
         self._on_input_required = on_input_required
         # the child's own Answers reach it weakly: a strong way back made every pooled child a reference cycle
         self.answers = Answers(label, ttl_ms, weakly(self._input_required))
@@ -261,7 +264,9 @@ class PooledChild:
         if self.candidate is call:
             self.candidate = None
         self.last_used = self.clock()
-        self.on_release()
+        group, pool = self.waiters
+        if group or pool:
+            self.on_release()
 
     # -- from the child ----------------------------------------------------------------------------------
     def _on_message(self, message: Request | Notification | Response) -> None:
