@@ -735,7 +735,10 @@ def readme_section(results: dict) -> str:
                 "--base <tree> --new <tree>` (the worker's instructions per call under callgrind; valgrind and gcc; "
                 "`--pause 0.01` paces the client so that the worker waits for every request as a native one does, "
                 "the only way a change to the waits shows) and `python bench/ab.py` (CPU per call of two trees in "
-                "interleaved slices). The bench's own "
+                "interleaved slices). `python bench/compiled.py` measures an option mcpgate does not take: the same "
+                "source with the request path's modules compiled by mypyc (2026-12-04: 0.861x the instructions of a "
+                "2025 `tools/call`, 0.918x of a 2026-07-28 pooled call; CPython's own loop and object code run about "
+                "85 % of a worker's instructions). The bench's own "
                 "dependencies are in `bench/requirements.txt`; none is a dependency of mcpgate."
             ),
             "",
