@@ -15,7 +15,7 @@ sessions' next requests are served, until
 none is in flight or the drain's time is up: MCPGATE_GRACEFUL_TIMEOUT less the children's stop ladder. Then
 gunicorn stops accepting, every session of every server is ended (children go down the shutdown ladder), and
 reading stops on every client connection so idle keep-alive ones close while replies still finish; from then on
-every reply says Connection: close and ends its connection, one accepted before gunicorn's listener closes too.
+every reply says Connection: close and ends its connection, one accepted before the listener closes too.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import gevent
-from gunicorn.workers.ggevent import GeventPyWSGIWorker
+import gevent.event
+from gevent.pool import Pool
+from gunicorn.http.wsgi import base_environ
+from gunicorn.sock import ssl_context
+from gunicorn.workers.ggevent import VERSION, GeventPyWSGIWorker
 
 from mcpgate.config.settings import Settings
 from mcpgate.serve.front.connection import Handler, Limits, Server
@@ -36,7 +40,8 @@ if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in 
 
 LAST_CHANCE_TIMEOUT = 5.0  # seconds for children still alive when the worker's loop has ended
 LADDER_GRACE = 2.0  # seconds kept beyond the children's stop ladder (close + term timeouts) after a drain
-EXIT_MARGIN = 2.0  # seconds of gunicorn's graceful timeout kept for the worker's own exit (gunicorn's 1 s check)
+EXIT_MARGIN = 2.0  # seconds of gunicorn's graceful timeout kept for the worker's own exit
+HEARTBEAT = 1.0  # seconds between the worker's notes to the master that it lives (gunicorn's own loop's period)
 
 
 def drain_budget(graceful: float, ladder: float) -> float:
@@ -55,6 +60,7 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         self.connections: set[socket.socket] = set()
         self.front_servers: list[Server] = []  # the servers gunicorn made of this worker's listeners (run)
         self._shutdown: gevent.Greenlet | None = None
+        self._stopped = gevent.event.Event()  # set when a graceful stop's shutdown is done: serve() leaves at once
         # where other instances of a fleet reach this one (-b included), noted while self.sockets are gunicorn's
         # listeners (gevent's init_process makes them plain sockets)
         self.listening = [listening_address(listener) for listener in self.sockets]
@@ -91,8 +97,11 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
                 self.drain(runtime, drain_budget(graceful, s.close_timeout + s.term_timeout + LADDER_GRACE))
         finally:
             super().handle_exit(sig, frame)  # gunicorn stops accepting
-            self.shut_down(max(1.0, graceful - EXIT_MARGIN - (time.monotonic() - started)))
-            self.end_requests(started + graceful - EXIT_MARGIN)
+            try:
+                self.shut_down(max(1.0, graceful - EXIT_MARGIN - (time.monotonic() - started)))
+                self.end_requests(started + graceful - EXIT_MARGIN)
+            finally:
+                self._stopped.set()
 
     def drain(self, runtime: Runtime, budget: float) -> None:
         """Refuse new work and wait (at most `budget` seconds) until no request is in flight. In a fleet the
@@ -127,7 +136,7 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def release_connections(self) -> None:
         """Stop reading from every client connection: idle keep-alive ones close, replies still finish. Every
         connection ends after its reply, which says Connection: close (Server.closing), also one accepted until
-        gunicorn closes the listener (up to its 1 s check later): a connection kept alive past this point (a
+        serve() closes the listener (once end_requests is done): a connection kept alive past this point (a
         balancer's, or a forwarding instance's, which sends this instance's released sessions' requests here
         while it stays in the directory) would keep the worker busy until end_requests ends it mid-request."""
         for server in self.front_servers:
@@ -150,10 +159,46 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         limits = Limits.of(settings, self.worker_connections)
         self.server_class = functools.partial(self.make_server, limits)
         try:
-            super().run()
+            self.serve()
         finally:
             if runtime is not None:  # a last chance for children still alive (bounded)
                 runtime.close(LAST_CHANCE_TIMEOUT)
+
+    def serve(self) -> None:
+        """gunicorn's gevent worker's loop (GeventWorker.run: a server a listener, a heartbeat each second while
+        alive, then the listeners closed and the connections left waited for, at most the graceful timeout), but
+        its pause between heartbeats ends as soon as a graceful stop's shutdown is done: gunicorn's plain sleep made
+        every stop wait for its next tick (1.2 s for an idle gateway's stop, each worker of a redeploy)."""
+        ssl_args = {"ssl_context": ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        servers = []
+        for listener in self.sockets:
+            listener.setblocking(1)
+            environ = base_environ(self.cfg)
+            environ.update({"wsgi.multithread": True, "SERVER_SOFTWARE": VERSION})
+            server = self.server_class(
+                listener,
+                application=self.wsgi,
+                spawn=Pool(self.worker_connections),
+                log=self.log,
+                handler_class=self.wsgi_handler,
+                environ=environ,
+                **ssl_args,
+            )
+            server.start()
+            servers.append(server)
+        while self.alive:
+            self.notify()
+            self._stopped.wait(HEARTBEAT)
+        for server in servers:
+            server.close()  # no new connection
+        deadline = time.monotonic() + float(self.cfg.graceful_timeout)
+        for server in servers:  # those still served (a stop by max_requests; a graceful one has ended its own)
+            while not server.pool.join(timeout=max(0.0, min(HEARTBEAT, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    self.log.warning("Worker graceful timeout (pid:%s)", self.pid)
+                    server.stop(timeout=1)
+                    break
+                self.notify()
 
 
 def listening_address(listener: Any) -> str:
