@@ -96,7 +96,7 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
                 s = runtime.settings
                 self.drain(runtime, drain_budget(graceful, s.close_timeout + s.term_timeout + LADDER_GRACE))
         finally:
-            super().handle_exit(sig, frame)  # gunicorn stops accepting
+            super().handle_exit(sig, frame)  # not alive: serve() closes the listeners (at once, or at its heartbeat)
             try:
                 self.shut_down(max(1.0, graceful - EXIT_MARGIN - (time.monotonic() - started)))
                 self.end_requests(started + graceful - EXIT_MARGIN)
