@@ -15,21 +15,18 @@ import argparse
 import http.client
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gateways import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ready(port: int) -> bool:
