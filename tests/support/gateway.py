@@ -66,9 +66,16 @@ def pid_gone(pid: int) -> bool:
 
 def stop_process(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
     """`sig` (SIGTERM) by PID, then SIGKILL if it does not go."""
-    if proc.poll() is None:
-        proc.send_signal(sig)
+    if signal_running(proc, sig):
         wait_gone(proc, timeout)
+
+
+def signal_running(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM) -> bool:
+    """`sig` by PID to a process still running; whether it was."""
+    if proc.poll() is not None:
+        return False
+    proc.send_signal(sig)
+    return True
 
 
 def wait_gone(proc: subprocess.Popen[Any], timeout: float) -> None:
@@ -171,12 +178,11 @@ class Gateway(Served):
     def stop(self, behind: bool = False) -> None:
         """SIGTERM by PID and wait until it exits (SIGKILL past STOP_TIMEOUT). `behind`: a teardown's stop, when
         nothing the test checks follows: its wait goes to finish_stops and the next test starts meanwhile (an idle
-        gateway's worker exits only at gunicorn's next 1 s loop tick: ~1.2 s a stop)."""
+        gateway's graceful stop takes ~0.2 s: bench/stop_time.py)."""
         try:
             if not behind:
                 stop_process(self.proc, timeout=STOP_TIMEOUT)
-            elif self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
+            elif signal_running(self.proc):
                 _stopping.append(self.proc)
                 finish_stops(STOPPING_KEPT)
         finally:
@@ -185,11 +191,10 @@ class Gateway(Served):
 
 def stop_all(gateways: list[Gateway]) -> None:
     """Stop gateways together and wait until each has exited: SIGTERM to all of them by PID first, so their
-    graceful stops (~1.2 s each when idle) overlap instead of adding up."""
+    graceful stops overlap instead of adding up."""
     try:
         for gw in gateways:
-            if gw.proc.poll() is None:
-                gw.proc.send_signal(signal.SIGTERM)
+            signal_running(gw.proc)
         for gw in gateways:
             wait_gone(gw.proc, STOP_TIMEOUT)
     finally:
