@@ -258,12 +258,13 @@ def reply(gw: PublishedServer, pool: Pool, call: Call, client: Client) -> HttpRe
     if type(answers) is list and call.finished and call.continuation is None and call.stream is stream:
         # answered, and nothing more can come for it (released by its child, never asked for input): its stream is
         # kept for the next request (Stream.recycle; closed unless as new), the call pointed at a spent one
+        # (here alone: a watch's or an SSE reply's finish may run while the stream is still read)
         call.stream = SPENT
         stream.recycle()
-        return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
-    finish(pool, call, stream)
-    if not isinstance(answers, list):  # GONE: the client went away (or the stream ended) before anything came
-        return HttpResponse(204)
+    else:
+        finish(pool, call, stream)
+        if not isinstance(answers, list):  # GONE: the client went away (or the stream ended) before anything came
+            return HttpResponse(204)
     return json_response(answers[0].data, ERROR_STATUS.get(call.error_code or 0, 200))
 
 
