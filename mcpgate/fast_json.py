@@ -45,4 +45,4 @@ msgspec = _import_msgspec()
 
 def install() -> None:
     """Decode messages with msgspec first from now on, in this process."""
-    jsonrpc.use_fast_decoder(msgspec.json.Decoder().decode)
+    jsonrpc.use_fast_decoder(msgspec.json.Decoder().decode, msgspec.json.Decoder(msgspec.Raw).decode)

@@ -267,17 +267,3 @@ class UriMap:
         if best:
             return best[0] if len(best) == 1 else Ambiguous(tuple(best))
         return fallback[0] if len(fallback) == 1 else None
-
-
-# The head of a response as the common SDKs write it, up to the end of its id.
-_HEAD = re.compile(
-    rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?(?:0|[1-9][0-9]*)|"(?:[^"\\\x00-\x1f]|\\.)*")\s*,'
-)
-
-
-def splice_id(raw: bytes, new_id: int | str) -> bytes | None:
-    """These response bytes with another id, when their head is `{"jsonrpc":"2.0","id":ID,`; else None."""
-    head = _HEAD.match(raw)
-    if head is None:
-        return None
-    return raw[: head.start(1)] + json.dumps(new_id).encode() + raw[head.end(1) :]

@@ -10,10 +10,12 @@ and give a member's answer the client's id (splicing the bytes of a large one in
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpgate.core import hub_lists, jsonrpc
+from mcpgate.core import json_extent, jsonrpc
 from mcpgate.core.jsonrpc import Id, IdKey, Notification, Request, Response
 from mcpgate.core.tool_filter import ToolFilter
 
@@ -212,14 +214,50 @@ def with_id(message: Response, new_id: Id) -> bytes:
 
 
 def renamed_response(message: Response, client_id: Id) -> Response:
-    """A member's answer under the client's id: its bytes spliced when their head is the usual one (a large result
-    is not encoded again), else encoded."""
+    """A member's answer under the client's id: its bytes spliced when they are laid out as the usual answer (a
+    large result is not encoded again: splice_id), else encoded."""
     raw = message.raw
     if raw is not None:
-        spliced = hub_lists.splice_id(raw, client_id)
+        spliced = splice_id(raw, client_id, message.partial)
         if spliced is not None:
             head = {"jsonrpc": "2.0", "id": client_id, ("error" if message.is_error else "result"): None}
             obj = head if message.partial else {**message.obj, "id": client_id}
             return Response(client_id, obj, spliced, partial=message.partial)
     obj = {**message.full(), "id": client_id}
     return Response(client_id, obj)
+
+
+# The head of a response as the common SDKs write it, up to the end of its id; then its one member's name.
+_HEAD = re.compile(
+    rb'\s*\{\s*"jsonrpc"\s*:\s*"2\.0"\s*,\s*"id"\s*:\s*(-?(?:0|[1-9][0-9]*)|"(?:[^"\\\x00-\x1f]|\\.)*")\s*,'
+)
+_MEMBER = re.compile(rb'[ \t\n\r]*"(?:result|error)"[ \t\n\r]*:[ \t\n\r]*')
+_TAIL = re.compile(rb"[ \t\n\r]*\}[ \t\n\r]*")  # what follows the member's value: the message's end
+_SPACE = b" \t\n\r"
+# A large answer's walk (json_extent) takes at most one step for this many bytes, and never fewer than the minimum.
+_BYTES_A_STEP, _STEPS_AT_LEAST = 256, 1024
+
+
+def splice_id(raw: bytes, new_id: Id, partial: bool) -> bytes | None:
+    """These response bytes with another id, when they are laid out as {"jsonrpc":"2.0","id":ID,"result" (or
+    "error"): VALUE} (whitespace aside); else None, and the caller encodes the decoded answer. VALUE must be the one
+    value up to the message's last brace: a decoding keeps a repeated member's last value and shows nothing of the
+    first, so an answer repeating its id after its result (which the client would read last) is not spliced.
+    Checked by jsonrpc.sole_value for a decoded answer, and for one read by its head alone (`partial`: a large
+    result never decoded) by walking its value (json_extent, bounded; an unknown end: not spliced)."""
+    head = _HEAD.match(raw)
+    if head is None:
+        return None
+    member = _MEMBER.match(raw, head.end())
+    if member is None:
+        return None
+    start = member.end()
+    if partial:
+        end = json_extent.value_end(raw, start, max(_STEPS_AT_LEAST, len(raw) // _BYTES_A_STEP))
+        if end is None or _TAIL.fullmatch(raw, end) is None:
+            return None
+    else:
+        last = len(raw.rstrip(_SPACE)) - 1  # the message's closing brace
+        if last <= start or raw[last] != ord("}") or not jsonrpc.sole_value(raw, start, last):
+            return None
+    return raw[: head.start(1)] + json.dumps(new_id).encode() + raw[head.end(1) :]

@@ -222,6 +222,43 @@ _OF_CASES = [  # (the child's answer, spliced as read, spliced as a line the spl
     (b'{"jsonrpc":"2.0","id":"MINTED","result":{"resultType":"input_required","requestState":"s"}}', False, False),
     (b'{"jsonrpc":"2.0","id":"MINTED","result":[1,2]}', False, False),
 ]
+# a member repeated after the result (the decoding keeps the last): made again, never spliced
+_REPEATED = [
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1},"id":"MINTED","result":{"b":2}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1},"result":{"b":2}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1},"r\\u0065sult":{"b":2}}',
+    b'{"jsonrpc":"2.0","id":"MINTED","result":{"a":1},"jsonrpc":"2.0","result":{"b":2}}',
+    b'{"jsonrpc": "2.0", "id": "MINTED", "result": {"a": 1}, "id": "MINTED", "result": {"b": 2}}',
+]
+_OF_CASES += [(raw, False, False) for raw in _REPEATED]
+
+
+@pytest.mark.parametrize("raw", _REPEATED)
+@pytest.mark.parametrize("bare", [False, True])
+def test_an_answer_repeating_members_after_its_result_reaches_the_client_as_one_answer(raw: bytes, bare: bool) -> None:
+    """A child repeating "id" or "result" after its result: the client gets one JSON answer under its own id with
+    the result the decoding kept (the last), each member once, and the minted id nowhere."""
+    child, call = awaiting()
+    child._on_message(jsonrpc.parse_line(raw.replace(b"MINTED", call.minted.encode()), bare=bare))
+    delivered = call.stream.next(0)
+    assert isinstance(delivered, Delivery)
+    pairs = json.loads(delivered.data, object_pairs_hook=lambda items: items)
+    assert [key for key, _ in pairs] == ["jsonrpc", "id", "result"]
+    assert dict(pairs)["id"] == 7 and dict(dict(pairs)["result"]) == {"b": 2, "resultType": "complete"}
+    assert call.minted.encode() not in delivered.data
+
+
+def test_a_large_answer_repeating_its_result_reaches_the_client_as_one_answer() -> None:
+    """The same for an answer read by its head alone (past jsonrpc.PARTIAL_FROM_BYTES: its result walked)."""
+    child, call = awaiting()
+    big = b'{"t":"' + b"x" * jsonrpc.PARTIAL_FROM_BYTES + b'"}'
+    raw = b'{"jsonrpc":"2.0","id":"MINTED","result":' + big + b',"id":"MINTED","result":{"b":2}}'
+    message = jsonrpc.parse_line(raw.replace(b"MINTED", call.minted.encode()))
+    assert isinstance(message, jsonrpc.Response) and message.partial
+    child._on_message(message)
+    delivered = call.stream.next(0)
+    assert isinstance(delivered, Delivery)
+    assert json.loads(delivered.data) == {"jsonrpc": "2.0", "id": 7, "result": {"b": 2, "resultType": "complete"}}
 
 
 @pytest.mark.parametrize(("raw", "as_read", "vouched"), _OF_CASES)

@@ -13,7 +13,10 @@ never decoded), unless it has a member the stamp could add (a decoded result's o
 bytes are searched for the names, anywhere) or holds a CR (an SSE line would end there). A large
 one's end is found by walking it (core/json_extent: its strings skipped by bytes.find), not taken to be the
 message's last brace but one: an answer with a member after its result, or one whose walk past its bound is
-unknown, is decoded whole and made again.
+unknown, is decoded whole and made again. A decoded answer's result is taken up to the last brace but one only
+once that span is one JSON value (jsonrpc.sole_value): a child repeating "id" or "result" after its result
+(which the decoding hides, keeping the last) gets its answer made again from the decoding, the minted id never
+passed on.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ class Answers:
         SSE line would end there; a line LineDecoder.bare vouched for, still the message's raw, is not searched), or
         the message is not laid out as {"jsonrpc", "id", "result"} (a decoded one with another member, wherever it
         is, included; an answer read by its head alone, past PARTIAL_FROM_BYTES, must end with its result:
-        partial_bounds)."""
+        partial_bounds; a decoded one whose result is not the one value up to its end, as when a member is
+        repeated after it, which the decoding does not show: jsonrpc.sole_value)."""
         # (Response.is_error read without its property: a Python call less; a task method's answer names the task)
         raw = message.raw
         if (
@@ -94,11 +98,15 @@ class Answers:
             if bounds is UNKNOWN:  # the walk gave up: the decoding says whether the result is the last member
                 bounds = jsonrpc.result_bounds(raw) if _decoded(message) else None
                 quoteless = None
+                if bounds is not None and not jsonrpc.sole_value(raw, *bounds):  # a member repeated after it
+                    bounds = None
         else:  # minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw), the first without a call
             head = _MINTED_HEAD % call.minted.encode()
             bounds = (len(head) - 1, len(raw) - 1) if raw.startswith(head) and raw.endswith(b"}}") else None
             if bounds is None:
                 bounds = jsonrpc.result_bounds(raw)
+            if bounds is not None and not jsonrpc.sole_value(raw, *bounds):  # a member repeated after the result
+                bounds = None
         if bounds is None:
             return self._made(call, message, server_info)
         start, end = bounds  # the result searched in place: a large one is copied once, into the answer
@@ -178,7 +186,7 @@ UNKNOWN = (-1, -1)  # partial_bounds: the walk did not reach the result's end
 def _decoded(message: Response) -> bool:
     """Decode an answer read by its head alone, keeping what it holds on the message (decoded once, whatever reads
     it next); True when it holds the three members jsonrpc, id and result only, as its head named them in order (so
-    its result is its last member, but for a key given twice, as with a small answer: result_bounds finds it).
+    its result is its last member, but for a key given twice, as with a small answer: sole_value tells).
     False for any other member, and for no JSON."""
     try:
         obj = message.full()
@@ -215,7 +223,8 @@ def minted_bounds(raw: bytes, minted: str) -> tuple[int, int] | None:
     "result":{...}} without whitespace, read without the pattern; None for any other layout (result_bounds reads
     it). `minted` is a minted id (calls.mint): ASCII without a quote, a backslash or a control character, so the id
     the pattern would read is exactly its bytes. For a decoded answer of these three members only: the result is
-    taken to end at the message's last brace but one (an answer read by its head alone has partial_bounds)."""
+    taken to end at the message's last brace but one (an answer read by its head alone has partial_bounds), which
+    Answers.of checks with jsonrpc.sole_value."""
     head = _MINTED_HEAD % minted.encode()
     if raw.startswith(head) and raw.endswith(b"}}"):  # the result's brace and the message's, after the head's "{"
         return len(head) - 1, len(raw) - 1
