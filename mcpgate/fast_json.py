@@ -8,7 +8,8 @@ typing_extensions (~1.4 MB) into a process kept small, whose CPU a call is well 
 msgspec is imported here without typing_extensions (310 KB of a worker's heap): its _utils takes typing's
 get_type_hints, Required and NotRequired when typing_extensions cannot be imported, which on Python 3.11 are the
 same names, and they only serve typed decoding (a Struct's or a TypedDict's fields), which the gateway never asks
-for (its decoders and encoders are untyped). typing_extensions stays importable for any other library.
+for (its decoders and encoders are untyped, but for msgspec.Raw's, which builds no field: json_extent.sole_value's
+skip of one value). typing_extensions stays importable for any other library.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import sys
 from types import ModuleType
 
-from mcpgate.core import jsonrpc
+from mcpgate.core import json_extent, jsonrpc
 
 
 def _import_msgspec() -> ModuleType:
@@ -45,4 +46,5 @@ msgspec = _import_msgspec()
 
 def install() -> None:
     """Decode messages with msgspec first from now on, in this process."""
-    jsonrpc.use_fast_decoder(msgspec.json.Decoder().decode, msgspec.json.Decoder(msgspec.Raw).decode)
+    jsonrpc.use_fast_decoder(msgspec.json.Decoder().decode)
+    json_extent.use_skip(msgspec.json.Decoder(msgspec.Raw).decode)

@@ -243,7 +243,7 @@ def splice_id(raw: bytes, new_id: Id, partial: bool) -> bytes | None:
     "error"): VALUE} (whitespace aside); else None, and the caller encodes the decoded answer. VALUE must be the one
     value up to the message's last brace: a decoding keeps a repeated member's last value and shows nothing of the
     first, so an answer repeating its id after its result (which the client would read last) is not spliced.
-    Checked by jsonrpc.sole_value for a decoded answer, and for one read by its head alone (`partial`: a large
+    Checked by json_extent.sole_value for a decoded answer, and for one read by its head alone (`partial`: a large
     result never decoded) by walking its value (json_extent, bounded; an unknown end: not spliced)."""
     head = _HEAD.match(raw)
     if head is None:
@@ -258,6 +258,6 @@ def splice_id(raw: bytes, new_id: Id, partial: bool) -> bytes | None:
             return None
     else:
         last = len(raw.rstrip(_SPACE)) - 1  # the message's closing brace
-        if last <= start or raw[last] != ord("}") or not jsonrpc.sole_value(raw, start, last):
+        if last <= start or raw[last] != ord("}") or not json_extent.sole_value(raw, start, last):
             return None
     return raw[: head.start(1)] + json.dumps(new_id).encode() + raw[head.end(1) :]

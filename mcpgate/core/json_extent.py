@@ -2,6 +2,7 @@
 
     value_end(data, start, steps) -> int | None     the index just past the value that opens at data[start]
     value_end(data, start, steps, quoteless)         also: where its long strings' insides hold no quote
+    sole_value(data, start, end) -> bool             whether data[start:end] is one JSON value and nothing more
 
 The value opening at data[start] (a "{" or a "[") is walked bracket by bracket, its strings skipped whole, until
 its depth is back to none: the answer is the index just past its closing bracket (data[start:answer] is the
@@ -23,11 +24,19 @@ says where valid JSON ends, not whether the bytes are valid JSON. Pure: no I/O, 
 `quoteless`, a list the walk appends to: the insides (a, b) of the first QUOTELESS_MOST strings of QUOTELESS_FROM
 bytes or more found by one search, so data[a:b] holds no quote (data[a - 1] and data[b] are the string's quotes).
 A caller searching the value for something that starts with a quote need not search those bytes again.
+
+sole_value is for a splice that takes a decoded message's bytes from a place to its end: a decoding keeps a
+repeated member's last value and says nothing of the first (`{"a":1},"id":"x","result":{"b":2}` is no one value).
+The bytes were decoded before, so only "one value or more" is asked: read past in C by the skip a process
+installs (use_skip: msgspec's Raw decoder, which builds nothing), else decoded by json.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
+from typing import Any
 
 # From a position between tokens: every byte up to the next bracket or the next string that is long or escaped,
 # short plain strings ("[^"\\]{0,64}") taken whole. It matches wherever it starts, so it never backtracks past a
@@ -39,6 +48,8 @@ _CHUNK_FIRST, _CHUNK_MOST = 4096, 1 << 20  # _rest_of_string's pieces: the first
 _BACKSLASH = ord("\\")
 QUOTELESS_FROM, QUOTELESS_MOST = 4096, 16
 _OPENERS = frozenset(b"{[")
+_SKIP_VALUE: Callable[[bytes | memoryview], Any] | None = None  # use_skip's
+_COPIED_BELOW = 4096  # sole_value: a span this small is copied (cheaper than a view's two objects)
 _CLOSERS = frozenset(b"}]")
 
 
@@ -117,3 +128,25 @@ def _rest_of_string(data: bytes, at: int, steps: int) -> tuple[int, int]:
         at += len(piece) + (1 if piece.endswith(b"\\") else 0)
         chunk = min(chunk * 2, _CHUNK_MOST)
     return -1, 0
+
+
+def use_skip(skip: Callable[[bytes | memoryview], Any] | None) -> None:
+    """sole_value reads with `skip` from now on, in this process: a decoder of one value that builds nothing and
+    raises ValueError on anything after it (`msgspec.json.Decoder(msgspec.Raw).decode`); None: json's decoding."""
+    global _SKIP_VALUE
+    _SKIP_VALUE = skip
+
+
+def sole_value(data: bytes, start: int, end: int) -> bool:
+    """Whether data[start:end] is one JSON value, with nothing but whitespace around it (the module docstring)."""
+    if _SKIP_VALUE is not None:
+        try:
+            _SKIP_VALUE(data[start:end] if end - start < _COPIED_BELOW else memoryview(data)[start:end])
+        except ValueError:  # msgspec's DecodeError is a ValueError: trailing characters
+            return False
+        return True
+    try:
+        json.loads(data[start:end])
+    except (ValueError, RecursionError):
+        return False
+    return True

@@ -126,21 +126,16 @@ _LEADING = frozenset(" \t\n\r")  # a text starting with one of these has whitesp
 # json's answer, text by text. The core imports only the standard library: the process installs it.
 _FAST: Callable[[bytes | str], Any] | None = None
 _FAST_LOADS: Callable[[bytes], Any] | None = None
-_FAST_SKIP: Callable[[bytes | memoryview], Any] | None = None  # sole_value's: one value read past, not built
 _REFUSED: Any = object()  # what the fast decoder did not decode
 
 
-def use_fast_decoder(
-    decode: Callable[[bytes | str], Any] | None, skip: Callable[[bytes | memoryview], Any] | None = None
-) -> None:
+def use_fast_decoder(decode: Callable[[bytes | str], Any] | None) -> None:
     """Try msgspec's decoder (`msgspec.json.Decoder().decode`) first in parse, parse_line and Response.full; None:
     json's alone. Nesting: both take a level of the recursion budget a container; called through a staticmethod
     object (whose call takes one more), msgspec from parse reaches exactly as deep as json's scanner from _decode
     (CPython 3.11), deeper is json's to refuse; Response.full's call goes through three, for json.loads' extra
-    frames. `skip`, for sole_value: a decoder that reads one value past without building it
-    (`msgspec.json.Decoder(msgspec.Raw).decode`), raising ValueError on anything after it."""
-    global _FAST, _FAST_LOADS, _FAST_SKIP
-    _FAST_SKIP = skip
+    frames."""
+    global _FAST, _FAST_LOADS
     if decode is None:
         _FAST = _FAST_LOADS = None
         return
@@ -271,7 +266,8 @@ def result_bounds(raw: bytes) -> tuple[int, int] | None:
     """result_object's place in `raw` (start, end: raw[start:end] is it), found by index, nothing copied: a result
     of many megabytes is searched in place (bytes.find and a pattern's search take the bounds). The result is taken
     to end at the message's last brace but one: an answer repeating a member after its result
-    (`"result":{...},"id":7,"result":{...}}`) has bounds that hold more than one value (sole_value tells)."""
+    (`"result":{...},"id":7,"result":{...}}`) has bounds that hold more than one value (json_extent.sole_value
+    tells)."""
     head = _RESPONSE_HEAD.match(raw)
     if head is None or head.group(2) != b"result":
         return None
@@ -282,25 +278,6 @@ def result_bounds(raw: bytes) -> tuple[int, int] | None:
     if end <= start or raw[start] != _OPEN or raw[end] != _CLOSE:
         return None
     return start, end + 1
-
-
-def sole_value(raw: bytes, start: int, end: int) -> bool:
-    """Whether raw[start:end] is one JSON value, with nothing but whitespace around it: what a splice that takes a
-    decoded message's bytes from a place to its end must know, since the decoding keeps a repeated member's last
-    value and says nothing of the first (`{"a":1},"id":"x","result":{"b":2}` is no one value). Read past in C by
-    the installed skip (msgspec's), else decoded by json. For bytes of a message decoded whole before: they are
-    JSON, so only "one value or more" is asked."""
-    if _FAST_SKIP is not None:
-        try:  # a small span copied (cheaper than a view's two objects), a large one read in place
-            _FAST_SKIP(raw[start:end] if end - start < 4096 else memoryview(raw)[start:end])
-        except ValueError:  # msgspec's DecodeError is a ValueError: trailing characters
-            return False
-        return True
-    try:
-        _decode(raw[start:end].decode("utf-8"))
-    except (ValueError, RecursionError):
-        return False
-    return True
 
 
 _OPEN, _CLOSE, _QUOTE = ord("{"), ord("}"), ord('"')

@@ -1,4 +1,4 @@
-"""Splices of a decoded answer's bytes must not trust the decoding about repeated members: jsonrpc.sole_value (one
+"""Splices of a decoded answer's bytes must not trust the decoding about repeated members: json_extent.sole_value (one
 JSON value in a span, with msgspec's skip installed and with json's decoding alone) and the hub's splice_id (a
 member's answer under the client's id), from tables. A decoding keeps a repeated member's last value, so a splice
 that took an answer's bytes from its result to its end would pass on an id written after it."""
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from mcpgate.core import jsonrpc
+from mcpgate.core import json_extent, jsonrpc
 from mcpgate.core.hub_messages import renamed_response, splice_id
 
 
@@ -19,11 +19,13 @@ from mcpgate.core.hub_messages import renamed_response, splice_id
 def decoders(request: pytest.FixtureRequest) -> Iterator[str]:
     """Both ways a process reads: msgspec's decoder and skip installed (the gateway), or json's alone (the relay)."""
     if request.param == "msgspec":
-        jsonrpc.use_fast_decoder(msgspec.json.Decoder().decode, msgspec.json.Decoder(msgspec.Raw).decode)
+        jsonrpc.use_fast_decoder(msgspec.json.Decoder().decode)
+        json_extent.use_skip(msgspec.json.Decoder(msgspec.Raw).decode)
     try:
         yield request.param
     finally:
         jsonrpc.use_fast_decoder(None)
+        json_extent.use_skip(None)
 
 
 @pytest.mark.parametrize(
@@ -43,7 +45,7 @@ def decoders(request: pytest.FixtureRequest) -> Iterator[str]:
 )
 def test_sole_value(text: bytes, one: bool, decoders: str) -> None:
     raw = b"<<" + text + b">>"  # the span is taken in place, between bytes that are no JSON
-    assert jsonrpc.sole_value(raw, 2, len(raw) - 2) is one
+    assert json_extent.sole_value(raw, 2, len(raw) - 2) is one
 
 
 BIG = "x" * jsonrpc.PARTIAL_FROM_BYTES  # an answer this long is read by its head alone (parse_line)

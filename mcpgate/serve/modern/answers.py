@@ -14,7 +14,7 @@ bytes are searched for the names, anywhere) or holds a CR (an SSE line would end
 one's end is found by walking it (core/json_extent: its strings skipped by bytes.find), not taken to be the
 message's last brace but one: an answer with a member after its result, or one whose walk past its bound is
 unknown, is decoded whole and made again. A decoded answer's result is taken up to the last brace but one only
-once that span is one JSON value (jsonrpc.sole_value): a child repeating "id" or "result" after its result
+once that span is one JSON value (json_extent.sole_value): a child repeating "id" or "result" after its result
 (which the decoding hides, keeping the last) gets its answer made again from the decoding, the minted id never
 passed on.
 """
@@ -79,7 +79,7 @@ class Answers:
         the message is not laid out as {"jsonrpc", "id", "result"} (a decoded one with another member, wherever it
         is, included; an answer read by its head alone, past PARTIAL_FROM_BYTES, must end with its result:
         partial_bounds; a decoded one whose result is not the one value up to its end, as when a member is
-        repeated after it, which the decoding does not show: jsonrpc.sole_value)."""
+        repeated after it, which the decoding does not show: json_extent.sole_value)."""
         # (Response.is_error read without its property: a Python call less; a task method's answer names the task)
         raw = message.raw
         if (
@@ -98,14 +98,14 @@ class Answers:
             if bounds is UNKNOWN:  # the walk gave up: the decoding says whether the result is the last member
                 bounds = jsonrpc.result_bounds(raw) if _decoded(message) else None
                 quoteless = None
-                if bounds is not None and not jsonrpc.sole_value(raw, *bounds):  # a member repeated after it
+                if bounds is not None and not json_extent.sole_value(raw, *bounds):  # a member repeated after it
                     bounds = None
         else:  # minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw), the first without a call
             head = _MINTED_HEAD % call.minted.encode()
             bounds = (len(head) - 1, len(raw) - 1) if raw.startswith(head) and raw.endswith(b"}}") else None
             if bounds is None:
                 bounds = jsonrpc.result_bounds(raw)
-            if bounds is not None and not jsonrpc.sole_value(raw, *bounds):  # a member repeated after the result
+            if bounds is not None and not json_extent.sole_value(raw, *bounds):  # a member repeated after the result
                 bounds = None
         if bounds is None:
             return self._made(call, message, server_info)
@@ -224,7 +224,7 @@ def minted_bounds(raw: bytes, minted: str) -> tuple[int, int] | None:
     it). `minted` is a minted id (calls.mint): ASCII without a quote, a backslash or a control character, so the id
     the pattern would read is exactly its bytes. For a decoded answer of these three members only: the result is
     taken to end at the message's last brace but one (an answer read by its head alone has partial_bounds), which
-    Answers.of checks with jsonrpc.sole_value."""
+    Answers.of checks with json_extent.sole_value."""
     head = _MINTED_HEAD % minted.encode()
     if raw.startswith(head) and raw.endswith(b"}}"):  # the result's brace and the message's, after the head's "{"
         return len(head) - 1, len(raw) - 1
