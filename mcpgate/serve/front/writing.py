@@ -8,7 +8,9 @@ work per reply. What goes on the wire is pywsgi's to the byte, in fewer system c
 - the Date header is formatted once a second, not once a reply;
 - a reply the application gives whole (a list of at most one piece, as the endpoints' JSON answers) goes
   straight to the head's send; the application's headers are checked and encoded in one pass;
-- with no access log configured, nothing is gathered for one (gunicorn would gather it and drop it).
+- with no access log configured, nothing is gathered for one (gunicorn would gather it and drop it);
+- a chunk of a chunked reply (an SSE event) is framed in one step, and one of more than JOINED bytes is not copied
+  at all: its size line, its bytes and its CRLF leave in three sends (pywsgi copies them into one buffer first).
 """
 
 from __future__ import annotations
@@ -280,6 +282,21 @@ class LeanWrites:
         else:
             self._sendall(_head(self.status, headers, data))
 
+    def _write(self, data: bytes) -> None:
+        """pywsgi's: a piece of the body, framed as a chunk when the reply is chunked. A chunk of more than JOINED
+        bytes (a large SSE event) is sent apart from its size line and its CRLF: pywsgi copies it between them
+        first, a copy of megabytes for a large result."""
+        if not data:
+            return  # the application may yield empty pieces
+        if not self.response_use_chunked:
+            self._sendall(data)
+        elif len(data) > JOINED:
+            self._sendall(b"%x\r\n" % len(data))
+            self._sendall(data)
+            self._sendall(b"\r\n")
+        else:
+            self._sendall(b"%x\r\n%b\r\n" % (len(data), data))
+
     def _write_with_headers(self, data: bytes) -> None:
         """The head, with `data` (the body's first piece) in the same send when it is small."""
         self.headers_sent = True
@@ -294,7 +311,6 @@ class LeanWrites:
 
     if TYPE_CHECKING:
 
-        def _write(self, data: bytes) -> None: ...  # pywsgi's (the worker's Handler skips a HEAD reply's body)
         def _handle_client_error(self, ex: Exception) -> Any: ...
         def _send_error_response_if_possible(self, error_code: int) -> None: ...
         def handle_error(self, t: Any, v: Any, tb: Any) -> None: ...
