@@ -46,7 +46,7 @@ MAX_ROUND: Final = 2**32 - 1
 MAX_INSTANCE_CHARS: Final = 64
 
 _HEAD = struct.Struct(">IQ16s16s")  # round, expiry in ms, principal tag, binding tag
-_MAC_SIZE = hashlib.sha256().digest_size
+_MAC_SIZE = 32  # SHA-256's digest size (not asked of a hashlib.sha256() at import: OpenSSL's code, _derived says)
 _TAG_SIZE = 16
 _BODY = re.compile(r"[A-Za-z0-9_-]+")
 _INSTANCE = re.compile(r"[A-Za-z0-9_-]*")
@@ -79,7 +79,7 @@ class StateSealer:
     state presented on a request with another binding is refused as foreign.
     """
 
-    __slots__ = ("_binding_key", "_clock", "_mac_key", "_principal_key", "max_chars", "ttl")
+    __slots__ = ("_clock", "_key", "_keys", "max_chars", "ttl")
 
     def __init__(
         self,
@@ -97,9 +97,8 @@ class StateSealer:
             raise ValueError("ttl must be positive")
         self.ttl, self.max_chars = ttl, max_chars
         self._clock = clock
-        self._mac_key = _derive(key, b"mac")
-        self._principal_key = _derive(key, b"principal")
-        self._binding_key = _derive(key, b"binding")
+        self._key = key
+        self._keys: tuple[bytes, bytes, bytes] | None = None  # derived at the first seal or open (_derived)
 
     def seal(self, principal: str, continuation: str, round: int, *, binding: str = "", instance: str = "") -> str:
         """A url-safe ASCII token for this principal's `continuation` at `round`, valid for `ttl` seconds;
@@ -142,14 +141,24 @@ class StateSealer:
             return StateError("malformed", "requestState is not valid")
         return Opened(continuation, round_, instance)
 
+    def _derived(self) -> tuple[bytes, bytes, bytes]:
+        """The MAC, principal and binding keys, derived from the sealer's key when first needed: HMAC-SHA256 runs
+        OpenSSL's code, which a worker that never seals a requestState would otherwise map at its start (~1 MB of
+        libcrypto's pages in its RSS; bench/imports.py)."""
+        keys = self._keys
+        if keys is None:
+            key = self._key
+            keys = self._keys = (_derive(key, b"mac"), _derive(key, b"principal"), _derive(key, b"binding"))
+        return keys
+
     def _mac(self, payload: bytes) -> bytes:
-        return hmac.new(self._mac_key, VERSION.encode("ascii") + payload, hashlib.sha256).digest()
+        return hmac.new(self._derived()[0], VERSION.encode("ascii") + payload, hashlib.sha256).digest()
 
     def _principal_tag(self, principal: str) -> bytes:
-        return _tag(self._principal_key, principal)
+        return _tag(self._derived()[1], principal)
 
     def _binding_tag(self, binding: str) -> bytes:
-        return _tag(self._binding_key, binding)
+        return _tag(self._derived()[2], binding)
 
 
 def _derive(key: bytes, purpose: bytes) -> bytes:

@@ -264,3 +264,32 @@ def test_a_larger_max_chars_carries_a_long_state_and_still_bounds_open() -> None
     assert reason(big.open("mg1." + "A" * 200_001, PRINCIPAL)) == "malformed"
     with pytest.raises(ValueError, match="too long"):
         big.seal(PRINCIPAL, "x" * 200_000, 0)
+
+
+def test_a_sealer_runs_no_hmac_until_it_seals_or_opens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its keys are derived when first needed: a worker that never seals a requestState runs no OpenSSL digest
+    (~1 MB of libcrypto's pages in its RSS otherwise; issue 24)."""
+    import hmac
+
+    def no_hmac(*args: object, **kwargs: object) -> object:
+        raise AssertionError("an HMAC")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(hmac, "new", no_hmac)
+        made = sealer()
+        StateSealer()
+    assert made.open(made.seal(PRINCIPAL, "c", 1), PRINCIPAL) == Opened("c", 1)
+
+
+# sealed by the sealer that derived its keys as it was made (40d39b6): an instance that derives them later
+# opens it, and seals the same (a fleet's instances of two versions side by side, in a rolling redeploy)
+EARLIER = (
+    "mg1.AAAAAwAAAAA7nJ7AfQ0T4W5LdK5k59L2CpsGeqqHiPMIN3jXBbPr_4-xbPMDaS0xYy0xWub6UwZGcbhgjxitbCnAoT3TNe1U02Sj"
+    "leD6lMOvkuE"
+)
+
+
+def test_a_token_is_the_one_the_keys_derived_up_front_made() -> None:
+    clock = FakeClock()
+    assert sealer(clock).seal(PRINCIPAL, "c-1", 3, binding="tools/call", instance="i-1") == EARLIER
+    assert sealer(clock).open(EARLIER, PRINCIPAL, binding="tools/call") == Opened("c-1", 3, "i-1")

@@ -10,7 +10,6 @@ A call's answer is rewritten for its client by answers.py (the client's id, the 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from mcpgate import __version__
 from mcpgate.child.limits import ended_message
 from mcpgate.core import jsonrpc, modern_rewrites, mrtr, versions, wire
 from mcpgate.core.capabilities import INPUT_METHODS
+from mcpgate.core.digest import sha256_hex
 from mcpgate.core.jsonrpc import Id, Notification, Request, Response
 from mcpgate.fast_json import msgspec  # loaded its way: fast_json says how
 from mcpgate.observe import audit
@@ -392,4 +392,4 @@ class PooledChild:
 def verdict_key(spec: ChildSpec) -> era_probe.Key:
     """What a remembered era belongs to: the server's command, where it runs and its environment."""
     env = sorted(spec.env.items()) if spec.env is not None else None
-    return (hashlib.sha256(repr((spec.argv, spec.cwd, env, spec.user)).encode()).hexdigest(),)  # no copy of its env
+    return (sha256_hex(repr((spec.argv, spec.cwd, env, spec.user)).encode()),)  # no copy of its env (core/digest.py)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcpgate.config import paths
+from mcpgate.core.digest import sha256_hex
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -143,7 +143,7 @@ def runs_here(holder: str) -> str | None:
 
 
 def digest_of(session_id: str) -> str:
-    return hashlib.sha256(session_id.encode()).hexdigest()
+    return sha256_hex(session_id.encode())  # not OpenSSL's: core/digest.py
 
 
 class RedisStore:
