@@ -5,9 +5,10 @@ configured, its modules are there. An idle relay (tests at the end) holds neithe
 while host and upstream speak 2025, nor tracing unless --tracing.
 
 Each test starts the real gateway with a gunicorn config file of its own that takes every setting and hook of
-mcpgate.gunicorn_config and adds two hooks that only write: `when_ready` (the master, its start checks done)
+mcpgate.gunicorn_config and adds hooks that only write: `when_ready` (the master, its start checks done)
 writes the master's sys.modules to a file, and the worker's SIGUSR2 (no gunicorn worker uses it) writes the
-worker's. Nothing is added to the gateway itself.
+worker's; from its fork, the worker notes each OpenSSL digest asked of hashlib or hmac (and makes it). Nothing
+is added to the gateway itself.
 """
 
 from __future__ import annotations
@@ -44,6 +45,24 @@ def _write(path):
 
 def when_ready(server):
     _write(_OUT + ".master")
+
+
+def post_fork(server, worker):
+    _gateway.post_fork(server, worker)
+    import hashlib, hmac, traceback
+
+    def noting(module, name):  # the digest still made as asked: the caller noted first
+        made = getattr(module, name)
+
+        def note(*args, **kwargs):
+            with open(_OUT + ".digests", "a") as f:
+                f.write(f"{{module.__name__}}.{{name}} from {{traceback.format_stack(limit=2)[0].strip()}}\\n")
+            return made(*args, **kwargs)
+
+        setattr(module, name, note)
+
+    for module, name in ((hashlib, "sha256"), (hashlib, "new"), (hmac, "new"), (hmac, "digest")):
+        noting(module, name)
 
 
 def post_worker_init(worker):
@@ -172,6 +191,16 @@ def test_a_plain_worker_holds_none_of_the_hubs_modules(plain: tuple[Gateway, Pat
     modules = worker_modules(gw, out)
     held = {package: sorted(of(modules, package) - VAULT_ALWAYS)[:3] for package in CONFIGURED_ONLY}
     assert not any(held.values()), f"in a plain worker: { {k: v for k, v in held.items() if v} }"
+
+
+def test_a_plain_worker_runs_no_openssl_digest(plain: tuple[Gateway, Path]) -> None:
+    """A process's first OpenSSL digest maps about 1 MB of libcrypto's code into its RSS (core/digest.py): a plain
+    worker, its app made and a session opened and called, has asked hashlib and hmac for none."""
+    gw, out = plain
+    used(gw)
+    worker_modules(gw, out)  # the worker has answered a signal since: what it noted is written
+    digests = Path(f"{out}.digests")
+    assert not digests.exists(), digests.read_text()
 
 
 def test_a_plain_master_holds_none_of_the_apps_libraries(plain: tuple[Gateway, Path]) -> None:
