@@ -117,8 +117,9 @@ FLASK = ("flask", "werkzeug", "jinja2", "click", "itsdangerous")
 OAUTH_ALWAYS = {"mcpgate.serve.oauth", "mcpgate.serve.oauth.setup"}
 # modules a plain gateway's processes do without: difflib only names the setting nearest to a mistyped MCPGATE_
 # variable (config/declarations.unknown_variables); typing_extensions only serves msgspec's typed decoding, which
-# the gateway never asks for (mcpgate/fast_json.py loads msgspec without it)
-STDLIB_UNUSED = ("difflib", "typing_extensions")
+# the gateway never asks for (mcpgate/fast_json.py loads msgspec without it); the idna codec (with stringprep and
+# unicodedata) only turns a non-ASCII host name into ASCII: the master's address check asks for an ASCII one in bytes
+STDLIB_UNUSED = ("difflib", "typing_extensions", "encodings.idna", "stringprep", "unicodedata")
 # the master checks the configuration and starts the worker: none of the app's libraries, nor gevent (the worker
 # class it loads is a stand-in: serve/front/lazy_worker.py)
 MASTER_NEVER = (

@@ -71,8 +71,12 @@ def taken(binds: Sequence[str], reuse_port: bool = False) -> str | None:
         if address.startswith(("unix:", "fd:")):
             continue
         host, _, port = address.rpartition(":")
+        name = host.strip("[]") or None
         try:
-            candidates = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+            # an ASCII name as bytes: a str goes through the idna codec, whose modules (stringprep, unicodedata,
+            # ~0.3 MB) the master would load for this alone and every worker inherit (issue 24)
+            asked = name.encode("ascii") if name is not None and name.isascii() else name
+            candidates = socket.getaddrinfo(asked, int(port), type=socket.SOCK_STREAM)
         except (OSError, ValueError):
             continue  # gunicorn says what is wrong with it
         for family, kind, proto, _name, sockaddr in candidates:
