@@ -139,6 +139,7 @@ def test_two_long_lines_in_one_feed_raise_once() -> None:
         pytest.param([b"1\n"], None, id="nothing-pending"),
         pytest.param([b'1\n{"a":2}'], b'{"a":2}', id="partial-last-line"),
         pytest.param([b'{"a":', b"2}"], b'{"a":2}', id="partial-across-feeds"),
+        pytest.param([b"{", b'"a":', b"2}\r"], b'{"a":2}', id="partial-across-three-feeds"),
         pytest.param([b"{}\r"], b"{}", id="trailing-cr-removed"),
         pytest.param([b"  "], None, id="whitespace-only-tail"),
         pytest.param([b"\r"], None, id="lone-cr"),
@@ -156,6 +157,22 @@ def test_finish(chunks: list[bytes], tail: bytes | None) -> None:
     assert decoder.pending == 0
     assert decoder.finish() is None
     assert decoder.feed(b"next\n") == [b"next"]
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3, 64])
+def test_a_long_line_read_in_pieces_comes_back_whole_as_bytes(pieces: int) -> None:
+    """As a child's stdout reader feeds a result of many reads: each piece goes into the line's one buffer, the
+    line is plain bytes (what the reply's fast paths ask for), and what follows its newline starts afresh."""
+    line = bytes(range(14, 256)) * 300  # no LF or CR in it
+    size = -(-len(line) // pieces)
+    chunks = [line[i : i + size] for i in range(0, len(line), size)]
+    chunks[-1] += b"\n" + b'{"next":'
+    decoder = LineDecoder(len(line))
+    lines = feed_all(decoder, chunks)
+    assert lines == [line] and type(lines[0]) is bytes and decoder.bare
+    assert decoder.pending == len(b'{"next":')
+    assert decoder.feed(b"1}\n") == [b'{"next":1}']
+    assert decoder.pending == 0
 
 
 @pytest.mark.parametrize("limit", [0, -1])
@@ -244,7 +261,9 @@ def _outcome(decoder: LineDecoder, chunk: bytes, split: bool) -> tuple[object, .
         result: object = decoder._split(chunk) if split else decoder.feed(chunk)
     except LineTooLong as exc:
         result = ("too long", exc.limit, exc.lines)
-    return result, decoder.bare, decoder.pending, decoder._discarding, list(decoder._parts), decoder._parts_cr
+    pending = decoder._pending
+    held = pending if pending is None or isinstance(pending, bytes) else pending.getvalue()
+    return result, decoder.bare, decoder.pending, decoder._discarding, held, decoder._pending_cr
 
 
 _ONE_LINES = [
