@@ -15,7 +15,8 @@ Run alone, the stage starts one gateway per tree and kind (as run.py does per ro
 then per round each of them in a rotating order, as run.py's speed rounds do; `--fresh-pipes` adds the child over
 direct pipes started afresh each round (the young child without a gateway). Figures: the median of every run and
 its ratio to direct pipes' (run.py's table), the median of the runs after a size's first in a round, and per
-result the CPU and page faults of the gateway's worker and of the children (/proc).
+result the CPU and page faults of the gateway's worker (for a size's first result in a round, and after it) and
+of the children (/proc).
 """
 
 from __future__ import annotations
@@ -169,20 +170,23 @@ def run_alone(trees: dict[str, Path], rounds: int, reps: int, fresh: bool, fresh
 def table(figures: dict) -> list[str]:
     med = statistics.median
     head = (
-        "| row | ms (all runs) | vs pipes | ms (after the first) | worker CPU ms / faults | children CPU ms / faults |"
+        "| row | ms (all runs) | vs pipes | ms (after the first) | worker CPU ms / faults (first) "
+        "| worker CPU ms / faults | children CPU ms / faults |"
     )
     rows = []
     for size in SIZES:
         pipes = med([run[0] for (s, _), runs in figures["pipes"].items() if s == size for run in runs])
-        rows += ["", f"{size} bytes", head, "|---|---|---|---|---|---|"]
+        rows += ["", f"{size} bytes", head, "|---|---|---|---|---|---|---|"]
         for key, by_rep in figures.items():
             every = [run for (s, _), runs in by_rep.items() if s == size for run in runs]
             later = [run for (s, rep), runs in by_rep.items() if s == size and rep > 0 for run in runs] or every
             wall, gateway = med([run[0] for run in every]), isinstance(key, tuple)
+            first = [run for (s, rep), runs in by_rep.items() if s == size and rep == 0 for run in runs]
             worker = f"{med([r[1] for r in later]):.2f} / {med([r[2] for r in later]):.0f}" if gateway else "–"
+            cold = f"{med([r[1] for r in first]):.2f} / {med([r[2] for r in first]):.0f}" if gateway else "–"
             rows.append(
                 f"| {' '.join(key) if gateway else key} | {wall:.1f} | {wall / pipes:.2f}x "
-                f"| {med([r[0] for r in later]):.1f} | {worker} "
+                f"| {med([r[0] for r in later]):.1f} | {cold} | {worker} "
                 f"| {med([r[3] for r in later]):.2f} / {med([r[4] for r in later]):.0f} |"
             )
     return rows
