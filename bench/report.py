@@ -714,9 +714,30 @@ def readme_section(results: dict) -> str:
             "",
             *memory_table(results),
             "",
+            wrap(
+                "Where an idle gateway's RSS goes (2026-12-04, `python bench/imports.py --only plain --sessions 20` "
+                "and /proc/<pid>/smaps): gunicorn's master is about 26 MB, of which the interpreter and gunicorn's own "
+                "imports are 24.5 MB (ssl's alone 5 MB) and the gateway's settings and start checks about 2 MB; the "
+                "worker about 33 MB, of which 15.5 MB are the master's heap pages, mapped from the fork on and so "
+                "counted in both processes' RSS (PSS shares them out). gunicorn with a gevent worker imported after "
+                "the fork, serving a three-line app, takes 51.7 MB: the gateway's own part is about 7.6 MB. An idle "
+                "worker runs no OpenSSL digest, whose first run maps about 1 MB of libcrypto into a process."
+            ),
+            "",
             "### Big results",
             "",
             *blob_table(results),
+            "",
+            wrap(
+                "Each row's big results come from one session kept through every round (bench/blob_stage.py), as "
+                "the pooled child and the child over direct pipes are kept. A 2025 session's child is its own, and "
+                "one opened for the round has not yet carried a result of megabytes: its allocator maps each "
+                "result's buffers afresh, about 2,000 page faults and 4 ms of the child's own CPU per 4 MiB, the same "
+                "without any gateway (`python bench/blob_stage.py --fresh` measures that way). In the worker a line "
+                "longer than one read is written into one buffer that becomes the line, so a result is held once: "
+                "a 4 MiB result costs it about 2.5 ms of CPU and no page faults, its first one too, and a large "
+                "result sent as an SSE event is copied once."
+            ),
             "",
             "### Relay (stdio client → relay → one mcpgate upstream)",
             "",
