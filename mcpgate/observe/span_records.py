@@ -1,12 +1,17 @@
 """The records of ended requests the worker writes to the span export process's pipe (observe/span_pipe.py), a
 frame's payload at a time, and their reading back there (observe/span_export.py).
 
-A frame's payload is one marshal'd tuple (start, shapes, packed, records):
+A frame's payload is one marshal'd tuple (start, shapes, packed, records, offset, listed):
 
-- `packed`: the usual request (a 2025 session's or a pooled call: the ids of its own trace and of the wait for
-  its child as one 24-byte draw, two steps, no tracestate, no parent, no forward, an integer request id) as one
-  PACKED struct of the values that vary per request (its shape's index, the 24 id bytes, the request id, seven
-  times), in one bytes value: about a third of the instructions a marshal'd record of its fields costs the worker;
+- `listed`: the usual request (a 2025 session's call or a pooled one, answered whole with no error) as the list
+  observe/tracing.py made of it, as it is: its start, server, the guard's end, to_child's (ids, the request's bytes
+  or request_of's tuple, the wait's start), its step, end, status and session; read back by `from_list`, what the
+  request asked read from its bytes here (trace_sampling.request_of_bytes), not on the request path;
+- `offset`: the wall clock's nanoseconds at the monotonic clock's 0, as the worker saw it (times go as seconds);
+- `packed`: a Trace that to_child's usual way served but the list could not carry (an error answer, say:
+  the ids of its own trace and of the wait for its child as one 24-byte draw, two steps, no tracestate, no
+  parent, no forward, an integer request id) as one PACKED struct of the values that vary per request (its
+  shape's index, the 24 id bytes, the request id, seven times), in one bytes value;
 - `shapes`: the shapes (SHAPE: method, tool, protocol version, server, session, status, error code, tool error, the
   two steps' names) that first appeared since the export process last got one, numbered from `start` in the
   order they appeared; each export process keeps the table (`Table`) the frames it read built, and a frame
@@ -26,6 +31,9 @@ import struct
 import time
 from collections.abc import Iterable
 from typing import Any
+
+from mcpgate.observe.trace_sampling import request_of_bytes
+from mcpgate.observe.trace_steps import GUARD
 
 PACKED = struct.Struct("<I24sq7d")  # shape, ids, request id; start, the steps' starts and ends, the wait's, end
 SHAPE = ("method", "target", "version", "server", "session", "status", "code", "tool_error", "first", "second")
@@ -97,8 +105,11 @@ def payload(queued: Iterable[tuple[Any, int]], shapes: Shapes) -> tuple[bytes, i
     caller sets shapes.sent to that once the frame is written. A table past SHAPES_KEPT starts again first."""
     if len(shapes.listed) >= SHAPES_KEPT:
         shapes.restart()
-    index, pack, packed, others = shapes.index, PACKED.pack, [], []
+    index, pack, packed, others, listed = shapes.index, PACKED.pack, [], [], []
     for trace, spans in queued:
+        if type(trace) is list:  # the usual request's list (tracing.finish): marshal'd as it is
+            listed.append(trace)
+            continue
         wait = trace.wait
         if wait is not None and wait[0] is trace.trace_id and trace.forward is None:  # to_child's one draw
             what = trace.what  # (a tuple: to_child's, as its ids)
@@ -130,7 +141,7 @@ def payload(queued: Iterable[tuple[Any, int]], shapes: Shapes) -> tuple[bytes, i
         others.append((trace, spans))
     start, numbered = shapes.sent, len(shapes.listed)
     offset = time.time_ns() - int(time.monotonic() * NS)  # the wall clock's time at the monotonic clock's 0
-    body = (start, shapes.listed[start:], b"".join(packed), records(others), offset)
+    body = (start, shapes.listed[start:], b"".join(packed), records(others), offset, listed)
     return marshal.dumps(body), numbered
 
 
@@ -146,11 +157,12 @@ def unpacked(data: bytes, table: Table) -> list[tuple[Any, ...]]:
     got = marshal.loads(data)
     if type(got) is list:  # records alone
         return got
-    start, shapes, packed, others, offset = got
+    start, shapes, packed, others, offset, listed = got
+    out = [from_list(fields, offset) for fields in listed]
     del table.shapes[start:]
     table.shapes += shapes
     known = table.shapes
-    out = [in_ns(fields, offset) for fields in others]
+    out += [in_ns(fields, offset) for fields in others]
     for at, ids, request, begun, began, ended, began_2, ended_2, waited, end in PACKED.iter_unpack(packed):
         method, target, version, server, session, status, code, error, first, second = known[at]
         steps = [(first, int(began * NS) + offset, int(ended * NS) + offset)]
@@ -179,6 +191,37 @@ def unpacked(data: bytes, table: Table) -> list[tuple[Any, ...]]:
             )
         )
     return out
+
+
+def from_list(listed: list[Any], offset: int) -> tuple[Any, ...]:
+    """A usual request's list (observe/tracing.py: start, server, the guard's end, to_child's ids, bytes and wait's
+    start, its one step, its end, status and session) as a record, its times the wall clock's nanoseconds and what
+    it asked read from its bytes (trace_sampling.request_of_bytes)."""
+    start, server, guarded, (ids, sent, waited), (second, began, ended), end, status, session = listed
+    begun = int(start * NS) + offset
+    steps = [(GUARD, begun, int(guarded * NS) + offset), (second, int(began * NS) + offset, int(ended * NS) + offset)]
+    what = request_of_bytes(sent) if type(sent) is bytes else sent
+    wait = (ids, int(waited * NS) + offset)
+    end_ns = int(end * NS) + offset
+    return (
+        what,
+        "",
+        SERVER,
+        server,
+        session,
+        ids,
+        b"",
+        None,
+        "",
+        begun,
+        end_ns,
+        status,
+        None,
+        False,
+        steps,
+        wait,
+        None,
+    )
 
 
 def in_ns(fields: tuple[Any, ...], offset: int) -> tuple[Any, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mcpgate.core import wire
+from mcpgate.core import jsonrpc, wire
 from mcpgate.core.jsonrpc import Message, Request
 from mcpgate.observe.w3c import Parent
 
@@ -88,3 +88,10 @@ def request_of(
     name = params.get("name") if params is not None else None
     version = meta.get(wire.META_PROTOCOL_VERSION) if meta is not None else None
     return message.method, name, version, message.id
+
+
+def request_of_bytes(data: bytes) -> tuple[str, Any, Any, Any] | str:
+    """request_of of a request's bytes as they came (how the export process reads a usual request's record: the
+    worker sends them, observe/tracing.py to_child); "" for bytes that hold no request."""
+    message = jsonrpc.parse(data)
+    return request_of(message, *looked_at(message)) if type(message) is Request else ""

@@ -1,6 +1,7 @@
 """A traced request's steps and its end, as observe/tracing.py hands them out: the steps' span names, a step timed by
-a `with` block (tracing.step; the request path times its own with tracing.now, appended to Trace.steps), and a
-streamed body whose close ends the request's spans (tracing.finish)."""
+a `with` block (tracing.step; the request path times its own with tracing.now, appended to the request's list),
+the steps read from that list (`steps_of`), a streamed body whose close ends the request's spans (tracing.finish),
+and whether an answer may mark the request's span (`marks`)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ NOTHING = Nothing()
 
 
 class Step:
-    """A step timed by a `with` block (tracing.step): what the request path does with tracing.now and Trace.steps."""
+    """A step timed by a `with` block (tracing.step): what the request path does with tracing.now and the request's
+    list."""
 
     __slots__ = ("began", "name", "trace")
 
@@ -41,7 +43,7 @@ class Step:
         self.began = _time()
 
     def __exit__(self, *_: object) -> None:
-        self.trace.took(self.name, self.began)
+        self.trace.append((self.name, self.began, _time()))
 
 
 def step_name(name: str, message: Request | None) -> str:
@@ -68,3 +70,19 @@ class Ending:
                 close()
         finally:
             self.end()
+
+
+def steps_of(trace: list[Any]) -> list[tuple[str, float, float]]:
+    """A request list's steps: the guard's (its end, a time, right after the start) and those appended as
+    (name, start, end)."""
+    steps = [(GUARD, trace[0], trace[2])] if len(trace) > 2 and type(trace[2]) is float else []
+    steps += [item for item in trace[2:] if type(item) is tuple and len(item) == 3 and type(item[0]) is str]
+    return steps
+
+
+def marks(body: bytes) -> bool:
+    """Whether an answer may hold an error or a tool error (`Trace.marked` reads it then): "error" and "isError"
+    alike found in one search, no arguments parsed; tools/call's usual answer (one "isError", false, and no
+    "error") holds none."""
+    parts = body.split(b'rror"')
+    return len(parts) > 1 and (len(parts) > 2 or parts[0][-4:] != b'"isE' or parts[1][:6] != b":false")

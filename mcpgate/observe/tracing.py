@@ -8,19 +8,23 @@ OTEL_SERVICE_NAME), encodes OTLP and posts with the SDK's OTLP/HTTP exporter's s
 worker forking its children cannot have. The SDK is imported only then: off, `TRACER` stays None and each hook in
 the request path is one None check (the `[otel]` extra need not even be installed).
 
-A request to an MCP endpoint gets a Trace, kept in the WSGI environ under KEY: a handful of plain fields and
-tuples set on the request's greenlet, turned into spans only by the export greenlet. On the request path: the
-sampling decision first, once per request (the W3C context parsed here, observe/w3c.py; the SDK's sampler only
-when it is not a static or parent-based static one: observe/trace_sampling.py), as the request begins when a
-static sampler or the traceparent header's flag decides it; unsampled, only the context is passed on (nothing is
-exported: the steps the request path appends without a check go with it). Sampled: the start and end times of
-each step (the guard, the session or pool lookup, an MRTR round: one at a time, each appended to Trace.steps by
-the request path, the guard's starting at the request's start; their names and a step's `with`
-block: observe/trace_steps.py), the id and start of the wait for the child (the span named in the child's
-`_meta.traceparent`) and of a forward to another instance, the HTTP status; ids come from one os.urandom per
-IDS_DRAWN bytes. The ended Trace is queued whole (by `finish` itself, as span_pipe.SpanPipe.on_end would) and
-written to the export process as a record of its fields; there the other spans get their ids, the attributes
-are built and encoded to OTLP protobuf (observe/trace_spans.py, otlp_wire.py), per batch.
+A request to an MCP endpoint gets a list, kept in the WSGI environ under KEY (`begin`; app.py makes it itself):
+its start and server, then what the request path appends to it without a call: the guard's end, to_child's
+tuple, each step's (name, start, end). The usual request (no traceparent header, params an object without a W3C
+field, the sampler's rule for a request without a parent static, one step after to_child, a whole answer with no
+error) stays that list: to_child splices the child's context, and adds the 24 bytes of ids (one draw from one
+os.urandom per IDS_DRAWN bytes), the request's bytes as they came and the wait's start; `finish` adds its end,
+status and session and queues the list as it is (as span_pipe.SpanPipe.on_end would); the export process reads
+what the request asked (method, tool, protocol version, id) from its bytes. Any other request's list holds a Trace
+(`traced`: a handful of plain fields and tuples, the steps read from the list at the end): the sampling decision
+once per request (the W3C context parsed here, observe/w3c.py; the SDK's sampler only when it is not a static or
+parent-based static one: observe/trace_sampling.py); unsampled, only the context is passed on (nothing is
+exported: the steps the request path appends without a check go with it). Sampled: the steps (the guard, the
+session or pool lookup, an MRTR round: one at a time, the guard's starting at the request's start; their names
+and a step's `with` block: observe/trace_steps.py), the id and start of the wait for the child (the span named in
+the child's `_meta.traceparent`) and of a forward to another instance, the HTTP status. Either is written to the
+export process (observe/span_records.py), where the other spans get their ids, the attributes are built and
+encoded to OTLP protobuf (observe/trace_spans.py, otlp_wire.py), per batch.
 
 The SERVER span is a child of the W3C context in the HTTP `traceparent` header, else of the one in the message's
 `params._meta.traceparent`, and starts at the request's arrival. The wait for the child (CLIENT, named as the
@@ -42,17 +46,17 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mcpgate.core.jsonrpc import Message, Request
-from mcpgate.core.wire import META_PROTOCOL_VERSION
 from mcpgate.observe import trace_sampling, w3c
 from mcpgate.observe.answer_marks import error_code, tool_error
-from mcpgate.observe.trace_sampling import looked_at, request_of
+from mcpgate.observe.trace_sampling import looked_at, request_of, request_of_bytes
 from mcpgate.observe.trace_steps import GUARD as GUARD  # the steps' names, as the request path names them
 from mcpgate.observe.trace_steps import MRTR as MRTR
-from mcpgate.observe.trace_steps import NOTHING, Ending, Nothing, Step
+from mcpgate.observe.trace_steps import NOTHING, Ending, Nothing, Step, marks
 from mcpgate.observe.trace_steps import POOL as POOL
 from mcpgate.observe.trace_steps import SESSION as SESSION
 from mcpgate.observe.trace_steps import step_name as step_name
-from mcpgate.observe.w3c import _BLANK_OR_END, TRACE_KEYS, Parent
+from mcpgate.observe.trace_steps import steps_of as steps_of
+from mcpgate.observe.w3c import TRACE_KEYS, Parent
 
 log = logging.getLogger("mcpgate.tracing")
 
@@ -195,14 +199,6 @@ class Trace:
             fields["tracestate"] = self.state
         return fields
 
-    def took(self, name: str, began: int) -> None:
-        """A step that began at `began` (`now`'s) ended now: timed, unless the request is known unsampled. The
-        request path appends its steps itself, without this call or its check (`began = tracing.now()`, the step,
-        then `trace.steps.append((name, began, tracing.now()))` in a finally clause; the guard's `began` is
-        trace.start): a known unsampled request's steps are never exported (`finish`)."""
-        if self.sampled or not self.decided:
-            self.steps.append((name, began, _time()))
-
     def end(self, environ: Mapping[str, Any], status: int, body: bytes | None) -> None:
         """The request answered: queued for export when sampled (`finish`'s work, for a Trace of its own)."""
         finish(environ, status, b"" if body is None else body, (), self)
@@ -234,46 +230,71 @@ class Trace:
                 trace_spans.encode_into(span_export.Record(fields), out)
 
 
-def begin(environ: dict[str, Any], server: str) -> Trace:
-    """The Trace of a request to an MCP endpoint (call only when TRACER is set), decided now when a static sampler
-    or the traceparent header's flag decides it (app.py makes it so itself: one call)."""
-    trace = environ[KEY] = Trace(server, SERVER, environ)
+RAW_SENT = 2048  # a usual request's bytes up to this size go to the export process as they are (it reads them)
+
+
+def begin(environ: dict[str, Any], server: str) -> list[Any]:
+    """A request to an MCP endpoint's record (call only when TRACER is set): its list (app.py makes it itself)."""
+    trace: list[Any] = [_time(), server]
+    environ[KEY] = trace
     return trace
+
+
+def traced(trace: list[Any], environ: Mapping[str, Any]) -> Trace:
+    """The Trace a request's list holds (put in it on the first call: its start, its server, to_child's work on the
+    usual request), for what the usual way does not serve. Its steps are the list's, read at the end (`steps_of`)."""
+    child = None
+    for item in trace:
+        if type(item) is Trace:
+            return item
+        if type(item) is tuple and type(item[0]) is bytes:  # to_child's usual way: ids, the bytes, the wait's start
+            child = item
+    made = Trace(trace[1], SERVER, environ)
+    made.start = trace[0]
+    if child is not None:
+        drawn, sent, waited = child
+        made.opened = made.headed = made.decided = True
+        made.sampled, made.trace_id = bool(_root), drawn  # (24 bytes: the trace id, then the wait's span id)
+        if made.sampled:
+            made.what = request_of_bytes(sent) if type(sent) is bytes else sent
+            made.session = environ.get("HTTP_MCP_SESSION_ID")
+            made.wait = (drawn, waited)
+    trace.append(made)
+    return made
 
 
 def step(environ: Mapping[str, Any], name: str, message: Request | None = None) -> Step | Nothing:
     """A child span for what runs inside (the guard, a session or pool lookup; never one inside another), as a
-    context manager (the request path appends its steps to Trace.steps itself instead): named by `step_name`.
-    Nothing when off or not sampled."""
-    trace: Trace | None = environ.get(KEY)
-    if trace is None or (trace.decided and not trace.sampled):
+    context manager (the request path appends its steps to the request's list itself instead): named by
+    `step_name`. Nothing when off."""
+    trace: list[Any] | None = environ.get(KEY)
+    if trace is None:
         return NOTHING
     return Step(trace, step_name(name, message))
 
 
 def to_child(environ: Mapping[str, Any], message: Message) -> Message:
-    """The request's sampling decided, and the message as the child gets it: a request's `_meta.traceparent`
-    (and tracestate) naming the span of the wait for the child's answer (the message changed in place). The
-    common request (params an object, its _meta absent or an object without a W3C field as a 2026-07-28
-    request's, not opened yet, no traceparent header, the sampler's rule for a request without a parent static)
-    is served here in one call: what `open`, `context` and w3c.put_in_meta do (the ids as IDS.context draws them:
-    sliced here while the draw's `clean` part holds them, kept as one 24-byte value: Trace.trace_id's; the member
-    spliced into compact JSON's params here, else by w3c.spliced_member; an _meta there: the raw bytes dropped, as
-    put_in_meta drops them); the rest goes by opened_to_child."""
-    trace: Trace | None = environ.get(KEY)
+    """The message as the child gets it: a request's `_meta.traceparent` naming the span of the wait for the
+    child's answer (the message changed in place), the request's sampling decided. The usual request (params an
+    object, its _meta absent or an object without a W3C field as a 2026-07-28 request's, no traceparent header,
+    the sampler's rule for a request without a parent static) is served here in one call, its list given one
+    tuple: the ids as IDS.context draws them (sliced here while the draw's `clean` part holds them: the trace id,
+    then the wait's span id, one 24-byte value), the request's bytes as they came (the export process reads its
+    method, tool, version and id from them; past RAW_SENT bytes, request_of's tuple instead) and the wait's start.
+    The member is spliced into compact JSON's params here (one replace of `"params":{"` where the key is there
+    once), else by w3c.spliced_member; an _meta there: the raw bytes dropped, as put_in_meta drops them. The rest
+    goes by the list's Trace (`traced`, opened_to_child)."""
+    trace: list[Any] | None = environ.get(KEY)
     if trace is None:
         return message
-    if type(message) is not Request or trace.opened or _root is None or "HTTP_TRACEPARENT" in environ:
-        return opened_to_child(trace, environ, message)
+    if type(message) is not Request or _root is None or len(trace) > 3 or "HTTP_TRACEPARENT" in environ:
+        return opened_to_child(traced(trace, environ), environ, message)
     params = message.params
     if type(params) is not dict:
-        return opened_to_child(trace, environ, message)
+        return opened_to_child(traced(trace, environ), environ, message)
     meta = params.get("_meta", _ABSENT)  # a 2026-07-28 request's (its version, capabilities): served here too
     if meta is not _ABSENT and (type(meta) is not dict or "traceparent" in meta or "tracestate" in meta):
-        return opened_to_child(trace, environ, message)  # ("_meta": null: put_in_meta's, its raw bytes encoded again)
-    if not trace.decided:
-        trace.sampled = _root
-    trace.opened = trace.headed = trace.decided = True
+        return opened_to_child(traced(trace, environ), environ, message)  # ("_meta": null: put_in_meta's)
     ids = IDS
     at = ids.at
     if at + 24 <= ids.clean:  # no parent: a trace of its own (its id, then the wait's span id)
@@ -281,32 +302,26 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
         ids.at = at + 24
     else:
         drawn = ids.context()
-    trace.trace_id = drawn  # the trace id, then the wait's span id: 24 bytes (Trace.trace_id's)
-    if trace.sampled:
-        version = None if meta is _ABSENT else meta.get(META_PROTOCOL_VERSION)
-        trace.what = (message.method, params.get("name"), version, message.id)
-        trace.session = environ.get("HTTP_MCP_SESSION_ID")  # (its HTTP method: named by `what`, never read)
-        trace.wait = (drawn, _time())
-        context = f"00-{drawn.hex('-', -16)}-01"  # the trace id's hex, "-", the span id's
+    context = f"00-{drawn.hex('-', -16)}-{'01' if _root else '00'}"  # the trace id's hex, "-", the span id's
+    raw = message.raw
+    if raw is not None and len(raw) <= RAW_SENT:
+        trace.append((drawn, raw, _time()))
     else:
-        trace.steps.clear()
-        context = f"00-{drawn.hex('-', -16)}-00"
+        trace.append((drawn, request_of(message, params, None if meta is _ABSENT else meta), _time()))
     if meta is not _ABSENT:  # put_in_meta's: its keys, then the traceparent; the raw bytes encoded again
         params["_meta"] = {**meta, "traceparent": context}
         message.raw = None
         return message
     params["_meta"] = {"traceparent": context}  # no tracestate
-    raw = message.raw
-    if raw is not None:  # compact JSON (w3c.spliced_member's first case, its checks the same)
-        parts = raw.split(b'"params"')  # (one search, no arguments parsed: two parts when the key is there once)
-        if len(parts) != 2 or (92 in raw and raw.find(b"\\u") >= 0):  # (92: a backslash, looked for as find would)
+    if raw is not None:  # the key there once, no escape that could spell it otherwise (spliced_member's checks)
+        if raw.count(b'"params"') != 1 or (92 in raw and raw.find(b"\\u") >= 0):  # (92: a backslash, as find's)
             message.raw = None
-        elif len(tail := parts[1]) > 2 and tail[0] == 58 and tail[1] == 123 and tail[2] not in _BLANK_OR_END:  # :{
-            message.raw = b"".join(
-                (parts[0], b'"params":{"_meta":{"traceparent":"', context.encode(), b'"},', tail[2:])
-            )
+            return message
+        spliced = raw.replace(b'"params":{"', f'"params":{{"_meta":{{"traceparent":"{context}"}},"'.encode(), 1)
+        if len(spliced) != len(raw):  # compact JSON (a key right after the brace), else spliced_member's ways
+            message.raw = spliced
         else:
-            message.raw = w3c.spliced_member(raw, b'"_meta":{"traceparent":"' + context.encode() + b'"}')
+            message.raw = w3c.spliced_member(raw, f'"_meta":{{"traceparent":"{context}"}}'.encode())
     return message
 
 
@@ -324,9 +339,10 @@ def opened_to_child(trace: Trace, environ: Mapping[str, Any], message: Message) 
 
 def forwarding(environ: Mapping[str, Any], headers: list[tuple[str, str]], body: bytes, owner: str) -> None:
     """A forward to another instance: its span (CLIENT), whose context replaces the headers' traceparent."""
-    trace: Trace | None = environ.get(KEY)
-    if trace is None:
+    listed: list[Any] | None = environ.get(KEY)
+    if listed is None:
         return
+    trace = traced(listed, environ)
     if not trace.opened:
         from mcpgate.core import jsonrpc
 
@@ -346,9 +362,32 @@ def finish(
     trace: Trace | None = None,
 ) -> Iterable[bytes]:
     """The response as the server sends it; the request's spans end now, or when a streamed body closes (Trace.end,
-    which gives `trace` where the environ holds none): its Trace queued for export when sampled, as
-    span_pipe.SpanPipe.on_end would queue it (one call for the request's end, not three)."""
-    ended: Trace = environ.pop(KEY) if trace is None else trace  # type: ignore[attr-defined]
+    which gives `trace` where the environ holds no list): queued for export when sampled, as
+    span_pipe.SpanPipe.on_end would queue it (one call for the request's end, not three). The usual request (its
+    list: start, server, the guard's end, to_child's tuple, one step; a whole answer with no error) is queued as
+    its list, its end, status and session added; any other, as its list's Trace (`traced`)."""
+    if trace is None:
+        listed: list[Any] = environ.pop(KEY)  # type: ignore[attr-defined]
+        if (
+            len(listed) == 5
+            and type(body) is bytes
+            and type(listed[4]) is tuple
+            and type(listed[3]) is tuple
+            and (not body or body[-17:] == b'"isError":false}}' or not marks(body))
+        ):
+            pipe = TRACER
+            if not _root or pipe.stopped:
+                return sent
+            listed += (_time(), status, environ.get("HTTP_MCP_SESSION_ID"))
+            pipe.queue.append((listed, 4))
+            pipe.queued += 4
+            if pipe.queued >= pipe.full_at:
+                pipe.full()
+            return sent
+        ended = traced(listed, environ)
+        ended.steps = steps_of(listed)
+    else:
+        ended = trace
     if type(body) is not bytes:
         return Ending(sent, lambda: ended.end(environ, status, None))
     if not ended.opened and (ended.sampled or not ended.decided):
@@ -356,11 +395,8 @@ def finish(
     if not ended.sampled:
         return sent
     ended.end_at, ended.status = _time(), status
-    if body and body[-17:] != b'"isError":false}}':  # tools/call's usual answer (its result last): no error
-        parts = body.split(b'rror"')  # "error" and "isError" alike (one search, no arguments parsed)
-        # (tools/call's usual answer: one "isError", false, and no "error": as `marked` finds it)
-        if len(parts) > 1 and (len(parts) > 2 or parts[0][-4:] != b'"isE' or parts[1][:6] != b":false"):
-            ended.marked(body)
+    if body and body[-17:] != b'"isError":false}}' and marks(body):  # tools/call's usual answer (its result last)
+        ended.marked(body)
     pipe = TRACER
     if pipe.stopped:
         return sent

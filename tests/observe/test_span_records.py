@@ -52,7 +52,7 @@ def in_ns(fields: tuple[Any, ...], offset: int) -> tuple[Any, ...]:
 def test_a_payload_reads_back_as_the_traces_record(name: str, changed: dict[str, Any], packed: bool) -> None:
     trace = usual(**changed)
     data, numbered = payload([(trace, 4)], Shapes())
-    start, shapes, packs, records, offset = span_records.marshal.loads(data)
+    start, shapes, packs, records, offset, _ = span_records.marshal.loads(data)
     assert (len(packs) == span_records.PACKED.size, len(records) == 1) == (packed, not packed)
     assert start == 0 and numbered == len(shapes) == (1 if packed else 0)
     (got,) = unpacked(data, Table())
@@ -86,3 +86,39 @@ def test_a_table_past_its_bound_starts_again(monkeypatch: pytest.MonkeyPatch) ->
         data, shapes.sent = payload([(usual(n, session=f"{n}" * 32), 4)], shapes)
         (got,) = unpacked(data, table)
         assert got[4] == f"{n}" * 32 and len(table.shapes) <= 2 + 1
+
+
+BODIES = [  # a usual request's bytes: a 2025 session's call, a 2026-07-28 one (its _meta), one past RAW_SENT
+    b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hi"}}}',
+    b'{"jsonrpc":"2.0","id":"b","method":"tools/call","params":{"name":"echo","arguments":{},'
+    b'"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}',
+    b'{"jsonrpc":"2.0","id":8,"method":"prompts/get","params":{"name":"p","arguments":{"x":"%s"}}}' % (b"y" * 3000),
+]
+
+
+@pytest.mark.parametrize("body", BODIES, ids=["2025", "2026-07-28", "past RAW_SENT"])
+def test_a_usual_requests_list_reads_back_as_its_traces_record(body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A usual request's list (tracing.begin, the guard's end, to_child, a step, finish) is queued as it is and read
+    back by the export process (what it asked read from its bytes) as the record of the Trace the list holds when
+    the usual way does not serve it (tracing.traced)."""
+    from mcpgate.core import jsonrpc
+    from mcpgate.observe import tracing
+    from mcpgate.observe.span_pipe import Kept
+
+    kept = Kept()
+    monkeypatch.setattr(tracing, "TRACER", kept)
+    monkeypatch.setattr(tracing, "_root", True)
+    monkeypatch.setattr(span_records.time, "time_ns", lambda: 5 * NS)  # one offset for both payloads
+    monkeypatch.setattr(span_records.time, "monotonic", lambda: 1.0)
+    environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32}
+    listed = tracing.begin(environ, "default")
+    listed.append(tracing.now())
+    tracing.to_child(environ, jsonrpc.parse(body))
+    listed.append((tracing.POOL, tracing.now(), tracing.now()))
+    tracing.finish(environ, 200, b'{"jsonrpc":"2.0","id":7,"result":{}}', [b""])
+    assert kept.queue == [(listed, 4)]
+    trace = tracing.traced(listed[:5], environ)
+    trace.steps, (trace.end_at, trace.status) = tracing.steps_of(listed), listed[5:7]
+    got = unpacked(payload(kept.queue, Shapes())[0], Table())
+    assert got == unpacked(payload([(trace, 4)], Shapes())[0], Table())
+    assert got[0][0][:2] == (("tools/call", "echo") if b"tools/call" in body else ("prompts/get", "p"))

@@ -1,8 +1,8 @@
-"""A request's steps timed the request path's way (the step, then its tuple appended to Trace.steps with tracing.now
-in a finally clause; the guard's start the request's own) are the steps a `with tracing.step(...)` block times and
-Trace.took keeps: the same names in the same order, each inside its own block, a step that raised timed all the
-same, and none exported for a request known to be unsampled (the path appends them without a check: `finish`
-drops them with the request); a span's end marks a tool error as answer_marks.tool_error does."""
+"""A request's steps timed the request path's way (the guard's end appended to the request's list, then each step's
+tuple with tracing.now in a finally clause; the guard's start the request's own) are the steps a `with
+tracing.step(...)` block times: the same names in the same order, each inside its own block, a step that raised
+timed all the same, and none exported for a request known to be unsampled (the path appends them without a check:
+`finish` drops them with the request); a span's end marks a tool error as answer_marks.tool_error does."""
 
 from __future__ import annotations
 
@@ -29,44 +29,31 @@ def request(raw: bytes) -> Request:
 
 
 def traced(decided: bool, sampled: bool) -> tuple[dict[str, Any], Trace]:
-    trace = Trace("default")
+    """A request's list (tracing.begin) holding its Trace (tracing.traced), decided and sampled as told."""
+    environ: dict[str, Any] = {}
+    trace = tracing.traced(tracing.begin(environ, "default"), environ)
     trace.decided, trace.sampled = decided, sampled
-    return {KEY: trace}, trace
+    return environ, trace
 
 
 class Refused(Exception):
     pass
 
 
-def by_path(trace: Trace, message: Request | None) -> None:
+def by_path(environ: dict[str, Any], message: Request | None) -> None:
     """The steps as app.py, streamable.py and stateless.py time them (the guard's from the request's start)."""
+    listed = tracing.begin(environ, "default")
     try:
         pass
     finally:
-        trace.steps.append((tracing.GUARD, trace.start, tracing.now()))
+        listed.append(tracing.now())
     began = tracing.now()
     try:
         raise Refused
     except Refused:
         pass
     finally:
-        trace.steps.append((tracing.step_name(tracing.POOL, message), began, tracing.now()))
-
-
-def by_took(trace: Trace, message: Request | None) -> None:
-    """The same steps by Trace.took (the request path's way before it appended them itself)."""
-    began = tracing.now()
-    try:
-        pass
-    finally:
-        trace.took(tracing.GUARD, began)
-    began = tracing.now()
-    try:
-        raise Refused
-    except Refused:
-        pass
-    finally:
-        trace.took(tracing.step_name(tracing.POOL, message), began)
+        listed.append((tracing.step_name(tracing.POOL, message), began, tracing.now()))
 
 
 def by_with(environ: dict[str, Any], message: Request | None) -> None:
@@ -89,31 +76,31 @@ def test_the_paths_steps_are_what_took_and_a_with_block_time(
     kept = Kept()
     monkeypatch.setattr(tracing, "TRACER", kept)
     got, exported = [], []
-    for timing in ("path", "took", "with"):
+    for timing in ("path", "with"):
         before = tracing.now()
-        environ, trace = traced(decided, sampled)
+        environ: dict[str, Any] = {}
         if timing == "path":
-            by_path(trace, message)
-        elif timing == "took":
-            by_took(trace, message)
+            by_path(environ, message)
         else:
+            tracing.begin(environ, "default")
             by_with(environ, message)
         after = tracing.now()
-        assert all(before <= began <= ended <= after for _, began, ended in trace.steps)
-        assert [began for _, began, _ in trace.steps] == sorted(began for _, began, _ in trace.steps)
+        listed = environ[KEY]
+        steps = tracing.steps_of(listed)
+        assert all(before <= began <= ended <= after for _, began, ended in steps)
+        assert [began for _, began, _ in steps] == sorted(began for _, began, _ in steps)
         if timing == "path":
-            assert trace.steps[0][1] == trace.start  # the guard's start: the request's, no clock read of its own
-        trace.opened = True
+            assert steps[0][1] == listed[0]  # the guard's start: the request's, no clock read of its own
+        trace = tracing.traced(listed, environ)
+        trace.opened, trace.decided, trace.sampled = True, decided, sampled
         tracing.finish(environ, 200, b"{}", [b"{}"])
         got.append([name for name, _, _ in trace.steps])
         exported.append([[name for name, _, _ in ended.steps] for ended in kept.ended])
         kept.queue.clear()
     pool = "mcpgate.mrtr" if raw == ROUND else "mcpgate.pool"
-    unsampled = decided and not sampled
-    assert got[1] == got[2] == ([] if unsampled else ["mcpgate.guard", pool])
-    assert got[0] == ["mcpgate.guard", pool]  # appended without took's check
+    assert got[0] == got[1] == ["mcpgate.guard", pool]  # appended without a check
     # (opened by hand: `sampled` is what finish reads, the decision of an undecided one not asked here)
-    assert exported[0] == exported[1] == exported[2] == ([["mcpgate.guard", pool]] if sampled else [])
+    assert exported[0] == exported[1] == ([["mcpgate.guard", pool]] if sampled else [])
 
 
 @pytest.mark.parametrize(("body", "expected"), ANSWERS)
@@ -175,9 +162,9 @@ def test_a_requests_end_queues_it_once_whichever_way_it_ends(way: str, monkeypat
     for sampled in (True, False):
         environ, trace = traced(True, sampled)
         trace.opened, trace.what = True, ("tools/call", "echo", None, 1)
-        trace.took(tracing.GUARD, tracing.now())
+        environ[KEY].append((tracing.GUARD, tracing.now(), tracing.now()))
         if way == "end":
-            del environ[KEY]
+            trace.steps = tracing.steps_of(environ.pop(KEY))
             trace.end(environ, 200, answer)
         else:
             sent = tracing.finish(environ, 200, answer if way == "bytes" else iter([answer]), [answer])

@@ -152,8 +152,9 @@ def test_the_short_way_to_the_child_takes_ids_as_a_context_does(
     twin, got = w3c.Ids(), []
     for _ in range(5):
         environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
-        trace = tracing.begin(environ, "default")
+        listed = tracing.begin(environ, "default")
         tracing.to_child(environ, message(b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'))
+        trace = tracing.traced(listed, environ)
         assert trace.wait is not None
         got.append(trace.trace_id[:16] + trace.wait[0][-8:])  # (both the same 24 bytes: the export cuts them)
     assert got == [twin.context() for _ in got]
@@ -222,9 +223,13 @@ def test_the_short_ways_ids_are_exported_as_the_child_got_them(ended: list[Any],
     sent = []
     for _ in range(2):
         environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
-        trace = tracing.begin(environ, "default")
+        listed = tracing.begin(environ, "default")
+        listed.append(tracing.now())  # the guard's end (app.py's)
         sent.append(json.loads(jsonrpc.raw_bytes(tracing.to_child(environ, message(SPLICED[0][0])))))
-        assert len(trace.trace_id) == 24 and trace.wait is not None and trace.wait[0] is trace.trace_id
+        listed.append((tracing.SESSION, tracing.now(), tracing.now()))
+        if way != "records":  # (records: the usual request's list, queued as it is)
+            trace = tracing.traced(listed, environ)
+            assert len(trace.trace_id) == 24 and trace.wait is not None and trace.wait[0] is trace.trace_id
         if way == "span by span":
             trace.state = "k=v"
         tracing.finish(environ, 200, b'{"jsonrpc":"2.0","id":1,"result":{}}', [b""])
@@ -236,7 +241,7 @@ def test_the_short_ways_ids_are_exported_as_the_child_got_them(ended: list[Any],
             spans += decode(encoded_batch(head, frame, table)[0])
     else:
         spans = decode(otlp_wire.request(head, [trace.encoded() for trace, _ in ended]))
-    assert len(spans) == 4
+    assert len(spans) == 8
     for got in sent:
         _, trace_hex, span_hex, flags = got["params"]["_meta"]["traceparent"].split("-")
         waits = [s for s in spans if s.kind == "CLIENT" and s.span_id == span_hex]
@@ -349,15 +354,17 @@ def test_the_short_way_to_the_child_is_the_long_one(
         drawn.drawn = bytes(range(1, 256)) * 16
         monkeypatch.setattr(tracing, "IDS", drawn)
         environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
-        trace = tracing.begin(environ, "default")
+        listed = tracing.begin(environ, "default")
         with tracing.step(environ, "mcpgate.guard"):
             pass
         if short:
             sent = tracing.to_child(environ, message(raw))
             assert longs == ([] if raw in PLAIN else [raw])
         else:
-            sent = long_way(trace, environ, message(raw))
+            sent = long_way(tracing.traced(listed, environ), environ, message(raw))
         assert isinstance(sent, Request)
+        trace = tracing.traced(listed, environ)
+        trace.steps = tracing.steps_of(listed)
         ids = trace.trace_id[:16]  # (the short way's 24 bytes: the trace id, then the wait's span id, as exported)
         fields = (ids, trace.sampled, trace.decided, trace.opened, trace.what, trace.session, trace.state)
         steps = [name for name, _, _ in trace.steps]

@@ -204,7 +204,7 @@ class Endpoint:
         endpoint = route is not None or listing  # an unknown server's name is told only to who may know it
         trace = None  # tracing off: one check, and none of a trace's
         if tracing.TRACER is not None and route is not None:
-            trace = environ[tracing.KEY] = tracing.Trace(route[0], tracing.SERVER, environ)  # tracing.begin's
+            trace = environ[tracing.KEY] = [tracing.now(), route[0]]  # tracing.begin's: the request's list
         if self.cors_on:
             start_response = self._with_cors(environ, start_response)
         try:
@@ -222,8 +222,8 @@ class Endpoint:
                 if trace is not None:  # tracing off: no span, not even an empty one
                     try:  # the guard's step starts with the request's span (one clock read for both)
                         self.guard.check(environ, endpoint, target)
-                    finally:  # (tracing's step, appended here: no call)
-                        trace.steps.append((tracing.GUARD, trace.start, tracing.now()))
+                    finally:  # its end, appended here (no call): the list's third item (tracing.steps_of)
+                        trace.append(tracing.now())
                 else:
                     self.guard.check(environ, endpoint, target)
                 if route is not None:

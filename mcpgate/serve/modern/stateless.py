@@ -132,7 +132,7 @@ def serve(gw: PublishedServer, request: HttpRequest, message: Request, meta: dic
         try:
             call = start(pool, principal, message, meta, listed, closing=gw.closing)
         finally:
-            trace.steps.append((tracing.step_name(tracing.POOL, message), began, tracing.now()))  # (no call)
+            trace.append((tracing.step_name(tracing.POOL, message), began, tracing.now()))  # (to its list)
     else:
         call = start(pool, principal, message, meta, listed, closing=gw.closing)
     if audit.LOG is not None and call.audit is None and method in audit.NAMED:  # a retry's call has one

@@ -138,7 +138,7 @@ def post(gw: PublishedServer, request: HttpRequest) -> HttpResponse:
         try:
             session = session_of(gw, request, session_id, version, owner)
         finally:
-            trace.steps.append((tracing.SESSION, began, tracing.now()))  # (tracing's step, appended here: no call)
+            trace.append((tracing.SESSION, began, tracing.now()))  # (tracing's step, appended to its list: no call)
     else:
         session = session_of(gw, request, session_id, version, owner)
     return exchange(gw, session, batch_items(session, message) if isinstance(message, Batch) else [message], environ)
