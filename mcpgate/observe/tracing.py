@@ -287,7 +287,13 @@ def to_child(environ: Mapping[str, Any], message: Message) -> Message:
     trace: list[Any] | None = environ.get(KEY)
     if trace is None:
         return message
-    if type(message) is not Request or _root is None or len(trace) > 3 or "HTTP_TRACEPARENT" in environ:
+    if (
+        type(message) is not Request
+        or _root is None
+        or len(trace) > 3
+        or type(trace[-1]) is Trace  # (a forward's, say)
+        or "HTTP_TRACEPARENT" in environ
+    ):
         return opened_to_child(traced(trace, environ), environ, message)
     params = message.params
     if type(params) is not dict:
@@ -371,6 +377,7 @@ def finish(
         if (
             len(listed) == 5
             and type(body) is bytes
+            and type(listed[2]) is float
             and type(listed[4]) is tuple
             and type(listed[3]) is tuple
             and (not body or body[-17:] == b'"isError":false}}' or not marks(body))

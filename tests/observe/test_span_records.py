@@ -122,3 +122,26 @@ def test_a_usual_requests_list_reads_back_as_its_traces_record(body: bytes, monk
     got = unpacked(payload(kept.queue, Shapes())[0], Table())
     assert got == unpacked(payload([(trace, 4)], Shapes())[0], Table())
     assert got[0][0][:2] == (("tools/call", "echo") if b"tools/call" in body else ("prompts/get", "p"))
+
+
+def test_a_request_whose_list_holds_a_trace_gives_the_child_the_traces_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list that holds a Trace already (a forward's, before to_child) is not the usual one: the child's context is
+    the Trace's (its trace id, the wait's span id), and the request ends as that Trace, once."""
+    from mcpgate.core import jsonrpc
+    from mcpgate.observe import tracing
+    from mcpgate.observe.span_pipe import Kept
+
+    kept = Kept()
+    monkeypatch.setattr(tracing, "TRACER", kept)
+    monkeypatch.setattr(tracing, "_root", True)
+    environ: dict[str, Any] = {"HTTP_MCP_SESSION_ID": "s" * 32, "REQUEST_METHOD": "POST"}
+    listed = tracing.begin(environ, "default")
+    tracing.forwarding(environ, [], BODIES[0], "b")
+    sent = tracing.to_child(environ, jsonrpc.parse(BODIES[0]))
+    listed.append((tracing.SESSION, tracing.now(), tracing.now()))
+    tracing.finish(environ, 200, b'{"jsonrpc":"2.0","id":7,"result":{}}', [b""])
+    trace = tracing.traced(listed, environ)
+    assert isinstance(sent, jsonrpc.Request) and trace.wait is not None
+    _, trace_hex, span_hex, _ = sent.params["_meta"]["traceparent"].split("-")
+    assert (trace_hex, span_hex) == (trace.trace_id[:16].hex(), trace.wait[0][-8:].hex())
+    assert kept.queue == [(trace, 4)]  # its span, the step, the wait, the forward
