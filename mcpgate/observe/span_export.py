@@ -191,6 +191,9 @@ def main(argv: list[str]) -> int:
     except OSError:  # (a limit that refuses it: the default priority)
         pass
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(asctime)s mcpgate-span-export %(message)s")
+    from mcpgate import fast_json
+
+    fast_json.install()  # the usual requests' bytes read with msgspec first, as the worker reads them (span_records)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     from mcpgate.observe.span_batches import Poster
