@@ -372,6 +372,7 @@ def finish(
     span_pipe.SpanPipe.on_end would queue it (one call for the request's end, not three). The usual request (its
     list: start, server, the guard's end, to_child's tuple, one step; a whole answer with no error) is queued as
     its list, its end, status and session added; any other, as its list's Trace (`traced`)."""
+    record: list[Any] | Trace
     if trace is None:
         listed: list[Any] = environ.pop(KEY)  # type: ignore[attr-defined]
         if (
@@ -382,33 +383,31 @@ def finish(
             and type(listed[3]) is tuple
             and (not body or body[-17:] == b'"isError":false}}' or not marks(body))
         ):
-            pipe = TRACER
-            if not _root or pipe.stopped:
+            if not _root:
                 return sent
             listed += (_time(), status, environ.get("HTTP_MCP_SESSION_ID"))
-            pipe.queue.append((listed, 4))
-            pipe.queued += 4
-            if pipe.queued >= pipe.full_at:
-                pipe.full()
-            return sent
-        ended = traced(listed, environ)
-        ended.steps = steps_of(listed)
+            record, spans = listed, 4  # the request's span, the guard's, the step's, the wait's
+        else:
+            record = traced(listed, environ)
+            record.steps = steps_of(listed)
     else:
-        ended = trace
-    if type(body) is not bytes:
-        return Ending(sent, lambda: ended.end(environ, status, None))
-    if not ended.opened and (ended.sampled or not ended.decided):
-        ended.open(environ, None)
-    if not ended.sampled:
-        return sent
-    ended.end_at, ended.status = _time(), status
-    if body and body[-17:] != b'"isError":false}}' and marks(body):  # tools/call's usual answer (its result last)
-        ended.marked(body)
+        record = trace
+    if type(record) is Trace:
+        ended = record
+        if type(body) is not bytes:
+            return Ending(sent, lambda: ended.end(environ, status, None))
+        if not ended.opened and (ended.sampled or not ended.decided):
+            ended.open(environ, None)
+        if not ended.sampled:
+            return sent
+        ended.end_at, ended.status = _time(), status
+        if body and body[-17:] != b'"isError":false}}' and marks(body):  # tools/call's usual answer (result last)
+            ended.marked(body)
+        spans = 1 + len(ended.steps) + (ended.wait is not None) + (ended.forward is not None)
     pipe = TRACER
     if pipe.stopped:
         return sent
-    spans = 1 + len(ended.steps) + (ended.wait is not None) + (ended.forward is not None)
-    pipe.queue.append((ended, spans))
+    pipe.queue.append((record, spans))
     pipe.queued += spans
     if pipe.queued >= pipe.full_at:
         pipe.full()
