@@ -98,15 +98,11 @@ class Answers:
             if bounds is UNKNOWN:  # the walk gave up: the decoding says whether the result is the last member
                 bounds = jsonrpc.result_bounds(raw) if _decoded(message) else None
                 quoteless = None
-                if bounds is not None and not json_extent.sole_value(raw, *bounds):  # a member repeated after it
-                    bounds = None
         else:  # minted_bounds(raw, call.minted) or jsonrpc.result_bounds(raw), the first without a call
             head = _MINTED_HEAD % call.minted.encode()
             bounds = (len(head) - 1, len(raw) - 1) if raw.startswith(head) and raw.endswith(b"}}") else None
             if bounds is None:
                 bounds = jsonrpc.result_bounds(raw)
-            if bounds is not None and not json_extent.sole_value(raw, *bounds):  # a member repeated after the result
-                bounds = None
         if bounds is None:
             return self._made(call, message, server_info)
         start, end = bounds  # the result searched in place: a large one is copied once, into the answer
@@ -126,6 +122,10 @@ class Answers:
             ):
                 return self._made(call, message, server_info)
         elif names_stamped(raw, start, end):
+            return self._made(call, message, server_info)
+        # bounds taken to the last brace but one (a decoded answer's, not walked): one value there, else a member was
+        # repeated after the result (which the decoding hides); asked last, of an answer about to be spliced only
+        if quoteless is None and not json_extent.sole_value(raw, start, end):
             return self._made(call, message, server_info)
         cacheable = call.method in modern_rewrites.CACHEABLE
         members = self._stamps.get(cacheable)
