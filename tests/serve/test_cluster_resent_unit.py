@@ -6,6 +6,7 @@ connection is still there, nor when its answer became a stream."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,13 +70,19 @@ def test_a_copy_sent_again_while_the_first_runs_gets_its_answer() -> None:
 def test_a_copy_in_before_its_carrier_s_close_is_read_waits_for_it() -> None:
     """The balancer saw the carrier die and sent the copy before this process read the close of the carrier's
     connection here (both closed at its death, in no set order): the copy still gets the first copy's answer."""
-    resent, handler, gone = Resent(10_000, wait=5.0), Handler(), Event()
+    # a clock of its own, still: the carrier's grace (CARRIER_GRACE) never runs out, however slow the machine
+    resent, handler, gone = Resent(10_000, wait=5.0, clock=Clock()), Handler(), Event()
     first = gevent.spawn(resent.serve, request(True, gone), SESSION, handler)
-    gevent.sleep(0)
+    gevent.sleep(0)  # the first copy runs, its handler waiting for `release`
+    (running,) = resent._running.values()
     again = gevent.spawn(resent.serve, request(False), SESSION, handler)
-    gevent.sleep(0.05)
+    gevent.sleep(0)  # the copy runs up to its first look at the carrier's connection, still open
+    assert running.taker is None and not again.ready()
     gone.set()  # read as closed only now
-    gevent.sleep(0.05)
+    deadline = time.monotonic() + 10.0
+    while running.taker is None and time.monotonic() < deadline:  # the copy's next look takes the first copy over
+        gevent.sleep(0.001)
+    assert running.taker is not None
     handler.release.set()
     gevent.joinall([first, again], timeout=5)
     assert again.value is first.value and handler.runs == 1
