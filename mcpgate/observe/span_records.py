@@ -169,28 +169,44 @@ def unpacked(data: bytes, table: Table) -> list[tuple[Any, ...]]:
         steps.append((second, int(began_2 * NS) + offset, int(ended_2 * NS) + offset))
         start_ns, end_ns, wait = int(begun * NS) + offset, int(end * NS) + offset, (ids, int(waited * NS) + offset)
         what = (method, target, version, request)
-        out.append(
-            (
-                what,
-                "",
-                SERVER,
-                server,
-                session,
-                ids,
-                b"",
-                None,
-                "",
-                start_ns,
-                end_ns,
-                status,
-                code,
-                error,
-                steps,
-                wait,
-                None,
-            )
-        )
+        out.append(_served(what, server, session, ids, start_ns, end_ns, status, code, error, steps, wait))
     return out
+
+
+def _served(
+    what: Any,
+    server: str,
+    session: str | None,
+    ids: bytes,
+    start_ns: int,
+    end_ns: int,
+    status: int,
+    code: int | None,
+    error: bool,
+    steps: list[tuple[str, int, int]],
+    wait: tuple[bytes, int],
+) -> tuple[Any, ...]:
+    """The record of a request served with the usual spans (a packed record's, a usual list's): no parent, no
+    forward, its trace id and the wait's span id the one 24-byte value `ids`."""
+    return (
+        what,
+        "",
+        SERVER,
+        server,
+        session,
+        ids,
+        b"",
+        None,
+        "",
+        start_ns,
+        end_ns,
+        status,
+        code,
+        error,
+        steps,
+        wait,
+        None,
+    )
 
 
 def from_list(listed: list[Any], offset: int) -> tuple[Any, ...]:
@@ -202,26 +218,7 @@ def from_list(listed: list[Any], offset: int) -> tuple[Any, ...]:
     steps = [(GUARD, begun, int(guarded * NS) + offset), (second, int(began * NS) + offset, int(ended * NS) + offset)]
     what = request_of_bytes(sent) if type(sent) is bytes else sent
     wait = (ids, int(waited * NS) + offset)
-    end_ns = int(end * NS) + offset
-    return (
-        what,
-        "",
-        SERVER,
-        server,
-        session,
-        ids,
-        b"",
-        None,
-        "",
-        begun,
-        end_ns,
-        status,
-        None,
-        False,
-        steps,
-        wait,
-        None,
-    )
+    return _served(what, server, session, ids, begun, int(end * NS) + offset, status, None, False, steps, wait)
 
 
 def in_ns(fields: tuple[Any, ...], offset: int) -> tuple[Any, ...]:
