@@ -186,8 +186,9 @@ def blob_table(results: dict) -> list[str]:
     return lines
 
 
-def relay_table(results: dict) -> list[str]:
-    relay = results.get("relay") or {}
+def relay_table(results: dict, key: str = "relay") -> list[str]:
+    """The relays against one upstream: run.py's `relay` stage (mcpgate's upstream) or `relay_second` (a peer's)."""
+    relay = results.get(key) or {}
     n = results["config"]["relay_inflight"]
     head = [
         "Relay",
@@ -220,9 +221,22 @@ def relay_table(results: dict) -> list[str]:
         if row.get("errors"):
             cells[-1] += f" (errors: {str(row['errors'])[:120]})"
         lines.append("| " + " | ".join(cells) + " |")
-    for name, why in (results.get("relay_missing") or {}).items():
+    for name, why in (results.get(f"{key}_missing") or {}).items():
         lines.append(f"| {relay_label(name)} | skipped: {why} |" + " |" * (len(head) - 2))
     return lines
+
+
+def second_relay_section(results: dict, level: str) -> list[str]:
+    """The relays again, against the peer gateway run.py's second relay stage put upstream (when it ran)."""
+    upstream = results.get("relay_second_upstream")
+    if not upstream or not (results.get("relay_second") or results.get("relay_second_missing")):
+        return []
+    return [
+        f"{level} Relay against another upstream: {label(results, upstream)}",
+        "",
+        *relay_table(results, "relay_second"),
+        "",
+    ]
 
 
 def relay_label(name: str) -> str:
@@ -328,7 +342,37 @@ def targets(results: dict) -> list[str]:
         add("relay resident memory ≤ 35 MB", f"{rss / 1024:.1f} MB", rss / 1024 <= 35)
     for text, measured, ok in relay_era_targets(relay):
         add(text, measured, ok)
+    for text, measured, ok in relay_upstream_targets(results):
+        add(text, measured, ok)
     return lines
+
+
+def relay_upstream_targets(results: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 24: the relay's sequential p50 ≤ 0.75x mcp-stdio's against the same upstream (mcpgate's and the
+    second one's), and its CPU per sequential call ≤ 0.3 ms."""
+    out: list[tuple[str, str, bool | None]] = []
+    second = results.get("relay_second_upstream") or "second"
+    for key, upstream in (("relay", "mcpgate"), ("relay_second", second)):
+        relay = results.get(key) or {}
+        ours, peer = get(relay, "mcpgate-relay", "seq", "p50_ms"), get(relay, "mcp-stdio", "seq", "p50_ms")
+        if ours and peer:
+            out.append(
+                (
+                    f"issue 24: relay sequential p50 ≤ 0.75x mcp-stdio's, upstream {label(results, upstream)}",
+                    f"{ours:.3f} vs {peer:.3f} ms = {ours / peer:.2f}x",
+                    ours <= 0.75 * peer,
+                )
+            )
+        cpu = get(relay, "mcpgate-relay", "seq", "cpu_us_per_call")
+        if cpu:
+            out.append(
+                (
+                    f"issue 24: relay CPU per sequential call ≤ 0.3 ms, upstream {label(results, upstream)}",
+                    f"{cpu / 1000:.3f} ms",
+                    cpu <= 300,
+                )
+            )
+    return out
 
 
 def relay_era_targets(relay: dict) -> list[tuple[str, str, bool | None]]:
@@ -495,6 +539,7 @@ def markdown(results: dict) -> str:
         "",
         *relay_table(results),
         "",
+        *second_relay_section(results, "##"),
         "## Against the targets",
         "",
         *targets(results),
@@ -743,6 +788,7 @@ def readme_section(results: dict) -> str:
             "",
             *relay_table(results),
             "",
+            *second_relay_section(results, "###"),
             "### Against the targets",
             "",
             *targets(results),

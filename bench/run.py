@@ -260,14 +260,30 @@ def phase_speed(specs: list[gateways.Spec], cfg: dict, log_dir: Path, running: d
     return raw
 
 
+SECOND_UPSTREAM = "supergateway"  # issue 24: the relay against mcp-stdio's over a peer's upstream as well
+SECOND_UPSTREAM_RELAYS = ("mcpgate-relay", "mcp-stdio")  # the two the goal compares
+
+
 def phase_relay(
-    cfg: dict, log_dir: Path, running: dict, specs: list[gateways.Spec], only: set[str] | frozenset[str] = frozenset()
+    cfg: dict,
+    log_dir: Path,
+    running: dict,
+    specs: list[gateways.Spec],
+    only: set[str] | frozenset[str] = frozenset(),
+    upstream_name: str = "mcpgate",
 ) -> dict:
-    """Each relay (all, or those named in `only`) and the upstream directly, interleaved in rounds."""
-    upstream = running.get("mcpgate")
-    spec = next(s for s in gateways.serve_specs() if s.name == "mcpgate")
+    """Each relay (all, or those named in `only`) and the upstream directly, interleaved in rounds, against the
+    serve gateway `upstream_name` (started here unless the speed stage left it running)."""
+    upstream = running.get(upstream_name)
+    spec = next(s for s in gateways.serve_specs() if s.name == upstream_name)
+    if spec.missing:
+        return {
+            "_missing": dict.fromkeys(
+                only or [r.name for r in gateways.relay_specs()], f"upstream {upstream_name}: {spec.missing}"
+            )
+        }
     if upstream is None:
-        upstream = running["mcpgate"] = gateways.start(spec, log_dir)
+        upstream = running[upstream_name] = gateways.start(spec, log_dir)
     url = f"http://127.0.0.1:{upstream.port}{spec.path}"
     relays = {r.name: r for r in gateways.relay_specs() if not only or r.name in only}
     raw: dict[str, dict] = {"_missing": {n: r.missing for n, r in relays.items() if r.missing}}
@@ -275,7 +291,10 @@ def phase_relay(
         print(f"NOTE: relay {name} skipped: {why}", flush=True)
     names = ["upstream-direct"] + [n for n, r in relays.items() if not r.missing]
     for rnd in range(cfg["rounds"]):
-        log(f"relay round {rnd + 1}/{cfg['rounds']}")
+        log(
+            f"relay round {rnd + 1}/{cfg['rounds']}"
+            + (f", upstream {upstream_name}" if upstream_name != "mcpgate" else "")
+        )
         for name in rotate(names, rnd):
             store = raw.setdefault(name, {})
             if name == "upstream-direct":
@@ -775,6 +794,13 @@ def run(args: argparse.Namespace) -> int:
             results["relay_raw"] = raw
             results["relay"] = aggregate(raw, cfg)
             results["relay_missing"] = raw["_missing"]
+            second = set(SECOND_UPSTREAM_RELAYS) & (only or set(SECOND_UPSTREAM_RELAYS))
+            if second:
+                raw = phase_relay(cfg, out_dir / "logs", running, specs, frozenset(second), SECOND_UPSTREAM)
+                results["relay_second_raw"] = raw
+                results["relay_second"] = aggregate(raw, cfg)
+                results["relay_second_missing"] = raw["_missing"]
+                results["relay_second_upstream"] = SECOND_UPSTREAM
     finally:
         for run in running.values():
             gateways.stop(run)
