@@ -28,6 +28,8 @@ RECV_BYTES = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024  # the status line and headers together (http.client allows 100 lines of 64 KiB)
 MAX_CHUNK_LINE = 4096
 METHODS_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
+_LAST_CHUNK = b"0\r\n\r\n"  # a chunked body's last chunk (no extension) and an empty trailer section
+_LAST_CHUNK_AFTER_DATA = b"\r\n" + _LAST_CHUNK  # the same after a chunk's data, whose CRLF is still due
 MAX_HEADS = 32  # request heads kept per pool (a call's headers are the same on every call of a session)
 Limits = tuple[float, float]  # (connect, read) timeouts in seconds
 # The platform's select, not gevent's: asked with no timeout it never waits, and costs a system call, not a hub
@@ -298,6 +300,30 @@ class FastReply:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+    def ended_now(self) -> bool:
+        """Whether the body's end is here without waiting: read to its end already, or (chunked, between two
+        chunks) nothing but the last chunk's closing bytes left, in hand or readable at once. Then the reply is
+        done, and release_conn gives its connection back. False changes nothing a reader sees: bytes read now stay
+        in the connection's buffer, in order."""
+        if self._done:
+            return True
+        conn = self._conn
+        if conn is None or not self._chunked or self._left:
+            return False
+        end = _LAST_CHUNK_AFTER_DATA if self._crlf else _LAST_CHUNK
+        if len(conn.buf) < len(end):
+            try:
+                if not _select([conn.sock], [], [], 0)[0]:
+                    return False  # reading more would wait
+                conn.buf += conn.sock.recv(RECV_BYTES)  # readable: this returns at once
+            except (OSError, ValueError):
+                return False
+        if conn.buf != end:
+            return False
+        conn.buf = b""
+        self._done, self._crlf = True, False
+        return True
 
     # -- the body -----------------------------------------------------------------------------------------
 

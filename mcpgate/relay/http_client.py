@@ -13,10 +13,11 @@ requests is loaded only for a route that needs it, for cookies, or to sign in (r
 
 from __future__ import annotations
 
+import collections
 import logging
 import random
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -25,6 +26,7 @@ import gevent
 from mcpgate.config.relay_settings import RelaySettings
 from mcpgate.core.sse import Event, SseDecoder
 from mcpgate.relay import errors
+from mcpgate.relay.fast_http import FastReply
 from mcpgate.relay.http_routes import HttpReply as HttpReply  # the transports name it from here
 from mcpgate.relay.http_routes import Routes
 
@@ -266,15 +268,9 @@ class HttpClient:
                 f"upstream GET {errors.redact(url)} did not open an SSE stream (Content-Type {kind!r})"
             )
 
-    def events(self, resp: HttpReply, decoder: SseDecoder, url: str) -> Iterator[Event]:
+    def events(self, resp: HttpReply, decoder: SseDecoder, url: str) -> EventStream:
         """SSE events as their bytes arrive; ends when the server ends the body."""
-        while True:
-            with errors.mapped(url):
-                chunk = resp.raw.read1(CHUNK_BYTES, decode_content=True)
-                events = decoder.feed(chunk) if chunk else []
-            if not chunk:
-                return
-            yield from events
+        return EventStream(resp, decoder, url)
 
     def done(self, resp: HttpReply) -> None:
         """Finish with a response: when its body is (or, being short, can be) read to the end the
@@ -297,6 +293,37 @@ class HttpClient:
 
     def close(self) -> None:
         self._routes.close()
+
+
+class EventStream:
+    """A reply stream's SSE events as their bytes arrive (an iterator, ended by the body's end). The events one
+    read decoded are handed out one at a time and the rest kept, so a reader that stops at the response leaves
+    what came after it, even in the same read, to whoever reads on (the same object)."""
+
+    __slots__ = ("decoder", "pending", "resp", "url")
+
+    def __init__(self, resp: HttpReply, decoder: SseDecoder, url: str) -> None:
+        self.resp, self.decoder, self.url = resp, decoder, url
+        self.pending: collections.deque[Event] = collections.deque()
+
+    def __iter__(self) -> EventStream:
+        return self
+
+    def __next__(self) -> Event:
+        pending = self.pending
+        while not pending:
+            with errors.mapped(self.url):
+                chunk = self.resp.raw.read1(CHUNK_BYTES, decode_content=True)
+                if not chunk:
+                    raise StopIteration
+                pending.extend(self.decoder.feed(chunk))
+        return pending.popleft()
+
+    def ended_now(self) -> bool:
+        """Nothing is left to read: no event kept, and the body's end already here (fast_http's reply, which can
+        tell without waiting; urllib3's cannot: False)."""
+        raw = self.resp.raw
+        return not self.pending and isinstance(raw, FastReply) and raw.ended_now()
 
 
 def session_headers(options: HttpOptions) -> dict[str, str]:

@@ -22,9 +22,8 @@ from gevent.pool import Group
 
 from mcpgate import __version__
 from mcpgate.core import jsonrpc, modern, modern_client, modern_rewrites, versions, wire
-from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
-from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
+from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, EventStream, HttpClient, HttpReply, content_type
 from mcpgate.relay.transport import OneWay, Sink, decode_upstream, is_reply_to, json_reply
 
 log = logging.getLogger("mcpgate.relay")
@@ -137,23 +136,26 @@ class ModernTransport:
         return json_reply(req, body, lambda message: self._route(req, message))
 
     def _read_stream(self, req: jsonrpc.Request, resp: HttpReply) -> jsonrpc.Response:
-        decoder = self.http.new_decoder()
+        stream = self.http.events(resp, self.http.new_decoder(), self.url)
         try:
-            for event in self.http.events(resp, decoder, self.url):
+            for event in stream:
                 for message in decode_upstream(event.data.encode("utf-8")) if event.data else []:
                     if isinstance(message, jsonrpc.Response) and is_reply_to(message, req.id):
-                        self._tails.spawn(self._read_tail, req, resp, decoder)
+                        if stream.ended_now():  # the usual end, here with the response: the connection goes back
+                            self.http.done(resp)
+                        else:
+                            self._tails.spawn(self._read_tail, req, resp, stream)
                         return message
                     self._route(req, message)
         except errors.MaybeSent as broken:
             raise errors.ReplyLost(f"the reply stream for {req.method} broke: {broken.message}") from None
         raise errors.ReplyLost(f"upstream ended the reply stream for {req.method} without answering")
 
-    def _read_tail(self, req: jsonrpc.Request, resp: HttpReply, decoder: SseDecoder) -> None:
-        """After the response the server ends the stream: read that end, so the connection is reused."""
+    def _read_tail(self, req: jsonrpc.Request, resp: HttpReply, stream: EventStream) -> None:
+        """After the response the server ends the stream: read on to that end, so the connection is reused."""
         try:
             with gevent.Timeout(TAIL_SECONDS, False):
-                for event in self.http.events(resp, decoder, self.url):
+                for event in stream:
                     if event.data and decode_upstream(event.data.encode("utf-8")):
                         log.info("dropped what upstream sent after its response to %s", req.method)
         except errors.RelayError:

@@ -25,7 +25,7 @@ from mcpgate.core.sse import SseDecoder
 from mcpgate.relay import errors
 from mcpgate.relay.get_stream import GetStream
 from mcpgate.relay.handshake import Handshake, check_replayed, is_initialized
-from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, HttpClient, HttpReply, content_type
+from mcpgate.relay.http_client import JSON_TYPE, SSE_TYPE, EventStream, HttpClient, HttpReply, content_type
 from mcpgate.relay.transport import (
     OneWay,
     ReplyWaiters,
@@ -144,23 +144,26 @@ class StreamableTransport:
         return reply
 
     def _read_stream(self, req: jsonrpc.Request, resp: HttpReply, waiter: AsyncResult) -> jsonrpc.Response:
-        decoder = self.http.new_decoder()
+        stream = self.http.events(resp, self.http.new_decoder(), self.url)
         reply = None
         try:
-            reply = self._consume(req, resp, decoder, waiter)
+            reply = self._consume(req, resp, stream, waiter)
         finally:
             if reply is None or waiter.ready():  # no reply, or it came on another stream: this one is cut
                 resp.close()
+            elif stream.ended_now():  # the usual end, here with the response: the connection goes back now
+                self.http.done(resp)
             else:
-                self._background.spawn(self._read_tail, resp, decoder)
-        return reply if reply is not None else self._resume(req, decoder, waiter)
+                self._background.spawn(self._read_tail, resp, stream)
+        return reply if reply is not None else self._resume(req, stream.decoder, waiter)
 
-    def _read_tail(self, resp: HttpReply, decoder: SseDecoder) -> None:
-        """After the response the server ends the stream: read that end (routing anything else that
-        comes), so the connection goes back to the pool instead of being closed."""
+    def _read_tail(self, resp: HttpReply, stream: EventStream) -> None:
+        """After the response the server ends the stream: read on to that end (routing anything else that
+        comes, what came with the response first), so the connection goes back to the pool instead of being
+        closed."""
         try:
             with gevent.Timeout(TAIL_SECONDS, False):
-                for event in self.http.events(resp, decoder, self.url):
+                for event in stream:
                     for message in decode_upstream(event.data.encode("utf-8")) if event.data else []:
                         self.route(message)
         except errors.RelayError:
@@ -169,7 +172,7 @@ class StreamableTransport:
             self.http.done(resp)
 
     def _consume(
-        self, req: jsonrpc.Request, resp: HttpReply, decoder: SseDecoder, waiter: AsyncResult
+        self, req: jsonrpc.Request, resp: HttpReply, stream: EventStream, waiter: AsyncResult
     ) -> jsonrpc.Response | None:
         """Read a reply stream until the response; None when it ended resumably first. When another stream
         hands the response over (the GET stream: routed to the waiter), this one is closed and that one taken."""
@@ -177,9 +180,10 @@ class StreamableTransport:
         def handed_over(_: AsyncResult) -> None:
             resp.close()  # the read under way ends (an error or the body's end): the waiter is looked at then
 
+        decoder = stream.decoder
         waiter.rawlink(handed_over)
         try:
-            for event in self.http.events(resp, decoder, self.url):
+            for event in stream:
                 if not event.data:
                     continue  # a priming event: it only carries an id
                 for message in decode_upstream(event.data.encode("utf-8")):
@@ -220,7 +224,7 @@ class StreamableTransport:
                 raise errors.SessionExpired(sid)
             self.http.expect_event_stream(resp, self.url)
             try:
-                reply = self._consume(req, resp, decoder, waiter)
+                reply = self._consume(req, resp, self.http.events(resp, decoder, self.url), waiter)
             finally:
                 resp.close()
             if reply is not None:
