@@ -1,8 +1,12 @@
-"""Cheap MCP clients for the bench: http.client on one kept-alive connection, and NDJSON over pipes.
+"""Cheap MCP clients for the bench: HTTP/1.1 on one kept-alive connection, and NDJSON over pipes.
 
-A `requests` loop costs about 0.45 ms a call by itself, more than the differences between gateways, so
-the HTTP client here is the standard library's http.client with nothing on top: one connection per
-session, bodies built as bytes, replies parsed with json.loads (JSON or SSE, whichever the gateway sends).
+The load's clients share the machine's cores with the gateways they measure, so every microsecond a client
+spends on a call is one a gateway does not get: a `requests` loop costs about 0.45 ms a call by itself, and
+http.client about 90 us (its header parsing goes through the email package). The HTTP client here is
+LeanConnection, http.client's subset the bench uses (request, getresponse, read, getheader, close): a request
+is one send of bytes whose head is made once per headers dict, the reply's head is split by hand and its body
+read by Content-Length, chunked framing or to the connection's end. One connection per session, bodies built
+as bytes, replies parsed with json.loads (JSON or SSE, whichever the gateway sends).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import http.client
 import json
 import os
 import select
+import socket
 import subprocess
 import time
 from subprocess import DEVNULL
@@ -104,16 +109,145 @@ def text_of(reply: dict) -> str:
     return reply["result"]["content"][0]["text"]
 
 
+MAX_HEAD = 64 * 1024  # a reply's status line and headers
+READ_BYTES = 256 * 1024
+
+
+class LeanResponse:
+    """A reply up to its headers (http.client.HTTPResponse's subset: status, getheader, read); the body is read
+    when asked (a GET stream's never is)."""
+
+    def __init__(self, conn: LeanConnection, status: int, headers: dict[str, str], keep: bool) -> None:
+        self.conn, self.status, self.headers, self.keep = conn, status, headers, keep
+
+    def getheader(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name.lower(), default)
+
+    def read(self, amt: int | None = None) -> bytes:
+        conn, headers = self.conn, self.headers
+        length = headers.get("content-length")
+        if length is not None:
+            body = conn.take(int(length))
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            parts = []
+            while True:
+                size = int(conn.line().split(b";", 1)[0], 16)
+                if size == 0:
+                    while conn.line():  # trailers, up to the empty line
+                        pass
+                    break
+                parts.append(conn.take(size))
+                conn.line()
+            body = b"".join(parts)
+        elif self.status in (204, 304):
+            body = b""
+        else:  # to the connection's end
+            body = conn.rest()
+            self.keep = False
+        if not self.keep:
+            conn.close()
+        return body if amt is None else body[:amt]
+
+
+class LeanConnection:
+    """http.client.HTTPConnection's subset the bench uses, for less of the client's own CPU a call (the module's
+    docstring). A closed connection is opened again by the next request; a reply on a connection the server
+    closed raises http.client.RemoteDisconnected, as http.client does."""
+
+    def __init__(self, host: str, port: int, timeout: float = 120.0) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self.sock: socket.socket | None = None
+        self.buf = b""
+        self.heads: dict[tuple, bytes] = {}
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> None:
+        key = (method, path, *(headers or {}).items())
+        head = self.heads.get(key)
+        if head is None:
+            if len(self.heads) >= 64:
+                self.heads.clear()
+            lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
+            lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+            head = self.heads[key] = ("\r\n".join(lines) + "\r\n").encode("latin-1")
+        if self.sock is None:
+            self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.buf = b""
+        if body is None:
+            self.sock.sendall(head + b"\r\n")
+        else:
+            self.sock.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def getresponse(self) -> LeanResponse:
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            while end < 0:
+                if len(self.buf) > MAX_HEAD:
+                    raise http.client.HTTPException("a reply head past 64 KiB")
+                if not self.fill():
+                    self.close()
+                    raise http.client.RemoteDisconnected("the server closed the connection without a reply")
+                end = self.buf.find(b"\r\n\r\n")
+            head, self.buf = self.buf[:end], self.buf[end + 4 :]
+            lines = head.decode("latin-1").split("\r\n")
+            version, status = lines[0].split(" ", 2)[:2]
+            if not 100 <= int(status) < 200:  # else an interim reply: the real one follows
+                break
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            key = name.strip().lower()
+            headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+        connection = headers.get("connection", "").lower()
+        keep = "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection)
+        return LeanResponse(self, int(status), headers, keep)
+
+    def fill(self) -> bool:
+        if self.sock is None:
+            return False
+        data = self.sock.recv(READ_BYTES)
+        self.buf += data
+        return bool(data)
+
+    def take(self, size: int) -> bytes:
+        while len(self.buf) < size:
+            if not self.fill():
+                raise http.client.IncompleteRead(self.buf)
+        data, self.buf = self.buf[:size], self.buf[size:]
+        return data
+
+    def line(self) -> bytes:
+        end = self.buf.find(b"\r\n")
+        while end < 0:
+            if not self.fill():
+                raise http.client.IncompleteRead(self.buf)
+            end = self.buf.find(b"\r\n")
+        data, self.buf = self.buf[:end], self.buf[end + 2 :]
+        return data
+
+    def rest(self) -> bytes:
+        while self.fill():
+            pass
+        data, self.buf = self.buf, b""
+        return data
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        self.buf = b""
+        if sock is not None:
+            sock.close()
+
+
 class HttpSession:
-    """One MCP session over one kept-alive http.client connection."""
+    """One MCP session over one kept-alive connection (LeanConnection; an http.client one works too)."""
 
     def __init__(self, port: int, path: str = "/mcp", host: str = "127.0.0.1", timeout: float = 120.0) -> None:
         self.path = path
-        self.conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        self.conn: LeanConnection | http.client.HTTPConnection = LeanConnection(host, port, timeout=timeout)
         self.session_id: str | None = None
         self.version = PROTOCOL_VERSION
         self.next_id = 1
-        self.stream: http.client.HTTPResponse | None = None
+        self.stream: LeanResponse | http.client.HTTPResponse | None = None
         self.headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
 
     def post(self, body: bytes, msg_id: int | None, headers: dict[str, str] | None = None) -> dict | None:
@@ -162,7 +296,7 @@ class HttpSession:
         if len(text_of(reply)) != size:  # type: ignore[arg-type]
             raise BenchError(f"blob of {size} bytes came back with {len(text_of(reply))}")  # type: ignore[arg-type]
 
-    def open_get_stream(self) -> http.client.HTTPResponse:
+    def open_get_stream(self) -> LeanResponse | http.client.HTTPResponse:
         """Open the session's GET stream on this session's connection (which it then occupies)."""
         self.conn.request(
             "GET",
@@ -222,7 +356,7 @@ class StatelessSession(HttpSession):
         if len(text_of(reply)) != size:  # type: ignore[arg-type]
             raise BenchError(f"blob of {size} bytes came back with {len(text_of(reply))}")  # type: ignore[arg-type]
 
-    def open_get_stream(self) -> http.client.HTTPResponse:
+    def open_get_stream(self) -> LeanResponse | http.client.HTTPResponse:
         raise BenchError("2026-07-28 has no GET stream")
 
     def delete(self) -> None:
