@@ -16,7 +16,7 @@ error) stays that list: to_child splices the child's context, and adds the 24 by
 os.urandom per IDS_DRAWN bytes), the request's bytes as they came and the wait's start; `finish` adds its end,
 status and session and queues the list as it is (as span_pipe.SpanPipe.on_end would); the export process reads
 what the request asked (method, tool, protocol version, id) from its bytes. Any other request's list holds a Trace
-(`traced`: a handful of plain fields and tuples, the steps read from the list at the end): the sampling decision
+(`traced`; observe/trace_record.py: plain fields and tuples, the steps read from the list at the end): the decision
 once per request (the W3C context parsed here, observe/w3c.py; the SDK's sampler only when it is not a static or
 parent-based static one: observe/trace_sampling.py); unsampled, only the context is passed on (nothing is
 exported: the steps the request path appends without a check go with it). Sampled: the steps (the guard, the
@@ -47,21 +47,23 @@ from typing import Any
 
 from mcpgate.core.jsonrpc import Message, Request
 from mcpgate.observe import trace_sampling, w3c
-from mcpgate.observe.answer_marks import error_code, tool_error
-from mcpgate.observe.trace_sampling import looked_at, request_of, request_of_bytes
+from mcpgate.observe.trace_record import CLIENT as CLIENT  # OTLP's span kinds
+from mcpgate.observe.trace_record import INTERNAL as INTERNAL
+from mcpgate.observe.trace_record import SERVER, Trace
+from mcpgate.observe.trace_record import decide as decide
+from mcpgate.observe.trace_sampling import request_of, request_of_bytes
 from mcpgate.observe.trace_steps import GUARD as GUARD  # the steps' names, as the request path names them
 from mcpgate.observe.trace_steps import MRTR as MRTR
-from mcpgate.observe.trace_steps import NOTHING, Ending, Nothing, Step, marks
+from mcpgate.observe.trace_steps import NOTHING, Nothing, Step, marks
 from mcpgate.observe.trace_steps import POOL as POOL
 from mcpgate.observe.trace_steps import SESSION as SESSION
 from mcpgate.observe.trace_steps import step_name as step_name
 from mcpgate.observe.trace_steps import steps_of as steps_of
-from mcpgate.observe.w3c import TRACE_KEYS, Parent
+from mcpgate.observe.w3c import TRACE_KEYS
 
 log = logging.getLogger("mcpgate.tracing")
 
-KEY = "mcpgate.trace"  # the environ key of a request's Trace
-INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
+KEY = "mcpgate.trace"  # the environ key of a request's list
 TRACER: Any = None  # the export (span_pipe.SpanPipe) once `setup` switched tracing on; None: off
 IDS = w3c.Ids()
 _rules: tuple[Any, Any, Any] = (True, True, False)  # the sampler for no parent, a sampled one, an unsampled one
@@ -94,140 +96,6 @@ def setup(enabled: bool, service: str) -> None:
 def dropped() -> dict[str, int] | None:
     """The spans this process dropped, by reason (observe/span_pipe.py's DROPPED); None when tracing is off."""
     return None if TRACER is None else TRACER.dropped_by()
-
-
-def decide(parent: Parent | None, trace_id: bytes, message: Message | None) -> tuple[bool, str]:
-    """Sampled or not, and the tracestate to pass on (observe/trace_sampling.py asks a sampler that is not static)."""
-    rule = _rules[0] if parent is None else _rules[1] if parent.sampled else _rules[2]
-    if rule is True or rule is False:
-        return rule, parent.state if parent is not None else ""
-    return trace_sampling.asked(rule, parent, trace_id, message)
-
-
-class Trace:
-    """One request's spans as plain fields: decided once (`open`), ended once (`end`), encoded by the export."""
-
-    __slots__ = (
-        "code",
-        "decided",
-        "end_at",
-        "forward",
-        "headed",
-        "http_method",
-        "kind",
-        "opened",
-        "parent",
-        "sampled",
-        "server",
-        "session",
-        "span_id",
-        "start",
-        "state",
-        "status",
-        "steps",
-        "tool_error",
-        "trace_id",
-        "wait",
-        "what",
-    )
-
-    def __init__(self, server: str | None, kind: int = SERVER, environ: Mapping[str, Any] | None = None) -> None:
-        self.start, self.server, self.kind = _time(), server, kind
-        self.opened = False  # described, its parent and trace id found (`open`)
-        self.headed = False  # the traceparent header read (`from_header`)
-        self.decided = _always is not None  # sampled or not is known (a static sampler's: from the start)
-        self.sampled = _always is True
-        self.steps: list[tuple[str, float, float]] = []  # name, start, end: INTERNAL children of the request's span
-        self.wait: tuple[bytes, float] | None = None  # the wait for the child: span id, start
-        self.forward: tuple[bytes, float, str] | None = None  # a forward: span id, start, the owner instance
-        self.span_id = b""  # the request's own span's id: given by the export (the relay's: when sent)
-        self.what: tuple[str, Any, Any, Any] | str = ""  # a request's request_of, else the span's name
-        self.session: str | None = None  # the Mcp-Session-Id the request names
-        self.http_method = ""
-        self.code: int | None = None
-        self.tool_error = False  # a tools/call result with isError true
-        # trace_id: 16 bytes, or 24 from to_child's short way (the trace id, then the wait's span id: wait[0] is the
-        # same 24 bytes), cut by the export process (trace_spans: [:16], [-8:]) rather than on the request path
-        self.status, self.end_at, self.trace_id, self.state = 0, 0.0, b"", ""
-        self.parent: Parent | None = None
-        if environ is not None and not self.decided and "HTTP_TRACEPARENT" in environ:  # decided by its flag?
-            parent = self.from_header(environ)
-            rule = None if parent is None else _rules[1] if parent.sampled else _rules[2]
-            if rule is True or rule is False:
-                self.decided, self.sampled = True, rule
-
-    def open(self, environ: Mapping[str, Any], message: Message | None) -> None:
-        """The parent from the traceparent header, else from the message's _meta, and the sampling decision (once)."""
-        if self.opened:
-            return
-        self.opened = True
-        if self.headed:
-            parent = self.parent
-        else:
-            parent = self.from_header(environ) if "HTTP_TRACEPARENT" in environ else None
-            self.headed = True
-        params, meta = looked_at(message)
-        if parent is None and meta is not None:
-            parent = self.parent = w3c.parent_of(meta)
-        self.trace_id = parent.trace_id if parent is not None else IDS.take(16)
-        if self.decided:
-            self.state = parent.state if parent is not None else ""
-        else:
-            self.decided = True
-            self.sampled, self.state = decide(parent, self.trace_id, message)
-        if not self.sampled:  # only its context is passed on: nothing more to note
-            self.steps.clear()
-            return
-        if isinstance(message, Request):
-            self.what = request_of(message, params, meta)
-        else:  # (its HTTP method names the span of no request only)
-            self.what = str(getattr(message, "method", "batch")) if message is not None else ""
-            self.http_method = environ.get("REQUEST_METHOD", "")
-        self.session = environ.get("HTTP_MCP_SESSION_ID")
-
-    def from_header(self, environ: Mapping[str, Any]) -> Parent | None:
-        """The parent in the request's traceparent header (and tracestate), if any."""
-        self.headed = True
-        header = environ.get("HTTP_TRACEPARENT")
-        self.parent = w3c.parsed(header, environ.get("HTTP_TRACESTATE")) if header is not None else None
-        return self.parent
-
-    def context(self, span_id: bytes) -> dict[str, str]:
-        """The W3C fields naming `span_id` of this trace."""
-        fields = {"traceparent": w3c.traceparent(self.trace_id[:16], span_id, self.sampled)}
-        if self.state:
-            fields["tracestate"] = self.state
-        return fields
-
-    def end(self, environ: Mapping[str, Any], status: int, body: bytes | None) -> None:
-        """The request answered: queued for export when sampled (`finish`'s work, for a Trace of its own)."""
-        finish(environ, status, b"" if body is None else body, (), self)
-
-    def marked(self, body: bytes) -> None:
-        """Its error code and tool error, read from an answer holding "error" or "isError" (as error_code and
-        tool_error look first: no call for the usual answer)."""
-        if body.find(b'"error"') >= 0:
-            self.code = error_code(body)
-        if self.code is None and type(self.what) is tuple and self.what[0] == "tools/call":
-            at = body.find(b'"isError"')
-            if at >= 0 and (body[at + 9 : at + 15] != b":false" or body.find(b'"isError"', at + 9) >= 0):
-                self.tool_error = tool_error(body)
-
-    def encoded(self) -> bytes:
-        """Its spans, encoded (as the export process encodes its record)."""
-        out: list[bytes] = []
-        self.encode_into(out)
-        return b"".join(out)
-
-    def encode_into(self, out: list[bytes]) -> None:
-        """Its spans' parts appended to a batch's: its record written and read back, then encoded, as the worker and
-        the export process do (its times the wall clock's nanoseconds)."""
-        from mcpgate.observe import span_export, span_records, trace_spans
-
-        data, _ = span_records.payload([(self, 0)], span_records.Shapes())
-        for fields in span_records.unpacked(data, span_records.Table()):
-            if not trace_spans.encode_record(fields, out):
-                trace_spans.encode_into(span_export.Record(fields), out)
 
 
 RAW_SENT = 2048  # a usual request's bytes up to this size go to the export process as they are (it reads them)
@@ -392,18 +260,12 @@ def finish(
             record.steps = steps_of(listed)
     else:
         record = trace
-    if type(record) is Trace:
-        ended = record
+    if type(record) is Trace:  # (no closure here: a cell for each of its names would be made at every call)
         if type(body) is not bytes:
-            return Ending(sent, lambda: ended.end(environ, status, None))
-        if not ended.opened and (ended.sampled or not ended.decided):
-            ended.open(environ, None)
-        if not ended.sampled:
+            return record.ending(environ, status, sent)
+        spans = record.ended(environ, status, body)
+        if not spans:
             return sent
-        ended.end_at, ended.status = _time(), status
-        if body and body[-17:] != b'"isError":false}}' and marks(body):  # tools/call's usual answer (result last)
-            ended.marked(body)
-        spans = 1 + len(ended.steps) + (ended.wait is not None) + (ended.forward is not None)
     pipe = TRACER
     if pipe.stopped:
         return sent
