@@ -1,6 +1,7 @@
 """The settings of a fleet, several instances of the gateway sharing one Redis (mcpgate.serve.cluster): this
 instance's name and internal URL, the Redis, the key that authenticates forwarded requests, who may forward,
-and the cap on one principal's sessions across the fleet.
+the directory where instances on one machine hand connections to each other, and the cap on one principal's
+sessions across the fleet.
 
 Declarations only (how one works: mcpgate.config.declarations). mcpgate.config.settings assembles `Settings`
 from this area and the others, and every reader takes the values from there; the fields' order here is their
@@ -13,6 +14,11 @@ from dataclasses import dataclass
 
 from mcpgate.config import validators
 from mcpgate.config.declarations import declare, non_negative
+
+
+def absolute_or_empty(value: str) -> str | None:
+    """A directory named from wherever the instance starts: an absolute path (or empty)."""
+    return None if value == "" or value.startswith("/") else "must be an absolute path (or empty: off)"
 
 
 @dataclass(frozen=True, init=False, repr=False, eq=False)
@@ -51,6 +57,13 @@ class FleetSettings:
         "request (Mcpgate-Forwarded). Empty: the forwarding instance's own address in the directory (the host of "
         "its MCPGATE_INTERNAL_URL; for an instance on this machine, any address of this machine).",
         validate=validators.networks,
+    )
+    handoff_dir: str = declare(
+        "",
+        "A directory (this user's, writable by no one else; made if missing) where each instance of a fleet on one "
+        "machine listens on <instance id>.sock: a connection whose first request names the session of an instance "
+        "listening there is handed to it (its file descriptor), not forwarded over HTTP. Empty: off.",
+        validate=absolute_or_empty,
     )
     principal_sessions: int = declare(
         0,

@@ -9,6 +9,7 @@ without it (`exposure_problem`), since the labels name every server. When on:
   are sent (an SSE stream's too, chunk by chunk), and how many SSE replies are open.
 - the gauges (sessions, children per server) and each gateway's `Tally` (child exits by cause, stream
   drops, write-queue closes: rare events, plain counts), the refusals by kind (observe/refusals.py), the
+  connections handed between a fleet's instances on one machine (serve/front/handoff.py), the
   pins' changes and, with tracing on, the spans the trace export dropped by reason (observe/span_pipe.py) are
   read when /metrics is scraped (`FiguresCollector`), from the app's own registry.
 
@@ -87,6 +88,7 @@ class FiguresCollector:
         yield from self._requests()
         yield from self._servers()
         yield refused()
+        yield handoffs()
         yield pins.changes()
         yield from spans_dropped()
 
@@ -154,6 +156,25 @@ def refused() -> Metric:
     )
     for kind, count in refusals.COUNTS.items():
         family.add_metric([kind], count)
+    return family
+
+
+def handoffs() -> Metric:
+    """The connections this worker handed to another instance of a fleet on its machine and took from them
+    (MCPGATE_HANDOFF_DIR; serve/front/handoff.py), by outcome."""
+    from prometheus_client.core import CounterMetricFamily
+
+    from mcpgate.serve.front import handoff
+
+    family = CounterMetricFamily(
+        "mcpgate_handoffs",
+        "Client connections handed between instances on one machine instead of a request forwarded: sent (to the "
+        "session's owner), declined (the owner did not take it: forwarded instead), received (taken from another "
+        "instance), refused (not taken: draining, full, or a message that is no handoff).",
+        labels=["outcome"],
+    )
+    for outcome, count in handoff.COUNTS.items():
+        family.add_metric([outcome], count)
     return family
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,12 @@ def test_the_fleet_procfile_runs_under_honcho(tmp_path: Path) -> None:
     }
     with fleet_recipe(tmp_path, dotenv) as recipe:
         recipe.wait_up()
+        # the instances listen for handed connections in the recipe's directory (MCPGATE_HANDOFF_DIR), a private one
+        handoff = (
+            Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"mcpgate-handoff-{os.getuid()}-{recipe.ports['redis']}"
+        )
+        assert sorted(path.name for path in handoff.iterdir()) == ["i1.sock", "i2.sock", "i3.sock", "i4.sock"]
+        assert stat.S_IMODE(handoff.stat().st_mode) == 0o700
         headers = {**HEADERS, "Host": FRONT_HOST, "Authorization": f"Bearer {TOKEN}"}
         owners = set()
         for index in range(4):  # HAProxy sends initializes round-robin: one session on each instance
@@ -126,6 +133,8 @@ def test_the_fleet_procfile_runs_under_honcho(tmp_path: Path) -> None:
         os.killpg(started["i2"], signal.SIGTERM)  # one process stops: the runner stops the others
         recipe.wait_stopped()
         assert wait_gone(list(started.values())) == [], recipe.log()
+    assert list(handoff.iterdir()) == []  # each instance's socket removed as it stopped
+    handoff.rmdir()
 
 
 def redis_is_guarded(port: int) -> None:

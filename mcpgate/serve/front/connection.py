@@ -42,6 +42,7 @@ from gunicorn.workers.ggevent import PyWSGIHandler, PyWSGIServer
 from mcpgate.observe import logs, refusals
 from mcpgate.serve.front import environ as request_environ
 from mcpgate.serve.front.context import CONTEXT, RequestContext
+from mcpgate.serve.front.handoff import Given, Handoff
 from mcpgate.serve.front.heads import Head, Heads, checked
 from mcpgate.serve.front.peer_probe import peer_gone, peer_polled, polling
 from mcpgate.serve.front.reading import Body, TimedReader, Waiting
@@ -63,17 +64,20 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
     # The connection's own attributes are slots: with pywsgi's per-request ones in the instance dict they passed the
     # 30 names an instance keeps inline (CPython 3.11), and every attribute of the handler was then looked up in a
     # dict of its own.
-    __slots__ = ("head", "limits", "logged", "own", "peer_gone", "raw", "reader", "requests")
+    __slots__ = ("handed", "handoff", "head", "limits", "logged", "own", "peer_gone", "raw", "reader", "requests")
 
     environ: dict[str, Any] | None  # pywsgi's, for the request being answered
     response_headers: list[tuple[bytes, bytes]]
 
-    def __init__(self, sock: socket.socket, address: Any, server: Server) -> None:
-        self.reader = TimedReader(sock)
+    def __init__(self, sock: socket.socket, address: Any, server: Server, given: bytes = b"") -> None:
+        # `given`: a connection another instance handed here, the bytes it had read from it (serve/front/handoff.py)
+        self.reader = Given(sock, given) if given else TimedReader(sock)
         self.raw = self.reader.raw  # writing.py's send (None: a TLS socket, written through gevent's)
         super().__init__(sock, address, server, rfile=io.BufferedReader(self.reader, READ_BUFFER))
         self.limits: Limits = server.limits
         self.requests = 0
+        self.handoff = server.handoff  # a request for another instance's session hands it the connection (None: off)
+        self.handed = False  # the connection went to another instance: this one writes nothing more on it
         # every request's probe of this connection (a plain socket's keeps its poll object, which its reader asks too
         # before the first read of a kept-alive connection's next request: reading.py; a TLS socket's makes one)
         raw = self.raw
@@ -125,9 +129,10 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
 
     def release(self) -> None:
         """pywsgi's end of a connection (the rest of WSGIHandler.handle): what the client still sent is read
-        once, so closing does not reset the connection, then the socket is closed."""
+        once, so closing does not reset the connection, then the socket is closed. A connection handed to another
+        instance is only closed here: its descriptor is this process's copy, the connection the owner's."""
         if self.socket is not None:
-            raw = getattr(self.socket, "_sock", None)
+            raw = None if self.handed else getattr(self.socket, "_sock", None)
             try:
                 if raw:
                     try:
@@ -180,6 +185,8 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
         self.response_length = 0
         head = self.whole_head()
         if head is None:  # read a line at a time, as pywsgi does (a refusal says which line and why)
+            if self.handed:
+                return None
             try:
                 line = self.read_requestline()
             except OSError:
@@ -215,6 +222,9 @@ class Handler(LeanWrites, PyWSGIHandler):  # type: ignore[misc]
             return None
         head: Head | None = self.server.heads.get(buffered[:end])
         if head is not None:
+            if self.handoff is not None and self.requests == 1 and self.handoff.hands(self, head, buffered):
+                self.handed = True  # (nothing consumed: the owner has every byte the buffer held)
+                return None
             self.rfile.read(end)
         return head
 
@@ -352,6 +362,7 @@ class Server(PyWSGIServer):  # type: ignore[misc]
         self.access_logged = bool(getattr(self.log, "access_log_enabled", True))
         self.readers: set[TimedReader] = set()
         self.heads = Heads()  # the request heads its connections read, remembered by their bytes
+        self.handoff: Handoff | None = None  # MCPGATE_HANDOFF_DIR's sender (the worker sets it)
         # the worker stops (worker.release_connections): a reply says Connection: close and its connection ends,
         # also one accepted after the known connections were released, before gunicorn closes the listener
         self.closing = False

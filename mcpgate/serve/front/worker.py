@@ -16,6 +16,10 @@ none is in flight or the drain's time is up: MCPGATE_GRACEFUL_TIMEOUT less the c
 gunicorn stops accepting, every session of every server is ended (children go down the shutdown ladder), and
 reading stops on every client connection so idle keep-alive ones close while replies still finish; from then on
 every reply says Connection: close and ends its connection, one accepted before the listener closes too.
+
+In a fleet with MCPGATE_HANDOFF_DIR the worker also takes the connections other instances on this machine hand it
+(serve/front/handoff.py: a greenlet on its unix socket, served by the first listener's server), refused from the
+moment its drain begins (they are forwarded here over HTTP instead); the socket is removed as the worker exits.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from gunicorn.workers.ggevent import VERSION, GeventPyWSGIWorker
 
 from mcpgate.config.settings import Settings
 from mcpgate.serve.front.connection import Handler, Limits, Server
+from mcpgate.serve.front.handoff import Handoff, Listener, adopt, prepared, room
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
     from mcpgate.serve.runtime import Runtime
@@ -64,6 +69,9 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         # where other instances of a fleet reach this one (-b included), noted while self.sockets are gunicorn's
         # listeners (gevent's init_process makes them plain sockets)
         self.listening = [listening_address(listener) for listener in self.sockets]
+        # MCPGATE_HANDOFF_DIR in a fleet: connections handed to other instances, and taken from them (handoff.py)
+        self.handoff: Handoff | None = None
+        self.handed: Listener | None = None
 
     def load_wsgi(self) -> None:
         """gunicorn's, within the addresses this worker listens on (the app factory's cluster names them)."""
@@ -74,6 +82,10 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         gevent.config.track_greenlet_tree = False
         with listening_on(self.listening):
             super().load_wsgi()
+        runtime = self.runtime()  # a handoff directory that cannot serve: the worker fails to boot, saying why
+        if runtime is not None and runtime.settings.handoff_dir and runtime.cluster is not None:
+            cluster = runtime.cluster
+            self.handoff = Handoff(prepared(runtime.settings.handoff_dir), cluster.instance, cluster.owner)
 
     def runtime(self) -> Runtime | None:
         """The gateway's Runtime, which the app factory attached to the app (None: another app)."""
@@ -91,6 +103,8 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         graceful = float(self.cfg.graceful_timeout)
         started = time.monotonic()
         runtime = self.runtime()
+        if self.handed is not None:  # handed connections go on being forwarded here instead
+            self.handed.refusing = True
         try:
             if runtime is not None:
                 s = runtime.settings
@@ -150,6 +164,7 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
     def make_server(self, limits: Limits, *args: Any, **kwargs: Any) -> Server:
         """gunicorn's server of one listener: connection.py's, known to end_requests."""
         server = Server(*args, connections=self.connections, limits=limits, **kwargs)
+        server.handoff = self.handoff
         self.front_servers.append(server)
         return server
 
@@ -161,6 +176,8 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         try:
             self.serve()
         finally:
+            if self.handed is not None:
+                self.handed.close()
             if runtime is not None:  # a last chance for children still alive (bounded)
                 runtime.close(LAST_CHANCE_TIMEOUT)
 
@@ -186,9 +203,17 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             )
             server.start()
             servers.append(server)
+        if self.handoff is not None and servers:
+            first = servers[0]
+            on = self.handoff
+            self.handed = Listener(
+                on.directory, on.instance, functools.partial(room, first), functools.partial(adopt, first)
+            )
         while self.alive:
             self.notify()
             self._stopped.wait(HEARTBEAT)
+        if self.handed is not None:
+            self.handed.refusing = True
         for server in servers:
             server.close()  # no new connection
         deadline = time.monotonic() + float(self.cfg.graceful_timeout)
