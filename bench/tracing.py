@@ -17,6 +17,13 @@ with the gateway for CPU: compare the settings within one run only. A round that
 cores / (every process's CPU per call) calls/s, so that figure says where a lost call per second went even when
 other work on the machine moves the calls/s.
 
+A worker's CPU per call falls as its calls/s rise (its hub reads more requests per wake-up): in one run of
+2026-12-04 a traced worker took 108 us a call at 3,214 calls/s and 84 at 4,808, an untraced one 77 at 4,785. So a
+median of CPU per call over rounds that served different calls/s (and --together's, where the gateways' shares of
+the clients' calls differed from 980 to 13,880 in one 8 s round) mixes tracing's cost with batching's: compare rounds
+of like calls/s, or the sequential calls of bench/tracing_seq.py (CPU, page faults, context switches and system
+calls per call), or instructions (bench/instructions.py).
+
     python bench/tracing.py [--seconds 10] [--rounds 3] [--clients 16] [--modes off,unsampled,on]
     python bench/tracing.py --base /tmp/base   # each mode from that source tree too (`git archive HEAD | tar -x`)
     python bench/tracing.py --profile /tmp/traced.txt [--profile-mode unsampled]   # one round under py-spy

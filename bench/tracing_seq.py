@@ -11,14 +11,22 @@ gateway's extra over head's off; the medians of those are printed.
 
     git archive HEAD | tar -x -C /tmp/ab-base       # before the change
     python bench/tracing_seq.py --base /tmp/ab-base [--head DIR] [--rounds 9] [--calls 2000] [--modes off,unsampled,on]
+    python bench/tracing_seq.py --modes off,on --proc [--strace]   # what the CPU does not say, per call
+
+--proc also prints, per gateway, the worker's minor page faults and context switches (voluntary, forced) per call
+(from /proc; not load-sensitive, unlike the CPU), and --strace the worker's system calls per call (one block of
+--calls calls per gateway under `strace -c -f`, after the rounds: strace slows the worker, not what it calls).
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import signal
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,6 +56,35 @@ def export_on_cpu(master: int) -> int:
         except OSError:
             continue
     return total
+
+
+def worker_of(master: int) -> int:
+    return int(Path(f"/proc/{master}/task/{master}/children").read_text().split()[0])
+
+
+def counted(master: int) -> tuple[int, int, int]:
+    """The worker's minor page faults, voluntary and forced context switches so far (--proc)."""
+    worker = worker_of(master)
+    faults = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[7])
+    switches = dict(line.split(":") for line in Path(f"/proc/{worker}/status").read_text().splitlines())
+    return faults, int(switches["voluntary_ctxt_switches"]), int(switches["nonvoluntary_ctxt_switches"])
+
+
+def syscalls(master: int, session: Session, calls: int, out: Path) -> dict[str, int]:
+    """The worker's system calls (every thread) over `calls` calls, by name (--strace)."""
+    tracer = subprocess.Popen(["strace", "-c", "-f", "-o", str(out), "-p", str(worker_of(master))])
+    try:
+        time.sleep(1.0)  # attached
+        session.calls(calls)
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(timeout=30)
+    made: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+            made[fields[-1]] = int(fields[3])
+    return made
 
 
 class Session:
@@ -84,6 +121,7 @@ def measure(args: argparse.Namespace, trees: dict[str, Path | None], endpoint: s
     extra: list[list[float]] = [[] for _ in configs]
     per_call: list[list[float]] = [[] for _ in configs]
     exported: list[list[float]] = [[] for _ in configs]
+    proc: list[list[tuple[float, ...]]] = [[] for _ in configs]
     try:
         sessions = [Session(port) for _, port, _ in started]
         for session in sessions:
@@ -93,9 +131,10 @@ def measure(args: argparse.Namespace, trees: dict[str, Path | None], endpoint: s
             export: list[float] = [0.0] * len(configs)
             for n in [(round_ + k) % len(configs) for k in range(len(configs))]:
                 master = started[n][0].pid
-                before, export_before = on_cpu(master), export_on_cpu(master)
+                before, export_before, seen = on_cpu(master), export_on_cpu(master), counted(master)
                 sessions[n].calls(args.calls)
                 got[n] = (on_cpu(master) - before) / args.calls / 1000
+                proc[n].append(tuple((b - a) / args.calls for a, b in zip(seen, counted(master), strict=True)))
                 export[n] = (export_on_cpu(master) - export_before) / args.calls / 1000
             for n, value in enumerate(got):
                 per_call[n].append(value)
@@ -105,6 +144,11 @@ def measure(args: argparse.Namespace, trees: dict[str, Path | None], endpoint: s
                 " | ".join(f"{t} {m} {v:.1f} ({e:.1f})" for (t, m), v, e in zip(configs, got, export, strict=True)),
                 flush=True,
             )
+        if args.strace:
+            for n, (tree, mode) in enumerate(configs):
+                made = syscalls(started[n][0].pid, sessions[n], args.calls, Path(f"/tmp/tracing-seq-strace-{n}.txt"))
+                listed = ", ".join(f"{name} {count / args.calls:.3f}" for name, count in sorted(made.items()))
+                print(f"{tree} {mode} system calls per call: {sum(made.values()) / args.calls:.2f} ({listed})")
     finally:
         for gw, _, log in started:
             bench.stop(gw, log)
@@ -115,6 +159,14 @@ def measure(args: argparse.Namespace, trees: dict[str, Path | None], endpoint: s
             f"{max(diffs):+.1f}); export process {statistics.median(export):.1f} us/call",
             flush=True,
         )
+    if args.proc:
+        for (tree, mode), rows in zip(configs, proc, strict=True):
+            faults, voluntary, forced = (statistics.median(row[k] for row in rows) for k in range(3))
+            print(
+                f"median {tree:4} {mode:9}: {faults:.3f} minor page faults, {voluntary:.2f} voluntary and {forced:.3f} "
+                "forced context switches per call (the worker)",
+                flush=True,
+            )
 
 
 def main() -> int:
@@ -124,6 +176,8 @@ def main() -> int:
     parser.add_argument("--modes", default="off,unsampled,on")
     parser.add_argument("--base", metavar="DIR", type=Path, help="also run each mode from this source tree")
     parser.add_argument("--head", metavar="DIR", type=Path, help="the tree to measure (default: this checkout)")
+    parser.add_argument("--proc", action="store_true", help="the worker's page faults, context switches per call")
+    parser.add_argument("--strace", action="store_true", help="the worker's system calls per call (strace -c -f)")
     args = parser.parse_args()
     endpoint, _ = bench.sink()
     trees: dict[str, Path | None] = {"head": args.head.resolve() if args.head is not None else None}
