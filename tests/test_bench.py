@@ -258,3 +258,81 @@ def test_the_relay_table_has_the_2026_row_and_issue_11s_ratios() -> None:
     assert "2,700 vs 3,000 calls/s = 0.90x | no |" in targets
     assert "0.720 vs 0.600 ms = 1.20x | – |" in targets
     assert "3,300 vs 2,700 calls/s = 1.22x | – |" in targets
+
+
+# The lean client's reply framing: (the server's bytes for two replies, what each read gives, whether the second
+# reply came on the first connection)
+LEAN_REPLIES = [
+    ("length", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", [b"hi", b"hi"], True),
+    (
+        "chunked",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;x=1\r\nh\r\n1\r\ni\r\n0\r\nT: 1\r\n\r\n",
+        [b"hi", b"hi"],
+        True,
+    ),
+    ("interim", b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", [b"hi", b"hi"], True),
+    ("close", b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi", [b"hi", b"hi"], False),
+    ("to the end", b"HTTP/1.0 200 OK\r\n\r\nhi", [b"hi", b"hi"], False),
+]
+
+
+@pytest.mark.parametrize(("reply", "bodies", "kept"), [c[1:] for c in LEAN_REPLIES], ids=[c[0] for c in LEAN_REPLIES])
+def test_the_lean_client_reads_each_framing_and_keeps_what_it_may(
+    reply: bytes, bodies: list[bytes], kept: bool
+) -> None:
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while len(accepted) < 2:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    def answer(conn: socket.socket) -> None:
+        try:
+            exchange(conn)
+        except OSError:  # the test closed the socket
+            pass
+
+    def exchange(conn: socket.socket) -> None:
+        buffer = b""
+        while True:
+            while b"\r\n\r\n" not in buffer:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buffer += data
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            size = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(buffer) < size:
+                buffer += conn.recv(65536)
+            buffer = buffer[size:]
+            conn.sendall(reply)
+            if b"Connection: close" in reply or reply.startswith(b"HTTP/1.0"):
+                conn.close()
+                return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    conn = mcpclient.LeanConnection("127.0.0.1", server.getsockname()[1], timeout=10)
+    try:
+        got = []
+        for _ in bodies:
+            conn.request("POST", "/mcp", b"{}", {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200
+            got.append(resp.read())
+        assert got == bodies
+        assert len(accepted) == (1 if kept else 2)
+    finally:
+        conn.close()
+        server.close()
+        for sock in accepted:
+            sock.close()
