@@ -17,7 +17,12 @@ What it measures, each figure the median over rounds (configurations interleaved
   i1 over its pooled internal connection (p50 difference against sending them to i1);
 - CPU per call (user + system of each process, every thread, from /proc as bench/measure.py reads it for
   serve; the bench child excluded), with --cpu-clients client processes for --duration s: a call sent to its
-  session's owner i1 (i1's CPU), the same calls sent to i2 which forwards them (i1's + i2's), the same
+  session's owner i1 (i1's CPU), the same calls sent to an instance which forwards them over HTTP (f2, started
+  without MCPGATE_HANDOFF_DIR: i1's + f2's), calls each handed between instances with their connection (the
+  recipe's way, MCPGATE_HANDOFF_DIR: serve/front/handoff.py, which hands a connection's first request only: the
+  same calls sent to i2 on a kept connection, which i2 handed to i1 at the session's first call there, before
+  the measured ones; and every call on a new connection to i2, which hands each to i1, against the same calls
+  each on a new connection to i1: i1's + i2's), the same
   calls through HAProxy to i1 (HAProxy's own process: its CPU per call), and Redis's CPU and commands per call in
   each (a forwarded call's nonce: one SET NX per forwarding connection, its later calls checked against that
   connection's series, serve/cluster/nonces.py). bench/fleet_docs.py turns these into the fleet's scaling model,
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -115,8 +121,9 @@ def start_redis(out: Path) -> Process:
     return Process("redis", port, proc)
 
 
-def start_instance(name: str, redis_port: int | None, out: Path) -> Process:
-    """One `gunicorn mcpgate.wsgi` (one worker) on its own port, in the fleet when `redis_port` is given."""
+def start_instance(name: str, redis_port: int | None, out: Path, handoff: bool = True) -> Process:
+    """One `gunicorn mcpgate.wsgi` (one worker) on its own port, in the fleet when `redis_port` is given (handing
+    connections to the fleet's other instances as deploy/Procfile.fleet does, unless `handoff` is False)."""
     port = gateways.free_port()
     env = gateways.mcpgate_env(MCPGATE_BIND=f"127.0.0.1:{port}")
     if redis_port is not None:
@@ -126,6 +133,8 @@ def start_instance(name: str, redis_port: int | None, out: Path) -> Process:
             "MCPGATE_CLUSTER_SECRET": SECRET,
             "MCPGATE_INTERNAL_URL": f"http://127.0.0.1:{port}",
         }
+        if handoff:
+            env["MCPGATE_HANDOFF_DIR"] = str(out / f"cluster-handoff-{redis_port}")
     log = out / f"cluster-{name}.log"
     argv = [str(Path(sys.executable).parent / "gunicorn"), "-c", "python:mcpgate.gunicorn_config", "mcpgate.wsgi"]
     proc = spawn(argv, log, env)
@@ -238,6 +247,19 @@ def steered_to(owner_port: int) -> measure.Client:
     return SteeredHere
 
 
+def fresh(base: measure.Client) -> measure.Client:
+    """`base` with a new connection for every call (the session's own calls after its initialize): each one is the
+    first request of its connection."""
+
+    class Fresh(base):  # type: ignore[valid-type,misc]
+        def post(self, body: bytes, msg_id: int | None, headers: dict[str, str] | None = None) -> dict[str, Any] | None:
+            if self.session_id is not None and headers is None:
+                self.conn.close()  # (http.client connects again for the request)
+            return super().post(body, msg_id, headers)  # type: ignore[no-any-return]
+
+    return Fresh
+
+
 CpuSamples = dict[str, dict[str, list[float]]]  # path -> process -> µs per call, one per round
 
 
@@ -299,6 +321,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for index in range(1, max(args.instances) + 1):  # each one stopped at the end even if a later one fails
             fleet.append(start_instance(f"i{index}", redis.port, out))
             started.append(fleet[-1])
+        fleet_forwarder: Process | None = None
+        if len(fleet) >= 2:  # the forwarder over HTTP: an instance without the handoff
+            fleet_forwarder = start_instance("f2", redis.port, out, handoff=False)
+            started.append(fleet_forwarder)
         fronts: dict[int, Process] = {}
         for size in args.instances:
             fronts[size] = start_haproxy(fleet[:size], out)
@@ -306,7 +332,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         targets = {"1 instance, direct": solo.port} | {
             f"{size} instance{'s' if size > 1 else ''}, HAProxy": front.port for size, front in fronts.items()
         }
-        paths = cpu_paths(solo, fleet, fronts, redis)
+        paths = cpu_paths(solo, fleet, fronts, redis, fleet_forwarder)
         for round_no in range(args.rounds):
             if args.cpu_clients:
                 cpu_per_call(paths, args.cpu_clients, args.duration, cpu, redis.port)
@@ -326,9 +352,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 record(latency, "haproxy", errors, lambda: sequential_p50(fronts[1].port, args.calls, 10.0))
             if len(fleet) >= 2:
                 record(latency, "owner", errors, lambda: sequential_p50(fleet[0].port, args.calls, 10.0))
-                record(
-                    latency, "forwarded", errors, lambda: forwarded_p50(fleet[0].port, fleet[1].port, args.calls, 10.0)
-                )
+                if fleet_forwarder is not None:
+                    forwarding = functools.partial(forwarded_p50, fleet[0].port, fleet_forwarder.port, args.calls, 10.0)
+                    record(latency, "forwarded", errors, forwarding)
     finally:
         for proc in reversed(started):
             proc.stop()
@@ -349,16 +375,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cpu_paths(
-    solo: Process, fleet: list[Process], fronts: dict[int, Process], redis: Process
+    solo: Process, fleet: list[Process], fronts: dict[int, Process], redis: Process, forwarder: Process | None
 ) -> dict[str, tuple[int, measure.Client, dict[str, int]]]:
     """The paths whose CPU per call is measured: (the port called, the client class, the processes counted)."""
     paths: dict[str, tuple[int, measure.Client, dict[str, int]]] = {
         "solo": (solo.port, HttpSession, {"instance": solo.proc.pid})
     }
-    if len(fleet) >= 2:
-        pair = {"owner": fleet[0].proc.pid, "forwarder": fleet[1].proc.pid, "redis": redis.proc.pid}
+    if len(fleet) >= 2 and forwarder is not None:
+        pair = {"owner": fleet[0].proc.pid, "forwarder": forwarder.proc.pid, "redis": redis.proc.pid}
         paths["direct"] = (fleet[0].port, HttpSession, pair)
-        paths["forwarded"] = (fleet[1].port, steered_to(fleet[0].port), pair)
+        paths["forwarded"] = (forwarder.port, steered_to(fleet[0].port), pair)
+        handing = {"owner": fleet[0].proc.pid, "forwarder": fleet[1].proc.pid, "redis": redis.proc.pid}
+        paths["handed"] = (fleet[1].port, steered_to(fleet[0].port), handing)
+        paths["connection each"] = (fleet[0].port, fresh(HttpSession), handing)
+        paths["handed each"] = (fleet[1].port, fresh(steered_to(fleet[0].port)), handing)
     if 1 in fronts:
         by_haproxy = {"owner": fleet[0].proc.pid, "haproxy": fronts[1].proc.pid, "redis": redis.proc.pid}
         paths["haproxy"] = (fronts[1].port, HttpSession, by_haproxy)
@@ -408,7 +438,10 @@ def cpu_table(cpu: dict[str, dict[str, float]]) -> list[str]:
     for label, by in (
         ("one instance alone (no fleet)", {"owner": cpu.get("solo", {}).get("instance", float("nan"))}),
         ("sent to the session's owner", direct),
-        ("sent to another instance (forwarded)", forwarded),
+        ("sent to another instance (forwarded over HTTP)", forwarded),
+        ("sent to another instance, which handed the connection to the owner", cpu.get("handed", {})),
+        ("a new connection each call, to the owner", cpu.get("connection each", {})),
+        ("a new connection each call, to another instance, which hands it", cpu.get("handed each", {})),
         ("through HAProxy to the owner", cpu.get("haproxy", {})),
     ):
         if not by:

@@ -18,6 +18,12 @@ c_direct and c_forwarded a call sent to its session's owner and the same call se
 instances' CPU and Redis's, the forwarded request's nonce). With the recipe's sticky routing f is ~0 (a session's
 calls go to its owner; calls are forwarded only when the stick table lost the session); round robin is f = (N−1)/N.
 
+The recipe's instances also hand a connection whose first request names another instance's session to that owner
+(MCPGATE_HANDOFF_DIR, serve/front/handoff.py): its later calls are then direct. `handoff` states what bench/cluster.py
+measured of it beside the model (a handed connection's calls against direct ones, and one handoff's own CPU); the
+model's c_forwarded stays the call forwarded over HTTP, what a balancer's connection shared by several instances'
+sessions gets.
+
 `model_table` (printed by bench/cluster.py, and by `python bench/fleet_docs.py --model` from the last run) states
 the inputs and, for each routing of deploy/haproxy.cfg (ROUTING: sticky and by_prefix f = 0, roundrobin
 (N−1)/N) and fleet size, f, calls/s(N), the scaling with HAProxy on the instances' cores and on cores of its own
@@ -26,6 +32,7 @@ the inputs and, for each routing of deploy/haproxy.cfg (ROUTING: sticky and by_p
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from collections.abc import Callable
@@ -194,6 +201,36 @@ def model_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def handoff(results: dict[str, Any]) -> dict[str, float] | None:
+    """What the run measured of the handoff (µs of CPU per call, every process's): `kept`, a session's calls on a
+    connection another instance handed to the owner, over a direct call; `each`, one handoff's own CPU (calls each
+    on a new connection handed to the owner, less the same calls each on a new connection to the owner). None: not
+    measured."""
+    cpu = results.get("cpu_us_per_call") or {}
+    if not {"direct", "handed", "connection each", "handed each"} <= cpu.keys():
+        return None
+
+    def total(path: str) -> float:
+        return float(sum(value for name, value in cpu[path].items() if name in ("owner", "forwarder", "redis")))
+
+    return {
+        "kept": total("handed") / total("direct"),
+        "each": total("handed each") - total("connection each"),
+        "connection": total("connection each") - total("direct"),
+    }
+
+
+def handoff_rows(results: dict[str, Any]) -> list[str]:
+    found = handoff(results)
+    if found is None:
+        return []
+    return [
+        f"| a session's calls on a connection handed to its owner (MCPGATE_HANDOFF_DIR) / c_direct | "
+        f"{found['kept']:.2f}× |",
+        f"| one handoff's own CPU (a call on a new connection, handed, less one to the owner) | {found['each']:,.1f} |",
+    ]
+
+
 def model_table(results: dict[str, Any]) -> str:
     """The model as bench/cluster.py prints it (and `python bench/fleet_docs.py --model`): its measured inputs,
     then per routing and fleet size the prediction ("" when the run measured no CPU)."""
@@ -210,6 +247,7 @@ def model_table(results: dict[str, Any]) -> str:
         f"| c_direct: a call sent to its session's owner (owner + Redis) | {cost['direct']:,.1f} |",
         f"| c_forwarded: sent to another instance (owner + forwarder + Redis) | {cost['forwarded']:,.1f} |",
         f"| c_forwarded / c_direct (goal ≤ {RATIO_GOAL:.2f}) | {cost['forwarded'] / cost['direct']:.2f}× |",
+        *handoff_rows(results),
         f"| HAProxy's added latency, sequential p50 | {1000 * (lat['haproxy'] - lat['direct']):,.0f} µs |",
         "",
         "| routing | N | f forwarded | calls/s, N cores | scaling, HAProxy on the N cores | scaling, HAProxy "
@@ -256,8 +294,27 @@ def model_text(results: dict[str, Any]) -> str | None:
         f"instances served directly, sticky routing gives {against_alone(cost, 0.0, False):.2f}·N with HAProxy "
         f"on the instances' cores, {against_alone(cost, 0.0, True):.2f}·N with HAProxy on a core of its own "
         f"(where it spends {cost['haproxy'] / cost['owner']:.2f} of a core per instance's core): eight instances "
-        f"on eight cores of this machine's speed, {calls_per_s(cost, 8, 0.0):,.0f} calls/s."
+        f"on eight cores of this machine's speed, {calls_per_s(cost, 8, 0.0):,.0f} calls/s." + handoff_text(results)
     )
+
+
+def handoff_text(results: dict[str, Any]) -> str:
+    found = handoff(results)
+    if found is None:
+        return ""
+    return (
+        f" A connection whose first request lands on another instance is handed to the owner (MCPGATE_HANDOFF_DIR): "
+        f"its session's later calls cost {found['kept']:.2f}× a direct call; the handoff itself "
+        f"{found['each']:,.0f} µs (a new connection costs {found['connection']:,.0f} µs), less than forwarding every "
+        f"call once the connection carries {max(1, math.ceil(found['each'] / max(cost_over(results), 1e-9)))} "
+        "calls or more."
+    )
+
+
+def cost_over(results: dict[str, Any]) -> float:
+    """µs a forwarded call costs over a direct one."""
+    cost = inputs(results)
+    return 0.0 if cost is None else cost["forwarded"] - cost["direct"]
 
 
 def model_summary(results: dict[str, Any]) -> str | None:

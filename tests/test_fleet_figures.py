@@ -104,3 +104,22 @@ def test_the_model_per_routing_and_fleet_size() -> None:
     assert rows[("roundrobin", 1)]["forwarded"] == 0.0  # one instance owns every session
     table = fleet_docs.model_table({"cpu_us_per_call": cpu, "latency_p50_ms": {"direct": 0.2, "haproxy": 0.25}})
     assert "| roundrobin | 4 | 0.75 |" in table and "| 50 µs |" in table and "1.61×" in table
+
+
+def test_the_handoff_figures_beside_the_model() -> None:
+    """bench/cluster.py's handoff paths: a handed connection's calls against direct ones, and one handoff's own CPU
+    (a new connection each call, handed, less one to the owner); a run without them states none."""
+    cpu = {
+        **CPU,
+        "handed": {"owner": 99.0, "forwarder": 1.0, "redis": 2.0},
+        "connection each": {"owner": 180.0, "forwarder": 1.0, "redis": 1.0},
+        "handed each": {"owner": 300.0, "forwarder": 180.0, "redis": 2.0},
+    }
+    results = {"cpu_us_per_call": cpu, "latency_p50_ms": {"haproxy": 0.3, "direct": 0.2}}
+    assert fleet_docs.handoff(results) == {"kept": 1.0, "each": 300.0, "connection": 80.0}
+    table = fleet_docs.model_table(results)
+    assert "connection handed to its owner (MCPGATE_HANDOFF_DIR) / c_direct | 1.00× |" in table, table
+    assert "one handoff's own CPU" in table and "| 300.0 |" in table, table
+    assert "less than forwarding every call once the connection carries 5 calls" in fleet_docs.handoff_text(results)
+    assert fleet_docs.handoff({"cpu_us_per_call": CPU}) is None
+    assert fleet_docs.handoff_rows({"cpu_us_per_call": CPU}) == [] and fleet_docs.handoff_text({}) == ""
