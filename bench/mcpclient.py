@@ -210,10 +210,18 @@ class LeanConnection:
         return bool(data)
 
     def take(self, size: int) -> bytes:
-        while len(self.buf) < size:
-            if not self.fill():
-                raise http.client.IncompleteRead(self.buf)
-        data, self.buf = self.buf[:size], self.buf[size:]
+        buf = self.buf
+        if len(buf) < size:  # the rest read in pieces and joined once (a body of megabytes is not copied per read)
+            assert self.sock is not None
+            parts, have = [buf], len(buf)
+            while have < size:
+                data = self.sock.recv(max(READ_BYTES, size - have))
+                if not data:
+                    raise http.client.IncompleteRead(b"".join(parts))
+                parts.append(data)
+                have += len(data)
+            buf = b"".join(parts)
+        data, self.buf = buf[:size], buf[size:]
         return data
 
     def line(self) -> bytes:
@@ -226,10 +234,11 @@ class LeanConnection:
         return data
 
     def rest(self) -> bytes:
-        while self.fill():
-            pass
-        data, self.buf = self.buf, b""
-        return data
+        parts = [self.buf]
+        while self.sock is not None and (data := self.sock.recv(READ_BYTES)):
+            parts.append(data)
+        self.buf = b""
+        return b"".join(parts)
 
     def close(self) -> None:
         sock, self.sock = self.sock, None
