@@ -9,7 +9,10 @@ outside it). A session is opened on i1; after `--warm` calls of each path, count
 workers, `--calls` echo calls are made and both dump: the calls sent to i1 itself ("direct": i1's instructions)
 and the same session's calls sent to i2, which forwards them ("forwarded": i1's and i2's). Of `--repeat` blocks
 the least is each figure (what runs by the clock falls into a block with its wall time). Printed per tree: the
-owner's instructions a call direct and forwarded, the forwarder's, and forwarded (both) over direct.
+owner's instructions a call direct and forwarded, the forwarder's, and forwarded (both) over direct. With
+`--handoff` the instances hand connections (MCPGATE_HANDOFF_DIR; the kept connection to i2 is then handed at its
+first call and its calls are direct), and two more paths are counted: calls each on a new connection to i1, and
+each on a new connection to i2, which hands it to i1 (both workers): their difference is one handoff.
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ import procs
 from mcpclient import HttpSession
 
 
-def start(tree: Path, name: str, redis_port: int, out_dir: Path, config: Path) -> gateways.Running:
+def start(
+    tree: Path, name: str, redis_port: int, out_dir: Path, config: Path, handoff: bool = False
+) -> gateways.Running:
     env = {
         "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
         "MCPGATE_INSTANCE_ID": name,
         "MCPGATE_CLUSTER_SECRET": cluster.SECRET,
     }
+    if handoff:
+        env["MCPGATE_HANDOFF_DIR"] = str(out_dir / f"handoff-{redis_port}")
     spec = instructions.spec(f"{tree.name}-{name}", tree, out_dir, config, env)
     return gateways.start(spec, out_dir / "logs", timeout=600.0)
 
@@ -59,9 +66,9 @@ def measure_tree(tree: Path, args: argparse.Namespace, out_dir: Path, config: Pa
     try:
         redis = cluster.start_redis(out_dir)
         started.append(redis)
-        owner = start(tree, "i1", redis.port, out_dir, config)
+        owner = start(tree, "i1", redis.port, out_dir, config, args.handoff)
         runs.append(owner)
-        other = start(tree, "i2", redis.port, out_dir, config)
+        other = start(tree, "i2", redis.port, out_dir, config, args.handoff)
         runs.append(other)
         workers = [
             (f"{tree.name}-i1", instructions.worker_pid(owner.proc.pid)),
@@ -73,12 +80,17 @@ def measure_tree(tree: Path, args: argparse.Namespace, out_dir: Path, config: Pa
             direct.echo()
             steered.echo()
         figures: dict[str, float] = {}
-        for path, session in (("direct", direct), ("forwarded", steered)):
+        paths = [("direct", direct), ("forwarded", steered)]
+        if args.handoff:  # (the kept connection to i2 was handed at its first call: "forwarded" is then direct)
+            each = cluster.fresh(HttpSession)(owner.port, "/mcp").initialize()
+            handed = cluster.fresh(cluster.steered_to(owner.port))(other.port, "/mcp").initialize()
+            paths += [("connection each", each), ("handed each", handed)]
+        for path, session in paths:
             blocks = [block(workers, out_dir, args.calls, session.echo) for _ in range(args.repeat)]
             figures[f"{path} owner"] = min(b[0] for b in blocks)
-            if path == "forwarded":
+            if path in ("forwarded", "handed each"):
                 figures[f"{path} forwarder"] = min(b[1] for b in blocks)
-        for session in (direct, steered):
+        for _, session in paths:
             session.close()
         return figures
     finally:
@@ -94,6 +106,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--warm", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--handoff",
+        action="store_true",
+        help="the instances hand connections (MCPGATE_HANDOFF_DIR): also calls each on a new connection, to i1 "
+        "and to i2 (which hands each to i1)",
+    )
     args = parser.parse_args(argv)
     procs.install_handlers()
     out_dir = gateways.BENCH / "out" / f"cluster-ir-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -104,6 +122,9 @@ def main(argv: list[str]) -> int:
         both = figures["forwarded owner"] + figures["forwarded forwarder"]
         shown = ", ".join(f"{name} {value:,.0f}" for name, value in figures.items())
         print(f"{tree}: {shown}; forwarded / direct {both / figures['direct owner']:.2f}×", flush=True)
+        if args.handoff:
+            handed = figures["handed each owner"] + figures["handed each forwarder"]
+            print(f"  one handoff: {handed - figures['connection each owner']:,.0f} instructions", flush=True)
     return 0
 
 
