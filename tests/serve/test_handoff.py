@@ -17,12 +17,14 @@ import signal
 import socket
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from tests.support import HEADERS, Gateway, call, init_body, reply_message
+from tests.support import HEADERS, Gateway, call, free_port, init_body, reply_message
 from tests.support.fleet import redis_server
+from tests.support.gateway import gunicorn_refusal
 from tests.support.waiting import wait_for
 
 SECRET = "test-handoff-secret-0123456789abcdef"
@@ -247,3 +249,14 @@ def test_a_draining_owner_refuses_and_b_forwards(redis_url: str, handoff_dir: st
         slow.close()
         a.stop()
         b.stop()
+
+
+def test_a_handoff_directory_others_may_write_stops_the_gateway(redis_url: str, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    env = fleet_env(redis_url, str(shared), "hx") | {"MCPGATE_INTERNAL_URL": "http://127.0.0.1:1"}
+    out = gunicorn_refusal(env, "-b", f"127.0.0.1:{free_port()}")
+    assert f"MCPGATE_HANDOFF_DIR: {shared} may be written by others" in out, out
+    assert "Worker failed to boot" in out or "Reason: Worker failed to boot" in out, out
+    assert list(shared.iterdir()) == []

@@ -116,7 +116,8 @@ class Owner:
     def __init__(self, directory: str, room: bool = True) -> None:
         self.adopted: list[tuple[Any, bytes]] = []
         self.has_room = room
-        self.listener = Listener(directory, "own", lambda: self.has_room, self.adopt)
+        self.listener = Listener(directory, "own")
+        self.listener.start(lambda: self.has_room, self.adopt)
 
     def adopt(self, sock: Any, address: Any, given: bytes) -> None:
         self.adopted.append((sock, given))
@@ -229,3 +230,22 @@ def test_what_the_sender_hands(
         assert not sender.hands(connection, head(method, session), b"x")  # nobody listens for "other"
     assert handoff.COUNTS["declined"] - before == (1 if tried else 0)
     assert list(waiting.connections) == [connection]  # still counted in the budget, as it was
+
+
+def test_a_listener_replaces_a_socket_of_its_name_and_removes_only_its_own(directory: str) -> None:
+    old = Listener(directory, "same")
+    new = Listener(directory, "same")  # (a worker replacing another: the path is the new one's)
+    old.close()
+    assert os.path.exists(new.path)  # the old one leaves it
+    client, served = socket.socketpair()
+    new.start(lambda: True, lambda sock, address, given: sock.close())
+    with client, served:
+        assert gevent.spawn(send, new.path, served.fileno(), b"x").get(timeout=5)
+    new.close()
+    assert not os.path.exists(new.path)
+
+
+def test_a_path_that_is_no_socket_is_refused(directory: str) -> None:
+    Path(directory, "taken.sock").write_text("")
+    with pytest.raises(HandoffError, match="cannot listen on"):
+        Listener(directory, "taken")

@@ -14,10 +14,11 @@ closes its own descriptor (a shutdown would cut the owner's copy too). No loop: 
 naming itself or no instance, and hands on only to the instance a request names.
 
 A connection's first request only: its later requests naming another instance are forwarded over HTTP. A handoff
-and the owner's new connection cost more CPU than one forward (bench/cluster.py, every call handed: ~230 µs more
-than a direct call, a forward ~105 µs), so it pays for a connection whose later requests stay with the owner (a
-client's own connection: after one handoff its session's calls are direct), not for one a balancer shares between
-sessions of several instances, which a handoff at every request would bounce between them.
+costs about what 1.3 forwards do (bench/cluster_instructions.py --handoff: 436k instructions over a new
+connection's own, where a forward costs 343k over a direct call), so it pays for a connection whose later requests
+stay with the owner (a client's own connection: after one handoff its session's calls are direct, 1.01x), not for
+one a balancer shares between sessions of several instances, which a handoff at every request would bounce
+between them.
 
 The ack is decided once, at one place in the kernel: a sender whose wait ran out shuts its side for reading
 before its last look for the ack, so the owner's ack is either in the sender's queue then (the owner has the
@@ -217,34 +218,41 @@ def send(path: str, fd: int, data: bytes, timeout: float = TIMEOUT) -> bool:
 
 
 class Listener:
-    """The owner's side: `<dir>/<instance>.sock`, accepting handoffs while `room()` says one more connection may
-    be served; `adopt(sock, address, given)` serves one."""
+    """The owner's side: `<dir>/<instance>.sock`, bound when made (HandoffError: it cannot be), accepting handoffs
+    once `start`ed while `room()` says one more connection may be served; `adopt(sock, address, given)` serves one.
+    A socket already at that path is replaced (one of this name that did not end cleanly, or the worker this one
+    replaces, which at its exit removes the path only while it is still its own)."""
 
-    def __init__(
-        self, directory: str, instance: str, room: Callable[[], bool], adopt: Callable[[Any, Any, bytes], None]
-    ) -> None:
+    def __init__(self, directory: str, instance: str) -> None:
         self.path = socket_path(prepared(directory), instance)
-        self.room, self.adopt = room, adopt
+        self.room: Callable[[], bool] = lambda: False
+        self.adopt: Callable[[Any, Any, bytes], None] = lambda sock, address, given: None
         self.refusing = False  # set as the worker's drain begins
         if os.path.exists(self.path) and stat.S_ISSOCK(os.lstat(self.path).st_mode):
-            os.unlink(self.path)  # a stale one of this name (an instance of this id that did not end cleanly)
+            os.unlink(self.path)
         self.sock = gevent.socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.sock.bind(self.path)
             os.chmod(self.path, 0o600)  # (between bind and chmod: the peer check stands guard)
             self.sock.listen(BACKLOG)
+            found = os.lstat(self.path)
         except OSError as exc:
             self.sock.close()
             raise HandoffError(f"MCPGATE_HANDOFF_DIR: cannot listen on {self.path}: {exc.strerror}") from None
+        self.own = (found.st_dev, found.st_ino)
         self.receivers = Pool(RECEIVERS)
-        self.greenlet: gevent.Greenlet | None = gevent.spawn(self.accept_forever)
+        self.greenlet: gevent.Greenlet | None = None
+
+    def start(self, room: Callable[[], bool], adopt: Callable[[Any, Any, bytes], None]) -> None:
+        self.room, self.adopt = room, adopt
+        self.greenlet = gevent.spawn(self.accept_forever)
 
     def accept_forever(self) -> None:
         while True:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
-                if self.greenlet is None:
+                if self.greenlet is None:  # closed
                     return
                 gevent.sleep(0.1)  # (EMFILE and the like: try again soon, not in a tight loop)
                 continue
@@ -311,6 +319,8 @@ class Listener:
             self.sock.close()
         finally:
             try:
-                os.unlink(self.path)
+                found = os.lstat(self.path)
+                if (found.st_dev, found.st_ino) == self.own:  # (not another worker's, bound at this path since)
+                    os.unlink(self.path)
             except OSError:
                 pass

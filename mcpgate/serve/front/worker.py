@@ -84,8 +84,9 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             super().load_wsgi()
         runtime = self.runtime()  # a handoff directory that cannot serve: the worker fails to boot, saying why
         if runtime is not None and runtime.settings.handoff_dir and runtime.cluster is not None:
-            cluster = runtime.cluster
-            self.handoff = Handoff(prepared(runtime.settings.handoff_dir), cluster.instance, cluster.owner)
+            cluster, directory = runtime.cluster, runtime.settings.handoff_dir
+            self.handoff = Handoff(prepared(directory), cluster.instance, cluster.owner)
+            self.handed = Listener(directory, cluster.instance)
 
     def runtime(self) -> Runtime | None:
         """The gateway's Runtime, which the app factory attached to the app (None: another app)."""
@@ -203,12 +204,8 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
             )
             server.start()
             servers.append(server)
-        if self.handoff is not None and servers:
-            first = servers[0]
-            on = self.handoff
-            self.handed = Listener(
-                on.directory, on.instance, functools.partial(room, first), functools.partial(adopt, first)
-            )
+        if self.handed is not None and servers:
+            self.handed.start(functools.partial(room, servers[0]), functools.partial(adopt, servers[0]))
         while self.alive:
             self.notify()
             self._stopped.wait(HEARTBEAT)
