@@ -186,9 +186,12 @@ class StreamableTransport:
             for event in stream:
                 if not event.data:
                     continue  # a priming event: it only carries an id
-                for message in decode_upstream(event.data.encode("utf-8")):
+                messages = decode_upstream(event.data.encode("utf-8"))
+                for index, message in enumerate(messages):
                     if is_reply_to(message, req.id):
                         assert isinstance(message, jsonrpc.Response)
+                        for later in messages[index + 1 :]:  # a batch's messages after the response: not lost
+                            self.route(later)
                         return message
                     self.route(message)
         except errors.MaybeSent as broken:

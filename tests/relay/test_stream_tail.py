@@ -136,3 +136,23 @@ def test_an_event_after_the_response_in_the_same_write_reaches_the_host(raw_rela
         relay.finish()
     assert first == {"jsonrpc": "2.0", "id": 2, "result": {"content": []}}
     assert second == note  # lost before: the reader stopped at the response and dropped the rest of that read
+
+
+def test_a_batchs_message_after_the_response_reaches_the_host(raw_relay: Any) -> None:
+    note = json.loads(NOTE[len(b"data: ") :])
+
+    def route(seen: Seen, server: ScriptedServer) -> Scripted:
+        if seen.rpc_method == "tools/call":  # a 2025-03-26 server may send a JSON-RPC batch as one event
+            return sse_reply(b"data: " + json.dumps([result(seen.json, {"content": []}), note]).encode() + b"\n\n")
+        return mcp_default(seen, server)
+
+    with ScriptedServer(route) as server:
+        relay = raw_relay(server.url)
+        relay.send(initialize(1, "2025-03-26"))
+        relay.read_reply(1)
+        relay.send(INITIALIZED)
+        relay.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x", "arguments": {}}})
+        got = [relay.read(), relay.read()]
+        relay.finish()
+    assert {"jsonrpc": "2.0", "id": 2, "result": {"content": []}} in got
+    assert note in got  # lost before: the reader returned at the response, in the middle of the batch
