@@ -55,3 +55,10 @@ def test_a_trace_opened_takes_its_ids_from_tracings_draw(monkeypatch: pytest.Mon
     trace = tracing.Trace("default")
     trace.open({}, None)
     assert trace.trace_id == drawn.drawn[:16] and drawn.at == 16
+
+
+def test_the_request_paths_hooks_make_no_cells() -> None:
+    """A function with a closure makes a cell for each name it shares at every call, taken or not: the hooks every
+    traced request runs leave a streamed body's ending to the Trace (Trace.ending) instead."""
+    for hook in (tracing.to_child, tracing.finish, tracing.traced):
+        assert hook.__code__.co_cellvars == (), hook.__name__
