@@ -249,3 +249,21 @@ def test_a_path_that_is_no_socket_is_refused(directory: str) -> None:
     Path(directory, "taken.sock").write_text("")
     with pytest.raises(HandoffError, match="cannot listen on"):
         Listener(directory, "taken")
+
+
+def test_a_sender_keeps_its_connection_and_drops_one_the_owner_closed(directory: str) -> None:
+    owner = Owner(directory)
+    sender = Handoff(directory, "self", lambda session: None)
+    client, served = socket.socketpair()
+    try:
+        for _ in range(3):  # one connection, kept between handoffs
+            assert gevent.spawn(sender.send, owner.listener.path, served.fileno(), b"x").get(timeout=5)
+        assert len(sender.idle[owner.listener.path]) == 1
+        assert len(owner.listener.receivers) == 1
+        owner.listener.receivers.kill(block=True)  # the owner closes it (its IDLE passed, or it restarted)
+        assert gevent.spawn(sender.send, owner.listener.path, served.fileno(), b"x").get(timeout=5)
+        assert len(owner.adopted) == 4 and len(sender.idle[owner.listener.path]) == 1
+    finally:
+        owner.close()
+        client.close()
+        served.close()

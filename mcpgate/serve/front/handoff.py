@@ -14,21 +14,26 @@ closes its own descriptor (a shutdown would cut the owner's copy too). No loop: 
 naming itself or no instance, and hands on only to the instance a request names.
 
 A connection's first request only: its later requests naming another instance are forwarded over HTTP. A handoff
-costs about what 1.3 forwards do (bench/cluster_instructions.py --handoff: 436k instructions over a new
+costs a little less than one forward (bench/cluster_instructions.py --handoff: 303k instructions over a new
 connection's own, where a forward costs 343k over a direct call), so it pays for a connection whose later requests
-stay with the owner (a client's own connection: after one handoff its session's calls are direct, 1.01x), not for
-one a balancer shares between sessions of several instances, which a handoff at every request would bounce
-between them.
+stay with the owner (a client's own connection: after one handoff its session's calls are direct), while a
+connection a balancer shares between sessions of several instances would gain little from a handoff at every
+request, bounced between them.
 
 The ack is decided once, at one place in the kernel: a sender whose wait ran out shuts its side for reading
 before its last look for the ack, so the owner's ack is either in the sender's queue then (the owner has the
 connection) or fails (the owner closes what it got): never both serving one connection.
 
 The owner (`Listener`): one greenlet accepts on its SOCK_SEQPACKET socket (mode 0600, in a directory of this
-user's that no one else may write); each sender is checked (SO_PEERCRED: this same user), one message read
-(at most MESSAGE_MOST bytes and one descriptor, within TIMEOUT), and the connection refused (no ack, the
-descriptor closed) while the worker drains or has no room for one more connection; else it is acknowledged and
-served by the worker's server as an accepted connection is (its open connections, its budget, its pool).
+user's that no one else may write); each sender's connection is checked (SO_PEERCRED: this same user), then read
+one message at a time (at most MESSAGE_MOST bytes and one descriptor), each connection refused (no ack, the
+descriptor closed, and the sender's connection with it) while the worker drains or has no room for one more
+connection; else acknowledged and served by the worker's server as an accepted connection is (its open
+connections, its budget, its pool). A sender keeps its connection to an owner for the next handoff (at most KEPT
+idle to each; the owner closes one idle for IDLE seconds): a new unix connection for each handoff (a socket made,
+connected, accepted, its peer checked, closed on both sides) cost more than the handoff itself. A kept connection
+the owner closed meanwhile fails before anything is sent on it (or is closed with no ack: nothing was taken), and
+the handoff is made on a new one.
 Counted in /metrics (COUNTS: sent, received, refused, declined: a sender's handoff not taken).
 """
 
@@ -52,12 +57,14 @@ from mcpgate.serve.front.reading import TimedReader
 log = logging.getLogger("mcpgate.handoff")
 
 ACK = b"+"
-TIMEOUT = 1.0  # seconds for a sender's ack, and for a message to arrive whole at the owner
+TIMEOUT = 1.0  # seconds for a sender's ack
+KEPT = 4  # idle connections a sender keeps to each owner (one handoff at a time on each)
+IDLE = 30.0  # seconds an owner keeps a sender's connection open between two handoffs
 MESSAGE_MOST = 8192  # bytes a handoff carries: a connection's read buffer (connection.READ_BUFFER), no more
-RECEIVERS = 16  # handoffs the owner reads at once (the accepting greenlet waits past it)
+RECEIVERS = 256  # senders' connections the owner reads at once (the accepting greenlet waits past it)
 BACKLOG = 64
 METHODS = frozenset({"POST", "GET", "DELETE"})
-PATHS_KEPT = 1024  # instances whose socket path is remembered
+PATHS_KEPT = 1024  # instances whose socket path (and idle connections) are remembered
 SESSION_KEY = "HTTP_MCP_SESSION_ID"
 FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)  # room for one descriptor
 UCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
@@ -150,6 +157,7 @@ class Handoff:
     def __init__(self, directory: str, instance: str, owner: Callable[[str], str | None]) -> None:
         self.directory, self.instance, self.owner = directory, instance, owner
         self.paths: dict[str, str] = {}  # instance -> its socket's path
+        self.idle: dict[str, list[Any]] = {}  # a socket's path -> connections to it, idle (at most KEPT)
 
     def hands(self, connection: Any, head: Any, buffered: bytes) -> bool:
         """Whether `connection` (serve/front/connection.py's Handler, its buffer holding `buffered`: its request's
@@ -169,15 +177,43 @@ class Handoff:
         if path is None:
             if len(self.paths) >= PATHS_KEPT:
                 self.paths.clear()
+                for conn in (conn for idle in self.idle.values() for conn in idle):
+                    conn.close()
+                self.idle.clear()
             path = self.paths[owner] = socket_path(self.directory, owner)
         server.waiting.leave(connection)
-        handed = send(path, connection.socket.fileno(), buffered)
+        handed = self.send(path, connection.socket.fileno(), buffered)
         if not handed:
             server.waiting.enter(connection)
         COUNTS["sent" if handed else "declined"] += 1
         if log.isEnabledFor(logging.DEBUG):
             log.debug("connection %s to instance %s", "handed" if handed else "not handed", owner)
         return handed
+
+    def send(self, path: str, fd: int, data: bytes) -> bool:
+        """`send` on an idle connection to `path` kept from an earlier handoff (one the owner closed meanwhile, on
+        which nothing was taken, is dropped for the next), else on a new one; a connection whose handoff was
+        acknowledged is kept for the next (at most KEPT)."""
+        idle = self.idle.setdefault(path, [])
+        while idle:
+            conn = idle.pop()
+            taken, again = offer(conn, fd, data)
+            if taken is not None:
+                return self.done(idle, conn, taken, again)
+            conn.close()
+        conn = connected(path)
+        if conn is None:
+            return False
+        taken, again = offer(conn, fd, data)
+        return self.done(idle, conn, bool(taken), again)
+
+    @staticmethod
+    def done(idle: list[Any], conn: Any, taken: bool, again: bool) -> bool:
+        if again and len(idle) < KEPT:
+            idle.append(conn)
+        else:
+            conn.close()
+        return taken
 
 
 def room(server: Any) -> bool:
@@ -194,25 +230,50 @@ def serve_handed(server: Any, sock: Any, address: Any, given: bytes) -> None:
     server.handler_class(sock, address, server, given).handle()
 
 
-def send(path: str, fd: int, data: bytes, timeout: float = TIMEOUT) -> bool:
-    """Hand the descriptor `fd` and `data` to the listener at `path`: True once acknowledged (the receiver
-    serves the connection), False when it was not (the caller still does)."""
+def connected(path: str, timeout: float = TIMEOUT) -> Any:
+    """A connection to the listener at `path` (None: none listens there)."""
     conn = gevent.socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         conn.settimeout(timeout)
         conn.connect(path)
-        conn.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
-        try:
-            return bool(conn.recv(1) == ACK)
-        except TimeoutError:
-            # no more ack may come (the owner's send fails from now on), then the last look: taken or not, decided
-            conn.shutdown(socket.SHUT_RD)
-            try:
-                return bool(conn._sock.recv(1, socket.MSG_DONTWAIT) == ACK)
-            except OSError:
-                return False
     except OSError:
+        conn.close()
+        return None
+    return conn
+
+
+def offer(conn: Any, fd: int, data: bytes) -> tuple[bool | None, bool]:
+    """Hand the descriptor `fd` and `data` on `conn`: (True: acknowledged, the receiver serves the connection;
+    False: not, the caller still does; None: not, and nothing of it was seen: `conn` was closed without an ack),
+    and whether `conn` may carry another handoff."""
+    try:
+        conn.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+    except OSError:
+        return None, False
+    try:
+        ack = conn.recv(1)
+    except TimeoutError:
+        # no more ack may come (the owner's send fails from now on), then the last look: taken or not, decided
+        try:
+            conn.shutdown(socket.SHUT_RD)
+            return bool(conn._sock.recv(1, socket.MSG_DONTWAIT) == ACK), False
+        except OSError:
+            return False, False
+    except OSError:
+        return False, False
+    if ack == ACK:
+        return True, True
+    return (None if not ack else False), False
+
+
+def send(path: str, fd: int, data: bytes, timeout: float = TIMEOUT) -> bool:
+    """Hand the descriptor `fd` and `data` to the listener at `path` on a new connection: True once acknowledged
+    (the receiver serves the connection), False when it was not (the caller still does)."""
+    conn = connected(path, timeout)
+    if conn is None:
         return False
+    try:
+        return bool(offer(conn, fd, data)[0])
     finally:
         conn.close()
 
@@ -259,30 +320,38 @@ class Listener:
             self.receivers.spawn(self.receive, conn)
 
     def receive(self, conn: Any) -> None:
+        """A sender's connection: its user checked, then one handoff after another until it closes, stays idle
+        IDLE seconds, or sends what is no handoff, or one is refused (the sender then sees it closed, no ack)."""
         try:
-            conn.settimeout(TIMEOUT)
-            sock, data = self.message(conn)
-            if sock is None:
+            try:
+                ours = same_user(conn)
+            except OSError:
+                ours = False
+            if not ours:
+                log.warning("handoff refused: its sender runs as another user")
                 COUNTS["refused"] += 1
-            else:
-                self.take(conn, sock, data)
+                return
+            conn.settimeout(IDLE)
+            while (got := self.message(conn)) is not None:
+                sock, data = got
+                if sock is None:
+                    COUNTS["refused"] += 1
+                    return
+                if not self.take(conn, sock, data):
+                    return
         finally:
             conn.close()
 
     @staticmethod
-    def message(conn: Any) -> tuple[Any, bytes]:
-        """The connection a sender hands (None: refused) and the bytes read from it already."""
-        try:
-            ours = same_user(conn)
-        except OSError:
-            return None, b""
-        if not ours:
-            log.warning("handoff refused: its sender runs as another user")
-            return None, b""
+    def message(conn: Any) -> tuple[Any, bytes] | None:
+        """The connection a sender hands next (None in it: what came is no handoff, refused) and the bytes read
+        from it already; None: the sender closed, or sent nothing for IDLE seconds."""
         try:
             data, ancillary, flags, _ = conn.recvmsg(MESSAGE_MOST + 1, FD_SPACE)
         except OSError:
-            return None, b""
+            return None
+        if not data and not ancillary:
+            return None
         data, fd = unpacked(data, ancillary, flags)
         if fd is None:
             return None, b""
@@ -292,7 +361,7 @@ class Listener:
             os.close(fd)
             return None, b""
 
-    def take(self, conn: Any, sock: Any, data: bytes) -> None:
+    def take(self, conn: Any, sock: Any, data: bytes) -> bool:
         """Acknowledge and serve the connection `sock`, or refuse it (closed, no ack): while the worker drains, with
         no room for one more connection, or once the sender gave up waiting (the ack fails: it still has it)."""
         served = False
@@ -310,12 +379,14 @@ class Listener:
                 sock.close()
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("handed connection %s", "served" if served else "refused")
+        return served
 
     def close(self) -> None:
         greenlet, self.greenlet = self.greenlet, None
         try:
             if greenlet is not None:
                 greenlet.kill(block=False)
+            self.receivers.kill(block=False)  # the senders' connections
             self.sock.close()
         finally:
             try:
