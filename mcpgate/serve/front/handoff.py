@@ -14,11 +14,12 @@ closes its own descriptor (a shutdown would cut the owner's copy too). No loop: 
 naming itself or no instance, and hands on only to the instance a request names.
 
 A connection's first request only: its later requests naming another instance are forwarded over HTTP. A handoff
-costs a little less than one forward (bench/cluster_instructions.py --handoff: 303k instructions over a new
-connection's own, where a forward costs 343k over a direct call), so it pays for a connection whose later requests
-stay with the owner (a client's own connection: after one handoff its session's calls are direct), while a
-connection a balancer shares between sessions of several instances would gain little from a handoff at every
-request, bounced between them.
+costs more CPU than one forward (bench/cluster.py, a quiet machine: 156 µs over a call on a new connection to the
+owner, where a forward costs 96 µs over a direct call; in user-space instructions, bench/cluster_instructions.py
+--handoff, 303k against 343k: the difference is the kernel's, passing the descriptor and watching it), so it pays
+for a connection whose later requests stay with the owner (a client's own connection: after one handoff its
+session's calls are direct), not for one a balancer shares between sessions of several instances, which a handoff
+at every request would bounce between them.
 
 The ack is decided once, at one place in the kernel: a sender whose wait ran out shuts its side for reading
 before its last look for the ack, so the owner's ack is either in the sender's queue then (the owner has the
