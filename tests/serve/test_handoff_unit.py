@@ -224,12 +224,42 @@ def test_what_the_sender_hands(
     before = handoff.COUNTS["declined"]
     client, served = socket.socketpair()
     waiting = Waiting(4)
-    connection = Connection(SimpleNamespace(closing=closing, waiting=waiting), None if tls else 1, served)
+    open_connections = {served}
+    server = SimpleNamespace(closing=closing, waiting=waiting, connections=open_connections)
+    connection = Connection(server, None if tls else 1, served)
     waiting.enter(connection)
     with client, served:
         assert not sender.hands(connection, head(method, session), b"x")  # nobody listens for "other"
     assert handoff.COUNTS["declined"] - before == (1 if tried else 0)
     assert list(waiting.connections) == [connection]  # still counted in the budget, as it was
+    assert open_connections == {served}  # and among the worker's open connections
+
+
+@pytest.mark.parametrize("acked", [True, False])
+def test_a_connection_in_flight_is_out_of_the_workers_open_connections(directory: str, acked: bool) -> None:
+    """A stop that begins while the owner's ack is awaited shuts the reading of the worker's open connections
+    (worker.release_connections): one being handed is not among them then, and is again when not handed."""
+    seen: list[bool] = []
+    client, served = socket.socketpair()
+    open_connections = {served}
+    waiting = Waiting(4)
+    connection = Connection(SimpleNamespace(closing=False, waiting=waiting, connections=open_connections), 1, served)
+
+    class Sender(Handoff):
+        def send(self, path: str, fd: int, data: bytes) -> bool:
+            seen.append(served in open_connections or connection in waiting.connections)
+            return acked
+
+    waiting.enter(connection)
+    with client, served:
+        assert (
+            Sender(directory, "self", {"other.abc.mac": "other"}.get).hands(
+                connection, head("POST", "other.abc.mac"), b"x"
+            )
+            is acked
+        )
+    assert seen == [False]
+    assert (served in open_connections) is not acked
 
 
 def test_a_listener_replaces_a_socket_of_its_name_and_removes_only_its_own(directory: str) -> None:

@@ -164,7 +164,8 @@ class Handoff:
         """Whether `connection` (serve/front/connection.py's Handler, its buffer holding `buffered`: its request's
         head first) went to the owner of the session its request (`head`) names; False: it stays here, nothing
         sent. Not a TLS connection (its state is this process's), nor once the worker stops; out of the budget
-        while it is handed (an eviction's shutdown would cut the owner's copy too)."""
+        and of the worker's open connections while it is handed (an eviction's shutdown, or a stop's that begins
+        meanwhile, would cut the owner's copy too)."""
         if head.line.method not in METHODS:
             return False
         session = head.items.get(SESSION_KEY)
@@ -182,9 +183,12 @@ class Handoff:
                     conn.close()
                 self.idle.clear()
             path = self.paths[owner] = socket_path(self.directory, owner)
+        sock = connection.socket
         server.waiting.leave(connection)
-        handed = self.send(path, connection.socket.fileno(), buffered)
+        server.connections.discard(sock)  # (a stop's release_connections would shut the owner's copy's reading)
+        handed = self.send(path, sock.fileno(), buffered)
         if not handed:
+            server.connections.add(sock)
             server.waiting.enter(connection)
         COUNTS["sent" if handed else "declined"] += 1
         if log.isEnabledFor(logging.DEBUG):
