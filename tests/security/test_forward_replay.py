@@ -23,7 +23,7 @@ import pytest
 
 from mcpgate.core import session_ids
 from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
-from tests.support import HEADERS, ROOT, Gateway, call, free_port, init_body, reply_message, wait_for
+from tests.support import HEADERS, ROOT, Gateway, call, free_port, init_body, open_session, reply_message, wait_for
 from tests.support.fleet import haproxy, redis_server
 from tests.support.recipe import PeerRequest, from_peer, remote_peer
 
@@ -136,13 +136,7 @@ def tapped_fleet() -> Iterator[Fleet]:
 
 
 def session_on(gw: Gateway) -> dict[str, str]:
-    headers = {**HEADERS, **BEARER, "Host": HOST}
-    reply = gw.request("POST", body=init_body(), headers=headers)
-    assert reply.status == 200, reply
-    session = {**headers, SESSION_ID: reply.headers[SESSION_ID.lower()], PROTOCOL_VERSION: "2025-11-25"}
-    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert gw.request("POST", body=initialized, headers=session).status == 202
-    return session
+    return open_session(gw, headers={**BEARER, "Host": HOST})
 
 
 def echo(message: str, msg_id: int = 2) -> bytes:

@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcpgate.config.settings import Settings
 from mcpgate.core import jsonrpc, session_ids
-from mcpgate.core.wire import FORWARDED, PROTOCOL_VERSION, SESSION_ID
+from mcpgate.core.wire import FORWARDED, SESSION_ID
 from mcpgate.serve.cluster.directory import Directory
 from mcpgate.serve.cluster.forward import Forwarder
 from mcpgate.serve.cluster.instances import Cluster, Forward
@@ -35,7 +35,6 @@ from mcpgate.serve.front.context import context
 from mcpgate.serve.front.http import HttpRequest, HttpResponse
 from tests.support import (
     DEMO_ENTRY,
-    HEADERS,
     NAMED_ENTRY,
     Gateway,
     call,
@@ -92,14 +91,8 @@ def pair(redis_url: str) -> Iterator[tuple[Gateway, Gateway]]:
         b.stop()
 
 
-def session_on(gw: Gateway, headers: dict[str, str] | None = None, path: str = "/mcp") -> dict[str, str]:
-    """A session opened on `gw` (initialize and initialized): the headers naming it."""
-    reply = gw.request("POST", path, body=init_body(), headers={**HEADERS, **(headers or {})})
-    assert reply.status == 200, reply
-    session = {**HEADERS, **(headers or {}), SESSION_ID: reply.headers[SESSION_ID.lower()]}
-    session[PROTOCOL_VERSION] = "2025-11-25"
-    assert gw.request("POST", path, body=INITIALIZED, headers=session).status == 202
-    return session
+def session_on(gw: Gateway, headers: dict[str, str] | None = None, path: str | None = None) -> dict[str, str]:
+    return open_session(gw, headers=headers, path=path)
 
 
 def instance(headers: dict[str, str]) -> str:

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from tests.support import HEADERS, Gateway, call, crash, init_body, reply_message, wait_for
+from tests.support import Gateway, call, crash, open_session, reply_message, wait_for
 from tests.support.fleet import redis_server
 
 SECRET = "fleet-lifecycle-secret-0123456789abcdef"
@@ -52,14 +51,6 @@ def instance(redis_url: str, name: str, **extra: str) -> Iterator[Gateway]:
         gw.stop()
 
 
-def session_on(gw: Gateway) -> dict[str, str]:
-    reply = gw.request("POST", body=init_body(), headers=HEADERS)
-    assert reply.status == 200, reply
-    session = {**HEADERS, SESSION_ID: reply.headers[SESSION_ID.lower()], PROTOCOL_VERSION: "2025-11-25"}
-    assert gw.request("POST", body=INITIALIZED, headers=session).status == 202
-    return session
-
-
 def echo_through(gw: Gateway, session: dict[str, str], message: str) -> tuple[int, str]:
     """An echo call on `session` sent to `gw`: its status and the echoed text (or the error's message)."""
     reply = gw.request("POST", body=call("echo", {"message": message}), headers=session)
@@ -89,12 +80,12 @@ def test_an_instance_restarted_under_its_id_is_served_again_at_once(redis_url: s
     under the same id: requests for its new sessions sent to i1 are forwarded to it from the first on."""
     with instance(redis_url, "i1") as here:
         with instance(redis_url, "i9") as first:
-            old = session_on(first)
+            old = open_session(first)
             assert echo_through(here, old, "before") == (200, "before")
             crash(first)
         assert echo_through(here, old, "after") == (200, "after")  # the owner is gone: its session taken over here
         with instance(redis_url, "i9") as again:
-            outcomes = [echo_through(here, session_on(again), f"new {n}") for n in range(5)]
+            outcomes = [echo_through(here, open_session(again), f"new {n}") for n in range(5)]
     assert outcomes == [(200, f"new {n}") for n in range(5)], outcomes
     assert "i9 is in the directory again" in here.log(), here.log_tail()
 
@@ -104,8 +95,8 @@ def test_a_drain_ends_the_streams_it_relays_and_exits_promptly(redis_url: str) -
     relayed stream ends as a finished reply (its last chunk received), i2 exits well within its graceful
     timeout with status 0, and the session's owner takes a new GET stream (the old one was let go)."""
     with instance(redis_url, "i1") as owner, instance(redis_url, "i2", MCPGATE_GRACEFUL_TIMEOUT=str(GRACEFUL)) as relay:
-        session_on(relay)  # its own work: none in flight
-        session = session_on(owner)
+        open_session(relay)  # its own work: none in flight
+        session = open_session(owner)
         with get_stream(relay, session) as stream:
             relay.proc.send_signal(signal.SIGTERM)
             rest = stream.read()  # to the last chunk; a cut stream raises IncompleteRead
@@ -132,7 +123,7 @@ def test_an_owner_dying_under_a_relayed_stream_is_one_line(redis_url: str) -> No
     no traceback."""
     with instance(redis_url, "i2") as relay:
         with instance(redis_url, "i1") as owner, contextlib.ExitStack() as streams:
-            opened: list[Any] = [streams.enter_context(get_stream(relay, session_on(owner))) for _ in range(2)]
+            opened: list[Any] = [streams.enter_context(get_stream(relay, open_session(owner))) for _ in range(2)]
             crash(owner)
             for stream in opened:
                 with contextlib.suppress(http.client.HTTPException, OSError):

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mcpgate.core.wire import PROTOCOL_VERSION, SESSION_ID
-from tests.support import HEADERS, Gateway, call, free_port, init_body, reply_message
+from tests.support import Gateway, call, free_port, open_session, reply_message
 from tests.support.fleet import redis_server
 from tests.support.gateway import gunicorn_refusal
 from tests.support.waiting import wait_for
@@ -70,14 +69,6 @@ def pair(redis_url: str, handoff_dir: str) -> Iterator[tuple[Gateway, Gateway]]:
         b.stop()
 
 
-def session_on(gw: Gateway) -> dict[str, str]:
-    reply = gw.request("POST", body=init_body(), headers=HEADERS)
-    assert reply.status == 200, reply
-    session = {**HEADERS, SESSION_ID: reply.headers[SESSION_ID.lower()], PROTOCOL_VERSION: "2025-11-25"}
-    assert gw.request("POST", body=INITIALIZED, headers=session).status == 202
-    return session
-
-
 def handoffs(gw: Gateway) -> dict[str, int]:
     text = gw.request("GET", "/metrics").body.decode()
     found = dict(re.findall(r'^mcpgate_handoffs_total\{outcome="(\w+)"\} (\S+)$', text, re.M))
@@ -101,7 +92,7 @@ def answered(conn: http.client.HTTPConnection, session: dict[str, str], body: di
 
 def test_a_kept_connection_to_b_is_handed_to_a_once_then_served_there(pair: tuple[Gateway, Gateway]) -> None:
     a, b = pair
-    session = session_on(a)
+    session = open_session(a)
     before_a, before_b = handoffs(a), handoffs(b)
     conn = http.client.HTTPConnection("127.0.0.1", b.port, timeout=15)
     try:
@@ -113,7 +104,7 @@ def test_a_kept_connection_to_b_is_handed_to_a_once_then_served_there(pair: tupl
         assert second["result"]["structuredContent"] == {"result": 5}, second  # type: ignore[index]
         assert moved(before_b, handoffs(b)) == {"sent": 1}  # served by A on its own, no second handoff
         assert moved(before_a, handoffs(a)) == {"received": 1}
-        on_b = session_on(b)  # A now holds the connection: a call of B's session on it is forwarded, not handed back
+        on_b = open_session(b)  # A now holds the connection: a call of B's session on it is forwarded, not handed back
         third = answered(conn, on_b, call("echo", {"message": "back to b"}, msg_id=3))
         assert third["result"]["content"][0]["text"] == "back to b", third  # type: ignore[index]
         assert moved(before_a, handoffs(a)) == {"received": 1}
@@ -126,7 +117,7 @@ def test_a_kept_connection_to_b_is_handed_to_a_once_then_served_there(pair: tupl
 
 def test_the_bytes_behind_the_head_arrive_whole(pair: tuple[Gateway, Gateway]) -> None:
     a, b = pair
-    session = session_on(a)
+    session = open_session(a)
     before_a = handoffs(a)
     heads = "".join(f"{name}: {value}\r\n" for name, value in session.items())
     requests = b""
@@ -165,7 +156,7 @@ def reply_message_of(data: bytes, content_type: str) -> dict[str, object]:
 
 def test_a_get_stream_and_a_delete_are_handed(pair: tuple[Gateway, Gateway]) -> None:
     a, b = pair
-    session = session_on(a)
+    session = open_session(a)
     before_a = handoffs(a)
     stream = http.client.HTTPConnection("127.0.0.1", b.port, timeout=15)
     try:
@@ -204,7 +195,7 @@ def test_without_the_owners_handoff_b_forwards(
     """The owner's socket absent (an instance without the handoff), or one that takes no connection (as a
     draining or full instance's): B forwards over HTTP."""
     _, b = pair
-    session = session_on(plain)
+    session = open_session(plain)
     before_b = handoffs(b)
     path = os.path.join(handoff_dir, "hp.sock")
     refusing = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -241,7 +232,7 @@ def test_a_draining_owner_refuses_and_b_forwards(redis_url: str, handoff_dir: st
     try:
         a.wait_ready()
         b.wait_ready()
-        session = session_on(a)
+        session = open_session(a)
         before_b = handoffs(b)
         params = {"name": "slow", "arguments": {"seconds": 4, "steps": 8}, "_meta": {"progressToken": "p"}}
         slow.request("POST", "/mcp", body=json.dumps(call("slow", {}) | {"params": params}), headers=session)
@@ -276,7 +267,7 @@ def test_a_handoff_directory_others_may_write_stops_the_gateway(redis_url: str, 
 def test_many_connections_handed_at_once(pair: tuple[Gateway, Gateway]) -> None:
     """More connections handed at once than the owner reads handoffs at once (RECEIVERS): each answered right."""
     a, b = pair
-    session = session_on(a)
+    session = open_session(a)
     before_a, before_b = handoffs(a), handoffs(b)
 
     def client(index: int) -> list[str]:

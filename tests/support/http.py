@@ -117,14 +117,20 @@ def init_body(version: str = "2025-11-25", msg_id: Any = 1) -> dict[str, Any]:
     }
 
 
-def open_session(gw: Gateway, version: str = "2025-11-25") -> dict[str, str]:
-    reply = gw.request("POST", body=init_body(version), headers=HEADERS)
+def open_session(
+    gw: Gateway, version: str = "2025-11-25", headers: dict[str, str] | None = None, path: str | None = None
+) -> dict[str, str]:
+    """A session opened on `gw` (initialize, then initialized; at `path`, else the gateway's own) with `headers`
+    besides the usual ones: the headers naming it, for its later requests."""
+    sent = {**HEADERS, **(headers or {})}
+    where = {} if path is None else {"path": path}
+    reply = gw.request("POST", body=init_body(version), headers=sent, **where)
     assert reply.status == 200 and SESSION_ID.lower() in reply.headers, reply
-    sid = reply.headers[SESSION_ID.lower()]
-    session_headers = {**HEADERS, SESSION_ID: sid}
+    session_headers = {**sent, SESSION_ID: reply.headers[SESSION_ID.lower()]}
     if version >= "2025-06-18":
         session_headers[PROTOCOL_VERSION] = version
-    reply = gw.request("POST", body={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session_headers)
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    reply = gw.request("POST", body=initialized, headers=session_headers, **where)
     assert reply.status == 202, reply
     return session_headers
 
