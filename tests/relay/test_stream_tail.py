@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -118,41 +118,40 @@ def test_a_body_to_the_connections_end_is_never_ended_now(pair: tuple[socket.soc
     assert list(stream) == []
 
 
-def test_an_event_after_the_response_in_the_same_write_reaches_the_host(raw_relay: Any) -> None:
-    note = json.loads(NOTE[len(b"data: ") :])
+NOTE_MESSAGE = json.loads(NOTE[len(b"data: ") :])
+ANSWER = {"jsonrpc": "2.0", "id": 2, "result": {"content": []}}
+
+
+def two_after_a_call(raw_relay: Any, reply: Callable[[Seen], bytes], version: str) -> list[dict[str, Any]]:
+    """The first two messages the host gets after a tools/call the upstream answers with `reply(seen)` as an SSE
+    stream (a session of `version` opened first)."""
 
     def route(seen: Seen, server: ScriptedServer) -> Scripted:
-        if seen.rpc_method == "tools/call":
-            return sse_reply(sse_event(result(seen.json, {"content": []})) + sse_event(note))
-        return mcp_default(seen, server)
+        return sse_reply(reply(seen)) if seen.rpc_method == "tools/call" else mcp_default(seen, server)
 
     with ScriptedServer(route) as server:
         relay = raw_relay(server.url)
-        relay.send(initialize(1, "2025-11-25"))
-        relay.read_reply(1)
-        relay.send(INITIALIZED)
-        relay.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x", "arguments": {}}})
-        first, second = relay.read(), relay.read()
-        relay.finish()
-    assert first == {"jsonrpc": "2.0", "id": 2, "result": {"content": []}}
-    assert second == note  # lost before: the reader stopped at the response and dropped the rest of that read
-
-
-def test_a_batchs_message_after_the_response_reaches_the_host(raw_relay: Any) -> None:
-    note = json.loads(NOTE[len(b"data: ") :])
-
-    def route(seen: Seen, server: ScriptedServer) -> Scripted:
-        if seen.rpc_method == "tools/call":  # a 2025-03-26 server may send a JSON-RPC batch as one event
-            return sse_reply(b"data: " + json.dumps([result(seen.json, {"content": []}), note]).encode() + b"\n\n")
-        return mcp_default(seen, server)
-
-    with ScriptedServer(route) as server:
-        relay = raw_relay(server.url)
-        relay.send(initialize(1, "2025-03-26"))
+        relay.send(initialize(1, version))
         relay.read_reply(1)
         relay.send(INITIALIZED)
         relay.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x", "arguments": {}}})
         got = [relay.read(), relay.read()]
         relay.finish()
-    assert {"jsonrpc": "2.0", "id": 2, "result": {"content": []}} in got
-    assert note in got  # lost before: the reader returned at the response, in the middle of the batch
+    return got
+
+
+def test_an_event_after_the_response_in_the_same_write_reaches_the_host(raw_relay: Any) -> None:
+    def reply(seen: Seen) -> bytes:
+        return sse_event(result(seen.json, {"content": []})) + sse_event(NOTE_MESSAGE)  # one write
+
+    # the note was lost before: the reader stopped at the response and dropped the rest of that read
+    assert two_after_a_call(raw_relay, reply, "2025-11-25") == [ANSWER, NOTE_MESSAGE]
+
+
+def test_a_batchs_message_after_the_response_reaches_the_host(raw_relay: Any) -> None:
+    def reply(seen: Seen) -> bytes:  # a 2025-03-26 server may send a JSON-RPC batch as one event
+        return b"data: " + json.dumps([result(seen.json, {"content": []}), NOTE_MESSAGE]).encode() + b"\n\n"
+
+    # the note was lost before: the reader returned at the response, in the middle of the batch
+    got = two_after_a_call(raw_relay, reply, "2025-03-26")
+    assert ANSWER in got and NOTE_MESSAGE in got
