@@ -51,6 +51,7 @@ from tests.support import (
     write_config,
 )
 from tests.support.fleet import redis_server
+from tests.support.gateway import serving_together
 from tests.support.oauth import mint_token, oidc_issuer, resource_server_env
 
 HANG_GUARD = 60
@@ -80,15 +81,12 @@ def cluster_env(redis_url: str, **extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def pair(redis_url: str) -> Iterator[tuple[Gateway, Gateway]]:
     """Two instances with a static token; A closes idle keep-alive connections soon (B's pooled ones go stale)."""
-    a = Gateway(cluster_env(redis_url, MCPGATE_AUTH_TOKEN=TOKEN, MCPGATE_KEEPALIVE_TIMEOUT="0.5"))
-    b = Gateway(cluster_env(redis_url, MCPGATE_AUTH_TOKEN=TOKEN))
-    try:
-        a.wait_ready()
-        b.wait_ready()
+    envs = (
+        cluster_env(redis_url, MCPGATE_AUTH_TOKEN=TOKEN, MCPGATE_KEEPALIVE_TIMEOUT="0.5"),
+        cluster_env(redis_url, MCPGATE_AUTH_TOKEN=TOKEN),
+    )
+    with serving_together(*envs) as (a, b):
         yield a, b
-    finally:
-        a.stop()
-        b.stop()
 
 
 def session_on(gw: Gateway, headers: dict[str, str] | None = None, path: str | None = None) -> dict[str, str]:

@@ -23,7 +23,7 @@ import pytest
 
 from tests.support import Gateway, call, free_port, open_session, reply_message
 from tests.support.fleet import redis_server
-from tests.support.gateway import gunicorn_refusal
+from tests.support.gateway import gunicorn_refusal, serving_together
 from tests.support.waiting import wait_for
 
 SECRET = "test-handoff-secret-0123456789abcdef"
@@ -58,15 +58,8 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def pair(redis_url: str, handoff_dir: str) -> Iterator[tuple[Gateway, Gateway]]:
-    a = Gateway(fleet_env(redis_url, handoff_dir, "ha"))
-    b = Gateway(fleet_env(redis_url, handoff_dir, "hb"))
-    try:
-        a.wait_ready()
-        b.wait_ready()
+    with serving_together(fleet_env(redis_url, handoff_dir, "ha"), fleet_env(redis_url, handoff_dir, "hb")) as (a, b):
         yield a, b
-    finally:
-        a.stop()
-        b.stop()
 
 
 def handoffs(gw: Gateway) -> dict[str, int]:

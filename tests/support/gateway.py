@@ -203,6 +203,21 @@ def stop_all(gateways: list[Gateway]) -> None:
 
 
 @contextlib.contextmanager
+def serving_together(*envs: dict[str, str]) -> Iterator[list[Gateway]]:
+    """Gateways started at once (their starts overlap), each ready, for a `with` block (a fleet's instances), and
+    stopped at its end."""
+    gateways: list[Gateway] = []
+    try:
+        gateways.extend(Gateway(env) for env in envs)
+        for gw in gateways:
+            gw.wait_ready()
+        yield gateways
+    finally:
+        for gw in gateways:
+            gw.stop()
+
+
+@contextlib.contextmanager
 def serving(env: dict[str, str] | None = None, behind: bool = False, **kwargs: Any) -> Iterator[Gateway]:
     """A ready gateway for a `with` block (e.g. one per test module), stopped at its end (`behind`: Gateway.stop's,
     for a fixture's teardown); `kwargs`: Gateway's."""

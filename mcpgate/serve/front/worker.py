@@ -38,7 +38,7 @@ from gunicorn.workers.ggevent import VERSION, GeventPyWSGIWorker
 
 from mcpgate.config.settings import Settings
 from mcpgate.serve.front.connection import Handler, Limits, Server
-from mcpgate.serve.front.handoff import Handoff, Listener, adopt, prepared, room
+from mcpgate.serve.front.handoff import Handoff, Listener, adopt, room
 
 if TYPE_CHECKING:  # the master loads this class; the gateway's modules load in the worker, with the app
     from mcpgate.serve.runtime import Runtime
@@ -85,8 +85,8 @@ class GatewayWorker(GeventPyWSGIWorker):  # type: ignore[misc]
         runtime = self.runtime()  # a handoff directory that cannot serve: the worker fails to boot, saying why
         if runtime is not None and runtime.settings.handoff_dir and runtime.cluster is not None:
             cluster, directory = runtime.cluster, runtime.settings.handoff_dir
-            self.handoff = Handoff(prepared(directory), cluster.instance, cluster.owner)
-            self.handed = Listener(directory, cluster.instance)
+            self.handed = Listener(directory, cluster.instance)  # (the directory made and checked: handoff.prepared)
+            self.handoff = Handoff(directory, cluster.instance, cluster.owner)
 
     def runtime(self) -> Runtime | None:
         """The gateway's Runtime, which the app factory attached to the app (None: another app)."""
