@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import Gateway, wait_for
+from tests.support.raw_server import RawServer
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))  # the bench's own modules (mcpclient, report), as bench/run.py imports them
@@ -280,59 +281,17 @@ LEAN_REPLIES = [
 def test_the_lean_client_reads_each_framing_and_keeps_what_it_may(
     reply: bytes, bodies: list[bytes], kept: bool
 ) -> None:
-    import socket
-    import threading
-
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-
-    def serve() -> None:
-        while len(accepted) < 2:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            accepted.append(conn)
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    def answer(conn: socket.socket) -> None:
+    closes = b"Connection: close" in reply or reply.startswith(b"HTTP/1.0")
+    with RawServer(lambda _: reply, 1 if closes else 1000) as server:
+        conn = mcpclient.LeanConnection("127.0.0.1", server.port, timeout=10)
         try:
-            exchange(conn)
-        except OSError:  # the test closed the socket
-            pass
-
-    def exchange(conn: socket.socket) -> None:
-        buffer = b""
-        while True:
-            while b"\r\n\r\n" not in buffer:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buffer += data
-            head, _, buffer = buffer.partition(b"\r\n\r\n")
-            size = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            while len(buffer) < size:
-                buffer += conn.recv(65536)
-            buffer = buffer[size:]
-            conn.sendall(reply)
-            if b"Connection: close" in reply or reply.startswith(b"HTTP/1.0"):
-                conn.close()
-                return
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    conn = mcpclient.LeanConnection("127.0.0.1", server.getsockname()[1], timeout=10)
-    try:
-        got = []
-        for _ in bodies:
-            conn.request("POST", "/mcp", b"{}", {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            assert resp.status == 200
-            got.append(resp.read())
-        assert got == bodies
-        assert len(accepted) == (1 if kept else 2)
-    finally:
-        conn.close()
-        server.close()
-        for sock in accepted:
-            sock.close()
+            got = []
+            for _ in bodies:
+                conn.request("POST", "/mcp", b"{}", {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                assert resp.status == 200
+                got.append(resp.read())
+        finally:
+            conn.close()
+    assert got == bodies
+    assert server.connections == (1 if kept else 2)

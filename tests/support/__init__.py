@@ -6,7 +6,8 @@
 - sdk: the official SDK client's answers and round trips; pages: Chromium and a page of another origin
 - fleet (Redis, HAProxy, a fleet's instances), recipe (the deploy recipe under honcho, a remote peer),
   oauth and signin (the authorization servers, a signed-in client), security (raw sockets, refused starts),
-  relay (upstream servers, relay runners, a scripted upstream): import those by their module
+  relay (upstream servers, relay runners, a scripted upstream), raw_server (exact reply bytes, for HTTP clients):
+  import those by their module
 
 The names below are the common ones, importable as `from tests.support import X`.
 """
